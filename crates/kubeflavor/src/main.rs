@@ -1,0 +1,3 @@
+fn main() {
+    println!("kubeflavor: under construction");
+}

@@ -6,3 +6,5 @@ pub mod flavor;
 pub mod labels;
 pub mod names;
 pub mod token;
+pub mod token_record;
+pub mod token_secret;

@@ -303,17 +303,20 @@ pub enum Requester {
 }
 
 pub fn classify_requester(username: &str, groups: &[String]) -> Requester {
-    if let Some(id) = username.strip_prefix(BOOTSTRAP_USER_PREFIX) {
-        if let Ok(token_id) = id.parse() {
-            return Requester::Bootstrap {
-                token_id,
-                kubeflavor: groups.iter().any(|g| g == NODE_GROUP),
-            };
-        }
-    } else if let Some(name) = username.strip_prefix(NODE_USER_PREFIX) {
-        if let Ok(name) = name.parse() {
-            return Requester::Node { name };
-        }
+    if let Some(Ok(token_id)) = username
+        .strip_prefix(BOOTSTRAP_USER_PREFIX)
+        .map(str::parse::<TokenId>)
+    {
+        return Requester::Bootstrap {
+            token_id,
+            kubeflavor: groups.iter().any(|g| g == NODE_GROUP),
+        };
+    }
+    if let Some(Ok(name)) = username
+        .strip_prefix(NODE_USER_PREFIX)
+        .map(str::parse::<NodeName>)
+    {
+        return Requester::Node { name };
     }
     Requester::Other
 }

@@ -6,6 +6,7 @@ pub mod csr;
 pub mod flavor;
 pub mod labels;
 pub mod names;
+pub mod node_state;
 pub mod policy;
 pub mod token;
 pub mod token_record;

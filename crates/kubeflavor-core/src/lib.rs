@@ -1,3 +1,16 @@
 //! kubeflavor's pure core: every security decision of kubeflavor as plain functions over
 //! plain data. No I/O, no async, no Kubernetes client: the binary gathers facts, calls
 //! these functions and applies their results.
+
+// Discovery, copy-certs, PKI and the kubelet CSR (core-crypto).
+pub mod certkey;
+pub mod copycerts;
+mod der;
+pub mod jws;
+pub mod keys;
+pub mod kubeconfig;
+pub mod kubelet_csr;
+mod pem;
+pub mod pin;
+pub mod pki;
+pub mod random;

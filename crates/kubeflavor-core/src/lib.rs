@@ -2,6 +2,7 @@
 //! plain data. No I/O, no async, no Kubernetes client: the binary gathers facts, calls
 //! these functions and applies their results.
 
+// Tokens, flavors, the CSR policy and node flavoring.
 pub mod csr;
 pub mod flavor;
 pub mod labels;
@@ -11,3 +12,16 @@ pub mod policy;
 pub mod token;
 pub mod token_record;
 pub mod token_secret;
+
+// Discovery, copy-certs, PKI and the kubelet CSR (core-crypto).
+pub mod certkey;
+pub mod copycerts;
+mod der;
+pub mod jws;
+pub mod keys;
+pub mod kubeconfig;
+pub mod kubelet_csr;
+mod pem;
+pub mod pin;
+pub mod pki;
+pub mod random;

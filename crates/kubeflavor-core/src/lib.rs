@@ -8,6 +8,8 @@ pub mod labels;
 pub mod names;
 pub mod node_state;
 pub mod policy;
+pub mod taint;
 pub mod token;
 pub mod token_record;
 pub mod token_secret;
+pub mod ttl;

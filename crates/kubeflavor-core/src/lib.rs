@@ -10,6 +10,7 @@ pub mod node_state;
 pub mod policy;
 pub mod taint;
 pub mod token;
+pub mod token_meta;
 pub mod token_record;
 pub mod token_secret;
 pub mod ttl;

@@ -181,7 +181,13 @@ pub enum TokenRecordError {
 pub struct TokenRecord {
     pub id: TokenId,
     pub expiration: Expiration,
+    /// `usage-bootstrap-authentication` is exactly `"true"`.
+    pub usage_authentication: bool,
+    /// `usage-bootstrap-signing` is exactly `"true"`.
     pub usage_signing: bool,
+    /// `auth-extra-groups` as stored, split at commas (unvalidated: see
+    /// [`TokenRecord::authentication_at`] for the verdict).
+    pub extra_groups: Vec<String>,
     /// kubeflavor's fields; `None` for a token without the flavor label (kubeadm's own).
     pub kubeflavor: Option<FlavorTokenMeta>,
     /// The time-independent part of the authenticator's verdict.
@@ -208,7 +214,15 @@ impl TokenRecord {
         Ok(TokenRecord {
             id,
             expiration: Expiration::from_data(view.data),
+            usage_authentication: view.data.get(KEY_USAGE_AUTHENTICATION).map(String::as_str)
+                == Some("true"),
             usage_signing: view.data.get(KEY_USAGE_SIGNING).map(String::as_str) == Some("true"),
+            extra_groups: view
+                .data
+                .get(KEY_AUTH_EXTRA_GROUPS)
+                .filter(|s| !s.is_empty())
+                .map(|s| s.split(',').map(str::to_owned).collect())
+                .unwrap_or_default(),
             kubeflavor,
             standing: standing_checks(view).map(|(_, groups)| groups),
         })
@@ -408,7 +422,8 @@ mod tests {
         let record = TokenRecord::from_secret(&view).unwrap();
         assert_eq!(record.authentication_at(now()), Ok(who));
         assert_eq!(record.kubeflavor.unwrap().flavor.as_str(), "sweet");
-        assert!(record.usage_signing);
+        assert!(record.usage_authentication && record.usage_signing);
+        assert_eq!(record.extra_groups, [NODE_GROUP]);
     }
 
     #[test]

@@ -47,10 +47,11 @@ fn tokens_refused_too_often_are_deleted() {
 }
 
 #[test]
-fn tokens_that_are_not_kubeflavors_are_never_deleted() {
+fn tokens_that_are_not_readable_kubeflavor_tokens_are_never_deleted() {
     for cause in [
         DenyCause::NotKubeflavorToken,
         DenyCause::TokenMissing,
+        DenyCause::TokenUnreadable,
         DenyCause::RenewalUnbound,
         DenyCause::RenewalRequesterMismatch,
     ] {

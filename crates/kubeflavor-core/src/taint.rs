@@ -104,6 +104,27 @@ impl fmt::Display for Taint {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn taints_round_trip_through_the_kubectl_form(
+            key in "([a-z0-9]{1,8}\\.)?[a-z]{1,8}(/[A-Za-z0-9]([A-Za-z0-9_.-]{0,10}[A-Za-z0-9])?)?",
+            value in "([A-Za-z0-9]([A-Za-z0-9_.-]{0,10}[A-Za-z0-9])?)?",
+            effect in prop_oneof![Just(TaintEffect::NoSchedule), Just(TaintEffect::PreferNoSchedule), Just(TaintEffect::NoExecute)],
+        ) {
+            let t = Taint::new(&key, &value, effect).unwrap();
+            prop_assert_eq!(t.to_string().parse::<Taint>(), Ok(t));
+        }
+
+        #[test]
+        fn parsing_never_accepts_an_invalid_key_or_value(s in "[ -~]{0,30}") {
+            if let Ok(t) = s.parse::<Taint>() {
+                prop_assert!(crate::labels::check_label_key(t.key.as_str()).is_ok());
+                prop_assert!(crate::labels::check_label_value(t.value.as_str()).is_ok());
+            }
+        }
+    }
 
     #[test]
     fn taints_parse_in_kubectl_form() {

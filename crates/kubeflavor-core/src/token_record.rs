@@ -460,6 +460,41 @@ mod tests {
         ));
     }
 
+    proptest::proptest! {
+        /// Whatever the data holds, the record's verdict is the direct verdict, and a token
+        /// that authenticates satisfies every rule of spec section 1.
+        #[test]
+        fn record_verdict_is_the_authenticators(
+            usage in proptest::option::of(proptest::prop_oneof![proptest::strategy::Just("true"), proptest::strategy::Just("yes"), proptest::strategy::Just("")]),
+            groups in proptest::option::of("(system:bootstrappers:[a-z]{1,4}|system:masters|)(,system:bootstrappers:[a-z:]{0,4}[a-z]){0,2}"),
+            expiration in proptest::option::of(proptest::prop_oneof![
+                proptest::strategy::Just("2026-11-30T04:26:05Z"),
+                proptest::strategy::Just("2026-11-30T04:26:06Z"),
+                proptest::strategy::Just("2000-01-01T00:00:00Z"),
+                proptest::strategy::Just("garbage"),
+                proptest::strategy::Just(""),
+            ]),
+            id_matches: bool,
+        ) {
+            let mut pairs: Vec<(&str, &str)> = Vec::new();
+            if let Some(u) = usage { pairs.push(("usage-bootstrap-authentication", u)); }
+            if let Some(g) = &groups { pairs.push(("auth-extra-groups", g)); }
+            if let Some(e) = expiration { pairs.push(("expiration", e)); }
+            if !id_matches { pairs.push(("token-id", "zzzzzz")); }
+            let c = Case::new("abcdef", &pairs);
+            let record = TokenRecord::from_secret(&c.view()).unwrap();
+            let direct = authenticate_token_secret(&c.view(), now());
+            proptest::prop_assert_eq!(record.authentication_at(now()), direct.clone());
+            if direct.is_ok() {
+                proptest::prop_assert!(id_matches && usage == Some("true"));
+                proptest::prop_assert!(matches!(expiration, None | Some("") | Some("2026-11-30T04:26:06Z")));
+                for g in groups.iter().flat_map(|g| g.split(',')).filter(|g| !g.is_empty()) {
+                    proptest::prop_assert!(g.parse::<AuthGroup>().is_ok());
+                }
+            }
+        }
+    }
+
     #[test]
     fn record_and_direct_check_agree_with_the_data_codec() {
         let data = TokenSecretData::kubeflavor_node(

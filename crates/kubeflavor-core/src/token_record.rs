@@ -426,6 +426,35 @@ mod tests {
         assert_eq!(record.extra_groups, [NODE_GROUP]);
     }
 
+    /// P1: what SelfSubjectReview shows a token holder (its groups) is the same for every
+    /// flavor; only the user name carries the random token id.
+    #[test]
+    fn bootstrap_identity_groups_are_the_same_for_every_flavor() {
+        let identity = |token: &str, flavor: &str, max: u32| {
+            let obj = flavored_token_secret(
+                &token.parse().unwrap(),
+                &flavor.parse().unwrap(),
+                Some("2026-12-01T00:00:00Z".parse().unwrap()),
+                NonZeroU32::new(max).unwrap(),
+            );
+            let view = SecretView {
+                namespace: obj.namespace,
+                name: &obj.name,
+                type_: obj.type_,
+                being_deleted: false,
+                data: &obj.string_data,
+                labels: &obj.labels,
+                annotations: &obj.annotations,
+            };
+            authenticate_token_secret(&view, now()).unwrap()
+        };
+        let sweet = identity("aaaaaa.0123456789abcdef", "sweet", 1);
+        let sour = identity("bbbbbb.0123456789abcdef", "sour", 5);
+        assert_eq!(sweet.groups, sour.groups);
+        assert_eq!(sweet.username, "system:bootstrap:aaaaaa");
+        assert_eq!(sour.username, "system:bootstrap:bbbbbb");
+    }
+
     #[test]
     fn record_keeps_secrets_the_api_server_would_refuse() {
         let c = Case::new("abcdef", &[("expiration", "2000-01-01T00:00:00Z")]);

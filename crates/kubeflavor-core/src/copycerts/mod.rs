@@ -12,6 +12,7 @@
 //!   plain "wrong certificate key" error.
 //! - `kubeflavor-manifest`: the SHA-256 of every entry's plaintext by name (empty for a
 //!   missing file); it detects swapped, replaced, emptied and deleted entries.
+//!
 //! Secrets written by kubeadm have neither; they are still opened, with the weaker checks
 //! (kind of each entry, each key against its certificate).
 

@@ -11,6 +11,8 @@ use kubeflavor_core::copycerts::{
     open_all, seal_secret_data,
 };
 use kubeflavor_core::pki::{KeyAlgorithm, PkiFile, generate_shared_ca_set};
+use proptest::prelude::*;
+use proptest::sample::Index;
 
 fn pki() -> &'static [PkiFile] {
     static PKI: OnceLock<Vec<PkiFile>> = OnceLock::new();
@@ -299,6 +301,32 @@ fn unknown_entries_must_decrypt_like_kubeadm_demands_and_are_then_ignored() {
     assert!(
         matches!(open_all(&key(), &data), Err(CopyCertsError::Tampered { entry, .. }) if entry == "extra.txt")
     );
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// P6: whatever single bit of whatever entry changes, nothing is handed out.
+    #[test]
+    fn any_bit_flip_in_any_entry_fails_the_download(entry in any::<Index>(), byte in any::<Index>(), bit in 0u8..8) {
+        let mut data = uploaded();
+        let name = data.keys().nth(entry.index(data.len())).unwrap().clone();
+        let value = data.get_mut(&name).unwrap();
+        let i = byte.index(value.len());
+        value[i] ^= 1 << bit;
+        prop_assert!(open_all(&key(), &data).is_err());
+    }
+
+    /// Entries are bound to their names: exchanging any two values is refused.
+    #[test]
+    fn exchanging_any_two_entries_fails_the_download(a in any::<Index>(), b in any::<Index>()) {
+        let mut data = uploaded();
+        let names: Vec<String> = data.keys().cloned().collect();
+        let (a, b) = (&names[a.index(names.len())], &names[b.index(names.len())]);
+        prop_assume!(a != b);
+        swap(&mut data, a, b);
+        prop_assert!(open_all(&key(), &data).is_err());
+    }
 }
 
 #[test]

@@ -169,4 +169,14 @@ fn syntax_errors_do_not_quote_credentials() {
     let err = Kubeconfig::parse(text).unwrap_err();
     assert!(matches!(err, KubeconfigError::Syntax(_)));
     assert!(!err.to_string().contains("0123456789abcdef"), "{err}");
+
+    // A credential in the wrong place shows up in serde's "invalid type" messages.
+    for text in [
+        "users: \"abcdef.0123456789abcdef\"\n",
+        r#"{"users": "abcdef.0123456789abcdef"}"#,
+    ] {
+        let err = Kubeconfig::parse(text).unwrap_err();
+        assert!(matches!(err, KubeconfigError::Syntax(_)));
+        assert!(!err.to_string().contains("0123456789abcdef"), "{err}");
+    }
 }

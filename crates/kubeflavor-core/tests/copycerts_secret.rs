@@ -7,8 +7,8 @@ use std::sync::OnceLock;
 use jiff::Timestamp;
 use kubeflavor_core::certkey::{CertificateKey, CertificateKeyError};
 use kubeflavor_core::copycerts::{
-    CopyCertsError, EtcdMode, KEY_CHECK_ENTRY, MANIFEST_ENTRY, PkiEntry, PkiEntryKind, open,
-    open_all, seal_secret_data,
+    CopyCertsError, EtcdMode, KEY_CHECK_ENTRY, MANIFEST_ENTRY, PkiEntry, PkiEntryKind, Provenance,
+    open, open_all, open_all_with, seal_secret_data,
 };
 use kubeflavor_core::pki::{KeyAlgorithm, PkiFile, generate_shared_ca_set};
 use proptest::prelude::*;
@@ -240,6 +240,32 @@ fn swapped_entries_in_a_kubeadm_secret_are_caught_by_kind_and_key_matching() {
         "{err:?}"
     );
     assert!(err.to_string().contains("holds a private key"), "{err}");
+}
+
+#[test]
+fn strict_downloads_refuse_a_secret_stripped_of_the_kubeflavor_checks() {
+    // Both kubeflavor entries removed and two whole pairs exchanged: consistent for kubeadm.
+    let mut data = as_kubeadm(uploaded());
+    swap(&mut data, "ca.key", "front-proxy-ca.key");
+    swap(&mut data, "ca.crt", "front-proxy-ca.crt");
+    assert!(
+        open_all(&key(), &data).is_ok(),
+        "the kubeadm-level checks cannot see this"
+    );
+    assert_eq!(
+        open_all_with(&key(), &data, Provenance::KubeflavorOnly).unwrap_err(),
+        CopyCertsError::NotFromKubeflavor
+    );
+    assert!(open_all_with(&key(), &uploaded(), Provenance::KubeflavorOnly).is_ok());
+}
+
+#[test]
+fn a_truncated_key_check_is_tampering_not_a_wrong_key() {
+    let mut data = uploaded();
+    data.insert(KEY_CHECK_ENTRY.into(), vec![0; 5]);
+    assert!(
+        matches!(open_all(&key(), &data), Err(CopyCertsError::Tampered { entry, .. }) if entry == KEY_CHECK_ENTRY)
+    );
 }
 
 #[test]

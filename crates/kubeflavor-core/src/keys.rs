@@ -219,7 +219,7 @@ impl PublicKey {
     /// Wraps a DER SubjectPublicKeyInfo after checking that it parses.
     pub fn from_spki_der(der: &[u8]) -> Result<Self, KeyError> {
         match SubjectPublicKeyInfo::from_der(der) {
-            Ok((rest, _)) if rest.is_empty() => Ok(Self {
+            Ok(([], _)) => Ok(Self {
                 spki_der: der.to_vec(),
             }),
             _ => Err(KeyError::InvalidPublicKey),

@@ -20,6 +20,7 @@ pub mod ttl;
 pub mod certkey;
 pub mod copycerts;
 mod der;
+pub mod discovery;
 pub mod jws;
 pub mod keys;
 pub mod kubeconfig;

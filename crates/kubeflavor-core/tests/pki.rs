@@ -2,7 +2,8 @@
 
 use jiff::{SignedDuration, Timestamp};
 use kubeflavor_core::keys::{
-    KeyError, PemKind, PrivateKey, PrivateKeyForm, PublicKey, classify_pem, parse_certificates_pem,
+    CertificateSummary, KeyError, PemKind, PrivateKey, PrivateKeyForm, PublicKey, classify_pem,
+    parse_certificates_pem,
 };
 use kubeflavor_core::pin::CaPin;
 use kubeflavor_core::pki::{
@@ -269,6 +270,23 @@ fn the_pin_of_a_generated_ca_is_its_public_key_hash() {
         CaPin::from_cert_der(&der).unwrap(),
         CaPin::from_spki_der(key.public_key().spki_der())
     );
+}
+
+#[test]
+fn certificate_summaries_show_subject_validity_and_pin() {
+    let files = generate_shared_ca_set(KeyAlgorithm::EcdsaP256, now()).unwrap();
+    let der = cert_der(&files, "front-proxy-ca.crt");
+    let summary = CertificateSummary::from_der(&der).unwrap();
+    assert_eq!(summary.subject, "CN=front-proxy-ca");
+    assert_eq!(summary.issuer, summary.subject);
+    assert!(summary.is_ca);
+    assert_eq!(summary.not_before, now() - SignedDuration::from_mins(5));
+    assert_eq!(
+        summary.not_after,
+        now() + SignedDuration::from_hours(24 * 3650)
+    );
+    assert_eq!(summary.pin, CaPin::from_cert_der(&der).unwrap());
+    assert!(CertificateSummary::from_der(b"junk").is_err());
 }
 
 #[test]

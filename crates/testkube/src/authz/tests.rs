@@ -552,3 +552,22 @@ fn default_objects_are_complete_and_named() {
         "auto-approval is not bound by default"
     );
 }
+
+#[test]
+fn a_cluster_role_binding_cannot_reference_a_role() {
+    let reader = team_reader().with(
+        RBAC_GROUP_FOR_TESTS,
+        "clusterrolebindings",
+        json!({"metadata": {"name": "odd"},
+            "roleRef": {"kind": "Role", "name": "cm-reader"},
+            "subjects": [{"kind": "User", "name": "erin"}]}),
+    );
+    let erin = user(IdentityKind::StaticToken, "erin", &["system:authenticated"]);
+    let err = authorize(&req(erin, "get", "", "configmaps", "team", "x"), &reader).unwrap_err();
+    assert!(
+        err.message
+            .ends_with(r#": RBAC: role.rbac.authorization.k8s.io "cm-reader" not found"#),
+        "{}",
+        err.message
+    );
+}

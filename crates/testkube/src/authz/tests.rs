@@ -571,3 +571,21 @@ fn a_cluster_role_binding_cannot_reference_a_role() {
         err.message
     );
 }
+
+#[test]
+fn kubeadm_join_reads_its_config_maps_and_nothing_more() {
+    let reader = MemReader::with_defaults();
+    let cm = |u: UserInfo, name: &str| req(u, "get", "", "configmaps", "kube-system", name);
+    for name in ["kubeadm-config", "kubelet-config"] {
+        assert!(
+            authorize(&cm(bootstrap_user("abcdef"), name), &reader).is_ok(),
+            "{name}"
+        );
+        assert!(
+            authorize(&cm(node_user("worker-1"), name), &reader).is_ok(),
+            "{name}"
+        );
+    }
+    assert!(authorize(&cm(bootstrap_user("abcdef"), "kube-proxy"), &reader).is_err());
+    assert!(authorize(&cm(anonymous(), "kubeadm-config"), &reader).is_err());
+}

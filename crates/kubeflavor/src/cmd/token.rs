@@ -87,32 +87,45 @@ pub async fn create(cluster: &Cluster, args: &TokenCreateArgs, out: &mut dyn Wri
         .unwrap_or(DEFAULT_MAX_NODES);
     let expiration = ttl.expiration(Timestamp::now());
 
+    let token = mint(cluster, &args.flavor, expiration, max_nodes, || {
+        BootstrapToken::generate().map_err(|e| CliError::failed(e, "retry"))
+    })
+    .await?;
+    print_created(
+        &token,
+        &args.flavor,
+        expiration,
+        max_nodes,
+        args.output,
+        out,
+    )
+}
+
+/// Store a new token Secret of `flavor`, drawing tokens from `next` until one's id is
+/// free: a 409 AlreadyExists means another token has that id, so draw again (as kubeadm
+/// does). One POST per attempt; nothing is read first.
+pub async fn mint(
+    cluster: &Cluster,
+    flavor: &FlavorName,
+    expiration: Option<Timestamp>,
+    max_nodes: NonZeroU32,
+    mut next: impl FnMut() -> Result<BootstrapToken>,
+) -> Result<BootstrapToken> {
     let secrets: Api<Secret> = Api::namespaced(cluster.client.clone(), TOKEN_SECRET_NAMESPACE);
     for _ in 0..CREATE_ATTEMPTS {
-        let token = BootstrapToken::generate().map_err(|e| CliError::failed(e, "retry"))?;
+        let token = next()?;
         let mut secret = to_secret(&flavored_token_secret(
-            &token,
-            &args.flavor,
-            expiration,
-            max_nodes,
+            &token, flavor, expiration, max_nodes,
         ));
         let result = secrets.create(&PostParams::default(), &secret).await;
         zeroize_secret(&mut secret);
         match result {
             Ok(mut stored) => {
                 zeroize_secret(&mut stored);
-                return print_created(
-                    &token,
-                    &args.flavor,
-                    expiration,
-                    max_nodes,
-                    args.output,
-                    out,
-                );
+                return Ok(token);
             }
-            // Another token already has this id: draw a new one (kubeadm does the same).
             Err(err) if is_api_reason(&err, "AlreadyExists") => {
-                tracing::info!(id = %token.id(), "token id already taken, generating another");
+                tracing::info!(id = %token.id(), "token id already taken, drawing another");
             }
             Err(err) => return Err(cluster.error("create the token Secret in kube-system", err)),
         }

@@ -2,9 +2,15 @@
 //! plain data. No I/O, no async, no Kubernetes client: the binary gathers facts, calls
 //! these functions and applies their results.
 
+pub mod csr;
 pub mod flavor;
 pub mod labels;
 pub mod names;
+pub mod node_state;
+pub mod policy;
+pub mod taint;
 pub mod token;
+pub mod token_meta;
 pub mod token_record;
 pub mod token_secret;
+pub mod ttl;

@@ -75,7 +75,10 @@ fn clap_outcome(err: clap::Error) -> Result<Parsed, CliError> {
                 .take_while(|l| !l.trim().is_empty())
                 .map(str::trim)
                 .collect();
-            let line = paragraph.join(" ").trim_start_matches("error: ").to_string();
+            let line = paragraph
+                .join(" ")
+                .trim_start_matches("error: ")
+                .to_string();
             if kind == ErrorKind::ValueValidation {
                 Err(CliError::bare(ExitCode::Refused, line))
             } else {

@@ -68,8 +68,13 @@ pub enum MaxNodesError {
 impl FromStr for MaxNodes {
     type Err = MaxNodesError;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let n: i64 = s.trim().parse().map_err(|_| MaxNodesError::NotANumber(s.into()))?;
-        parse_max_nodes(n).map(MaxNodes).map_err(|_| MaxNodesError::Range(n))
+        let n: i64 = s
+            .trim()
+            .parse()
+            .map_err(|_| MaxNodesError::NotANumber(s.into()))?;
+        parse_max_nodes(n)
+            .map(MaxNodes)
+            .map_err(|_| MaxNodesError::Range(n))
     }
 }
 

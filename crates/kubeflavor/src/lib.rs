@@ -106,6 +106,7 @@ where
 /// The process entry point of both binaries: parse, set up logging, run, and turn the
 /// outcome into one `error: ...` line on stderr and an exit code.
 pub fn main() -> std::process::ExitCode {
+    cluster::install_crypto_provider();
     let result = match parse(std::env::args_os()) {
         Ok(Parsed::Print(text)) => {
             print!("{text}");

@@ -60,7 +60,8 @@ struct CreatedToken {
     max_nodes: u32,
     usages: Vec<&'static str>,
     groups: Vec<&'static str>,
-    secret: String,
+    /// `<namespace>/<name>` of the token Secret.
+    secret_name: String,
 }
 
 fn expose_str<S: serde::Serializer>(value: &Zeroizing<String>, s: S) -> Result<S::Ok, S::Error> {
@@ -153,13 +154,15 @@ fn print_created(
         max_nodes: max_nodes.get(),
         usages: vec!["authentication", "signing"],
         groups: vec![NODE_GROUP],
-        secret: format!("{TOKEN_SECRET_NAMESPACE}/{}", secret_name(token.id())),
+        secret_name: format!("{TOKEN_SECRET_NAMESPACE}/{}", secret_name(token.id())),
     };
     let rendered: Zeroizing<String> = Zeroizing::new(match format {
         TokenOutput::Token => format!("{}\n", view.token.as_str()),
         TokenOutput::Json => serde_json::to_string_pretty(&view)
             .map(|s| s + "\n")
-            .unwrap_or_default(),
+            .map_err(|e| {
+                CliError::failed(format!("cannot render JSON: {e}"), "report this as a bug")
+            })?,
         TokenOutput::Yaml => output::to_yaml(&view)?,
     });
     out.write_all(rendered.as_bytes())?;

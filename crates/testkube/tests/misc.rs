@@ -256,3 +256,43 @@ async fn body_formats_and_the_openapi_kubectl_needs() {
     );
     cluster.shutdown().await;
 }
+
+#[tokio::test]
+async fn kube_runtime_recorder_creates_then_patches_an_event_series() {
+    use k8s_openapi::api::core::v1::ObjectReference;
+    use k8s_openapi::api::events::v1::Event as EventV1;
+    use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+
+    let cluster = TestCluster::start().await.unwrap();
+    let client = admin(&cluster).await;
+    let reporter = Reporter {
+        controller: "kubeflavor.io/approver".into(),
+        instance: Some("kubeflavor-0".into()),
+    };
+    let recorder = Recorder::new(client.clone(), reporter);
+    let regarding = ObjectReference {
+        api_version: Some("certificates.k8s.io/v1".into()),
+        kind: Some("CertificateSigningRequest".into()),
+        name: Some("csr-worker-1".into()),
+        ..Default::default()
+    };
+    let event = Event {
+        type_: EventType::Normal,
+        reason: "Approved".into(),
+        note: Some("approved".into()),
+        action: "Approve".into(),
+        secondary: None,
+    };
+    recorder.publish(&event, &regarding).await.unwrap();
+    recorder.publish(&event, &regarding).await.unwrap();
+    let events: Api<EventV1> = Api::namespaced(client, "default");
+    let list = events.list(&Default::default()).await.unwrap();
+    assert_eq!(list.items.len(), 1);
+    let stored = &list.items[0];
+    assert_eq!(stored.series.as_ref().map(|s| s.count), Some(2));
+    assert_eq!(
+        stored.regarding.as_ref().and_then(|r| r.name.as_deref()),
+        Some("csr-worker-1")
+    );
+    cluster.shutdown().await;
+}

@@ -178,6 +178,23 @@ async fn tables_of_built_in_types_and_pretty_json_for_curl() {
         vec!["default", "kube-node-lease", "kube-public", "kube-system"]
     );
 
+    // kubectl get -w: every watch event carries a one-row Table.
+    let watch = c
+        .send(
+            "GET",
+            "/api/v1/namespaces?watch=1&timeoutSeconds=1",
+            &[accept],
+            "",
+        )
+        .await;
+    let first: serde_json::Value =
+        serde_json::from_str(watch.body.lines().next().unwrap()).unwrap();
+    assert_eq!(
+        (first["type"].as_str(), first["object"]["kind"].as_str()),
+        (Some("ADDED"), Some("Table"))
+    );
+    assert_eq!(first["object"]["rows"][0]["cells"][0], "default");
+
     let pretty = c
         .send("GET", "/version", &[("User-Agent", "curl/8.0")], "")
         .await;

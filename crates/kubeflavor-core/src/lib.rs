@@ -14,3 +14,12 @@ mod pem;
 pub mod pin;
 pub mod pki;
 pub mod random;
+
+// Tokens, labels, flavors, CSR validation (core-policy).
+pub mod csr;
+pub mod flavor;
+pub mod labels;
+pub mod names;
+pub mod token;
+pub mod token_record;
+pub mod token_secret;

@@ -1,0 +1,3 @@
+//! kubeflavor: the binary's library.
+
+pub mod join;

@@ -27,11 +27,10 @@ in-cluster service account; --context picks a context.
 Also usable as the kubectl plugin `kubectl flavor` (the same binary named kubectl-flavor).
 
 Planned, not in this version: `controller` (the CSR-approving controller), `node list|get|revoke`,
-`token revoke`, `join` (kubeadm-compatible discovery and TLS bootstrap), and `certs key|generate|
-upload|download|inspect` (kubeadm-compatible control-plane certificate hand-off).
+`token revoke`, and `certs key|generate|upload|download|inspect` (kubeadm-compatible control-plane certificate hand-off).
 
 Exit codes: 0 ok, 1 error, 2 usage, 3 not found, 4 refused (invalid or unsafe input, object in
-use), 5 cluster unreachable, 6 forbidden or unauthorized.";
+use), 5 cluster unreachable, 6 forbidden or unauthorized; `join` adds 10-16 (see `join --help`).";
 
 #[derive(Debug, Parser)]
 #[command(
@@ -71,6 +70,10 @@ pub enum Command {
     Flavor(FlavorCommand),
     /// Print (or apply) the CRDs, RBAC and controller Deployment kubeflavor needs.
     Install(InstallArgs),
+    /// Join this machine as a node, as `kubeadm join` does: discovery from cluster-info
+    /// (token signature and CA pin), bootstrap-kubelet.conf, and with --tls-bootstrap the
+    /// kubelet's certificate request itself. Exit codes are listed in `join --help`.
+    Join(crate::cmd::join::JoinArgs),
 }
 
 #[derive(Debug, Subcommand)]

@@ -41,7 +41,7 @@ pub const DEFAULT_RETRY_INTERVAL: Duration = Duration::from_secs(5);
 
 /// Where progress goes. kubeadm prints its phase lines on stdout; warnings go to stderr so
 /// they are not lost when stdout is piped.
-pub trait Report: Send {
+pub trait Report {
     fn info(&mut self, line: &str);
     fn warn(&mut self, line: &str);
 }

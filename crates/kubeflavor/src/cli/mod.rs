@@ -108,6 +108,11 @@ pub struct TokenCreateArgs {
     /// What to print: the token alone, or a description of it as JSON or YAML.
     #[arg(short, long, value_enum, default_value_t = TokenOutput::Token)]
     pub output: TokenOutput,
+    /// Print the whole join line instead of the token:
+    /// `kubeadm join <server> --token <token> --discovery-token-ca-cert-hash sha256:<pin>`
+    /// (server and CA from kube-public/cluster-info, else from the kubeconfig).
+    #[arg(long, conflicts_with = "output")]
+    pub print_join_command: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

@@ -87,6 +87,13 @@ pub async fn create(cluster: &Cluster, args: &TokenCreateArgs, out: &mut dyn Wri
         .unwrap_or(DEFAULT_MAX_NODES);
     let expiration = ttl.expiration(Timestamp::now());
 
+    // --print-join-command: resolved before the token exists, so a cluster whose server or
+    // CA cannot be found never gets a token nobody will see.
+    let join_target = match args.print_join_command {
+        true => Some(super::join::join_target(cluster).await?),
+        false => None,
+    };
+
     let secrets: Api<Secret> = Api::namespaced(cluster.client.clone(), TOKEN_SECRET_NAMESPACE);
     for _ in 0..CREATE_ATTEMPTS {
         let token = BootstrapToken::generate().map_err(|e| CliError::failed(e, "retry"))?;
@@ -101,6 +108,9 @@ pub async fn create(cluster: &Cluster, args: &TokenCreateArgs, out: &mut dyn Wri
         match result {
             Ok(mut stored) => {
                 zeroize_secret(&mut stored);
+                if let Some(target) = &join_target {
+                    return super::join::print_join_command(target, &token, out);
+                }
                 return print_created(
                     &token,
                     &args.flavor,

@@ -73,7 +73,8 @@ impl Report for RecordedReport {
     }
 }
 
-/// Everything `join` needs, parsed and validated.
+/// Everything `join` needs, parsed and validated. (Debug is safe: the token shows its id only.)
+#[derive(Debug)]
 pub struct JoinOptions {
     /// `https://host:port` of an API server.
     pub endpoint: http::Uri,

@@ -134,8 +134,10 @@ pub fn main() -> std::process::ExitCode {
 
 /// Logs go to stderr so that stdout stays the command's output. `RUST_LOG` overrides -v.
 fn init_tracing(verbose: u8) {
+    // kube-rs logs a failed connection at ERROR before returning the error that kubeflavor
+    // reports in its own words; without -v that would be a second, noisier line.
     let level = match verbose {
-        0 => "warn",
+        0 => "warn,kube_client=off",
         1 => "info",
         2 => "debug",
         _ => "trace",

@@ -12,7 +12,7 @@ use crate::cli::{
     FlavorApplyArgs, FlavorCreateArgs, FlavorDeleteArgs, FlavorGetArgs, FlavorListArgs,
 };
 use crate::cluster::{Cluster, is_api_reason, is_not_found};
-use crate::cmd::token::{TokenSecretList, list_token_secrets};
+use crate::cmd::token::list_token_secrets;
 use crate::crd::{Flavor, FlavorBinding, effect_str, flavor_from_rules, rules_from_flavor};
 use crate::error::{CliError, Result};
 use crate::output::{self, Format, List, Table};
@@ -353,7 +353,7 @@ impl FlavorUsers {
 
 async fn flavor_users(cluster: &Cluster, name: &FlavorName) -> Result<FlavorUsers> {
     let now = Timestamp::now();
-    let tokens: TokenSecretList = list_token_secrets(cluster, Some(name)).await?;
+    let tokens = list_token_secrets(cluster, Some(name)).await?;
     let mut users = FlavorUsers {
         tokens: tokens
             .iter()

@@ -1,0 +1,316 @@
+//! `kubeflavor token generate|create|list|delete`.
+//!
+//! A token is a `kube-system/bootstrap-token-<id>` Secret in kubeadm's exact layout, built
+//! by kubeflavor-core: the same auth group and description for every flavor (P1), the
+//! flavor and use count in the Secret's label and annotations. `token create` makes exactly
+//! two API calls when all goes well: GET the Flavor, POST the Secret.
+
+use std::io::Write;
+use std::num::NonZeroU32;
+
+use jiff::Timestamp;
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Api, DeleteParams, ObjectMeta, PostParams};
+use kubeflavor_core::flavor::{DEFAULT_MAX_NODES, FlavorName, TokenTtl};
+use kubeflavor_core::token::{BootstrapToken, TokenId};
+use kubeflavor_core::token_secret::{
+    NODE_GROUP, TOKEN_SECRET_NAMESPACE, TokenSecretObject, flavored_token_secret,
+    format_expiration, secret_name,
+};
+use serde::Serialize;
+use zeroize::{Zeroize, Zeroizing};
+
+use crate::cli::{TokenCreateArgs, TokenDeleteArgs, TokenOutput};
+use crate::cluster::{Cluster, is_api_reason, is_not_found};
+use crate::cmd::flavor::unknown_flavor;
+use crate::crd::{Flavor, rules_from_flavor};
+use crate::error::{CliError, Result};
+use crate::exit::ExitCode;
+use crate::output;
+
+mod list;
+
+pub use list::{TokenInfo, list, list_token_secrets};
+
+/// kubeadm's default token lifetime, used when neither `--ttl` nor the flavor sets one.
+pub const DEFAULT_TTL: TokenTtl = TokenTtl::Seconds(24 * 3600);
+
+/// How many fresh ids `token create` tries before giving up on collisions. With 36^6 ids a
+/// second collision in a row means something else is wrong.
+const CREATE_ATTEMPTS: usize = 5;
+
+pub fn generate(out: &mut dyn Write) -> Result<()> {
+    let token = BootstrapToken::generate().map_err(|e| CliError::failed(e, "retry"))?;
+    writeln!(out, "{}", token.expose().as_str())?;
+    Ok(())
+}
+
+/// What `token create -o json|yaml` prints. It holds the token: zeroized when dropped.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct CreatedToken {
+    #[serde(serialize_with = "expose_str")]
+    token: Zeroizing<String>,
+    id: String,
+    flavor: String,
+    /// RFC 3339; absent when the token never expires.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    expiration: Option<String>,
+    max_nodes: u32,
+    usages: Vec<&'static str>,
+    groups: Vec<&'static str>,
+    secret: String,
+}
+
+fn expose_str<S: serde::Serializer>(value: &Zeroizing<String>, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(value.as_str())
+}
+
+pub async fn create(cluster: &Cluster, args: &TokenCreateArgs, out: &mut dyn Write) -> Result<()> {
+    let flavors: Api<Flavor> = Api::all(cluster.client.clone());
+    let flavor = match flavors.get(args.flavor.as_str()).await {
+        Ok(f) => f,
+        Err(err) if is_not_found(&err) => return Err(unknown_flavor(cluster, &args.flavor).await),
+        Err(err) => return Err(cluster.error(&format!("get flavor {}", args.flavor), err)),
+    };
+    let (_, rules) = rules_from_flavor(&flavor).map_err(|e| {
+        CliError::refused(
+            format!("flavor {} is invalid: {e}", args.flavor),
+            "fix it with 'kubeflavor flavor apply -f FILE' before minting tokens for it",
+        )
+    })?;
+    let ttl = args.ttl.or(rules.token_ttl()).unwrap_or(DEFAULT_TTL);
+    let max_nodes = args
+        .max_nodes
+        .map(|m| m.0)
+        .or(rules.max_nodes())
+        .unwrap_or(DEFAULT_MAX_NODES);
+    let expiration = ttl.expiration(Timestamp::now());
+
+    // --print-join-command: resolved before the token exists, so a cluster whose server or
+    // CA cannot be found never gets a token nobody will see.
+    let join_target = match args.print_join_command {
+        true => Some(super::join::join_target(cluster).await?),
+        false => None,
+    };
+    let token = mint(cluster, &args.flavor, expiration, max_nodes, || {
+        BootstrapToken::generate().map_err(|e| CliError::failed(e, "retry"))
+    })
+    .await?;
+    if let Some(target) = &join_target {
+        return super::join::print_join_command(target, &token, out);
+    }
+    print_created(
+        &token,
+        &args.flavor,
+        expiration,
+        max_nodes,
+        args.output,
+        out,
+    )
+}
+
+/// Store a new token Secret of `flavor`, drawing tokens from `next` until one's id is
+/// free: a 409 AlreadyExists means another token has that id, so draw again (as kubeadm
+/// does). One POST per attempt; nothing is read first.
+pub async fn mint(
+    cluster: &Cluster,
+    flavor: &FlavorName,
+    expiration: Option<Timestamp>,
+    max_nodes: NonZeroU32,
+    mut next: impl FnMut() -> Result<BootstrapToken>,
+) -> Result<BootstrapToken> {
+    let secrets: Api<Secret> = Api::namespaced(cluster.client.clone(), TOKEN_SECRET_NAMESPACE);
+    for _ in 0..CREATE_ATTEMPTS {
+        let token = next()?;
+        let mut secret = to_secret(&flavored_token_secret(
+            &token, flavor, expiration, max_nodes,
+        ));
+        let result = secrets.create(&PostParams::default(), &secret).await;
+        zeroize_secret(&mut secret);
+        match result {
+            Ok(mut stored) => {
+                zeroize_secret(&mut stored);
+                return Ok(token);
+            }
+            Err(err) if is_api_reason(&err, "AlreadyExists") => {
+                tracing::info!(id = %token.id(), "token id already taken, drawing another");
+            }
+            Err(err) => return Err(cluster.error("create the token Secret in kube-system", err)),
+        }
+    }
+    Err(CliError::failed(
+        format!("{CREATE_ATTEMPTS} freshly generated token ids were all taken"),
+        "this should not happen with random ids; check the system's random number generator",
+    ))
+}
+
+fn print_created(
+    token: &BootstrapToken,
+    flavor: &FlavorName,
+    expiration: Option<Timestamp>,
+    max_nodes: NonZeroU32,
+    format: TokenOutput,
+    out: &mut dyn Write,
+) -> Result<()> {
+    let view = CreatedToken {
+        token: token.expose(),
+        id: token.id().to_string(),
+        flavor: flavor.to_string(),
+        expiration: expiration.map(format_expiration),
+        max_nodes: max_nodes.get(),
+        usages: vec!["authentication", "signing"],
+        groups: vec![NODE_GROUP],
+        secret: format!("{TOKEN_SECRET_NAMESPACE}/{}", secret_name(token.id())),
+    };
+    let rendered: Zeroizing<String> = Zeroizing::new(match format {
+        TokenOutput::Token => format!("{}\n", view.token.as_str()),
+        TokenOutput::Json => serde_json::to_string_pretty(&view)
+            .map(|s| s + "\n")
+            .unwrap_or_default(),
+        TokenOutput::Yaml => output::to_yaml(&view)?,
+    });
+    out.write_all(rendered.as_bytes())?;
+    Ok(())
+}
+
+/// The Secret object the API takes (`data` is base64 on the wire; k8s-openapi encodes it).
+fn to_secret(object: &TokenSecretObject) -> Secret {
+    Secret {
+        metadata: ObjectMeta {
+            name: Some(object.name.clone()),
+            namespace: Some(object.namespace.to_string()),
+            labels: Some(object.labels.clone()),
+            annotations: Some(object.annotations.clone()),
+            ..Default::default()
+        },
+        type_: Some(object.type_.to_string()),
+        data: Some(
+            object
+                .string_data
+                .iter()
+                .map(|(k, v)| (k.clone(), ByteString(v.as_bytes().to_vec())))
+                .collect(),
+        ),
+        ..Default::default()
+    }
+}
+
+fn zeroize_secret(secret: &mut Secret) {
+    for value in secret.data.iter_mut().flat_map(|d| d.values_mut()) {
+        value.0.zeroize();
+    }
+    for value in secret.string_data.iter_mut().flat_map(|d| d.values_mut()) {
+        value.zeroize();
+    }
+}
+
+/// A token id, or a whole token from which only the id is kept.
+fn parse_token_ref(text: &str) -> Result<TokenId> {
+    let parsed = if text.contains('.') {
+        text.parse::<BootstrapToken>().map(|t| t.id().clone())
+    } else {
+        text.parse::<TokenId>()
+    };
+    // The error never repeats the input: it may hold a token secret.
+    parsed.map_err(|e| {
+        CliError::refused(
+            format!("not a token id or token: {e}"),
+            "pass ids like abcdef (see 'kubeflavor token list')",
+        )
+    })
+}
+
+pub async fn delete(cluster: &Cluster, args: &TokenDeleteArgs, out: &mut dyn Write) -> Result<()> {
+    // All ids are checked before the first deletion.
+    let ids = args
+        .tokens
+        .iter()
+        .map(|t| parse_token_ref(t))
+        .collect::<Result<Vec<_>>>()?;
+    let secrets: Api<Secret> = Api::namespaced(cluster.client.clone(), TOKEN_SECRET_NAMESPACE);
+    let mut missing = Vec::new();
+    for id in ids {
+        match secrets
+            .delete(&secret_name(&id), &DeleteParams::default())
+            .await
+        {
+            Ok(_) => writeln!(out, "token {id} deleted")?,
+            Err(err) if is_not_found(&err) => missing.push(id.to_string()),
+            Err(err) => return Err(cluster.error(&format!("delete token {id}"), err)),
+        }
+    }
+    if missing.is_empty() {
+        Ok(())
+    } else {
+        Err(CliError::new(
+            ExitCode::NotFound,
+            format!("no such token: {}", missing.join(", ")),
+            "see 'kubeflavor token list'",
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn token_ref_accepts_ids_and_whole_tokens() {
+        assert_eq!(parse_token_ref("abcdef").unwrap().as_str(), "abcdef");
+        assert_eq!(
+            parse_token_ref("abcdef.0123456789abcdef").unwrap().as_str(),
+            "abcdef"
+        );
+    }
+
+    #[test]
+    fn token_ref_error_never_repeats_the_input() {
+        let bad = "abcdef.0123456789ABCDEF";
+        let err = parse_token_ref(bad).unwrap_err();
+        assert_eq!(err.code, ExitCode::Refused);
+        assert!(!err.message.contains("0123456789"), "{err}");
+    }
+
+    #[test]
+    fn created_secret_is_kubeadms_layout_with_flavor_in_metadata() {
+        let token: BootstrapToken = "abcdef.0123456789abcdef".parse().unwrap();
+        let flavor: FlavorName = "sweet".parse().unwrap();
+        let at: Timestamp = "2026-12-01T04:11:50Z".parse().unwrap();
+        let secret = to_secret(&flavored_token_secret(
+            &token,
+            &flavor,
+            Some(at),
+            NonZeroU32::new(2).unwrap(),
+        ));
+        let json = serde_json::to_value(&secret).unwrap();
+        assert_eq!(json["metadata"]["name"], "bootstrap-token-abcdef");
+        assert_eq!(json["metadata"]["namespace"], "kube-system");
+        assert_eq!(json["type"], "bootstrap.kubernetes.io/token");
+        assert_eq!(
+            json["metadata"]["labels"][kubeflavor_core::token_secret::FLAVOR_TOKEN_LABEL],
+            "sweet"
+        );
+        // base64 of the plain strings, as in capture 44.
+        assert_eq!(json["data"]["token-id"], "YWJjZGVm");
+        assert_eq!(json["data"]["expiration"], "MjAyNi0xMi0wMVQwNDoxMTo1MFo=");
+        assert_eq!(json["data"]["usage-bootstrap-authentication"], "dHJ1ZQ==");
+        assert_eq!(json["data"]["usage-bootstrap-signing"], "dHJ1ZQ==");
+        assert!(json["data"].get("auth-extra-groups").is_some());
+    }
+
+    #[test]
+    fn zeroize_clears_every_data_value() {
+        let token: BootstrapToken = "abcdef.0123456789abcdef".parse().unwrap();
+        let flavor: FlavorName = "sweet".parse().unwrap();
+        let mut secret = to_secret(&flavored_token_secret(
+            &token,
+            &flavor,
+            None,
+            NonZeroU32::MIN,
+        ));
+        zeroize_secret(&mut secret);
+        assert!(secret.data.unwrap().values().all(|v| v.0.is_empty()));
+    }
+}

@@ -1,0 +1,3 @@
+//! kubeflavor: flavored bootstrap tokens and the controller that enforces them.
+
+pub mod controller;

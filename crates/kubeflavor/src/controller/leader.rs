@@ -110,11 +110,14 @@ pub fn lease_step(
 }
 
 /// One candidate. `run` drives it until shutdown and publishes leadership on a channel.
+/// The holder and renew time of a Lease as last read.
+type LeaseRecord = (Option<String>, Option<MicroTime>);
+
 pub struct LeaderElector {
     api: Api<Lease>,
     cfg: LeaseConfig,
-    /// (holder, renewTime) last seen and when (local clock) it was first seen like that.
-    observed: Option<((Option<String>, Option<MicroTime>), Instant)>,
+    /// The record last seen and when (local clock) it was first seen like that.
+    observed: Option<(LeaseRecord, Instant)>,
 }
 
 impl LeaderElector {

@@ -18,7 +18,6 @@ use k8s_openapi::api::certificates::v1::{
     CertificateSigningRequest, CertificateSigningRequestCondition, CertificateSigningRequestStatus,
 };
 use k8s_openapi::api::core::v1::Secret;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Api;
 use kube::api::{DeleteParams, PostParams, Preconditions};
 use kube::runtime::controller::{Action, Config, Controller};
@@ -30,7 +29,7 @@ use super::metrics::Metrics;
 use super::policy::{self, Verdict};
 use super::trail::{self, Regarding};
 use super::{Context, Error, KUBELET_CLIENT_SIGNER, Step, Stop, TOKEN_NAMESPACE};
-use crate::crd::{FlavorBinding, FlavorBindingSpec};
+use crate::crd::FlavorBinding;
 
 /// Runs the CSR loop until `until` resolves.
 pub async fn run(ctx: Arc<Context>, until: Stop) {
@@ -115,23 +114,36 @@ pub async fn reconcile(
         }
         Verdict::Approve {
             node,
-            reserve_use,
-            create_binding,
+            flavor,
+            token_id,
+            reserve,
             binding,
         } => {
             approve(
                 &ctx,
                 &csr,
-                &facts,
-                &node,
-                reserve_use,
-                create_binding,
+                node.as_str(),
+                &flavor,
+                &token_id,
+                reserve,
                 binding,
             )
             .await?;
         }
-        Verdict::Deny { cause, description } => {
-            deny(&ctx, &csr, &facts, node.as_deref(), cause, &description).await?;
+        Verdict::Deny {
+            cause,
+            description,
+            delete_token,
+            count_denial,
+        } => {
+            let deny = Denial {
+                node: node.as_deref(),
+                cause,
+                description: &description,
+                delete_token,
+                count_denial,
+            };
+            deny_csr(&ctx, &csr, &facts, deny).await?;
         }
     }
     Ok(Action::await_change())
@@ -140,69 +152,44 @@ pub async fn reconcile(
 async fn approve(
     ctx: &Context,
     csr: &CertificateSigningRequest,
-    facts: &CsrFactsRead,
     node: &str,
-    reserve_use: bool,
-    create_binding: bool,
-    fields: policy::BindingFields,
+    flavor: &str,
+    token_id: &str,
+    reserve: Option<Secret>,
+    binding: Option<FlavorBinding>,
 ) -> Result<(), Error> {
-    let name = &facts.csr.name;
-    if reserve_use {
-        let secret = facts
-            .token_secret
-            .as_ref()
-            .expect("core approves a reservation only with a token Secret");
-        let updated = policy::with_reservation(secret, node);
-        let secret_name = secret.metadata.name.clone().unwrap_or_default();
+    let name = csr.metadata.name.clone().unwrap_or_default();
+    let reserved = reserve.is_some();
+    if let Some(updated) = reserve {
+        ctx.may_write(Step::Reserved)?;
+        let secret_name = updated.metadata.name.clone().unwrap_or_default();
         // The resourceVersion of the read is in `updated`: a concurrent reservation of the
         // same token makes this a 409 and the CSR is decided again with the new count.
         Api::<Secret>::namespaced(ctx.client.clone(), TOKEN_NAMESPACE)
             .replace(&secret_name, &PostParams::default(), &updated)
             .await
             .map_err(|source| Error::Reserve {
-                token: fields.token_id.clone(),
+                token: token_id.to_string(),
                 node: node.to_string(),
                 source,
             })?;
-        ctx.step(name, Step::Reserved)?;
+        ctx.step(&name, Step::Reserved)?;
     }
-    if create_binding {
-        let binding = FlavorBinding {
-            metadata: ObjectMeta {
-                name: Some(node.to_string()),
-                ..ObjectMeta::default()
-            },
-            spec: FlavorBindingSpec {
-                node: node.to_string(),
-                flavor: fields.flavor.clone(),
-                token_id: fields.token_id.clone(),
-                csr_name: name.clone(),
-                public_key_sha256: fields.public_key_sha256.clone(),
-                bound_at: Some(
-                    jiff::Timestamp::now()
-                        .strftime("%Y-%m-%dT%H:%M:%SZ")
-                        .to_string(),
-                ),
-            },
-            status: None,
-        };
-        match Api::<FlavorBinding>::all(ctx.client.clone())
+    if let Some(binding) = binding {
+        ctx.may_write(Step::Bound)?;
+        // AlreadyExists: someone bound the name since we read. It counts as a conflict:
+        // the CSR is decided again with that binding in the facts (same token: idempotent
+        // approval; another token: denial).
+        Api::<FlavorBinding>::all(ctx.client.clone())
             .create(&PostParams::default(), &binding)
             .await
-        {
-            Ok(_) => {}
-            // Someone bound the name since we read: the error is treated as a conflict
-            // and the CSR decided again with that binding in the facts (same token:
-            // idempotent approval; another token: denial).
-            Err(source) => {
-                return Err(Error::Bind {
-                    node: node.to_string(),
-                    source,
-                });
-            }
-        }
-        ctx.step(name, Step::Bound)?;
+            .map_err(|source| Error::Bind {
+                node: node.to_string(),
+                source,
+            })?;
+        ctx.step(&name, Step::Bound)?;
     }
+    ctx.may_write(Step::Approved)?;
     write_condition(
         ctx,
         csr,
@@ -212,30 +199,33 @@ async fn approve(
     )
     .await?;
     ctx.metrics.decision("approved", "ok");
-    tracing::info!(csr = %name, node, flavor = %fields.flavor, token = %fields.token_id, reserved = reserve_use, "approved");
-    ctx.step(name, Step::Approved)?;
+    tracing::info!(csr = %name, node, flavor, token = token_id, reserved, "approved");
+    ctx.step(&name, Step::Approved)?;
     Ok(())
 }
 
-async fn deny(
+/// The writes of one denial.
+struct Denial<'a> {
+    node: Option<&'a str>,
+    cause: &'static str,
+    description: &'a str,
+    delete_token: Option<Secret>,
+    count_denial: Option<Secret>,
+}
+
+async fn deny_csr(
     ctx: &Context,
     csr: &CertificateSigningRequest,
     facts: &CsrFactsRead,
-    node: Option<&str>,
-    cause: &'static str,
-    description: &str,
+    d: Denial<'_>,
 ) -> Result<(), Error> {
     let name = &facts.csr.name;
     let secrets = Api::<Secret>::namespaced(ctx.client.clone(), TOKEN_NAMESPACE);
-    let token = facts
-        .token_secret
-        .as_ref()
-        .filter(|s| policy::token_flavor(s).is_some());
-    let delete = token.is_some_and(|s| {
-        policy::should_delete_token(cause, policy::denials(s) + 1, ctx.opts.denial_limit)
-    });
-    if let (true, Some(secret)) = (delete, token) {
+    let deleted = d.delete_token.is_some();
+    if let Some(secret) = d.delete_token {
+        ctx.may_write(Step::TokenDeleted)?;
         let secret_name = secret.metadata.name.clone().unwrap_or_default();
+        // The uid precondition: never delete a token re-created under the same name.
         let dp = DeleteParams {
             preconditions: Some(Preconditions {
                 uid: secret.metadata.uid.clone(),
@@ -256,6 +246,7 @@ async fn deny(
         ctx.metrics.tokens_deleted.inc();
         ctx.step(name, Step::TokenDeleted)?;
     }
+    ctx.may_write(Step::Denied)?;
     write_condition(
         ctx,
         csr,
@@ -264,9 +255,10 @@ async fn deny(
         policy::DENIED_MESSAGE,
     )
     .await?;
-    ctx.metrics.decision("denied", cause);
+    ctx.metrics.decision("denied", d.cause);
     let token_id = facts.csr.bootstrap_token_id().unwrap_or("-");
-    tracing::info!(csr = %name, node = node.unwrap_or("-"), token = token_id, cause, token_deleted = delete, "denied: {description}");
+    let node = d.node.unwrap_or("-");
+    tracing::info!(csr = %name, node, token = token_id, cause = d.cause, token_deleted = deleted, "denied: {}", d.description);
     trail::record(
         ctx,
         Regarding {
@@ -279,9 +271,10 @@ async fn deny(
         "Deny",
         "CSRDenied",
         &format!(
-            "denied CSR {name} for node {} (token {token_id}): {cause}: {description}{}",
-            node.unwrap_or("-"),
-            if delete {
+            "denied CSR {name} for node {node} (token {token_id}): {}: {}{}",
+            d.cause,
+            d.description,
+            if deleted {
                 "; the token Secret was deleted"
             } else {
                 ""
@@ -290,11 +283,11 @@ async fn deny(
     )
     .await;
     ctx.step(name, Step::Denied)?;
-    if let (false, Some(secret)) = (delete, token) {
+    if let Some(counted) = d.count_denial {
+        ctx.may_write(Step::DenialCounted)?;
         // Counted after the denial: a crash in between under-counts by one, and the
         // kubelet's next CSR is counted instead.
-        let secret_name = secret.metadata.name.clone().unwrap_or_default();
-        let counted = policy::with_denial(secret);
+        let secret_name = counted.metadata.name.clone().unwrap_or_default();
         match secrets
             .replace(&secret_name, &PostParams::default(), &counted)
             .await

@@ -209,14 +209,29 @@ pub struct Context {
     pub verified: Mutex<HashMap<String, (String, String, String)>>,
     /// Bindings whose Node currently carries the flavor (the `flavored_nodes` gauge).
     pub flavored: Mutex<HashSet<String>>,
+    /// Set once the step hook stopped this context.
+    pub halted: std::sync::atomic::AtomicBool,
 }
 
 impl Context {
-    /// Runs the step hook, if any: `Err(Halted)` means stop here.
+    /// Runs the step hook, if any: `Err(Halted)` means stop here, and from then on this
+    /// context refuses every write (see [`Context::may_write`]), like a dead process.
     pub fn step(&self, name: &str, step: Step) -> Result<(), Error> {
         match &self.hook {
-            Some(hook) if hook(name, step).is_break() => Err(Error::Halted(step)),
+            Some(hook) if hook(name, step).is_break() => {
+                self.halted.store(true, std::sync::atomic::Ordering::SeqCst);
+                Err(Error::Halted(step))
+            }
             _ => Ok(()),
+        }
+    }
+
+    /// Checked before every write: a context halted by the step hook writes nothing more.
+    pub fn may_write(&self, next: Step) -> Result<(), Error> {
+        if self.halted.load(std::sync::atomic::Ordering::SeqCst) {
+            Err(Error::Halted(next))
+        } else {
+            Ok(())
         }
     }
 }
@@ -340,6 +355,7 @@ async fn run_loops(rt: &Runtime, until: Stop) {
         flavors,
         verified: Mutex::new(HashMap::new()),
         flavored: Mutex::new(HashSet::new()),
+        halted: Default::default(),
     });
     let csr_loop = csr::run(ctx.clone(), until.clone());
     let node_loop = node::run(ctx.clone(), node_events, flavor_events, until.clone());

@@ -151,6 +151,7 @@ pub async fn reconcile(binding: Arc<FlavorBinding>, ctx: Arc<Context>) -> Result
     // Apply: only when the Node differs; the patch carries the Node's resourceVersion.
     let mut node_rv = node.resource_version().unwrap_or_default();
     if let Some(patch) = &plan.patch {
+        ctx.may_write(Step::NodePatched)?;
         let patched = nodes
             .patch(&name, &PatchParams::default(), &Patch::Merge(patch))
             .await
@@ -167,6 +168,7 @@ pub async fn reconcile(binding: Arc<FlavorBinding>, ctx: Arc<Context>) -> Result
     // Status: only when it differs.
     let mut binding_rv = key.1.clone();
     if binding.status.as_ref() != Some(&plan.status) {
+        ctx.may_write(Step::StatusWritten)?;
         let bindings: Api<FlavorBinding> = Api::all(ctx.client.clone());
         let body = serde_json::json!({ "status": plan.status });
         let written = bindings

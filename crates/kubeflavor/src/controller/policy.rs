@@ -8,6 +8,9 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{Node, Secret, Taint};
+use kubeflavor_core::names::NodeName;
+use kubeflavor_core::token_record::{SecretView, TokenRecord, TokenRecordError};
+use kubeflavor_core::token_secret::{FLAVOR_TOKEN_LABEL, FlavorTokenMeta};
 use serde_json::json;
 
 use super::Options;
@@ -21,36 +24,32 @@ pub const APPROVED_MESSAGE: &str = "approved by kubeflavor";
 pub const DENIED_REASON: &str = "KubeflavorDenied";
 pub const DENIED_MESSAGE: &str = "denied by kubeflavor";
 
-pub const BOUND_NODES_ANNOTATION: &str = "kubeflavor.io/bound-nodes";
-pub const DENIALS_ANNOTATION: &str = "kubeflavor.io/denials";
-pub const FLAVOR_LABEL_ON_TOKEN: &str = "kubeflavor.io/flavor";
-
-/// A pending CSR's fate, with what the apply stage needs.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// A pending CSR's fate, as the writes the apply stage performs (in this order).
+#[derive(Clone, Debug)]
 pub enum Verdict {
     Approve {
-        node: String,
-        reserve_use: bool,
-        create_binding: bool,
-        binding: BindingFields,
+        node: NodeName,
+        flavor: String,
+        token_id: String,
+        /// The token Secret with the node name added to `bound-nodes`, to PUT with the
+        /// resourceVersion it was read at; None when the name is already reserved.
+        reserve: Option<Secret>,
+        /// The FlavorBinding to create; None when it already binds this token.
+        binding: Option<FlavorBinding>,
     },
     Deny {
         /// Metric label of the cause (admin-only surfaces).
         cause: &'static str,
         /// Human description for the Event and the log (admin-only surfaces).
         description: String,
+        /// The token Secret to delete first (P4), if core says the token must go.
+        delete_token: Option<Secret>,
+        /// The token Secret with its denial count raised, to PUT after the denial.
+        count_denial: Option<Secret>,
     },
     Ignore {
         why: &'static str,
     },
-}
-
-/// The spec of the FlavorBinding an approval creates.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct BindingFields {
-    pub flavor: String,
-    pub token_id: String,
-    pub public_key_sha256: String,
 }
 
 /// The node name from the CSR's CN, when the request parses as a kubelet client CSR.
@@ -65,7 +64,7 @@ pub fn token_flavor(secret: &Secret) -> Option<String> {
         .metadata
         .labels
         .as_ref()
-        .and_then(|l| l.get(FLAVOR_LABEL_ON_TOKEN))
+        .and_then(|l| l.get(FLAVOR_TOKEN_LABEL))
         .cloned()
 }
 
@@ -79,6 +78,8 @@ pub fn decide(facts: &CsrFactsRead, _opts: &Options, _now: jiff::Timestamp) -> V
     Verdict::Deny {
         cause: "malformed_csr",
         description: "the request is not a kubelet client CSR".into(),
+        delete_token: None,
+        count_denial: None,
     }
 }
 
@@ -87,55 +88,56 @@ pub fn should_delete_token(_cause: &str, denials_after_this: u32, limit: u32) ->
     denials_after_this >= limit
 }
 
-fn bound_nodes(secret: &Secret) -> Vec<String> {
-    secret
-        .metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(BOUND_NODES_ANNOTATION))
-        .map(|v| {
-            v.split(',')
-                .filter(|s| !s.is_empty())
-                .map(str::to_string)
-                .collect()
-        })
-        .unwrap_or_default()
+/// Reads a token Secret as core's [`TokenRecord`] (data values decoded to strings).
+pub fn token_record(secret: &Secret) -> Result<TokenRecord, TokenRecordError> {
+    let data: BTreeMap<String, String> = secret
+        .data
+        .iter()
+        .flatten()
+        .map(|(k, v)| (k.clone(), String::from_utf8_lossy(&v.0).into_owned()))
+        .collect();
+    let empty = BTreeMap::new();
+    let view = SecretView {
+        namespace: secret.metadata.namespace.as_deref().unwrap_or(""),
+        name: secret.metadata.name.as_deref().unwrap_or(""),
+        type_: secret.type_.as_deref().unwrap_or(""),
+        being_deleted: secret.metadata.deletion_timestamp.is_some(),
+        data: &data,
+        labels: secret.metadata.labels.as_ref().unwrap_or(&empty),
+        annotations: secret.metadata.annotations.as_ref().unwrap_or(&empty),
+    };
+    TokenRecord::from_secret(&view)
 }
 
-/// The Secret with `node` added to its bound names (the reservation write).
-pub fn with_reservation(secret: &Secret, node: &str) -> Secret {
-    let mut names = bound_nodes(secret);
-    names.push(node.to_string());
-    names.sort();
-    names.dedup();
+fn with_meta(secret: &Secret, meta: &FlavorTokenMeta) -> Secret {
     let mut s = secret.clone();
     s.metadata
         .annotations
         .get_or_insert_with(BTreeMap::new)
-        .insert(BOUND_NODES_ANNOTATION.into(), names.join(","));
+        .extend(meta.annotations());
     s
+}
+
+fn kubeflavor_meta(secret: &Secret) -> Option<FlavorTokenMeta> {
+    token_record(secret).ok().and_then(|r| r.kubeflavor)
+}
+
+/// The Secret with `node` added to its bound names (the reservation write), or None if
+/// the Secret is not a readable kubeflavor token.
+pub fn with_reservation(secret: &Secret, node: &NodeName) -> Option<Secret> {
+    let meta = kubeflavor_meta(secret)?;
+    Some(with_meta(secret, &meta.with_bound_node(node)))
 }
 
 /// The token's denial count so far.
 pub fn denials(secret: &Secret) -> u32 {
-    secret
-        .metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(DENIALS_ANNOTATION))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0)
+    kubeflavor_meta(secret).map_or(0, |m| m.denials)
 }
 
 /// The Secret with its denial count raised by one.
-pub fn with_denial(secret: &Secret) -> Secret {
-    let n = denials(secret) + 1;
-    let mut s = secret.clone();
-    s.metadata
-        .annotations
-        .get_or_insert_with(BTreeMap::new)
-        .insert(DENIALS_ANNOTATION.into(), n.to_string());
-    s
+pub fn with_denial(secret: &Secret) -> Option<Secret> {
+    let meta = kubeflavor_meta(secret)?;
+    Some(with_meta(secret, &meta.with_denial()))
 }
 
 /// Whether the binding was revoked (`node revoke` / `token revoke --nodes`).

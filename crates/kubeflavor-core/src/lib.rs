@@ -2,6 +2,7 @@
 //! plain data. No I/O, no async, no Kubernetes client: the binary gathers facts, calls
 //! these functions and applies their results.
 
+pub mod csr;
 pub mod flavor;
 pub mod labels;
 pub mod names;

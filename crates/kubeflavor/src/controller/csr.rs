@@ -104,7 +104,8 @@ pub async fn reconcile(
         return Ok(Action::await_change());
     }
     let _timer = Metrics::measure(&ctx.metrics.decision_duration);
-    let node = policy::node_name_of(&csr.spec.request.0);
+    let parsed = policy::validate(&facts::CsrView::from_object(&csr));
+    let node = parsed.as_ref().ok().map(|p| p.node_name.as_str().to_string());
     let facts = facts::gather(&ctx, &csr, node.as_deref(), policy::token_flavor).await?;
     let verdict = policy::decide(&facts, &ctx.opts, jiff::Timestamp::now());
     match verdict {

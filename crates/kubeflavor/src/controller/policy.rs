@@ -8,14 +8,19 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{Node, Secret, Taint};
+use kubeflavor_core::csr::{CsrError, KubeletClientCsr, validate_kubelet_client_csr};
 use kubeflavor_core::names::NodeName;
 use kubeflavor_core::token_record::{SecretView, TokenRecord, TokenRecordError};
 use kubeflavor_core::token_secret::{FLAVOR_TOKEN_LABEL, FlavorTokenMeta};
 use serde_json::json;
 
 use super::Options;
-use super::facts::CsrFactsRead;
-use crate::crd::{BindingCondition, Flavor, FlavorBinding, FlavorBindingStatus, FlavorTaint};
+use super::facts::{CsrFactsRead, CsrView};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+use crate::crd::{
+    BindingCondition, Flavor, FlavorBinding, FlavorBindingSpec, FlavorBindingStatus, FlavorTaint,
+};
 
 /// P1: the ONE reason/message pair on every approval and every denial, whatever the
 /// flavor or the cause: a bootstrap identity can read every CSR.
@@ -52,10 +57,9 @@ pub enum Verdict {
     },
 }
 
-/// The node name from the CSR's CN, when the request parses as a kubelet client CSR.
-/// INTERIM: core's csr validator.
-pub fn node_name_of(_request_pem: &[u8]) -> Option<String> {
-    None
+/// The CSR validated as a kubelet client CSR (spec section 4), by core.
+pub fn validate(csr: &CsrView) -> Result<KubeletClientCsr, CsrError> {
+    validate_kubelet_client_csr(&csr.signer_name, &csr.request, &csr.usages)
 }
 
 /// The flavor a token Secret names.
@@ -68,24 +72,200 @@ pub fn token_flavor(secret: &Secret) -> Option<String> {
         .cloned()
 }
 
-/// INTERIM: core's decide().
-pub fn decide(facts: &CsrFactsRead, _opts: &Options, _now: jiff::Timestamp) -> Verdict {
-    if facts.csr.bootstrap_token_id().is_none() {
-        return Verdict::Ignore {
-            why: "not_bootstrap",
+/// Why core would deny, as in CORE's `DenyCause` (INTERIM mirror, same metric labels).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DenyCause {
+    MalformedCsr,
+    NotKubeletClientShape,
+    TokenMissing,
+    TokenExpired,
+    TokenNotForAuthentication,
+    FlavorMissing,
+    TokenExhausted,
+    NameBoundToOtherToken,
+    NodeExistsWithoutBinding,
+    BindingRevoked,
+    RenewalRequesterMismatch,
+    RenewalUnbound,
+    NotKubeflavorToken,
+}
+
+impl DenyCause {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DenyCause::MalformedCsr => "malformed_csr",
+            DenyCause::NotKubeletClientShape => "not_kubelet_client_shape",
+            DenyCause::TokenMissing => "token_missing",
+            DenyCause::TokenExpired => "token_expired",
+            DenyCause::TokenNotForAuthentication => "token_not_for_authentication",
+            DenyCause::FlavorMissing => "flavor_missing",
+            DenyCause::TokenExhausted => "token_exhausted",
+            DenyCause::NameBoundToOtherToken => "name_bound_to_other_token",
+            DenyCause::NodeExistsWithoutBinding => "node_exists_without_binding",
+            DenyCause::BindingRevoked => "binding_revoked",
+            DenyCause::RenewalRequesterMismatch => "renewal_requester_mismatch",
+            DenyCause::RenewalUnbound => "renewal_unbound",
+            DenyCause::NotKubeflavorToken => "not_kubeflavor_token",
+        }
+    }
+}
+
+/// INTERIM decision (the rules of CORE.md's `decide`), until core's policy lands.
+enum Interim {
+    Approve { reserve: bool, create: bool },
+    Deny(DenyCause, String),
+    Ignore(&'static str),
+}
+
+fn interim_decide(
+    facts: &CsrFactsRead,
+    parsed: &Result<KubeletClientCsr, CsrError>,
+    record: Option<&TokenRecord>,
+    opts: &Options,
+    now: jiff::Timestamp,
+) -> Interim {
+    let csr = &facts.csr;
+    if let Some(requester_node) = csr.username.strip_prefix(super::facts::NODE_USER_PREFIX) {
+        if !opts.manage_renewals {
+            return Interim::Ignore("renewal_not_managed");
+        }
+        let p = match parsed {
+            Ok(p) => p,
+            Err(e) => return Interim::Deny(if e.is_malformed() { DenyCause::MalformedCsr } else { DenyCause::NotKubeletClientShape }, e.to_string()),
+        };
+        if p.node_name.as_str() != requester_node {
+            return Interim::Deny(DenyCause::RenewalRequesterMismatch, format!("{} asked for a certificate of node {}", csr.username, p.node_name.as_str()));
+        }
+        return match &facts.binding {
+            None => Interim::Deny(DenyCause::RenewalUnbound, "no FlavorBinding for this node".into()),
+            Some(b) if is_revoked(b) => Interim::Deny(DenyCause::BindingRevoked, "the binding is revoked".into()),
+            Some(_) => Interim::Approve { reserve: false, create: false },
         };
     }
-    Verdict::Deny {
-        cause: "malformed_csr",
-        description: "the request is not a kubelet client CSR".into(),
-        delete_token: None,
-        count_denial: None,
+    let Some(id) = csr.bootstrap_token_id() else {
+        return Interim::Ignore("not_a_bootstrap_or_node_requester");
+    };
+    if !csr.groups.iter().any(|g| g == kubeflavor_core::token_secret::NODE_GROUP) {
+        return if opts.strict {
+            Interim::Deny(DenyCause::NotKubeflavorToken, format!("token {id} is not a kubeflavor token"))
+        } else {
+            Interim::Ignore("not_kubeflavor_token")
+        };
+    }
+    let p = match parsed {
+        Ok(p) => p,
+        Err(e) => return Interim::Deny(if e.is_malformed() { DenyCause::MalformedCsr } else { DenyCause::NotKubeletClientShape }, e.to_string()),
+    };
+    let Some(record) = record else {
+        return Interim::Deny(DenyCause::TokenMissing, format!("token Secret bootstrap-token-{id} does not exist"));
+    };
+    if let Err(e) = record.authentication_at(now) {
+        return Interim::Deny(if e.is_expiry() { DenyCause::TokenExpired } else { DenyCause::TokenNotForAuthentication }, e.to_string());
+    }
+    let Some(meta) = &record.kubeflavor else {
+        return Interim::Deny(DenyCause::TokenMissing, "the token Secret has no kubeflavor flavor label".into());
+    };
+    if facts.flavor.is_none() {
+        return Interim::Deny(DenyCause::FlavorMissing, format!("Flavor {} does not exist", meta.flavor));
+    }
+    let node = &p.node_name;
+    if let Some(b) = &facts.binding {
+        if b.spec.token_id != id {
+            return Interim::Deny(DenyCause::NameBoundToOtherToken, format!("node {} is bound to another token", node.as_str()));
+        }
+        if is_revoked(b) {
+            return Interim::Deny(DenyCause::BindingRevoked, "the binding is revoked".into());
+        }
+        let reserve = !meta.bound_nodes.contains(node);
+        if reserve && !meta.has_room() {
+            return Interim::Deny(DenyCause::TokenExhausted, "the token has no use left".into());
+        }
+        return Interim::Approve { reserve, create: false };
+    }
+    if facts.node_exists {
+        return Interim::Deny(DenyCause::NodeExistsWithoutBinding, format!("Node {} exists and is not bound to this token", node.as_str()));
+    }
+    if meta.bound_nodes.contains(node) {
+        return Interim::Approve { reserve: false, create: true };
+    }
+    if !meta.has_room() {
+        return Interim::Deny(DenyCause::TokenExhausted, format!("the token already bound {} node(s), its maximum", meta.bound_nodes.len()));
+    }
+    Interim::Approve { reserve: true, create: true }
+}
+
+/// Decides a pending CSR and turns the decision into the writes to perform.
+pub fn decide(facts: &CsrFactsRead, opts: &Options, now: jiff::Timestamp) -> Verdict {
+    let parsed = validate(&facts.csr);
+    let record = facts.token_secret.as_ref().and_then(|s| token_record(s).ok());
+    match interim_decide(facts, &parsed, record.as_ref(), opts, now) {
+        Interim::Ignore(why) => Verdict::Ignore { why },
+        Interim::Deny(cause, description) => {
+            let meta = record.as_ref().and_then(|r| r.kubeflavor.as_ref());
+            let secret = facts.token_secret.as_ref().filter(|_| meta.is_some());
+            let denials_after = meta.map_or(0, |m| m.denials.saturating_add(1));
+            let delete = secret.is_some()
+                && should_delete_token(cause, denials_after, opts.denial_limit);
+            Verdict::Deny {
+                cause: cause.as_str(),
+                description,
+                delete_token: secret.filter(|_| delete).cloned(),
+                count_denial: if delete { None } else { secret.and_then(with_denial) },
+            }
+        }
+        Interim::Approve { reserve, create } => {
+            let p = parsed.expect("approval implies a valid CSR");
+            let node = p.node_name.clone();
+            let (flavor, token_id) = match &facts.binding {
+                Some(b) => (b.spec.flavor.clone(), b.spec.token_id.clone()),
+                None => (
+                    record
+                        .as_ref()
+                        .and_then(|r| r.kubeflavor.as_ref())
+                        .map(|m| m.flavor.to_string())
+                        .unwrap_or_default(),
+                    facts.csr.bootstrap_token_id().unwrap_or_default().to_string(),
+                ),
+            };
+            let reserve = if reserve {
+                facts.token_secret.as_ref().and_then(|s| with_reservation(s, &node))
+            } else {
+                None
+            };
+            let binding = create.then(|| FlavorBinding {
+                metadata: ObjectMeta {
+                    name: Some(node.as_str().to_string()),
+                    ..ObjectMeta::default()
+                },
+                spec: FlavorBindingSpec {
+                    node: node.as_str().to_string(),
+                    flavor: flavor.clone(),
+                    token_id: token_id.clone(),
+                    csr_name: facts.csr.name.clone(),
+                    public_key_sha256: p.public_key_sha256_hex(),
+                    bound_at: Some(now.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()),
+                },
+                status: None,
+            });
+            Verdict::Approve {
+                node,
+                flavor,
+                token_id,
+                reserve,
+                binding,
+            }
+        }
     }
 }
 
 /// P4: delete the token after this denial? INTERIM: core's should_delete_token.
-pub fn should_delete_token(_cause: &str, denials_after_this: u32, limit: u32) -> bool {
-    denials_after_this >= limit
+pub fn should_delete_token(cause: DenyCause, denials_after_this: u32, limit: u32) -> bool {
+    matches!(
+        cause,
+        DenyCause::TokenExhausted
+            | DenyCause::NameBoundToOtherToken
+            | DenyCause::NodeExistsWithoutBinding
+    ) || denials_after_this >= limit
 }
 
 /// Reads a token Secret as core's [`TokenRecord`] (data values decoded to strings).

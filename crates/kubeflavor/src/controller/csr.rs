@@ -46,6 +46,7 @@ pub async fn run(ctx: Arc<Context>, until: Stop) {
     let controller =
         Controller::new(csrs, wc).with_config(Config::default().concurrency(ctx.opts.concurrency));
     let store = controller.store();
+    let ready_store = store.clone();
     // A token Secret that changes (created late in a cache, a use released, deleted) may
     // change the fate of CSRs still pending from that token: decide them again.
     let controller = controller.watches_stream(token_events, move |secret: Secret| {
@@ -65,15 +66,15 @@ pub async fn run(ctx: Arc<Context>, until: Stop) {
             .map(|csr| ObjectRef::from_obj(&*csr))
             .collect::<Vec<_>>()
     });
-    controller
-        .graceful_shutdown_on(until)
+    let fut = controller
+        .graceful_shutdown_on(until.clone())
         .run(reconcile, error_policy, ctx.clone())
         .for_each(|res| async move {
             if let Err(e) = res {
                 tracing::debug!(error = %e, "csr loop");
             }
-        })
-        .await;
+        });
+    super::with_grace(fut, until, ready_store).await;
 }
 
 pub fn error_policy(
@@ -105,7 +106,10 @@ pub async fn reconcile(
     }
     let _timer = Metrics::measure(&ctx.metrics.decision_duration);
     let parsed = policy::validate(&facts::CsrView::from_object(&csr));
-    let node = parsed.as_ref().ok().map(|p| p.node_name.as_str().to_string());
+    let node = parsed
+        .as_ref()
+        .ok()
+        .map(|p| p.node_name.as_str().to_string());
     let facts = facts::gather(&ctx, &csr, node.as_deref(), policy::token_flavor).await?;
     let verdict = policy::decide(&facts, &ctx.opts, jiff::Timestamp::now());
     match verdict {

@@ -190,6 +190,7 @@ impl LeaderElector {
             &self.cfg.identity,
             unchanged_for,
         );
+        tracing::debug!(identity = %self.cfg.identity, ?step, ?unchanged_for, "lease round");
         let result = match step {
             LeaseStep::Wait { .. } => return Ok(false),
             LeaseStep::Create => {

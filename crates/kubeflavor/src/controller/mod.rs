@@ -247,6 +247,30 @@ fn stop_when(rx: watch::Receiver<bool>, want: bool) -> Stop {
     .shared()
 }
 
+/// Drives a kube-runtime controller future until it ends, or until `until` resolves and
+/// then for at most a grace period. kube-runtime's applier waits for its store to become
+/// ready before it starts, and never notices a graceful shutdown requested before that:
+/// a term that ends before the first list completes would otherwise hang.
+async fn with_grace<K: kube::Resource + Clone + Send + Sync + 'static>(
+    fut: impl std::future::Future<Output = ()>,
+    until: Stop,
+    store: kube::runtime::reflector::Store<K>,
+) where
+    K::DynamicType: Eq + std::hash::Hash + Clone,
+{
+    const GRACE: Duration = Duration::from_secs(10);
+    let deadline = async {
+        until.await;
+        if store.wait_until_ready().now_or_never().is_some() {
+            tokio::time::sleep(GRACE).await;
+        }
+    };
+    tokio::select! {
+        _ = fut => {}
+        _ = deadline => tracing::warn!("a loop did not stop in time; dropping it"),
+    }
+}
+
 /// Everything `run` needs besides the options: the client and, in tests, a step hook.
 pub struct Runtime {
     pub client: Client,
@@ -275,69 +299,82 @@ pub async fn run(
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     let (shut_tx, shut_rx) = watch::channel(false);
-    tokio::spawn(async move {
+    let stopping = stop_when(shut_rx.clone(), true);
+    // Nothing is spawned detached: aborting the task that runs this future stops every
+    // part of the controller at once, which is what a crash looks like to the cluster.
+    let forward = async move {
         shutdown.await;
         let _ = shut_tx.send(true);
-    });
-    let stopping = stop_when(shut_rx.clone(), true);
+    };
 
-    let ops = match rt.opts.ops_addr {
+    let listener = match rt.opts.ops_addr {
         Some(addr) => {
             let listener = http::bind(addr).await.map_err(|e| {
                 anyhow::anyhow!("cannot listen on {addr} for /metrics and probes: {e} (choose another --metrics-addr)")
             })?;
             tracing::info!(addr = %listener.local_addr()?, "serving /metrics /healthz /readyz");
-            Some(tokio::spawn(http::serve(
+            Some(listener)
+        }
+        None => None,
+    };
+    let ops = async {
+        if let Some(listener) = listener {
+            if let Err(e) = http::serve(
                 listener,
                 rt.health.clone(),
                 rt.metrics.clone(),
                 stopping.clone(),
-            )))
+            )
+            .await
+            {
+                tracing::warn!(error = %e, "operations endpoint failed");
+            }
         }
-        None => None,
     };
 
-    if rt.opts.leader_elect {
+    let work = async {
+        if !rt.opts.leader_elect {
+            rt.health.set_leading(true);
+            rt.metrics.leader.set(1);
+            run_loops(&rt, stopping.clone()).await;
+            rt.health.set_stopping();
+            return;
+        }
         let (lead_tx, lead_rx) = watch::channel(false);
         let mut cfg = LeaseConfig::new(&rt.opts.namespace, LEASE_NAME, &rt.opts.identity);
         cfg.lease_duration = rt.opts.lease_duration;
         cfg.renew_deadline = rt.opts.renew_deadline;
         cfg.retry_period = rt.opts.retry_period;
-        let elector = LeaderElector::new(rt.client.clone(), cfg);
-        let election = tokio::spawn(elector.run(lead_tx, stopping.clone()));
-        loop {
-            let mut rx = lead_rx.clone();
-            tokio::select! {
-                _ = stopping.clone() => break,
-                r = rx.wait_for(|v| *v) => if r.is_err() { break },
+        let election = LeaderElector::new(rt.client.clone(), cfg).run(lead_tx, stopping.clone());
+        let terms = async {
+            loop {
+                let mut rx = lead_rx.clone();
+                tokio::select! {
+                    _ = stopping.clone() => break,
+                    r = rx.wait_for(|v| *v) => if r.is_err() { break },
+                }
+                rt.health.set_leading(true);
+                rt.metrics.leader.set(1);
+                let lost = stop_when(lead_rx.clone(), false);
+                let until = futures::future::select(lost, stopping.clone())
+                    .map(|_| ())
+                    .boxed()
+                    .shared();
+                run_loops(&rt, until).await;
+                tracing::debug!(identity = %rt.opts.identity, "leadership term ended");
+                rt.health.set_leading(false);
+                rt.health.set_synced(false);
+                rt.metrics.leader.set(0);
+                if *shut_rx.borrow() {
+                    break;
+                }
             }
-            rt.health.set_leading(true);
-            rt.metrics.leader.set(1);
-            let lost = stop_when(lead_rx.clone(), false);
-            let until = futures::future::select(lost, stopping.clone())
-                .map(|_| ())
-                .boxed()
-                .shared();
-            run_loops(&rt, until).await;
-            rt.health.set_leading(false);
-            rt.health.set_synced(false);
-            rt.metrics.leader.set(0);
-            if *shut_rx.borrow() {
-                break;
-            }
-        }
-        rt.health.set_stopping();
-        let _ = election.await;
-    } else {
-        rt.health.set_leading(true);
-        rt.metrics.leader.set(1);
-        run_loops(&rt, stopping.clone()).await;
-        rt.health.set_stopping();
-    }
-    if let Some(ops) = ops {
-        let _ = ops.await;
-    }
-    tracing::info!("controller stopped");
+            rt.health.set_stopping();
+        };
+        tokio::join!(election, terms);
+    };
+    tokio::join!(forward, ops, work);
+    tracing::info!(identity = %rt.opts.identity, "controller stopped");
     Ok(())
 }
 
@@ -373,6 +410,14 @@ async fn run_loops(rt: &Runtime, until: Stop) {
                 _ = until => {}
             }
         }
+    };
+    let csr_loop = async {
+        csr_loop.await;
+        tracing::debug!("csr loop ended");
+    };
+    let node_loop = async {
+        node_loop.await;
+        tracing::debug!("node loop ended");
     };
     tokio::join!(csr_loop, node_loop, synced);
 }

@@ -68,7 +68,8 @@ pub async fn run(
     let controller = Controller::new(bindings, watcher::Config::default())
         .with_config(Config::default().concurrency(ctx.opts.concurrency));
     let store = controller.store();
-    controller
+    let ready_store = store.clone();
+    let fut = controller
         // The binding is named after its Node.
         .watches_stream(node_events, |node| {
             Some(ObjectRef::<FlavorBinding>::new(&node.name_any()))
@@ -82,14 +83,14 @@ pub async fn run(
                 .map(|b| ObjectRef::from_obj(&*b))
                 .collect::<Vec<_>>()
         })
-        .graceful_shutdown_on(until)
+        .graceful_shutdown_on(until.clone())
         .run(reconcile, error_policy, ctx.clone())
         .for_each(|res| async move {
             if let Err(e) = res {
                 tracing::debug!(error = %e, "node loop");
             }
-        })
-        .await;
+        });
+    super::with_grace(fut, until, ready_store).await;
 }
 
 pub fn error_policy(_b: Arc<FlavorBinding>, err: &Error, ctx: Arc<Context>) -> Action {

@@ -131,86 +131,176 @@ fn interim_decide(
         }
         let p = match parsed {
             Ok(p) => p,
-            Err(e) => return Interim::Deny(if e.is_malformed() { DenyCause::MalformedCsr } else { DenyCause::NotKubeletClientShape }, e.to_string()),
+            Err(e) => {
+                return Interim::Deny(
+                    if e.is_malformed() {
+                        DenyCause::MalformedCsr
+                    } else {
+                        DenyCause::NotKubeletClientShape
+                    },
+                    e.to_string(),
+                );
+            }
         };
         if p.node_name.as_str() != requester_node {
-            return Interim::Deny(DenyCause::RenewalRequesterMismatch, format!("{} asked for a certificate of node {}", csr.username, p.node_name.as_str()));
+            return Interim::Deny(
+                DenyCause::RenewalRequesterMismatch,
+                format!(
+                    "{} asked for a certificate of node {}",
+                    csr.username,
+                    p.node_name.as_str()
+                ),
+            );
         }
         return match &facts.binding {
-            None => Interim::Deny(DenyCause::RenewalUnbound, "no FlavorBinding for this node".into()),
-            Some(b) if is_revoked(b) => Interim::Deny(DenyCause::BindingRevoked, "the binding is revoked".into()),
-            Some(_) => Interim::Approve { reserve: false, create: false },
+            None => Interim::Deny(
+                DenyCause::RenewalUnbound,
+                "no FlavorBinding for this node".into(),
+            ),
+            Some(b) if is_revoked(b) => {
+                Interim::Deny(DenyCause::BindingRevoked, "the binding is revoked".into())
+            }
+            Some(_) => Interim::Approve {
+                reserve: false,
+                create: false,
+            },
         };
     }
     let Some(id) = csr.bootstrap_token_id() else {
         return Interim::Ignore("not_a_bootstrap_or_node_requester");
     };
-    if !csr.groups.iter().any(|g| g == kubeflavor_core::token_secret::NODE_GROUP) {
+    if !csr
+        .groups
+        .iter()
+        .any(|g| g == kubeflavor_core::token_secret::NODE_GROUP)
+    {
         return if opts.strict {
-            Interim::Deny(DenyCause::NotKubeflavorToken, format!("token {id} is not a kubeflavor token"))
+            Interim::Deny(
+                DenyCause::NotKubeflavorToken,
+                format!("token {id} is not a kubeflavor token"),
+            )
         } else {
             Interim::Ignore("not_kubeflavor_token")
         };
     }
     let p = match parsed {
         Ok(p) => p,
-        Err(e) => return Interim::Deny(if e.is_malformed() { DenyCause::MalformedCsr } else { DenyCause::NotKubeletClientShape }, e.to_string()),
+        Err(e) => {
+            return Interim::Deny(
+                if e.is_malformed() {
+                    DenyCause::MalformedCsr
+                } else {
+                    DenyCause::NotKubeletClientShape
+                },
+                e.to_string(),
+            );
+        }
     };
     let Some(record) = record else {
-        return Interim::Deny(DenyCause::TokenMissing, format!("token Secret bootstrap-token-{id} does not exist"));
+        return Interim::Deny(
+            DenyCause::TokenMissing,
+            format!("token Secret bootstrap-token-{id} does not exist"),
+        );
     };
     if let Err(e) = record.authentication_at(now) {
-        return Interim::Deny(if e.is_expiry() { DenyCause::TokenExpired } else { DenyCause::TokenNotForAuthentication }, e.to_string());
+        return Interim::Deny(
+            if e.is_expiry() {
+                DenyCause::TokenExpired
+            } else {
+                DenyCause::TokenNotForAuthentication
+            },
+            e.to_string(),
+        );
     }
     let Some(meta) = &record.kubeflavor else {
-        return Interim::Deny(DenyCause::TokenMissing, "the token Secret has no kubeflavor flavor label".into());
+        return Interim::Deny(
+            DenyCause::TokenMissing,
+            "the token Secret has no kubeflavor flavor label".into(),
+        );
     };
     if facts.flavor.is_none() {
-        return Interim::Deny(DenyCause::FlavorMissing, format!("Flavor {} does not exist", meta.flavor));
+        return Interim::Deny(
+            DenyCause::FlavorMissing,
+            format!("Flavor {} does not exist", meta.flavor),
+        );
     }
     let node = &p.node_name;
     if let Some(b) = &facts.binding {
         if b.spec.token_id != id {
-            return Interim::Deny(DenyCause::NameBoundToOtherToken, format!("node {} is bound to another token", node.as_str()));
+            return Interim::Deny(
+                DenyCause::NameBoundToOtherToken,
+                format!("node {} is bound to another token", node.as_str()),
+            );
         }
         if is_revoked(b) {
             return Interim::Deny(DenyCause::BindingRevoked, "the binding is revoked".into());
         }
         let reserve = !meta.bound_nodes.contains(node);
         if reserve && !meta.has_room() {
-            return Interim::Deny(DenyCause::TokenExhausted, "the token has no use left".into());
+            return Interim::Deny(
+                DenyCause::TokenExhausted,
+                "the token has no use left".into(),
+            );
         }
-        return Interim::Approve { reserve, create: false };
+        return Interim::Approve {
+            reserve,
+            create: false,
+        };
     }
     if facts.node_exists {
-        return Interim::Deny(DenyCause::NodeExistsWithoutBinding, format!("Node {} exists and is not bound to this token", node.as_str()));
+        return Interim::Deny(
+            DenyCause::NodeExistsWithoutBinding,
+            format!(
+                "Node {} exists and is not bound to this token",
+                node.as_str()
+            ),
+        );
     }
     if meta.bound_nodes.contains(node) {
-        return Interim::Approve { reserve: false, create: true };
+        return Interim::Approve {
+            reserve: false,
+            create: true,
+        };
     }
     if !meta.has_room() {
-        return Interim::Deny(DenyCause::TokenExhausted, format!("the token already bound {} node(s), its maximum", meta.bound_nodes.len()));
+        return Interim::Deny(
+            DenyCause::TokenExhausted,
+            format!(
+                "the token already bound {} node(s), its maximum",
+                meta.bound_nodes.len()
+            ),
+        );
     }
-    Interim::Approve { reserve: true, create: true }
+    Interim::Approve {
+        reserve: true,
+        create: true,
+    }
 }
 
 /// Decides a pending CSR and turns the decision into the writes to perform.
 pub fn decide(facts: &CsrFactsRead, opts: &Options, now: jiff::Timestamp) -> Verdict {
     let parsed = validate(&facts.csr);
-    let record = facts.token_secret.as_ref().and_then(|s| token_record(s).ok());
+    let record = facts
+        .token_secret
+        .as_ref()
+        .and_then(|s| token_record(s).ok());
     match interim_decide(facts, &parsed, record.as_ref(), opts, now) {
         Interim::Ignore(why) => Verdict::Ignore { why },
         Interim::Deny(cause, description) => {
             let meta = record.as_ref().and_then(|r| r.kubeflavor.as_ref());
             let secret = facts.token_secret.as_ref().filter(|_| meta.is_some());
             let denials_after = meta.map_or(0, |m| m.denials.saturating_add(1));
-            let delete = secret.is_some()
-                && should_delete_token(cause, denials_after, opts.denial_limit);
+            let delete =
+                secret.is_some() && should_delete_token(cause, denials_after, opts.denial_limit);
             Verdict::Deny {
                 cause: cause.as_str(),
                 description,
                 delete_token: secret.filter(|_| delete).cloned(),
-                count_denial: if delete { None } else { secret.and_then(with_denial) },
+                count_denial: if delete {
+                    None
+                } else {
+                    secret.and_then(with_denial)
+                },
             }
         }
         Interim::Approve { reserve, create } => {
@@ -224,11 +314,18 @@ pub fn decide(facts: &CsrFactsRead, opts: &Options, now: jiff::Timestamp) -> Ver
                         .and_then(|r| r.kubeflavor.as_ref())
                         .map(|m| m.flavor.to_string())
                         .unwrap_or_default(),
-                    facts.csr.bootstrap_token_id().unwrap_or_default().to_string(),
+                    facts
+                        .csr
+                        .bootstrap_token_id()
+                        .unwrap_or_default()
+                        .to_string(),
                 ),
             };
             let reserve = if reserve {
-                facts.token_secret.as_ref().and_then(|s| with_reservation(s, &node))
+                facts
+                    .token_secret
+                    .as_ref()
+                    .and_then(|s| with_reservation(s, &node))
             } else {
                 None
             };

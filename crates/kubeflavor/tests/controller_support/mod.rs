@@ -10,14 +10,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use k8s_openapi::ByteString;
 use k8s_openapi::api::certificates::v1::{
     CertificateSigningRequest, CertificateSigningRequestSpec,
 };
 use k8s_openapi::api::core::v1::{Node, Secret};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use k8s_openapi::ByteString;
-use kube::api::{PostParams, ListParams};
+use kube::api::{ListParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::runtime::wait::await_condition;
 use kube::{Api, Client, CustomResourceExt, ResourceExt};
@@ -55,6 +55,13 @@ pub async fn within<T>(what: &str, fut: impl Future<Output = T>) -> T {
 
 impl Harness {
     pub async fn start() -> Harness {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(
+                tracing_subscriber::EnvFilter::try_from_env("KUBEFLAVOR_TEST_LOG")
+                    .unwrap_or_else(|_| "warn".into()),
+            )
+            .with_test_writer()
+            .try_init();
         let cluster = TestCluster::start().await.expect("testkube starts");
         let admin = client_from(&cluster.admin_kubeconfig()).await;
         let crds: Api<CustomResourceDefinition> = Api::all(admin.clone());
@@ -96,10 +103,20 @@ impl Harness {
     }
 
     /// Creates a flavored token Secret as `token create` writes it; returns the token.
-    pub async fn token(&self, flavor: &str, max_nodes: u32, expiration: Option<jiff::Timestamp>) -> BootstrapToken {
+    pub async fn token(
+        &self,
+        flavor: &str,
+        max_nodes: u32,
+        expiration: Option<jiff::Timestamp>,
+    ) -> BootstrapToken {
         let token = BootstrapToken::generate().expect("randomness");
         let flavor: FlavorName = flavor.parse().expect("flavor name");
-        let obj = flavored_token_secret(&token, &flavor, expiration, NonZeroU32::new(max_nodes).unwrap());
+        let obj = flavored_token_secret(
+            &token,
+            &flavor,
+            expiration,
+            NonZeroU32::new(max_nodes).unwrap(),
+        );
         let secret = Secret {
             metadata: ObjectMeta {
                 name: Some(obj.name.clone()),
@@ -131,7 +148,12 @@ impl Harness {
         self.token_secret(token)
             .await
             .and_then(|s| s.annotations().get("kubeflavor.io/bound-nodes").cloned())
-            .map(|v| v.split(',').filter(|s| !s.is_empty()).map(str::to_string).collect())
+            .map(|v| {
+                v.split(',')
+                    .filter(|s| !s.is_empty())
+                    .map(str::to_string)
+                    .collect()
+            })
             .unwrap_or_default()
     }
 
@@ -148,8 +170,19 @@ impl Harness {
     }
 
     /// Files a kubelet client CSR for `node` as `client` (a bootstrap identity).
-    pub async fn submit_csr(&self, client: &Client, csr_name: &str, node: &str) -> CertificateSigningRequest {
-        submit_csr_with(client, csr_name, &format!("system:node:{node}"), &["system:nodes"]).await
+    pub async fn submit_csr(
+        &self,
+        client: &Client,
+        csr_name: &str,
+        node: &str,
+    ) -> CertificateSigningRequest {
+        submit_csr_with(
+            client,
+            csr_name,
+            &format!("system:node:{node}"),
+            &["system:nodes"],
+        )
+        .await
     }
 
     pub fn csrs(&self) -> Api<CertificateSigningRequest> {
@@ -166,15 +199,25 @@ impl Harness {
 
     /// Waits until the CSR is Approved or Denied and returns it.
     pub async fn decided(&self, csr: &str) -> CertificateSigningRequest {
-        let cond = |obj: Option<&CertificateSigningRequest>| obj.is_some_and(|c| condition_type(c).is_some());
-        within(&format!("CSR {csr} to be decided"), await_condition(self.csrs(), csr, cond))
-            .await
-            .expect("watch works")
-            .expect("CSR exists")
+        let cond = |obj: Option<&CertificateSigningRequest>| {
+            obj.is_some_and(|c| condition_type(c).is_some())
+        };
+        within(
+            &format!("CSR {csr} to be decided"),
+            await_condition(self.csrs(), csr, cond),
+        )
+        .await
+        .expect("watch works")
+        .expect("CSR exists")
     }
 
     /// Registers the Node as its own node identity would (the kubelet's first write).
-    pub async fn register_node(&self, node: &str, labels: &[(&str, &str)], taints: &[(&str, &str)]) -> Node {
+    pub async fn register_node(
+        &self,
+        node: &str,
+        labels: &[(&str, &str)],
+        taints: &[(&str, &str)],
+    ) -> Node {
         let client = self.node_client(node).await;
         let node_obj: Node = serde_json::from_value(serde_json::json!({
             "apiVersion": "v1",
@@ -197,18 +240,29 @@ impl Harness {
     /// Waits until the Node satisfies `pred`.
     pub async fn node_until(&self, node: &str, what: &str, pred: impl Fn(&Node) -> bool) -> Node {
         let cond = move |obj: Option<&Node>| obj.is_some_and(&pred);
-        within(&format!("Node {node}: {what}"), await_condition(self.nodes(), node, cond))
-            .await
-            .expect("watch works")
-            .expect("node exists")
+        within(
+            &format!("Node {node}: {what}"),
+            await_condition(self.nodes(), node, cond),
+        )
+        .await
+        .expect("watch works")
+        .expect("node exists")
     }
 
-    pub async fn binding_until(&self, node: &str, what: &str, pred: impl Fn(&FlavorBinding) -> bool) -> FlavorBinding {
+    pub async fn binding_until(
+        &self,
+        node: &str,
+        what: &str,
+        pred: impl Fn(&FlavorBinding) -> bool,
+    ) -> FlavorBinding {
         let cond = move |obj: Option<&FlavorBinding>| obj.is_some_and(&pred);
-        within(&format!("FlavorBinding {node}: {what}"), await_condition(self.bindings(), node, cond))
-            .await
-            .expect("watch works")
-            .expect("binding exists")
+        within(
+            &format!("FlavorBinding {node}: {what}"),
+            await_condition(self.bindings(), node, cond),
+        )
+        .await
+        .expect("watch works")
+        .expect("binding exists")
     }
 
     pub fn options(&self, identity: &str) -> Options {
@@ -222,7 +276,12 @@ impl Harness {
     }
 }
 
-pub async fn submit_csr_with(client: &Client, csr_name: &str, cn: &str, orgs: &[&str]) -> CertificateSigningRequest {
+pub async fn submit_csr_with(
+    client: &Client,
+    csr_name: &str,
+    cn: &str,
+    orgs: &[&str],
+) -> CertificateSigningRequest {
     let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).expect("key");
     let mut params = rcgen::CertificateParams::default();
     let mut dn = rcgen::DistinguishedName::new();
@@ -231,7 +290,11 @@ pub async fn submit_csr_with(client: &Client, csr_name: &str, cn: &str, orgs: &[
     }
     dn.push(rcgen::DnType::CommonName, cn);
     params.distinguished_name = dn;
-    let pem = params.serialize_request(&key).expect("csr").pem().expect("pem");
+    let pem = params
+        .serialize_request(&key)
+        .expect("csr")
+        .pem()
+        .expect("pem");
     let csr = CertificateSigningRequest {
         metadata: ObjectMeta {
             name: Some(csr_name.to_string()),
@@ -263,7 +326,9 @@ pub fn condition_type(csr: &CertificateSigningRequest) -> Option<String> {
 }
 
 /// The conditions a bootstrap identity can read, without timestamps.
-pub fn visible_conditions(csr: &CertificateSigningRequest) -> Vec<(String, String, Option<String>, Option<String>)> {
+pub fn visible_conditions(
+    csr: &CertificateSigningRequest,
+) -> Vec<(String, String, Option<String>, Option<String>)> {
     csr.status
         .as_ref()
         .and_then(|s| s.conditions.clone())
@@ -320,7 +385,9 @@ impl ControllerHandle {
             let _ = tx.send(());
         }
         if let Some(task) = self.task.take() {
-            within("the controller to stop", task).await.expect("controller task");
+            within("the controller to stop", task)
+                .await
+                .expect("controller task");
         }
     }
 
@@ -329,6 +396,8 @@ impl ControllerHandle {
         if let Some(task) = self.task.take() {
             task.abort();
         }
+        // Dropping the sender would read as a shutdown request: keep it alive.
+        std::mem::forget(self.stop.take());
     }
 }
 

@@ -318,17 +318,15 @@ pub async fn run(
         None => None,
     };
     let ops = async {
-        if let Some(listener) = listener {
-            if let Err(e) = http::serve(
-                listener,
-                rt.health.clone(),
-                rt.metrics.clone(),
-                stopping.clone(),
-            )
-            .await
-            {
-                tracing::warn!(error = %e, "operations endpoint failed");
-            }
+        let Some(listener) = listener else { return };
+        let served = http::serve(
+            listener,
+            rt.health.clone(),
+            rt.metrics.clone(),
+            stopping.clone(),
+        );
+        if let Err(e) = served.await {
+            tracing::warn!(error = %e, "operations endpoint failed");
         }
     };
 

@@ -1,33 +1,36 @@
 //! ADAPTER between the Kubernetes objects the controller reads and kubeflavor-core's pure
-//! policy. Everything here converts; the decisions themselves are core functions.
-//!
-//! INTERIM: kubeflavor-core's policy API (decide, DenyCause, TokenRecord,
-//! desired_node_state) has not landed on this branch yet; the bodies below marked INTERIM
-//! are replaced by calls into core when it does.
+//! policy: converts k8s-openapi/CRD objects into core's facts, calls core, and turns core's
+//! answer into the exact objects to write. No rule is decided here.
 
 use std::collections::BTreeMap;
+use std::num::NonZeroU32;
 
-use k8s_openapi::api::core::v1::{Node, Secret, Taint};
+use k8s_openapi::api::core::v1::{Node, Secret};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kubeflavor_core::csr::{CsrError, KubeletClientCsr, validate_kubelet_client_csr};
+use kubeflavor_core::flavor::FlavorName;
 use kubeflavor_core::names::NodeName;
+use kubeflavor_core::node_state::{BindingState, NodeFacts, NodeTaint, desired_node_state};
+use kubeflavor_core::policy::{
+    BindingFacts, CsrFacts, Decision, DenyCause, PolicyOptions, TokenLookup, decide as core_decide,
+    should_delete_token,
+};
 use kubeflavor_core::token_record::{SecretView, TokenRecord, TokenRecordError};
 use kubeflavor_core::token_secret::{FLAVOR_TOKEN_LABEL, FlavorTokenMeta};
-use serde_json::json;
 
 use super::Options;
 use super::facts::{CsrFactsRead, CsrView};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-
 use crate::crd::{
-    BindingCondition, Flavor, FlavorBinding, FlavorBindingSpec, FlavorBindingStatus, FlavorTaint,
+    CONDITION_FLAVORED, CONDITION_REVOKED, Condition, Flavor, FlavorBinding, FlavorBindingSpec,
+    FlavorBindingStatus, FlavorTaint, rules_from_flavor,
 };
 
 /// P1: the ONE reason/message pair on every approval and every denial, whatever the
-/// flavor or the cause: a bootstrap identity can read every CSR.
-pub const APPROVED_REASON: &str = "KubeflavorApproved";
-pub const APPROVED_MESSAGE: &str = "approved by kubeflavor";
-pub const DENIED_REASON: &str = "KubeflavorDenied";
-pub const DENIED_MESSAGE: &str = "denied by kubeflavor";
+/// flavor or the cause (core's constants): a bootstrap identity can read every CSR.
+pub use kubeflavor_core::policy::{
+    APPROVAL_MESSAGE as APPROVED_MESSAGE, APPROVAL_REASON as APPROVED_REASON,
+    DENIAL_MESSAGE as DENIED_MESSAGE, DENIAL_REASON as DENIED_REASON,
+};
 
 /// A pending CSR's fate, as the writes the apply stage performs (in this order).
 #[derive(Clone, Debug)]
@@ -72,264 +75,118 @@ pub fn token_flavor(secret: &Secret) -> Option<String> {
         .cloned()
 }
 
-/// Why core would deny, as in CORE's `DenyCause` (INTERIM mirror, same metric labels).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum DenyCause {
-    MalformedCsr,
-    NotKubeletClientShape,
-    TokenMissing,
-    TokenExpired,
-    TokenNotForAuthentication,
-    FlavorMissing,
-    TokenExhausted,
-    NameBoundToOtherToken,
-    NodeExistsWithoutBinding,
-    BindingRevoked,
-    RenewalRequesterMismatch,
-    RenewalUnbound,
-    NotKubeflavorToken,
-}
-
-impl DenyCause {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            DenyCause::MalformedCsr => "malformed_csr",
-            DenyCause::NotKubeletClientShape => "not_kubelet_client_shape",
-            DenyCause::TokenMissing => "token_missing",
-            DenyCause::TokenExpired => "token_expired",
-            DenyCause::TokenNotForAuthentication => "token_not_for_authentication",
-            DenyCause::FlavorMissing => "flavor_missing",
-            DenyCause::TokenExhausted => "token_exhausted",
-            DenyCause::NameBoundToOtherToken => "name_bound_to_other_token",
-            DenyCause::NodeExistsWithoutBinding => "node_exists_without_binding",
-            DenyCause::BindingRevoked => "binding_revoked",
-            DenyCause::RenewalRequesterMismatch => "renewal_requester_mismatch",
-            DenyCause::RenewalUnbound => "renewal_unbound",
-            DenyCause::NotKubeflavorToken => "not_kubeflavor_token",
-        }
+/// The binding as core sees it; `None` when its token id is not a valid id (then it
+/// cannot belong to any token, which core reads as "bound to another token").
+fn binding_facts(b: &FlavorBinding) -> BindingFacts {
+    BindingFacts {
+        token_id: b
+            .spec
+            .token_id
+            .parse()
+            .unwrap_or_else(|_| "000000".parse().expect("a valid token id literal")),
+        revoked: is_revoked(b),
+        csr_name: b.spec.csr_name.clone(),
+        public_key_sha256: b.spec.public_key_sha256.clone(),
     }
 }
 
-/// INTERIM decision (the rules of CORE.md's `decide`), until core's policy lands.
-enum Interim {
-    Approve { reserve: bool, create: bool },
-    Deny(DenyCause, String),
-    Ignore(&'static str),
-}
-
-fn interim_decide(
+/// Core's facts for one pending CSR.
+pub fn csr_facts(
     facts: &CsrFactsRead,
-    parsed: &Result<KubeletClientCsr, CsrError>,
-    record: Option<&TokenRecord>,
+    parsed: Result<KubeletClientCsr, CsrError>,
     opts: &Options,
     now: jiff::Timestamp,
-) -> Interim {
-    let csr = &facts.csr;
-    if let Some(requester_node) = csr.username.strip_prefix(super::facts::NODE_USER_PREFIX) {
-        if !opts.manage_renewals {
-            return Interim::Ignore("renewal_not_managed");
-        }
-        let p = match parsed {
-            Ok(p) => p,
-            Err(e) => {
-                return Interim::Deny(
-                    if e.is_malformed() {
-                        DenyCause::MalformedCsr
-                    } else {
-                        DenyCause::NotKubeletClientShape
-                    },
-                    e.to_string(),
-                );
-            }
-        };
-        if p.node_name.as_str() != requester_node {
-            return Interim::Deny(
-                DenyCause::RenewalRequesterMismatch,
-                format!(
-                    "{} asked for a certificate of node {}",
-                    csr.username,
-                    p.node_name.as_str()
-                ),
-            );
-        }
-        return match &facts.binding {
-            None => Interim::Deny(
-                DenyCause::RenewalUnbound,
-                "no FlavorBinding for this node".into(),
-            ),
-            Some(b) if is_revoked(b) => {
-                Interim::Deny(DenyCause::BindingRevoked, "the binding is revoked".into())
-            }
-            Some(_) => Interim::Approve {
-                reserve: false,
-                create: false,
-            },
-        };
-    }
-    let Some(id) = csr.bootstrap_token_id() else {
-        return Interim::Ignore("not_a_bootstrap_or_node_requester");
+) -> CsrFacts {
+    let token = match &facts.token_secret {
+        None => TokenLookup::Missing,
+        Some(s) => match token_record(s) {
+            Ok(r) => TokenLookup::Found(r),
+            Err(e) => TokenLookup::Unreadable(e),
+        },
     };
-    if !csr
-        .groups
-        .iter()
-        .any(|g| g == kubeflavor_core::token_secret::NODE_GROUP)
-    {
-        return if opts.strict {
-            Interim::Deny(
-                DenyCause::NotKubeflavorToken,
-                format!("token {id} is not a kubeflavor token"),
-            )
-        } else {
-            Interim::Ignore("not_kubeflavor_token")
-        };
-    }
-    let p = match parsed {
-        Ok(p) => p,
-        Err(e) => {
-            return Interim::Deny(
-                if e.is_malformed() {
-                    DenyCause::MalformedCsr
-                } else {
-                    DenyCause::NotKubeletClientShape
-                },
-                e.to_string(),
-            );
-        }
-    };
-    let Some(record) = record else {
-        return Interim::Deny(
-            DenyCause::TokenMissing,
-            format!("token Secret bootstrap-token-{id} does not exist"),
-        );
-    };
-    if let Err(e) = record.authentication_at(now) {
-        return Interim::Deny(
-            if e.is_expiry() {
-                DenyCause::TokenExpired
-            } else {
-                DenyCause::TokenNotForAuthentication
-            },
-            e.to_string(),
-        );
-    }
-    let Some(meta) = &record.kubeflavor else {
-        return Interim::Deny(
-            DenyCause::TokenMissing,
-            "the token Secret has no kubeflavor flavor label".into(),
-        );
-    };
-    if facts.flavor.is_none() {
-        return Interim::Deny(
-            DenyCause::FlavorMissing,
-            format!("Flavor {} does not exist", meta.flavor),
-        );
-    }
-    let node = &p.node_name;
-    if let Some(b) = &facts.binding {
-        if b.spec.token_id != id {
-            return Interim::Deny(
-                DenyCause::NameBoundToOtherToken,
-                format!("node {} is bound to another token", node.as_str()),
-            );
-        }
-        if is_revoked(b) {
-            return Interim::Deny(DenyCause::BindingRevoked, "the binding is revoked".into());
-        }
-        let reserve = !meta.bound_nodes.contains(node);
-        if reserve && !meta.has_room() {
-            return Interim::Deny(
-                DenyCause::TokenExhausted,
-                "the token has no use left".into(),
-            );
-        }
-        return Interim::Approve {
-            reserve,
-            create: false,
-        };
-    }
-    if facts.node_exists {
-        return Interim::Deny(
-            DenyCause::NodeExistsWithoutBinding,
-            format!(
-                "Node {} exists and is not bound to this token",
-                node.as_str()
-            ),
-        );
-    }
-    if meta.bound_nodes.contains(node) {
-        return Interim::Approve {
-            reserve: false,
-            create: true,
-        };
-    }
-    if !meta.has_room() {
-        return Interim::Deny(
-            DenyCause::TokenExhausted,
-            format!(
-                "the token already bound {} node(s), its maximum",
-                meta.bound_nodes.len()
-            ),
-        );
-    }
-    Interim::Approve {
-        reserve: true,
-        create: true,
+    CsrFacts {
+        csr_name: facts.csr.name.clone(),
+        signer_name: facts.csr.signer_name.clone(),
+        requester_username: facts.csr.username.clone(),
+        requester_groups: facts.csr.groups.clone(),
+        csr: parsed,
+        already_decided: facts.csr.decided,
+        token,
+        flavor_exists: facts.flavor.is_some(),
+        binding: facts.binding.as_ref().map(binding_facts),
+        node_exists: facts.node_exists,
+        options: PolicyOptions {
+            strict: opts.strict,
+            manage_renewals: opts.manage_renewals,
+        },
+        now,
     }
 }
 
-/// Decides a pending CSR and turns the decision into the writes to perform.
+/// Decides a pending CSR with core and turns the decision into the writes to perform.
 pub fn decide(facts: &CsrFactsRead, opts: &Options, now: jiff::Timestamp) -> Verdict {
     let parsed = validate(&facts.csr);
-    let record = facts
-        .token_secret
-        .as_ref()
-        .and_then(|s| token_record(s).ok());
-    match interim_decide(facts, &parsed, record.as_ref(), opts, now) {
-        Interim::Ignore(why) => Verdict::Ignore { why },
-        Interim::Deny(cause, description) => {
-            let meta = record.as_ref().and_then(|r| r.kubeflavor.as_ref());
+    let core_facts = csr_facts(facts, parsed.clone(), opts, now);
+    let meta = match &core_facts.token {
+        TokenLookup::Found(r) => r.kubeflavor.clone(),
+        _ => None,
+    };
+    match core_decide(&core_facts) {
+        Decision::Ignore(why) => Verdict::Ignore { why: why.as_str() },
+        Decision::Deny(cause) => {
             let secret = facts.token_secret.as_ref().filter(|_| meta.is_some());
-            let denials_after = meta.map_or(0, |m| m.denials.saturating_add(1));
-            let delete =
-                secret.is_some() && should_delete_token(cause, denials_after, opts.denial_limit);
+            let denials_after = meta.as_ref().map_or(1, |m| m.denials.saturating_add(1));
+            let limit = NonZeroU32::new(opts.denial_limit);
+            let delete = secret.is_some() && should_delete_token(cause, denials_after, limit);
+            let count = secret.is_some() && !delete && cause.counts_against_token();
             Verdict::Deny {
                 cause: cause.as_str(),
-                description,
+                description: describe(cause, &core_facts),
                 delete_token: secret.filter(|_| delete).cloned(),
-                count_denial: if delete {
-                    None
-                } else {
+                count_denial: if count {
                     secret.and_then(with_denial)
+                } else {
+                    None
                 },
             }
         }
-        Interim::Approve { reserve, create } => {
-            let p = parsed.expect("approval implies a valid CSR");
+        Decision::Approve {
+            reserve_use,
+            create_binding,
+        } => {
+            let Ok(p) = parsed else {
+                // Core approves only a valid CSR; never approve what did not parse.
+                return Verdict::Ignore { why: "invalid_csr" };
+            };
             let node = p.node_name.clone();
-            let (flavor, token_id) = match &facts.binding {
-                Some(b) => (b.spec.flavor.clone(), b.spec.token_id.clone()),
-                None => (
-                    record
-                        .as_ref()
-                        .and_then(|r| r.kubeflavor.as_ref())
-                        .map(|m| m.flavor.to_string())
-                        .unwrap_or_default(),
+            let (flavor, token_id) = match (&facts.binding, &meta) {
+                (Some(b), _) => (b.spec.flavor.clone(), b.spec.token_id.clone()),
+                (None, Some(m)) => (
+                    m.flavor.to_string(),
                     facts
                         .csr
                         .bootstrap_token_id()
                         .unwrap_or_default()
                         .to_string(),
                 ),
+                (None, None) => (String::new(), String::new()),
             };
-            let reserve = if reserve {
-                facts
+            let reserve = if reserve_use {
+                let updated = facts
                     .token_secret
                     .as_ref()
-                    .and_then(|s| with_reservation(s, &node))
+                    .and_then(|s| with_reservation(s, &node));
+                // Core reserves only on a readable kubeflavor token.
+                let Some(updated) = updated else {
+                    return Verdict::Ignore {
+                        why: "token_unreadable",
+                    };
+                };
+                Some(updated)
             } else {
                 None
             };
-            let binding = create.then(|| FlavorBinding {
+            let binding = create_binding.then(|| FlavorBinding {
                 metadata: ObjectMeta {
                     name: Some(node.as_str().to_string()),
                     ..ObjectMeta::default()
@@ -340,7 +197,7 @@ pub fn decide(facts: &CsrFactsRead, opts: &Options, now: jiff::Timestamp) -> Ver
                     token_id: token_id.clone(),
                     csr_name: facts.csr.name.clone(),
                     public_key_sha256: p.public_key_sha256_hex(),
-                    bound_at: Some(now.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()),
+                    bound_at: whole_seconds(now),
                 },
                 status: None,
             });
@@ -355,14 +212,23 @@ pub fn decide(facts: &CsrFactsRead, opts: &Options, now: jiff::Timestamp) -> Ver
     }
 }
 
-/// P4: delete the token after this denial? INTERIM: core's should_delete_token.
-pub fn should_delete_token(cause: DenyCause, denials_after_this: u32, limit: u32) -> bool {
-    matches!(
-        cause,
-        DenyCause::TokenExhausted
-            | DenyCause::NameBoundToOtherToken
-            | DenyCause::NodeExistsWithoutBinding
-    ) || denials_after_this >= limit
+/// Core's description of the cause plus the particulars, for the admin trail only.
+fn describe(cause: DenyCause, f: &CsrFacts) -> String {
+    let node = f
+        .csr
+        .as_ref()
+        .map(|c| c.node_name.as_str().to_string())
+        .unwrap_or_else(|e| format!("? ({e})"));
+    format!(
+        "{} (requester {}, node {node})",
+        cause.description(),
+        f.requester_username
+    )
+}
+
+/// metav1.Time has second precision on the wire.
+fn whole_seconds(t: jiff::Timestamp) -> jiff::Timestamp {
+    jiff::Timestamp::from_second(t.as_second()).unwrap_or(t)
 }
 
 /// Reads a token Secret as core's [`TokenRecord`] (data values decoded to strings).
@@ -422,7 +288,7 @@ pub fn is_revoked(binding: &FlavorBinding) -> bool {
     binding.status.as_ref().is_some_and(|s| {
         s.conditions
             .iter()
-            .any(|c| c.type_ == "Revoked" && c.status == "True")
+            .any(|c| c.type_ == CONDITION_REVOKED && c.status == "True")
     })
 }
 
@@ -437,147 +303,144 @@ pub struct NodePlan {
     pub flavored: bool,
 }
 
+fn node_facts(node: &Node) -> NodeFacts {
+    NodeFacts {
+        labels: node.metadata.labels.clone().unwrap_or_default(),
+        taints: node
+            .spec
+            .as_ref()
+            .and_then(|s| s.taints.as_ref())
+            .into_iter()
+            .flatten()
+            .map(|t| NodeTaint {
+                key: t.key.clone(),
+                value: t.value.clone(),
+                effect: t.effect.clone(),
+                time_added: t.time_added.as_ref().map(|x| x.0),
+            })
+            .collect(),
+    }
+}
+
+fn binding_state(binding: &FlavorBinding) -> BindingState {
+    let status = binding.status.clone().unwrap_or_default();
+    BindingState {
+        revoked: is_revoked(binding),
+        applied_labels: status.applied_labels.keys().cloned().collect(),
+        applied_taints: status
+            .applied_taints
+            .iter()
+            .map(|t| (t.key.clone(), crate::crd::effect_str(t.effect).to_string()))
+            .collect(),
+    }
+}
+
 fn condition(
     type_: &str,
     ok: bool,
     reason: &str,
     message: &str,
     prev: Option<&FlavorBindingStatus>,
-) -> BindingCondition {
+) -> Condition {
     let status = if ok { "True" } else { "False" };
     let old = prev.and_then(|p| p.conditions.iter().find(|c| c.type_ == type_));
+    // Keep the old transition time while the status holds, so an unchanged status compares
+    // equal and is not written again.
     let last_transition_time = match old {
-        Some(c) if c.status == status => c.last_transition_time.clone(),
-        _ => Some(
-            jiff::Timestamp::now()
-                .strftime("%Y-%m-%dT%H:%M:%SZ")
-                .to_string(),
-        ),
+        Some(c) if c.status == status => c.last_transition_time,
+        _ => whole_seconds(jiff::Timestamp::now()),
     };
-    BindingCondition {
+    Condition {
         type_: type_.into(),
         status: status.into(),
         reason: reason.into(),
         message: message.into(),
         last_transition_time,
+        observed_generation: None,
     }
 }
 
-/// INTERIM: core's desired_node_state + merge patch rendering.
+/// Computes, with core's `desired_node_state`, the Node patch and the binding status.
 pub fn plan_node(binding: &FlavorBinding, flavor: Option<&Flavor>, node: &Node) -> NodePlan {
-    let revoked = is_revoked(binding);
     let prev = binding.status.as_ref();
-    let mut want_labels = BTreeMap::new();
-    let mut want_taints: Vec<FlavorTaint> = Vec::new();
-    if let (Some(f), false) = (flavor, revoked) {
-        want_labels = f.spec.labels.clone();
-        want_labels.insert(
-            "kubeflavor.node-restriction.kubernetes.io/flavor".into(),
-            binding.spec.flavor.clone(),
-        );
-        want_taints = f.spec.taints.clone();
-    }
-    let labels = node.metadata.labels.clone().unwrap_or_default();
-    let mut label_patch = serde_json::Map::new();
-    for (k, v) in &want_labels {
-        if labels.get(k) != Some(v) {
-            label_patch.insert(k.clone(), json!(v));
+    let rules = flavor.and_then(|f| match rules_from_flavor(f) {
+        Ok((_, rules)) => Some(rules),
+        Err(e) => {
+            tracing::warn!(flavor = %binding.spec.flavor, error = %e, "Flavor is invalid; treated as missing");
+            None
         }
-    }
-    let applied_before = prev.map(|p| p.applied_labels.clone()).unwrap_or_default();
-    for k in applied_before.keys() {
-        if !want_labels.contains_key(k) && labels.contains_key(k) {
-            label_patch.insert(k.clone(), serde_json::Value::Null);
-        }
-    }
-    let taints = node
-        .spec
-        .as_ref()
-        .and_then(|s| s.taints.clone())
-        .unwrap_or_default();
-    let mut new_taints: Vec<Taint> = taints
-        .iter()
-        .filter(|t| {
-            (revoked || t.key != "kubeflavor.io/revoked") && t.key != "kubeflavor.io/unverified"
-        })
-        .cloned()
-        .collect();
-    for t in &want_taints {
-        if !new_taints
-            .iter()
-            .any(|n| n.key == t.key && n.effect == t.effect)
-        {
-            new_taints.push(Taint {
-                key: t.key.clone(),
-                value: Some(t.value.clone()),
-                effect: t.effect.clone(),
-                time_added: None,
-            });
-        }
-    }
-    if revoked && !new_taints.iter().any(|n| n.key == "kubeflavor.io/revoked") {
-        new_taints.push(Taint {
-            key: "kubeflavor.io/revoked".into(),
-            value: None,
-            effect: "NoExecute".into(),
-            time_added: None,
-        });
-    }
-    let mut patch = serde_json::Map::new();
-    let mut meta = serde_json::Map::new();
-    if !label_patch.is_empty() {
-        meta.insert("labels".into(), serde_json::Value::Object(label_patch));
-    }
-    if new_taints != taints {
-        patch.insert("spec".into(), json!({ "taints": new_taints }));
-    }
-    let patch = if meta.is_empty() && patch.is_empty() {
-        None
-    } else {
-        meta.insert(
-            "resourceVersion".into(),
-            json!(node.metadata.resource_version.clone().unwrap_or_default()),
-        );
-        patch.insert("metadata".into(), serde_json::Value::Object(meta));
-        Some(serde_json::Value::Object(patch))
+    });
+    let facts = node_facts(node);
+    let Ok(flavor_name) = binding.spec.flavor.parse::<FlavorName>() else {
+        // The CRD's schema keeps an invalid flavor name off a binding.
+        return NodePlan {
+            patch: None,
+            status: prev.cloned().unwrap_or_default(),
+            flavored: false,
+        };
     };
-    let flavored = flavor.is_some() && !revoked;
+    let change = desired_node_state(
+        rules.as_ref(),
+        &flavor_name,
+        &binding_state(binding),
+        &facts,
+    );
+    let after = facts.apply(&change);
+    let patch = (!change.is_empty())
+        .then(|| change.to_merge_patch(node.metadata.resource_version.as_deref().unwrap_or("")));
+    let applied_labels: BTreeMap<String, String> = change
+        .applied_labels
+        .iter()
+        .filter_map(|k| after.labels.get(k).map(|v| (k.clone(), v.clone())))
+        .collect();
+    let applied_taints: Vec<FlavorTaint> = change
+        .applied_taints
+        .iter()
+        .filter_map(|(k, e)| {
+            let t = after
+                .taints
+                .iter()
+                .find(|t| &t.key == k && &t.effect == e)?;
+            Some(FlavorTaint {
+                key: k.clone(),
+                value: t.value.clone().unwrap_or_default(),
+                effect: serde_json::from_value(serde_json::json!(e)).ok()?,
+            })
+        })
+        .collect();
+    let revoked = is_revoked(binding);
+    let (reason, message) = if change.flavored {
+        ("Applied", "the Node carries the flavor's labels and taints")
+    } else if revoked {
+        (
+            "Revoked",
+            "the binding is revoked: flavor labels removed, NoExecute taint set",
+        )
+    } else {
+        ("FlavorMissing", "the Flavor does not exist or is invalid")
+    };
     let mut conditions = vec![condition(
-        "Flavored",
-        flavored,
-        if flavored {
-            "Applied"
-        } else if revoked {
-            "Revoked"
-        } else {
-            "FlavorMissing"
-        },
-        if flavored {
-            "the Node carries the flavor's labels and taints"
-        } else if revoked {
-            "the binding is revoked"
-        } else {
-            "the Flavor does not exist"
-        },
+        CONDITION_FLAVORED,
+        change.flavored,
+        reason,
+        message,
         prev,
     )];
-    if revoked {
-        conditions.push(condition(
-            "Revoked",
-            true,
-            "Revoked",
-            "revoked by an administrator",
-            prev,
-        ));
-    }
+    // The Revoked condition is the administrator's (node revoke): carried over unchanged.
+    conditions.extend(
+        prev.into_iter()
+            .flat_map(|p| p.conditions.iter())
+            .filter(|c| c.type_ == CONDITION_REVOKED)
+            .cloned(),
+    );
     NodePlan {
         patch,
         status: FlavorBindingStatus {
             conditions,
-            applied_labels: want_labels,
-            applied_taints: want_taints,
+            applied_labels,
+            applied_taints,
             observed_generation: binding.metadata.generation,
         },
-        flavored,
+        flavored: change.flavored,
     }
 }

@@ -20,7 +20,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{ListParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::runtime::wait::await_condition;
-use kube::{Api, Client, CustomResourceExt, ResourceExt};
+use kube::{Api, Client, ResourceExt};
 use kubeflavor::controller::{self, Options, Runtime, Step, StepHook};
 use kubeflavor::crd::{Flavor, FlavorBinding};
 use kubeflavor_core::flavor::FlavorName;
@@ -65,7 +65,7 @@ impl Harness {
         let cluster = TestCluster::start().await.expect("testkube starts");
         let admin = client_from(&cluster.admin_kubeconfig()).await;
         let crds: Api<CustomResourceDefinition> = Api::all(admin.clone());
-        for crd in [Flavor::crd(), FlavorBinding::crd()] {
+        for crd in kubeflavor::crd::crds() {
             crds.create(&PostParams::default(), &crd)
                 .await
                 .expect("CRD created");

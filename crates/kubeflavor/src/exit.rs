@@ -1,0 +1,35 @@
+//! Process exit codes. Scripts can tell "the flavor does not exist" from "the cluster is
+//! down" without parsing messages.
+
+/// Every exit status `kubeflavor` uses, and what it means.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum ExitCode {
+    /// The command did what it was asked.
+    Ok = 0,
+    /// Any failure without a more specific code.
+    Error = 1,
+    /// The command line itself is wrong: unknown flag, missing argument (clap's convention).
+    Usage = 2,
+    /// A named object does not exist (a flavor, a token).
+    NotFound = 3,
+    /// The input is well-formed but refused: a label key a kubelet could write, a zero
+    /// `--max-nodes`, a flavor still in use, a value the API server's validation rejected.
+    Refused = 4,
+    /// The API server could not be reached (connection refused, DNS, TLS handshake).
+    Unreachable = 5,
+    /// The API server refused the caller: 403 (missing RBAC permission) or 401.
+    Forbidden = 6,
+}
+
+impl ExitCode {
+    pub fn code(self) -> u8 {
+        self as u8
+    }
+}
+
+impl From<ExitCode> for std::process::ExitCode {
+    fn from(code: ExitCode) -> Self {
+        std::process::ExitCode::from(code.code())
+    }
+}

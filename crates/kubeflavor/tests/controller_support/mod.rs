@@ -15,35 +15,34 @@ use k8s_openapi::api::certificates::v1::{
     CertificateSigningRequest, CertificateSigningRequestSpec,
 };
 use k8s_openapi::api::core::v1::{Node, Secret};
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::api::{ListParams, PostParams};
-use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::api::PostParams;
+use kube::config::Kubeconfig;
 use kube::runtime::wait::await_condition;
 use kube::{Api, Client, ResourceExt};
+#[allow(unused_imports)]
+use kubeflavor::controller::Options as _Options;
 use kubeflavor::controller::{self, Options, Runtime, Step, StepHook};
 use kubeflavor::crd::{Flavor, FlavorBinding};
 use kubeflavor_core::flavor::FlavorName;
 use kubeflavor_core::token::BootstrapToken;
 use kubeflavor_core::token_secret::flavored_token_secret;
-use testkube::TestCluster;
 use tokio::sync::oneshot;
+
+use crate::common::{Env, client_from_yaml};
 
 /// A generous safety net for waits on watches; never a synchronisation tool.
 pub const WAIT: Duration = Duration::from_secs(30);
 
 pub struct Harness {
-    pub cluster: TestCluster,
+    pub env: Env,
     pub admin: Client,
+    /// Keys of the CSRs filed by `submit_csr`, to build node identities once issued.
+    keys: Mutex<BTreeMap<String, String>>,
 }
 
 pub async fn client_from(kubeconfig: &str) -> Client {
-    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
-    let kc = Kubeconfig::from_yaml(kubeconfig).expect("kubeconfig parses");
-    let cfg = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
-        .await
-        .expect("kubeconfig is usable");
-    Client::try_from(cfg).expect("client builds")
+    client_from_yaml(kubeconfig).await
 }
 
 /// Waits for `fut` with the safety-net timeout, naming what was awaited on failure.
@@ -54,6 +53,8 @@ pub async fn within<T>(what: &str, fut: impl Future<Output = T>) -> T {
 }
 
 impl Harness {
+    /// testkube (or the cluster of KUBEFLAVOR_E2E_KUBECONFIG) with `kubeflavor install
+    /// --apply` done: CRDs and RBAC exactly as a user installs them.
     pub async fn start() -> Harness {
         let _ = tracing_subscriber::fmt()
             .with_env_filter(
@@ -62,23 +63,24 @@ impl Harness {
             )
             .with_test_writer()
             .try_init();
-        let cluster = TestCluster::start().await.expect("testkube starts");
-        let admin = client_from(&cluster.admin_kubeconfig()).await;
-        let crds: Api<CustomResourceDefinition> = Api::all(admin.clone());
-        for crd in kubeflavor::crd::crds() {
-            crds.create(&PostParams::default(), &crd)
-                .await
-                .expect("CRD created");
+        let env = Env::start().await;
+        env.install().await;
+        let admin = env.client.clone();
+        Harness {
+            env,
+            admin,
+            keys: Mutex::new(BTreeMap::new()),
         }
-        // The CRDs are served once discovery lists them: wait until a list answers.
-        let flavors: Api<Flavor> = Api::all(admin.clone());
-        within("the Flavor CRD to be served", async {
-            while flavors.list(&ListParams::default()).await.is_err() {
-                tokio::task::yield_now().await;
-            }
-        })
-        .await;
-        Harness { cluster, admin }
+    }
+
+    /// A name unique to this run (a real cluster is shared between runs).
+    pub fn name(&self, base: &str) -> String {
+        self.env.name(base)
+    }
+
+    /// testkube itself, for fault injection and request counters (None on a real cluster).
+    pub fn testkube(&self) -> Option<&testkube::TestCluster> {
+        self.env.testkube.as_ref()
     }
 
     pub async fn flavor(&self, name: &str, labels: &[(&str, &str)], taints: &[(&str, &str, &str)]) {
@@ -158,15 +160,44 @@ impl Harness {
     }
 
     pub async fn bootstrap_client(&self, token: &BootstrapToken) -> Client {
-        client_from(&self.cluster.kubeconfig_for_token(&token.expose())).await
+        self.env.token_client(&token.expose()).await
     }
 
-    pub async fn node_client(&self, node: &str) -> Client {
-        let (cert, key) = self
-            .cluster
-            .issue_client_cert(&format!("system:node:{node}"), &["system:nodes"])
-            .expect("node certificate");
-        client_from(&self.cluster.kubeconfig_for_client_cert(&cert, &key)).await
+    /// The node identity `system:node:<node>`, from the certificate the cluster issued for
+    /// the CSR `csr_name` (filed with `submit_csr`) and its key: what the kubelet gets.
+    pub async fn node_client(&self, csr_name: &str) -> Client {
+        let cond = |obj: Option<&CertificateSigningRequest>| {
+            obj.and_then(|c| c.status.as_ref())
+                .and_then(|s| s.certificate.as_ref())
+                .is_some()
+        };
+        let csr = within(
+            &format!("CSR {csr_name} to be issued"),
+            await_condition(self.csrs(), csr_name, cond),
+        )
+        .await
+        .expect("watch works")
+        .expect("CSR exists");
+        let cert = String::from_utf8(csr.status.unwrap().certificate.unwrap().0).expect("PEM");
+        let key = self
+            .keys
+            .lock()
+            .unwrap()
+            .get(csr_name)
+            .cloned()
+            .expect("key of a CSR filed here");
+        let admin = Kubeconfig::read_from(&self.env.kubeconfig).expect("admin kubeconfig");
+        let cluster = admin.clusters[0].cluster.clone().expect("cluster");
+        use base64::Engine;
+        let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+        let yaml = format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: {}\n    certificate-authority-data: {}\ncontexts:\n- name: c\n  context:\n    cluster: c\n    user: u\ncurrent-context: c\nusers:\n- name: u\n  user:\n    client-certificate-data: {}\n    client-key-data: {}\n",
+            cluster.server.expect("server"),
+            cluster.certificate_authority_data.expect("CA data"),
+            b64(&cert),
+            b64(&key),
+        );
+        client_from(&yaml).await
     }
 
     /// Files a kubelet client CSR for `node` as `client` (a bootstrap identity).
@@ -176,13 +207,15 @@ impl Harness {
         csr_name: &str,
         node: &str,
     ) -> CertificateSigningRequest {
-        submit_csr_with(
+        let (csr, key) = submit_csr_with(
             client,
             csr_name,
             &format!("system:node:{node}"),
             &["system:nodes"],
         )
-        .await
+        .await;
+        self.keys.lock().unwrap().insert(csr_name.to_string(), key);
+        csr
     }
 
     pub fn csrs(&self) -> Api<CertificateSigningRequest> {
@@ -214,11 +247,12 @@ impl Harness {
     /// Registers the Node as its own node identity would (the kubelet's first write).
     pub async fn register_node(
         &self,
+        csr_name: &str,
         node: &str,
         labels: &[(&str, &str)],
         taints: &[(&str, &str)],
     ) -> Node {
-        let client = self.node_client(node).await;
+        let client = self.node_client(csr_name).await;
         let node_obj: Node = serde_json::from_value(serde_json::json!({
             "apiVersion": "v1",
             "kind": "Node",
@@ -281,7 +315,7 @@ pub async fn submit_csr_with(
     csr_name: &str,
     cn: &str,
     orgs: &[&str],
-) -> CertificateSigningRequest {
+) -> (CertificateSigningRequest, String) {
     let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).expect("key");
     let mut params = rcgen::CertificateParams::default();
     let mut dn = rcgen::DistinguishedName::new();
@@ -308,10 +342,11 @@ pub async fn submit_csr_with(
         },
         status: None,
     };
-    Api::<CertificateSigningRequest>::all(client.clone())
+    let created = Api::<CertificateSigningRequest>::all(client.clone())
         .create(&PostParams::default(), &csr)
         .await
-        .expect("CSR created")
+        .expect("CSR created");
+    (created, key.serialize_pem())
 }
 
 /// "Approved" or "Denied" when decided.

@@ -5,6 +5,7 @@
 pub mod cli;
 pub mod cluster;
 pub mod cmd;
+pub mod controller;
 pub mod crd;
 pub mod error;
 pub mod exit;

@@ -6,6 +6,7 @@
 pub mod certkey;
 pub mod copycerts;
 mod der;
+pub mod discovery;
 pub mod jws;
 pub mod keys;
 pub mod kubeconfig;

@@ -68,12 +68,19 @@ fn clap_outcome(err: clap::Error) -> Result<Parsed, CliError> {
             Ok(Parsed::Print(err.render().to_string()))
         }
         kind => {
+            // clap's first paragraph is the message (a list of missing arguments spans
+            // several lines); the rest is usage text that --help shows anyway.
             let rendered = err.render().to_string();
-            let first = rendered
+            let paragraph: Vec<&str> = rendered
                 .lines()
-                .find(|l| !l.trim().is_empty())
-                .unwrap_or("invalid command line");
-            let line = first.trim().trim_start_matches("error: ").to_string();
+                .skip_while(|l| l.trim().is_empty())
+                .take_while(|l| !l.trim().is_empty())
+                .map(str::trim)
+                .collect();
+            let line = paragraph
+                .join(" ")
+                .trim_start_matches("error: ")
+                .to_string();
             if kind == ErrorKind::ValueValidation {
                 Err(CliError::bare(ExitCode::Refused, line))
             } else {

@@ -108,7 +108,7 @@ async fn apply_creates_then_updates_from_a_file() {
         std::fs::write(
             &file,
             format!(
-                "apiVersion: kubeflavor.io/v1alpha1\nkind: Flavor\nmetadata:\n  name: {a}\nspec:\n  trustLevel: {trust}\n  labels:\n    kubeflavor.node-restriction.kubernetes.io/site: lab\n---\napiVersion: kubeflavor.io/v1alpha1\nkind: Flavor\nmetadata:\n  name: {b}\nspec:\n  taints:\n  - key: example.com/dedicated\n    effect: NoExecute\n"
+                "apiVersion: kubeflavor.io/v1alpha1\nkind: Flavor\nmetadata:\n  name: {a}\n  labels:\n    team: edge\nspec:\n  trustLevel: {trust}\n  labels:\n    kubeflavor.node-restriction.kubernetes.io/site: lab\n---\napiVersion: kubeflavor.io/v1alpha1\nkind: Flavor\nmetadata:\n  name: {b}\nspec:\n  taints:\n  - key: example.com/dedicated\n    effect: NoExecute\n"
             ),
         )
         .unwrap()

@@ -74,7 +74,12 @@ pub async fn apply(cluster: &Cluster, args: &FlavorApplyArgs, out: &mut dyn Writ
         let (name, rules) = rules_from_flavor(flavor).map_err(|e| {
             CliError::refused(format!("{shown}: {e}"), "fix the file and apply again")
         })?;
-        checked.push((name.clone(), flavor_from_rules(&name, &rules)));
+        // The applied object is rebuilt from the validated rules; the file's own labels and
+        // annotations are kept, server-set metadata (uid, resourceVersion...) is not.
+        let mut object = flavor_from_rules(&name, &rules);
+        object.metadata.labels = flavor.metadata.labels.clone();
+        object.metadata.annotations = flavor.metadata.annotations.clone();
+        checked.push((name.clone(), object));
     }
     let api: Api<Flavor> = Api::all(cluster.client.clone());
     let params = PatchParams::apply(FIELD_MANAGER).force();

@@ -18,12 +18,12 @@ use serde_json::{Value, json};
 use x509_parser::certification_request::X509CertificationRequest;
 use x509_parser::prelude::FromDer;
 
-mod validation;
-
 use crate::authz::{self, new_forbidden};
 use crate::kcm::request_der;
 use crate::types::{ApiError, ObjectReader, Operation, RequestAttributes, UserInfo};
 use validation::{Subresource, quote, validate_create, validate_update};
+
+mod validation;
 
 pub(super) const GROUP: &str = "certificates.k8s.io";
 const RESOURCE: &str = "certificatesigningrequests";

@@ -272,5 +272,11 @@ fn kubeadm_cluster_role_bindings() -> Vec<Value> {
             "kubeadm:get-nodes",
             &[("Group", KUBEADM_TOKEN_GROUP)],
         ),
+        // Since v1.29 kubeadm's admin.conf is in this group rather than system:masters.
+        binding(
+            json!({"name": "kubeadm:cluster-admins"}),
+            "cluster-admin",
+            &[("Group", "kubeadm:cluster-admins")],
+        ),
     ]
 }

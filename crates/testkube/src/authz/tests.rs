@@ -589,3 +589,30 @@ fn kubeadm_join_reads_its_config_maps_and_nothing_more() {
     assert!(authorize(&cm(bootstrap_user("abcdef"), "kube-proxy"), &reader).is_err());
     assert!(authorize(&cm(anonymous(), "kubeadm-config"), &reader).is_err());
 }
+
+#[test]
+fn kubeadm_cluster_admins_group_is_cluster_admin() {
+    let reader = MemReader::with_defaults();
+    let kubeadm_admin = user(
+        IdentityKind::ClientCert,
+        "kubernetes-admin",
+        &["kubeadm:cluster-admins", "system:authenticated"],
+    );
+    let attrs = req(
+        kubeadm_admin.clone(),
+        "delete",
+        "",
+        "secrets",
+        "kube-system",
+        "x",
+    );
+    assert!(
+        authorize(&attrs, &reader).is_ok(),
+        "through RBAC, not the masters shortcut"
+    );
+    assert!(
+        authorize(&attrs, &MemReader::new()).is_err(),
+        "and only with the binding present"
+    );
+    assert!(authorize(&path(kubeadm_admin, "/metrics"), &reader).is_ok());
+}

@@ -243,3 +243,133 @@ fn expires_in(expiration: &Expiration, now: Timestamp) -> String {
         Expiration::Unparseable(_) => "<invalid>".into(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::ByteString;
+    use kube::api::ObjectMeta;
+
+    use super::*;
+
+    const SECRET: &str = "0123456789abcdef";
+
+    fn secret(
+        id: &str,
+        data: &[(&str, &str)],
+        labels: &[(&str, &str)],
+        annotations: &[(&str, &str)],
+    ) -> Secret {
+        let map = |pairs: &[(&str, &str)]| {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        let mut all: Vec<(&str, &str)> = vec![("token-id", id), ("token-secret", SECRET)];
+        all.extend_from_slice(data);
+        Secret {
+            metadata: ObjectMeta {
+                name: Some(format!("bootstrap-token-{id}")),
+                namespace: Some("kube-system".into()),
+                labels: Some(map(labels)),
+                annotations: Some(map(annotations)),
+                ..Default::default()
+            },
+            type_: Some(TOKEN_SECRET_TYPE.into()),
+            data: Some(
+                all.iter()
+                    .map(|(k, v)| (k.to_string(), ByteString(v.as_bytes().to_vec())))
+                    .collect(),
+            ),
+            ..Default::default()
+        }
+    }
+
+    fn now() -> Timestamp {
+        "2026-11-30T12:00:00Z".parse().unwrap()
+    }
+
+    #[test]
+    fn flavored_token_shows_flavor_and_bound_count_but_no_secret() {
+        let s = secret(
+            "abcdef",
+            &[
+                ("usage-bootstrap-authentication", "true"),
+                ("expiration", "2026-12-01T12:00:00Z"),
+            ],
+            &[(FLAVOR_TOKEN_LABEL, "sweet")],
+            &[
+                ("kubeflavor.io/max-nodes", "3"),
+                ("kubeflavor.io/bound-nodes", "a,b"),
+            ],
+        );
+        let info = token_info(&s, now()).unwrap();
+        assert_eq!(info.flavor.as_deref(), Some("sweet"));
+        assert_eq!((info.bound_nodes.len(), info.max_nodes), (2, Some(3)));
+        assert_eq!(info.status, "valid");
+        assert!(info.is_live(now()));
+        assert_eq!(expires_in(&info.expires_at, now()), "24h");
+        let json = serde_json::to_string(&info).unwrap();
+        assert!(!json.contains(SECRET), "{json}");
+    }
+
+    #[test]
+    fn kubeadm_token_has_no_flavor() {
+        let s = secret(
+            "ghijkl",
+            &[("usage-bootstrap-authentication", "true")],
+            &[],
+            &[],
+        );
+        let info = token_info(&s, now()).unwrap();
+        assert_eq!(info.flavor, None);
+        assert_eq!(expires_in(&info.expires_at, now()), "<never>");
+    }
+
+    #[test]
+    fn expired_and_unusable_tokens_are_not_live() {
+        let expired = secret(
+            "mnopqr",
+            &[
+                ("usage-bootstrap-authentication", "true"),
+                ("expiration", "2026-11-30T11:00:00Z"),
+            ],
+            &[],
+            &[],
+        );
+        let info = token_info(&expired, now()).unwrap();
+        assert!(!info.is_live(now()));
+        assert_eq!(expires_in(&info.expires_at, now()), "<expired>");
+        // Still live an hour earlier: expiry is judged at the time asked.
+        assert!(info.is_live("2026-11-30T10:00:00Z".parse().unwrap()));
+
+        let no_auth = secret("stuvwx", &[("usage-bootstrap-signing", "true")], &[], &[]);
+        let info = token_info(&no_auth, now()).unwrap();
+        assert!(!info.is_live(now()));
+        assert!(
+            info.status.contains("usage-bootstrap-authentication"),
+            "{}",
+            info.status
+        );
+    }
+
+    #[test]
+    fn broken_kubeflavor_metadata_is_listed_with_the_problem() {
+        let s = secret(
+            "abcdef",
+            &[],
+            &[(FLAVOR_TOKEN_LABEL, "sweet")],
+            &[("kubeflavor.io/max-nodes", "zero")],
+        );
+        let info = token_info(&s, now()).unwrap();
+        assert!(info.status.contains("max-nodes"), "{}", info.status);
+        assert!(!info.is_live(now()));
+    }
+
+    #[test]
+    fn secrets_not_named_like_tokens_are_skipped() {
+        let mut s = secret("abcdef", &[], &[], &[]);
+        s.metadata.name = Some("something-else".into());
+        assert!(token_info(&s, now()).is_none());
+    }
+}

@@ -168,7 +168,9 @@ fn print_created(
         TokenOutput::Token => format!("{}\n", view.token.as_str()),
         TokenOutput::Json => serde_json::to_string_pretty(&view)
             .map(|s| s + "\n")
-            .unwrap_or_default(),
+            .map_err(|e| {
+                CliError::failed(format!("cannot render JSON: {e}"), "report this as a bug")
+            })?,
         TokenOutput::Yaml => output::to_yaml(&view)?,
     });
     out.write_all(rendered.as_bytes())?;

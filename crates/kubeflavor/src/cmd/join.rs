@@ -16,7 +16,6 @@ use crate::cluster::Cluster;
 use crate::error::CliError;
 use crate::exit::ExitCode;
 use crate::join::discovery::{CLUSTER_INFO_NAME, CLUSTER_INFO_NAMESPACE, KUBECONFIG_KEY};
-use crate::join::kubeconfigs;
 use crate::join::{
     self, CaCheck, DiscoveryError, JoinError, JoinOptions, Report, TlsBootstrapError,
 };
@@ -255,7 +254,7 @@ pub async fn join_target(cluster: &Cluster) -> Result<JoinTarget, CliError> {
     };
     let (server, ca_certs_der) = match published {
         Some(text) => {
-            let info = kubeconfigs::parse_cluster_info(&text).map_err(|e| {
+            let info = kubeflavor_core::kubeconfig::ClusterInfo::from_kubeconfig(&text).map_err(|e| {
                 CliError::failed(
                     format!("kube-public/cluster-info's kubeconfig is not usable: {e}"),
                     "recreate it (kubeadm init phase bootstrap-token) or fix its kubeconfig key",

@@ -83,9 +83,15 @@ pub enum DiscoveryError {
     )]
     NoClusterInfo { endpoint: String, detail: String },
     #[error(
-        "the token is invalid or expired: cluster-info carries no signature for token id {token_id} after {timeout} (create a new token on the control plane, e.g. 'kubeflavor token create --print-join-command')"
+        "the token is invalid or expired: cluster-info carries no signature for token id {token_id}{waited} (create a new token on the control plane, e.g. 'kubeflavor token create --print-join-command')"
     )]
-    NoSignature { token_id: TokenId, timeout: String },
+    NoSignature {
+        token_id: TokenId,
+        /// ` after 5m` when discovery waited for it.
+        waited: String,
+    },
+    #[error("cannot set up the HTTPS client for {endpoint}: {cause}")]
+    Client { endpoint: String, cause: String },
     #[error(
         "the token is invalid: cluster-info's signature for token id {token_id} does not verify with this token's secret, so this API server cannot be trusted (check the token; create a new one if it was mistyped)"
     )]
@@ -200,7 +206,7 @@ pub fn verify_signature(
         .filter(|s| !s.is_empty())
         .ok_or_else(|| DiscoveryError::NoSignature {
             token_id: token_id.clone(),
-            timeout: "0s".into(),
+            waited: String::new(),
         })?;
     kubeflavor_core::jws::verify(
         token_id.as_str(),

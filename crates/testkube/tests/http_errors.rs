@@ -396,6 +396,11 @@ async fn watch_stream_framing_is_one_json_object_per_line() {
         .await;
     assert_eq!(r.status, 200);
     assert_eq!(r.header("Transfer-Encoding"), Some("chunked"));
+    assert!(
+        r.body.lines().all(|l| l.starts_with("{\"type\":\"")),
+        "type comes first: {}",
+        r.body
+    );
     let events: Vec<Value> = r
         .body
         .lines()

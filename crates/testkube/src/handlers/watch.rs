@@ -40,10 +40,19 @@ pub struct WatchStart {
     bookmarks: bool,
 }
 
-fn line(event_type: &str, object: &Value) -> Bytes {
-    let mut text = json!({"type": event_type, "object": object}).to_string();
-    text.push('\n');
+/// `{"type":...,"object":...}` and a newline, `type` first as the real server writes it.
+fn framed(event_type: &str, object: &[u8]) -> Bytes {
+    let mut text = Vec::with_capacity(object.len() + 32);
+    text.extend_from_slice(b"{\"type\":\"");
+    text.extend_from_slice(event_type.as_bytes());
+    text.extend_from_slice(b"\",\"object\":");
+    text.extend_from_slice(object);
+    text.extend_from_slice(b"}\n");
     Bytes::from(text)
+}
+
+fn line(event_type: &str, object: &Value) -> Bytes {
+    framed(event_type, &serde_json::to_vec(object).unwrap_or_default())
 }
 
 fn bookmark(info: &ResourceInfo, rv: u64, initial_end: bool) -> Bytes {
@@ -82,7 +91,15 @@ impl WatchStart {
             EventType::Deleted if before || now => "DELETED",
             _ => return None,
         };
-        Some(line(event_type, &present(&self.info, &event.object)))
+        let api_version = self.info.api_version();
+        let (cached_for, object) = event.rendered.get_or_init(|| {
+            let json = serde_json::to_vec(&present(&self.info, &event.object)).unwrap_or_default();
+            (api_version.clone(), Bytes::from(json))
+        });
+        if *cached_for != api_version {
+            return Some(line(event_type, &present(&self.info, &event.object)));
+        }
+        Some(framed(event_type, object))
     }
 }
 

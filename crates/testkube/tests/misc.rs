@@ -202,3 +202,57 @@ async fn kubeconfigs_are_written_and_usable() {
     assert_eq!(version.major, "1");
     cluster.shutdown().await;
 }
+
+#[tokio::test]
+async fn body_formats_and_the_openapi_kubectl_needs() {
+    let cluster = TestCluster::start().await.unwrap();
+    let c = RawClient::admin(&cluster);
+    let yaml = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: from-yaml\ndata:\n  k: v\n";
+    let r = c
+        .send(
+            "POST",
+            "/api/v1/namespaces/default/configmaps",
+            &[("Content-Type", "application/yaml")],
+            yaml,
+        )
+        .await;
+    assert_eq!((r.status, r.json()["data"]["k"].as_str()), (201, Some("v")));
+    let r = c
+        .send(
+            "POST",
+            "/api/v1/namespaces/default/configmaps",
+            &[("Content-Type", "application/vnd.kubernetes.protobuf")],
+            "k8s\0",
+        )
+        .await;
+    assert_eq!(
+        (r.status, r.json()["reason"].as_str()),
+        (415, Some("UnsupportedMediaType"))
+    );
+
+    // kubectl's --validate=strict looks for PATCH operations with fieldValidation per GVK.
+    let root = c.get("/openapi/v3").await.json();
+    let url = root["paths"]["api/v1"]["serverRelativeURL"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let doc = c.get(&url).await.json();
+    let patch = &doc["paths"]["/api/v1/namespaces/{namespace}/configmaps/{name}"]["patch"];
+    assert_eq!(
+        patch["x-kubernetes-group-version-kind"],
+        json!({"group": "", "version": "v1", "kind": "ConfigMap"})
+    );
+    assert!(
+        patch["parameters"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p["name"] == "fieldValidation" && p["in"] == "query")
+    );
+    assert!(root["paths"]["apis/certificates.k8s.io/v1"].is_object());
+    assert_eq!(
+        c.get("/openapi/v3/apis/nothing.example/v1").await.status,
+        404
+    );
+    cluster.shutdown().await;
+}

@@ -171,7 +171,14 @@ pub fn start(
         w.live = Some(rx);
         return Ok(w);
     }
-    let since = w.opts.resource_version.unwrap_or(0);
+    let Some(since) = w.opts.resource_version.filter(|rv| *rv != 0) else {
+        // sendInitialEvents=false without a resourceVersion: start at the most recent state.
+        let (_, rx) = st
+            .subscribe(&info.storage, None)
+            .map_err(|_| unreachable_history())?;
+        w.live = Some(rx);
+        return Ok(w);
+    };
     match st.subscribe(&info.storage, Some(since)) {
         Ok((backlog, rx)) => {
             let lines: Vec<Bytes> = backlog.iter().filter_map(|e| w.render(e)).collect();

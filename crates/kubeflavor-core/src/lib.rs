@@ -2,6 +2,20 @@
 //! plain data. No I/O, no async, no Kubernetes client: the binary gathers facts, calls
 //! these functions and applies their results.
 
+// Tokens, flavors, the CSR policy and node flavoring.
+pub mod csr;
+pub mod flavor;
+pub mod labels;
+pub mod names;
+pub mod node_state;
+pub mod policy;
+pub mod taint;
+pub mod token;
+pub mod token_meta;
+pub mod token_record;
+pub mod token_secret;
+pub mod ttl;
+
 // Discovery, copy-certs, PKI and the kubelet CSR (core-crypto).
 pub mod certkey;
 pub mod copycerts;
@@ -15,17 +29,3 @@ mod pem;
 pub mod pin;
 pub mod pki;
 pub mod random;
-
-// Tokens, labels, flavors, CSR validation (core-policy).
-pub mod csr;
-pub mod flavor;
-pub mod labels;
-pub mod names;
-pub mod node_state;
-pub mod policy;
-pub mod taint;
-pub mod token;
-pub mod token_meta;
-pub mod token_record;
-pub mod token_secret;
-pub mod ttl;

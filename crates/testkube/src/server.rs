@@ -350,7 +350,13 @@ async fn respond(
                     accept: header_str(header::ACCEPT),
                     now,
                 };
-                handlers::handle(&mut st, &cx, &info, method)?
+                // A bug in a handler answers 500 instead of dropping the connection.
+                let handled = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    handlers::handle(&mut st, &cx, &info, method)
+                }));
+                handled.unwrap_or_else(|_| {
+                    Err(crate::errors::internal_error("the handler panicked"))
+                })?
             };
             Ok(match reply {
                 Reply::Json {

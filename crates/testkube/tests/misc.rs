@@ -178,6 +178,23 @@ async fn tables_of_built_in_types_and_pretty_json_for_curl() {
         vec!["default", "kube-node-lease", "kube-public", "kube-system"]
     );
 
+    // kubectl get -w: every watch event carries a one-row Table.
+    let watch = c
+        .send(
+            "GET",
+            "/api/v1/namespaces?watch=1&timeoutSeconds=1",
+            &[accept],
+            "",
+        )
+        .await;
+    let first: serde_json::Value =
+        serde_json::from_str(watch.body.lines().next().unwrap()).unwrap();
+    assert_eq!(
+        (first["type"].as_str(), first["object"]["kind"].as_str()),
+        (Some("ADDED"), Some("Table"))
+    );
+    assert_eq!(first["object"]["rows"][0]["cells"][0], "default");
+
     let pretty = c
         .send("GET", "/version", &[("User-Agent", "curl/8.0")], "")
         .await;
@@ -253,6 +270,46 @@ async fn body_formats_and_the_openapi_kubectl_needs() {
     assert_eq!(
         c.get("/openapi/v3/apis/nothing.example/v1").await.status,
         404
+    );
+    cluster.shutdown().await;
+}
+
+#[tokio::test]
+async fn kube_runtime_recorder_creates_then_patches_an_event_series() {
+    use k8s_openapi::api::core::v1::ObjectReference;
+    use k8s_openapi::api::events::v1::Event as EventV1;
+    use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+
+    let cluster = TestCluster::start().await.unwrap();
+    let client = admin(&cluster).await;
+    let reporter = Reporter {
+        controller: "kubeflavor.io/approver".into(),
+        instance: Some("kubeflavor-0".into()),
+    };
+    let recorder = Recorder::new(client.clone(), reporter);
+    let regarding = ObjectReference {
+        api_version: Some("certificates.k8s.io/v1".into()),
+        kind: Some("CertificateSigningRequest".into()),
+        name: Some("csr-worker-1".into()),
+        ..Default::default()
+    };
+    let event = Event {
+        type_: EventType::Normal,
+        reason: "Approved".into(),
+        note: Some("approved".into()),
+        action: "Approve".into(),
+        secondary: None,
+    };
+    recorder.publish(&event, &regarding).await.unwrap();
+    recorder.publish(&event, &regarding).await.unwrap();
+    let events: Api<EventV1> = Api::namespaced(client, "default");
+    let list = events.list(&Default::default()).await.unwrap();
+    assert_eq!(list.items.len(), 1);
+    let stored = &list.items[0];
+    assert_eq!(stored.series.as_ref().map(|s| s.count), Some(2));
+    assert_eq!(
+        stored.regarding.as_ref().and_then(|r| r.name.as_deref()),
+        Some("csr-worker-1")
     );
     cluster.shutdown().await;
 }

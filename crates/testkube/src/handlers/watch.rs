@@ -38,6 +38,9 @@ pub struct WatchStart {
     live: Option<EventReceiver>,
     timeout: Duration,
     bookmarks: bool,
+    /// `kubectl get -w` asks for Table rows (Accept `as=Table`): each event carries a
+    /// one-row Table instead of the object.
+    table: bool,
 }
 
 /// `{"type":...,"object":...}` and a newline, `type` first as the real server writes it.
@@ -80,6 +83,12 @@ impl WatchStart {
 
     /// The event a watcher of this selection sees for one change: objects entering or
     /// leaving the label selection appear as ADDED or DELETED, as the watch cache does.
+    fn as_table(&self, obj: &Value) -> Value {
+        let shown = present(&self.info, obj);
+        let rv = shown["metadata"]["resourceVersion"].clone();
+        super::read::table(&self.info, &[shown], &rv, jiff::Timestamp::now())
+    }
+
     fn render(&self, event: &StoredEvent) -> Option<Bytes> {
         let now = self.selected(&event.object);
         let before = event.old.as_ref().is_some_and(|o| self.selected(o));
@@ -91,6 +100,9 @@ impl WatchStart {
             EventType::Deleted if before || now => "DELETED",
             _ => return None,
         };
+        if self.table {
+            return Some(line(event_type, &self.as_table(&event.object)));
+        }
         let api_version = self.info.api_version();
         let (cached_for, object) = event.rendered.get_or_init(|| {
             let json = serde_json::to_vec(&present(&self.info, &event.object)).unwrap_or_default();
@@ -150,6 +162,7 @@ pub fn start(
         live: None,
         timeout,
         bookmarks,
+        table: cx.wants_table(),
     };
     let from_state = match (w.opts.resource_version, send_initial) {
         (_, Some(true)) => true,
@@ -159,7 +172,12 @@ pub fn start(
     if from_state {
         for obj in matching(st, info, w.namespace.as_deref(), &w.opts) {
             if w.opts.fields.matches(obj) {
-                w.initial.push(line("ADDED", &present(info, obj)));
+                let shown = if w.table {
+                    w.as_table(obj)
+                } else {
+                    present(info, obj)
+                };
+                w.initial.push(line("ADDED", &shown));
             }
         }
         if send_initial == Some(true) && bookmarks {

@@ -27,7 +27,7 @@ Exit codes:
   1   any other failure
   2   usage: bad flags, endpoint or node name
   5   the API server could not be reached before --timeout
-  6   cluster-info is not readable anonymously
+  6   cluster-info is not readable anonymously, or the token may not create CSRs
   10  the token is malformed (not <6 a-z0-9>.<16 a-z0-9>)
   11  a --discovery-token-ca-cert-hash is malformed (not sha256:<64 hex>)
   12  no --discovery-token-ca-cert-hash and no --discovery-token-unsafe-skip-ca-verification

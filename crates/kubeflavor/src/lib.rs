@@ -5,9 +5,11 @@
 pub mod cli;
 pub mod cluster;
 pub mod cmd;
+pub mod controller;
 pub mod crd;
 pub mod error;
 pub mod exit;
+pub mod join;
 pub mod output;
 
 use std::ffi::OsString;

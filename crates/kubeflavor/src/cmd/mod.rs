@@ -1,9 +1,13 @@
 //! The commands. Each takes its parsed arguments, a cluster connection when it needs one,
 //! and the writer for its output.
 
+pub mod controller;
 pub mod flavor;
 pub mod install;
+pub mod join;
+pub mod node;
 pub mod token;
+pub mod token_revoke;
 
 use std::io::Write;
 
@@ -24,6 +28,19 @@ pub async fn execute(cli: Cli, out: &mut dyn Write) -> Result<()> {
         }
         Command::Token(TokenCommand::Delete(args)) => {
             token::delete(&connect(&global).await?, &args, out).await
+        }
+        Command::Token(TokenCommand::Revoke(args)) => {
+            token_revoke::revoke(&connect(&global).await?, &args, out).await
+        }
+        Command::Controller(args) => controller::run(&connect(&global).await?, &args).await,
+        Command::Node(node::NodeCommand::List(args)) => {
+            node::list(&connect(&global).await?, &args, out).await
+        }
+        Command::Node(node::NodeCommand::Get(args)) => {
+            node::get(&connect(&global).await?, &args, out).await
+        }
+        Command::Node(node::NodeCommand::Revoke(args)) => {
+            node::revoke(&connect(&global).await?, &args, out).await
         }
         Command::Flavor(FlavorCommand::Create(args)) => {
             flavor::create(&connect(&global).await?, &args, out).await
@@ -47,6 +64,7 @@ pub async fn execute(cli: Cli, out: &mut dyn Write) -> Result<()> {
                 install::print(&args, out)
             }
         }
+        Command::Join(args) => join::run(&args, out).await,
     }
 }
 

@@ -89,10 +89,19 @@ pub async fn create(cluster: &Cluster, args: &TokenCreateArgs, out: &mut dyn Wri
         .unwrap_or(DEFAULT_MAX_NODES);
     let expiration = ttl.expiration(Timestamp::now());
 
+    // --print-join-command: resolved before the token exists, so a cluster whose server or
+    // CA cannot be found never gets a token nobody will see.
+    let join_target = match args.print_join_command {
+        true => Some(super::join::join_target(cluster).await?),
+        false => None,
+    };
     let token = mint(cluster, &args.flavor, expiration, max_nodes, || {
         BootstrapToken::generate().map_err(|e| CliError::failed(e, "retry"))
     })
     .await?;
+    if let Some(target) = &join_target {
+        return super::join::print_join_command(target, &token, out);
+    }
     print_created(
         &token,
         &args.flavor,

@@ -1,0 +1,409 @@
+//! `kubeflavor join`: parse the command line once, run [`crate::join`], map every failure to
+//! its own exit code (documented in `--help`).
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Args;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::Api;
+use kubeflavor_core::names::NodeName;
+use kubeflavor_core::pin::CaPin;
+use kubeflavor_core::token::BootstrapToken;
+
+use crate::cluster::Cluster;
+use crate::error::CliError;
+use crate::exit::ExitCode;
+use crate::join::discovery::{CLUSTER_INFO_NAME, CLUSTER_INFO_NAMESPACE, KUBECONFIG_KEY};
+use crate::join::{
+    self, CaCheck, DiscoveryError, JoinError, JoinOptions, Report, TlsBootstrapError,
+};
+
+/// The exit codes of `join`, shown in its `--help`.
+pub const JOIN_EXIT_CODES: &str = "\
+Exit codes:
+  0   joined
+  1   any other failure
+  2   usage: bad flags, endpoint or node name
+  5   the API server could not be reached before --timeout
+  6   cluster-info is not readable anonymously, or the token may not create CSRs
+  10  the token is malformed (not <6 a-z0-9>.<16 a-z0-9>)
+  11  a --discovery-token-ca-cert-hash is malformed (not sha256:<64 hex>)
+  12  no --discovery-token-ca-cert-hash and no --discovery-token-unsafe-skip-ca-verification
+  13  the cluster CA does not match the pin, or the cluster failed the CA-verified re-read:
+      this may be an attack
+  14  the token is invalid or expired (cluster-info carries no valid signature for it,
+      or the API server refused it)
+  15  the cluster refused this node (its certificate signing request was denied)
+  16  the kubelet directory is not writable, or this node already has a kubelet.conf
+
+The token secret is never printed. Every file is written atomically with mode 0600; a
+failed join leaves no file behind.";
+
+#[derive(Args, Debug, Clone)]
+#[command(after_long_help = JOIN_EXIT_CODES)]
+pub struct JoinArgs {
+    /// The API server to discover the cluster from, as host:port (e.g. 192.0.2.10:6443).
+    pub endpoint: String,
+
+    /// The bootstrap token, <id>.<secret> (from 'kubeflavor token create').
+    #[arg(long, env = "KUBEFLAVOR_JOIN_TOKEN", hide_env_values = true)]
+    pub token: String,
+
+    /// Pin of the cluster CA's public key, sha256:<hex> (repeatable: any match passes).
+    #[arg(long = "discovery-token-ca-cert-hash", value_name = "sha256:HEX")]
+    pub ca_cert_hashes: Vec<String>,
+
+    /// Trust the CA named by cluster-info without a pin. UNSAFE: anyone holding the token
+    /// can then impersonate the cluster to this node.
+    #[arg(long = "discovery-token-unsafe-skip-ca-verification")]
+    pub unsafe_skip_ca_verification: bool,
+
+    /// The node's name (default: this machine's host name, lowercased).
+    #[arg(long)]
+    pub node_name: Option<String>,
+
+    /// Where to write bootstrap-kubelet.conf (and kubelet.conf with --tls-bootstrap).
+    #[arg(long, default_value = "/etc/kubernetes")]
+    pub kubelet_dir: PathBuf,
+
+    /// Do the kubelet's TLS bootstrap here: create a key and CSR, wait until it is issued,
+    /// and write kubelet.conf.
+    #[arg(long)]
+    pub tls_bootstrap: bool,
+
+    /// Give up discovery (and, separately, the wait for the certificate) after this long.
+    #[arg(long, default_value = "5m", value_parser = parse_duration)]
+    pub timeout: Duration,
+
+    /// How long to wait between two reads of cluster-info.
+    #[arg(long, default_value = "5s", value_parser = parse_duration, hide = true)]
+    pub discovery_retry_interval: Duration,
+}
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    let d: jiff::SignedDuration = s
+        .parse()
+        .map_err(|e| format!("{s:?} is not a duration ({e}); use e.g. 30s, 5m, 1m30s"))?;
+    if d.is_negative() || d.is_zero() {
+        return Err(format!("{s:?} must be a positive duration, e.g. 5m"));
+    }
+    Duration::try_from(d).map_err(|e| format!("{s:?}: {e}"))
+}
+
+/// Turns the flags into validated options. Each bad input has its own exit code.
+pub fn options(args: &JoinArgs) -> Result<JoinOptions, CliError> {
+    let endpoint =
+        join::parse_endpoint(&args.endpoint).map_err(|m| CliError::bare(ExitCode::Usage, m))?;
+    // The token is parsed here rather than by clap: clap would echo the bad value, secret
+    // included, in its error message.
+    let token: BootstrapToken = args.token.parse().map_err(|e| {
+        CliError::new(
+            ExitCode::JoinMalformedToken,
+            format_args!("--token is not a bootstrap token: {e}"),
+            "copy the whole token from 'kubeflavor token create', e.g. abcdef.0123456789abcdef",
+        )
+    })?;
+    let pins = args
+        .ca_cert_hashes
+        .iter()
+        .map(|h| {
+            h.parse::<CaPin>().map_err(|e| {
+                CliError::new(
+                    ExitCode::JoinMalformedPin,
+                    format_args!("--discovery-token-ca-cert-hash {h:?} is not a CA pin: {e}"),
+                    "copy it from 'kubeflavor token create --print-join-command': sha256:<64 hex characters>",
+                )
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let ca_check = match (pins.is_empty(), args.unsafe_skip_ca_verification) {
+        (false, _) => CaCheck::Pinned(pins),
+        (true, true) => CaCheck::UnsafeSkip,
+        (true, false) => {
+            return Err(CliError::new(
+                ExitCode::JoinPinRequired,
+                "refusing to join without a CA pin: without one, anyone holding the token can impersonate the cluster",
+                "pass --discovery-token-ca-cert-hash sha256:<hex> from 'kubeflavor token create --print-join-command', or accept the risk with --discovery-token-unsafe-skip-ca-verification",
+            ));
+        }
+    };
+    let node_name: NodeName = match &args.node_name {
+        Some(n) => n.parse().map_err(|e| {
+            CliError::new(
+                ExitCode::Usage,
+                format_args!("--node-name {n:?} is not a valid node name: {e}"),
+                "use a DNS-1123 subdomain, e.g. worker-1",
+            )
+        })?,
+        None => join::default_node_name().map_err(|m| CliError::bare(ExitCode::Usage, m))?,
+    };
+    Ok(JoinOptions {
+        endpoint,
+        token,
+        ca_check,
+        node_name,
+        kubelet_dir: args.kubelet_dir.clone(),
+        tls_bootstrap: args.tls_bootstrap,
+        timeout: args.timeout,
+        retry_interval: args.discovery_retry_interval,
+    })
+}
+
+/// `kubeflavor join ...`: progress to `out`, warnings to stderr.
+pub async fn run(args: &JoinArgs, out: &mut dyn Write) -> Result<(), CliError> {
+    let opts = options(args)?;
+    let mut report = WriterReport { out };
+    run_with(&opts, &mut report).await.map(|_| ())
+}
+
+/// Progress lines on the command's output; a failed write (closed pipe) must not abort a
+/// join half-way, so it is ignored.
+struct WriterReport<'a> {
+    out: &'a mut dyn Write,
+}
+
+impl Report for WriterReport<'_> {
+    fn info(&mut self, line: &str) {
+        let _ = writeln!(self.out, "{line}");
+        let _ = self.out.flush();
+    }
+    fn warn(&mut self, line: &str) {
+        eprintln!("{line}");
+    }
+}
+
+/// The join with a chosen progress sink; errors already mapped to exit codes.
+pub async fn run_with(
+    opts: &JoinOptions,
+    report: &mut dyn Report,
+) -> Result<join::JoinOutcome, CliError> {
+    let outcome = join::run(opts, report).await.map_err(to_cli_error)?;
+    report.info("");
+    report.info("This node has joined the cluster's trust bootstrap:");
+    match &outcome.kubelet_kubeconfig {
+        Some(path) => report.info(&format!(
+            "* Its client certificate (certificate signing request {}) is in {}.",
+            outcome.csr_name.as_deref().unwrap_or("?"),
+            path.display()
+        )),
+        None => report.info(&format!(
+            "* The kubelet can bootstrap with {}; kubeflavor's controller decides whether it gets a certificate.",
+            outcome.bootstrap_kubeconfig.display()
+        )),
+    }
+    report.info("* It registers with the taint kubeflavor.io/unverified:NoSchedule until the controller flavors it.");
+    Ok(outcome)
+}
+
+/// One exit code per failure a user can act on.
+pub fn exit_code(err: &JoinError) -> ExitCode {
+    match err {
+        JoinError::KubeletDir(_) | JoinError::AlreadyJoined(_) => ExitCode::JoinKubeletDir,
+        JoinError::Discovery(d) => match d {
+            DiscoveryError::Unreachable { .. } => ExitCode::Unreachable,
+            DiscoveryError::ClusterInfoForbidden { .. } => ExitCode::Forbidden,
+            DiscoveryError::NoSignature { .. } | DiscoveryError::BadSignature { .. } => {
+                ExitCode::JoinTokenInvalid
+            }
+            DiscoveryError::PinMismatch { .. }
+            | DiscoveryError::VerifiedFetchFailed { .. }
+            | DiscoveryError::ClusterInfoChanged => ExitCode::JoinCaMismatch,
+            DiscoveryError::NoClusterInfo { .. }
+            | DiscoveryError::BadKubeconfig(_)
+            | DiscoveryError::Client { .. } => ExitCode::Error,
+        },
+        JoinError::TlsBootstrap(t) => match t {
+            TlsBootstrapError::Denied { .. } | TlsBootstrapError::TokenWithdrawn { .. } => {
+                ExitCode::JoinNodeRefused
+            }
+            TlsBootstrapError::TokenRejected(_) => ExitCode::JoinTokenInvalid,
+            TlsBootstrapError::Forbidden(_) => ExitCode::Forbidden,
+            _ => ExitCode::Error,
+        },
+        JoinError::Kubeconfig(_) => ExitCode::Error,
+    }
+}
+
+fn to_cli_error(err: JoinError) -> CliError {
+    CliError::bare(exit_code(&err), err.to_string())
+}
+
+/// Where a node joins and how it recognises the cluster: what `token create
+/// --print-join-command` prints around the token.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JoinTarget {
+    /// `host:port` of the API server.
+    pub endpoint: String,
+    /// One pin per CA certificate (kubeadm prints one flag per CA; any match passes).
+    pub pins: Vec<CaPin>,
+}
+
+/// The server and CA as cluster-info publishes them (what a joining node will see), or,
+/// when the cluster has no cluster-info, as the admin's kubeconfig knows them.
+pub async fn join_target(cluster: &Cluster) -> Result<JoinTarget, CliError> {
+    let api: Api<ConfigMap> = Api::namespaced(cluster.client.clone(), CLUSTER_INFO_NAMESPACE);
+    let published = match api.get_opt(CLUSTER_INFO_NAME).await {
+        Ok(cm) => cm
+            .and_then(|cm| cm.data)
+            .and_then(|mut d| d.remove(KUBECONFIG_KEY)),
+        // Reading kube-public is a courtesy; an admin without it still has the kubeconfig.
+        Err(kube::Error::Api(s)) if s.code == 403 => None,
+        Err(err) => return Err(cluster.error("read kube-public/cluster-info", err)),
+    };
+    let (server, ca_certs_der) = match published {
+        Some(text) => {
+            let info = kubeflavor_core::kubeconfig::ClusterInfo::from_kubeconfig(&text).map_err(|e| {
+                CliError::failed(
+                    format!("kube-public/cluster-info's kubeconfig is not usable: {e}"),
+                    "recreate it (kubeadm init phase bootstrap-token) or fix its kubeconfig key",
+                )
+            })?;
+            (info.server, info.ca_certs_der)
+        }
+        None => (cluster.origin.server.clone(), cluster.ca_certs_der.clone()),
+    };
+    if ca_certs_der.is_empty() {
+        return Err(CliError::failed(
+            "cannot print a join command: the cluster has no kube-public/cluster-info and the kubeconfig names no CA certificate",
+            "use a kubeconfig with certificate-authority-data, or create cluster-info (kubeadm init phase bootstrap-token)",
+        ));
+    }
+    let pins = ca_certs_der
+        .iter()
+        .map(|der| CaPin::from_cert_der(der))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| {
+            CliError::failed(
+                format!("the cluster CA certificate is unusable: {e}"),
+                "check the cluster's CA",
+            )
+        })?;
+    let endpoint = endpoint_of(&server).map_err(|m| {
+        CliError::failed(m, "check the server URL in cluster-info or the kubeconfig")
+    })?;
+    Ok(JoinTarget { endpoint, pins })
+}
+
+/// `https://host:port[/]` -> `host:port` (kubeadm join takes no scheme).
+fn endpoint_of(server: &str) -> Result<String, String> {
+    let uri: http::Uri = server
+        .parse()
+        .map_err(|e| format!("server {server:?} is not a URL: {e}"))?;
+    if uri.scheme_str() != Some("https") || !matches!(uri.path(), "" | "/") {
+        return Err(format!("server {server:?} is not an https://host:port URL"));
+    }
+    let authority = uri
+        .authority()
+        .ok_or_else(|| format!("server {server:?} has no host"))?;
+    Ok(match authority.port_u16() {
+        Some(_) => authority.to_string(),
+        None => format!("{authority}:443"),
+    })
+}
+
+/// The join line. It carries the token: printing it is this command's job, and the
+/// buffer is wiped afterwards.
+pub fn join_command_line(
+    target: &JoinTarget,
+    token: &BootstrapToken,
+) -> zeroize::Zeroizing<String> {
+    let mut line = zeroize::Zeroizing::new(format!(
+        "kubeadm join {} --token {}",
+        target.endpoint,
+        token.expose().as_str()
+    ));
+    for pin in &target.pins {
+        line.push_str(&format!(" --discovery-token-ca-cert-hash {pin}"));
+    }
+    line.push('\n');
+    line
+}
+
+pub fn print_join_command(
+    target: &JoinTarget,
+    token: &BootstrapToken,
+    out: &mut dyn Write,
+) -> Result<(), CliError> {
+    out.write_all(join_command_line(target, token).as_bytes())?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn join_line_has_kubeadm_shape_with_one_flag_per_ca() {
+        let pin_a: CaPin = format!("sha256:{}", "a".repeat(64)).parse().unwrap();
+        let pin_b: CaPin = format!("sha256:{}", "b".repeat(64)).parse().unwrap();
+        let token: BootstrapToken = "abcdef.0123456789abcdef".parse().unwrap();
+        let target = JoinTarget {
+            endpoint: "192.0.2.10:6443".into(),
+            pins: vec![pin_a, pin_b],
+        };
+        assert_eq!(
+            join_command_line(&target, &token).as_str(),
+            format!(
+                "kubeadm join 192.0.2.10:6443 --token abcdef.0123456789abcdef --discovery-token-ca-cert-hash sha256:{} --discovery-token-ca-cert-hash sha256:{}\n",
+                "a".repeat(64),
+                "b".repeat(64)
+            )
+        );
+    }
+
+    #[test]
+    fn endpoint_is_the_servers_host_and_port() {
+        assert_eq!(
+            endpoint_of("https://192.0.2.10:6443").unwrap(),
+            "192.0.2.10:6443"
+        );
+        assert_eq!(
+            endpoint_of("https://cp.example.com:6443/").unwrap(),
+            "cp.example.com:6443"
+        );
+        assert_eq!(
+            endpoint_of("https://[2001:db8::1]:6443").unwrap(),
+            "[2001:db8::1]:6443"
+        );
+        assert_eq!(
+            endpoint_of("https://cp.example.com").unwrap(),
+            "cp.example.com:443"
+        );
+        assert!(endpoint_of("http://cp.example.com:8080").is_err());
+        assert!(endpoint_of("https://cp.example.com:6443/k8s").is_err());
+    }
+
+    #[test]
+    fn malformed_token_and_pin_have_their_own_exit_codes_and_never_echo_the_secret() {
+        let args = |token: &str, pin: &str| JoinArgs {
+            endpoint: "192.0.2.10:6443".into(),
+            token: token.into(),
+            ca_cert_hashes: vec![pin.into()],
+            unsafe_skip_ca_verification: false,
+            node_name: Some("worker-1".into()),
+            kubelet_dir: "/tmp/unused".into(),
+            tls_bootstrap: false,
+            timeout: Duration::from_secs(1),
+            discovery_retry_interval: Duration::from_secs(1),
+        };
+        let good_pin = format!("sha256:{}", "a".repeat(64));
+        let err = options(&args("abcdef.0123456789ABCDEF", &good_pin)).unwrap_err();
+        assert_eq!(err.code, ExitCode::JoinMalformedToken);
+        assert!(!err.message.contains("0123456789ABCDEF"), "{}", err.message);
+        let err = options(&args("abcdef.0123456789abcdef", "sha256:abc")).unwrap_err();
+        assert_eq!(err.code, ExitCode::JoinMalformedPin);
+        let mut no_pin = args("abcdef.0123456789abcdef", &good_pin);
+        no_pin.ca_cert_hashes.clear();
+        assert_eq!(
+            options(&no_pin).unwrap_err().code,
+            ExitCode::JoinPinRequired
+        );
+        no_pin.unsafe_skip_ca_verification = true;
+        assert!(matches!(
+            options(&no_pin).unwrap().ca_check,
+            CaCheck::UnsafeSkip
+        ));
+    }
+}

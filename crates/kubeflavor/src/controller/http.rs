@@ -1,0 +1,176 @@
+//! The operations endpoint: `/metrics`, `/healthz`, `/readyz` on plain HTTP.
+//!
+//! `/healthz` says the process loop is alive. `/readyz` says this replica is useful: a
+//! standby is ready (it is waiting for the Lease, which is its job), a leader is ready once
+//! its watch caches have synced, so a rolling update waits for the new leader to see state.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use http::{Request, Response, StatusCode};
+use http_body_util::Full;
+use hyper::body::Bytes;
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use tokio::net::TcpListener;
+
+use super::metrics::Metrics;
+
+/// Shared health flags, flipped by the controller's tasks.
+#[derive(Debug, Default)]
+pub struct Health {
+    leading: AtomicBool,
+    synced: AtomicBool,
+    stopping: AtomicBool,
+}
+
+impl Health {
+    pub fn set_leading(&self, v: bool) {
+        self.leading.store(v, Ordering::SeqCst);
+    }
+    pub fn set_synced(&self, v: bool) {
+        self.synced.store(v, Ordering::SeqCst);
+    }
+    pub fn set_stopping(&self) {
+        self.stopping.store(true, Ordering::SeqCst);
+    }
+    pub fn is_leading(&self) -> bool {
+        self.leading.load(Ordering::SeqCst)
+    }
+    /// Ready: not shutting down, and either standing by or leading with synced caches.
+    pub fn is_ready(&self) -> bool {
+        !self.stopping.load(Ordering::SeqCst)
+            && (!self.is_leading() || self.synced.load(Ordering::SeqCst))
+    }
+}
+
+fn respond(status: StatusCode, content_type: &str, body: String) -> Response<Full<Bytes>> {
+    Response::builder()
+        .status(status)
+        .header(http::header::CONTENT_TYPE, content_type)
+        .body(Full::new(Bytes::from(body)))
+        .expect("static response parts are valid")
+}
+
+pub fn route(path: &str, health: &Health, metrics: &Metrics) -> Response<Full<Bytes>> {
+    match path {
+        "/metrics" => respond(
+            StatusCode::OK,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            metrics.render(),
+        ),
+        "/healthz" | "/livez" => respond(StatusCode::OK, "text/plain", "ok\n".into()),
+        "/readyz" if health.is_ready() => respond(StatusCode::OK, "text/plain", "ok\n".into()),
+        "/readyz" => respond(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "text/plain",
+            "not ready: the leader's caches have not synced yet\n".into(),
+        ),
+        _ => respond(StatusCode::NOT_FOUND, "text/plain", "not found\n".into()),
+    }
+}
+
+/// Serves `listener` until `shutdown` resolves.
+pub async fn serve(
+    listener: TcpListener,
+    health: Arc<Health>,
+    metrics: Metrics,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> std::io::Result<()> {
+    tokio::pin!(shutdown);
+    loop {
+        let (stream, _) = tokio::select! {
+            _ = &mut shutdown => return Ok(()),
+            accepted = listener.accept() => match accepted {
+                Ok(a) => a,
+                Err(e) => {
+                    tracing::warn!(error = %e, "accepting an operations connection failed");
+                    continue;
+                }
+            },
+        };
+        let health = health.clone();
+        let metrics = metrics.clone();
+        tokio::spawn(async move {
+            let svc = service_fn(move |req: Request<Incoming>| {
+                let resp = route(req.uri().path(), &health, &metrics);
+                async move { Ok::<_, Infallible>(resp) }
+            });
+            let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+            if let Err(e) = builder.serve_connection(TokioIo::new(stream), svc).await {
+                tracing::debug!(error = %e, "operations connection ended with an error");
+            }
+        });
+    }
+}
+
+/// Binds the operations address.
+pub async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    TcpListener::bind(addr).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    async fn get(addr: SocketAddr, path: &str) -> String {
+        let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect");
+        s.write_all(
+            format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes(),
+        )
+        .await
+        .expect("write");
+        let mut out = String::new();
+        s.read_to_string(&mut out).await.expect("read");
+        out
+    }
+
+    #[tokio::test]
+    async fn serves_metrics_and_probes_over_http_until_shutdown() {
+        let listener = bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let health = Arc::new(Health::default());
+        let metrics = Metrics::new();
+        metrics.decision("denied", "token_missing");
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let server = tokio::spawn(serve(listener, health.clone(), metrics, async {
+            let _ = rx.await;
+        }));
+        let m = get(addr, "/metrics").await;
+        assert!(m.starts_with("HTTP/1.1 200"), "{m}");
+        assert!(m.contains("cause=\"token_missing\""), "{m}");
+        assert!(get(addr, "/healthz").await.starts_with("HTTP/1.1 200"));
+        health.set_leading(true);
+        assert!(get(addr, "/readyz").await.starts_with("HTTP/1.1 503"));
+        health.set_synced(true);
+        assert!(get(addr, "/readyz").await.starts_with("HTTP/1.1 200"));
+        tx.send(()).unwrap();
+        server.await.unwrap().unwrap();
+    }
+
+    #[test]
+    fn readyz_follows_leadership_and_sync() {
+        let h = Health::default();
+        let m = Metrics::new();
+        assert_eq!(route("/readyz", &h, &m).status(), StatusCode::OK, "standby");
+        h.set_leading(true);
+        assert_eq!(
+            route("/readyz", &h, &m).status(),
+            StatusCode::SERVICE_UNAVAILABLE,
+            "leader before sync"
+        );
+        h.set_synced(true);
+        assert_eq!(route("/readyz", &h, &m).status(), StatusCode::OK);
+        h.set_stopping();
+        assert_eq!(
+            route("/readyz", &h, &m).status(),
+            StatusCode::SERVICE_UNAVAILABLE
+        );
+        assert_eq!(route("/healthz", &h, &m).status(), StatusCode::OK);
+        assert_eq!(route("/nope", &h, &m).status(), StatusCode::NOT_FOUND);
+    }
+}

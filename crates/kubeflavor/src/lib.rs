@@ -1,0 +1,3 @@
+//! kubeflavor, the binary's library: command logic callable from tests.
+
+pub mod certs;

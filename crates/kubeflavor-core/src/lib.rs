@@ -6,3 +6,16 @@ pub mod flavor;
 pub mod labels;
 pub mod names;
 pub mod token;
+
+// Discovery, copy-certs, PKI and the kubelet CSR (core-crypto).
+pub mod certkey;
+pub mod copycerts;
+mod der;
+pub mod jws;
+pub mod keys;
+pub mod kubeconfig;
+pub mod kubelet_csr;
+mod pem;
+pub mod pin;
+pub mod pki;
+pub mod random;

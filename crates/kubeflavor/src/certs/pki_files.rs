@@ -15,6 +15,7 @@ use std::path::{Component, Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use kubeflavor_core::pki::PkiFile;
 use zeroize::Zeroizing;
 
 /// Mode of every directory kubeflavor creates, as kubeadm creates them.
@@ -22,26 +23,6 @@ pub const DIR_MODE: u32 = 0o755;
 
 /// Prefix of the private staging directory created inside the target.
 const STAGING_PREFIX: &str = ".kubeflavor-staging-";
-
-/// One file to place under the target directory.
-pub struct PlannedFile {
-    /// Path relative to the target, with `/` separators (`etcd/ca.key`).
-    pub rel_path: String,
-    /// Unix permission bits (0o600 for private keys, 0o644 otherwise).
-    pub mode: u32,
-    pub bytes: Zeroizing<Vec<u8>>,
-}
-
-impl std::fmt::Debug for PlannedFile {
-    // The bytes may be a private key: never print them.
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PlannedFile")
-            .field("rel_path", &self.rel_path)
-            .field("mode", &format_args!("{:o}", self.mode))
-            .field("len", &self.bytes.len())
-            .finish()
-    }
-}
 
 /// What happened to one file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -175,11 +156,7 @@ struct Step {
 /// Existing files with identical content are left alone. Existing files with different
 /// content make the whole write fail with [`WriteError::Conflict`] unless `force`: keeping
 /// some old files next to new ones could pair a new CA certificate with an old key.
-pub fn write_all(
-    target: &Path,
-    plan: &[PlannedFile],
-    force: bool,
-) -> Result<WriteReport, WriteError> {
+pub fn write_all(target: &Path, plan: &[PkiFile], force: bool) -> Result<WriteReport, WriteError> {
     let mut outcomes = Vec::with_capacity(plan.len());
     let mut mode_warnings = Vec::new();
     let mut conflicts = Vec::new();
@@ -198,7 +175,7 @@ pub fn write_all(
                         source,
                     }
                 })?;
-                if existing.as_slice() == f.bytes.as_slice() {
+                if existing.as_slice() == f.contents() {
                     let mode = fs::metadata(&dest)
                         .map(|m| m.permissions().mode() & 0o7777)
                         .unwrap_or(f.mode);
@@ -318,7 +295,7 @@ fn sync_dir(dir: &Path) -> Result<(), WriteError> {
 
 fn stage_and_commit(
     target: &Path,
-    plan: &[PlannedFile],
+    plan: &[PkiFile],
     rels: &[PathBuf],
     outcomes: &[FileOutcome],
     created_dirs: &mut Vec<PathBuf>,
@@ -345,7 +322,7 @@ fn stage_and_commit(
 fn stage_files(
     staging: &Path,
     target: &Path,
-    plan: &[PlannedFile],
+    plan: &[PkiFile],
     rels: &[PathBuf],
     outcomes: &[FileOutcome],
 ) -> Result<Vec<Step>, WriteError> {
@@ -362,7 +339,7 @@ fn stage_files(
             .open(&staged)
             .map_err(unwritable(&staged))?;
         file.set_permissions(fs::Permissions::from_mode(f.mode))
-            .and_then(|()| file.write_all(&f.bytes))
+            .and_then(|()| file.write_all(f.contents()))
             .and_then(|()| file.sync_all())
             .map_err(unwritable(&staged))?;
         let dest = target.join(&rels[i]);

@@ -1,0 +1,97 @@
+//! `kubeflavor certs download` (and `join --control-plane`): fetch `kube-system/kubeadm-certs`,
+//! check the key before anything else, decrypt and verify every entry, then write all the
+//! files or none (P5, P6).
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::Secret;
+use kube::{Api, Client};
+use kubeflavor_core::certkey::CertificateKey;
+use kubeflavor_core::copycerts::{self, CopyCertsError};
+
+use super::objects::{self, NAMESPACE, SECRET_NAME};
+use super::pki_files::{self, WriteReport};
+use super::CertsError;
+
+pub struct DownloadOptions {
+    pub pki_dir: PathBuf,
+    pub key: CertificateKey,
+    /// `--force`: replace existing files whose content differs.
+    pub force: bool,
+}
+
+/// Fetches the Secret and makes sure it has not outlived its proxy token. A bootstrap
+/// identity may not read token Secrets (403): then only the Secret's presence counts, which
+/// is what garbage collection guarantees shortly after the token expires.
+pub async fn fetch_secret(client: &Client, now: Timestamp) -> Result<Secret, CertsError> {
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), NAMESPACE);
+    let secret = match secrets.get_opt(SECRET_NAME).await {
+        Ok(Some(s)) => s,
+        Ok(None) => return Err(CertsError::SecretGone),
+        Err(e) => return Err(objects::api_error("reading kube-system/kubeadm-certs", e)),
+    };
+    if secret.metadata.deletion_timestamp.is_some() {
+        return Err(CertsError::SecretGone);
+    }
+    for owner in secret.metadata.owner_references.iter().flatten() {
+        if owner.kind != "Secret" {
+            continue;
+        }
+        match secrets.get_opt(&owner.name).await {
+            Ok(Some(token)) if token.metadata.uid.as_deref() == Some(owner.uid.as_str()) => {
+                match objects::token_expiration(&token) {
+                    Ok(Some(exp)) if exp <= now => return Err(CertsError::SecretGone),
+                    // An expiration that does not parse counts as expired (spec section 1).
+                    Err(_) => return Err(CertsError::SecretGone),
+                    _ => {}
+                }
+            }
+            // The owner is gone (or was replaced by a namesake): GC is about to delete it.
+            Ok(_) => return Err(CertsError::SecretGone),
+            Err(kube::Error::Api(s)) if s.code == 403 => {}
+            Err(e) => return Err(objects::api_error("reading the Secret's owner token", e)),
+        }
+    }
+    Ok(secret)
+}
+
+/// The Secret's data as plain bytes.
+pub fn secret_data(secret: &Secret) -> BTreeMap<String, Vec<u8>> {
+    secret
+        .data
+        .iter()
+        .flatten()
+        .map(|(k, v)| (k.clone(), v.0.clone()))
+        .collect()
+}
+
+/// Maps the core's decryption errors to the user-facing ones, one exit code each.
+pub fn open_error(e: CopyCertsError) -> CertsError {
+    match e {
+        CopyCertsError::WrongKey => CertsError::WrongKey,
+        CopyCertsError::MissingEntry { .. } => CertsError::MissingEntry(e.to_string()),
+        CopyCertsError::Tampered { .. } => CertsError::Tampered(e.to_string()),
+        other => CertsError::Swapped(other.to_string()),
+    }
+}
+
+/// Decrypts and verifies everything, then writes the files (all or none).
+pub fn decrypt_and_write(
+    data: &BTreeMap<String, Vec<u8>>,
+    opts: &DownloadOptions,
+) -> Result<WriteReport, CertsError> {
+    let files = copycerts::open_all(&opts.key, data).map_err(open_error)?;
+    Ok(pki_files::write_all(&opts.pki_dir, &files, opts.force)?)
+}
+
+/// The whole download with an already-authenticated client (admin or bootstrap identity).
+pub async fn download(
+    client: &Client,
+    opts: &DownloadOptions,
+    now: Timestamp,
+) -> Result<WriteReport, CertsError> {
+    let secret = fetch_secret(client, now).await?;
+    decrypt_and_write(&secret_data(&secret), opts)
+}

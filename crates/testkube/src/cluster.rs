@@ -1,0 +1,334 @@
+//! `TestCluster`: start, accessors (kubeconfigs, CA, URL, identities), fault hooks,
+//! counters, shutdown.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::{Arc, RwLock};
+
+use base64::Engine;
+use jiff::Timestamp;
+use serde_json::json;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::controllers::{self, Duties};
+use crate::counters::Counters;
+use crate::faults::Faults;
+use crate::handlers::convert::to_storage;
+use crate::pki::{Ca, PkiError};
+use crate::server::{self, ServeError, Shared};
+use crate::store::Store;
+use crate::types::{IdentityKind, ObjectReader, ResourceKey, UserInfo};
+use crate::{authz, resources};
+
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error(transparent)]
+    Pki(#[from] PkiError),
+    #[error(transparent)]
+    Serve(#[from] ServeError),
+}
+
+/// Options for [`TestCluster`]; get one from [`TestCluster::builder`].
+#[derive(Clone, Debug)]
+pub struct TestClusterBuilder {
+    duties: Duties,
+    watch_history: usize,
+}
+
+impl Default for TestClusterBuilder {
+    fn default() -> Self {
+        TestClusterBuilder {
+            duties: Duties::default(),
+            watch_history: 10_000,
+        }
+    }
+}
+
+impl TestClusterBuilder {
+    /// Switch the CSR signer on or off (on by default).
+    pub fn csr_signer(mut self, on: bool) -> Self {
+        self.duties.csr_signer = on;
+        self
+    }
+
+    /// Switch the bootstrap signer of `kube-public/cluster-info` on or off.
+    pub fn bootstrap_signer(mut self, on: bool) -> Self {
+        self.duties.bootstrap_signer = on;
+        self
+    }
+
+    /// Switch the cleaner of expired bootstrap token Secrets on or off.
+    pub fn token_cleaner(mut self, on: bool) -> Self {
+        self.duties.token_cleaner = on;
+        self
+    }
+
+    /// Switch the garbage collector (ownerReferences, namespace cleanup) on or off.
+    pub fn garbage_collector(mut self, on: bool) -> Self {
+        self.duties.garbage_collector = on;
+        self
+    }
+
+    /// How many change events the store keeps for watch resumption (default 10,000). A
+    /// watch from an older resourceVersion gets a 410 Expired ERROR event.
+    pub fn watch_history(mut self, events: usize) -> Self {
+        self.watch_history = events;
+        self
+    }
+
+    pub async fn start(self) -> Result<TestCluster, StartError> {
+        TestCluster::start_with(self).await
+    }
+}
+
+/// An in-memory Kubernetes API server on 127.0.0.1 with a fresh CA.
+pub struct TestCluster {
+    shared: Arc<Shared>,
+    url: String,
+    admin: crate::pki::CertAndKey,
+    shutdown_tx: watch::Sender<bool>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for TestCluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TestCluster")
+            .field("url", &self.url)
+            .finish_non_exhaustive()
+    }
+}
+
+fn seed(st: &mut crate::store::StoreState, now: Timestamp) {
+    let mut objects = authz::default_objects();
+    for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
+        objects.push((
+            ResourceKey::new("", "namespaces"),
+            json!({"metadata": {"name": ns}}),
+        ));
+    }
+    for (key, obj) in objects {
+        let Some(info) = resources::resolve(&*st, &key.group, "v1", &key.resource) else {
+            continue;
+        };
+        let obj = to_storage(&info, obj);
+        let ns = obj["metadata"]["namespace"]
+            .as_str()
+            .unwrap_or("")
+            .to_string();
+        let name = obj["metadata"]["name"].as_str().unwrap_or("").to_string();
+        if st.get(&info.storage, Some(&ns), &name).is_none() {
+            let mut obj = obj;
+            if info.resource == "namespaces" {
+                obj["status"] = json!({"phase": "Active"});
+            }
+            st.insert(&info.storage, obj, now);
+        }
+    }
+}
+
+/// kubeadm's cluster-info kubeconfig: one cluster with an empty name (capture 27).
+fn cluster_info_kubeconfig(server: &str, ca_pem: &str) -> String {
+    let ca = base64::engine::general_purpose::STANDARD.encode(ca_pem);
+    format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: \"\"\n  cluster:\n    certificate-authority-data: {ca}\n    \
+         server: {server}\ncontexts: null\ncurrent-context: \"\"\npreferences: {{}}\nusers: null\n"
+    )
+}
+
+impl TestCluster {
+    /// Start a cluster with every controller duty on.
+    pub async fn start() -> Result<TestCluster, StartError> {
+        Self::builder().start().await
+    }
+
+    pub fn builder() -> TestClusterBuilder {
+        TestClusterBuilder::default()
+    }
+
+    async fn start_with(options: TestClusterBuilder) -> Result<TestCluster, StartError> {
+        let ca = Ca::generate()?;
+        let admin = ca.client_cert("kubernetes-admin", &["system:masters"])?;
+        let tls = server::tls_config(&ca)?;
+        let listener = TcpListener::bind(("127.0.0.1", 0))
+            .await
+            .map_err(ServeError::Bind)?;
+        let addr = listener.local_addr().map_err(ServeError::Bind)?;
+        let url = format!("https://{addr}");
+        let store = Arc::new(Store::new(options.watch_history));
+        {
+            let now = Timestamp::now();
+            let mut st = store.lock();
+            seed(&mut st, now);
+            let cm = json!({
+                "kind": "ConfigMap",
+                "apiVersion": "v1",
+                "metadata": {"name": "cluster-info", "namespace": "kube-public"},
+                "data": {"kubeconfig": cluster_info_kubeconfig(&url, ca.cert_pem())},
+            });
+            st.insert(&ResourceKey::new("", "configmaps"), cm, now);
+        }
+        let (shutdown_tx, shutdown_rx) = watch::channel(false);
+        let shared = Arc::new(Shared {
+            store,
+            ca,
+            static_tokens: RwLock::new(BTreeMap::new()),
+            faults: Faults::default(),
+            counters: Counters::default(),
+            shutdown: shutdown_rx.clone(),
+            server_address: addr.to_string(),
+        });
+        let tasks = vec![
+            tokio::spawn(server::accept_loop(listener, tls, shared.clone())),
+            tokio::spawn(controllers::run(
+                shared.clone(),
+                options.duties,
+                shutdown_rx,
+            )),
+        ];
+        Ok(TestCluster {
+            shared,
+            url,
+            admin,
+            shutdown_tx,
+            tasks,
+        })
+    }
+
+    /// `https://127.0.0.1:<port>`.
+    pub fn server_url(&self) -> &str {
+        &self.url
+    }
+
+    /// The cluster CA certificate (PEM).
+    pub fn ca_pem(&self) -> &str {
+        self.shared.ca.cert_pem()
+    }
+
+    /// A kubeconfig whose user authenticates with a client certificate and key (PEM).
+    pub fn kubeconfig_for_client_cert(&self, cert_pem: &str, key_pem: &str) -> String {
+        let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+        self.kubeconfig(&format!(
+            "    client-certificate-data: {}\n    client-key-data: {}\n",
+            b64(cert_pem),
+            b64(key_pem)
+        ))
+    }
+
+    /// A kubeconfig whose user sends `Authorization: Bearer <token>` (a bootstrap token, or
+    /// one registered with [`TestCluster::register_static_token`]).
+    pub fn kubeconfig_for_token(&self, token: &str) -> String {
+        self.kubeconfig(&format!(
+            "    token: {}\n",
+            serde_json::to_string(token).unwrap_or_default()
+        ))
+    }
+
+    /// A kubeconfig without credentials: requests run as `system:anonymous`.
+    pub fn anonymous_kubeconfig(&self) -> String {
+        self.kubeconfig("    {}\n")
+    }
+
+    /// The admin kubeconfig: client certificate CN `kubernetes-admin`, O `system:masters`.
+    pub fn admin_kubeconfig(&self) -> String {
+        self.kubeconfig_for_client_cert(&self.admin.cert_pem, &self.admin.key_pem)
+    }
+
+    pub fn write_admin_kubeconfig(&self, path: impl AsRef<Path>) -> std::io::Result<()> {
+        std::fs::write(path, self.admin_kubeconfig())
+    }
+
+    fn kubeconfig(&self, user: &str) -> String {
+        let ca = base64::engine::general_purpose::STANDARD.encode(self.ca_pem());
+        let user = if user.trim() == "{}" {
+            "  user: {}\n".to_string()
+        } else {
+            format!("  user:\n{user}")
+        };
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: testkube\n  cluster:\n    certificate-authority-data: \
+             {ca}\n    server: {url}\ncontexts:\n- name: testkube\n  context:\n    cluster: testkube\n    user: \
+             testkube-user\ncurrent-context: testkube\npreferences: {{}}\nusers:\n- name: testkube-user\n{user}",
+            url = self.url,
+        )
+    }
+
+    /// A client certificate signed by the cluster CA: CN is the user, O the groups (at
+    /// most two). Returns `(cert_pem, key_pem)`.
+    pub fn issue_client_cert(
+        &self,
+        common_name: &str,
+        groups: &[&str],
+    ) -> Result<(String, String), PkiError> {
+        let issued = self.shared.ca.client_cert(common_name, groups)?;
+        Ok((issued.cert_pem.clone(), issued.key_pem.clone()))
+    }
+
+    /// Accept `token` as a bearer token for `user` in `groups` (plus `system:authenticated`,
+    /// which every authenticated identity gets).
+    pub fn register_static_token(&self, token: &str, user: &str, groups: &[&str]) {
+        let mut groups: Vec<String> = groups.iter().map(|g| g.to_string()).collect();
+        if !groups.iter().any(|g| g == "system:authenticated") {
+            groups.push("system:authenticated".into());
+        }
+        let info = UserInfo {
+            kind: IdentityKind::StaticToken,
+            name: user.into(),
+            uid: String::new(),
+            groups,
+            extra: BTreeMap::new(),
+        };
+        self.shared
+            .static_tokens
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(token.into(), info);
+    }
+
+    /// The CA certificate and key (PEM), e.g. to check issued certificates.
+    pub fn ca_key_pem(&self) -> &str {
+        self.shared.ca.key_pem()
+    }
+
+    pub fn faults(&self) -> &Faults {
+        &self.shared.faults
+    }
+
+    pub fn counters(&self) -> &Counters {
+        &self.shared.counters
+    }
+
+    /// Number of watch streams registered with the store right now.
+    pub fn open_watches(&self) -> usize {
+        self.shared.store.lock().watcher_count()
+    }
+
+    /// Read an object directly from the store (no HTTP, no authorization), as the API
+    /// would return it.
+    pub fn get_object(
+        &self,
+        group: &str,
+        resource: &str,
+        namespace: &str,
+        name: &str,
+    ) -> Option<serde_json::Value> {
+        let st = self.shared.store.lock();
+        st.get(&ResourceKey::new(group, resource), Some(namespace), name)
+    }
+
+    /// Stop accepting connections, end every watch, and wait for the server tasks.
+    pub async fn shutdown(mut self) {
+        let _ = self.shutdown_tx.send(true);
+        for task in self.tasks.drain(..) {
+            let _ = task.await;
+        }
+    }
+}
+
+impl Drop for TestCluster {
+    fn drop(&mut self) {
+        // Best effort: the tasks see the signal and end on their own.
+        let _ = self.shutdown_tx.send(true);
+    }
+}

@@ -1,0 +1,226 @@
+//! The REST handlers for resource requests. Each runs synchronously on the locked store and
+//! answers a [`Reply`]; watches answer a [`watch::WatchStart`] the server turns into a stream.
+
+pub mod convert;
+pub mod hooks;
+pub mod read;
+pub mod route;
+pub mod watch;
+pub mod write;
+
+use jiff::Timestamp;
+use serde_json::{Value, json};
+
+use crate::errors::{bad_request, page_not_found};
+use crate::resources::ResourceInfo;
+use crate::store::StoreState;
+use crate::types::{ApiError, RequestAttributes, UserInfo};
+use route::{Query, ResourceRoute};
+
+/// What a handler answers.
+pub enum Reply {
+    Json {
+        code: u16,
+        body: Value,
+        headers: Vec<(String, String)>,
+    },
+    Watch(Box<watch::WatchStart>),
+}
+
+impl Reply {
+    pub fn ok(body: Value) -> Reply {
+        Reply::Json {
+            code: 200,
+            body,
+            headers: Vec::new(),
+        }
+    }
+
+    pub fn created(body: Value, warnings: Vec<String>) -> Reply {
+        Reply::Json {
+            code: 201,
+            body,
+            headers: warning_headers(warnings),
+        }
+    }
+}
+
+pub fn warning_headers(warnings: Vec<String>) -> Vec<(String, String)> {
+    warnings
+        .into_iter()
+        .map(|w| ("Warning".to_string(), format!("299 - {}", json!(w))))
+        .collect()
+}
+
+/// Everything a handler needs to know about the request besides the store.
+pub struct Cx<'a> {
+    pub user: &'a UserInfo,
+    pub attrs: &'a RequestAttributes,
+    pub route: &'a ResourceRoute,
+    pub query: &'a Query,
+    pub body: &'a [u8],
+    pub content_type: Option<&'a str>,
+    pub accept: Option<&'a str>,
+    pub now: Timestamp,
+}
+
+impl Cx<'_> {
+    pub fn dry_run(&self) -> bool {
+        self.query.get("dryRun").is_some_and(|v| v == "All")
+    }
+
+    /// The namespace objects of this type live in for this request ("" if cluster-scoped).
+    pub fn object_namespace(&self, info: &ResourceInfo) -> String {
+        if info.namespaced {
+            self.route.namespace.clone().unwrap_or_default()
+        } else {
+            String::new()
+        }
+    }
+
+    pub fn wants_table(&self) -> bool {
+        self.accept.is_some_and(|a| {
+            a.split(',')
+                .next()
+                .is_some_and(|first| first.contains("as=Table"))
+        })
+    }
+}
+
+/// Parse a request body as a JSON object, with the real decoder's 400 (capture 15).
+pub fn decode_object(info: &ResourceInfo, body: &[u8]) -> Result<Value, ApiError> {
+    match serde_json::from_slice::<Value>(body) {
+        Ok(v @ Value::Object(_)) => Ok(v),
+        Ok(_) => Err(bad_request(format!(
+            "the object provided is unrecognized (must be of type {}): couldn't get version/kind; json \
+             parse error: json: cannot unmarshal into Go value of type struct",
+            info.kind
+        ))),
+        Err(e) => {
+            let preview: String = String::from_utf8_lossy(body).chars().take(30).collect();
+            let why = if e.is_eof() {
+                "unexpected end of JSON input".to_string()
+            } else {
+                e.to_string()
+            };
+            Err(bad_request(format!(
+                "the object provided is unrecognized (must be of type {}): couldn't get version/kind; json \
+                 parse error: {why} ({preview} ...)",
+                info.kind
+            )))
+        }
+    }
+}
+
+/// A body whose kind or apiVersion names another type is refused with 400 (capture 15);
+/// a body without them is accepted (capture 16).
+pub fn check_type_meta(info: &ResourceInfo, obj: &Value) -> Result<(), ApiError> {
+    let kind = obj["kind"].as_str().unwrap_or("");
+    let api_version = obj["apiVersion"].as_str().unwrap_or("");
+    if !kind.is_empty() && kind != info.kind {
+        let v = if api_version.is_empty() {
+            info.version.as_str()
+        } else {
+            api_version
+        };
+        let short_v = v.rsplit('/').next().unwrap_or(v);
+        return Err(bad_request(format!(
+            "{kind} in version \"{short_v}\" cannot be handled as a {k}: converting ({short_v}.{kind}) to \
+             ({g}.{k}): unknown conversion",
+            k = info.kind,
+            g = info.internal_group(),
+        )));
+    }
+    if !api_version.is_empty() && api_version != info.api_version() {
+        return Err(bad_request(format!(
+            "the API version in the data ({api_version}) does not match the expected API version ({})",
+            info.api_version()
+        )));
+    }
+    Ok(())
+}
+
+/// Built-in types drop unknown top-level fields with a `Warning: 299` (capture 16), or refuse
+/// them with `?fieldValidation=Strict`. Only top-level fields are checked; custom resources
+/// are not pruned.
+pub fn strip_unknown_fields(
+    info: &ResourceInfo,
+    obj: &mut Value,
+    query: &Query,
+) -> Result<Vec<String>, ApiError> {
+    let Some(known) = info.known_fields else {
+        return Ok(Vec::new());
+    };
+    let Some(map) = obj.as_object_mut() else {
+        return Ok(Vec::new());
+    };
+    let unknown: Vec<String> = map
+        .keys()
+        .filter(|k| {
+            !matches!(k.as_str(), "kind" | "apiVersion" | "metadata")
+                && !known.contains(&k.as_str())
+        })
+        .cloned()
+        .collect();
+    if unknown.is_empty() {
+        return Ok(Vec::new());
+    }
+    if query.get("fieldValidation") == Some("Strict") {
+        return Err(bad_request(format!(
+            "{k} in version \"{v}\" cannot be handled as a {k}: strict decoding error: {fields}",
+            k = info.kind,
+            v = info.version,
+            fields = unknown
+                .iter()
+                .map(|f| format!("unknown field \"{f}\""))
+                .collect::<Vec<_>>()
+                .join(", "),
+        )));
+    }
+    for k in &unknown {
+        map.remove(k);
+    }
+    if query.get("fieldValidation") == Some("Ignore") {
+        return Ok(Vec::new());
+    }
+    Ok(unknown
+        .into_iter()
+        .map(|f| format!("unknown field \"{f}\""))
+        .collect())
+}
+
+/// Dispatch a resource request to its handler.
+pub fn handle(
+    st: &mut StoreState,
+    cx: &Cx<'_>,
+    info: &ResourceInfo,
+    method: &str,
+) -> Result<Reply, ApiError> {
+    let sub = cx.route.subresource.as_str();
+    if !sub.is_empty() && !info.has_subresource(sub) {
+        return Err(page_not_found());
+    }
+    if info.namespaced && cx.route.namespace.is_none() && cx.route.name.is_some() {
+        return Err(page_not_found());
+    }
+    if !info.namespaced && cx.route.namespace.is_some() && info.resource != "namespaces" {
+        return Err(page_not_found());
+    }
+    let verb = cx.attrs.verb.as_str();
+    if !info.verbs.contains(&verb) {
+        return Err(crate::errors::method_not_allowed(method));
+    }
+    match verb {
+        "get" => read::get(st, cx, info),
+        "list" => read::list(st, cx, info),
+        "watch" => watch::start(st, cx, info).map(|w| Reply::Watch(Box::new(w))),
+        "create" if info.resource == "selfsubjectreviews" => write::self_subject_review(cx, info),
+        "create" if cx.route.namespace.is_none() && info.namespaced => Err(page_not_found()),
+        "create" => write::create(st, cx, info, None),
+        "update" => write::update(st, cx, info),
+        "patch" => write::patch(st, cx, info),
+        "delete" => write::delete(st, cx, info),
+        "deletecollection" => write::delete_collection(st, cx, info),
+        _ => Err(crate::errors::method_not_allowed(method)),
+    }
+}

@@ -1,0 +1,543 @@
+//! The resource registry: the built-in types testkube serves, and the custom resources of
+//! every stored CustomResourceDefinition (served as soon as the CRD exists).
+
+use std::sync::OnceLock;
+
+use serde_json::{Value, json};
+
+use crate::types::{ObjectReader, ResourceKey};
+
+/// How `metadata.name` is validated for a type (k8s.io/apimachinery validation).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NameRule {
+    /// RFC 1123 subdomain: most types.
+    Subdomain,
+    /// RFC 1123 label: namespaces.
+    Label,
+    /// Any path segment (no `/`, `%`, not `.`/`..`): RBAC objects such as
+    /// `system:node-bootstrapper`.
+    PathSegment,
+}
+
+/// What a create does with a client-sent `status`.
+#[derive(Clone, Debug, PartialEq)]
+pub enum StatusOnCreate {
+    Keep,
+    Drop,
+    Reset(Value),
+}
+
+/// One served resource (one group/version/resource).
+#[derive(Clone, Debug)]
+pub struct ResourceInfo {
+    pub group: String,
+    pub version: String,
+    pub resource: String,
+    pub kind: String,
+    pub list_kind: String,
+    pub singular: String,
+    pub namespaced: bool,
+    pub short_names: Vec<String>,
+    /// Subresources besides the main one: `status`, `approval`.
+    pub subresources: Vec<String>,
+    pub verbs: Vec<&'static str>,
+    /// A custom resource (unstructured: items keep kind/apiVersion, keys are alphabetical).
+    pub custom: bool,
+    /// The storage the objects live in (events.k8s.io Events share core Events' storage).
+    pub storage: ResourceKey,
+    pub name_rule: NameRule,
+    pub has_generation: bool,
+    /// PUT of a missing object creates it (Events, RBAC).
+    pub create_on_update: bool,
+    /// PUT without `metadata.resourceVersion` is allowed (false for custom resources).
+    pub unconditional_update: bool,
+    pub status_on_create: StatusOnCreate,
+    /// Known top-level fields of a built-in type; others are dropped with a warning.
+    pub known_fields: Option<&'static [&'static str]>,
+    /// `additionalPrinterColumns` of a CRD version.
+    pub printer_columns: Vec<Value>,
+}
+
+const RW_VERBS: [&str; 8] = [
+    "create",
+    "delete",
+    "deletecollection",
+    "get",
+    "list",
+    "patch",
+    "update",
+    "watch",
+];
+
+impl ResourceInfo {
+    pub fn key(&self) -> ResourceKey {
+        ResourceKey::new(&self.group, &self.resource)
+    }
+
+    pub fn api_version(&self) -> String {
+        if self.group.is_empty() {
+            self.version.clone()
+        } else {
+            format!("{}/{}", self.group, self.version)
+        }
+    }
+
+    /// `secrets` or `certificatesigningrequests.certificates.k8s.io`, as error messages name it.
+    pub fn qualified_resource(&self) -> String {
+        if self.group.is_empty() {
+            self.resource.clone()
+        } else {
+            format!("{}.{}", self.resource, self.group)
+        }
+    }
+
+    /// `Secret` or `CertificateSigningRequest.certificates.k8s.io`.
+    pub fn qualified_kind(&self) -> String {
+        if self.group.is_empty() {
+            self.kind.clone()
+        } else {
+            format!("{}.{}", self.kind, self.group)
+        }
+    }
+
+    pub fn has_subresource(&self, sub: &str) -> bool {
+        self.subresources.iter().any(|s| s == sub)
+    }
+
+    /// The internal (hub) version name used in conversion error messages: `core` for the
+    /// legacy group, the first DNS label of the group otherwise.
+    pub fn internal_group(&self) -> &str {
+        if self.group.is_empty() {
+            "core"
+        } else {
+            self.group.split('.').next().unwrap_or("")
+        }
+    }
+}
+
+struct Def {
+    group: &'static str,
+    version: &'static str,
+    resource: &'static str,
+    kind: &'static str,
+    namespaced: bool,
+    short: &'static [&'static str],
+    subs: &'static [&'static str],
+    known: &'static [&'static str],
+}
+
+fn builtin(d: Def) -> ResourceInfo {
+    ResourceInfo {
+        group: d.group.into(),
+        version: d.version.into(),
+        resource: d.resource.into(),
+        kind: d.kind.into(),
+        list_kind: format!("{}List", d.kind),
+        singular: d.kind.to_lowercase(),
+        namespaced: d.namespaced,
+        short_names: d.short.iter().map(|s| s.to_string()).collect(),
+        subresources: d.subs.iter().map(|s| s.to_string()).collect(),
+        verbs: RW_VERBS.to_vec(),
+        custom: false,
+        storage: ResourceKey::new(d.group, d.resource),
+        name_rule: NameRule::Subdomain,
+        has_generation: false,
+        create_on_update: false,
+        unconditional_update: true,
+        status_on_create: StatusOnCreate::Keep,
+        known_fields: Some(d.known),
+        printer_columns: Vec::new(),
+    }
+}
+
+const CORE_EVENT_FIELDS: &[&str] = &[
+    "involvedObject",
+    "reason",
+    "message",
+    "source",
+    "firstTimestamp",
+    "lastTimestamp",
+    "count",
+    "type",
+    "eventTime",
+    "series",
+    "action",
+    "related",
+    "reportingComponent",
+    "reportingInstance",
+];
+const EVENTS_V1_FIELDS: &[&str] = &[
+    "eventTime",
+    "series",
+    "reportingController",
+    "reportingInstance",
+    "action",
+    "reason",
+    "regarding",
+    "related",
+    "note",
+    "type",
+    "deprecatedSource",
+    "deprecatedFirstTimestamp",
+    "deprecatedLastTimestamp",
+    "deprecatedCount",
+];
+
+fn builtins() -> &'static [ResourceInfo] {
+    static BUILTINS: OnceLock<Vec<ResourceInfo>> = OnceLock::new();
+    BUILTINS.get_or_init(|| {
+        let mut all = Vec::new();
+        let core = |resource, kind, namespaced, short, subs, known| Def {
+            group: "",
+            version: "v1",
+            resource,
+            kind,
+            namespaced,
+            short,
+            subs,
+            known,
+        };
+        let mut ns = builtin(core(
+            "namespaces",
+            "Namespace",
+            false,
+            &["ns"],
+            &["status"],
+            &["spec", "status"],
+        ));
+        ns.name_rule = NameRule::Label;
+        ns.verbs = vec![
+            "create", "delete", "get", "list", "patch", "update", "watch",
+        ];
+        ns.status_on_create = StatusOnCreate::Reset(json!({"phase": "Active"}));
+        all.push(ns);
+        all.push(builtin(core(
+            "nodes",
+            "Node",
+            false,
+            &["no"],
+            &["status"],
+            &["spec", "status"],
+        )));
+        all.push(builtin(core(
+            "secrets",
+            "Secret",
+            true,
+            &[],
+            &[],
+            &["data", "stringData", "type", "immutable"],
+        )));
+        all.push(builtin(core(
+            "configmaps",
+            "ConfigMap",
+            true,
+            &["cm"],
+            &[],
+            &["data", "binaryData", "immutable"],
+        )));
+        let mut events = builtin(core(
+            "events",
+            "Event",
+            true,
+            &["ev"],
+            &[],
+            CORE_EVENT_FIELDS,
+        ));
+        events.create_on_update = true;
+        all.push(events);
+        all.push(builtin(core(
+            "serviceaccounts",
+            "ServiceAccount",
+            true,
+            &["sa"],
+            &[],
+            &[
+                "secrets",
+                "imagePullSecrets",
+                "automountServiceAccountToken",
+            ],
+        )));
+        all.push(builtin(Def {
+            group: "apps",
+            version: "v1",
+            resource: "deployments",
+            kind: "Deployment",
+            namespaced: true,
+            short: &["deploy"],
+            subs: &["status"],
+            known: &["spec", "status"],
+        }));
+        let mut apps = all.pop().expect("just pushed");
+        apps.has_generation = true;
+        apps.status_on_create = StatusOnCreate::Reset(json!({}));
+        all.push(apps);
+        let mut ev1 = builtin(Def {
+            group: "events.k8s.io",
+            version: "v1",
+            resource: "events",
+            kind: "Event",
+            namespaced: true,
+            short: &["ev"],
+            subs: &[],
+            known: EVENTS_V1_FIELDS,
+        });
+        ev1.storage = ResourceKey::new("", "events");
+        ev1.create_on_update = true;
+        all.push(ev1);
+        let mut ssr = builtin(Def {
+            group: "authentication.k8s.io",
+            version: "v1",
+            resource: "selfsubjectreviews",
+            kind: "SelfSubjectReview",
+            namespaced: false,
+            short: &[],
+            subs: &[],
+            known: &["status"],
+        });
+        ssr.verbs = vec!["create"];
+        all.push(ssr);
+        let mut csr = builtin(Def {
+            group: "certificates.k8s.io",
+            version: "v1",
+            resource: "certificatesigningrequests",
+            kind: "CertificateSigningRequest",
+            namespaced: false,
+            short: &["csr"],
+            subs: &["approval", "status"],
+            known: &["spec", "status"],
+        });
+        csr.status_on_create = StatusOnCreate::Reset(json!({}));
+        all.push(csr);
+        for (resource, kind, namespaced, known) in [
+            (
+                "clusterrolebindings",
+                "ClusterRoleBinding",
+                false,
+                &["subjects", "roleRef"][..],
+            ),
+            (
+                "clusterroles",
+                "ClusterRole",
+                false,
+                &["rules", "aggregationRule"][..],
+            ),
+            (
+                "rolebindings",
+                "RoleBinding",
+                true,
+                &["subjects", "roleRef"][..],
+            ),
+            ("roles", "Role", true, &["rules"][..]),
+        ] {
+            let mut rbac = builtin(Def {
+                group: "rbac.authorization.k8s.io",
+                version: "v1",
+                resource,
+                kind,
+                namespaced,
+                short: &[],
+                subs: &[],
+                known,
+            });
+            rbac.name_rule = NameRule::PathSegment;
+            rbac.create_on_update = true;
+            all.push(rbac);
+        }
+        let mut crd = builtin(Def {
+            group: "apiextensions.k8s.io",
+            version: "v1",
+            resource: "customresourcedefinitions",
+            kind: "CustomResourceDefinition",
+            namespaced: false,
+            short: &["crd", "crds"],
+            subs: &["status"],
+            known: &["spec", "status"],
+        });
+        crd.has_generation = true;
+        crd.status_on_create = StatusOnCreate::Reset(json!({
+            "conditions": null,
+            "acceptedNames": {"plural": "", "kind": ""},
+            "storedVersions": [],
+        }));
+        all.push(crd);
+        all.push(builtin(Def {
+            group: "coordination.k8s.io",
+            version: "v1",
+            resource: "leases",
+            kind: "Lease",
+            namespaced: true,
+            short: &[],
+            subs: &[],
+            known: &["spec"],
+        }));
+        all
+    })
+}
+
+/// The built-in groups in the real server's priority order (capture 03), then CRD groups.
+const GROUP_ORDER: &[&str] = &[
+    "apps",
+    "events.k8s.io",
+    "authentication.k8s.io",
+    "certificates.k8s.io",
+    "rbac.authorization.k8s.io",
+    "apiextensions.k8s.io",
+    "coordination.k8s.io",
+];
+
+pub fn crd_key() -> ResourceKey {
+    ResourceKey::new("apiextensions.k8s.io", "customresourcedefinitions")
+}
+
+/// The ResourceInfos a stored CRD defines, one per served version.
+pub fn from_crd(crd: &Value) -> Vec<ResourceInfo> {
+    let spec = &crd["spec"];
+    let (Some(group), Some(plural), Some(kind)) = (
+        spec["group"].as_str(),
+        spec["names"]["plural"].as_str(),
+        spec["names"]["kind"].as_str(),
+    ) else {
+        return Vec::new();
+    };
+    let names = &spec["names"];
+    let list_kind = names["listKind"]
+        .as_str()
+        .map(String::from)
+        .unwrap_or_else(|| format!("{kind}List"));
+    let singular = names["singular"]
+        .as_str()
+        .map(String::from)
+        .unwrap_or_else(|| kind.to_lowercase());
+    let short_names: Vec<String> = names["shortNames"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|s| s.as_str().map(String::from))
+                .collect()
+        })
+        .unwrap_or_default();
+    let namespaced = spec["scope"].as_str() == Some("Namespaced");
+    let versions = spec["versions"].as_array().cloned().unwrap_or_default();
+    versions
+        .iter()
+        .filter(|v| v["served"].as_bool().unwrap_or(false))
+        .filter_map(|v| {
+            let version = v["name"].as_str()?;
+            let mut subresources = Vec::new();
+            if v["subresources"]["status"].is_object() {
+                subresources.push("status".to_string());
+            }
+            Some(ResourceInfo {
+                group: group.into(),
+                version: version.into(),
+                resource: plural.into(),
+                kind: kind.into(),
+                list_kind: list_kind.clone(),
+                singular: singular.clone(),
+                namespaced,
+                short_names: short_names.clone(),
+                subresources,
+                verbs: RW_VERBS.to_vec(),
+                custom: true,
+                storage: ResourceKey::new(group, plural),
+                name_rule: NameRule::Subdomain,
+                has_generation: true,
+                create_on_update: false,
+                unconditional_update: false,
+                status_on_create: if v["subresources"]["status"].is_object() {
+                    StatusOnCreate::Drop
+                } else {
+                    StatusOnCreate::Keep
+                },
+                known_fields: None,
+                printer_columns: v["additionalPrinterColumns"]
+                    .as_array()
+                    .cloned()
+                    .unwrap_or_default(),
+            })
+        })
+        .collect()
+}
+
+/// Every served resource: built-ins, then those of the stored CRDs.
+pub fn all(reader: &dyn ObjectReader) -> Vec<ResourceInfo> {
+    let mut out: Vec<ResourceInfo> = builtins().to_vec();
+    for crd in reader.list(&crd_key(), None) {
+        if crd_established(&crd) {
+            out.extend(from_crd(&crd));
+        }
+    }
+    out
+}
+
+/// A CRD is served once the apiextensions controller marked it Established.
+pub fn crd_established(crd: &Value) -> bool {
+    crd["status"]["conditions"].as_array().is_some_and(|c| {
+        c.iter()
+            .any(|c| c["type"] == "Established" && c["status"] == "True")
+    })
+}
+
+pub fn resolve(
+    reader: &dyn ObjectReader,
+    group: &str,
+    version: &str,
+    resource: &str,
+) -> Option<ResourceInfo> {
+    if let Some(found) = builtins()
+        .iter()
+        .find(|r| r.group == group && r.version == version && r.resource == resource)
+    {
+        return Some(found.clone());
+    }
+    if builtins().iter().any(|r| r.group == group) {
+        return None;
+    }
+    let crd = reader.get(&crd_key(), None, &format!("{resource}.{group}"))?;
+    if !crd_established(&crd) {
+        return None;
+    }
+    from_crd(&crd).into_iter().find(|r| r.version == version)
+}
+
+/// Whether `/apis/<group>/<version>` is served (for the 404 of an unknown group).
+pub fn group_version_served(reader: &dyn ObjectReader, group: &str, version: &str) -> bool {
+    all(reader)
+        .iter()
+        .any(|r| r.group == group && r.version == version)
+}
+
+/// Groups with their versions, in discovery order: built-ins by priority, then CRD groups
+/// alphabetically.
+pub fn groups(reader: &dyn ObjectReader) -> Vec<(String, Vec<String>)> {
+    let mut out: Vec<(String, Vec<String>)> = Vec::new();
+    let mut all = all(reader);
+    all.sort_by_key(|r| {
+        let rank = GROUP_ORDER
+            .iter()
+            .position(|g| *g == r.group)
+            .unwrap_or(GROUP_ORDER.len());
+        (rank, r.group.clone())
+    });
+    for r in all.iter().filter(|r| !r.group.is_empty()) {
+        match out.iter_mut().find(|(g, _)| *g == r.group) {
+            Some((_, versions)) => {
+                if !versions.contains(&r.version) {
+                    versions.push(r.version.clone());
+                }
+            }
+            None => out.push((r.group.clone(), vec![r.version.clone()])),
+        }
+    }
+    out
+}
+
+/// The resources of one group/version, sorted by name as the real discovery lists them.
+pub fn resources_in(reader: &dyn ObjectReader, group: &str, version: &str) -> Vec<ResourceInfo> {
+    let mut list: Vec<ResourceInfo> = all(reader)
+        .into_iter()
+        .filter(|r| r.group == group && r.version == version)
+        .collect();
+    list.sort_by(|a, b| a.resource.cmp(&b.resource));
+    list
+}

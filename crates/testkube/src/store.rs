@@ -1,0 +1,369 @@
+//! The object store: JSON objects by resource, namespace and name, one global monotonically
+//! increasing resourceVersion (like an etcd revision), and a bounded event history that
+//! watches resume from.
+//!
+//! The whole store sits behind one mutex. Request handlers run their synchronous part
+//! (authorization, admission, validation, the write) under it, so a request sees and
+//! changes one consistent state; nothing holds it across an await.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use jiff::Timestamp;
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+
+use crate::types::{ObjectReader, ResourceKey};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EventType {
+    Added,
+    Modified,
+    Deleted,
+}
+
+impl EventType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventType::Added => "ADDED",
+            EventType::Modified => "MODIFIED",
+            EventType::Deleted => "DELETED",
+        }
+    }
+}
+
+/// One change, as watchers and the controllers receive it.
+#[derive(Debug)]
+pub struct StoredEvent {
+    pub rv: u64,
+    pub key: ResourceKey,
+    pub event_type: EventType,
+    /// The object after the change (for DELETED: as it was, with the delete revision).
+    pub object: Value,
+    /// The object before the change (MODIFIED and DELETED).
+    pub old: Option<Value>,
+}
+
+pub type EventSender = mpsc::UnboundedSender<Arc<StoredEvent>>;
+pub type EventReceiver = mpsc::UnboundedReceiver<Arc<StoredEvent>>;
+
+type ObjKey = (String, String);
+
+/// The store state; handlers get it locked through [`Store::lock`].
+pub struct StoreState {
+    rv: u64,
+    objects: HashMap<ResourceKey, BTreeMap<ObjKey, Value>>,
+    uids: HashMap<String, (ResourceKey, String, String)>,
+    history: VecDeque<Arc<StoredEvent>>,
+    history_limit: usize,
+    /// Watches from a resourceVersion below this cannot be served (410 Expired).
+    history_floor: u64,
+    watchers: HashMap<ResourceKey, Vec<EventSender>>,
+    all_watchers: Vec<EventSender>,
+}
+
+pub struct Store {
+    state: Mutex<StoreState>,
+}
+
+impl Store {
+    pub fn new(history_limit: usize) -> Store {
+        Store {
+            state: Mutex::new(StoreState {
+                rv: 0,
+                objects: HashMap::new(),
+                uids: HashMap::new(),
+                history: VecDeque::new(),
+                history_limit: history_limit.max(1),
+                history_floor: 0,
+                watchers: HashMap::new(),
+                all_watchers: Vec::new(),
+            }),
+        }
+    }
+
+    pub fn lock(&self) -> MutexGuard<'_, StoreState> {
+        // A panic in one request must not take the test cluster down with it.
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+pub fn meta_str<'a>(obj: &'a Value, field: &str) -> &'a str {
+    obj["metadata"][field].as_str().unwrap_or("")
+}
+
+pub fn name_of(obj: &Value) -> &str {
+    meta_str(obj, "name")
+}
+
+pub fn namespace_of(obj: &Value) -> &str {
+    meta_str(obj, "namespace")
+}
+
+/// Kubernetes Time: RFC 3339 with second precision.
+pub fn format_time(t: Timestamp) -> String {
+    t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
+}
+
+/// A random (version 4) UUID, as the real server assigns uids.
+pub fn new_uid() -> String {
+    let mut b = [0u8; 16];
+    getrandom::fill(&mut b).expect("the OS random source is available");
+    b[6] = (b[6] & 0x0f) | 0x40;
+    b[8] = (b[8] & 0x3f) | 0x80;
+    let h = hex::encode(b);
+    format!(
+        "{}-{}-{}-{}-{}",
+        &h[0..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..32]
+    )
+}
+
+fn metadata_mut(obj: &mut Value) -> &mut serde_json::Map<String, Value> {
+    if !obj["metadata"].is_object() {
+        obj["metadata"] = json!({});
+    }
+    obj["metadata"]
+        .as_object_mut()
+        .expect("metadata was just made an object")
+}
+
+impl StoreState {
+    pub fn current_rv(&self) -> u64 {
+        self.rv
+    }
+
+    pub fn history_floor(&self) -> u64 {
+        self.history_floor
+    }
+
+    pub fn get_object(&self, key: &ResourceKey, namespace: &str, name: &str) -> Option<&Value> {
+        self.objects
+            .get(key)?
+            .get(&(namespace.to_string(), name.to_string()))
+    }
+
+    /// Objects of a type, in one namespace or all, ordered by namespace then name.
+    pub fn list_objects(&self, key: &ResourceKey, namespace: Option<&str>) -> Vec<&Value> {
+        let Some(map) = self.objects.get(key) else {
+            return Vec::new();
+        };
+        match namespace {
+            Some(ns) => map
+                .range((ns.to_string(), String::new())..)
+                .take_while(|((n, _), _)| n == ns)
+                .map(|(_, v)| v)
+                .collect(),
+            None => map.values().collect(),
+        }
+    }
+
+    /// Every stored object with its type (the garbage collector scans them).
+    pub fn all_objects(&self) -> impl Iterator<Item = (&ResourceKey, &Value)> {
+        self.objects
+            .iter()
+            .flat_map(|(k, m)| m.values().map(move |v| (k, v)))
+    }
+
+    pub fn uid_exists(&self, uid: &str) -> bool {
+        self.uids.contains_key(uid)
+    }
+
+    /// Store a new object: assigns the next resourceVersion and, unless present, a uid and
+    /// creationTimestamp. The caller checked that it does not exist.
+    pub fn insert(&mut self, key: &ResourceKey, mut obj: Value, now: Timestamp) -> Value {
+        self.rv += 1;
+        let rv = self.rv;
+        let meta = metadata_mut(&mut obj);
+        if meta
+            .get("uid")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .is_empty()
+        {
+            meta.insert("uid".into(), json!(new_uid()));
+        }
+        if meta.get("creationTimestamp").is_none_or(Value::is_null) {
+            meta.insert("creationTimestamp".into(), json!(format_time(now)));
+        }
+        meta.insert("resourceVersion".into(), json!(rv.to_string()));
+        let ns = namespace_of(&obj).to_string();
+        let name = name_of(&obj).to_string();
+        let uid = meta_str(&obj, "uid").to_string();
+        self.uids
+            .insert(uid, (key.clone(), ns.clone(), name.clone()));
+        self.objects
+            .entry(key.clone())
+            .or_default()
+            .insert((ns, name), obj.clone());
+        self.emit(key, EventType::Added, obj.clone(), None);
+        obj
+    }
+
+    /// Replace a stored object with a new version (next resourceVersion).
+    pub fn replace(&mut self, key: &ResourceKey, mut obj: Value) -> Value {
+        self.rv += 1;
+        metadata_mut(&mut obj).insert("resourceVersion".into(), json!(self.rv.to_string()));
+        let slot = (namespace_of(&obj).to_string(), name_of(&obj).to_string());
+        let old = self
+            .objects
+            .entry(key.clone())
+            .or_default()
+            .insert(slot, obj.clone());
+        self.emit(key, EventType::Modified, obj.clone(), old);
+        obj
+    }
+
+    /// Remove an object; the DELETED event carries it with the delete revision.
+    pub fn remove(&mut self, key: &ResourceKey, namespace: &str, name: &str) -> Option<Value> {
+        let old = self
+            .objects
+            .get_mut(key)?
+            .remove(&(namespace.to_string(), name.to_string()))?;
+        self.rv += 1;
+        let mut gone = old.clone();
+        metadata_mut(&mut gone).insert("resourceVersion".into(), json!(self.rv.to_string()));
+        self.uids.remove(meta_str(&old, "uid"));
+        self.emit(key, EventType::Deleted, gone.clone(), Some(old));
+        Some(gone)
+    }
+
+    fn emit(
+        &mut self,
+        key: &ResourceKey,
+        event_type: EventType,
+        object: Value,
+        old: Option<Value>,
+    ) {
+        let event = Arc::new(StoredEvent {
+            rv: self.rv,
+            key: key.clone(),
+            event_type,
+            object,
+            old,
+        });
+        self.history.push_back(event.clone());
+        while self.history.len() > self.history_limit {
+            if let Some(evicted) = self.history.pop_front() {
+                self.history_floor = evicted.rv;
+            }
+        }
+        if let Some(list) = self.watchers.get_mut(key) {
+            list.retain(|w| w.send(event.clone()).is_ok());
+        }
+        self.all_watchers.retain(|w| w.send(event.clone()).is_ok());
+    }
+
+    /// Register a watch on one type. With `since`, the events after that resourceVersion
+    /// still in the history come first; `Err(oldest)` when `since` is older than the history.
+    pub fn subscribe(
+        &mut self,
+        key: &ResourceKey,
+        since: Option<u64>,
+    ) -> Result<(Vec<Arc<StoredEvent>>, EventReceiver), u64> {
+        let backlog = match since {
+            Some(rv) if rv < self.history_floor => return Err(self.history_floor + 1),
+            Some(rv) => self
+                .history
+                .iter()
+                .filter(|e| e.rv > rv && &e.key == key)
+                .cloned()
+                .collect(),
+            None => Vec::new(),
+        };
+        let (tx, rx) = mpsc::unbounded_channel();
+        self.watchers.entry(key.clone()).or_default().push(tx);
+        Ok((backlog, rx))
+    }
+
+    /// Every event of every type (the controllers' feed).
+    pub fn subscribe_all(&mut self) -> EventReceiver {
+        let (tx, rx) = mpsc::unbounded_channel();
+        self.all_watchers.push(tx);
+        rx
+    }
+
+    /// Number of open watch registrations (for tests and the benchmark).
+    pub fn watcher_count(&self) -> usize {
+        self.watchers
+            .values()
+            .map(|l| l.iter().filter(|w| !w.is_closed()).count())
+            .sum()
+    }
+}
+
+impl ObjectReader for StoreState {
+    fn get(&self, key: &ResourceKey, namespace: Option<&str>, name: &str) -> Option<Value> {
+        self.get_object(key, namespace.unwrap_or(""), name).cloned()
+    }
+
+    fn list(&self, key: &ResourceKey, namespace: Option<&str>) -> Vec<Value> {
+        self.list_objects(key, namespace)
+            .into_iter()
+            .cloned()
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn secret(name: &str) -> Value {
+        json!({"kind": "Secret", "apiVersion": "v1", "metadata": {"name": name, "namespace": "default"}})
+    }
+
+    #[test]
+    fn resource_versions_increase_across_types_and_deletes() {
+        let store = Store::new(100);
+        let mut st = store.lock();
+        let key = ResourceKey::new("", "secrets");
+        let a = st.insert(&key, secret("a"), Timestamp::now());
+        let b = st.insert(
+            &ResourceKey::new("", "configmaps"),
+            secret("b"),
+            Timestamp::now(),
+        );
+        let gone = st.remove(&key, "default", "a").unwrap();
+        let rvs: Vec<u64> = [&a, &b, &gone]
+            .iter()
+            .map(|o| meta_str(o, "resourceVersion").parse().unwrap())
+            .collect();
+        assert_eq!(rvs, vec![1, 2, 3]);
+        assert_ne!(meta_str(&a, "uid"), meta_str(&b, "uid"));
+    }
+
+    #[test]
+    fn subscribe_replays_only_newer_events_of_the_type() {
+        let store = Store::new(100);
+        let mut st = store.lock();
+        let key = ResourceKey::new("", "secrets");
+        st.insert(&key, secret("a"), Timestamp::now());
+        st.insert(
+            &ResourceKey::new("", "configmaps"),
+            secret("x"),
+            Timestamp::now(),
+        );
+        st.insert(&key, secret("b"), Timestamp::now());
+        let (backlog, _rx) = st.subscribe(&key, Some(1)).unwrap();
+        let names: Vec<&str> = backlog.iter().map(|e| name_of(&e.object)).collect();
+        assert_eq!(names, vec!["b"]);
+    }
+
+    #[test]
+    fn subscribe_below_the_history_window_is_expired() {
+        let store = Store::new(2);
+        let mut st = store.lock();
+        let key = ResourceKey::new("", "secrets");
+        for n in ["a", "b", "c", "d"] {
+            st.insert(&key, secret(n), Timestamp::now());
+        }
+        assert_eq!(st.subscribe(&key, Some(1)).err(), Some(3));
+        assert!(st.subscribe(&key, Some(2)).is_ok());
+    }
+}

@@ -1,0 +1,306 @@
+//! Generic validation with the real messages (capture 10, 15, 47): object names, label keys
+//! and values, annotation keys, Secret/ConfigMap data keys, Secret base64, MicroTime fields.
+
+use base64::Engine;
+use serde_json::Value;
+
+use crate::errors::{FieldError, bad_request, invalid_object};
+use crate::resources::{NameRule, ResourceInfo};
+use crate::types::ApiError;
+
+const SUBDOMAIN_MSG: &str = "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')";
+const LABEL_MSG: &str = "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')";
+const LABEL_VALUE_MSG: &str = "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyValue',  or 'my_value',  or '12345', regex used for validation is '(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')";
+const QUALIFIED_NAME_MSG: &str = "name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')";
+const CONFIG_KEY_MSG: &str = "a valid config key must consist of alphanumeric characters, '-', '_' or '.' (e.g. 'key.name',  or 'KEY_NAME',  or 'key-name', regex used for validation is '[-._a-zA-Z0-9]+')";
+
+fn is_alnum_lower(c: char) -> bool {
+    c.is_ascii_lowercase() || c.is_ascii_digit()
+}
+
+pub fn is_dns1123_label(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 63
+        && s.chars().all(|c| is_alnum_lower(c) || c == '-')
+        && s.starts_with(is_alnum_lower)
+        && s.ends_with(is_alnum_lower)
+}
+
+pub fn is_dns1123_subdomain(s: &str) -> bool {
+    s.len() <= 253 && s.split('.').all(is_dns1123_label)
+}
+
+/// `([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]`, at most 63 characters.
+fn is_qualified_name_part(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 63
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+        && s.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && s.ends_with(|c: char| c.is_ascii_alphanumeric())
+}
+
+pub fn is_label_value(s: &str) -> bool {
+    s.is_empty() || is_qualified_name_part(s)
+}
+
+pub fn is_config_key(s: &str) -> bool {
+    !s.is_empty()
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-._".contains(c))
+}
+
+/// Problems with a label or annotation key (`[prefix/]name`).
+fn qualified_name_errors(field: &str, key: &str) -> Vec<FieldError> {
+    let (prefix, name) = match key.split_once('/') {
+        Some((p, n)) => (Some(p), n),
+        None => (None, key),
+    };
+    let mut errs = Vec::new();
+    if let Some(prefix) = prefix
+        && !is_dns1123_subdomain(prefix)
+    {
+        errs.push(FieldError::invalid(
+            field,
+            key,
+            &format!("prefix part {SUBDOMAIN_MSG}"),
+        ));
+    }
+    if name.is_empty() {
+        errs.push(FieldError::invalid(
+            field,
+            key,
+            "name part must be non-empty",
+        ));
+    } else if !is_qualified_name_part(name) {
+        errs.push(FieldError::invalid(field, key, QUALIFIED_NAME_MSG));
+    }
+    errs
+}
+
+fn name_errors(rule: NameRule, name: &str) -> Option<FieldError> {
+    let ok = match rule {
+        NameRule::Subdomain => is_dns1123_subdomain(name),
+        NameRule::Label => is_dns1123_label(name),
+        NameRule::PathSegment => !matches!(name, "." | "..") && !name.contains(['/', '%']),
+    };
+    if ok {
+        return None;
+    }
+    let msg = match rule {
+        NameRule::Subdomain => SUBDOMAIN_MSG.to_string(),
+        NameRule::Label => LABEL_MSG.to_string(),
+        NameRule::PathSegment => {
+            "may not contain '/' or '%', and may not be '.' or '..'".to_string()
+        }
+    };
+    Some(FieldError::invalid("metadata.name", name, &msg))
+}
+
+/// Metadata and type-specific field checks that end in a 422 Invalid.
+pub fn validate_object(info: &ResourceInfo, obj: &Value) -> Result<(), ApiError> {
+    let name = obj["metadata"]["name"].as_str().unwrap_or("");
+    let mut errs = Vec::new();
+    if name.is_empty() {
+        errs.push(FieldError::required(
+            "metadata.name",
+            "name or generateName is required",
+        ));
+    } else if let Some(e) = name_errors(info.name_rule, name) {
+        errs.push(e);
+    }
+    if info.resource == "customresourcedefinitions" {
+        errs.extend(crd_name_errors(obj, name));
+    }
+    if let Some(labels) = obj["metadata"]["labels"].as_object() {
+        for (k, v) in labels {
+            errs.extend(qualified_name_errors("metadata.labels", k));
+            match v.as_str() {
+                Some(s) if is_label_value(s) => {}
+                Some(s) => errs.push(FieldError::invalid("metadata.labels", s, LABEL_VALUE_MSG)),
+                None => errs.push(FieldError::invalid(
+                    "metadata.labels",
+                    &v.to_string(),
+                    LABEL_VALUE_MSG,
+                )),
+            }
+        }
+    }
+    if let Some(annotations) = obj["metadata"]["annotations"].as_object() {
+        for k in annotations.keys() {
+            errs.extend(qualified_name_errors("metadata.annotations", k));
+        }
+    }
+    if !info.custom && matches!(info.resource.as_str(), "secrets" | "configmaps") {
+        for field in ["data", "binaryData"] {
+            if let Some(map) = obj[field].as_object() {
+                for k in map.keys().filter(|k| !is_config_key(k)) {
+                    errs.push(FieldError::invalid(
+                        format!("{field}[{k}]"),
+                        k,
+                        CONFIG_KEY_MSG,
+                    ));
+                }
+            }
+        }
+    }
+    if errs.is_empty() {
+        Ok(())
+    } else {
+        Err(invalid_object(info, name, &errs))
+    }
+}
+
+/// A CRD must be named `<plural>.<group>`.
+fn crd_name_errors(obj: &Value, name: &str) -> Vec<FieldError> {
+    let plural = obj["spec"]["names"]["plural"].as_str().unwrap_or("");
+    let group = obj["spec"]["group"].as_str().unwrap_or("");
+    let mut errs = Vec::new();
+    if group.is_empty() {
+        errs.push(FieldError::required("spec.group", ""));
+    }
+    if plural.is_empty() {
+        errs.push(FieldError::required("spec.names.plural", ""));
+    }
+    if obj["spec"]["names"]["kind"]
+        .as_str()
+        .unwrap_or("")
+        .is_empty()
+    {
+        errs.push(FieldError::required("spec.names.kind", ""));
+    }
+    if errs.is_empty() && name != format!("{plural}.{group}") {
+        errs.push(FieldError::invalid(
+            "metadata.name",
+            name,
+            "must be spec.names.plural+\".\"+spec.group",
+        ));
+    }
+    errs
+}
+
+/// Secret data must decode as standard base64 (a 400 from the JSON decoder, capture 15).
+pub fn check_secret_base64(info: &ResourceInfo, obj: &Value) -> Result<(), ApiError> {
+    if info.custom || info.resource != "secrets" {
+        return Ok(());
+    }
+    let Some(data) = obj["data"].as_object() else {
+        return Ok(());
+    };
+    for v in data.values() {
+        let s = v.as_str().unwrap_or("");
+        if let Err(e) = base64::engine::general_purpose::STANDARD.decode(s) {
+            let at = match e {
+                base64::DecodeError::InvalidByte(i, _)
+                | base64::DecodeError::InvalidLastSymbol(i, _) => i,
+                _ => s.len(),
+            };
+            return Err(bad_request(format!(
+                "Secret in version \"v1\" cannot be handled as a Secret: illegal base64 data at input byte {at}"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The MicroTime fields of a type (metav1.MicroTime parses exactly 6 fractional digits).
+fn micro_time_fields(info: &ResourceInfo) -> &'static [&'static [&'static str]] {
+    match (info.group.as_str(), info.resource.as_str()) {
+        ("coordination.k8s.io", "leases") => &[&["spec", "acquireTime"], &["spec", "renewTime"]],
+        (_, "events") => &[&["eventTime"], &["series", "lastObservedTime"]],
+        _ => &[],
+    }
+}
+
+/// Go's parse of `2006-01-02T15:04:05.000000Z07:00`: the fraction must have exactly six
+/// digits. Returns the unparsed rest on failure, as Go's error message shows it.
+fn micro_time_rest(s: &str) -> Option<&str> {
+    let b = s.as_bytes();
+    let digits =
+        |r: std::ops::Range<usize>| r.clone().all(|i| b.get(i).is_some_and(u8::is_ascii_digit));
+    let head_ok = b.len() >= 19
+        && digits(0..4)
+        && b[4] == b'-'
+        && digits(5..7)
+        && b[7] == b'-'
+        && digits(8..10)
+        && b[10] == b'T'
+        && digits(11..13)
+        && b[13] == b':'
+        && digits(14..16)
+        && b[16] == b':'
+        && digits(17..19);
+    if !head_ok {
+        return Some(s);
+    }
+    let rest = &s[19..];
+    let frac_ok = rest.len() >= 7 && rest.as_bytes()[0] == b'.' && digits(20..26);
+    if !frac_ok {
+        return Some(rest);
+    }
+    let zone = &rest[7..];
+    let zone_ok = zone == "Z"
+        || (zone.len() == 6
+            && (zone.starts_with('+') || zone.starts_with('-'))
+            && zone.as_bytes()[3] == b':'
+            && zone
+                .bytes()
+                .enumerate()
+                .all(|(i, c)| i == 0 || i == 3 || c.is_ascii_digit()));
+    if zone_ok { None } else { Some(zone) }
+}
+
+pub fn check_micro_times(info: &ResourceInfo, obj: &Value) -> Result<(), ApiError> {
+    for path in micro_time_fields(info) {
+        let mut cur = obj;
+        for p in path.iter() {
+            cur = &cur[*p];
+        }
+        let Some(s) = cur.as_str() else { continue };
+        if let Some(rest) = micro_time_rest(s) {
+            let wanted = if rest.starts_with('.') || rest.starts_with('Z') || rest.is_empty() {
+                ".000000"
+            } else {
+                "Z07:00"
+            };
+            return Err(bad_request(format!(
+                "{kind} in version \"{v}\" cannot be handled as a {kind}: parsing time \"{s}\" as \
+                 \"2006-01-02T15:04:05.000000Z07:00\": cannot parse \"{rest}\" as \"{wanted}\"",
+                kind = info.kind,
+                v = info.version,
+            )));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dns_names() {
+        assert!(is_dns1123_subdomain("kf-demo.example"));
+        assert!(!is_dns1123_subdomain("Bad_Name"));
+        assert!(is_dns1123_label("kube-system"));
+        assert!(!is_dns1123_label("a.b"));
+        assert!(!is_dns1123_label("-a"));
+    }
+
+    #[test]
+    fn label_values_and_config_keys() {
+        assert!(is_label_value(""));
+        assert!(is_label_value("sweet_1.a"));
+        assert!(!is_label_value("bad value!"));
+        assert!(is_config_key("ca.crt"));
+        assert!(!is_config_key("a/b"));
+    }
+
+    #[test]
+    fn micro_time_needs_six_digits() {
+        assert_eq!(micro_time_rest("2026-11-30T04:27:03.123000Z"), None);
+        assert_eq!(micro_time_rest("2026-11-30T04:27:03.123000+01:00"), None);
+        assert_eq!(micro_time_rest("2026-11-30T04:27:03.123Z"), Some(".123Z"));
+        assert_eq!(micro_time_rest("2026-11-30T04:27:03Z"), Some("Z"));
+    }
+}

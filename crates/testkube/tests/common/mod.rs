@@ -1,0 +1,31 @@
+//! Helpers shared by testkube's integration tests: kube-rs clients from the cluster's
+//! kubeconfigs, and waiting on watches with a generous safety timeout.
+
+#![allow(dead_code)]
+
+use std::time::Duration;
+
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use testkube::TestCluster;
+
+/// Safety net for waits on events; never a timing assertion.
+pub const PATIENCE: Duration = Duration::from_secs(20);
+
+pub async fn client_from(kubeconfig_yaml: &str) -> kube::Client {
+    let kubeconfig = Kubeconfig::from_yaml(kubeconfig_yaml).expect("kubeconfig parses");
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .expect("kubeconfig is usable");
+    kube::Client::try_from(config).expect("client builds")
+}
+
+pub async fn admin(cluster: &TestCluster) -> kube::Client {
+    client_from(&cluster.admin_kubeconfig()).await
+}
+
+/// Wait for a future with the safety timeout, failing the test with `what` if it expires.
+pub async fn within<T>(what: &str, fut: impl std::future::Future<Output = T>) -> T {
+    tokio::time::timeout(PATIENCE, fut)
+        .await
+        .unwrap_or_else(|_| panic!("timed out waiting for {what}"))
+}

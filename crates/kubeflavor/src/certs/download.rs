@@ -11,9 +11,9 @@ use kube::{Api, Client};
 use kubeflavor_core::certkey::CertificateKey;
 use kubeflavor_core::copycerts::{self, CopyCertsError};
 
+use super::CertsError;
 use super::objects::{self, NAMESPACE, SECRET_NAME};
 use super::pki_files::{self, WriteReport};
-use super::CertsError;
 
 pub struct DownloadOptions {
     pub pki_dir: PathBuf,
@@ -71,9 +71,19 @@ pub fn secret_data(secret: &Secret) -> BTreeMap<String, Vec<u8>> {
 pub fn open_error(e: CopyCertsError) -> CertsError {
     match e {
         CopyCertsError::WrongKey => CertsError::WrongKey,
+        // A Secret kubeadm wrote has no key check: the core says so in its message.
+        CopyCertsError::WrongKeyOrTampered { .. } => CertsError::WrongKeyOrTampered(e.to_string()),
         CopyCertsError::MissingEntry { .. } => CertsError::MissingEntry(e.to_string()),
-        CopyCertsError::Tampered { .. } => CertsError::Tampered(e.to_string()),
-        other => CertsError::Swapped(other.to_string()),
+        CopyCertsError::Tampered { .. } | CopyCertsError::BadManifest(_) => {
+            CertsError::Tampered(e.to_string())
+        }
+        CopyCertsError::SwappedEntry { .. }
+        | CopyCertsError::NotAsUploaded { .. }
+        | CopyCertsError::KeyDoesNotMatch { .. }
+        | CopyCertsError::Unreadable { .. } => CertsError::Swapped(e.to_string()),
+        CopyCertsError::NotInSet { .. } | CopyCertsError::Randomness(_) => {
+            CertsError::Other(e.to_string())
+        }
     }
 }
 
@@ -82,8 +92,12 @@ pub fn decrypt_and_write(
     data: &BTreeMap<String, Vec<u8>>,
     opts: &DownloadOptions,
 ) -> Result<WriteReport, CertsError> {
-    let files = copycerts::open_all(&opts.key, data).map_err(open_error)?;
-    Ok(pki_files::write_all(&opts.pki_dir, &files, opts.force)?)
+    let opened = copycerts::open_all(&opts.key, data).map_err(open_error)?;
+    Ok(pki_files::write_all(
+        &opts.pki_dir,
+        &opened.files,
+        opts.force,
+    )?)
 }
 
 /// The whole download with an already-authenticated client (admin or bootstrap identity).
@@ -94,4 +108,27 @@ pub async fn download(
 ) -> Result<WriteReport, CertsError> {
     let secret = fetch_secret(client, now).await?;
     decrypt_and_write(&secret_data(&secret), opts)
+}
+
+/// A client that authenticates as a bootstrap token against `server`, trusting only the
+/// CA certificates discovery authenticated (`DER`). Used by `certs download --server` and
+/// `join --control-plane` after `[discovery]`.
+pub fn bootstrap_client(
+    server: &str,
+    ca_certs_der: &[Vec<u8>],
+    token: &kubeflavor_core::token::BootstrapToken,
+) -> Result<Client, CertsError> {
+    let url: http::Uri = server.parse().map_err(|e| {
+        CertsError::Refused(format!(
+            "the API server address {server:?} is not a URL: {e} (check cluster-info's kubeconfig)"
+        ))
+    })?;
+    let mut config = kube::Config::new(url);
+    config.root_cert = Some(ca_certs_der.to_vec());
+    config.auth_info.token = Some(token.expose().to_string().into());
+    Client::try_from(config).map_err(|e| {
+        CertsError::Other(format!(
+            "cannot build a client for {server}: {e} (check the discovered CA)"
+        ))
+    })
 }

@@ -106,7 +106,12 @@ pub async fn inspect(
     let readable_by = match bindings.get_opt(RBAC_NAME).await {
         Ok(Some(b)) => objects::binding_subjects(&b),
         Ok(None) => Vec::new(),
-        Err(e) => return Err(objects::api_error("reading the RoleBinding kube-system/kubeadm:kubeadm-certs", e)),
+        Err(e) => {
+            return Err(objects::api_error(
+                "reading the RoleBinding kube-system/kubeadm:kubeadm-certs",
+                e,
+            ));
+        }
     };
 
     let certificates = match key {
@@ -126,9 +131,9 @@ pub fn certificate_infos(
     key: &CertificateKey,
     data: &BTreeMap<String, Vec<u8>>,
 ) -> Result<Vec<CertificateInfo>, CertsError> {
-    let files = copycerts::open_all(key, data).map_err(download::open_error)?;
+    let opened = copycerts::open_all(key, data).map_err(download::open_error)?;
     let mut out = Vec::new();
-    for f in &files {
+    for f in &opened.files {
         if !f.rel_path.ends_with(".crt") {
             continue;
         }
@@ -153,8 +158,17 @@ pub fn certificate_infos(
 pub fn render(i: &Inspection) -> String {
     let mut out = String::new();
     out.push_str(&format!("Secret {NAMESPACE}/{SECRET_NAME}\n"));
-    let w = i.entries.iter().map(|e| e.name.len()).max().unwrap_or(5).max(5);
-    out.push_str(&format!("{:<w$}  {:>6}  {:>9}\n", "ENTRY", "STORED", "PLAINTEXT"));
+    let w = i
+        .entries
+        .iter()
+        .map(|e| e.name.len())
+        .max()
+        .unwrap_or(5)
+        .max(5);
+    out.push_str(&format!(
+        "{:<w$}  {:>6}  {:>9}\n",
+        "ENTRY", "STORED", "PLAINTEXT"
+    ));
     for e in &i.entries {
         out.push_str(&format!(
             "{:<w$}  {:>6}  {:>9}\n",
@@ -176,7 +190,9 @@ pub fn render(i: &Inspection) -> String {
         ));
     }
     if i.readable_by.is_empty() {
-        out.push_str("Readable by: no RoleBinding kube-system/kubeadm:kubeadm-certs (only admins)\n");
+        out.push_str(
+            "Readable by: no RoleBinding kube-system/kubeadm:kubeadm-certs (only admins)\n",
+        );
     } else {
         out.push_str(&format!("Readable by: {}\n", i.readable_by.join(", ")));
     }

@@ -4,11 +4,11 @@
 //! `kubeflavor_core::{certkey, copycerts, pki, keys}`; this module does the I/O around it:
 //! the PKI directory on disk ([`pki_files`]) and the Kubernetes objects ([`objects`]).
 
-//pub mod download;
-//pub mod inspect;
+pub mod download;
+pub mod inspect;
 pub mod objects;
 pub mod pki_files;
-//pub mod upload;
+pub mod upload;
 
 use std::path::PathBuf;
 
@@ -25,17 +25,16 @@ pub enum CertsError {
         "wrong certificate key: the kubeadm-certs Secret was not encrypted with it (use the key printed by 'kubeflavor certs upload'; if it is lost, run 'kubeflavor certs upload' again)"
     )]
     WrongKey,
-    #[error(
-        "the kubeadm-certs Secret is damaged: {0} (run 'kubeflavor certs upload' again on a control-plane node)"
-    )]
+    /// Only for Secrets without kubeflavor's key check (written by kubeadm).
+    #[error("{0}")]
+    WrongKeyOrTampered(String),
+    /// An entry was changed after the upload (the key itself is right).
+    #[error("{0}")]
     Tampered(String),
-    #[error(
-        "the kubeadm-certs Secret is inconsistent: {0} (run 'kubeflavor certs upload' again on a control-plane node)"
-    )]
+    /// Entries were swapped or replaced, or hold something unusable.
+    #[error("{0}")]
     Swapped(String),
-    #[error(
-        "the kubeadm-certs Secret lacks {0} (run 'kubeflavor certs upload' again on a control-plane node)"
-    )]
+    #[error("{0}")]
     MissingEntry(String),
     #[error("the kubeadm-certs Secret is missing or expired; run 'kubeflavor certs upload' again")]
     SecretGone,
@@ -78,6 +77,7 @@ impl CertsError {
             CertsError::PkiInvalid(_) => 27,
             CertsError::Unwritable(_) => 28,
             CertsError::Conflict(_) => 29,
+            CertsError::WrongKeyOrTampered(_) => 30,
         }
     }
 }
@@ -127,6 +127,7 @@ mod tests {
         vec![
             CertsError::MalformedKey(s()),
             CertsError::WrongKey,
+            CertsError::WrongKeyOrTampered(s()),
             CertsError::Tampered(s()),
             CertsError::Swapped(s()),
             CertsError::MissingEntry(s()),

@@ -16,7 +16,7 @@ use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::api::PostParams;
 use kube::{Api, Client};
 use kubeflavor_core::certkey::CertificateKey;
-use kubeflavor_core::copycerts::{self, EtcdMode};
+use kubeflavor_core::copycerts::{self, CopyCertsError, EtcdMode, PkiEntry};
 use kubeflavor_core::token::BootstrapToken;
 use zeroize::Zeroizing;
 
@@ -50,33 +50,33 @@ pub struct Uploaded {
 
 /// One source file of the Secret, read from disk.
 pub struct Source {
-    pub data_key: String,
+    pub entry: PkiEntry,
     pub path: PathBuf,
     /// `None`: absent on disk, stored as an empty value as kubeadm does.
     pub contents: Option<Zeroizing<Vec<u8>>>,
 }
 
-/// Reads every file the Secret carries, local-etcd or external-etcd layout (spec section 3).
+/// Reads every file the Secret carries, local-etcd or external-etcd set (spec section 3).
 pub fn read_sources(
     pki_dir: &Path,
     external_etcd: Option<&ExternalEtcd>,
-) -> Result<Vec<Source>, CertsError> {
+) -> Result<(EtcdMode, Vec<Source>), CertsError> {
     let mode = if external_etcd.is_some() {
         EtcdMode::External
     } else {
         EtcdMode::Local
     };
     let mut sources = Vec::new();
-    for entry in copycerts::entries(mode) {
-        let path = match (external_etcd, entry.data_key) {
-            (Some(ext), "external-etcd-ca.crt") => ext.ca.clone(),
-            (Some(ext), "external-etcd.crt") => ext.cert.clone(),
-            (Some(ext), "external-etcd.key") => ext.key.clone(),
-            _ => pki_dir.join(entry.rel_path),
+    for &entry in PkiEntry::set(mode) {
+        let path = match (external_etcd, entry) {
+            (Some(ext), PkiEntry::ExternalEtcdCaCert) => ext.ca.clone(),
+            (Some(ext), PkiEntry::ExternalEtcdCert) => ext.cert.clone(),
+            (Some(ext), PkiEntry::ExternalEtcdKey) => ext.key.clone(),
+            _ => pki_dir.join(entry.rel_path()),
         };
         let contents = pki_files::read_optional(&path)?;
         sources.push(Source {
-            data_key: entry.data_key.to_owned(),
+            entry,
             path,
             contents,
         });
@@ -87,41 +87,56 @@ pub fn read_sources(
             pki_dir.display()
         )));
     }
-    Ok(sources)
+    Ok((mode, sources))
 }
 
-/// Checks, before anything leaves the machine, that each certificate parses and each
-/// private key matches its certificate or public key: uploading a broken set would only
-/// fail later, on the joining node.
-pub fn check_sources(sources: &[Source]) -> Result<(), CertsError> {
-    let present: BTreeMap<&str, &[u8]> = sources
-        .iter()
-        .filter_map(|s| s.contents.as_ref().map(|c| (s.data_key.as_str(), c.as_slice())))
-        .collect();
-    copycerts::check_set(&present).map_err(|e| {
-        CertsError::PkiInvalid(format!(
-            "the PKI files are not a consistent set: {e} (fix the PKI directory before uploading it)"
-        ))
-    })
-}
-
-/// Encrypts every source and adds the key-check entry.
+/// Encrypts every source (with the key-check and manifest entries), then opens the result
+/// again: that proves the data decrypts, and runs the same checks a download runs (each
+/// certificate parses, each key matches its certificate or public key) before anything
+/// leaves the machine. A broken set would otherwise only fail on the joining node.
 pub fn seal_sources(
     key: &CertificateKey,
+    mode: EtcdMode,
     sources: &[Source],
 ) -> Result<BTreeMap<String, Vec<u8>>, CertsError> {
-    let mut data = BTreeMap::new();
-    for s in sources {
-        let value = match &s.contents {
-            Some(c) => copycerts::seal(key, c).map_err(|e| CertsError::Other(e.to_string()))?,
-            None => Vec::new(),
-        };
-        data.insert(s.data_key.clone(), value);
+    let present: Vec<(PkiEntry, &[u8])> = sources
+        .iter()
+        .filter_map(|s| s.contents.as_ref().map(|c| (s.entry, c.as_slice())))
+        .collect();
+    let data = copycerts::seal_secret_data(key, mode, &present)
+        .map_err(|e| CertsError::Other(e.to_string()))?;
+    let path_of = |entry: PkiEntry| {
+        sources.iter().find(|s| s.entry == entry).map_or_else(
+            || entry.data_key().to_owned(),
+            |s| s.path.display().to_string(),
+        )
+    };
+    let invalid = |what: String| {
+        CertsError::PkiInvalid(format!(
+            "{what}; nothing was uploaded (fix the PKI directory, or restore the file from a backup)"
+        ))
+    };
+    match copycerts::open_all(key, &data) {
+        Ok(_) => Ok(data),
+        Err(CopyCertsError::SwappedEntry {
+            entry,
+            expected,
+            found,
+        }) => Err(invalid(format!(
+            "{} should hold {expected} but holds {found}",
+            path_of(entry)
+        ))),
+        Err(CopyCertsError::KeyDoesNotMatch { key, partner }) => Err(invalid(format!(
+            "the private key {} does not belong to {}",
+            path_of(key),
+            path_of(partner)
+        ))),
+        Err(CopyCertsError::Unreadable { entry, reason }) => Err(invalid(format!(
+            "{} is not usable: {reason}",
+            path_of(entry)
+        ))),
+        Err(e) => Err(CertsError::Other(e.to_string())),
     }
-    let (check_key, check_value) =
-        copycerts::key_check_entry(key).map_err(|e| CertsError::Other(e.to_string()))?;
-    data.insert(check_key.to_owned(), check_value);
-    Ok(data)
 }
 
 /// Runs the upload against the cluster. `progress` receives kubeadm-style lines; nothing
@@ -138,20 +153,19 @@ pub async fn upload(
             opts.ttl
         )));
     }
-    let sources = read_sources(&opts.pki_dir, opts.external_etcd.as_ref())?;
-    check_sources(&sources)?;
+    let (mode, sources) = read_sources(&opts.pki_dir, opts.external_etcd.as_ref())?;
     for s in sources.iter().filter(|s| s.contents.is_none()) {
         progress(&format!(
             "[upload-certs] {} not found, storing an empty value for {}",
             s.path.display(),
-            s.data_key
+            s.entry.data_key()
         ));
     }
     let key = match opts.key {
         Some(k) => k,
         None => CertificateKey::generate().map_err(|e| CertsError::Other(e.to_string()))?,
     };
-    let data = seal_sources(&key, &sources)?;
+    let data = seal_sources(&key, mode, &sources)?;
     let expiration = now
         .checked_add(opts.ttl)
         .map_err(|e| CertsError::Refused(format!("--ttl {:#} is too long: {e}", opts.ttl)))?;
@@ -167,11 +181,16 @@ pub async fn upload(
     ));
     objects::create_or_replace(&roles, &objects::reader_role())
         .await
-        .map_err(|e| objects::api_error("creating the Role kube-system/kubeadm:kubeadm-certs", e))?;
+        .map_err(|e| {
+            objects::api_error("creating the Role kube-system/kubeadm:kubeadm-certs", e)
+        })?;
     objects::create_or_replace(&bindings, &objects::reader_binding(opts.readable_by))
         .await
         .map_err(|e| {
-            objects::api_error("creating the RoleBinding kube-system/kubeadm:kubeadm-certs", e)
+            objects::api_error(
+                "creating the RoleBinding kube-system/kubeadm:kubeadm-certs",
+                e,
+            )
         })?;
 
     let owner = create_proxy_token(&secrets, expiration).await?;
@@ -202,7 +221,12 @@ pub async fn upload(
     ));
     let entries = sources
         .iter()
-        .map(|s| (s.data_key.clone(), s.contents.as_ref().map_or(0, |c| c.len())))
+        .map(|s| {
+            (
+                s.entry.data_key().to_owned(),
+                s.contents.as_ref().map_or(0, |c| c.len()),
+            )
+        })
         .collect();
     objects::create_or_replace(&secrets, &objects::certs_secret(data, owner_ref))
         .await
@@ -213,7 +237,9 @@ pub async fn upload(
         match objects::delete_if_proxy_token(&secrets, &name).await {
             Ok(true) => tracing::debug!(token = %name, "deleted the superseded proxy token"),
             Ok(false) => {}
-            Err(e) => tracing::warn!(token = %name, error = %e, "could not delete the superseded proxy token; it expires on its own"),
+            Err(e) => {
+                tracing::warn!(token = %name, error = %e, "could not delete the superseded proxy token; it expires on its own")
+            }
         }
     }
 
@@ -227,18 +253,18 @@ pub async fn upload(
 }
 
 /// Creates a fresh TTL-proxy token, retrying with a new id if one is already taken.
-async fn create_proxy_token(api: &Api<Secret>, expiration: Timestamp) -> Result<Secret, CertsError> {
+async fn create_proxy_token(
+    api: &Api<Secret>,
+    expiration: Timestamp,
+) -> Result<Secret, CertsError> {
     // RFC 3339 UTC without fractional seconds, as the API server expects (spec section 1).
     let expiration = expiration.round(jiff::Unit::Second).unwrap_or(expiration);
     let expiration = format!("{expiration:.0}");
     let mut last = None;
     for _ in 0..TOKEN_ID_ATTEMPTS {
         let token = BootstrapToken::generate().map_err(|e| CertsError::Other(e.to_string()))?;
-        let secret = objects::proxy_token_secret(
-            token.id().as_str(),
-            token.secret().expose(),
-            &expiration,
-        );
+        let secret =
+            objects::proxy_token_secret(token.id().as_str(), token.secret().expose(), &expiration);
         match api.create(&PostParams::default(), &secret).await {
             Ok(created) => return Ok(created),
             Err(kube::Error::Api(s)) if s.code == 409 => last = Some(s.message),

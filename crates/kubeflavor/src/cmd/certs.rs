@@ -174,7 +174,11 @@ pub fn key(out: &mut dyn Write) -> Result<(), CertsError> {
 }
 
 /// `certs generate`.
-pub fn generate(args: &GenerateArgs, now: Timestamp, out: &mut dyn Write) -> Result<(), CertsError> {
+pub fn generate(
+    args: &GenerateArgs,
+    now: Timestamp,
+    out: &mut dyn Write,
+) -> Result<(), CertsError> {
     let files = pki::generate_shared_ca_set(args.key_type.into(), now)
         .map_err(|e| CertsError::Other(format!("cannot generate the CA set: {e}")))?;
     // Fresh keys never equal existing files, so any existing file is a conflict: generate
@@ -195,7 +199,11 @@ pub async fn upload(
         .as_deref()
         .map(certs::parse_certificate_key)
         .transpose()?;
-    let external_etcd = match (&args.external_etcd_ca, &args.external_etcd_cert, &args.external_etcd_key) {
+    let external_etcd = match (
+        &args.external_etcd_ca,
+        &args.external_etcd_cert,
+        &args.external_etcd_key,
+    ) {
         (Some(ca), Some(cert), Some(key)) => Some(ExternalEtcd {
             ca: ca.clone(),
             cert: cert.clone(),
@@ -219,7 +227,9 @@ pub async fn upload(
     writeln!(
         out,
         "[upload-certs] The Secret expires at {} with its proxy token {}; readable by group {:?}",
-        up.expiration.round(jiff::Unit::Second).unwrap_or(up.expiration),
+        up.expiration
+            .round(jiff::Unit::Second)
+            .unwrap_or(up.expiration),
         up.proxy_token_id,
         up.readable_by.group()
     )

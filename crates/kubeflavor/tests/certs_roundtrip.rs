@@ -6,60 +6,13 @@ mod certs_support;
 
 use std::time::Duration;
 
-use clap::Parser;
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
 use kube::runtime::watcher;
 use kubeflavor::certs::CertsError;
-use kubeflavor::cmd::certs::{self as cmd, CertsCommand};
 
-use certs_support::{Env, snapshot};
-
-#[derive(Parser)]
-struct Cli {
-    #[command(subcommand)]
-    certs: CertsCommand,
-}
-
-fn parse(args: &[&str]) -> CertsCommand {
-    Cli::try_parse_from(std::iter::once("certs").chain(args.iter().copied()))
-        .expect("arguments parse")
-        .certs
-}
-
-async fn upload(env: &Env, args: &[&str]) -> Result<(String, String), CertsError> {
-    let CertsCommand::Upload(a) = parse(&[&["upload"], args].concat()) else {
-        unreachable!()
-    };
-    let mut out = Vec::new();
-    cmd::upload(&a, &env.admin, jiff::Timestamp::now(), &mut out).await?;
-    let text = String::from_utf8(out).unwrap();
-    let key = text.lines().last().unwrap().to_owned();
-    Ok((key, text))
-}
-
-async fn download(env: &Env, args: &[&str]) -> Result<String, CertsError> {
-    let CertsCommand::Download(a) = parse(&[&["download"], args].concat()) else {
-        unreachable!()
-    };
-    let mut out = Vec::new();
-    cmd::download(&a, &env.admin, jiff::Timestamp::now(), &mut out).await?;
-    Ok(String::from_utf8(out).unwrap())
-}
-
-fn generate(dir: &std::path::Path, key_type: &str) {
-    let CertsCommand::Generate(a) = parse(&[
-        "generate",
-        "--pki-dir",
-        dir.to_str().unwrap(),
-        "--key-type",
-        key_type,
-    ]) else {
-        unreachable!()
-    };
-    cmd::generate(&a, jiff::Timestamp::now(), &mut Vec::new()).unwrap();
-}
+use certs_support::{Env, download, generate, snapshot, upload};
 
 #[tokio::test]
 async fn round_trip_gives_identical_files_and_modes() {
@@ -277,10 +230,10 @@ async fn garbage_collection_deletes_the_secret_with_its_proxy_token() {
     secrets.delete(&owner, &Default::default()).await.unwrap();
     let gone = tokio::time::timeout(Duration::from_secs(30), async {
         while let Some(ev) = events.try_next().await.unwrap() {
-            if let watcher::Event::Delete(s) = ev {
-                if s.metadata.name.as_deref() == Some("kubeadm-certs") {
-                    return true;
-                }
+            if let watcher::Event::Delete(s) = ev
+                && s.metadata.name.as_deref() == Some("kubeadm-certs")
+            {
+                return true;
             }
         }
         false

@@ -4,51 +4,15 @@
 
 mod certs_support;
 
-use clap::Parser;
 use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
-use kubeflavor::cmd::certs::{self as cmd, CertsCommand};
 
-use certs_support::{Env, create_token, every_object, find_leaks};
-
-#[derive(Parser)]
-struct Cli {
-    #[command(subcommand)]
-    certs: CertsCommand,
-}
-
-fn parse(args: &[&str]) -> CertsCommand {
-    Cli::try_parse_from(std::iter::once("certs").chain(args.iter().copied()))
-        .expect("arguments parse")
-        .certs
-}
+use certs_support::{Env, create_token, every_object, find_leaks, generate, upload};
 
 async fn generate_and_upload(env: &Env, dir: &std::path::Path, extra: &[&str]) -> String {
-    let CertsCommand::Generate(g) = parse(&[
-        "generate",
-        "--pki-dir",
-        dir.to_str().unwrap(),
-        "--key-type",
-        "ecdsa-p256",
-    ]) else {
-        unreachable!()
-    };
-    cmd::generate(&g, jiff::Timestamp::now(), &mut Vec::new()).unwrap();
-    let CertsCommand::Upload(u) =
-        parse(&[&["upload", "--pki-dir", dir.to_str().unwrap()], extra].concat())
-    else {
-        unreachable!()
-    };
-    let mut out = Vec::new();
-    cmd::upload(&u, &env.admin, jiff::Timestamp::now(), &mut out)
-        .await
-        .unwrap();
-    String::from_utf8(out)
-        .unwrap()
-        .lines()
-        .last()
-        .unwrap()
-        .to_owned()
+    generate(dir, "ecdsa-p256");
+    let args = [&["--pki-dir", dir.to_str().unwrap()], extra].concat();
+    upload(env, &args).await.unwrap().0
 }
 
 // current_thread (the default): every task logs through the thread's subscriber.

@@ -157,6 +157,14 @@ pub struct Env {
     pub server: String,
     pub testkube: Option<testkube::TestCluster>,
     _dir: tempfile::TempDir,
+    /// On a real cluster the tests of one binary share kube-system/kubeadm-certs: they run
+    /// one at a time.
+    _serial: Option<tokio::sync::OwnedMutexGuard<()>>,
+}
+
+fn real_cluster_lock() -> Arc<tokio::sync::Mutex<()>> {
+    static LOCK: std::sync::OnceLock<Arc<tokio::sync::Mutex<()>>> = std::sync::OnceLock::new();
+    LOCK.get_or_init(Default::default).clone()
 }
 
 pub async fn client_from_kubeconfig_text(text: &str) -> Client {
@@ -174,6 +182,7 @@ impl Env {
         let path = dir.path().join("admin.conf");
         match std::env::var_os("KUBEFLAVOR_E2E_KUBECONFIG") {
             Some(p) => {
+                let serial = real_cluster_lock().lock_owned().await;
                 let text = std::fs::read_to_string(&p).expect("KUBEFLAVOR_E2E_KUBECONFIG readable");
                 std::fs::write(&path, &text).unwrap();
                 let admin = client_from_kubeconfig_text(&text).await;
@@ -191,6 +200,7 @@ impl Env {
                     server,
                     testkube: None,
                     _dir: dir,
+                    _serial: Some(serial),
                 }
             }
             None => {
@@ -207,6 +217,7 @@ impl Env {
                     server,
                     testkube: Some(tk),
                     _dir: dir,
+                    _serial: None,
                 }
             }
         }
@@ -258,4 +269,59 @@ pub async fn create_token(admin: &Client, group: &str) -> String {
         .await
         .expect("token Secret created");
     token.expose().to_string()
+}
+
+#[derive(clap::Parser)]
+struct CertsCli {
+    #[command(subcommand)]
+    certs: kubeflavor::cmd::certs::CertsCommand,
+}
+
+/// Parses `certs <args>` exactly as the binary does.
+pub fn parse(args: &[&str]) -> kubeflavor::cmd::certs::CertsCommand {
+    use clap::Parser as _;
+    CertsCli::try_parse_from(std::iter::once("certs").chain(args.iter().copied()))
+        .expect("arguments parse")
+        .certs
+}
+
+/// `certs generate --pki-dir DIR --key-type T`.
+pub fn generate(dir: &Path, key_type: &str) {
+    let kubeflavor::cmd::certs::CertsCommand::Generate(a) = parse(&[
+        "generate",
+        "--pki-dir",
+        dir.to_str().unwrap(),
+        "--key-type",
+        key_type,
+    ]) else {
+        unreachable!()
+    };
+    kubeflavor::cmd::certs::generate(&a, jiff::Timestamp::now(), &mut Vec::new()).unwrap();
+}
+
+/// `certs upload <args>` as admin; returns the printed key and the whole output.
+pub async fn upload(
+    env: &Env,
+    args: &[&str],
+) -> Result<(String, String), kubeflavor::certs::CertsError> {
+    let kubeflavor::cmd::certs::CertsCommand::Upload(a) = parse(&[&["upload"], args].concat())
+    else {
+        unreachable!()
+    };
+    let mut out = Vec::new();
+    kubeflavor::cmd::certs::upload(&a, &env.admin, jiff::Timestamp::now(), &mut out).await?;
+    let text = String::from_utf8(out).unwrap();
+    let key = text.lines().last().unwrap().to_owned();
+    Ok((key, text))
+}
+
+/// `certs download <args>` as admin; returns the output.
+pub async fn download(env: &Env, args: &[&str]) -> Result<String, kubeflavor::certs::CertsError> {
+    let kubeflavor::cmd::certs::CertsCommand::Download(a) = parse(&[&["download"], args].concat())
+    else {
+        unreachable!()
+    };
+    let mut out = Vec::new();
+    kubeflavor::cmd::certs::download(&a, &env.admin, jiff::Timestamp::now(), &mut out).await?;
+    Ok(String::from_utf8(out).unwrap())
 }

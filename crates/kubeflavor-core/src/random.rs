@@ -7,7 +7,7 @@
 //! draws from the same OS source and offers no injection point.
 
 /// The operating system's random number generator failed.
-#[derive(Debug, Clone, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
     "the operating system's random number generator failed ({0}); \
      check that /dev/urandom or getrandom(2) is available to this process"

@@ -1,12 +1,29 @@
 //! Authentication, as kube-apiserver does it: client certificates signed by the cluster CA,
 //! bootstrap tokens backed by `kube-system/bootstrap-token-<id>` Secrets, registered bearer
-//! tokens, and anonymous requests. (Being written; the signature is fixed.)
+//! tokens, and anonymous requests.
+//!
+//! The bootstrap-token Secret readers here are shared with the kube-controller-manager
+//! duties (`kcm`), which apply the same expiry and data rules as the authenticator.
 
 use std::collections::BTreeMap;
 
+use base64::Engine;
 use jiff::Timestamp;
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+use x509_parser::prelude::{FromDer, X509Certificate};
 
-use crate::types::{ApiError, ObjectReader, UserInfo};
+use crate::types::{ApiError, IdentityKind, ObjectReader, ResourceKey, UserInfo};
+
+pub const AUTHENTICATED_GROUP: &str = "system:authenticated";
+pub const BOOTSTRAPPERS_GROUP: &str = "system:bootstrappers";
+pub const BOOTSTRAP_USER_PREFIX: &str = "system:bootstrap:";
+pub const TOKEN_SECRET_TYPE: &str = "bootstrap.kubernetes.io/token";
+pub const TOKEN_SECRET_NAMESPACE: &str = "kube-system";
+pub const TOKEN_SECRET_PREFIX: &str = "bootstrap-token-";
+/// `user.CredentialIDKey`: client-certificate identities carry the certificate's fingerprint.
+pub const CREDENTIAL_ID_KEY: &str = "authentication.kubernetes.io/credential-id";
 
 /// Decide who made a request.
 ///
@@ -24,6 +41,259 @@ pub fn authenticate(
     reader: &dyn ObjectReader,
     now: Timestamp,
 ) -> Result<UserInfo, ApiError> {
-    let _ = (peer_cert_der, bearer, static_tokens, reader, now);
-    Ok(UserInfo::anonymous())
+    // The x509 authenticator runs before the token authenticators; a certificate without a
+    // CommonName is ignored (not rejected) and the request falls through to the token.
+    if let Some(user) = peer_cert_der.and_then(user_from_certificate) {
+        return Ok(user);
+    }
+    // An empty bearer (`Authorization: Bearer `) is no credential at all, as in
+    // k8s.io/apiserver's bearertoken authenticator.
+    let Some(token) = bearer.filter(|t| !t.is_empty()) else {
+        return Ok(UserInfo::anonymous());
+    };
+    if let Some(user) = static_token_user(token, static_tokens) {
+        return Ok(user);
+    }
+    if let Some(user) = bootstrap_token_user(token, reader, now) {
+        return Ok(user);
+    }
+    Err(unauthorized())
 }
+
+/// The one 401 the real server gives for every failed credential (capture 11): it never says
+/// which part was wrong.
+pub fn unauthorized() -> ApiError {
+    ApiError::new(401, "Unauthorized", "Unauthorized")
+}
+
+/// `CommonNameUserConversion`: user = CN, groups = every O value, plus the credential id.
+fn user_from_certificate(der: &[u8]) -> Option<UserInfo> {
+    let (_, cert) = X509Certificate::from_der(der).ok()?;
+    let subject = cert.subject();
+    // Go's pkix.Name keeps the last CommonName when there are several.
+    let name = subject
+        .iter_common_name()
+        .filter_map(|cn| cn.as_str().ok())
+        .last()?
+        .to_string();
+    if name.is_empty() {
+        return None;
+    }
+    let groups: Vec<String> = subject
+        .iter_organization()
+        .filter_map(|o| o.as_str().ok())
+        .map(str::to_string)
+        .collect();
+    let credential_id = format!("X509SHA256={}", hex::encode(Sha256::digest(der)));
+    let extra = BTreeMap::from([(CREDENTIAL_ID_KEY.to_string(), vec![credential_id])]);
+    Some(UserInfo {
+        kind: IdentityKind::ClientCert,
+        name,
+        uid: String::new(),
+        groups: with_authenticated(groups),
+        extra,
+    })
+}
+
+fn static_token_user(token: &str, static_tokens: &BTreeMap<String, UserInfo>) -> Option<UserInfo> {
+    // Compare against every registered token so the time taken does not depend on which
+    // (if any) matched.
+    let mut found = None;
+    for (candidate, user) in static_tokens {
+        if bool::from(candidate.as_bytes().ct_eq(token.as_bytes())) {
+            found = Some(user);
+        }
+    }
+    let user = found?;
+    Some(UserInfo {
+        kind: IdentityKind::StaticToken,
+        groups: with_authenticated(user.groups.clone()),
+        ..user.clone()
+    })
+}
+
+/// plugin/pkg/auth/authenticator/token/bootstrap: every check of spec section 1, each
+/// failure silently "not authenticated" (the caller turns that into the generic 401).
+fn bootstrap_token_user(
+    token: &str,
+    reader: &dyn ObjectReader,
+    now: Timestamp,
+) -> Option<UserInfo> {
+    let (token_id, token_secret) = parse_bootstrap_token(token)?;
+    let secret = reader.get(
+        &ResourceKey::new("", "secrets"),
+        Some(TOKEN_SECRET_NAMESPACE),
+        &format!("{TOKEN_SECRET_PREFIX}{token_id}"),
+    )?;
+    if secret
+        .pointer("/metadata/deletionTimestamp")
+        .is_some_and(|t| !t.is_null())
+    {
+        return None;
+    }
+    if secret.get("type").and_then(Value::as_str) != Some(TOKEN_SECRET_TYPE) {
+        return None;
+    }
+    let stored_secret = secret_data(&secret, "token-secret").unwrap_or_default();
+    if !bool::from(stored_secret.as_bytes().ct_eq(token_secret.as_bytes())) {
+        return None;
+    }
+    if secret_data(&secret, "token-id").as_deref() != Some(token_id) {
+        return None;
+    }
+    if token_has_expired(&secret, now) {
+        return None;
+    }
+    if secret_data(&secret, "usage-bootstrap-authentication").as_deref() != Some("true") {
+        return None;
+    }
+    let groups = token_groups(&secret)?;
+    Some(UserInfo {
+        kind: IdentityKind::BootstrapToken,
+        name: format!("{BOOTSTRAP_USER_PREFIX}{token_id}"),
+        uid: String::new(),
+        groups: with_authenticated(groups),
+        extra: BTreeMap::new(),
+    })
+}
+
+/// `\A([a-z0-9]{6})\.([a-z0-9]{16})\z`; anything else is not a bootstrap token.
+pub fn parse_bootstrap_token(token: &str) -> Option<(&str, &str)> {
+    let (id, secret) = token.split_once('.')?;
+    let valid = |s: &str, len: usize| {
+        s.len() == len
+            && s.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+    };
+    (valid(id, 6) && valid(secret, 16)).then_some((id, secret))
+}
+
+/// `GetGroups`: `system:bootstrappers` plus the extra groups, sorted and de-duplicated; one
+/// invalid extra group rejects the whole token (`None`).
+fn token_groups(secret: &Value) -> Option<Vec<String>> {
+    let mut groups = std::collections::BTreeSet::from([BOOTSTRAPPERS_GROUP.to_string()]);
+    let extra = secret_data(secret, "auth-extra-groups").unwrap_or_default();
+    if !extra.is_empty() {
+        for group in extra.split(',') {
+            if !is_valid_bootstrap_group(group) {
+                return None;
+            }
+            groups.insert(group.to_string());
+        }
+    }
+    Some(groups.into_iter().collect())
+}
+
+/// `\Asystem:bootstrappers:[a-z0-9:-]{0,255}[a-z0-9]\z`
+pub fn is_valid_bootstrap_group(group: &str) -> bool {
+    let Some(rest) = group.strip_prefix("system:bootstrappers:") else {
+        return false;
+    };
+    let bytes = rest.as_bytes();
+    let Some((last, middle)) = bytes.split_last() else {
+        return false;
+    };
+    middle.len() <= 255
+        && middle
+            .iter()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b':' || *b == b'-')
+        && (last.is_ascii_lowercase() || last.is_ascii_digit())
+}
+
+/// `AuthenticatedGroupAdder`: append `system:authenticated` unless already there.
+fn with_authenticated(mut groups: Vec<String>) -> Vec<String> {
+    if !groups.iter().any(|g| g == AUTHENTICATED_GROUP) {
+        groups.push(AUTHENTICATED_GROUP.to_string());
+    }
+    groups
+}
+
+/// One value of a Secret's data as a string (`bootstrapsecretutil.GetData`). Stored Secrets
+/// carry base64 `data`; a `stringData` value (in case it was not merged at create) wins, as
+/// it does in the API server's merge.
+pub fn secret_data(secret: &Value, key: &str) -> Option<String> {
+    if let Some(s) = secret
+        .get("stringData")
+        .and_then(|d| d.get(key))
+        .and_then(Value::as_str)
+    {
+        return Some(s.to_string());
+    }
+    let encoded = secret.get("data")?.get(key)?.as_str()?;
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(encoded)
+        .ok()?;
+    String::from_utf8(bytes).ok()
+}
+
+/// A token Secret's `expiration` value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Expiration {
+    /// No `expiration` key: the token never expires.
+    Never,
+    At(Timestamp),
+    /// Not RFC 3339; every consumer treats the token as expired.
+    Unparsable,
+}
+
+pub fn token_expiration(secret: &Value) -> Expiration {
+    match secret_data(secret, "expiration") {
+        None => Expiration::Never,
+        Some(s) if s.is_empty() => Expiration::Never,
+        Some(s) => parse_rfc3339(&s).map_or(Expiration::Unparsable, Expiration::At),
+    }
+}
+
+/// `bootstrapsecretutil.HasExpired`: unparsable counts as expired, and a token whose
+/// expiration equals `now` is already expired.
+pub fn token_has_expired(secret: &Value, now: Timestamp) -> bool {
+    match token_expiration(secret) {
+        Expiration::Never => false,
+        Expiration::At(at) => at <= now,
+        Expiration::Unparsable => true,
+    }
+}
+
+/// Go's `time.Parse(time.RFC3339, s)`: `YYYY-MM-DDTHH:MM:SS[.frac](Z|±HH:MM)`. jiff alone
+/// would also accept forms Go rejects (a space separator, bracketed annotations).
+pub fn parse_rfc3339(s: &str) -> Option<Timestamp> {
+    let b = s.as_bytes();
+    let digits =
+        |r: std::ops::Range<usize>| b.get(r).is_some_and(|d| d.iter().all(u8::is_ascii_digit));
+    let shape_ok = b.len() >= 20
+        && digits(0..4)
+        && b[4] == b'-'
+        && digits(5..7)
+        && b[7] == b'-'
+        && digits(8..10)
+        && b[10] == b'T'
+        && digits(11..13)
+        && b[13] == b':'
+        && digits(14..16)
+        && b[16] == b':'
+        && digits(17..19);
+    if !shape_ok {
+        return None;
+    }
+    let mut rest = &b[19..];
+    if let Some(frac) = rest.strip_prefix(b".") {
+        let n = frac.iter().take_while(|d| d.is_ascii_digit()).count();
+        if n == 0 {
+            return None;
+        }
+        rest = &frac[n..];
+    }
+    let zone_ok = rest == b"Z"
+        || (rest.len() == 6
+            && (rest[0] == b'+' || rest[0] == b'-')
+            && rest[1..3].iter().all(u8::is_ascii_digit)
+            && rest[3] == b':'
+            && rest[4..6].iter().all(u8::is_ascii_digit));
+    if !zone_ok {
+        return None;
+    }
+    s.parse().ok()
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,22 +1,131 @@
 //! Authorization, as `--authorization-mode=Node,RBAC` does it: `system:masters` may do
-//! anything; the Node authorizer; RBAC from the stored Role/ClusterRole objects and their
-//! bindings (the default bootstrap policy is seeded into the store at start, as the real
-//! server does). (Being written; the signatures are fixed.)
+//! anything; then the Node authorizer; then RBAC over the stored Role/ClusterRole objects
+//! and their bindings (the default bootstrap policy is seeded into the store at start, as
+//! the real server does).
 
-use serde_json::Value;
+mod bootstrap_policy;
+pub mod node;
+pub mod rbac;
+
+use serde_json::{Map, Value, json};
 
 use crate::types::{ApiError, ObjectReader, RequestAttributes, ResourceKey};
 
+pub use bootstrap_policy::KUBEADM_TOKEN_GROUP;
+
+/// The group the privileged-group authorizer lets do anything, before any other authorizer.
+pub const MASTERS_GROUP: &str = "system:masters";
+
 /// Allow the request, or answer the exact 403 the real server gives.
 pub fn authorize(attrs: &RequestAttributes, reader: &dyn ObjectReader) -> Result<(), ApiError> {
-    let _ = (attrs, reader);
-    Ok(())
+    match decide(attrs, reader) {
+        Ok(()) => Ok(()),
+        Err(reason) => Err(forbidden(attrs, &reason)),
+    }
+}
+
+/// True when the request would be allowed (for the checks admission synthesizes).
+pub fn is_allowed(attrs: &RequestAttributes, reader: &dyn ObjectReader) -> bool {
+    decide(attrs, reader).is_ok()
+}
+
+/// The union authorizer: the first "allow" wins; otherwise the non-empty reasons of every
+/// authorizer, joined by newlines.
+fn decide(attrs: &RequestAttributes, reader: &dyn ObjectReader) -> Result<(), String> {
+    if attrs.user.in_group(MASTERS_GROUP) {
+        return Ok(());
+    }
+    let mut reasons = Vec::new();
+    match node::authorize(attrs) {
+        Some(node::NodeDecision::Allow) => return Ok(()),
+        Some(node::NodeDecision::NoOpinion(reason)) if !reason.is_empty() => reasons.push(reason),
+        _ => {}
+    }
+    let rbac = rbac::evaluate(attrs, reader);
+    if rbac.allowed {
+        return Ok(());
+    }
+    reasons.extend(rbac.reason());
+    Err(reasons.join("\n"))
+}
+
+/// `responsewriters.Forbidden`: the RBAC-style sentence, `: <reason>` when an authorizer
+/// gave one, wrapped by `NewForbidden`. Authorizer 403s carry `nosniff` (capture 12).
+pub fn forbidden(attrs: &RequestAttributes, reason: &str) -> ApiError {
+    let user = &attrs.user.name;
+    let mut sentence = if !attrs.is_resource_request {
+        format!(
+            "User \"{user}\" cannot {} path \"{}\"",
+            attrs.verb, attrs.path
+        )
+    } else {
+        let resource = if attrs.subresource.is_empty() {
+            attrs.resource.clone()
+        } else {
+            format!("{}/{}", attrs.resource, attrs.subresource)
+        };
+        let scope = if attrs.namespace.is_empty() {
+            "at the cluster scope".to_string()
+        } else {
+            format!("in the namespace \"{}\"", attrs.namespace)
+        };
+        format!(
+            "User \"{user}\" cannot {} resource \"{resource}\" in API group \"{}\" {scope}",
+            attrs.verb, attrs.api_group
+        )
+    };
+    if !reason.is_empty() {
+        sentence = format!("{sentence}: {reason}");
+    }
+    let (group, resource, name) = if attrs.is_resource_request {
+        (
+            attrs.api_group.as_str(),
+            attrs.resource.as_str(),
+            attrs.name.as_str(),
+        )
+    } else {
+        ("", "", "")
+    };
+    let mut err = new_forbidden(group, resource, name, &sentence);
+    err.nosniff = true;
+    err
+}
+
+/// `apierrors.NewForbidden(groupResource, name, err)`: the message names the qualified
+/// resource and the object; `details.kind` is the plural resource.
+pub fn new_forbidden(group: &str, resource: &str, name: &str, cause: &str) -> ApiError {
+    let qualified = if group.is_empty() {
+        resource.to_string()
+    } else {
+        format!("{resource}.{group}")
+    };
+    let message = match (qualified.is_empty(), name.is_empty()) {
+        (true, _) => format!("forbidden: {cause}"),
+        (false, true) => format!("{qualified} is forbidden: {cause}"),
+        (false, false) => format!("{qualified} \"{name}\" is forbidden: {cause}"),
+    };
+    let mut details = Map::new();
+    if !name.is_empty() {
+        details.insert("name".into(), json!(name));
+    }
+    if !group.is_empty() {
+        details.insert("group".into(), json!(group));
+    }
+    if !resource.is_empty() {
+        details.insert("kind".into(), json!(resource));
+    }
+    ApiError::new(403, "Forbidden", message).with_details(Value::Object(details))
 }
 
 /// The objects a fresh real cluster (kube-apiserver's bootstrap policy plus what `kubeadm
-/// init` adds for discovery) starts with: namespaces, default ClusterRoles and
+/// init` adds for joining nodes) starts with: namespaces, default ClusterRoles and
 /// ClusterRoleBindings, the kube-public Role/RoleBinding that lets anonymous read
 /// cluster-info. The store seeds these at start; they are then ordinary objects.
 pub fn default_objects() -> Vec<(ResourceKey, Value)> {
-    Vec::new()
+    bootstrap_policy::objects()
 }
+
+#[cfg(test)]
+mod tests;
+#[cfg(test)]
+pub(crate) mod testutil;

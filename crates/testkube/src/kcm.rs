@@ -1,12 +1,33 @@
 //! The kube-controller-manager duties, as pure functions over stored objects: the kubelet
-//! client CSR signer, the bootstrap signer of `kube-public/cluster-info`, and the token
-//! cleaner. The server core runs them and performs the writes. (Being written; the
-//! signatures are fixed.)
+//! client CSR signer (csrsigning), the bootstrap signer of `kube-public/cluster-info`
+//! (bootstrapsigner), and the token cleaner (tokencleaner). The server core runs them and
+//! performs the writes.
 
 use std::collections::BTreeMap;
 
-use jiff::Timestamp;
+use base64::Engine;
+use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
+use hmac::{Hmac, Mac};
+use jiff::{SignedDuration, Timestamp};
 use serde_json::Value;
+use sha2::Sha256;
+use x509_parser::certification_request::X509CertificationRequest;
+use x509_parser::prelude::{FromDer, GeneralName, ParsedExtension};
+
+use crate::authn::{
+    Expiration, TOKEN_SECRET_NAMESPACE, TOKEN_SECRET_PREFIX, TOKEN_SECRET_TYPE, secret_data,
+    token_expiration, token_has_expired,
+};
+
+pub const KUBELET_CLIENT_SIGNER: &str = "kubernetes.io/kube-apiserver-client-kubelet";
+/// kcm's `--cluster-signing-duration` default (8760h).
+const DEFAULT_TTL: SignedDuration = SignedDuration::from_hours(8760);
+/// The signer backdates notBefore against clock skew (capture 20).
+const BACKDATE: SignedDuration = SignedDuration::from_mins(5);
+/// Below this lifetime the backdate is not taken out of the requested duration.
+const SHORT: SignedDuration = SignedDuration::from_hours(8);
+/// The smallest lifetime `spec.expirationSeconds` can ask for.
+const MIN_TTL: SignedDuration = SignedDuration::from_mins(10);
 
 /// The cluster CA, as PEM, for signing.
 pub struct SigningCa<'a> {
@@ -16,28 +37,328 @@ pub struct SigningCa<'a> {
 
 /// For an Approved, not yet issued CSR with signer
 /// `kubernetes.io/kube-apiserver-client-kubelet`: the PEM certificate to put in
-/// `status.certificate`. `None` when there is nothing to sign (pending, denied, already
-/// issued, another signer). `Some(Err)` when it cannot be signed (the real signer then sets
-/// a `Failed` condition).
+/// `status.certificate`. `None` when there is nothing to sign (pending, denied, failed,
+/// already issued, another signer). `Some(Err(message))` when the request is not a valid
+/// kubelet client CSR: the real signer then appends a condition `Failed`/`True` with reason
+/// `SignerValidationFailure` and this message.
 pub fn sign_csr(ca: &SigningCa<'_>, csr: &Value, now: Timestamp) -> Option<Result<String, String>> {
-    let _ = (ca, csr, now);
-    None
+    let spec = csr.get("spec")?;
+    if spec.get("signerName").and_then(Value::as_str) != Some(KUBELET_CLIENT_SIGNER) {
+        return None;
+    }
+    let status = csr.get("status");
+    let has_condition = |kind: &str| {
+        status
+            .and_then(|s| s.get("conditions"))
+            .and_then(Value::as_array)
+            .is_some_and(|cs| {
+                cs.iter()
+                    .any(|c| c["type"] == kind && c["status"] == "True")
+            })
+    };
+    let issued = status
+        .and_then(|s| s.get("certificate"))
+        .and_then(Value::as_str)
+        .is_some_and(|c| !c.is_empty());
+    if !has_condition("Approved") || has_condition("Denied") || has_condition("Failed") || issued {
+        return None;
+    }
+    let name = csr
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    let der = match request_der(spec) {
+        Ok(der) => der,
+        Err(err) => return Some(Err(format!("unable to parse csr \"{name}\": {err}"))),
+    };
+    let usages: Vec<&str> = spec
+        .get("usages")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .collect();
+    let expiration_seconds = spec.get("expirationSeconds").and_then(Value::as_i64);
+    Some(issue(ca, &der, &usages, expiration_seconds, now))
 }
 
-/// The `jws-kubeconfig-<id>` entries cluster-info should carry: one per valid,
-/// unexpired token Secret with `usage-bootstrap-signing: "true"`, signed over `kubeconfig`.
+/// `spec.request` is base64 (on the JSON wire) of a PEM `CERTIFICATE REQUEST` block.
+fn request_der(spec: &Value) -> Result<Vec<u8>, String> {
+    let encoded = spec.get("request").and_then(Value::as_str).unwrap_or("");
+    let pem_bytes = STANDARD
+        .decode(encoded)
+        .map_err(|e| format!("spec.request is not base64: {e}"))?;
+    let pem_text = String::from_utf8(pem_bytes)
+        .map_err(|_| "PEM block type must be CERTIFICATE REQUEST".to_string())?;
+    let (_, pem) = x509_parser::pem::parse_x509_pem(pem_text.as_bytes())
+        .map_err(|_| "PEM block type must be CERTIFICATE REQUEST".to_string())?;
+    if pem.label != "CERTIFICATE REQUEST" {
+        return Err("PEM block type must be CERTIFICATE REQUEST".into());
+    }
+    Ok(pem.contents)
+}
+
+/// `ValidateKubeletClientCSR` (pkg/apis/certificates/v1): what the kubelet client signer
+/// accepts. The messages are upstream's.
+pub fn validate_kubelet_client(
+    csr: &X509CertificationRequest<'_>,
+    usages: &[&str],
+) -> Result<(), String> {
+    let subject = &csr.certification_request_info.subject;
+    let orgs: Vec<&str> = subject
+        .iter_organization()
+        .filter_map(|o| o.as_str().ok())
+        .collect();
+    if orgs != ["system:nodes"] {
+        return Err("subject organization is not system:nodes".into());
+    }
+    for ext in csr.requested_extensions().into_iter().flatten() {
+        if let ParsedExtension::SubjectAlternativeName(san) = ext {
+            for name in &san.general_names {
+                return Err(match name {
+                    GeneralName::DNSName(_) => "DNS subjectAltNames are not allowed",
+                    GeneralName::RFC822Name(_) => "Email subjectAltNames are not allowed",
+                    GeneralName::IPAddress(_) => "IP subjectAltNames are not allowed",
+                    GeneralName::URI(_) => "URI subjectAltNames are not allowed",
+                    _ => continue,
+                }
+                .into());
+            }
+        }
+    }
+    let cn = subject
+        .iter_common_name()
+        .filter_map(|c| c.as_str().ok())
+        .last()
+        .unwrap_or("");
+    if !cn.starts_with("system:node:") {
+        return Err("subject common name does not begin with system:node:".into());
+    }
+    let mut set: Vec<&str> = usages.to_vec();
+    set.sort_unstable();
+    set.dedup();
+    let with_rsa = ["client auth", "digital signature", "key encipherment"];
+    let without_rsa = ["client auth", "digital signature"];
+    if set != with_rsa && set != without_rsa {
+        return Err("usages did not match [client auth digital signature key encipherment]".into());
+    }
+    Ok(())
+}
+
+/// `CertificateAuthority.Sign` with kcm's `PermissiveSigningPolicy`.
+fn issue(
+    ca: &SigningCa<'_>,
+    der: &[u8],
+    usages: &[&str],
+    expiration_seconds: Option<i64>,
+    now: Timestamp,
+) -> Result<String, String> {
+    let (_, request) =
+        X509CertificationRequest::from_der(der).map_err(|e| format!("unable to parse csr: {e}"))?;
+    validate_kubelet_client(&request, usages)?;
+    request
+        .verify_signature()
+        .map_err(|e| format!("unable to verify certificate request signature: {e}"))?;
+
+    let ca_der = x509_parser::pem::parse_x509_pem(ca.cert_pem.as_bytes())
+        .map_err(|e| format!("cluster CA certificate: {e}"))?
+        .1
+        .contents;
+    let (_, ca_cert) = x509_parser::parse_x509_certificate(&ca_der)
+        .map_err(|e| format!("cluster CA certificate: {e}"))?;
+    let ca_not_after = Timestamp::from_second(ca_cert.validity().not_after.timestamp())
+        .map_err(|e| format!("cluster CA certificate: {e}"))?;
+
+    let ttl = requested_ttl(expiration_seconds);
+    let not_before = now - BACKDATE;
+    let mut not_after = if ttl < SHORT {
+        now + ttl
+    } else {
+        not_before + ttl
+    };
+    if not_after >= ca_not_after {
+        not_after = ca_not_after;
+    }
+    if not_before >= ca_not_after {
+        return Err(format!("the signer has expired: NotAfter={ca_not_after}"));
+    }
+
+    let mut params = rcgen::CertificateParams::default();
+    params.distinguished_name = subject_of(&request)?;
+    params.not_before = asn1_time(not_before)?.to_datetime();
+    params.not_after = asn1_time(not_after)?.to_datetime();
+    params.serial_number = Some(random_serial()?);
+    params.is_ca = rcgen::IsCa::ExplicitNoCa;
+    params.use_authority_key_identifier_extension = true;
+    for usage in usages {
+        match *usage {
+            "digital signature" => params
+                .key_usages
+                .push(rcgen::KeyUsagePurpose::DigitalSignature),
+            "key encipherment" => params
+                .key_usages
+                .push(rcgen::KeyUsagePurpose::KeyEncipherment),
+            "client auth" => {
+                params.insert_extended_key_usage(rcgen::ExtendedKeyUsagePurpose::ClientAuth)
+            }
+            _ => {}
+        }
+    }
+    let spki =
+        rcgen::SubjectPublicKeyInfo::from_der(request.certification_request_info.subject_pki.raw)
+            .map_err(|e| format!("unsupported public key: {e}"))?;
+    let key = rcgen::KeyPair::from_pem(ca.key_pem).map_err(|e| format!("cluster CA key: {e}"))?;
+    let issuer = rcgen::Issuer::from_ca_cert_der(&ca_der.into(), key)
+        .map_err(|e| format!("cluster CA certificate: {e}"))?;
+    let cert = params
+        .signed_by(&spki, &issuer)
+        .map_err(|e| format!("signing failed: {e}"))?;
+    Ok(cert.pem())
+}
+
+/// `duration()`: `spec.expirationSeconds` may shorten the lifetime (down to 10 minutes),
+/// never lengthen it.
+fn requested_ttl(expiration_seconds: Option<i64>) -> SignedDuration {
+    match expiration_seconds.map(SignedDuration::from_secs) {
+        None => DEFAULT_TTL,
+        Some(d) if d > DEFAULT_TTL => DEFAULT_TTL,
+        Some(d) if d < MIN_TTL => MIN_TTL,
+        Some(d) => d,
+    }
+}
+
+/// The CSR's subject, re-encoded as Go's `pkix.Name` does it: one attribute per RDN in a
+/// fixed order (C, ST, L, O, OU, CN), PrintableString where the value allows it.
+fn subject_of(request: &X509CertificationRequest<'_>) -> Result<rcgen::DistinguishedName, String> {
+    use x509_parser::oid_registry as oids;
+    let subject = &request.certification_request_info.subject;
+    let mut dn = rcgen::DistinguishedName::new();
+    let order = [
+        (oids::OID_X509_COUNTRY_NAME, rcgen::DnType::CountryName),
+        (
+            oids::OID_X509_STATE_OR_PROVINCE_NAME,
+            rcgen::DnType::StateOrProvinceName,
+        ),
+        (oids::OID_X509_LOCALITY_NAME, rcgen::DnType::LocalityName),
+        (
+            oids::OID_X509_ORGANIZATION_NAME,
+            rcgen::DnType::OrganizationName,
+        ),
+        (
+            oids::OID_X509_ORGANIZATIONAL_UNIT,
+            rcgen::DnType::OrganizationalUnitName,
+        ),
+        (oids::OID_X509_COMMON_NAME, rcgen::DnType::CommonName),
+    ];
+    for (oid, ty) in order {
+        let value = subject
+            .iter_by_oid(&oid)
+            .filter_map(|a| a.as_str().ok())
+            .last();
+        if let Some(value) = value {
+            let encoded = match rcgen::string::PrintableString::try_from(value) {
+                Ok(printable) => rcgen::DnValue::PrintableString(printable),
+                Err(_) => rcgen::DnValue::Utf8String(value.to_string()),
+            };
+            dn.push(ty, encoded);
+        }
+    }
+    Ok(dn)
+}
+
+fn asn1_time(t: Timestamp) -> Result<x509_parser::time::ASN1Time, String> {
+    x509_parser::time::ASN1Time::from_timestamp(t.as_second())
+        .map_err(|e| format!("time out of range: {e}"))
+}
+
+/// A positive 63-bit serial, as Go's `rand.Int(rand.Reader, MaxInt64)`.
+fn random_serial() -> Result<rcgen::SerialNumber, String> {
+    let mut bytes = [0u8; 8];
+    getrandom::fill(&mut bytes).map_err(|e| format!("no randomness: {e}"))?;
+    bytes[0] &= 0x7f;
+    bytes[7] |= 1;
+    Ok(rcgen::SerialNumber::from_slice(&bytes))
+}
+
+/// The `jws-kubeconfig-<id>` entries cluster-info should carry (keys are the full data
+/// keys): one per valid, unexpired token Secret with `usage-bootstrap-signing: "true"`,
+/// signed over `kubeconfig`.
 pub fn cluster_info_signatures(
     kubeconfig: &str,
     token_secrets: &[Value],
     now: Timestamp,
 ) -> BTreeMap<String, String> {
-    let _ = (kubeconfig, token_secrets, now);
-    BTreeMap::new()
+    let mut out = BTreeMap::new();
+    for secret in token_secrets {
+        if let Some((id, token_secret)) = signing_token(secret, now) {
+            out.entry(format!("jws-kubeconfig-{id}"))
+                .or_insert_with(|| detached_jws(kubeconfig, &id, &token_secret));
+        }
+    }
+    out
+}
+
+/// bootstrapsigner's `validateSecretForSigning`.
+fn signing_token(secret: &Value, now: Timestamp) -> Option<(String, String)> {
+    if !is_token_secret(secret) {
+        return None;
+    }
+    let name = secret.pointer("/metadata/name").and_then(Value::as_str)?;
+    let name_id = name.strip_prefix(TOKEN_SECRET_PREFIX)?;
+    if name_id.len() != 6
+        || !name_id
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+    {
+        return None;
+    }
+    let id = secret_data(secret, "token-id").filter(|id| id == name_id)?;
+    let token_secret = secret_data(secret, "token-secret").filter(|s| !s.is_empty())?;
+    if token_has_expired(secret, now) {
+        return None;
+    }
+    (secret_data(secret, "usage-bootstrap-signing").as_deref() == Some("true"))
+        .then_some((id, token_secret))
+}
+
+fn is_token_secret(secret: &Value) -> bool {
+    secret.get("type").and_then(Value::as_str) == Some(TOKEN_SECRET_TYPE)
+        && secret
+            .pointer("/metadata/namespace")
+            .and_then(Value::as_str)
+            .is_none_or(|ns| ns == TOKEN_SECRET_NAMESPACE)
+}
+
+/// A compact HS256 JWS with detached payload (spec section 2): header
+/// `{"alg":"HS256","kid":"<id>"}`, key = the token secret, output `header..signature`.
+pub fn detached_jws(content: &str, token_id: &str, token_secret: &str) -> String {
+    let header = URL_SAFE_NO_PAD.encode(format!("{{\"alg\":\"HS256\",\"kid\":\"{token_id}\"}}"));
+    let payload = URL_SAFE_NO_PAD.encode(content);
+    let mut mac = Hmac::<Sha256>::new_from_slice(token_secret.as_bytes())
+        .expect("HMAC accepts keys of any length");
+    mac.update(format!("{header}.{payload}").as_bytes());
+    let signature = URL_SAFE_NO_PAD.encode(mac.finalize().into_bytes());
+    format!("{header}..{signature}")
 }
 
 /// Names of the token Secrets whose expiration has passed (or does not parse), and the
 /// earliest future expiration among the rest (when the cleaner should look again).
 pub fn expired_tokens(token_secrets: &[Value], now: Timestamp) -> (Vec<String>, Option<Timestamp>) {
-    let _ = (token_secrets, now);
-    (Vec::new(), None)
+    let mut expired = Vec::new();
+    let mut next: Option<Timestamp> = None;
+    for secret in token_secrets.iter().filter(|s| is_token_secret(s)) {
+        let Some(name) = secret.pointer("/metadata/name").and_then(Value::as_str) else {
+            continue;
+        };
+        match token_expiration(secret) {
+            Expiration::Never => {}
+            Expiration::Unparsable => expired.push(name.to_string()),
+            Expiration::At(at) if at <= now => expired.push(name.to_string()),
+            Expiration::At(at) => next = Some(next.map_or(at, |n| n.min(at))),
+        }
+    }
+    (expired, next)
 }
+
+#[cfg(test)]
+mod tests;

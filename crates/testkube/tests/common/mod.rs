@@ -3,6 +3,8 @@
 
 #![allow(dead_code)]
 
+pub mod raw;
+
 use std::time::Duration;
 
 use kube::config::{KubeConfigOptions, Kubeconfig};

@@ -29,6 +29,8 @@ pub const UNVERIFIED_TAINT: &str = "kubeflavor.io/unverified";
 pub const REVOKED_TAINT: &str = "kubeflavor.io/revoked";
 /// `max_nodes` when neither the token nor its flavor sets one (DESIGN P3).
 pub const DEFAULT_MAX_NODES: NonZeroU32 = NonZeroU32::MIN;
+/// Token TTL when neither the command line nor the flavor sets one (kubeadm's default).
+pub const DEFAULT_TOKEN_TTL: TokenTtl = TokenTtl::Seconds(24 * 3600);
 /// The highest trust level.
 pub const MAX_TRUST_LEVEL: u8 = 100;
 /// The longest token TTL accepted (ten years): beyond it a typo is likelier than intent.

@@ -2,10 +2,15 @@
 //! plain data. No I/O, no async, no Kubernetes client: the binary gathers facts, calls
 //! these functions and applies their results.
 
+pub mod csr;
 pub mod flavor;
 pub mod labels;
 pub mod names;
+pub mod node_state;
+pub mod policy;
 pub mod token;
+pub mod token_record;
+pub mod token_secret;
 
 // Discovery, copy-certs, PKI and the kubelet CSR (core-crypto).
 pub mod certkey;

@@ -1,0 +1,444 @@
+//! Kubelet client CSRs: parse the PEM request and validate it exactly as Kubernetes'
+//! `ValidateKubeletClientCSR` does (spec section 4), yielding the node name and the SHA-256
+//! of the public key the certificate will carry.
+//!
+//! The name comes from the request's common name, never from anything the requester can
+//! choose separately, so the policy compares one value everywhere (P3).
+
+use std::collections::BTreeSet;
+use std::fmt;
+
+use sha2::{Digest, Sha256};
+use x509_parser::cri_attributes::ParsedCriAttribute;
+use x509_parser::prelude::{FromDer, X509CertificationRequest};
+
+use crate::names::{NodeName, NodeNameError};
+
+/// `spec.signerName` of a kubelet client CSR.
+pub const KUBELET_CLIENT_SIGNER: &str = "kubernetes.io/kube-apiserver-client-kubelet";
+/// Common-name prefix of a node identity: `system:node:<name>`.
+pub const NODE_USER_PREFIX: &str = "system:node:";
+/// The one organization a kubelet client certificate carries.
+pub const NODES_GROUP: &str = "system:nodes";
+/// PEM label of a certificate request.
+pub const CSR_PEM_LABEL: &str = "CERTIFICATE REQUEST";
+/// `spec.usages` values of a kubelet client CSR.
+pub const USAGE_DIGITAL_SIGNATURE: &str = "digital signature";
+pub const USAGE_KEY_ENCIPHERMENT: &str = "key encipherment";
+pub const USAGE_CLIENT_AUTH: &str = "client auth";
+
+const OID_EXTENSION_REQUEST: &str = "1.2.840.113549.1.9.14";
+const OID_SUBJECT_ALT_NAME: &str = "2.5.29.17";
+
+/// A CSR that passed every kubelet-client rule.
+#[derive(Clone, PartialEq, Eq)]
+pub struct KubeletClientCsr {
+    /// The `<name>` of the common name `system:node:<name>`.
+    pub node_name: NodeName,
+    /// SHA-256 over the DER SubjectPublicKeyInfo of the requested key.
+    pub public_key_sha256: [u8; 32],
+}
+
+impl KubeletClientCsr {
+    /// The key fingerprint as lowercase hex (the FlavorBinding's public-key SHA-256).
+    pub fn public_key_sha256_hex(&self) -> String {
+        hex::encode(self.public_key_sha256)
+    }
+}
+
+impl fmt::Debug for KubeletClientCsr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KubeletClientCsr")
+            .field("node_name", &self.node_name)
+            .field("public_key_sha256", &self.public_key_sha256_hex())
+            .finish()
+    }
+}
+
+/// The first kubelet-client rule a CSR breaks.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CsrError {
+    #[error("signerName is {0:?}, not {KUBELET_CLIENT_SIGNER}")]
+    WrongSigner(String),
+    #[error("spec.request is not a PEM block")]
+    NotPem,
+    #[error("spec.request holds a PEM {0:?} block, not {CSR_PEM_LABEL:?}")]
+    WrongPemType(String),
+    #[error("spec.request is not a DER PKCS#10 certification request: {0}")]
+    NotPkcs10(String),
+    #[error("the request's signature does not verify with its own public key")]
+    BadSignature,
+    #[error("the request's subject has a field that is not a string")]
+    SubjectEncoding,
+    #[error("subject organization is {0:?}; a kubelet client CSR has exactly [\"system:nodes\"]")]
+    Organization(Vec<String>),
+    #[error("subject has {0} common names; a kubelet client CSR has exactly one")]
+    CommonNameCount(usize),
+    #[error("common name {0:?} does not start with system:node:")]
+    CommonNamePrefix(String),
+    #[error("common name names an invalid node: {0}")]
+    NodeName(NodeNameError),
+    #[error("the request asks for subject alternative names; a kubelet client CSR has none")]
+    SubjectAltNames,
+    #[error(
+        "usages are {0:?}; a kubelet client CSR asks for exactly [digital signature, key encipherment, client auth] or [digital signature, client auth]"
+    )]
+    Usages(Vec<String>),
+}
+
+impl CsrError {
+    /// Whether the request could not even be read (as opposed to a readable request of the
+    /// wrong shape).
+    pub fn is_malformed(&self) -> bool {
+        matches!(
+            self,
+            CsrError::NotPem
+                | CsrError::WrongPemType(_)
+                | CsrError::NotPkcs10(_)
+                | CsrError::BadSignature
+                | CsrError::SubjectEncoding
+        )
+    }
+}
+
+fn usages_are_kubelet_client(usages: &[String]) -> bool {
+    let set: BTreeSet<&str> = usages.iter().map(String::as_str).collect();
+    let with_rsa = BTreeSet::from([
+        USAGE_DIGITAL_SIGNATURE,
+        USAGE_KEY_ENCIPHERMENT,
+        USAGE_CLIENT_AUTH,
+    ]);
+    let without_rsa = BTreeSet::from([USAGE_DIGITAL_SIGNATURE, USAGE_CLIENT_AUTH]);
+    set == with_rsa || set == without_rsa
+}
+
+/// Validates a CSR object's fields as a kubelet client CSR: `signer_name` and `usages` from
+/// its spec, `request_pem` the decoded `spec.request`.
+pub fn validate_kubelet_client_csr(
+    signer_name: &str,
+    request_pem: &[u8],
+    usages: &[String],
+) -> Result<KubeletClientCsr, CsrError> {
+    if signer_name != KUBELET_CLIENT_SIGNER {
+        return Err(CsrError::WrongSigner(signer_name.to_owned()));
+    }
+    let (_, pem) = x509_parser::pem::parse_x509_pem(request_pem).map_err(|_| CsrError::NotPem)?;
+    if pem.label != CSR_PEM_LABEL {
+        return Err(CsrError::WrongPemType(pem.label));
+    }
+    let (_, req) = X509CertificationRequest::from_der(&pem.contents)
+        .map_err(|e| CsrError::NotPkcs10(e.to_string()))?;
+    // Proof of possession: the fingerprint recorded in the binding is only meaningful if
+    // the requester holds the key. (x509-parser's `verify` is enabled through rcgen's
+    // aws_lc_rs feature in this workspace.)
+    req.verify_signature().map_err(|_| CsrError::BadSignature)?;
+    let info = &req.certification_request_info;
+
+    let organizations = info
+        .subject
+        .iter_organization()
+        .map(|a| a.as_str().map(str::to_owned))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|_| CsrError::SubjectEncoding)?;
+    if organizations != [NODES_GROUP] {
+        return Err(CsrError::Organization(organizations));
+    }
+    for attr in info.iter_attributes() {
+        if attr.oid.to_id_string() != OID_EXTENSION_REQUEST {
+            continue;
+        }
+        let ParsedCriAttribute::ExtensionRequest(requested) = attr.parsed_attribute() else {
+            return Err(CsrError::NotPkcs10(
+                "unreadable extension request attribute".into(),
+            ));
+        };
+        // Any SAN extension at all, even an empty or unparsable one, is refused: the
+        // kubelet never asks for one and a signer might honour a type Go's check ignores.
+        if requested
+            .extensions
+            .iter()
+            .any(|e| e.oid.to_id_string() == OID_SUBJECT_ALT_NAME)
+        {
+            return Err(CsrError::SubjectAltNames);
+        }
+    }
+    let common_names = info
+        .subject
+        .iter_common_name()
+        .map(|a| a.as_str())
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|_| CsrError::SubjectEncoding)?;
+    // Go keeps the last CN when there are several; refusing the ambiguity is safer.
+    let [cn] = common_names[..] else {
+        return Err(CsrError::CommonNameCount(common_names.len()));
+    };
+    let name = cn
+        .strip_prefix(NODE_USER_PREFIX)
+        .ok_or_else(|| CsrError::CommonNamePrefix(cn.to_owned()))?;
+    let node_name: NodeName = name.parse().map_err(CsrError::NodeName)?;
+    if !usages_are_kubelet_client(usages) {
+        return Err(CsrError::Usages(usages.to_vec()));
+    }
+    Ok(KubeletClientCsr {
+        node_name,
+        public_key_sha256: Sha256::digest(info.subject_pki.raw).into(),
+    })
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use rcgen::{CertificateParams, DnType, KeyPair, SanType};
+
+    /// How a test CSR deviates from what a kubelet sends.
+    #[derive(Default, Clone)]
+    pub(crate) struct Shape {
+        pub cn: Option<String>,
+        pub orgs: Option<Vec<&'static str>>,
+        pub extra_cn: bool,
+        pub san: Option<SanType>,
+        pub rsa: bool,
+    }
+
+    /// A PEM CSR for `system:node:<node>` with the given deviations, and its key.
+    pub(crate) fn make_csr(node: &str, shape: Shape) -> (String, KeyPair) {
+        let key = if shape.rsa {
+            KeyPair::generate_for(&rcgen::PKCS_RSA_SHA256).unwrap()
+        } else {
+            KeyPair::generate().unwrap()
+        };
+        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        // rcgen keeps one value per attribute type: a second O goes in under its raw OID.
+        let org_types = [
+            DnType::OrganizationName,
+            DnType::CustomDnType(vec![2, 5, 4, 10]),
+        ];
+        let orgs = shape.orgs.unwrap_or(vec![NODES_GROUP]);
+        assert!(
+            orgs.len() <= org_types.len(),
+            "test helper supports two organizations"
+        );
+        for (ty, o) in org_types.into_iter().zip(orgs) {
+            params.distinguished_name.push(ty, o);
+        }
+        let cn = shape.cn.unwrap_or_else(|| format!("system:node:{node}"));
+        params.distinguished_name.push(DnType::CommonName, cn);
+        if shape.extra_cn {
+            // rcgen keeps one value per type; a second CN needs a custom OID entry.
+            params
+                .distinguished_name
+                .push(DnType::CustomDnType(vec![2, 5, 4, 3]), "system:node:other");
+        }
+        if let Some(san) = shape.san {
+            params.subject_alt_names.push(san);
+        }
+        let pem = params.serialize_request(&key).unwrap().pem().unwrap();
+        (pem, key)
+    }
+
+    pub(crate) fn kubelet_usages() -> Vec<String> {
+        vec![
+            USAGE_DIGITAL_SIGNATURE.into(),
+            USAGE_KEY_ENCIPHERMENT.into(),
+            USAGE_CLIENT_AUTH.into(),
+        ]
+    }
+
+    fn check(pem: &str, usages: &[String]) -> Result<KubeletClientCsr, CsrError> {
+        validate_kubelet_client_csr(KUBELET_CLIENT_SIGNER, pem.as_bytes(), usages)
+    }
+
+    #[test]
+    fn a_kubelet_csr_yields_its_node_name_and_key_fingerprint() {
+        let (pem, key) = make_csr("worker-1", Shape::default());
+        let csr = check(&pem, &kubelet_usages()).unwrap();
+        assert_eq!(csr.node_name.as_str(), "worker-1");
+        let spki = rcgen::PublicKeyData::subject_public_key_info(&key);
+        let expected: [u8; 32] = Sha256::digest(&spki).into();
+        assert_eq!(csr.public_key_sha256, expected);
+        assert_eq!(csr.public_key_sha256_hex().len(), 64);
+    }
+
+    #[test]
+    fn the_captured_kubelet_csr_is_accepted() {
+        // Capture 17: the CSR openssl made for system:node:worker-1, usages without
+        // key encipherment.
+        let pem = "-----BEGIN CERTIFICATE REQUEST-----\nMIHwMIGYAgEAMDYxFTATBgNVBAoMDHN5c3RlbTpub2RlczEdMBsGA1UEAwwUc3lz\ndGVtOm5vZGU6d29ya2VyLTEwWTATBgcqhkjOPQIBBggqhkjOPQMBBwNCAAQ8st3V\nChzLb9enoE+FqfOIsoKVM6uhA6oEOz4kl1wRY/VDrd2TUH1P9YQeSE4Tl1WOGVvL\n8qBMg1qtJD4yr0YKoAAwCgYIKoZIzj0EAwIDRwAwRAIgXtQrzm64HSGiQHj/czlq\nSggnu7eTsQa7sPmqXC6ATvoCID/bEAt4wnxTTANpV/T3jRkMslmGEY6I1UbxACJD\nRB2v\n-----END CERTIFICATE REQUEST-----\n";
+        let usages = vec![USAGE_DIGITAL_SIGNATURE.into(), USAGE_CLIENT_AUTH.into()];
+        let csr = check(pem, &usages).unwrap();
+        assert_eq!(csr.node_name.as_str(), "worker-1");
+    }
+
+    #[test]
+    fn an_rsa_kubelet_csr_is_accepted() {
+        let (pem, _) = make_csr(
+            "worker-2",
+            Shape {
+                rsa: true,
+                ..Shape::default()
+            },
+        );
+        assert!(check(&pem, &kubelet_usages()).is_ok());
+    }
+
+    #[test]
+    fn wrong_signer_is_refused_first() {
+        let (pem, _) = make_csr("worker-1", Shape::default());
+        assert_eq!(
+            validate_kubelet_client_csr("kubernetes.io/kubelet-serving", pem.as_bytes(), &[]),
+            Err(CsrError::WrongSigner(
+                "kubernetes.io/kubelet-serving".into()
+            ))
+        );
+    }
+
+    #[test]
+    fn unreadable_requests_are_malformed() {
+        let e = check("not a pem", &kubelet_usages()).unwrap_err();
+        assert_eq!(e, CsrError::NotPem);
+        assert!(e.is_malformed());
+        let cert_pem = "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n";
+        let e = check(cert_pem, &kubelet_usages()).unwrap_err();
+        assert_eq!(e, CsrError::WrongPemType("CERTIFICATE".into()));
+        let junk = "-----BEGIN CERTIFICATE REQUEST-----\nAAAA\n-----END CERTIFICATE REQUEST-----\n";
+        let e = check(junk, &kubelet_usages()).unwrap_err();
+        assert!(matches!(e, CsrError::NotPkcs10(_)) && e.is_malformed());
+    }
+
+    #[test]
+    fn a_tampered_request_fails_its_signature() {
+        let (pem, _) = make_csr("worker-1", Shape::default());
+        let (_, block) = x509_parser::pem::parse_x509_pem(pem.as_bytes()).unwrap();
+        let mut der = block.contents.clone();
+        // Flip a bit inside the common name "system:node:worker-1" ('1' -> '0').
+        let pos = der
+            .windows(8)
+            .position(|w| w == b"worker-1")
+            .expect("CN in DER")
+            + 7;
+        der[pos] ^= 1;
+        use base64::Engine;
+        let b64 = base64::engine::general_purpose::STANDARD.encode(&der);
+        let tampered = format!(
+            "-----BEGIN CERTIFICATE REQUEST-----\n{b64}\n-----END CERTIFICATE REQUEST-----\n"
+        );
+        assert_eq!(
+            check(&tampered, &kubelet_usages()),
+            Err(CsrError::BadSignature)
+        );
+    }
+
+    #[test]
+    fn wrong_shapes_name_the_first_problem() {
+        let u = kubelet_usages();
+        let (pem, _) = make_csr(
+            "w",
+            Shape {
+                orgs: Some(vec!["system:masters"]),
+                ..Shape::default()
+            },
+        );
+        assert_eq!(
+            check(&pem, &u),
+            Err(CsrError::Organization(vec!["system:masters".into()]))
+        );
+        let (pem, _) = make_csr(
+            "w",
+            Shape {
+                orgs: Some(vec![]),
+                ..Shape::default()
+            },
+        );
+        assert_eq!(check(&pem, &u), Err(CsrError::Organization(vec![])));
+        let (pem, _) = make_csr(
+            "w",
+            Shape {
+                cn: Some("system:admin".into()),
+                ..Shape::default()
+            },
+        );
+        assert_eq!(
+            check(&pem, &u),
+            Err(CsrError::CommonNamePrefix("system:admin".into()))
+        );
+        let (pem, _) = make_csr(
+            "w",
+            Shape {
+                cn: Some("system:node:Bad_Name".into()),
+                ..Shape::default()
+            },
+        );
+        assert!(matches!(check(&pem, &u), Err(CsrError::NodeName(_))));
+        let (pem, _) = make_csr(
+            "w",
+            Shape {
+                extra_cn: true,
+                ..Shape::default()
+            },
+        );
+        assert_eq!(check(&pem, &u), Err(CsrError::CommonNameCount(2)));
+        for san in [
+            SanType::DnsName("w.example.com".try_into().unwrap()),
+            SanType::IpAddress("10.0.0.1".parse().unwrap()),
+            SanType::Rfc822Name("a@example.com".try_into().unwrap()),
+            SanType::URI("spiffe://x/y".try_into().unwrap()),
+        ] {
+            let (pem, _) = make_csr(
+                "w",
+                Shape {
+                    san: Some(san),
+                    ..Shape::default()
+                },
+            );
+            let e = check(&pem, &u).unwrap_err();
+            assert_eq!(e, CsrError::SubjectAltNames);
+            assert!(!e.is_malformed());
+        }
+    }
+
+    #[test]
+    fn usages_must_be_one_of_the_two_kubelet_sets() {
+        let (pem, _) = make_csr("w", Shape::default());
+        let s = |v: &[&str]| v.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+        for ok in [
+            s(&["digital signature", "client auth"]),
+            s(&["client auth", "digital signature", "key encipherment"]),
+            s(&["digital signature", "client auth", "client auth"]),
+        ] {
+            assert!(check(&pem, &ok).is_ok(), "{ok:?}");
+        }
+        for bad in [
+            s(&[]),
+            s(&["client auth"]),
+            s(&["digital signature", "client auth", "server auth"]),
+            s(&["digital signature", "key encipherment", "server auth"]),
+            s(&["digital signature", "client auth", "cert sign"]),
+        ] {
+            assert_eq!(check(&pem, &bad), Err(CsrError::Usages(bad.clone())));
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(24))]
+
+        /// Whatever node name a valid CSR carries, the validator returns exactly it.
+        #[test]
+        fn node_name_is_the_common_name_suffix(name in "[a-z0-9]([a-z0-9-]{0,30}[a-z0-9])?") {
+            let (pem, _) = make_csr(&name, Shape::default());
+            let csr = check(&pem, &kubelet_usages()).unwrap();
+            prop_assert_eq!(csr.node_name.as_str(), name.as_str());
+        }
+
+        /// Any organization list other than exactly ["system:nodes"] is refused.
+        #[test]
+        fn any_other_organization_is_refused(
+            orgs in proptest::collection::vec(prop_oneof![Just("system:nodes"), Just("system:masters"), Just("x")], 0..=2)
+        ) {
+            prop_assume!(orgs != ["system:nodes"]);
+            let (pem, _) = make_csr("w", Shape { orgs: Some(orgs), ..Shape::default() });
+            let refused = matches!(check(&pem, &kubelet_usages()), Err(CsrError::Organization(_)));
+            prop_assert!(refused);
+        }
+    }
+}

@@ -1,0 +1,249 @@
+//! The labels and taints a bound node must carry, computed from its binding and Flavor
+//! (DESIGN flow 4, issue 4 items 5 and 7).
+//!
+//! kubeflavor touches only what it owns: the flavor's labels and taints, its own keys
+//! ([`FLAVOR_LABEL`], [`TRUST_LEVEL_LABEL`], [`UNVERIFIED_TAINT`], [`REVOKED_TAINT`]) and
+//! whatever it applied before (recorded in the binding's status). Everything else on the
+//! Node is left exactly as it is. The flavor labels live under keys NodeRestriction denies
+//! the kubelet (P2), so the kubelet cannot undo them; an admin's edit or a re-created Node
+//! is drift that the next computation repairs.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use jiff::Timestamp;
+use serde_json::{Value, json};
+
+use crate::flavor::{
+    FLAVOR_LABEL, FlavorName, FlavorRules, REVOKED_TAINT, TRUST_LEVEL_LABEL, Taint, TaintEffect,
+    UNVERIFIED_TAINT,
+};
+
+/// A taint as it is on a Node (any effect string the API server holds, its `timeAdded`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeTaint {
+    pub key: String,
+    /// `None` or empty: no value.
+    pub value: Option<String>,
+    pub effect: String,
+    pub time_added: Option<Timestamp>,
+}
+
+impl NodeTaint {
+    fn same_slot(&self, key: &str, effect: &str) -> bool {
+        self.key == key && self.effect == effect
+    }
+
+    fn value_str(&self) -> &str {
+        self.value.as_deref().unwrap_or("")
+    }
+
+    fn from_taint(t: &Taint) -> Self {
+        NodeTaint {
+            key: t.key.to_string(),
+            value: (!t.value.as_str().is_empty()).then(|| t.value.to_string()),
+            effect: t.effect.to_string(),
+            time_added: None,
+        }
+    }
+}
+
+/// The labels and taints of a Node, as read.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NodeFacts {
+    pub labels: BTreeMap<String, String>,
+    pub taints: Vec<NodeTaint>,
+}
+
+/// What the binding records about the node.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct BindingState {
+    pub revoked: bool,
+    /// Label keys kubeflavor applied last time (from the binding's status).
+    pub applied_labels: BTreeSet<String>,
+    /// Taints (key, effect) kubeflavor applied last time (from the binding's status).
+    pub applied_taints: Vec<(String, String)>,
+}
+
+/// The change that brings a Node to its desired state, and what to record as applied.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NodeChange {
+    /// Labels to add or change.
+    pub set_labels: BTreeMap<String, String>,
+    /// Labels to remove.
+    pub remove_labels: BTreeSet<String>,
+    /// The full new taint list, or `None` when the taints are already right.
+    pub taints: Option<Vec<NodeTaint>>,
+    /// Label keys kubeflavor owns after the change (store in the binding's status).
+    pub applied_labels: BTreeSet<String>,
+    /// Taints (key, effect) kubeflavor owns after the change (store in the binding's
+    /// status).
+    pub applied_taints: Vec<(String, String)>,
+    /// The node carries its flavor after the change (the binding's Flavored condition).
+    pub flavored: bool,
+}
+
+impl NodeChange {
+    /// Nothing to patch on the Node.
+    pub fn is_empty(&self) -> bool {
+        self.set_labels.is_empty() && self.remove_labels.is_empty() && self.taints.is_none()
+    }
+
+    /// The JSON merge patch body for the Node. It carries `metadata.resourceVersion`, so the
+    /// API server refuses it with 409 if the Node changed since it was read (the taint list
+    /// is replaced whole, so a concurrent change must not be overwritten).
+    pub fn to_merge_patch(&self, resource_version: &str) -> Value {
+        let mut metadata = serde_json::Map::new();
+        metadata.insert("resourceVersion".into(), json!(resource_version));
+        if !self.set_labels.is_empty() || !self.remove_labels.is_empty() {
+            let mut labels = serde_json::Map::new();
+            for (k, v) in &self.set_labels {
+                labels.insert(k.clone(), json!(v));
+            }
+            for k in &self.remove_labels {
+                labels.insert(k.clone(), Value::Null);
+            }
+            metadata.insert("labels".into(), Value::Object(labels));
+        }
+        let mut patch = json!({ "metadata": metadata });
+        if let Some(taints) = &self.taints {
+            let list: Vec<Value> = taints.iter().map(taint_json).collect();
+            patch["spec"] = json!({ "taints": list });
+        }
+        patch
+    }
+}
+
+fn taint_json(t: &NodeTaint) -> Value {
+    let mut o = serde_json::Map::new();
+    o.insert("key".into(), json!(t.key));
+    if let Some(v) = t.value.as_deref().filter(|v| !v.is_empty()) {
+        o.insert("value".into(), json!(v));
+    }
+    o.insert("effect".into(), json!(t.effect));
+    if let Some(at) = t.time_added {
+        // Plain metav1.Time: RFC 3339 with second precision.
+        o.insert(
+            "timeAdded".into(),
+            json!(at.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()),
+        );
+    }
+    Value::Object(o)
+}
+
+impl NodeFacts {
+    /// The Node after a change (what the API server would hold after the patch).
+    pub fn apply(&self, change: &NodeChange) -> NodeFacts {
+        let mut labels = self.labels.clone();
+        for k in &change.remove_labels {
+            labels.remove(k);
+        }
+        labels.extend(change.set_labels.clone());
+        NodeFacts {
+            labels,
+            taints: change.taints.clone().unwrap_or_else(|| self.taints.clone()),
+        }
+    }
+}
+
+/// The labels and taints kubeflavor wants on the node.
+fn wanted(
+    flavor: Option<&FlavorRules>,
+    flavor_name: &FlavorName,
+    revoked: bool,
+) -> (BTreeMap<String, String>, Vec<NodeTaint>) {
+    if revoked {
+        let revoked_taint = NodeTaint {
+            key: REVOKED_TAINT.into(),
+            value: None,
+            effect: TaintEffect::NoExecute.to_string(),
+            time_added: None,
+        };
+        return (BTreeMap::new(), vec![revoked_taint]);
+    }
+    let Some(rules) = flavor else {
+        // The Flavor object is gone: nothing can be asserted about the node any more.
+        return (BTreeMap::new(), Vec::new());
+    };
+    let mut labels: BTreeMap<String, String> = rules
+        .labels()
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    labels.insert(FLAVOR_LABEL.into(), flavor_name.to_string());
+    if let Some(level) = rules.trust_level() {
+        labels.insert(TRUST_LEVEL_LABEL.into(), level.to_string());
+    }
+    let taints = rules.taints().iter().map(NodeTaint::from_taint).collect();
+    (labels, taints)
+}
+
+/// The change that gives the node exactly the state its binding and Flavor call for.
+///
+/// - flavored (Flavor present, not revoked): the flavor's labels, `FLAVOR_LABEL=<name>`,
+///   `TRUST_LEVEL_LABEL=<n>` when the flavor has a level, the flavor's taints, and no
+///   `UNVERIFIED_TAINT`;
+/// - revoked: no flavor labels, no flavor taints, a NoExecute `REVOKED_TAINT`;
+/// - Flavor missing: no flavor labels or taints; `UNVERIFIED_TAINT` stays;
+/// - labels and taints kubeflavor applied before but no longer wants are removed; nothing
+///   else is touched, and existing taints keep their order and `timeAdded`.
+pub fn desired_node_state(
+    flavor: Option<&FlavorRules>,
+    flavor_name: &FlavorName,
+    binding: &BindingState,
+    node: &NodeFacts,
+) -> NodeChange {
+    let (want_labels, want_taints) = wanted(flavor, flavor_name, binding.revoked);
+    let flavored = !binding.revoked && flavor.is_some();
+
+    let set_labels: BTreeMap<String, String> = want_labels
+        .iter()
+        .filter(|(k, v)| node.labels.get(*k) != Some(*v))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    let owned_labels = binding
+        .applied_labels
+        .iter()
+        .map(String::as_str)
+        .chain([FLAVOR_LABEL, TRUST_LEVEL_LABEL]);
+    let remove_labels: BTreeSet<String> = owned_labels
+        .filter(|k| !want_labels.contains_key(*k) && node.labels.contains_key(*k))
+        .map(str::to_owned)
+        .collect();
+
+    // Taints kubeflavor owns but does not want any more.
+    let drop_taint = |t: &NodeTaint| {
+        let previously_applied = binding
+            .applied_taints
+            .iter()
+            .any(|(k, e)| t.same_slot(k, e));
+        let own_key = t.key == REVOKED_TAINT || (flavored && t.key == UNVERIFIED_TAINT);
+        let still_wanted = want_taints.iter().any(|w| t.same_slot(&w.key, &w.effect));
+        (previously_applied || own_key) && !still_wanted
+    };
+    let mut taints: Vec<NodeTaint> = node
+        .taints
+        .iter()
+        .filter(|t| !drop_taint(t))
+        .cloned()
+        .collect();
+    for w in &want_taints {
+        match taints.iter_mut().find(|t| t.same_slot(&w.key, &w.effect)) {
+            Some(t) if t.value_str() == w.value_str() => {}
+            Some(t) => t.value = w.value.clone(),
+            None => taints.push(w.clone()),
+        }
+    }
+    let taints = (taints != node.taints).then_some(taints);
+
+    NodeChange {
+        set_labels,
+        remove_labels,
+        taints,
+        applied_labels: want_labels.keys().cloned().collect(),
+        applied_taints: want_taints
+            .iter()
+            .map(|t| (t.key.clone(), t.effect.clone()))
+            .collect(),
+        flavored,
+    }
+}

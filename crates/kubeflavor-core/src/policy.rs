@@ -1,0 +1,459 @@
+//! The CSR policy: `decide(&CsrFacts) -> Decision`, a plain function over plain facts the
+//! controller gathers (DESIGN flow 3, issue 4 item 1).
+//!
+//! - P1: the condition written on a CSR ([`Decision::condition`]) is one of two constants,
+//!   whatever the flavor or the cause; the cause goes only to the admin trail
+//!   ([`DenyCause::as_str`], [`DenyCause::description`]).
+//! - P3: a node name binds to one token; a name bound to another token, or the name of an
+//!   existing Node with no binding to this token, is denied (no takeover); a token binds at
+//!   most `max_nodes` distinct names; a retry of the same token for the same name uses
+//!   nothing twice.
+//! - P4: [`should_delete_token`] says when the token must go so the kubelet stops retrying.
+
+use std::fmt;
+use std::num::NonZeroU32;
+
+use jiff::Timestamp;
+
+use crate::csr::{CsrError, KUBELET_CLIENT_SIGNER, KubeletClientCsr, NODE_USER_PREFIX};
+use crate::names::NodeName;
+use crate::token::{BOOTSTRAP_USER_PREFIX, TokenId};
+use crate::token_record::{AuthRejection, TokenRecord, TokenRecordError};
+use crate::token_secret::NODE_GROUP;
+
+/// Reason of every approval kubeflavor writes (P1: the same for every flavor).
+pub const APPROVAL_REASON: &str = "KubeflavorApproved";
+/// Message of every approval kubeflavor writes (P1).
+pub const APPROVAL_MESSAGE: &str = "Approved by kubeflavor.";
+/// Reason of every denial kubeflavor writes (P1: the same for every flavor and cause).
+pub const DENIAL_REASON: &str = "KubeflavorDenied";
+/// Message of every denial kubeflavor writes (P1). The exact cause is in the admin trail.
+pub const DENIAL_MESSAGE: &str = "Denied by kubeflavor. Ask the cluster administrator.";
+
+/// Switches of the controller that change decisions.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PolicyOptions {
+    /// Deny kubelet client CSRs of bootstrap tokens that are not kubeflavor's, instead of
+    /// leaving them to kube-controller-manager.
+    pub strict: bool,
+    /// Decide renewal CSRs (requester `system:node:<name>`).
+    pub manage_renewals: bool,
+}
+
+/// The FlavorBinding of the CSR's node name, as far as the policy cares.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BindingFacts {
+    pub token_id: TokenId,
+    pub revoked: bool,
+    /// The CSR that created the binding (admin trail; not used by the rules).
+    pub csr_name: String,
+    /// Lowercase hex SHA-256 of the bound key (admin trail; not used by the rules: a
+    /// kubelet in rotation mode sends a new key with every retry, spec section 4).
+    pub public_key_sha256: String,
+}
+
+/// What the controller found for the token named by the requester `system:bootstrap:<id>`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TokenLookup {
+    /// No Secret `kube-system/bootstrap-token-<id>` (deleted, expired and cleaned, never
+    /// existed).
+    Missing,
+    /// The Secret exists but kubeflavor's metadata on it is malformed.
+    Unreadable(TokenRecordError),
+    Found(TokenRecord),
+}
+
+/// Everything `decide` looks at, gathered by the controller for one CSR.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CsrFacts {
+    pub csr_name: String,
+    pub signer_name: String,
+    /// `spec.username`, filled in by the API server (capture 17).
+    pub requester_username: String,
+    /// `spec.groups`, filled in by the API server. Kubeflavor-ness comes from here, so a
+    /// CSR is still recognised after its token Secret is gone.
+    pub requester_groups: Vec<String>,
+    /// The request validated as a kubelet client CSR.
+    pub csr: Result<KubeletClientCsr, CsrError>,
+    /// The CSR already has an Approved or Denied condition.
+    pub already_decided: bool,
+    pub token: TokenLookup,
+    /// The token's Flavor object exists.
+    pub flavor_exists: bool,
+    /// The FlavorBinding named after the CSR's node name, if any.
+    pub binding: Option<BindingFacts>,
+    /// A Node named after the CSR's node name exists.
+    pub node_exists: bool,
+    pub options: PolicyOptions,
+    pub now: Timestamp,
+}
+
+/// Why a CSR is denied. Goes to the admin trail only, never on the CSR (P1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum DenyCause {
+    MalformedCsr,
+    NotKubeletClientShape,
+    TokenMissing,
+    TokenUnreadable,
+    TokenExpired,
+    TokenNotForAuthentication,
+    FlavorMissing,
+    TokenExhausted,
+    NameBoundToOtherToken,
+    NodeExistsWithoutBinding,
+    BindingRevoked,
+    RenewalRequesterMismatch,
+    RenewalUnbound,
+    NotKubeflavorToken,
+}
+
+impl DenyCause {
+    /// Every cause, for metrics registration and exhaustive tests.
+    pub const ALL: [DenyCause; 14] = [
+        DenyCause::MalformedCsr,
+        DenyCause::NotKubeletClientShape,
+        DenyCause::TokenMissing,
+        DenyCause::TokenUnreadable,
+        DenyCause::TokenExpired,
+        DenyCause::TokenNotForAuthentication,
+        DenyCause::FlavorMissing,
+        DenyCause::TokenExhausted,
+        DenyCause::NameBoundToOtherToken,
+        DenyCause::NodeExistsWithoutBinding,
+        DenyCause::BindingRevoked,
+        DenyCause::RenewalRequesterMismatch,
+        DenyCause::RenewalUnbound,
+        DenyCause::NotKubeflavorToken,
+    ];
+
+    /// Metric label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DenyCause::MalformedCsr => "malformed_csr",
+            DenyCause::NotKubeletClientShape => "not_kubelet_client_shape",
+            DenyCause::TokenMissing => "token_missing",
+            DenyCause::TokenUnreadable => "token_unreadable",
+            DenyCause::TokenExpired => "token_expired",
+            DenyCause::TokenNotForAuthentication => "token_not_for_authentication",
+            DenyCause::FlavorMissing => "flavor_missing",
+            DenyCause::TokenExhausted => "token_exhausted",
+            DenyCause::NameBoundToOtherToken => "name_bound_to_other_token",
+            DenyCause::NodeExistsWithoutBinding => "node_exists_without_binding",
+            DenyCause::BindingRevoked => "binding_revoked",
+            DenyCause::RenewalRequesterMismatch => "renewal_requester_mismatch",
+            DenyCause::RenewalUnbound => "renewal_unbound",
+            DenyCause::NotKubeflavorToken => "not_kubeflavor_token",
+        }
+    }
+
+    /// A sentence for the admin trail (Event, log).
+    pub fn description(self) -> &'static str {
+        match self {
+            DenyCause::MalformedCsr => {
+                "the CSR's request is not a readable, correctly signed PKCS#10 PEM block"
+            }
+            DenyCause::NotKubeletClientShape => {
+                "the CSR is not a kubelet client CSR (organization, common name, SANs or usages are wrong)"
+            }
+            DenyCause::TokenMissing => {
+                "the requester's bootstrap token Secret no longer exists or is being deleted"
+            }
+            DenyCause::TokenUnreadable => {
+                "kubeflavor's labels or annotations on the token Secret are malformed"
+            }
+            DenyCause::TokenExpired => "the requester's bootstrap token has expired",
+            DenyCause::TokenNotForAuthentication => {
+                "the token Secret would not authenticate (usage, groups, type or id are wrong)"
+            }
+            DenyCause::FlavorMissing => {
+                "the token has no flavor, or its Flavor object does not exist"
+            }
+            DenyCause::TokenExhausted => {
+                "the token has already bound its maximum number of node names"
+            }
+            DenyCause::NameBoundToOtherToken => {
+                "the node name is bound to a different token (name takeover attempt)"
+            }
+            DenyCause::NodeExistsWithoutBinding => {
+                "a Node of that name exists without a binding to this token (name takeover attempt)"
+            }
+            DenyCause::BindingRevoked => "the node's binding is revoked",
+            DenyCause::RenewalRequesterMismatch => {
+                "a node asked for a certificate for another node's name"
+            }
+            DenyCause::RenewalUnbound => "a renewal came from a node that kubeflavor has not bound",
+            DenyCause::NotKubeflavorToken => {
+                "strict mode: the bootstrap token is not a kubeflavor token"
+            }
+        }
+    }
+
+    /// Whether this denial is about a kubeflavor token the requester holds, so that it is
+    /// counted on the token (`kubeflavor.io/denials`) and may lead to its deletion.
+    pub fn counts_against_token(self) -> bool {
+        !matches!(
+            self,
+            DenyCause::TokenMissing
+                | DenyCause::RenewalRequesterMismatch
+                | DenyCause::RenewalUnbound
+                | DenyCause::NotKubeflavorToken
+        )
+    }
+}
+
+impl fmt::Display for DenyCause {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Why a CSR is left alone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum IgnoreReason {
+    /// Approved or Denied already; both are permanent.
+    AlreadyDecided,
+    /// Not `kubernetes.io/kube-apiserver-client-kubelet`.
+    OtherSigner,
+    /// A bootstrap token that is not kubeflavor's (left to kube-controller-manager).
+    NotKubeflavorToken,
+    /// A renewal, and `manage_renewals` is off.
+    RenewalsNotManaged,
+    /// Neither a bootstrap token nor a node identity asked.
+    OtherRequester,
+}
+
+impl IgnoreReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            IgnoreReason::AlreadyDecided => "already_decided",
+            IgnoreReason::OtherSigner => "other_signer",
+            IgnoreReason::NotKubeflavorToken => "not_kubeflavor_token",
+            IgnoreReason::RenewalsNotManaged => "renewals_not_managed",
+            IgnoreReason::OtherRequester => "other_requester",
+        }
+    }
+}
+
+impl fmt::Display for IgnoreReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What to do with a CSR. For `Approve`, the controller does, in this order: reserve a use
+/// on the token (if `reserve_use`), create the FlavorBinding (if `create_binding`), then
+/// approve, so an approved kubeflavor CSR always has a binding (P3, P6).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Decision {
+    Approve {
+        reserve_use: bool,
+        create_binding: bool,
+    },
+    Deny(DenyCause),
+    Ignore(IgnoreReason),
+}
+
+/// A CSR condition as written to `.../approval`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CsrCondition {
+    /// `Approved` or `Denied`.
+    pub type_: &'static str,
+    pub reason: &'static str,
+    pub message: &'static str,
+}
+
+/// The condition of every approval (P1).
+pub const APPROVED_CONDITION: CsrCondition = CsrCondition {
+    type_: "Approved",
+    reason: APPROVAL_REASON,
+    message: APPROVAL_MESSAGE,
+};
+/// The condition of every denial (P1).
+pub const DENIED_CONDITION: CsrCondition = CsrCondition {
+    type_: "Denied",
+    reason: DENIAL_REASON,
+    message: DENIAL_MESSAGE,
+};
+
+impl Decision {
+    /// The condition to write on the CSR; `None` for `Ignore`. It depends on nothing but
+    /// approve-or-deny (P1): a bootstrap identity can read every CSR.
+    pub fn condition(&self) -> Option<CsrCondition> {
+        match self {
+            Decision::Approve { .. } => Some(APPROVED_CONDITION),
+            Decision::Deny(_) => Some(DENIED_CONDITION),
+            Decision::Ignore(_) => None,
+        }
+    }
+}
+
+/// Who filed a CSR, from its `spec.username` and `spec.groups`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Requester {
+    /// `system:bootstrap:<id>`; `kubeflavor` when the groups hold [`NODE_GROUP`].
+    Bootstrap {
+        token_id: TokenId,
+        kubeflavor: bool,
+    },
+    /// `system:node:<name>`: a kubelet renewing its certificate.
+    Node {
+        name: NodeName,
+    },
+    Other,
+}
+
+pub fn classify_requester(username: &str, groups: &[String]) -> Requester {
+    if let Some(Ok(token_id)) = username
+        .strip_prefix(BOOTSTRAP_USER_PREFIX)
+        .map(str::parse::<TokenId>)
+    {
+        return Requester::Bootstrap {
+            token_id,
+            kubeflavor: groups.iter().any(|g| g == NODE_GROUP),
+        };
+    }
+    if let Some(Ok(name)) = username
+        .strip_prefix(NODE_USER_PREFIX)
+        .map(str::parse::<NodeName>)
+    {
+        return Requester::Node { name };
+    }
+    Requester::Other
+}
+
+fn shape_cause(e: &CsrError) -> DenyCause {
+    if e.is_malformed() {
+        DenyCause::MalformedCsr
+    } else {
+        DenyCause::NotKubeletClientShape
+    }
+}
+
+/// The policy. Pure: same facts, same decision.
+pub fn decide(f: &CsrFacts) -> Decision {
+    if f.already_decided {
+        return Decision::Ignore(IgnoreReason::AlreadyDecided);
+    }
+    if f.signer_name != KUBELET_CLIENT_SIGNER {
+        return Decision::Ignore(IgnoreReason::OtherSigner);
+    }
+    match classify_requester(&f.requester_username, &f.requester_groups) {
+        Requester::Bootstrap {
+            kubeflavor: false, ..
+        } => {
+            if f.options.strict {
+                Decision::Deny(DenyCause::NotKubeflavorToken)
+            } else {
+                Decision::Ignore(IgnoreReason::NotKubeflavorToken)
+            }
+        }
+        Requester::Bootstrap {
+            token_id,
+            kubeflavor: true,
+        } => match decide_bootstrap(f, &token_id) {
+            Ok(approve) => approve,
+            Err(cause) => Decision::Deny(cause),
+        },
+        Requester::Node { name } => {
+            if !f.options.manage_renewals {
+                return Decision::Ignore(IgnoreReason::RenewalsNotManaged);
+            }
+            match decide_renewal(f, &name) {
+                Ok(approve) => approve,
+                Err(cause) => Decision::Deny(cause),
+            }
+        }
+        Requester::Other => Decision::Ignore(IgnoreReason::OtherRequester),
+    }
+}
+
+fn decide_bootstrap(f: &CsrFacts, token_id: &TokenId) -> Result<Decision, DenyCause> {
+    let csr = f.csr.as_ref().map_err(shape_cause)?;
+    let record = match &f.token {
+        TokenLookup::Missing => return Err(DenyCause::TokenMissing),
+        TokenLookup::Unreadable(_) => return Err(DenyCause::TokenUnreadable),
+        TokenLookup::Found(r) if r.id != *token_id => return Err(DenyCause::TokenMissing),
+        TokenLookup::Found(r) => r,
+    };
+    match record.authentication_at(f.now) {
+        Ok(_) => {}
+        Err(AuthRejection::BeingDeleted) => return Err(DenyCause::TokenMissing),
+        Err(e) if e.is_expiry() => return Err(DenyCause::TokenExpired),
+        Err(_) => return Err(DenyCause::TokenNotForAuthentication),
+    }
+    let meta = record.kubeflavor.as_ref().ok_or(DenyCause::FlavorMissing)?;
+    if !f.flavor_exists {
+        return Err(DenyCause::FlavorMissing);
+    }
+    // P3: the binding, not the token's list, is the source of truth for the name.
+    if let Some(binding) = &f.binding {
+        if binding.token_id != *token_id {
+            return Err(DenyCause::NameBoundToOtherToken);
+        }
+        if binding.revoked {
+            return Err(DenyCause::BindingRevoked);
+        }
+        // A retry of the same token for the same name: the use was reserved and the
+        // binding written before the first approval, so nothing is spent again.
+        return Ok(Decision::Approve {
+            reserve_use: false,
+            create_binding: false,
+        });
+    }
+    // P3: no takeover of a Node that joined some other way (or whose binding is gone).
+    if f.node_exists {
+        return Err(DenyCause::NodeExistsWithoutBinding);
+    }
+    if meta.bound_nodes.contains(&csr.node_name) {
+        // The use was reserved but the binding not yet written (a crash in between, P6).
+        return Ok(Decision::Approve {
+            reserve_use: false,
+            create_binding: true,
+        });
+    }
+    if !meta.has_room() {
+        return Err(DenyCause::TokenExhausted);
+    }
+    Ok(Decision::Approve {
+        reserve_use: true,
+        create_binding: true,
+    })
+}
+
+fn decide_renewal(f: &CsrFacts, requester: &NodeName) -> Result<Decision, DenyCause> {
+    let csr = f.csr.as_ref().map_err(shape_cause)?;
+    if csr.node_name != *requester {
+        return Err(DenyCause::RenewalRequesterMismatch);
+    }
+    let binding = f.binding.as_ref().ok_or(DenyCause::RenewalUnbound)?;
+    if binding.revoked {
+        return Err(DenyCause::BindingRevoked);
+    }
+    Ok(Decision::Approve {
+        reserve_use: false,
+        create_binding: false,
+    })
+}
+
+/// P4: whether to delete the requester's token Secret after denying its CSR for `cause`,
+/// so the kubelet's retry loop ends (spec section 4). `denials_after_this` counts this
+/// denial; `limit` is the configured number of denials after which any token goes (`None`:
+/// no limit). Exhausted tokens and name takeover attempts go at once. Causes that are not
+/// about a kubeflavor token ([`DenyCause::counts_against_token`]) never delete anything:
+/// kubeadm's own tokens are not kubeflavor's to remove.
+pub fn should_delete_token(
+    cause: DenyCause,
+    denials_after_this: u32,
+    limit: Option<NonZeroU32>,
+) -> bool {
+    if !cause.counts_against_token() {
+        return false;
+    }
+    let misused = matches!(
+        cause,
+        DenyCause::TokenExhausted
+            | DenyCause::NameBoundToOtherToken
+            | DenyCause::NodeExistsWithoutBinding
+    );
+    misused || limit.is_some_and(|l| denials_after_this >= l.get())
+}

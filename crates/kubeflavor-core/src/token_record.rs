@@ -1,0 +1,478 @@
+//! What the controller and `token list` know about a token Secret: [`TokenRecord`], and
+//! whether the API server would authenticate the token right now, decided exactly as the
+//! bootstrap token authenticator does (spec section 1, capture 45).
+
+use std::collections::BTreeMap;
+
+use jiff::Timestamp;
+
+use crate::token::{BOOTSTRAP_USER_PREFIX, TokenId, TokenSecret};
+use crate::token_secret::{
+    AUTHENTICATED_GROUP, AuthGroup, AuthGroupError, BOOTSTRAPPERS_GROUP, FlavorTokenMeta,
+    KEY_AUTH_EXTRA_GROUPS, KEY_EXPIRATION, KEY_TOKEN_ID, KEY_TOKEN_SECRET,
+    KEY_USAGE_AUTHENTICATION, KEY_USAGE_SIGNING, TOKEN_SECRET_NAME_PREFIX, TOKEN_SECRET_NAMESPACE,
+    TOKEN_SECRET_TYPE, TokenMetaError, parse_rfc3339,
+};
+
+/// The parts of a Secret object the token rules read, borrowed from whatever type the
+/// caller holds. `data` values are the decoded strings.
+#[derive(Debug, Clone, Copy)]
+pub struct SecretView<'a> {
+    pub namespace: &'a str,
+    pub name: &'a str,
+    pub type_: &'a str,
+    /// `metadata.deletionTimestamp` is set.
+    pub being_deleted: bool,
+    pub data: &'a BTreeMap<String, String>,
+    pub labels: &'a BTreeMap<String, String>,
+    pub annotations: &'a BTreeMap<String, String>,
+}
+
+/// The user the API server makes of a valid bootstrap token.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BootstrapIdentity {
+    /// `system:bootstrap:<id>`.
+    pub username: String,
+    /// `system:bootstrappers` and the extra groups, sorted and deduplicated, then
+    /// `system:authenticated` (capture 45 case 1).
+    pub groups: Vec<String>,
+}
+
+/// Why the API server would refuse to authenticate a token (it answers a bare 401 for all
+/// of these; the variants say which rule failed).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AuthRejection {
+    #[error("the token Secret is being deleted")]
+    BeingDeleted,
+    #[error("the token Secret is in namespace {0:?}; bootstrap tokens only count in kube-system")]
+    WrongNamespace(String),
+    #[error("the token Secret has type {0:?}; it must be bootstrap.kubernetes.io/token")]
+    WrongType(String),
+    #[error("the token Secret's token-id does not match its name bootstrap-token-<id>")]
+    TokenIdMismatch,
+    #[error("the token Secret's token-secret is missing or not 16 characters of a-z0-9")]
+    SecretInvalid,
+    #[error("the token expired at {0}")]
+    Expired(Timestamp),
+    #[error("the token Secret's expiration {0:?} is not RFC 3339, which counts as expired")]
+    ExpirationUnparseable(String),
+    #[error("the token Secret does not have usage-bootstrap-authentication: \"true\"")]
+    AuthenticationNotEnabled,
+    #[error("{0}")]
+    InvalidGroup(AuthGroupError),
+}
+
+impl AuthRejection {
+    /// Whether the token failed only because of time (its expiration passed or is
+    /// unreadable), as opposed to a Secret that never could authenticate.
+    pub fn is_expiry(&self) -> bool {
+        matches!(
+            self,
+            AuthRejection::Expired(_) | AuthRejection::ExpirationUnparseable(_)
+        )
+    }
+}
+
+/// The `expiration` of a token Secret.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Expiration {
+    /// No key (or an empty value): the token never expires.
+    Never,
+    At(Timestamp),
+    /// A value that does not parse; the API server treats the token as expired.
+    Unparseable(String),
+}
+
+impl Expiration {
+    fn from_data(data: &BTreeMap<String, String>) -> Self {
+        match data.get(KEY_EXPIRATION).map(String::as_str) {
+            None | Some("") => Expiration::Never,
+            Some(s) => match parse_rfc3339(s) {
+                Some(at) => Expiration::At(at),
+                None => Expiration::Unparseable(s.to_owned()),
+            },
+        }
+    }
+
+    /// `GetExpiration` upstream: expired once `now` reaches the expiration (ttl <= 0).
+    pub fn check(&self, now: Timestamp) -> Result<(), AuthRejection> {
+        match self {
+            Expiration::Never => Ok(()),
+            Expiration::At(at) if now < *at => Ok(()),
+            Expiration::At(at) => Err(AuthRejection::Expired(*at)),
+            Expiration::Unparseable(s) => Err(AuthRejection::ExpirationUnparseable(s.clone())),
+        }
+    }
+}
+
+/// The time-independent checks of the authenticator, in its order; returns the id and the
+/// sorted, deduplicated bootstrap groups.
+fn standing_checks(view: &SecretView<'_>) -> Result<(TokenId, Vec<String>), AuthRejection> {
+    if view.being_deleted {
+        return Err(AuthRejection::BeingDeleted);
+    }
+    if view.namespace != TOKEN_SECRET_NAMESPACE {
+        return Err(AuthRejection::WrongNamespace(view.namespace.to_owned()));
+    }
+    if view.type_ != TOKEN_SECRET_TYPE {
+        return Err(AuthRejection::WrongType(view.type_.to_owned()));
+    }
+    let id: TokenId = view
+        .name
+        .strip_prefix(TOKEN_SECRET_NAME_PREFIX)
+        .and_then(|s| s.parse().ok())
+        .ok_or(AuthRejection::TokenIdMismatch)?;
+    let get = |k: &str| view.data.get(k).map(String::as_str);
+    get(KEY_TOKEN_SECRET)
+        .and_then(|s| s.parse::<TokenSecret>().ok())
+        .ok_or(AuthRejection::SecretInvalid)?;
+    if get(KEY_TOKEN_ID) != Some(id.as_str()) {
+        return Err(AuthRejection::TokenIdMismatch);
+    }
+    if get(KEY_USAGE_AUTHENTICATION) != Some("true") {
+        return Err(AuthRejection::AuthenticationNotEnabled);
+    }
+    let mut groups = std::collections::BTreeSet::from([BOOTSTRAPPERS_GROUP.to_owned()]);
+    if let Some(extra) = get(KEY_AUTH_EXTRA_GROUPS).filter(|s| !s.is_empty()) {
+        for g in extra.split(',') {
+            let g: AuthGroup = g.parse().map_err(AuthRejection::InvalidGroup)?;
+            groups.insert(g.to_string());
+        }
+    }
+    Ok((id, groups.into_iter().collect()))
+}
+
+/// Whether the API server authenticates this token Secret's token at `now`, and as whom.
+/// Mirrors the bootstrap token authenticator (deleted, namespace, type, id, secret,
+/// expiration, usage, groups); every rejection is a 401 there.
+pub fn authenticate_token_secret(
+    view: &SecretView<'_>,
+    now: Timestamp,
+) -> Result<BootstrapIdentity, AuthRejection> {
+    let (id, groups) = standing_checks(view)?;
+    Expiration::from_data(view.data).check(now)?;
+    Ok(identity(&id, groups))
+}
+
+fn identity(id: &TokenId, mut groups: Vec<String>) -> BootstrapIdentity {
+    groups.push(AUTHENTICATED_GROUP.to_owned());
+    BootstrapIdentity {
+        username: format!("{BOOTSTRAP_USER_PREFIX}{id}"),
+        groups,
+    }
+}
+
+/// Why a Secret cannot be read as a token record.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TokenRecordError {
+    #[error(
+        "Secret {0:?} is not a bootstrap token Secret (its name must be bootstrap-token-<6 characters of a-z0-9>)"
+    )]
+    NotATokenSecret(String),
+    #[error("token Secret {name:?}: {problem}")]
+    Metadata {
+        name: String,
+        problem: TokenMetaError,
+    },
+}
+
+/// Everything kubeflavor needs to know about a token Secret, without its secret.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TokenRecord {
+    pub id: TokenId,
+    pub expiration: Expiration,
+    pub usage_signing: bool,
+    /// kubeflavor's fields; `None` for a token without the flavor label (kubeadm's own).
+    pub kubeflavor: Option<FlavorTokenMeta>,
+    /// The time-independent part of the authenticator's verdict.
+    standing: Result<Vec<String>, AuthRejection>,
+}
+
+impl TokenRecord {
+    /// Reads a token Secret. Fails only when the Secret is not named like a token Secret
+    /// or kubeflavor's own metadata is malformed; a Secret the API server would refuse is
+    /// still a record (see [`TokenRecord::authentication_at`]).
+    pub fn from_secret(view: &SecretView<'_>) -> Result<Self, TokenRecordError> {
+        let id: TokenId = view
+            .name
+            .strip_prefix(TOKEN_SECRET_NAME_PREFIX)
+            .and_then(|s| s.parse().ok())
+            .ok_or_else(|| TokenRecordError::NotATokenSecret(view.name.to_owned()))?;
+        let kubeflavor =
+            FlavorTokenMeta::from_metadata(view.labels, view.annotations).map_err(|problem| {
+                TokenRecordError::Metadata {
+                    name: view.name.to_owned(),
+                    problem,
+                }
+            })?;
+        Ok(TokenRecord {
+            id,
+            expiration: Expiration::from_data(view.data),
+            usage_signing: view.data.get(KEY_USAGE_SIGNING).map(String::as_str) == Some("true"),
+            kubeflavor,
+            standing: standing_checks(view).map(|(_, groups)| groups),
+        })
+    }
+
+    /// Whether the API server authenticates this token at `now` (same verdict as
+    /// [`authenticate_token_secret`] on the Secret the record was read from).
+    pub fn authentication_at(&self, now: Timestamp) -> Result<BootstrapIdentity, AuthRejection> {
+        let groups = self.standing.clone()?;
+        self.expiration.check(now)?;
+        Ok(identity(&self.id, groups))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::token_secret::{NODE_GROUP, TokenSecretData, flavored_token_secret};
+    use std::num::NonZeroU32;
+
+    /// A Secret as built in one of capture 45's cases.
+    struct Case {
+        namespace: &'static str,
+        name: String,
+        type_: &'static str,
+        data: BTreeMap<String, String>,
+        labels: BTreeMap<String, String>,
+        annotations: BTreeMap<String, String>,
+    }
+
+    impl Case {
+        fn new(id: &str, data: &[(&str, &str)]) -> Self {
+            let mut d: BTreeMap<String, String> = data
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect();
+            d.entry("token-id".into()).or_insert_with(|| id.to_owned());
+            d.insert("token-secret".into(), "0123456789abcdef".into());
+            Case {
+                namespace: "kube-system",
+                name: format!("bootstrap-token-{id}"),
+                type_: "bootstrap.kubernetes.io/token",
+                data: d,
+                labels: BTreeMap::new(),
+                annotations: BTreeMap::new(),
+            }
+        }
+
+        fn view(&self) -> SecretView<'_> {
+            SecretView {
+                namespace: self.namespace,
+                name: &self.name,
+                type_: self.type_,
+                being_deleted: false,
+                data: &self.data,
+                labels: &self.labels,
+                annotations: &self.annotations,
+            }
+        }
+    }
+
+    fn now() -> Timestamp {
+        "2026-11-30T04:26:05Z".parse().unwrap()
+    }
+
+    #[test]
+    fn capture_45_case_1_groups_sorted_and_deduplicated() {
+        let c = Case::new(
+            "73efe1",
+            &[
+                ("expiration", "2026-11-30T05:25:53Z"),
+                ("usage-bootstrap-authentication", "true"),
+                (
+                    "auth-extra-groups",
+                    "system:bootstrappers:zeta,system:bootstrappers:alpha,system:bootstrappers:zeta",
+                ),
+            ],
+        );
+        let who = authenticate_token_secret(&c.view(), now()).unwrap();
+        assert_eq!(who.username, "system:bootstrap:73efe1");
+        assert_eq!(
+            who.groups,
+            [
+                "system:bootstrappers",
+                "system:bootstrappers:alpha",
+                "system:bootstrappers:zeta",
+                "system:authenticated"
+            ]
+        );
+    }
+
+    #[test]
+    fn capture_45_case_2_no_expiration_never_expires() {
+        let c = Case::new("6ibto6", &[("usage-bootstrap-authentication", "true")]);
+        let who = authenticate_token_secret(&c.view(), now()).unwrap();
+        assert_eq!(who.groups, ["system:bootstrappers", "system:authenticated"]);
+    }
+
+    #[test]
+    fn capture_45_cases_3_to_10_are_refused() {
+        let auth = ("usage-bootstrap-authentication", "true");
+        let reject = |c: &Case| authenticate_token_secret(&c.view(), now()).unwrap_err();
+        // 3) one invalid group rejects the whole token
+        let c = Case::new(
+            "sdo2oc",
+            &[
+                auth,
+                (
+                    "auth-extra-groups",
+                    "system:bootstrappers:ok,system:masters",
+                ),
+            ],
+        );
+        assert!(matches!(reject(&c), AuthRejection::InvalidGroup(_)));
+        // 4) usage-bootstrap-authentication missing
+        let c = Case::new("z2xwa9", &[("usage-bootstrap-signing", "true")]);
+        assert_eq!(reject(&c), AuthRejection::AuthenticationNotEnabled);
+        // 5) "yes" is not "true"
+        let c = Case::new("sad7mk", &[("usage-bootstrap-authentication", "yes")]);
+        assert_eq!(reject(&c), AuthRejection::AuthenticationNotEnabled);
+        // 6) expired
+        let c = Case::new("76jyn4", &[auth, ("expiration", "2000-01-01T00:00:00Z")]);
+        assert!(matches!(reject(&c), AuthRejection::Expired(_)));
+        // 7) not RFC 3339
+        let c = Case::new("kvuyti", &[auth, ("expiration", "2030-01-01 00:00:00")]);
+        assert!(matches!(
+            reject(&c),
+            AuthRejection::ExpirationUnparseable(_)
+        ));
+        // 8) type Opaque
+        let mut c = Case::new("28gsoi", &[auth]);
+        c.type_ = "Opaque";
+        assert!(matches!(reject(&c), AuthRejection::WrongType(_)));
+        // 9) namespace default
+        let mut c = Case::new("tsc23h", &[auth]);
+        c.namespace = "default";
+        assert!(matches!(reject(&c), AuthRejection::WrongNamespace(_)));
+        // 10) token-id differs from the name
+        let c = Case::new("p1p0v9", &[auth, ("token-id", "x5hp34")]);
+        assert_eq!(reject(&c), AuthRejection::TokenIdMismatch);
+    }
+
+    #[test]
+    fn a_token_expires_at_its_expiration_instant() {
+        let c = Case::new(
+            "abcdef",
+            &[
+                ("usage-bootstrap-authentication", "true"),
+                ("expiration", "2026-11-30T04:26:05Z"),
+            ],
+        );
+        let before: Timestamp = "2026-11-30T04:26:04.999Z".parse().unwrap();
+        assert!(authenticate_token_secret(&c.view(), before).is_ok());
+        assert!(authenticate_token_secret(&c.view(), now()).is_err());
+    }
+
+    #[test]
+    fn deleted_or_secretless_tokens_are_refused() {
+        let c = Case::new("abcdef", &[("usage-bootstrap-authentication", "true")]);
+        let mut v = c.view();
+        v.being_deleted = true;
+        assert_eq!(
+            authenticate_token_secret(&v, now()),
+            Err(AuthRejection::BeingDeleted)
+        );
+        let mut c = Case::new("abcdef", &[("usage-bootstrap-authentication", "true")]);
+        c.data.insert("token-secret".into(), "short".into());
+        assert_eq!(
+            authenticate_token_secret(&c.view(), now()),
+            Err(AuthRejection::SecretInvalid)
+        );
+    }
+
+    #[test]
+    fn a_kubeflavor_token_authenticates_with_exactly_the_node_group() {
+        let token = "abcdef.0123456789abcdef".parse().unwrap();
+        let obj = flavored_token_secret(
+            &token,
+            &"sweet".parse().unwrap(),
+            Some("2026-12-01T00:00:00Z".parse().unwrap()),
+            NonZeroU32::MIN,
+        );
+        let view = SecretView {
+            namespace: obj.namespace,
+            name: &obj.name,
+            type_: obj.type_,
+            being_deleted: false,
+            data: &obj.string_data,
+            labels: &obj.labels,
+            annotations: &obj.annotations,
+        };
+        let who = authenticate_token_secret(&view, now()).unwrap();
+        assert_eq!(
+            who.groups,
+            ["system:bootstrappers", NODE_GROUP, "system:authenticated"]
+        );
+        let record = TokenRecord::from_secret(&view).unwrap();
+        assert_eq!(record.authentication_at(now()), Ok(who));
+        assert_eq!(record.kubeflavor.unwrap().flavor.as_str(), "sweet");
+        assert!(record.usage_signing);
+    }
+
+    #[test]
+    fn record_keeps_secrets_the_api_server_would_refuse() {
+        let c = Case::new("abcdef", &[("expiration", "2000-01-01T00:00:00Z")]);
+        let record = TokenRecord::from_secret(&c.view()).unwrap();
+        assert_eq!(
+            record.authentication_at(now()),
+            Err(AuthRejection::AuthenticationNotEnabled)
+        );
+        assert_eq!(
+            record.expiration,
+            Expiration::At("2000-01-01T00:00:00Z".parse().unwrap())
+        );
+        assert_eq!(record.kubeflavor, None);
+    }
+
+    #[test]
+    fn record_refuses_non_token_names_and_bad_metadata() {
+        let mut c = Case::new("abcdef", &[]);
+        c.name = "my-secret".into();
+        assert!(matches!(
+            TokenRecord::from_secret(&c.view()),
+            Err(TokenRecordError::NotATokenSecret(_))
+        ));
+        let mut c = Case::new("abcdef", &[]);
+        c.labels
+            .insert("kubeflavor.io/flavor".into(), "sweet".into());
+        c.annotations
+            .insert("kubeflavor.io/max-nodes".into(), "many".into());
+        assert!(matches!(
+            TokenRecord::from_secret(&c.view()),
+            Err(TokenRecordError::Metadata { .. })
+        ));
+    }
+
+    #[test]
+    fn record_and_direct_check_agree_with_the_data_codec() {
+        let data = TokenSecretData::kubeflavor_node(
+            "abcdef.0123456789abcdef".parse().unwrap(),
+            Some("2026-11-30T04:26:06Z".parse().unwrap()),
+        )
+        .to_string_data();
+        let empty = BTreeMap::new();
+        let view = SecretView {
+            namespace: "kube-system",
+            name: "bootstrap-token-abcdef",
+            type_: "bootstrap.kubernetes.io/token",
+            being_deleted: false,
+            data: &data,
+            labels: &empty,
+            annotations: &empty,
+        };
+        let record = TokenRecord::from_secret(&view).unwrap();
+        for t in [
+            "2026-11-30T04:26:05Z",
+            "2026-11-30T04:26:06Z",
+            "2026-11-30T04:26:07Z",
+        ] {
+            let t: Timestamp = t.parse().unwrap();
+            assert_eq!(
+                record.authentication_at(t),
+                authenticate_token_secret(&view, t)
+            );
+        }
+    }
+}

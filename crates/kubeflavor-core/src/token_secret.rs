@@ -1,0 +1,727 @@
+//! The bootstrap token Secret in kubeadm's exact layout (spec section 1, capture 44), plus
+//! kubeflavor's own fields as labels and annotations (Secret data keys cannot hold `/`).
+//!
+//! Data values here are plain strings; base64 is the binary's job. P1: every kubeflavor
+//! token carries the same group ([`NODE_GROUP`]) and the same description
+//! ([`KUBEFLAVOR_TOKEN_DESCRIPTION`]) whatever its flavor; the flavor lives only in the
+//! Secret's metadata, which a bootstrap identity cannot read (capture 12).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::num::NonZeroU32;
+use std::str::FromStr;
+
+use jiff::Timestamp;
+use zeroize::Zeroize;
+
+use crate::flavor::{FlavorName, FlavorNameError};
+use crate::names::{NodeName, NodeNameError};
+use crate::token::{BootstrapToken, TokenId, TokenParseError};
+
+/// Namespace of every bootstrap token Secret.
+pub const TOKEN_SECRET_NAMESPACE: &str = "kube-system";
+/// `type` of a bootstrap token Secret.
+pub const TOKEN_SECRET_TYPE: &str = "bootstrap.kubernetes.io/token";
+/// Name prefix of a bootstrap token Secret: `bootstrap-token-<id>`.
+pub const TOKEN_SECRET_NAME_PREFIX: &str = "bootstrap-token-";
+
+/// Data keys of kubeadm's layout.
+pub const KEY_TOKEN_ID: &str = "token-id";
+pub const KEY_TOKEN_SECRET: &str = "token-secret";
+pub const KEY_EXPIRATION: &str = "expiration";
+pub const KEY_USAGE_AUTHENTICATION: &str = "usage-bootstrap-authentication";
+pub const KEY_USAGE_SIGNING: &str = "usage-bootstrap-signing";
+pub const KEY_AUTH_EXTRA_GROUPS: &str = "auth-extra-groups";
+pub const KEY_DESCRIPTION: &str = "description";
+
+/// The group every bootstrap token authenticates with (spec section 1).
+pub const BOOTSTRAPPERS_GROUP: &str = "system:bootstrappers";
+/// The group every authenticated identity gets.
+pub const AUTHENTICATED_GROUP: &str = "system:authenticated";
+/// The ONE group of every kubeflavor node token, whatever its flavor (P1).
+pub const NODE_GROUP: &str = "system:bootstrappers:kubeflavor:node";
+/// The group of kubeflavor control-plane join tokens (allowed to read kubeadm-certs, P5).
+pub const CONTROL_PLANE_GROUP: &str = "system:bootstrappers:kubeflavor:control-plane";
+/// The ONE description of every kubeflavor node token. It must never name a flavor (P1).
+pub const KUBEFLAVOR_TOKEN_DESCRIPTION: &str = "kubeflavor node bootstrap token";
+
+/// Secret label holding the token's flavor.
+pub const FLAVOR_TOKEN_LABEL: &str = "kubeflavor.io/flavor";
+/// Secret annotation: how many distinct node names the token may bind.
+pub const MAX_NODES_ANNOTATION: &str = "kubeflavor.io/max-nodes";
+/// Secret annotation: node names bound so far, sorted, comma-separated.
+pub const BOUND_NODES_ANNOTATION: &str = "kubeflavor.io/bound-nodes";
+/// Secret annotation: how many CSRs of this token were denied.
+pub const DENIALS_ANNOTATION: &str = "kubeflavor.io/denials";
+
+/// The Secret name of a token: `bootstrap-token-<id>`.
+pub fn secret_name(id: &TokenId) -> String {
+    format!("{TOKEN_SECRET_NAME_PREFIX}{id}")
+}
+
+/// The longest tail of an extra group after `system:bootstrappers:`, as the regex
+/// `[a-z0-9:-]{0,255}[a-z0-9]` allows.
+const GROUP_TAIL_MAX: usize = 256;
+
+/// An `auth-extra-groups` entry, valid per `\Asystem:bootstrappers:[a-z0-9:-]{0,255}[a-z0-9]\z`.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct AuthGroup(String);
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "bootstrap token group {group:?} is invalid: it must start with system:bootstrappers: and continue with 1-256 characters of [a-z0-9:-] ending in a letter or digit (the API server rejects the whole token otherwise)"
+)]
+pub struct AuthGroupError {
+    pub group: String,
+}
+
+impl AuthGroup {
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl FromStr for AuthGroup {
+    type Err = AuthGroupError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let err = || AuthGroupError {
+            group: s.to_owned(),
+        };
+        let tail = s.strip_prefix("system:bootstrappers:").ok_or_else(err)?;
+        let ok_char = |b: u8| b.is_ascii_lowercase() || b.is_ascii_digit();
+        let valid = !tail.is_empty()
+            && tail.len() <= GROUP_TAIL_MAX
+            && tail.bytes().all(|b| ok_char(b) || b == b':' || b == b'-')
+            && tail.bytes().last().is_some_and(ok_char);
+        if valid {
+            Ok(AuthGroup(s.to_owned()))
+        } else {
+            Err(err())
+        }
+    }
+}
+
+impl fmt::Display for AuthGroup {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// Go's `time.Parse(time.RFC3339, s)` as the authenticator uses it: a `T` separator, an
+/// upper-case `Z` or a numeric offset, optional fractional seconds.
+pub fn parse_rfc3339(s: &str) -> Option<Timestamp> {
+    let b = s.as_bytes();
+    let shape = b.len() >= 20
+        && b[4] == b'-'
+        && b[7] == b'-'
+        && b[10] == b'T'
+        && b[13] == b':'
+        && b[16] == b':'
+        && !s.contains(['t', 'z', ' ']);
+    if !shape {
+        return None;
+    }
+    s.parse().ok()
+}
+
+/// The `expiration` value kubeadm writes: RFC 3339 UTC with no fractional seconds.
+pub fn format_expiration(at: Timestamp) -> String {
+    let whole = Timestamp::from_second(at.as_second()).expect("a valid timestamp's seconds");
+    whole.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
+}
+
+/// Why the data of a token Secret does not follow kubeadm's layout.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TokenSecretError {
+    #[error("the token Secret has no {0:?} data key; recreate the token")]
+    MissingKey(&'static str),
+    #[error("the token Secret's {key:?}: {problem}")]
+    Token {
+        key: &'static str,
+        problem: TokenParseError,
+    },
+    #[error(
+        "the token Secret's expiration {0:?} is not RFC 3339 (e.g. 2026-12-01T12:00:00Z); the API server treats the token as expired"
+    )]
+    Expiration(String),
+    #[error(
+        "the token Secret's {key:?} is {value:?}; only \"true\" enables a usage, remove the key to disable it"
+    )]
+    Usage { key: &'static str, value: String },
+    #[error("the token Secret's auth-extra-groups: {0}")]
+    Group(AuthGroupError),
+}
+
+/// A bootstrap token Secret's `data`, in kubeadm's layout.
+#[derive(Clone, PartialEq, Eq)]
+pub struct TokenSecretData {
+    pub token: BootstrapToken,
+    /// `None`: the token never expires (no `expiration` key).
+    pub expiration: Option<Timestamp>,
+    pub usage_authentication: bool,
+    pub usage_signing: bool,
+    pub extra_groups: Vec<AuthGroup>,
+    pub description: Option<String>,
+}
+
+impl fmt::Debug for TokenSecretData {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TokenSecretData")
+            .field("token", &self.token)
+            .field("expiration", &self.expiration)
+            .field("usage_authentication", &self.usage_authentication)
+            .field("usage_signing", &self.usage_signing)
+            .field("extra_groups", &self.extra_groups)
+            .field("description", &self.description)
+            .finish()
+    }
+}
+
+impl TokenSecretData {
+    /// The data of a kubeflavor node token: usages authentication and signing (kubeadm join
+    /// needs both), the ONE group [`NODE_GROUP`] and the ONE description, so nothing in it
+    /// depends on the flavor (P1).
+    pub fn kubeflavor_node(token: BootstrapToken, expiration: Option<Timestamp>) -> Self {
+        TokenSecretData {
+            token,
+            expiration,
+            usage_authentication: true,
+            usage_signing: true,
+            extra_groups: vec![AuthGroup(NODE_GROUP.to_owned())],
+            description: Some(KUBEFLAVOR_TOKEN_DESCRIPTION.to_owned()),
+        }
+    }
+
+    /// The Secret's string data (kubeadm's keys; values not yet base64-encoded). Holds the
+    /// token secret: zeroize the map when done with it.
+    pub fn to_string_data(&self) -> BTreeMap<String, String> {
+        let mut data = BTreeMap::new();
+        data.insert(KEY_TOKEN_ID.into(), self.token.id().to_string());
+        data.insert(
+            KEY_TOKEN_SECRET.into(),
+            self.token.secret().expose().to_owned(),
+        );
+        if let Some(at) = self.expiration {
+            data.insert(KEY_EXPIRATION.into(), format_expiration(at));
+        }
+        if self.usage_authentication {
+            data.insert(KEY_USAGE_AUTHENTICATION.into(), "true".into());
+        }
+        if self.usage_signing {
+            data.insert(KEY_USAGE_SIGNING.into(), "true".into());
+        }
+        if !self.extra_groups.is_empty() {
+            let groups: Vec<&str> = self.extra_groups.iter().map(AuthGroup::as_str).collect();
+            data.insert(KEY_AUTH_EXTRA_GROUPS.into(), groups.join(","));
+        }
+        if let Some(d) = &self.description {
+            data.insert(KEY_DESCRIPTION.into(), d.clone());
+        }
+        data
+    }
+
+    /// Reads kubeadm's layout strictly: every present field must be well-formed.
+    pub fn from_string_data(data: &BTreeMap<String, String>) -> Result<Self, TokenSecretError> {
+        let get = |k: &'static str| data.get(k).map(String::as_str);
+        let id: TokenId = get(KEY_TOKEN_ID)
+            .ok_or(TokenSecretError::MissingKey(KEY_TOKEN_ID))?
+            .parse()
+            .map_err(|problem| TokenSecretError::Token {
+                key: KEY_TOKEN_ID,
+                problem,
+            })?;
+        let secret = get(KEY_TOKEN_SECRET)
+            .ok_or(TokenSecretError::MissingKey(KEY_TOKEN_SECRET))?
+            .parse()
+            .map_err(|problem| TokenSecretError::Token {
+                key: KEY_TOKEN_SECRET,
+                problem,
+            })?;
+        let expiration = match get(KEY_EXPIRATION) {
+            None | Some("") => None,
+            Some(s) => {
+                Some(parse_rfc3339(s).ok_or_else(|| TokenSecretError::Expiration(s.to_owned()))?)
+            }
+        };
+        let usage = |key: &'static str| match get(key) {
+            None => Ok(false),
+            Some("true") => Ok(true),
+            Some(v) => Err(TokenSecretError::Usage {
+                key,
+                value: v.to_owned(),
+            }),
+        };
+        let extra_groups = match get(KEY_AUTH_EXTRA_GROUPS) {
+            None | Some("") => Vec::new(),
+            Some(s) => s
+                .split(',')
+                .map(str::parse)
+                .collect::<Result<_, _>>()
+                .map_err(TokenSecretError::Group)?,
+        };
+        Ok(TokenSecretData {
+            token: BootstrapToken::new(id, secret),
+            expiration,
+            usage_authentication: usage(KEY_USAGE_AUTHENTICATION)?,
+            usage_signing: usage(KEY_USAGE_SIGNING)?,
+            extra_groups,
+            description: get(KEY_DESCRIPTION).map(str::to_owned),
+        })
+    }
+}
+
+/// kubeflavor's fields of a flavored token Secret (its labels and annotations).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FlavorTokenMeta {
+    pub flavor: FlavorName,
+    pub max_nodes: NonZeroU32,
+    /// Distinct node names bound to this token so far (P3: at most `max_nodes`).
+    pub bound_nodes: BTreeSet<NodeName>,
+    /// CSRs of this token denied so far (P4).
+    pub denials: u32,
+}
+
+/// Why kubeflavor's metadata on a token Secret cannot be read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TokenMetaError {
+    #[error("label {FLAVOR_TOKEN_LABEL}: {0}")]
+    Flavor(FlavorNameError),
+    #[error(
+        "annotation {MAX_NODES_ANNOTATION} is {0:?}; it must be a whole number of at least 1 (fix or remove it)"
+    )]
+    MaxNodes(String),
+    #[error("annotation {BOUND_NODES_ANNOTATION} holds an invalid node name: {0}")]
+    BoundNodes(NodeNameError),
+    #[error(
+        "annotation {DENIALS_ANNOTATION} is {0:?}; it must be a whole number (fix or remove it)"
+    )]
+    Denials(String),
+}
+
+impl FlavorTokenMeta {
+    pub fn new(flavor: FlavorName, max_nodes: NonZeroU32) -> Self {
+        FlavorTokenMeta {
+            flavor,
+            max_nodes,
+            bound_nodes: BTreeSet::new(),
+            denials: 0,
+        }
+    }
+
+    /// Reads kubeflavor's metadata; `Ok(None)` for a token without the flavor label (a
+    /// plain kubeadm token). A missing max-nodes annotation means
+    /// [`crate::flavor::DEFAULT_MAX_NODES`], missing bound-nodes none, missing denials 0.
+    pub fn from_metadata(
+        labels: &BTreeMap<String, String>,
+        annotations: &BTreeMap<String, String>,
+    ) -> Result<Option<Self>, TokenMetaError> {
+        let Some(flavor) = labels.get(FLAVOR_TOKEN_LABEL) else {
+            return Ok(None);
+        };
+        let flavor: FlavorName = flavor.parse().map_err(TokenMetaError::Flavor)?;
+        let max_nodes = match annotations.get(MAX_NODES_ANNOTATION) {
+            None => crate::flavor::DEFAULT_MAX_NODES,
+            Some(v) => v
+                .parse::<NonZeroU32>()
+                .map_err(|_| TokenMetaError::MaxNodes(v.clone()))?,
+        };
+        let bound_nodes = match annotations.get(BOUND_NODES_ANNOTATION) {
+            None => BTreeSet::new(),
+            Some(v) if v.is_empty() => BTreeSet::new(),
+            Some(v) => v
+                .split(',')
+                .map(str::parse)
+                .collect::<Result<_, _>>()
+                .map_err(TokenMetaError::BoundNodes)?,
+        };
+        let denials = match annotations.get(DENIALS_ANNOTATION) {
+            None => 0,
+            Some(v) => v.parse().map_err(|_| TokenMetaError::Denials(v.clone()))?,
+        };
+        Ok(Some(FlavorTokenMeta {
+            flavor,
+            max_nodes,
+            bound_nodes,
+            denials,
+        }))
+    }
+
+    /// The Secret labels kubeflavor owns.
+    pub fn labels(&self) -> BTreeMap<String, String> {
+        [(FLAVOR_TOKEN_LABEL.to_owned(), self.flavor.to_string())].into()
+    }
+
+    /// The Secret annotations kubeflavor owns (bound nodes sorted, comma-separated).
+    pub fn annotations(&self) -> BTreeMap<String, String> {
+        let bound: Vec<&str> = self.bound_nodes.iter().map(NodeName::as_str).collect();
+        [
+            (MAX_NODES_ANNOTATION.to_owned(), self.max_nodes.to_string()),
+            (BOUND_NODES_ANNOTATION.to_owned(), bound.join(",")),
+            (DENIALS_ANNOTATION.to_owned(), self.denials.to_string()),
+        ]
+        .into()
+    }
+
+    /// Whether another distinct node name may still bind to this token.
+    pub fn has_room(&self) -> bool {
+        u32::try_from(self.bound_nodes.len()).is_ok_and(|n| n < self.max_nodes.get())
+    }
+
+    /// The metadata after reserving a use for `node` (no change when already bound).
+    pub fn with_bound_node(&self, node: &NodeName) -> Self {
+        let mut next = self.clone();
+        next.bound_nodes.insert(node.clone());
+        next
+    }
+
+    /// The metadata after one more denial.
+    pub fn with_denial(&self) -> Self {
+        let mut next = self.clone();
+        next.denials = next.denials.saturating_add(1);
+        next
+    }
+}
+
+/// A whole token Secret as `token create` writes it. The string data holds the token
+/// secret: `Debug` redacts it and dropping the object zeroizes every value.
+pub struct TokenSecretObject {
+    pub name: String,
+    pub namespace: &'static str,
+    pub type_: &'static str,
+    pub string_data: BTreeMap<String, String>,
+    pub labels: BTreeMap<String, String>,
+    pub annotations: BTreeMap<String, String>,
+}
+
+impl Drop for TokenSecretObject {
+    fn drop(&mut self) {
+        for v in self.string_data.values_mut() {
+            v.zeroize();
+        }
+    }
+}
+
+impl fmt::Debug for TokenSecretObject {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let data: BTreeMap<&str, &str> = self
+            .string_data
+            .iter()
+            .map(|(k, v)| {
+                let shown = if k == KEY_TOKEN_SECRET {
+                    "****"
+                } else {
+                    v.as_str()
+                };
+                (k.as_str(), shown)
+            })
+            .collect();
+        f.debug_struct("TokenSecretObject")
+            .field("name", &self.name)
+            .field("namespace", &self.namespace)
+            .field("type_", &self.type_)
+            .field("string_data", &data)
+            .field("labels", &self.labels)
+            .field("annotations", &self.annotations)
+            .finish()
+    }
+}
+
+/// The Secret of a new flavored token: kubeadm's layout with the ONE group and the ONE
+/// description (P1), and the flavor, max nodes, no bound names and no denials as metadata.
+pub fn flavored_token_secret(
+    token: &BootstrapToken,
+    flavor: &FlavorName,
+    expiration: Option<Timestamp>,
+    max_nodes: NonZeroU32,
+) -> TokenSecretObject {
+    let meta = FlavorTokenMeta::new(flavor.clone(), max_nodes);
+    TokenSecretObject {
+        name: secret_name(token.id()),
+        namespace: TOKEN_SECRET_NAMESPACE,
+        type_: TOKEN_SECRET_TYPE,
+        string_data: TokenSecretData::kubeflavor_node(token.clone(), expiration).to_string_data(),
+        labels: meta.labels(),
+        annotations: meta.annotations(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn token() -> BootstrapToken {
+        "abcdef.0123456789abcdef".parse().unwrap()
+    }
+
+    fn ts(s: &str) -> Timestamp {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn kubeflavor_token_data_matches_kubeadms_layout() {
+        let data = TokenSecretData::kubeflavor_node(token(), Some(ts("2026-12-01T04:11:50.999Z")))
+            .to_string_data();
+        let expected: BTreeMap<String, String> = [
+            ("auth-extra-groups", "system:bootstrappers:kubeflavor:node"),
+            ("description", "kubeflavor node bootstrap token"),
+            ("expiration", "2026-12-01T04:11:50Z"),
+            ("token-id", "abcdef"),
+            ("token-secret", "0123456789abcdef"),
+            ("usage-bootstrap-authentication", "true"),
+            ("usage-bootstrap-signing", "true"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect();
+        assert_eq!(data, expected);
+    }
+
+    #[test]
+    fn reads_the_captured_kubeadm_secret() {
+        // Capture 44, decoded data (the secret is redacted there; any valid one will do).
+        let data: BTreeMap<String, String> = [
+            (
+                "auth-extra-groups",
+                "system:bootstrappers:kubeadm:default-node-token",
+            ),
+            ("description", "kubeflavor capture token"),
+            ("expiration", "2026-12-01T04:11:50Z"),
+            ("token-id", "abcdef"),
+            ("token-secret", "0123456789abcdef"),
+            ("usage-bootstrap-authentication", "true"),
+            ("usage-bootstrap-signing", "true"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect();
+        let parsed = TokenSecretData::from_string_data(&data).unwrap();
+        assert_eq!(parsed.token.id().as_str(), "abcdef");
+        assert_eq!(parsed.expiration, Some(ts("2026-12-01T04:11:50Z")));
+        assert!(parsed.usage_authentication && parsed.usage_signing);
+        assert_eq!(
+            parsed.extra_groups,
+            vec![
+                "system:bootstrappers:kubeadm:default-node-token"
+                    .parse::<AuthGroup>()
+                    .unwrap()
+            ]
+        );
+        assert_eq!(parsed.to_string_data(), data);
+    }
+
+    #[test]
+    fn data_errors_name_the_field() {
+        let mut data = TokenSecretData::kubeflavor_node(token(), None).to_string_data();
+        data.insert(KEY_USAGE_SIGNING.into(), "yes".into());
+        assert!(matches!(
+            TokenSecretData::from_string_data(&data),
+            Err(TokenSecretError::Usage {
+                key: KEY_USAGE_SIGNING,
+                ..
+            })
+        ));
+        data.insert(KEY_USAGE_SIGNING.into(), "true".into());
+        data.insert(KEY_EXPIRATION.into(), "2030-01-01 00:00:00".into());
+        assert!(matches!(
+            TokenSecretData::from_string_data(&data),
+            Err(TokenSecretError::Expiration(_))
+        ));
+        data.remove(KEY_EXPIRATION);
+        data.insert(
+            KEY_AUTH_EXTRA_GROUPS.into(),
+            "system:bootstrappers:ok,system:masters".into(),
+        );
+        assert!(matches!(
+            TokenSecretData::from_string_data(&data),
+            Err(TokenSecretError::Group(_))
+        ));
+        data.remove(KEY_AUTH_EXTRA_GROUPS);
+        data.remove(KEY_TOKEN_SECRET);
+        assert_eq!(
+            TokenSecretData::from_string_data(&data),
+            Err(TokenSecretError::MissingKey(KEY_TOKEN_SECRET))
+        );
+    }
+
+    #[test]
+    fn auth_group_follows_the_upstream_regex() {
+        for ok in [
+            NODE_GROUP,
+            CONTROL_PLANE_GROUP,
+            "system:bootstrappers:a",
+            "system:bootstrappers:kubeadm:default-node-token",
+        ] {
+            assert!(ok.parse::<AuthGroup>().is_ok(), "{ok}");
+        }
+        let long_ok = format!("system:bootstrappers:{}", "a".repeat(256));
+        assert!(long_ok.parse::<AuthGroup>().is_ok());
+        let too_long = format!("system:bootstrappers:{}", "a".repeat(257));
+        for bad in [
+            "system:bootstrappers",
+            "system:bootstrappers:",
+            "system:bootstrappers:a-",
+            "system:bootstrappers:a:",
+            "system:bootstrappers:A",
+            "system:masters",
+            " system:bootstrappers:a",
+            too_long.as_str(),
+        ] {
+            assert!(bad.parse::<AuthGroup>().is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn rfc3339_parsing_matches_go() {
+        assert_eq!(
+            parse_rfc3339("2026-12-01T12:00:00Z"),
+            Some(ts("2026-12-01T12:00:00Z"))
+        );
+        assert_eq!(
+            parse_rfc3339("2026-12-01T13:00:00.5+01:00"),
+            Some(ts("2026-12-01T12:00:00.5Z"))
+        );
+        for bad in [
+            "2030-01-01 00:00:00",
+            "2030-01-01T00:00:00",
+            "2030-01-01t00:00:00Z",
+            "2030-01-01T00:00:00z",
+            "",
+        ] {
+            assert_eq!(parse_rfc3339(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn flavor_metadata_round_trips() {
+        let mut meta = FlavorTokenMeta::new("sweet".parse().unwrap(), NonZeroU32::new(3).unwrap());
+        meta = meta
+            .with_bound_node(&"worker-2".parse().unwrap())
+            .with_bound_node(&"worker-1".parse().unwrap())
+            .with_bound_node(&"worker-2".parse().unwrap())
+            .with_denial();
+        let annotations = meta.annotations();
+        assert_eq!(annotations[BOUND_NODES_ANNOTATION], "worker-1,worker-2");
+        assert_eq!(annotations[MAX_NODES_ANNOTATION], "3");
+        assert_eq!(annotations[DENIALS_ANNOTATION], "1");
+        assert_eq!(
+            FlavorTokenMeta::from_metadata(&meta.labels(), &annotations),
+            Ok(Some(meta.clone()))
+        );
+        assert!(meta.has_room());
+    }
+
+    #[test]
+    fn plain_kubeadm_tokens_have_no_flavor_metadata() {
+        assert_eq!(
+            FlavorTokenMeta::from_metadata(&BTreeMap::new(), &BTreeMap::new()),
+            Ok(None)
+        );
+    }
+
+    #[test]
+    fn malformed_metadata_is_reported() {
+        let labels: BTreeMap<String, String> = [(FLAVOR_TOKEN_LABEL.into(), "sweet".into())].into();
+        let ann = |k: &str, v: &str| -> BTreeMap<String, String> { [(k.into(), v.into())].into() };
+        let defaults = FlavorTokenMeta::from_metadata(&labels, &BTreeMap::new())
+            .unwrap()
+            .unwrap();
+        assert_eq!(defaults.max_nodes.get(), 1);
+        assert!(matches!(
+            FlavorTokenMeta::from_metadata(&labels, &ann(MAX_NODES_ANNOTATION, "0")),
+            Err(TokenMetaError::MaxNodes(_))
+        ));
+        assert!(matches!(
+            FlavorTokenMeta::from_metadata(&labels, &ann(BOUND_NODES_ANNOTATION, "a,,b")),
+            Err(TokenMetaError::BoundNodes(_))
+        ));
+        assert!(matches!(
+            FlavorTokenMeta::from_metadata(&labels, &ann(DENIALS_ANNOTATION, "-1")),
+            Err(TokenMetaError::Denials(_))
+        ));
+        let bad_flavor: BTreeMap<String, String> =
+            [(FLAVOR_TOKEN_LABEL.into(), "Sweet".into())].into();
+        assert!(matches!(
+            FlavorTokenMeta::from_metadata(&bad_flavor, &BTreeMap::new()),
+            Err(TokenMetaError::Flavor(_))
+        ));
+    }
+
+    #[test]
+    fn token_secret_object_debug_redacts_the_secret() {
+        let obj = flavored_token_secret(&token(), &"sweet".parse().unwrap(), None, NonZeroU32::MIN);
+        let debug = format!("{obj:?}");
+        assert!(!debug.contains("0123456789abcdef"), "{debug}");
+        assert!(debug.contains("****"));
+        assert_eq!(obj.name, "bootstrap-token-abcdef");
+        assert_eq!(obj.namespace, "kube-system");
+        assert_eq!(obj.type_, "bootstrap.kubernetes.io/token");
+        assert_eq!(obj.string_data[KEY_TOKEN_SECRET], "0123456789abcdef");
+    }
+
+    /// P1: the Secret fields a token's authentication depends on (usages, groups,
+    /// description) are the same for every flavor; only the metadata differs.
+    #[test]
+    fn auth_fields_are_the_same_for_every_flavor() {
+        let strip = |mut d: BTreeMap<String, String>| {
+            d.remove(KEY_TOKEN_ID);
+            d.remove(KEY_TOKEN_SECRET);
+            d.remove(KEY_EXPIRATION);
+            d.clone()
+        };
+        let exp = Some(ts("2026-12-01T00:00:00Z"));
+        let sweet =
+            flavored_token_secret(&token(), &"sweet".parse().unwrap(), exp, NonZeroU32::MIN);
+        let other: BootstrapToken = "zzzzzz.yyyyyyyyyyyyyyyy".parse().unwrap();
+        let sour = flavored_token_secret(
+            &other,
+            &"sour".parse().unwrap(),
+            None,
+            NonZeroU32::new(9).unwrap(),
+        );
+        assert_eq!(
+            strip(sweet.string_data.clone()),
+            strip(sour.string_data.clone())
+        );
+        assert!(!sweet.string_data.values().any(|v| v.contains("sweet")));
+        assert!(!KUBEFLAVOR_TOKEN_DESCRIPTION.contains("sweet"));
+    }
+
+    proptest! {
+        #[test]
+        fn data_round_trips(
+            s in "[a-z0-9]{6}\\.[a-z0-9]{16}",
+            secs in proptest::option::of(0i64..4_000_000_000),
+            auth: bool,
+            signing: bool,
+            groups in proptest::collection::vec("system:bootstrappers:[a-z0-9:-]{0,20}[a-z0-9]", 0..4),
+            description in proptest::option::of("[ -~]{0,40}"),
+        ) {
+            let d = TokenSecretData {
+                token: s.parse().unwrap(),
+                expiration: secs.map(|s| Timestamp::from_second(s).unwrap()),
+                usage_authentication: auth,
+                usage_signing: signing,
+                extra_groups: groups.iter().map(|g| g.parse().unwrap()).collect(),
+                description,
+            };
+            let back = TokenSecretData::from_string_data(&d.to_string_data()).unwrap();
+            prop_assert_eq!(back, d);
+        }
+
+        #[test]
+        fn bound_nodes_annotation_is_sorted_and_parses_back(
+            names in proptest::collection::btree_set("[a-z][a-z0-9-]{0,10}[a-z0-9]", 0..8)
+        ) {
+            let mut meta = FlavorTokenMeta::new("f".parse().unwrap(), NonZeroU32::MIN);
+            for n in names.iter().rev() {
+                meta = meta.with_bound_node(&n.parse().unwrap());
+            }
+            let value = meta.annotations()[BOUND_NODES_ANNOTATION].clone();
+            let sorted: Vec<&str> = names.iter().map(String::as_str).collect();
+            prop_assert_eq!(value, sorted.join(","));
+            let back = FlavorTokenMeta::from_metadata(&meta.labels(), &meta.annotations()).unwrap();
+            prop_assert_eq!(back, Some(meta));
+        }
+    }
+}

@@ -1,0 +1,379 @@
+//! Node flavoring: desired labels and taints from a binding and its Flavor (P2 drift
+//! repair, revocation, nothing else touched).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use kubeflavor_core::flavor::{
+    FLAVOR_LABEL, FlavorName, FlavorRules, FlavorSpec, REVOKED_TAINT, TRUST_LEVEL_LABEL, TaintSpec,
+    UNVERIFIED_TAINT,
+};
+use kubeflavor_core::node_state::{
+    BindingState, NodeChange, NodeFacts, NodeTaint, desired_node_state,
+};
+use proptest::prelude::*;
+use serde_json::json;
+
+const TIER: &str = "kubeflavor.node-restriction.kubernetes.io/tier";
+const ROLE: &str = "node-role.kubernetes.io/edge";
+
+fn sweet() -> FlavorRules {
+    FlavorRules::from_spec(&FlavorSpec {
+        labels: [(TIER.into(), "gold".into()), (ROLE.into(), "".into())].into(),
+        taints: vec![TaintSpec {
+            key: "edge".into(),
+            value: Some("partner".into()),
+            effect: "NoSchedule".into(),
+        }],
+        trust_level: Some(70),
+        ..FlavorSpec::default()
+    })
+    .unwrap()
+}
+
+fn name() -> FlavorName {
+    "sweet".parse().unwrap()
+}
+
+fn taint(key: &str, value: Option<&str>, effect: &str) -> NodeTaint {
+    NodeTaint {
+        key: key.into(),
+        value: value.map(str::to_owned),
+        effect: effect.into(),
+        time_added: None,
+    }
+}
+
+/// A Node as the kubelet registers it: its own labels, the unverified taint.
+fn fresh_node() -> NodeFacts {
+    NodeFacts {
+        labels: [
+            ("kubernetes.io/hostname".to_owned(), "worker-1".to_owned()),
+            ("example.com/owner".to_owned(), "partner-a".to_owned()),
+        ]
+        .into(),
+        taints: vec![
+            taint("node.kubernetes.io/not-ready", None, "NoSchedule"),
+            taint(UNVERIFIED_TAINT, None, "NoSchedule"),
+        ],
+    }
+}
+
+fn converge(
+    flavor: Option<&FlavorRules>,
+    binding: &BindingState,
+    node: &NodeFacts,
+) -> (NodeChange, NodeFacts) {
+    let change = desired_node_state(flavor, &name(), binding, node);
+    let after = node.apply(&change);
+    (change, after)
+}
+
+#[test]
+fn flavored_node_gets_the_flavor_labels_and_taints() {
+    let (change, after) = converge(Some(&sweet()), &BindingState::default(), &fresh_node());
+    let expected_set: BTreeMap<String, String> = [
+        (FLAVOR_LABEL, "sweet"),
+        (TRUST_LEVEL_LABEL, "70"),
+        (TIER, "gold"),
+        (ROLE, ""),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v.to_owned()))
+    .collect();
+    assert_eq!(change.set_labels, expected_set);
+    assert!(change.remove_labels.is_empty());
+    assert_eq!(
+        change.taints,
+        Some(vec![
+            taint("node.kubernetes.io/not-ready", None, "NoSchedule"),
+            taint("edge", Some("partner"), "NoSchedule"),
+        ])
+    );
+    assert!(change.flavored);
+    assert_eq!(
+        change.applied_labels,
+        expected_set.keys().cloned().collect::<BTreeSet<_>>()
+    );
+    assert_eq!(
+        change.applied_taints,
+        vec![("edge".to_owned(), "NoSchedule".to_owned())]
+    );
+    assert_eq!(after.labels["example.com/owner"], "partner-a");
+}
+
+#[test]
+fn unverified_taint_is_removed_once_flavored() {
+    let (_, after) = converge(Some(&sweet()), &BindingState::default(), &fresh_node());
+    assert!(!after.taints.iter().any(|t| t.key == UNVERIFIED_TAINT));
+}
+
+#[test]
+fn unverified_taint_stays_while_the_flavor_is_missing() {
+    let (change, after) = converge(None, &BindingState::default(), &fresh_node());
+    assert!(change.is_empty(), "{change:?}");
+    assert!(!change.flavored);
+    assert!(after.taints.iter().any(|t| t.key == UNVERIFIED_TAINT));
+}
+
+#[test]
+fn a_flavored_node_needs_no_patch() {
+    let (first, after) = converge(Some(&sweet()), &BindingState::default(), &fresh_node());
+    let binding = BindingState {
+        revoked: false,
+        applied_labels: first.applied_labels.clone(),
+        applied_taints: first.applied_taints.clone(),
+    };
+    let again = desired_node_state(Some(&sweet()), &name(), &binding, &after);
+    assert!(again.is_empty(), "{again:?}");
+}
+
+#[test]
+fn admin_removing_the_flavor_label_sees_it_restored() {
+    let (first, mut after) = converge(Some(&sweet()), &BindingState::default(), &fresh_node());
+    after.labels.remove(FLAVOR_LABEL);
+    after.labels.insert(TRUST_LEVEL_LABEL.into(), "100".into());
+    let binding = BindingState {
+        applied_labels: first.applied_labels,
+        applied_taints: first.applied_taints,
+        ..BindingState::default()
+    };
+    let change = desired_node_state(Some(&sweet()), &name(), &binding, &after);
+    let expected: BTreeMap<String, String> = [
+        (FLAVOR_LABEL.to_owned(), "sweet".to_owned()),
+        (TRUST_LEVEL_LABEL.to_owned(), "70".to_owned()),
+    ]
+    .into();
+    assert_eq!(change.set_labels, expected);
+    assert_eq!(change.taints, None);
+}
+
+#[test]
+fn recreated_node_gets_its_labels_back() {
+    let (first, _) = converge(Some(&sweet()), &BindingState::default(), &fresh_node());
+    let binding = BindingState {
+        applied_labels: first.applied_labels.clone(),
+        applied_taints: first.applied_taints.clone(),
+        ..BindingState::default()
+    };
+    let change = desired_node_state(Some(&sweet()), &name(), &binding, &fresh_node());
+    assert_eq!(change.set_labels, first.set_labels);
+    assert_eq!(change.taints, first.taints);
+}
+
+#[test]
+fn revoked_node_loses_flavor_labels_and_gets_a_noexecute_taint() {
+    let (first, flavored) = converge(Some(&sweet()), &BindingState::default(), &fresh_node());
+    let binding = BindingState {
+        revoked: true,
+        applied_labels: first.applied_labels.clone(),
+        applied_taints: first.applied_taints.clone(),
+    };
+    let (change, after) = converge(Some(&sweet()), &binding, &flavored);
+    assert!(!change.flavored);
+    assert!(change.set_labels.is_empty());
+    assert_eq!(change.remove_labels, first.applied_labels);
+    assert_eq!(
+        after.taints,
+        vec![
+            taint("node.kubernetes.io/not-ready", None, "NoSchedule"),
+            taint(REVOKED_TAINT, None, "NoExecute"),
+        ]
+    );
+    assert_eq!(after.labels, fresh_node().labels);
+}
+
+#[test]
+fn revoked_taint_goes_when_the_binding_is_restored() {
+    let mut node = fresh_node();
+    node.taints.push(taint(REVOKED_TAINT, None, "NoExecute"));
+    let (_, after) = converge(Some(&sweet()), &BindingState::default(), &node);
+    assert!(!after.taints.iter().any(|t| t.key == REVOKED_TAINT));
+}
+
+#[test]
+fn labels_and_taints_dropped_from_the_flavor_are_removed() {
+    let (first, flavored) = converge(Some(&sweet()), &BindingState::default(), &fresh_node());
+    let binding = BindingState {
+        applied_labels: first.applied_labels,
+        applied_taints: first.applied_taints,
+        ..BindingState::default()
+    };
+    let plain = FlavorRules::from_spec(&FlavorSpec::default()).unwrap();
+    let (change, after) = converge(Some(&plain), &binding, &flavored);
+    let removed: BTreeSet<String> = [TRUST_LEVEL_LABEL, TIER, ROLE]
+        .into_iter()
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(change.remove_labels, removed);
+    assert_eq!(after.labels[FLAVOR_LABEL], "sweet");
+    assert!(!after.taints.iter().any(|t| t.key == "edge"));
+}
+
+#[test]
+fn a_changed_taint_value_is_updated_in_place() {
+    let mut node = fresh_node();
+    node.taints
+        .insert(0, taint("edge", Some("old"), "NoSchedule"));
+    let (change, _) = converge(Some(&sweet()), &BindingState::default(), &node);
+    assert_eq!(
+        change.taints,
+        Some(vec![
+            taint("edge", Some("partner"), "NoSchedule"),
+            taint("node.kubernetes.io/not-ready", None, "NoSchedule"),
+        ])
+    );
+}
+
+#[test]
+fn merge_patch_carries_resource_version_labels_and_full_taints() {
+    let mut node = fresh_node();
+    node.labels.insert(TRUST_LEVEL_LABEL.into(), "1".into());
+    node.taints[0].time_added = Some("2026-11-30T04:16:38Z".parse().unwrap());
+    let plain = FlavorRules::from_spec(&FlavorSpec::default()).unwrap();
+    let change = desired_node_state(Some(&plain), &name(), &BindingState::default(), &node);
+    assert_eq!(
+        change.to_merge_patch("4711"),
+        json!({
+            "metadata": {
+                "resourceVersion": "4711",
+                "labels": {
+                    FLAVOR_LABEL: "sweet",
+                    TRUST_LEVEL_LABEL: null,
+                }
+            },
+            "spec": {
+                "taints": [
+                    {"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule", "timeAdded": "2026-11-30T04:16:38Z"},
+                ]
+            }
+        })
+    );
+    let labels_only = NodeChange {
+        set_labels: [("a".to_owned(), "b".to_owned())].into(),
+        ..NodeChange::default()
+    };
+    assert_eq!(
+        labels_only.to_merge_patch("1"),
+        json!({"metadata": {"resourceVersion": "1", "labels": {"a": "b"}}})
+    );
+}
+
+// ---- properties ----
+
+fn arb_node() -> impl Strategy<Value = NodeFacts> {
+    let key = prop_oneof![
+        Just(FLAVOR_LABEL.to_owned()),
+        Just(TRUST_LEVEL_LABEL.to_owned()),
+        Just(TIER.to_owned()),
+        Just("example.com/owner".to_owned()),
+        Just("kubernetes.io/hostname".to_owned()),
+        "[a-z]{1,5}\\.example/[a-z]{1,5}",
+    ];
+    let taint_key = prop_oneof![
+        Just(UNVERIFIED_TAINT.to_owned()),
+        Just(REVOKED_TAINT.to_owned()),
+        Just("edge".to_owned()),
+        Just("other".to_owned()),
+        Just("node.kubernetes.io/not-ready".to_owned()),
+    ];
+    let effect = prop_oneof![
+        Just("NoSchedule"),
+        Just("NoExecute"),
+        Just("PreferNoSchedule")
+    ];
+    (
+        proptest::collection::btree_map(key, "[a-z0-9]{0,4}", 0..6),
+        proptest::collection::vec(
+            (taint_key, proptest::option::of("[a-z]{1,3}"), effect),
+            0..5,
+        ),
+    )
+        .prop_map(|(labels, taints)| {
+            let mut seen = BTreeSet::new();
+            let taints = taints
+                .into_iter()
+                .filter(|(k, _, e)| seen.insert((k.clone(), *e)))
+                .map(|(k, v, e)| taint(&k, v.as_deref(), e))
+                .collect();
+            NodeFacts { labels, taints }
+        })
+}
+
+fn arb_binding() -> impl Strategy<Value = BindingState> {
+    (
+        any::<bool>(),
+        proptest::collection::btree_set(
+            prop_oneof![
+                Just(TIER.to_owned()),
+                Just("old.node-restriction.kubernetes.io/x".to_owned())
+            ],
+            0..2,
+        ),
+        proptest::collection::vec(
+            prop_oneof![
+                Just(("edge".to_owned(), "NoSchedule".to_owned())),
+                Just(("gone".to_owned(), "NoExecute".to_owned()))
+            ],
+            0..2,
+        ),
+    )
+        .prop_map(|(revoked, applied_labels, applied_taints)| BindingState {
+            revoked,
+            applied_labels,
+            applied_taints,
+        })
+}
+
+proptest! {
+    /// Applying the computed change reaches a fixed point: computing again asks for nothing.
+    #[test]
+    fn applying_the_change_converges(node in arb_node(), binding in arb_binding(), has_flavor: bool) {
+        let rules = sweet();
+        let flavor = has_flavor.then_some(&rules);
+        let change = desired_node_state(flavor, &name(), &binding, &node);
+        let after = node.apply(&change);
+        let next = BindingState {
+            revoked: binding.revoked,
+            applied_labels: change.applied_labels.clone(),
+            applied_taints: change.applied_taints.clone(),
+        };
+        let again = desired_node_state(flavor, &name(), &next, &after);
+        prop_assert!(again.is_empty(), "{:?}", again);
+    }
+
+    /// Labels and taints kubeflavor does not own are never changed.
+    #[test]
+    fn nothing_else_on_the_node_is_touched(node in arb_node(), binding in arb_binding(), has_flavor: bool) {
+        let rules = sweet();
+        let change = desired_node_state(has_flavor.then_some(&rules), &name(), &binding, &node);
+        let after = node.apply(&change);
+        let owned_label = |k: &str| {
+            k == FLAVOR_LABEL || k == TRUST_LEVEL_LABEL || k == TIER || k == ROLE || binding.applied_labels.contains(k)
+        };
+        for (k, v) in &node.labels {
+            if !owned_label(k) {
+                prop_assert_eq!(after.labels.get(k), Some(v));
+            }
+        }
+        let owned_taint = |t: &NodeTaint| {
+            [UNVERIFIED_TAINT, REVOKED_TAINT, "edge"].contains(&t.key.as_str())
+                || binding.applied_taints.iter().any(|(k, e)| *k == t.key && *e == t.effect)
+        };
+        let before: Vec<&NodeTaint> = node.taints.iter().filter(|t| !owned_taint(t)).collect();
+        let kept: Vec<&NodeTaint> = after.taints.iter().filter(|t| !owned_taint(t)).collect();
+        prop_assert_eq!(before, kept);
+    }
+
+    /// A revoked node never keeps a flavor label and always gets the NoExecute taint.
+    #[test]
+    fn revoked_nodes_carry_no_flavor(node in arb_node(), mut binding in arb_binding()) {
+        binding.revoked = true;
+        binding.applied_labels.insert(TIER.to_owned());
+        let change = desired_node_state(Some(&sweet()), &name(), &binding, &node);
+        let after = node.apply(&change);
+        for k in [FLAVOR_LABEL, TRUST_LEVEL_LABEL, TIER] {
+            prop_assert!(!after.labels.contains_key(k));
+        }
+        prop_assert!(after.taints.iter().any(|t| t.key == REVOKED_TAINT && t.effect == "NoExecute"));
+    }
+}

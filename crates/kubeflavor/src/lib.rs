@@ -1,4 +1,149 @@
-//! kubeflavor, the binary's library: command logic callable from tests.
+//! kubeflavor, the binary's library: the command-line interface, typed cluster access and
+//! the commands. `main.rs` (and the `kubectl-flavor` plugin binary) only call [`main`];
+//! tests call [`run`] in-process with their own output buffer.
 
 pub mod certs;
+pub mod cli;
+pub mod cluster;
 pub mod cmd;
+pub mod crd;
+pub mod error;
+pub mod exit;
+pub mod output;
+
+use std::ffi::OsString;
+use std::io::Write;
+
+use clap::{CommandFactory, FromArgMatches};
+
+use crate::cli::Cli;
+pub use crate::error::CliError;
+pub use crate::exit::ExitCode;
+
+/// What the command line asks for: run a command, or print help/version text.
+#[derive(Debug)]
+pub enum Parsed {
+    Run(Box<Cli>),
+    Print(String),
+}
+
+/// Parse a command line (the first item is the program name). When the program is
+/// `kubectl-flavor`, help and usage say `kubectl flavor`.
+pub fn parse<I, T>(args: I) -> Result<Parsed, CliError>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    let args: Vec<OsString> = args.into_iter().map(Into::into).collect();
+    let invoked_as = args.first().and_then(|a| {
+        std::path::Path::new(a)
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+    });
+    let mut command = Cli::command();
+    if invoked_as.as_deref() == Some("kubectl-flavor") {
+        command = command.bin_name("kubectl flavor");
+    }
+    let matches = match command.try_get_matches_from(args) {
+        Ok(m) => m,
+        Err(err) => return clap_outcome(err),
+    };
+    match Cli::from_arg_matches(&matches) {
+        Ok(cli) => Ok(Parsed::Run(Box::new(cli))),
+        Err(err) => clap_outcome(err),
+    }
+}
+
+/// Help and version are output, not errors. Any other clap error becomes one line: a
+/// value our parsers refused (a label key a kubelet could write, `--max-nodes 0`) is a
+/// refusal (exit 4) whose message already says what to do; anything else is a usage
+/// error (exit 2) pointing at --help.
+fn clap_outcome(err: clap::Error) -> Result<Parsed, CliError> {
+    use clap::error::ErrorKind;
+    match err.kind() {
+        ErrorKind::DisplayHelp
+        | ErrorKind::DisplayVersion
+        | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+            Ok(Parsed::Print(err.render().to_string()))
+        }
+        kind => {
+            let rendered = err.render().to_string();
+            let first = rendered
+                .lines()
+                .find(|l| !l.trim().is_empty())
+                .unwrap_or("invalid command line");
+            let line = first.trim().trim_start_matches("error: ").to_string();
+            if kind == ErrorKind::ValueValidation {
+                Err(CliError::bare(ExitCode::Refused, line))
+            } else {
+                Err(CliError::new(ExitCode::Usage, line, "see --help"))
+            }
+        }
+    }
+}
+
+/// Parse and run one command line, writing the command's output to `out`.
+pub async fn run<I, T>(args: I, out: &mut dyn Write) -> Result<(), CliError>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    match parse(args)? {
+        Parsed::Print(text) => {
+            out.write_all(text.as_bytes())?;
+            Ok(())
+        }
+        Parsed::Run(cli) => cmd::execute(*cli, out).await,
+    }
+}
+
+/// The process entry point of both binaries: parse, set up logging, run, and turn the
+/// outcome into one `error: ...` line on stderr and an exit code.
+pub fn main() -> std::process::ExitCode {
+    let result = match parse(std::env::args_os()) {
+        Ok(Parsed::Print(text)) => {
+            print!("{text}");
+            Ok(())
+        }
+        Ok(Parsed::Run(cli)) => {
+            init_tracing(cli.global.verbose);
+            match tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(runtime) => {
+                    let mut stdout = std::io::stdout().lock();
+                    runtime.block_on(cmd::execute(*cli, &mut stdout))
+                }
+                Err(err) => Err(CliError::failed(
+                    format!("cannot start the async runtime: {err}"),
+                    "check the system's limits",
+                )),
+            }
+        }
+        Err(err) => Err(err),
+    };
+    match result {
+        Ok(()) => ExitCode::Ok.into(),
+        Err(err) => {
+            eprintln!("error: {err}");
+            err.code.into()
+        }
+    }
+}
+
+/// Logs go to stderr so that stdout stays the command's output. `RUST_LOG` overrides -v.
+fn init_tracing(verbose: u8) {
+    let level = match verbose {
+        0 => "warn",
+        1 => "info",
+        2 => "debug",
+        _ => "trace",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}

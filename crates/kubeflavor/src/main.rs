@@ -1,3 +1,3 @@
-fn main() {
-    println!("kubeflavor: under construction");
+fn main() -> std::process::ExitCode {
+    kubeflavor::main()
 }

@@ -12,6 +12,9 @@ pub mod upload;
 
 use std::path::PathBuf;
 
+use crate::error::CliError;
+use crate::exit::ExitCode;
+
 /// Where kubeadm keeps the cluster's PKI.
 pub const DEFAULT_PKI_DIR: &str = "/etc/kubernetes/pki";
 
@@ -59,26 +62,36 @@ pub enum CertsError {
 }
 
 impl CertsError {
-    /// The process exit status for this failure. 1..6 are kubeflavor's general codes; the
-    /// certificate hand-off has its own range so each P5/P6 failure is distinguishable.
-    pub fn exit_code(&self) -> u8 {
+    /// The process exit status for this failure: kubeflavor's general codes for cluster
+    /// problems, and one code per P5/P6 failure of the hand-off.
+    pub fn exit(&self) -> ExitCode {
         match self {
-            CertsError::Other(_) => 1,
-            CertsError::Refused(_) => 4,
-            CertsError::Cluster(_) => 5,
-            CertsError::Forbidden(_) => 6,
-            CertsError::MalformedKey(_) => 20,
-            CertsError::WrongKey => 21,
-            CertsError::Tampered(_) => 22,
-            CertsError::Swapped(_) => 23,
-            CertsError::MissingEntry(_) => 24,
-            CertsError::SecretGone => 25,
-            CertsError::PkiUnreadable(_) => 26,
-            CertsError::PkiInvalid(_) => 27,
-            CertsError::Unwritable(_) => 28,
-            CertsError::Conflict(_) => 29,
-            CertsError::WrongKeyOrTampered(_) => 30,
+            CertsError::Other(_) => ExitCode::Error,
+            CertsError::Refused(_) => ExitCode::Refused,
+            CertsError::Cluster(_) => ExitCode::Unreachable,
+            CertsError::Forbidden(_) => ExitCode::Forbidden,
+            CertsError::MalformedKey(_) => ExitCode::CertificateKeyMalformed,
+            CertsError::WrongKey => ExitCode::CertificateKeyWrong,
+            CertsError::Tampered(_) => ExitCode::CertsTampered,
+            CertsError::Swapped(_) => ExitCode::CertsSwapped,
+            CertsError::MissingEntry(_) => ExitCode::CertsEntryMissing,
+            CertsError::SecretGone => ExitCode::CertsSecretGone,
+            CertsError::PkiUnreadable(_) => ExitCode::PkiUnreadable,
+            CertsError::PkiInvalid(_) => ExitCode::PkiInconsistent,
+            CertsError::Unwritable(_) => ExitCode::PkiUnwritable,
+            CertsError::Conflict(_) => ExitCode::PkiConflict,
+            CertsError::WrongKeyOrTampered(_) => ExitCode::CertsWrongKeyOrTampered,
         }
+    }
+
+    pub fn exit_code(&self) -> u8 {
+        self.exit().code()
+    }
+}
+
+impl From<CertsError> for CliError {
+    fn from(e: CertsError) -> Self {
+        CliError::bare(e.exit(), e.to_string())
     }
 }
 

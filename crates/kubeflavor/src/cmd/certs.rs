@@ -14,6 +14,9 @@ use crate::certs::objects::ReadableBy;
 use crate::certs::pki_files::{self, FileOutcome, WriteReport};
 use crate::certs::upload::{self, UploadOptions, Uploaded};
 use crate::certs::{self, CertsError, DEFAULT_PKI_DIR, ExternalEtcd, inspect};
+use crate::cli::GlobalArgs;
+use crate::cluster::{Cluster, ClusterArgs};
+use crate::error::CliError;
 
 /// Environment variable that may carry the certificate key instead of the command line
 /// (where every user of the machine can read it in the process list).
@@ -102,20 +105,6 @@ pub struct KeyArgs {
 }
 
 #[derive(Debug, Args)]
-pub struct BootstrapArgs {
-    /// Read the Secret as a bootstrap token identity on this API server (host:port),
-    /// discovering and pinning its CA as `kubeadm join` does, instead of a kubeconfig.
-    #[arg(long, value_name = "HOST:PORT", requires_all = ["token", "discovery_token_ca_cert_hash"])]
-    pub server: Option<String>,
-    /// Bootstrap token (from `kubeflavor token create --control-plane`).
-    #[arg(long, value_name = "TOKEN", requires = "server")]
-    pub token: Option<String>,
-    /// Pin of the cluster CA, `sha256:<hex>` (repeatable).
-    #[arg(long, value_name = "sha256:HEX", requires = "server")]
-    pub discovery_token_ca_cert_hash: Vec<String>,
-}
-
-#[derive(Debug, Args)]
 pub struct DownloadArgs {
     #[command(flatten)]
     pub key: KeyArgs,
@@ -125,8 +114,6 @@ pub struct DownloadArgs {
     /// Replace existing files whose content differs (identical files are always kept).
     #[arg(long)]
     pub force: bool,
-    #[command(flatten)]
-    pub bootstrap: BootstrapArgs,
 }
 
 #[derive(Debug, Args)]
@@ -280,7 +267,17 @@ pub async fn inspect(
     out: &mut dyn Write,
 ) -> Result<(), CertsError> {
     let key = args.key.optional()?;
-    let i = inspect::inspect(client, key.as_ref(), now).await?;
+    inspect_with(args, key.as_ref(), client, now, out).await
+}
+
+async fn inspect_with(
+    args: &InspectArgs,
+    key: Option<&CertificateKey>,
+    client: &kube::Client,
+    now: Timestamp,
+    out: &mut dyn Write,
+) -> Result<(), CertsError> {
+    let i = inspect::inspect(client, key, now).await?;
     match args.output {
         InspectFormat::Text => write!(out, "{}", inspect::render(&i)),
         InspectFormat::Json => writeln!(
@@ -326,4 +323,49 @@ fn print_report(
         dir.display()
     )
     .map_err(output_error)
+}
+
+/// Runs one `certs` command: connects (admin kubeconfig, or a bootstrap identity for
+/// `download --server`) only for the commands that talk to a cluster.
+pub async fn execute(
+    command: CertsCommand,
+    global: &GlobalArgs,
+    out: &mut dyn Write,
+) -> Result<(), CliError> {
+    let now = Timestamp::now();
+    match command {
+        CertsCommand::Key => Ok(key(out)?),
+        CertsCommand::Generate(args) => Ok(generate(&args, now, out)?),
+        CertsCommand::Upload(args) => {
+            let cluster = connect(global).await?;
+            upload(&args, &cluster.client, now, out).await?;
+            Ok(())
+        }
+        CertsCommand::Download(args) => {
+            // Parse the key before any network traffic: a typo fails fast (exit 20).
+            let key = args.key.required()?;
+            let client = connect(global).await?.client;
+            let opts = DownloadOptions {
+                pki_dir: args.pki_dir.clone(),
+                key,
+                force: args.force,
+            };
+            download_with(&opts, &client, now, out).await?;
+            Ok(())
+        }
+        CertsCommand::Inspect(args) => {
+            let key = args.key.optional()?;
+            let cluster = connect(global).await?;
+            inspect_with(&args, key.as_ref(), &cluster.client, now, out).await?;
+            Ok(())
+        }
+    }
+}
+
+async fn connect(global: &GlobalArgs) -> Result<Cluster, CliError> {
+    Cluster::connect(&ClusterArgs {
+        kubeconfig: global.kubeconfig.clone(),
+        context: global.context.clone(),
+    })
+    .await
 }

@@ -1,1 +1,61 @@
+//! The commands. Each takes its parsed arguments, a cluster connection when it needs one,
+//! and the writer for its output.
+
 pub mod certs;
+pub mod flavor;
+pub mod install;
+pub mod token;
+
+use std::io::Write;
+
+use crate::cli::{Cli, Command, FlavorCommand, GlobalArgs, TokenCommand};
+use crate::cluster::{Cluster, ClusterArgs};
+use crate::error::Result;
+
+/// Run a parsed command line.
+pub async fn execute(cli: Cli, out: &mut dyn Write) -> Result<()> {
+    let global = cli.global;
+    match cli.command {
+        Command::Token(TokenCommand::Generate) => token::generate(out),
+        Command::Token(TokenCommand::Create(args)) => {
+            token::create(&connect(&global).await?, &args, out).await
+        }
+        Command::Token(TokenCommand::List(args)) => {
+            token::list(&connect(&global).await?, &args, out).await
+        }
+        Command::Token(TokenCommand::Delete(args)) => {
+            token::delete(&connect(&global).await?, &args, out).await
+        }
+        Command::Flavor(FlavorCommand::Create(args)) => {
+            flavor::create(&connect(&global).await?, &args, out).await
+        }
+        Command::Flavor(FlavorCommand::Apply(args)) => {
+            flavor::apply(&connect(&global).await?, &args, out).await
+        }
+        Command::Flavor(FlavorCommand::List(args)) => {
+            flavor::list(&connect(&global).await?, &args, out).await
+        }
+        Command::Flavor(FlavorCommand::Get(args)) => {
+            flavor::get(&connect(&global).await?, &args, out).await
+        }
+        Command::Flavor(FlavorCommand::Delete(args)) => {
+            flavor::delete(&connect(&global).await?, &args, out).await
+        }
+        Command::Certs(command) => certs::execute(command, &global, out).await,
+        Command::Install(args) => {
+            if args.apply {
+                install::apply(&connect(&global).await?, &args, out).await
+            } else {
+                install::print(&args, out)
+            }
+        }
+    }
+}
+
+async fn connect(global: &GlobalArgs) -> Result<Cluster> {
+    Cluster::connect(&ClusterArgs {
+        kubeconfig: global.kubeconfig.clone(),
+        context: global.context.clone(),
+    })
+    .await
+}

@@ -1,0 +1,428 @@
+//! `kubeflavor flavor create|apply|list|get|delete`.
+
+use std::io::{Read, Write};
+
+use jiff::Timestamp;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::core::ObjectMeta;
+use kubeflavor_core::flavor::{FlavorName, FlavorRules, FlavorSpec as CoreSpec, TaintSpec};
+use serde_json::Value;
+
+use crate::cli::{
+    FlavorApplyArgs, FlavorCreateArgs, FlavorDeleteArgs, FlavorGetArgs, FlavorListArgs,
+};
+use crate::cluster::{Cluster, is_api_reason, is_not_found};
+use crate::cmd::token::{TokenSecretList, list_token_secrets};
+use crate::crd::{Flavor, FlavorBinding, effect_str, flavor_from_rules, rules_from_flavor};
+use crate::error::{CliError, Result};
+use crate::output::{self, Format, List, Table};
+
+/// The field manager of every write kubeflavor makes with server-side apply.
+pub const FIELD_MANAGER: &str = "kubeflavor";
+
+pub async fn create(cluster: &Cluster, args: &FlavorCreateArgs, out: &mut dyn Write) -> Result<()> {
+    let spec = CoreSpec {
+        labels: args
+            .labels
+            .iter()
+            .map(|l| (l.key.to_string(), l.value.to_string()))
+            .collect(),
+        taints: args
+            .taints
+            .iter()
+            .map(|t| TaintSpec {
+                key: t.key.to_string(),
+                value: (!t.value.as_str().is_empty()).then(|| t.value.to_string()),
+                effect: t.effect.to_string(),
+            })
+            .collect(),
+        trust_level: args.trust_level.map(|t| i64::from(t.0.get())),
+        token_ttl: args.ttl.map(|t| t.to_string()),
+        max_nodes: args.max_nodes.map(|m| i64::from(m.0.get())),
+    };
+    // Duplicate taints and the like are only visible on the whole set.
+    let rules = FlavorRules::from_spec(&spec)
+        .map_err(|e| CliError::refused(e, "fix the flags and retry"))?;
+    let flavor = flavor_from_rules(&args.name, &rules);
+    let api: Api<Flavor> = Api::all(cluster.client.clone());
+    match api.create(&PostParams::default(), &flavor).await {
+        Ok(_) => {
+            writeln!(out, "flavor.kubeflavor.io/{} created", args.name)?;
+            Ok(())
+        }
+        Err(err) if is_api_reason(&err, "AlreadyExists") => Err(CliError::failed(
+            format!("flavor {} already exists", args.name),
+            "change it with 'kubeflavor flavor apply -f FILE', or delete it first",
+        )),
+        Err(err) => Err(cluster.error(&format!("create flavor {}", args.name), err)),
+    }
+}
+
+pub async fn apply(cluster: &Cluster, args: &FlavorApplyArgs, out: &mut dyn Write) -> Result<()> {
+    let shown = args.file.display().to_string();
+    let text = read_input(&args.file)?;
+    let flavors = parse_flavors(&text, &shown)?;
+    if flavors.is_empty() {
+        return Err(CliError::refused(
+            format!("{shown} holds no Flavor"),
+            "write at least one kind: Flavor document",
+        ));
+    }
+    // Every document is checked before the first write: a bad file changes nothing.
+    let mut checked = Vec::new();
+    for flavor in &flavors {
+        let (name, rules) = rules_from_flavor(flavor).map_err(|e| {
+            CliError::refused(format!("{shown}: {e}"), "fix the file and apply again")
+        })?;
+        checked.push((name.clone(), flavor_from_rules(&name, &rules)));
+    }
+    let api: Api<Flavor> = Api::all(cluster.client.clone());
+    let params = PatchParams::apply(FIELD_MANAGER).force();
+    for (name, flavor) in checked {
+        api.patch(name.as_str(), &params, &Patch::Apply(&flavor))
+            .await
+            .map_err(|e| cluster.error(&format!("apply flavor {name}"), e))?;
+        writeln!(out, "flavor.kubeflavor.io/{name} applied")?;
+    }
+    Ok(())
+}
+
+fn read_input(path: &std::path::Path) -> Result<String> {
+    let shown = path.display();
+    let mut text = String::new();
+    let read = if path.as_os_str() == "-" {
+        std::io::stdin().read_to_string(&mut text).map(|_| ())
+    } else {
+        std::fs::read_to_string(path).map(|t| text = t)
+    };
+    read.map_err(|e| {
+        CliError::failed(
+            format!("cannot read {shown}: {e}"),
+            "check the path given to -f",
+        )
+    })?;
+    Ok(text)
+}
+
+/// Flavor objects from YAML documents (JSON is YAML too). `kind: List` documents are
+/// unpacked, as kubectl does.
+pub fn parse_flavors(text: &str, shown: &str) -> Result<Vec<Flavor>> {
+    let docs: Vec<Value> = serde_saphyr::from_multiple(text).map_err(|e| {
+        CliError::refused(
+            format!("{shown} is not valid YAML or JSON: {e}"),
+            "fix the syntax",
+        )
+    })?;
+    let mut objects = Vec::new();
+    for doc in docs.into_iter().filter(|d| !d.is_null()) {
+        match doc.get("kind").and_then(Value::as_str) {
+            Some("List") => objects.extend(
+                doc.get("items")
+                    .and_then(Value::as_array)
+                    .cloned()
+                    .unwrap_or_default(),
+            ),
+            _ => objects.push(doc),
+        }
+    }
+    objects
+        .into_iter()
+        .enumerate()
+        .map(|(i, obj)| {
+            let api_version = obj.get("apiVersion").and_then(Value::as_str).unwrap_or("");
+            let kind = obj.get("kind").and_then(Value::as_str).unwrap_or("");
+            if api_version != "kubeflavor.io/v1alpha1" || kind != "Flavor" {
+                return Err(CliError::refused(
+                    format!(
+                        "{shown}: document {} is {kind:?} of {api_version:?}, not a Flavor",
+                        i + 1
+                    ),
+                    "flavor apply takes only apiVersion: kubeflavor.io/v1alpha1, kind: Flavor",
+                ));
+            }
+            serde_json::from_value::<Flavor>(obj).map_err(|e| {
+                CliError::refused(
+                    format!("{shown}: document {} is not a valid Flavor: {e}", i + 1),
+                    "fix the field it names",
+                )
+            })
+        })
+        .collect()
+}
+
+pub async fn list(cluster: &Cluster, args: &FlavorListArgs, out: &mut dyn Write) -> Result<()> {
+    let api: Api<Flavor> = Api::all(cluster.client.clone());
+    let mut items = api
+        .list(&ListParams::default())
+        .await
+        .map_err(|e| cluster.error("list flavors", e))?
+        .items;
+    items.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+    print_flavors(&items, args.output.unwrap_or_default(), out)
+}
+
+pub async fn get(cluster: &Cluster, args: &FlavorGetArgs, out: &mut dyn Write) -> Result<()> {
+    let api: Api<Flavor> = Api::all(cluster.client.clone());
+    let flavor = match api.get(args.name.as_str()).await {
+        Ok(f) => f,
+        Err(err) if is_not_found(&err) => return Err(unknown_flavor(cluster, &args.name).await),
+        Err(err) => return Err(cluster.error(&format!("get flavor {}", args.name), err)),
+    };
+    match args.output.unwrap_or_default() {
+        Format::Json => output::write_json(out, &for_display(flavor)),
+        Format::Yaml => output::write_yaml(out, &for_display(flavor)),
+        other => print_flavors(std::slice::from_ref(&flavor), other, out),
+    }
+}
+
+/// The error for a flavor that does not exist, listing those that do.
+pub async fn unknown_flavor(cluster: &Cluster, name: &FlavorName) -> CliError {
+    let api: Api<Flavor> = Api::all(cluster.client.clone());
+    let existing = match api.list(&ListParams::default()).await {
+        Ok(list) => {
+            let mut names: Vec<String> = list
+                .items
+                .into_iter()
+                .filter_map(|f| f.metadata.name)
+                .collect();
+            names.sort();
+            if names.is_empty() {
+                "there are none yet: create one with 'kubeflavor flavor create NAME'".to_string()
+            } else {
+                format!("existing flavors: {}", names.join(", "))
+            }
+        }
+        Err(err) => return cluster.error(&format!("list flavors (looking for {name})"), err),
+    };
+    CliError::not_found(format!("flavor {name} does not exist"), existing)
+}
+
+/// kubectl hides managedFields unless asked; so do we.
+fn for_display(mut flavor: Flavor) -> Flavor {
+    flavor.metadata.managed_fields = None;
+    flavor
+}
+
+fn print_flavors(items: &[Flavor], format: Format, out: &mut dyn Write) -> Result<()> {
+    match format {
+        Format::Json => output::write_json(
+            out,
+            &List::of(&items.iter().cloned().map(for_display).collect::<Vec<_>>()),
+        ),
+        Format::Yaml => output::write_yaml(
+            out,
+            &List::of(&items.iter().cloned().map(for_display).collect::<Vec<_>>()),
+        ),
+        Format::Name => {
+            for f in items {
+                writeln!(
+                    out,
+                    "flavor.kubeflavor.io/{}",
+                    f.metadata.name.as_deref().unwrap_or("")
+                )?;
+            }
+            Ok(())
+        }
+        Format::Table | Format::Wide => {
+            if items.is_empty() {
+                writeln!(out, "No flavors found.")?;
+                return Ok(());
+            }
+            let wide = format == Format::Wide;
+            let mut header = vec!["name", "trust", "labels", "taints"];
+            if wide {
+                header.extend(["token ttl", "max nodes", "bound"]);
+            }
+            header.push("age");
+            let mut table = Table::new(&header);
+            let now = Timestamp::now();
+            for f in items {
+                let mut row = vec![
+                    f.metadata.name.clone().unwrap_or_default(),
+                    f.spec
+                        .trust_level
+                        .map_or("<none>".into(), |t| t.to_string()),
+                    join_or_none(f.spec.labels.iter().map(|(k, v)| format!("{k}={v}"))),
+                    join_or_none(f.spec.taints.iter().map(|t| {
+                        if t.value.is_empty() {
+                            format!("{}:{}", t.key, effect_str(t.effect))
+                        } else {
+                            format!("{}={}:{}", t.key, t.value, effect_str(t.effect))
+                        }
+                    })),
+                ];
+                if wide {
+                    let defaults = f.spec.token_defaults.clone().unwrap_or_default();
+                    row.push(defaults.ttl.unwrap_or_else(|| "<default>".into()));
+                    row.push(
+                        defaults
+                            .max_nodes
+                            .map_or("<default>".into(), |n| n.to_string()),
+                    );
+                    row.push(
+                        f.status
+                            .as_ref()
+                            .and_then(|s| s.bound_nodes)
+                            .map_or("<none>".into(), |n| n.to_string()),
+                    );
+                }
+                row.push(output::age(created(&f.metadata), now));
+                table.row(row);
+            }
+            out.write_all(table.render().as_bytes())?;
+            Ok(())
+        }
+    }
+}
+
+pub fn created(meta: &ObjectMeta) -> Option<Timestamp> {
+    meta.creation_timestamp.as_ref().map(|t| t.0)
+}
+
+fn join_or_none(items: impl Iterator<Item = String>) -> String {
+    let joined: Vec<String> = items.collect();
+    if joined.is_empty() {
+        "<none>".into()
+    } else {
+        joined.join(",")
+    }
+}
+
+pub async fn delete(cluster: &Cluster, args: &FlavorDeleteArgs, out: &mut dyn Write) -> Result<()> {
+    let api: Api<Flavor> = Api::all(cluster.client.clone());
+    if let Err(err) = api.get_metadata(args.name.as_str()).await {
+        return Err(if is_not_found(&err) {
+            unknown_flavor(cluster, &args.name).await
+        } else {
+            cluster.error(&format!("get flavor {}", args.name), err)
+        });
+    }
+    if !args.force {
+        let users = flavor_users(cluster, &args.name).await?;
+        if !users.is_empty() {
+            return Err(CliError::refused(
+                format!("flavor {} is in use by {}", args.name, users.describe()),
+                "delete those tokens (kubeflavor token delete) and wait for their nodes to go, or pass --force",
+            ));
+        }
+    }
+    match api
+        .delete(args.name.as_str(), &DeleteParams::default())
+        .await
+    {
+        Ok(_) => {
+            writeln!(out, "flavor.kubeflavor.io/{} deleted", args.name)?;
+            Ok(())
+        }
+        Err(err) if is_not_found(&err) => Err(unknown_flavor(cluster, &args.name).await),
+        Err(err) => Err(cluster.error(&format!("delete flavor {}", args.name), err)),
+    }
+}
+
+/// Live tokens and node bindings of a flavor.
+#[derive(Debug, Default)]
+struct FlavorUsers {
+    tokens: Vec<String>,
+    bindings: Vec<String>,
+}
+
+impl FlavorUsers {
+    fn is_empty(&self) -> bool {
+        self.tokens.is_empty() && self.bindings.is_empty()
+    }
+
+    fn describe(&self) -> String {
+        let mut parts = Vec::new();
+        if !self.tokens.is_empty() {
+            parts.push(format!(
+                "{} live token(s): {}",
+                self.tokens.len(),
+                self.tokens.join(", ")
+            ));
+        }
+        if !self.bindings.is_empty() {
+            parts.push(format!(
+                "{} node binding(s): {}",
+                self.bindings.len(),
+                self.bindings.join(", ")
+            ));
+        }
+        parts.join(" and ")
+    }
+}
+
+async fn flavor_users(cluster: &Cluster, name: &FlavorName) -> Result<FlavorUsers> {
+    let now = Timestamp::now();
+    let tokens: TokenSecretList = list_token_secrets(cluster, Some(name)).await?;
+    let mut users = FlavorUsers {
+        tokens: tokens
+            .iter()
+            .filter(|t| t.is_live(now))
+            .map(|t| t.id.clone())
+            .collect(),
+        ..Default::default()
+    };
+    let bindings: Api<FlavorBinding> = Api::all(cluster.client.clone());
+    match bindings.list(&ListParams::default()).await {
+        Ok(list) => {
+            users.bindings = list
+                .items
+                .into_iter()
+                .filter(|b| b.spec.flavor == name.as_str())
+                .filter_map(|b| b.metadata.name)
+                .collect();
+        }
+        Err(err) => return Err(cluster.error("list flavorbindings", err)),
+    }
+    users.tokens.sort();
+    users.bindings.sort();
+    Ok(users)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn multi_document_yaml_and_lists_are_read() {
+        let text = "\
+apiVersion: kubeflavor.io/v1alpha1
+kind: Flavor
+metadata: {name: sweet}
+spec:
+  trustLevel: 80
+---
+apiVersion: v1
+kind: List
+items:
+- apiVersion: kubeflavor.io/v1alpha1
+  kind: Flavor
+  metadata: {name: sour}
+  spec: {}
+";
+        let flavors = parse_flavors(text, "f.yaml").unwrap();
+        let names: Vec<_> = flavors
+            .iter()
+            .map(|f| f.metadata.name.clone().unwrap())
+            .collect();
+        assert_eq!(names, ["sweet", "sour"]);
+        assert_eq!(flavors[0].spec.trust_level, Some(80));
+    }
+
+    #[test]
+    fn other_kinds_are_refused_by_document_number() {
+        let text = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n";
+        let err = parse_flavors(text, "f.yaml").unwrap_err();
+        assert_eq!(err.code, crate::exit::ExitCode::Refused);
+        assert!(err.message.contains("document 1"), "{err}");
+    }
+
+    #[test]
+    fn json_is_accepted() {
+        let text = r#"{"apiVersion":"kubeflavor.io/v1alpha1","kind":"Flavor","metadata":{"name":"j"},"spec":{"trustLevel":1}}"#;
+        assert_eq!(
+            parse_flavors(text, "f.json").unwrap()[0].spec.trust_level,
+            Some(1)
+        );
+    }
+}

@@ -1,0 +1,290 @@
+//! `kubeflavor install`: everything the controller needs, as YAML documents to read (and to
+//! pipe into `kubectl apply -f -`), or applied directly with server-side apply.
+
+mod rbac;
+mod workload;
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::time::Duration;
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams};
+use kube::runtime::wait::{await_condition, conditions};
+use serde::Serialize;
+use serde_json::Value;
+
+pub use rbac::{CONTROLLER_SA, KUBELET_CLIENT_SIGNER};
+pub use workload::{HTTP_PORT, default_image};
+
+use crate::cli::InstallArgs;
+use crate::cluster::Cluster;
+use crate::cmd::flavor::FIELD_MANAGER;
+use crate::crd;
+use crate::error::{CliError, Result};
+use crate::output;
+
+/// How long `install --apply` waits for the CRDs to be served.
+const CRD_ESTABLISHED_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// One object of the install set, with the comments printed above it.
+pub struct Document {
+    pub about: String,
+    pub object: Value,
+    /// For Roles and ClusterRoles: why each rule (by index) is needed.
+    pub rule_notes: Vec<String>,
+}
+
+impl Document {
+    pub fn new(about: &str, object: &impl Serialize) -> Document {
+        Document::with_rules(about, object, Vec::new())
+    }
+
+    pub fn with_rules(about: &str, object: &impl Serialize, rule_notes: Vec<String>) -> Document {
+        // k8s-openapi's and kube's serializers write apiVersion and kind themselves.
+        let object = serde_json::to_value(object).expect("Kubernetes objects serialize to JSON");
+        Document {
+            about: about.into(),
+            object,
+            rule_notes,
+        }
+    }
+
+    pub fn api_version(&self) -> &str {
+        self.object["apiVersion"].as_str().unwrap_or_default()
+    }
+
+    pub fn kind(&self) -> &str {
+        self.object["kind"].as_str().unwrap_or_default()
+    }
+
+    pub fn name(&self) -> &str {
+        self.object["metadata"]["name"].as_str().unwrap_or_default()
+    }
+
+    pub fn namespace(&self) -> Option<&str> {
+        self.object["metadata"]["namespace"].as_str()
+    }
+
+    /// The document as YAML: the `about` text as comments, then the object; each rule of a
+    /// role is preceded by the comment saying why it is there.
+    pub fn render(&self) -> Result<String> {
+        let mut text = comment(&self.about, "");
+        let mut object = self.object.clone();
+        let rules = match &mut object {
+            Value::Object(map) if !self.rule_notes.is_empty() => map.remove("rules"),
+            _ => None,
+        };
+        text.push_str(&output::to_yaml(&object)?);
+        if let Some(Value::Array(rules)) = rules {
+            text.push_str("rules:\n");
+            for (rule, note) in rules.iter().zip(&self.rule_notes) {
+                text.push_str(&comment(note, ""));
+                let yaml = output::to_yaml(rule)?;
+                for (i, line) in yaml.lines().enumerate() {
+                    text.push_str(if i == 0 { "- " } else { "  " });
+                    text.push_str(line);
+                    text.push('\n');
+                }
+            }
+        }
+        Ok(text)
+    }
+}
+
+/// `# ` lines, wrapped near 96 columns.
+fn comment(text: &str, indent: &str) -> String {
+    let mut out = String::new();
+    for paragraph in text.lines() {
+        let mut line = String::new();
+        for word in paragraph.split_whitespace() {
+            if !line.is_empty() && line.len() + word.len() + 1 > 94 {
+                out.push_str(&format!("{indent}# {line}\n"));
+                line.clear();
+            }
+            if !line.is_empty() {
+                line.push(' ');
+            }
+            line.push_str(word);
+        }
+        out.push_str(&format!("{indent}# {line}\n"));
+    }
+    out
+}
+
+/// Every object of the install set, in apply order: CRDs, namespace, controller identity
+/// and RBAC, bootstrap-token RBAC, Deployment.
+pub fn documents(namespace: &str, image: &str) -> Vec<Document> {
+    let mut docs: Vec<Document> = crd::crds()
+        .into_iter()
+        .map(|c| {
+            let about = crd_about(&c);
+            Document::new(&about, &c)
+        })
+        .collect();
+    docs.push(workload::namespace(namespace));
+    docs.push(workload::service_account(namespace));
+    docs.extend(rbac::controller(namespace));
+    docs.extend(rbac::bootstrap_tokens());
+    docs.push(workload::deployment(namespace, image));
+    docs
+}
+
+fn crd_about(crd: &CustomResourceDefinition) -> String {
+    match crd.spec.names.kind.as_str() {
+        "Flavor" => "Flavor: what a flavor means for a node. Its label keys are checked by CEL rules here too, so \
+                     `kubectl apply` of a Flavor with a label a kubelet could write is refused."
+            .into(),
+        _ => "FlavorBinding: the record that a node name is bound to one token (and so one flavor), written by the \
+              controller before it approves the node's certificate."
+            .into(),
+    }
+}
+
+pub fn render_all(docs: &[Document]) -> Result<String> {
+    let mut text = comment(
+        &format!(
+            "kubeflavor {} install set. Apply with: kubectl apply --server-side -f - (or kubeflavor install --apply).",
+            env!("CARGO_PKG_VERSION")
+        ),
+        "",
+    );
+    for doc in docs {
+        text.push_str("---\n");
+        text.push_str(&doc.render()?);
+    }
+    Ok(text)
+}
+
+pub fn print(args: &InstallArgs, out: &mut dyn Write) -> Result<()> {
+    validate_namespace(&args.namespace)?;
+    let image = args.image.clone().unwrap_or_else(default_image);
+    out.write_all(render_all(&documents(&args.namespace, &image))?.as_bytes())?;
+    Ok(())
+}
+
+fn validate_namespace(namespace: &str) -> Result<()> {
+    kubeflavor_core::names::check_dns1123_subdomain_max(namespace, 63).map_err(|e| {
+        CliError::refused(
+            format!("namespace {namespace:?} {e}"),
+            "use a DNS label such as kubeflavor",
+        )
+    })
+}
+
+/// The resource (plural, scope) of each kind in the install set.
+fn resource_of(doc: &Document) -> Result<(ApiResource, bool)> {
+    let (plural, namespaced) = match doc.kind() {
+        "CustomResourceDefinition" => ("customresourcedefinitions", false),
+        "Namespace" => ("namespaces", false),
+        "ServiceAccount" => ("serviceaccounts", true),
+        "ClusterRole" => ("clusterroles", false),
+        "ClusterRoleBinding" => ("clusterrolebindings", false),
+        "Role" => ("roles", true),
+        "RoleBinding" => ("rolebindings", true),
+        "Deployment" => ("deployments", true),
+        other => {
+            return Err(CliError::failed(
+                format!("install set holds an unexpected kind {other}"),
+                "report this as a bug",
+            ));
+        }
+    };
+    let (group, version) = match doc.api_version().split_once('/') {
+        Some((g, v)) => (g.to_string(), v.to_string()),
+        None => (String::new(), doc.api_version().to_string()),
+    };
+    let ar = ApiResource {
+        group,
+        version,
+        api_version: doc.api_version().into(),
+        kind: doc.kind().into(),
+        plural: plural.into(),
+    };
+    Ok((ar, namespaced))
+}
+
+/// Server-side apply of every document with field manager `kubeflavor` and force, so a
+/// re-run converges to the same objects; then wait until the CRDs are served.
+pub async fn apply(cluster: &Cluster, args: &InstallArgs, out: &mut dyn Write) -> Result<()> {
+    validate_namespace(&args.namespace)?;
+    let image = args.image.clone().unwrap_or_else(default_image);
+    let docs = documents(&args.namespace, &image);
+    let params = PatchParams::apply(FIELD_MANAGER).force();
+    for doc in &docs {
+        let (ar, namespaced) = resource_of(doc)?;
+        let api: Api<DynamicObject> = match (namespaced, doc.namespace()) {
+            (true, Some(ns)) => Api::namespaced_with(cluster.client.clone(), ns, &ar),
+            _ => Api::all_with(cluster.client.clone(), &ar),
+        };
+        api.patch(doc.name(), &params, &Patch::Apply(&doc.object))
+            .await
+            .map_err(|e| cluster.error(&format!("apply {} {}", doc.kind(), doc.name()), e))?;
+        writeln!(out, "{} applied", shown_name(doc))?;
+    }
+    let crds: Api<CustomResourceDefinition> = Api::all(cluster.client.clone());
+    for crd in crd::crds() {
+        let name = crd.metadata.name.clone().unwrap_or_default();
+        let established = await_condition(crds.clone(), &name, conditions::is_crd_established());
+        match tokio::time::timeout(CRD_ESTABLISHED_TIMEOUT, established).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => {
+                return Err(CliError::failed(
+                    format!("cannot watch CRD {name}: {e}"),
+                    "check 'kubectl get crd' and retry",
+                ));
+            }
+            Err(_) => {
+                return Err(CliError::failed(
+                    format!(
+                        "CRD {name} was not established within {}s",
+                        CRD_ESTABLISHED_TIMEOUT.as_secs()
+                    ),
+                    "check 'kubectl describe crd' for a naming conflict and retry",
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// kubectl's `<resource>.<group>/<name>` form.
+fn shown_name(doc: &Document) -> String {
+    let kind = doc.kind().to_lowercase();
+    let group = doc
+        .api_version()
+        .split_once('/')
+        .map(|(g, _)| g)
+        .unwrap_or("");
+    let prefix = if group.is_empty() {
+        kind
+    } else {
+        format!("{kind}.{group}")
+    };
+    match doc.namespace() {
+        Some(ns) => format!("{prefix}/{} (namespace {ns})", doc.name()),
+        None => format!("{prefix}/{}", doc.name()),
+    }
+}
+
+/// Common labels of every object kubeflavor installs.
+pub fn labels(component: &str) -> BTreeMap<String, String> {
+    [
+        (
+            "app.kubernetes.io/name".to_string(),
+            "kubeflavor".to_string(),
+        ),
+        (
+            "app.kubernetes.io/component".to_string(),
+            component.to_string(),
+        ),
+        (
+            "app.kubernetes.io/managed-by".to_string(),
+            "kubeflavor".to_string(),
+        ),
+    ]
+    .into()
+}
+
+#[cfg(test)]
+mod tests;

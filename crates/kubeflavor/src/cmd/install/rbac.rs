@@ -1,0 +1,353 @@
+//! The RBAC objects of `kubeflavor install`: least privilege for the controller (issue 4's
+//! needs, each verb with its reason) and the permissions of kubeflavor's bootstrap tokens.
+
+use k8s_openapi::api::rbac::v1::{
+    ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding, RoleRef, Subject,
+};
+use kube::api::ObjectMeta;
+use kubeflavor_core::token_secret::{NODE_GROUP, TOKEN_SECRET_NAMESPACE};
+
+use super::{Document, labels};
+
+/// The controller's ServiceAccount (in the install namespace).
+pub const CONTROLLER_SA: &str = "kubeflavor-controller";
+/// The signer of kubelet client certificates: the only one the controller may approve for.
+pub const KUBELET_CLIENT_SIGNER: &str = "kubernetes.io/kube-apiserver-client-kubelet";
+
+/// A rule and the sentence a reader of the YAML needs to judge it.
+pub struct Rule {
+    pub why: &'static str,
+    pub rule: PolicyRule,
+}
+
+fn rule(
+    groups: &[&str],
+    resources: &[&str],
+    verbs: &[&str],
+    names: &[&str],
+    why: &'static str,
+) -> Rule {
+    let strings = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    Rule {
+        why,
+        rule: PolicyRule {
+            api_groups: Some(strings(groups)),
+            resources: Some(strings(resources)),
+            verbs: strings(verbs),
+            resource_names: (!names.is_empty()).then(|| strings(names)),
+            non_resource_urls: None,
+        },
+    }
+}
+
+fn meta(name: &str, namespace: Option<&str>) -> ObjectMeta {
+    ObjectMeta {
+        name: Some(name.into()),
+        namespace: namespace.map(str::to_string),
+        labels: Some(labels("rbac")),
+        ..Default::default()
+    }
+}
+
+fn cluster_role(name: &str, about: &str, rules: Vec<Rule>) -> Document {
+    let (notes, rules): (Vec<_>, Vec<_>) = rules
+        .into_iter()
+        .map(|r| (r.why.to_string(), r.rule))
+        .unzip();
+    Document::with_rules(
+        about,
+        &ClusterRole {
+            metadata: meta(name, None),
+            rules: Some(rules),
+            aggregation_rule: None,
+        },
+        notes,
+    )
+}
+
+fn role(name: &str, namespace: &str, about: &str, rules: Vec<Rule>) -> Document {
+    let (notes, rules): (Vec<_>, Vec<_>) = rules
+        .into_iter()
+        .map(|r| (r.why.to_string(), r.rule))
+        .unzip();
+    Document::with_rules(
+        about,
+        &Role {
+            metadata: meta(name, Some(namespace)),
+            rules: Some(rules),
+        },
+        notes,
+    )
+}
+
+fn sa_subject(namespace: &str) -> Subject {
+    Subject {
+        kind: "ServiceAccount".into(),
+        name: CONTROLLER_SA.into(),
+        namespace: Some(namespace.into()),
+        api_group: None,
+    }
+}
+
+fn group_subject(group: &str) -> Subject {
+    Subject {
+        kind: "Group".into(),
+        name: group.into(),
+        namespace: None,
+        api_group: Some("rbac.authorization.k8s.io".into()),
+    }
+}
+
+fn role_ref(kind: &str, name: &str) -> RoleRef {
+    RoleRef {
+        api_group: "rbac.authorization.k8s.io".into(),
+        kind: kind.into(),
+        name: name.into(),
+    }
+}
+
+fn cluster_role_binding(name: &str, about: &str, role: &str, subject: Subject) -> Document {
+    Document::new(
+        about,
+        &ClusterRoleBinding {
+            metadata: meta(name, None),
+            role_ref: role_ref("ClusterRole", role),
+            subjects: Some(vec![subject]),
+        },
+    )
+}
+
+fn role_binding(
+    name: &str,
+    namespace: &str,
+    about: &str,
+    role: &str,
+    subject: Subject,
+) -> Document {
+    Document::new(
+        about,
+        &RoleBinding {
+            metadata: meta(name, Some(namespace)),
+            role_ref: role_ref("Role", role),
+            subjects: Some(vec![subject]),
+        },
+    )
+}
+
+/// The controller's permissions: one ClusterRole for cluster-scoped work, and Roles for
+/// token Secrets (kube-system only), leader election and Events.
+pub fn controller(namespace: &str) -> Vec<Document> {
+    let cluster_rules = vec![
+        rule(
+            &["certificates.k8s.io"],
+            &["certificatesigningrequests"],
+            &["get", "list", "watch"],
+            &[],
+            "get, list, watch: see kubelet client CSRs as they are filed (the watch is filtered by signer on the server) so each one gets a decision.",
+        ),
+        rule(
+            &["certificates.k8s.io"],
+            &["certificatesigningrequests/approval"],
+            &["update"],
+            &[],
+            "update: approve or deny a CSR, which is a PUT of its /approval subresource with an Approved or Denied condition.",
+        ),
+        rule(
+            &["certificates.k8s.io"],
+            &["signers"],
+            &["approve"],
+            &[KUBELET_CLIENT_SIGNER],
+            "approve: the API server also requires 'approve' on the CSR's signer. Limited by resourceNames to the kubelet client signer, so this controller cannot approve any other kind of certificate (serving, legacy, custom signers).",
+        ),
+        rule(
+            &["kubeflavor.io"],
+            &["flavors"],
+            &["get", "list", "watch"],
+            &[],
+            "get, list, watch: read what each flavor puts on its nodes. Flavors are written by admins, never by the controller.",
+        ),
+        rule(
+            &["kubeflavor.io"],
+            &["flavors/status"],
+            &["update", "patch"],
+            &[],
+            "update, patch: publish how many nodes each flavor has (status only).",
+        ),
+        rule(
+            &["kubeflavor.io"],
+            &["flavorbindings"],
+            &["get", "list", "watch", "create", "update", "patch"],
+            &[],
+            "get, list, watch: know which token each node name is bound to. create: write the binding BEFORE approving the CSR (P3). update, patch: record revocation. No delete: bindings are the audit trail.",
+        ),
+        rule(
+            &["kubeflavor.io"],
+            &["flavorbindings/status"],
+            &["update", "patch"],
+            &[],
+            "update, patch: record whether the Node carries its flavor (Flavored, Revoked conditions, applied labels and taints).",
+        ),
+        rule(
+            &[""],
+            &["nodes"],
+            &["get", "list", "watch", "patch"],
+            &[],
+            "get, list, watch: notice new, changed and re-created Nodes. patch: put the flavor's labels and taints on the Node (and restore them after drift). No update, create or delete.",
+        ),
+    ];
+    let token_rules = vec![
+        rule(
+            &[""],
+            &["secrets"],
+            &["get", "list", "watch"],
+            &[],
+            "get, list, watch: read bootstrap token Secrets (their flavor, use count, expiry). This Role exists only in kube-system, where token Secrets live.",
+        ),
+        rule(
+            &[""],
+            &["secrets"],
+            &["update"],
+            &[],
+            "update: reserve a use on a token (bound node names) and count denials, with a resourceVersion precondition so two approvals cannot both take the last use.",
+        ),
+        rule(
+            &[""],
+            &["secrets"],
+            &["delete"],
+            &[],
+            "delete: P4, rejection that ends. A denied kubelet files a new CSR about every 32 s for as long as its token authenticates; deleting an exhausted or misused token is what stops it.",
+        ),
+    ];
+    let election_rules = vec![
+        rule(
+            &["coordination.k8s.io"],
+            &["leases"],
+            &["get", "create", "update"],
+            &[],
+            "get, create, update: leader election among the replicas; only the holder of the Lease writes.",
+        ),
+        rule(
+            &["", "events.k8s.io"],
+            &["events"],
+            &["create", "patch"],
+            &[],
+            "create, patch: the admin-only record of each decision's exact cause, as Events in this namespace.",
+        ),
+    ];
+    let default_event_rules = vec![rule(
+        &["", "events.k8s.io"],
+        &["events"],
+        &["create", "patch"],
+        &[],
+        "create, patch: Events about cluster-scoped objects (FlavorBindings, Nodes) are recorded in the default namespace.",
+    )];
+    vec![
+        cluster_role(
+            "kubeflavor:controller",
+            "The controller's cluster-wide permissions: only what approving kubelet client CSRs, binding nodes and flavoring them needs.",
+            cluster_rules,
+        ),
+        cluster_role_binding(
+            "kubeflavor:controller",
+            "Grants kubeflavor:controller to the controller's ServiceAccount.",
+            "kubeflavor:controller",
+            sa_subject(namespace),
+        ),
+        role(
+            "kubeflavor:controller:tokens",
+            TOKEN_SECRET_NAMESPACE,
+            "The controller's access to bootstrap token Secrets, in kube-system only (a Role, not a ClusterRole: no Secret elsewhere is readable).",
+            token_rules,
+        ),
+        role_binding(
+            "kubeflavor:controller:tokens",
+            TOKEN_SECRET_NAMESPACE,
+            "Grants kubeflavor:controller:tokens to the controller's ServiceAccount.",
+            "kubeflavor:controller:tokens",
+            sa_subject(namespace),
+        ),
+        role(
+            "kubeflavor:controller:leader-election",
+            namespace,
+            "Leader election and Events in the controller's own namespace.",
+            election_rules,
+        ),
+        role_binding(
+            "kubeflavor:controller:leader-election",
+            namespace,
+            "Grants kubeflavor:controller:leader-election to the controller's ServiceAccount.",
+            "kubeflavor:controller:leader-election",
+            sa_subject(namespace),
+        ),
+        role(
+            "kubeflavor:controller:events",
+            "default",
+            "Events about cluster-scoped objects go to the default namespace.",
+            default_event_rules,
+        ),
+        role_binding(
+            "kubeflavor:controller:events",
+            "default",
+            "Grants kubeflavor:controller:events to the controller's ServiceAccount.",
+            "kubeflavor:controller:events",
+            sa_subject(namespace),
+        ),
+    ]
+}
+
+/// What a kubeflavor node token may do: exactly what `kubeadm join` and the kubelet's TLS
+/// bootstrap need, and deliberately NOT the nodeclient auto-approval.
+pub fn bootstrap_tokens() -> Vec<Document> {
+    vec![
+        cluster_role_binding(
+            "kubeflavor:node-bootstrapper",
+            &format!(
+                "Lets kubeflavor node tokens (group {NODE_GROUP}) file kubelet CSRs: the built-in \
+                 system:node-bootstrapper role (create/get/list/watch CSRs).\n\
+                 Deliberately NO binding to system:certificates.k8s.io:certificatesigningrequests:nodeclient: \
+                 with it, kube-controller-manager would approve any CSR of these tokens for any node name. \
+                 kubeflavor's controller decides instead."
+            ),
+            "system:node-bootstrapper",
+            group_subject(NODE_GROUP),
+        ),
+        cluster_role(
+            "kubeflavor:get-nodes",
+            "kubeadm join reads the Node of its own name (to refuse joining over an existing node).",
+            vec![rule(
+                &[""],
+                &["nodes"],
+                &["get"],
+                &[],
+                "get: kubeadm join checks whether a Node of its name already exists. No list, watch or write.",
+            )],
+        ),
+        cluster_role_binding(
+            "kubeflavor:get-nodes",
+            &format!("Grants kubeflavor:get-nodes to kubeflavor node tokens (group {NODE_GROUP})."),
+            "kubeflavor:get-nodes",
+            group_subject(NODE_GROUP),
+        ),
+        role(
+            "kubeflavor:kubeadm-config-reader",
+            TOKEN_SECRET_NAMESPACE,
+            "kubeadm join reads the cluster's kubeadm and kubelet configuration.",
+            vec![rule(
+                &[""],
+                &["configmaps"],
+                &["get"],
+                &["kubeadm-config", "kubelet-config"],
+                "get: only the kubeadm-config and kubelet-config ConfigMaps (resourceNames), which kubeadm join downloads.",
+            )],
+        ),
+        role_binding(
+            "kubeflavor:kubeadm-config-reader",
+            TOKEN_SECRET_NAMESPACE,
+            &format!(
+                "Grants kubeflavor:kubeadm-config-reader to kubeflavor node tokens (group {NODE_GROUP})."
+            ),
+            "kubeflavor:kubeadm-config-reader",
+            group_subject(NODE_GROUP),
+        ),
+    ]
+}

@@ -1,0 +1,241 @@
+use serde_json::Value;
+
+use super::*;
+
+fn docs() -> Vec<Document> {
+    documents("kubeflavor", "example.com/kubeflavor:test")
+}
+
+fn find<'a>(docs: &'a [Document], kind: &str, name: &str) -> &'a Document {
+    docs.iter()
+        .find(|d| d.kind() == kind && d.name() == name)
+        .unwrap_or_else(|| panic!("{kind}/{name} missing"))
+}
+
+fn rules(doc: &Document) -> Vec<Value> {
+    doc.object["rules"].as_array().cloned().unwrap_or_default()
+}
+
+fn strings(v: &Value) -> Vec<String> {
+    v.as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|s| s.as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn rendered_yaml_reads_back_as_the_same_objects() {
+    let docs = docs();
+    let text = render_all(&docs).unwrap();
+    let parsed: Vec<Value> = serde_saphyr::from_multiple(&text).unwrap();
+    let parsed: Vec<Value> = parsed.into_iter().filter(|v| !v.is_null()).collect();
+    assert_eq!(parsed.len(), docs.len());
+    for (read, doc) in parsed.iter().zip(&docs) {
+        assert_eq!(
+            read,
+            &doc.object,
+            "{} {} does not survive YAML",
+            doc.kind(),
+            doc.name()
+        );
+    }
+}
+
+#[test]
+fn every_rule_has_its_reason_printed_above_it() {
+    for doc in docs() {
+        let n = rules(&doc).len();
+        assert_eq!(
+            doc.rule_notes.len(),
+            n,
+            "{} {} rules and notes differ",
+            doc.kind(),
+            doc.name()
+        );
+        let text = doc.render().unwrap();
+        for note in &doc.rule_notes {
+            let first_words: String = note
+                .split_whitespace()
+                .take(4)
+                .collect::<Vec<_>>()
+                .join(" ");
+            assert!(
+                text.contains(&format!("# {first_words}")),
+                "note {note:?} not printed"
+            );
+        }
+    }
+}
+
+#[test]
+fn no_wildcards_anywhere() {
+    for doc in docs() {
+        for rule in rules(&doc) {
+            for field in ["apiGroups", "resources", "verbs"] {
+                assert!(
+                    !strings(&rule[field]).iter().any(|s| s == "*"),
+                    "{} has * in {field}",
+                    doc.name()
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn controller_approves_only_for_the_kubelet_client_signer() {
+    let docs = docs();
+    let role = find(&docs, "ClusterRole", "kubeflavor:controller");
+    let signer_rules: Vec<Value> = rules(role)
+        .into_iter()
+        .filter(|r| strings(&r["resources"]).contains(&"signers".into()))
+        .collect();
+    assert_eq!(signer_rules.len(), 1);
+    assert_eq!(strings(&signer_rules[0]["verbs"]), ["approve"]);
+    assert_eq!(
+        strings(&signer_rules[0]["resourceNames"]),
+        [KUBELET_CLIENT_SIGNER]
+    );
+}
+
+#[test]
+fn secrets_are_reachable_only_in_kube_system() {
+    for doc in docs() {
+        for rule in rules(&doc) {
+            if strings(&rule["resources"]).contains(&"secrets".into()) {
+                assert_eq!(
+                    doc.kind(),
+                    "Role",
+                    "{} grants secrets cluster-wide",
+                    doc.name()
+                );
+                assert_eq!(doc.namespace(), Some("kube-system"));
+            }
+        }
+    }
+}
+
+#[test]
+fn controller_can_delete_tokens_for_p4_but_cannot_delete_bindings() {
+    let docs = docs();
+    let tokens = find(&docs, "Role", "kubeflavor:controller:tokens");
+    assert!(
+        rules(tokens)
+            .iter()
+            .any(|r| strings(&r["verbs"]).contains(&"delete".into()))
+    );
+    let cluster = find(&docs, "ClusterRole", "kubeflavor:controller");
+    for rule in rules(cluster) {
+        if strings(&rule["resources"])
+            .iter()
+            .any(|r| r.starts_with("flavorbindings"))
+        {
+            assert!(!strings(&rule["verbs"]).contains(&"delete".into()));
+        }
+    }
+}
+
+#[test]
+fn bootstrap_group_gets_node_bootstrapper_but_never_auto_approval() {
+    let docs = docs();
+    let group = kubeflavor_core::token_secret::NODE_GROUP;
+    let mut roles_for_group = Vec::new();
+    for doc in &docs {
+        if !doc.kind().ends_with("Binding") {
+            continue;
+        }
+        let subjects = doc.object["subjects"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        if subjects
+            .iter()
+            .any(|s| s["kind"] == "Group" && s["name"] == group)
+        {
+            roles_for_group.push(doc.object["roleRef"]["name"].as_str().unwrap().to_string());
+        }
+    }
+    roles_for_group.sort();
+    assert_eq!(
+        roles_for_group,
+        [
+            "kubeflavor:get-nodes",
+            "kubeflavor:kubeadm-config-reader",
+            "system:node-bootstrapper"
+        ]
+    );
+    let text = render_all(&docs).unwrap();
+    assert!(text.contains(
+        "NO binding to system:certificates.k8s.io:certificatesigningrequests:nodeclient"
+    ));
+}
+
+#[test]
+fn kubeadm_config_read_is_limited_to_two_configmaps() {
+    let docs = docs();
+    let role = find(&docs, "Role", "kubeflavor:kubeadm-config-reader");
+    assert_eq!(role.namespace(), Some("kube-system"));
+    let r = &rules(role)[0];
+    assert_eq!(strings(&r["verbs"]), ["get"]);
+    assert_eq!(
+        strings(&r["resourceNames"]),
+        ["kubeadm-config", "kubelet-config"]
+    );
+}
+
+#[test]
+fn deployment_is_ha_probed_and_locked_down() {
+    let docs = docs();
+    let d = &find(&docs, "Deployment", "kubeflavor-controller").object;
+    assert_eq!(d["spec"]["replicas"], 2);
+    let pod = &d["spec"]["template"]["spec"];
+    assert_eq!(pod["serviceAccountName"], CONTROLLER_SA);
+    assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
+    let c = &pod["containers"][0];
+    assert_eq!(c["image"], "example.com/kubeflavor:test");
+    assert!(strings(&c["args"]).contains(&"--leader-elect".into()));
+    assert_eq!(c["livenessProbe"]["httpGet"]["path"], "/healthz");
+    assert_eq!(c["readinessProbe"]["httpGet"]["path"], "/readyz");
+    assert_eq!(c["securityContext"]["readOnlyRootFilesystem"], true);
+    assert_eq!(c["securityContext"]["allowPrivilegeEscalation"], false);
+    assert!(c["resources"]["requests"]["cpu"].is_string());
+    assert!(c["resources"]["requests"]["memory"].is_string());
+}
+
+#[test]
+fn namespaced_objects_follow_the_namespace_flag() {
+    let docs = documents("ops", &default_image());
+    for kind in ["ServiceAccount", "Deployment"] {
+        assert!(
+            docs.iter()
+                .filter(|d| d.kind() == kind)
+                .all(|d| d.namespace() == Some("ops"))
+        );
+    }
+    let election = find(&docs, "Role", "kubeflavor:controller:leader-election");
+    assert_eq!(election.namespace(), Some("ops"));
+    let binding = find(&docs, "ClusterRoleBinding", "kubeflavor:controller");
+    assert_eq!(binding.object["subjects"][0]["namespace"], "ops");
+}
+
+#[test]
+fn every_kind_has_a_resource_for_apply() {
+    for doc in docs() {
+        let (ar, _) = resource_of(&doc).unwrap();
+        assert_eq!(ar.kind, doc.kind());
+    }
+}
+
+#[test]
+fn default_image_carries_the_version() {
+    assert_eq!(
+        default_image(),
+        format!(
+            "ghcr.io/kubeflavor/kubeflavor:{}",
+            env!("CARGO_PKG_VERSION")
+        )
+    );
+}

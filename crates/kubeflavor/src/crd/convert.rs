@@ -1,0 +1,164 @@
+//! Between the Flavor object and kubeflavor-core's validated `FlavorRules`. The object is
+//! what the API stores; the rules are what the CLI and the controller act on. Every read
+//! goes through [`rules_from_flavor`], so a Flavor that slipped past the API server's
+//! validation (an old CRD, a test double without CEL) is still refused.
+
+use std::collections::BTreeMap;
+
+use kube::api::ObjectMeta;
+use kubeflavor_core::flavor::{
+    self as core, FlavorError, FlavorName, FlavorNameError, FlavorRules,
+};
+
+use super::{Flavor, FlavorSpec, FlavorTaint, TaintEffect, TokenDefaults};
+
+/// Why a stored Flavor cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum RulesError {
+    #[error("{0}")]
+    Name(#[from] FlavorNameError),
+    #[error("{0}")]
+    Spec(#[from] FlavorError),
+}
+
+/// The plain spec core validates, from the object's spec.
+pub fn core_spec(spec: &FlavorSpec) -> core::FlavorSpec {
+    core::FlavorSpec {
+        labels: spec.labels.clone(),
+        taints: spec
+            .taints
+            .iter()
+            .map(|t| core::TaintSpec {
+                key: t.key.clone(),
+                value: (!t.value.is_empty()).then(|| t.value.clone()),
+                effect: effect_str(t.effect).to_string(),
+            })
+            .collect(),
+        trust_level: spec.trust_level.map(i64::from),
+        token_ttl: spec.token_defaults.as_ref().and_then(|d| d.ttl.clone()),
+        max_nodes: spec
+            .token_defaults
+            .as_ref()
+            .and_then(|d| d.max_nodes)
+            .map(i64::from),
+    }
+}
+
+/// Validate a stored Flavor: its name and every rule.
+pub fn rules_from_flavor(flavor: &Flavor) -> Result<(FlavorName, FlavorRules), RulesError> {
+    let name: FlavorName = flavor.metadata.name.clone().unwrap_or_default().parse()?;
+    let rules = FlavorRules::from_spec(&core_spec(&flavor.spec))?;
+    Ok((name, rules))
+}
+
+/// The Flavor object for validated rules.
+pub fn flavor_from_rules(name: &FlavorName, rules: &FlavorRules) -> Flavor {
+    let labels: BTreeMap<String, String> = rules
+        .labels()
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    let taints = rules
+        .taints()
+        .iter()
+        .map(|t| FlavorTaint {
+            key: t.key.to_string(),
+            value: t.value.to_string(),
+            effect: effect_from_core(t.effect),
+        })
+        .collect();
+    let token_defaults =
+        (rules.token_ttl().is_some() || rules.max_nodes().is_some()).then(|| TokenDefaults {
+            ttl: rules.token_ttl().map(|t| t.to_string()),
+            max_nodes: rules.max_nodes().map(|n| n.get()),
+        });
+    Flavor {
+        metadata: ObjectMeta {
+            name: Some(name.to_string()),
+            ..Default::default()
+        },
+        spec: FlavorSpec {
+            labels,
+            taints,
+            trust_level: rules.trust_level().map(|t| t.get()),
+            token_defaults,
+        },
+        status: None,
+    }
+}
+
+pub fn effect_str(effect: TaintEffect) -> &'static str {
+    match effect {
+        TaintEffect::NoSchedule => "NoSchedule",
+        TaintEffect::PreferNoSchedule => "PreferNoSchedule",
+        TaintEffect::NoExecute => "NoExecute",
+    }
+}
+
+fn effect_from_core(effect: core::TaintEffect) -> TaintEffect {
+    match effect {
+        core::TaintEffect::NoSchedule => TaintEffect::NoSchedule,
+        core::TaintEffect::PreferNoSchedule => TaintEffect::PreferNoSchedule,
+        core::TaintEffect::NoExecute => TaintEffect::NoExecute,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn flavor(name: &str, spec: FlavorSpec) -> Flavor {
+        Flavor {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                ..Default::default()
+            },
+            spec,
+            status: None,
+        }
+    }
+
+    #[test]
+    fn rules_round_trip_through_the_object() {
+        let spec = FlavorSpec {
+            labels: [(
+                "kubeflavor.node-restriction.kubernetes.io/tier".to_string(),
+                "gold".to_string(),
+            )]
+            .into(),
+            taints: vec![FlavorTaint {
+                key: "example.com/edge".into(),
+                value: String::new(),
+                effect: TaintEffect::NoSchedule,
+            }],
+            trust_level: Some(70),
+            token_defaults: Some(TokenDefaults {
+                ttl: Some("1h30m".into()),
+                max_nodes: Some(3),
+            }),
+        };
+        let original = flavor("sweet", spec);
+        let (name, rules) = rules_from_flavor(&original).unwrap();
+        assert_eq!(flavor_from_rules(&name, &rules), original);
+    }
+
+    #[test]
+    fn kubelet_writable_label_in_a_stored_flavor_is_refused() {
+        let spec = FlavorSpec {
+            labels: [("example.com/tier".into(), "gold".into())].into(),
+            ..Default::default()
+        };
+        let err = rules_from_flavor(&flavor("sweet", spec))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("NodeRestriction"), "{err}");
+    }
+
+    #[test]
+    fn bad_name_is_refused() {
+        assert!(matches!(
+            rules_from_flavor(&flavor("Sweet", FlavorSpec::default())),
+            Err(RulesError::Name(_))
+        ));
+    }
+}

@@ -1,0 +1,230 @@
+//! The two custom resources of kubeflavor, generated from these Rust types:
+//! - `Flavor` (`flavors.kubeflavor.io`): what a flavor means for a node (labels the kubelet
+//!   cannot write, taints, a trust level) and the defaults of its tokens.
+//! - `FlavorBinding` (`flavorbindings.kubeflavor.io`, named after the node): which token a
+//!   node joined with, written by the controller before it approves the node's CSR (P3).
+//!
+//! Both are cluster-scoped, `v1alpha1`, with a status subresource and printer columns. The
+//! schema rules (including the CEL rules of [`schema`]) make the API server refuse what
+//! the CLI refuses, so `kubectl apply` of a bad Flavor fails too.
+
+mod convert;
+pub mod schema;
+
+use std::collections::BTreeMap;
+
+use jiff::Timestamp;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::{CustomResource, CustomResourceExt};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+pub use convert::{RulesError, core_spec, effect_str, flavor_from_rules, rules_from_flavor};
+
+/// The API group of kubeflavor's resources.
+pub const GROUP: &str = "kubeflavor.io";
+/// The only version so far.
+pub const VERSION: &str = "v1alpha1";
+
+/// What nodes of this flavor carry, and how its tokens are minted.
+#[derive(
+    CustomResource, Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema,
+)]
+#[kube(
+    group = "kubeflavor.io",
+    version = "v1alpha1",
+    kind = "Flavor",
+    plural = "flavors",
+    singular = "flavor",
+    shortname = "flv",
+    category = "kubeflavor",
+    status = "FlavorStatus",
+    derive = "Default",
+    derive = "PartialEq",
+    doc = "A flavor: the labels, taints and trust level kubeflavor's controller puts on every node that joined with one of the flavor's tokens.",
+    printcolumn = r#"{"name":"Trust","type":"integer","jsonPath":".spec.trustLevel"}"#,
+    printcolumn = r#"{"name":"TTL","type":"string","jsonPath":".spec.tokenDefaults.ttl"}"#,
+    printcolumn = r#"{"name":"Max Nodes","type":"integer","jsonPath":".spec.tokenDefaults.maxNodes"}"#,
+    printcolumn = r#"{"name":"Bound","type":"integer","jsonPath":".status.boundNodes"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct FlavorSpec {
+    /// Labels put on every node of this flavor. Each key must be one a kubelet cannot
+    /// write (NodeRestriction): under `<x>.node-restriction.kubernetes.io/`, or a
+    /// `kubernetes.io`/`k8s.io` key outside the kubelet's own set such as
+    /// `node-role.kubernetes.io/edge`. kubeflavor adds
+    /// `kubeflavor.node-restriction.kubernetes.io/flavor=<name>` (and `.../trust-level`) itself.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(schema_with = "schema::flavor_labels")]
+    pub labels: BTreeMap<String, String>,
+
+    /// Taints put on every node of this flavor.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "schema::flavor_taints")]
+    pub taints: Vec<FlavorTaint>,
+
+    /// 0..=100, published as the label `kubeflavor.node-restriction.kubernetes.io/trust-level`
+    /// so that nodeAffinity `Gt`/`Lt` can select "at least level N".
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "schema::trust_level")]
+    pub trust_level: Option<u8>,
+
+    /// Defaults for `kubeflavor token create --flavor <this>`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token_defaults: Option<TokenDefaults>,
+}
+
+/// A taint as the Node API spells it.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, JsonSchema)]
+pub struct FlavorTaint {
+    #[schemars(schema_with = "schema::qualified_name")]
+    pub key: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[schemars(schema_with = "schema::label_value")]
+    pub value: String,
+    pub effect: TaintEffect,
+}
+
+/// The three taint effects of the Node API.
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, JsonSchema,
+)]
+pub enum TaintEffect {
+    NoSchedule,
+    PreferNoSchedule,
+    NoExecute,
+}
+
+/// Defaults used when `token create` is not given `--ttl` / `--max-nodes`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TokenDefaults {
+    /// How long a token stays valid, e.g. `24h`, `90m`, `1h30m`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "schema::duration")]
+    pub ttl: Option<String>,
+    /// How many distinct node names one token may bind (default 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "schema::max_nodes")]
+    pub max_nodes: Option<u32>,
+}
+
+/// Written by the controller.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FlavorStatus {
+    /// How many FlavorBindings name this flavor.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bound_nodes: Option<i64>,
+    /// The `metadata.generation` the controller last acted on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+}
+
+/// The record that a node name is bound to one token (and so to one flavor). Named after
+/// the node. Created by the controller BEFORE it approves the node's CSR, so every approved
+/// kubeflavor node has one (P3).
+#[derive(CustomResource, Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "kubeflavor.io",
+    version = "v1alpha1",
+    kind = "FlavorBinding",
+    plural = "flavorbindings",
+    singular = "flavorbinding",
+    shortname = "flvb",
+    category = "kubeflavor",
+    status = "FlavorBindingStatus",
+    derive = "PartialEq",
+    doc = "The binding of a node name to the bootstrap token it joined with, and so to that token's flavor. Named after the node.",
+    printcolumn = r#"{"name":"Flavor","type":"string","jsonPath":".spec.flavor"}"#,
+    printcolumn = r#"{"name":"Token","type":"string","jsonPath":".spec.tokenId"}"#,
+    printcolumn = r#"{"name":"Flavored","type":"string","jsonPath":".status.conditions[?(@.type==\"Flavored\")].status"}"#,
+    printcolumn = r#"{"name":"Revoked","type":"string","jsonPath":".status.conditions[?(@.type==\"Revoked\")].status"}"#,
+    printcolumn = r#"{"name":"CSR","type":"string","jsonPath":".spec.csrName","priority":1}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = schema::binding_spec_rules()))]
+pub struct FlavorBindingSpec {
+    /// The node name (equal to `metadata.name`).
+    #[schemars(schema_with = "schema::node_name")]
+    pub node: String,
+    /// The Flavor the token carried.
+    #[schemars(schema_with = "schema::flavor_name")]
+    pub flavor: String,
+    /// The bootstrap token id (the 6 characters before the dot).
+    #[schemars(schema_with = "schema::token_id")]
+    pub token_id: String,
+    /// The CertificateSigningRequest approved for this node.
+    pub csr_name: String,
+    /// SHA-256 over the DER SubjectPublicKeyInfo of the CSR's key, lowercase hex.
+    #[schemars(schema_with = "schema::sha256_hex")]
+    pub public_key_sha256: String,
+    /// When the binding was made.
+    #[schemars(schema_with = "schema::date_time")]
+    pub bound_at: Timestamp,
+}
+
+/// Written by the controller.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FlavorBindingStatus {
+    /// `Flavored` (the Node carries the flavor's labels and taints) and `Revoked`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "schema::conditions")]
+    pub conditions: Vec<Condition>,
+    /// The labels kubeflavor last put on the Node (so it can remove them later).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub applied_labels: BTreeMap<String, String>,
+    /// The taints kubeflavor last put on the Node.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub applied_taints: Vec<FlavorTaint>,
+    /// The `metadata.generation` the controller last acted on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+}
+
+/// The condition types of a FlavorBinding.
+pub const CONDITION_FLAVORED: &str = "Flavored";
+pub const CONDITION_REVOKED: &str = "Revoked";
+
+/// A condition shaped like `metav1.Condition`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Condition {
+    #[serde(rename = "type")]
+    pub type_: String,
+    /// `True`, `False` or `Unknown`.
+    #[schemars(schema_with = "schema::condition_status")]
+    pub status: String,
+    pub reason: String,
+    #[serde(default)]
+    pub message: String,
+    #[schemars(schema_with = "schema::date_time")]
+    pub last_transition_time: Timestamp,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+}
+
+/// Both CRDs, Flavor first, with the rules that apply to the whole object.
+pub fn crds() -> Vec<CustomResourceDefinition> {
+    vec![flavor_crd(), flavor_binding_crd()]
+}
+
+/// `flavors.kubeflavor.io`, plus the object-level rule on the name (it becomes a label value).
+pub fn flavor_crd() -> CustomResourceDefinition {
+    let mut crd = Flavor::crd();
+    schema::add_root_rules(&mut crd, schema::flavor_root_rules());
+    crd
+}
+
+/// `flavorbindings.kubeflavor.io`, plus the object-level rule "named after its node".
+pub fn flavor_binding_crd() -> CustomResourceDefinition {
+    let mut crd = FlavorBinding::crd();
+    schema::add_root_rules(&mut crd, schema::binding_root_rules());
+    crd
+}
+
+#[cfg(test)]
+mod tests;

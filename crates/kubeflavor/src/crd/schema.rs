@@ -1,0 +1,230 @@
+//! Schema pieces of the CRDs that the derive cannot express: patterns, bounds, list types,
+//! and the CEL (`x-kubernetes-validations`) rules.
+//!
+//! The label-key rule is the one that matters for security (P2): the API server itself
+//! must refuse a Flavor whose labels a kubelet could set on its own Node, so that a Flavor
+//! written with `kubectl apply` is held to the same rule as `kubeflavor flavor create`. It
+//! restates NodeRestriction (kubernetes-wire.md section 5; plugin/pkg/admission/noderestriction
+//! and k8s.io/kubelet's `IsKubeletLabel`) in CEL:
+//!
+//! A key is accepted iff it has a prefix (`<prefix>/<name>`) and either
+//! - the prefix is `node-restriction.kubernetes.io` or ends with `.node-restriction.kubernetes.io`, or
+//! - the prefix is `kubernetes.io`/`k8s.io` or ends with `.kubernetes.io`/`.k8s.io`, AND the
+//!   prefix is not `kubelet.kubernetes.io`/`node.kubernetes.io` or one of their subdomains,
+//!   AND the key is not one of the eleven well-known keys a kubelet sets itself
+//!   ([`KUBELET_KEYS`]).
+//!
+//! Every other key (no prefix, `example.com/...`, `node.kubernetes.io/...`,
+//! `kubernetes.io/hostname`, ...) is one a kubelet may write, and is refused. The test
+//! `cel_rule_agrees_with_core` evaluates this exact rule with a CEL interpreter over a table
+//! of keys and compares with `kubeflavor_core::labels::check_flavor_label_key`.
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
+    CustomResourceDefinition, ValidationRule,
+};
+use schemars::{Schema, SchemaGenerator, json_schema};
+use serde_json::{Value, json};
+
+/// The label keys a kubelet may set itself (k8s.io/kubelet `kubeletLabels`).
+pub const KUBELET_KEYS: [&str; 11] = [
+    "kubernetes.io/hostname",
+    "kubernetes.io/arch",
+    "kubernetes.io/os",
+    "beta.kubernetes.io/arch",
+    "beta.kubernetes.io/os",
+    "beta.kubernetes.io/instance-type",
+    "node.kubernetes.io/instance-type",
+    "failure-domain.beta.kubernetes.io/region",
+    "failure-domain.beta.kubernetes.io/zone",
+    "topology.kubernetes.io/region",
+    "topology.kubernetes.io/zone",
+];
+
+/// Label keys kubeflavor's controller sets from the Flavor's name and trust level; a
+/// Flavor may not set them through `labels`.
+pub const RESERVED_KEYS: [&str; 2] = [
+    "kubeflavor.node-restriction.kubernetes.io/flavor",
+    "kubeflavor.node-restriction.kubernetes.io/trust-level",
+];
+
+/// The CEL rule over `spec.labels` (a map: `self.all(k, ...)` ranges over its keys).
+pub fn label_key_rule() -> String {
+    let kubelet_keys = KUBELET_KEYS
+        .iter()
+        .map(|k| format!("'{k}'"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    format!(
+        "self.all(k, k.matches('^([^/]*\\\\.)?node-restriction\\\\.kubernetes\\\\.io/') || \
+         (k.matches('^([^/]*\\\\.)?(kubernetes|k8s)\\\\.io/') && \
+         !k.matches('^([^/]*\\\\.)?(kubelet|node)\\\\.kubernetes\\\\.io/') && \
+         !(k in [{kubelet_keys}])))"
+    )
+}
+
+pub const LABEL_KEY_MESSAGE: &str = "every label key must be one a kubelet cannot set on its own Node \
+     (NodeRestriction): use a key under <x>.node-restriction.kubernetes.io/, e.g. \
+     kubeflavor.node-restriction.kubernetes.io/<name>, or a kubernetes.io key outside the kubelet's \
+     set such as node-role.kubernetes.io/<role>";
+
+/// Qualified-name syntax of label keys (k8s.io/apimachinery validation.IsQualifiedName):
+/// an optional DNS-1123 subdomain prefix and `/`, then a name of at most 63 characters.
+pub const QUALIFIED_NAME_PATTERN: &str = "^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$";
+
+/// Label values: empty, or at most 63 characters of `[-A-Za-z0-9_.]` starting and ending
+/// alphanumeric.
+pub const LABEL_VALUE_PATTERN: &str = "^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$";
+
+/// A DNS-1123 subdomain; Flavor names become label values, so they are also at most 63 long.
+pub const DNS_SUBDOMAIN_PATTERN: &str =
+    "^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$";
+
+/// TTLs as `kubeflavor token create --ttl` takes them: hours, minutes, seconds in that
+/// order (`24h`, `90m`, `1h30m`), or `0` for a token that never expires.
+pub const DURATION_PATTERN: &str = "^(0|([0-9]+h)?([0-9]+m)?([0-9]+s)?)$";
+
+/// Taints kubeflavor's controller manages itself.
+pub const RESERVED_TAINTS: [&str; 2] = ["kubeflavor.io/unverified", "kubeflavor.io/revoked"];
+
+fn rule(rule: impl Into<String>, message: &str) -> Value {
+    json!({ "rule": rule.into(), "message": message })
+}
+
+pub fn flavor_labels(_: &mut SchemaGenerator) -> Schema {
+    let reserved = RESERVED_KEYS
+        .iter()
+        .map(|k| format!("!('{k}' in self)"))
+        .collect::<Vec<_>>()
+        .join(" && ");
+    json_schema!({
+        "type": "object",
+        "maxProperties": 32,
+        "additionalProperties": { "type": "string", "maxLength": 63, "pattern": LABEL_VALUE_PATTERN },
+        "x-kubernetes-validations": [
+            rule(format!("self.all(k, k.matches('{}'))", QUALIFIED_NAME_PATTERN.replace('\\', "\\\\")),
+                 "every label key must be a qualified name: an optional DNS subdomain prefix and '/', then at most 63 characters of [-A-Za-z0-9_.] starting and ending alphanumeric"),
+            rule(label_key_rule(), LABEL_KEY_MESSAGE),
+            rule(reserved, "kubeflavor sets the flavor and trust-level labels itself: remove them from labels (use spec.trustLevel for the level)"),
+        ]
+    })
+}
+
+pub fn flavor_taints(generator: &mut SchemaGenerator) -> Schema {
+    let item = generator.subschema_for::<super::FlavorTaint>();
+    json_schema!({
+        "type": "array",
+        "maxItems": 32,
+        "items": item,
+        "x-kubernetes-validations": [
+            rule("self.all(t, self.exists_one(u, u.key == t.key && u.effect == t.effect))",
+                 "a taint key may appear only once per effect"),
+            rule(format!("self.all(t, {})", RESERVED_TAINTS.iter().map(|k| format!("t.key != '{k}'")).collect::<Vec<_>>().join(" && ")),
+                 "kubeflavor manages the kubeflavor.io/unverified and kubeflavor.io/revoked taints itself: remove them from the flavor"),
+        ]
+    })
+}
+
+pub fn qualified_name(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({ "type": "string", "maxLength": 317, "pattern": QUALIFIED_NAME_PATTERN })
+}
+
+pub fn label_value(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({ "type": "string", "maxLength": 63, "pattern": LABEL_VALUE_PATTERN })
+}
+
+pub fn trust_level(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({ "type": "integer", "minimum": 0, "maximum": 100 })
+}
+
+pub fn duration(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({ "type": "string", "minLength": 1, "maxLength": 32, "pattern": DURATION_PATTERN })
+}
+
+pub fn max_nodes(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({ "type": "integer", "minimum": 1, "maximum": 10000 })
+}
+
+pub fn node_name(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({
+        "type": "string",
+        "maxLength": 253,
+        "pattern": "^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+    })
+}
+
+pub fn flavor_name(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({ "type": "string", "maxLength": 63, "pattern": DNS_SUBDOMAIN_PATTERN })
+}
+
+pub fn token_id(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({ "type": "string", "pattern": "^[a-z0-9]{6}$" })
+}
+
+pub fn sha256_hex(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({ "type": "string", "pattern": "^[0-9a-f]{64}$" })
+}
+
+pub fn date_time(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({ "type": "string", "format": "date-time" })
+}
+
+pub fn condition_status(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({ "type": "string", "enum": ["True", "False", "Unknown"] })
+}
+
+/// metav1.Condition lists are maps keyed by `type` (so server-side apply merges them).
+pub fn conditions(generator: &mut SchemaGenerator) -> Schema {
+    let item = generator.subschema_for::<super::Condition>();
+    json_schema!({
+        "type": "array",
+        "items": item,
+        "x-kubernetes-list-type": "map",
+        "x-kubernetes-list-map-keys": ["type"]
+    })
+}
+
+/// Rules on FlavorBinding.spec: what the binding records may never be rewritten (P3: a
+/// binding cannot be moved to another token); revoking is a status change.
+pub fn binding_spec_rules() -> Value {
+    json!([rule(
+        "self.node == oldSelf.node && self.tokenId == oldSelf.tokenId && self.flavor == oldSelf.flavor",
+        "node, tokenId and flavor of a FlavorBinding cannot change (delete the binding and let the controller create a new one)"
+    ),])
+}
+
+pub fn flavor_root_rules() -> Vec<ValidationRule> {
+    vec![ValidationRule {
+        rule: "self.metadata.name.size() <= 63".into(),
+        message: Some(
+            "a Flavor name is at most 63 characters: it becomes the value of the kubeflavor.node-restriction.kubernetes.io/flavor label"
+                .into(),
+        ),
+        ..Default::default()
+    }]
+}
+
+pub fn binding_root_rules() -> Vec<ValidationRule> {
+    vec![ValidationRule {
+        rule: "self.metadata.name == self.spec.node".into(),
+        message: Some(
+            "a FlavorBinding is named after its node: metadata.name must equal spec.node".into(),
+        ),
+        ..Default::default()
+    }]
+}
+
+/// Add rules that look at the whole object (`self.metadata.name`): they belong on the
+/// schema's root, which the derive does not reach.
+pub fn add_root_rules(crd: &mut CustomResourceDefinition, rules: Vec<ValidationRule>) {
+    for version in &mut crd.spec.versions {
+        if let Some(root) = version
+            .schema
+            .as_mut()
+            .and_then(|s| s.open_api_v3_schema.as_mut())
+        {
+            root.x_kubernetes_validations
+                .get_or_insert_with(Vec::new)
+                .extend(rules.iter().cloned());
+        }
+    }
+}

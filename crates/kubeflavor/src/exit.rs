@@ -1,0 +1,58 @@
+//! Process exit codes. Scripts can tell "the flavor does not exist" from "the cluster is
+//! down" without parsing messages.
+
+/// Every exit status `kubeflavor` uses, and what it means.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum ExitCode {
+    /// The command did what it was asked.
+    Ok = 0,
+    /// Any failure without a more specific code.
+    Error = 1,
+    /// The command line itself is wrong: unknown flag, missing argument (clap's convention).
+    Usage = 2,
+    /// A named object does not exist (a flavor, a token).
+    NotFound = 3,
+    /// The input is well-formed but refused: a label key a kubelet could write, a zero
+    /// `--max-nodes`, a flavor still in use, a value the API server's validation rejected.
+    Refused = 4,
+    /// The API server could not be reached (connection refused, DNS, TLS handshake).
+    Unreachable = 5,
+    /// The API server refused the caller: 403 (missing RBAC permission) or 401.
+    Forbidden = 6,
+    // `certs` (issue 6): each P5/P6 failure of the certificate hand-off has its own code.
+    /// `--certificate-key` is not 64 hexadecimal characters.
+    CertificateKeyMalformed = 20,
+    /// The key check entry did not decrypt: not the key of this upload.
+    CertificateKeyWrong = 21,
+    /// An entry of kubeadm-certs was changed after the upload.
+    CertsTampered = 22,
+    /// Entries of kubeadm-certs were swapped, replaced, or do not match each other.
+    CertsSwapped = 23,
+    /// An entry of kubeadm-certs is missing.
+    CertsEntryMissing = 24,
+    /// kube-system/kubeadm-certs is missing or expired.
+    CertsSecretGone = 25,
+    /// A file of the PKI directory cannot be read.
+    PkiUnreadable = 26,
+    /// The PKI files are not a consistent set (a key that does not match its certificate).
+    PkiInconsistent = 27,
+    /// The target PKI directory cannot be written.
+    PkiUnwritable = 28,
+    /// Existing PKI files differ from the downloaded ones (use --force).
+    PkiConflict = 29,
+    /// A Secret without kubeflavor's key check did not decrypt: wrong key or tampered.
+    CertsWrongKeyOrTampered = 30,
+}
+
+impl ExitCode {
+    pub fn code(self) -> u8 {
+        self as u8
+    }
+}
+
+impl From<ExitCode> for std::process::ExitCode {
+    fn from(code: ExitCode) -> Self {
+        std::process::ExitCode::from(code.code())
+    }
+}

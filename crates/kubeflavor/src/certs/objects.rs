@@ -13,18 +13,14 @@ use kube::api::PostParams;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-/// Everything copy-certs stores lives here.
-pub const NAMESPACE: &str = "kube-system";
-/// kubeadm's name for the Secret holding the encrypted CA material.
-pub const SECRET_NAME: &str = "kubeadm-certs";
-/// kubeadm's name for the Role and the RoleBinding that let joining nodes read it.
-pub const RBAC_NAME: &str = "kubeadm:kubeadm-certs";
-/// kubeadm's description of the token whose expiry garbage-collects the Secret.
-pub const PROXY_TOKEN_DESCRIPTION: &str = "Proxy for managing TTL for the kubeadm-certs secret";
+pub use kubeflavor_core::copycerts::{
+    OWNER_TOKEN_DESCRIPTION as PROXY_TOKEN_DESCRIPTION, RBAC_NAME, SECRET_NAME,
+    SECRET_NAMESPACE as NAMESPACE,
+};
 /// The group of every default kubeadm token (workers included: that is kubeadm's weakness).
 pub const KUBEADM_TOKEN_GROUP: &str = "system:bootstrappers:kubeadm:default-node-token";
 /// The group of tokens minted by `kubeflavor token create --control-plane`.
-pub const CONTROL_PLANE_TOKEN_GROUP: &str = "system:bootstrappers:kubeflavor:control-plane";
+pub use kubeflavor_core::token_secret::CONTROL_PLANE_GROUP as CONTROL_PLANE_TOKEN_GROUP;
 const RBAC_GROUP: &str = "rbac.authorization.k8s.io";
 
 /// Who may read `kube-system/kubeadm-certs` (P5).

@@ -100,8 +100,13 @@ pub enum TokenCommand {
 #[derive(Debug, Args)]
 pub struct TokenCreateArgs {
     /// The Flavor of the new token (see `kubeflavor flavor list`).
-    #[arg(long, value_name = "NAME")]
-    pub flavor: FlavorName,
+    #[arg(long, value_name = "NAME", required_unless_present = "control_plane")]
+    pub flavor: Option<FlavorName>,
+    /// Mint a control-plane join token instead of a node token: no flavor, group
+    /// system:bootstrappers:kubeflavor:control-plane, the only tokens that may read the
+    /// certificates `kubeflavor certs upload` stores. Default TTL 2h.
+    #[arg(long, conflicts_with_all = ["flavor", "max_nodes"])]
+    pub control_plane: bool,
     /// How long the token stays valid: 24h, 90m, 1h30m, or 0 for never. Default: the
     /// flavor's tokenDefaults.ttl, else 24h.
     #[arg(long, value_name = "DURATION")]

@@ -67,15 +67,19 @@ fn expose_str<S: serde::Serializer>(value: &Zeroizing<String>, s: S) -> Result<S
 }
 
 pub async fn create(cluster: &Cluster, args: &TokenCreateArgs, out: &mut dyn Write) -> Result<()> {
+    let Some(flavor_name) = args.flavor.as_ref() else {
+        return crate::cmd::certs::create_control_plane_token(cluster, args.ttl, args.output, out)
+            .await;
+    };
     let flavors: Api<Flavor> = Api::all(cluster.client.clone());
-    let flavor = match flavors.get(args.flavor.as_str()).await {
+    let flavor = match flavors.get(flavor_name.as_str()).await {
         Ok(f) => f,
-        Err(err) if is_not_found(&err) => return Err(unknown_flavor(cluster, &args.flavor).await),
-        Err(err) => return Err(cluster.error(&format!("get flavor {}", args.flavor), err)),
+        Err(err) if is_not_found(&err) => return Err(unknown_flavor(cluster, flavor_name).await),
+        Err(err) => return Err(cluster.error(&format!("get flavor {}", flavor_name), err)),
     };
     let (_, rules) = rules_from_flavor(&flavor).map_err(|e| {
         CliError::refused(
-            format!("flavor {} is invalid: {e}", args.flavor),
+            format!("flavor {} is invalid: {e}", flavor_name),
             "fix it with 'kubeflavor flavor apply -f FILE' before minting tokens for it",
         )
     })?;
@@ -92,7 +96,7 @@ pub async fn create(cluster: &Cluster, args: &TokenCreateArgs, out: &mut dyn Wri
         let token = BootstrapToken::generate().map_err(|e| CliError::failed(e, "retry"))?;
         let mut secret = to_secret(&flavored_token_secret(
             &token,
-            &args.flavor,
+            flavor_name,
             expiration,
             max_nodes,
         ));
@@ -101,14 +105,7 @@ pub async fn create(cluster: &Cluster, args: &TokenCreateArgs, out: &mut dyn Wri
         match result {
             Ok(mut stored) => {
                 zeroize_secret(&mut stored);
-                return print_created(
-                    &token,
-                    &args.flavor,
-                    expiration,
-                    max_nodes,
-                    args.output,
-                    out,
-                );
+                return print_created(&token, flavor_name, expiration, max_nodes, args.output, out);
             }
             // Another token already has this id: draw a new one (kubeadm does the same).
             Err(err) if is_api_reason(&err, "AlreadyExists") => {

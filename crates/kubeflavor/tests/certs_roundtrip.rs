@@ -256,3 +256,67 @@ async fn garbage_collection_deletes_the_secret_with_its_proxy_token() {
     assert_eq!(err.exit_code(), 25);
     assert!(!tmp.path().join("t").exists());
 }
+
+/// A Secret as kubeadm writes it (sealed by Python's independent AES-GCM, no key check, no
+/// manifest: the committed core vectors) downloads with kubeflavor.
+#[tokio::test]
+async fn a_secret_written_by_kubeadm_downloads() {
+    use sha2::{Digest, Sha256};
+    let vectors: serde_json::Value = serde_json::from_str(include_str!(
+        "../../kubeflavor-core/tests/data/copycerts_vectors.json"
+    ))
+    .unwrap();
+    let env = Env::start().await;
+    let secrets: Api<Secret> = Api::namespaced(env.admin.clone(), "kube-system");
+    let _ = secrets.delete("kubeadm-certs", &Default::default()).await;
+    let secret: Secret = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "kubeadm-certs", "namespace": "kube-system"},
+        "type": "Opaque",
+        "data": vectors["secret_data_b64"],
+    }))
+    .unwrap();
+    secrets.create(&Default::default(), &secret).await.unwrap();
+    let key = vectors["key"].as_str().unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let target = tmp.path().join("pki");
+
+    // Without kubeflavor's key check a wrong key cannot be told from tampering: exit 30.
+    let err = download(
+        &env,
+        &[
+            "--certificate-key",
+            &"1".repeat(64),
+            "--pki-dir",
+            target.to_str().unwrap(),
+        ],
+    )
+    .await
+    .unwrap_err();
+    assert!(matches!(err, CertsError::WrongKeyOrTampered(_)), "{err}");
+    assert_eq!(err.exit_code(), 30);
+    assert!(!target.exists());
+
+    download(
+        &env,
+        &[
+            "--certificate-key",
+            key,
+            "--pki-dir",
+            target.to_str().unwrap(),
+        ],
+    )
+    .await
+    .unwrap();
+    let files = snapshot(&target);
+    for (entry, digest) in vectors["plaintext_sha256"].as_object().unwrap() {
+        let rel = entry.replacen("etcd-", "etcd/", 1);
+        let (mode, bytes) = &files[&rel];
+        assert_eq!(
+            hex::encode(Sha256::digest(bytes)),
+            digest.as_str().unwrap(),
+            "{rel}"
+        );
+        let want = if rel.ends_with(".key") { 0o600 } else { 0o644 };
+        assert_eq!(*mode, want, "{rel}");
+    }
+}

@@ -201,3 +201,80 @@ async fn the_proxy_token_cannot_authenticate_and_the_secret_expires() {
         "{err}"
     );
 }
+
+/// Whether Python's `cryptography` (an independent AES-GCM, standing in for kubeadm's Go
+/// code) is available; `.ci/run` installs it.
+fn python_cryptography() -> bool {
+    std::process::Command::new("python3")
+        .args(["-c", "import cryptography"])
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn every_stored_entry_opens_with_an_independent_aes_gcm() {
+    use base64::Engine as _;
+    use sha2::{Digest, Sha256};
+    use std::io::Write as _;
+    if !python_cryptography() {
+        eprintln!("SKIPPED: python3 with the cryptography package is not installed");
+        return;
+    }
+    let env = Env::start().await;
+    let tmp = tempfile::tempdir().unwrap();
+    let pki = tmp.path().join("pki");
+    let key = generate_and_upload(&env, &pki, &[]).await;
+    let secret = Api::<Secret>::namespaced(env.admin.clone(), "kube-system")
+        .get("kubeadm-certs")
+        .await
+        .unwrap();
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let data: serde_json::Map<String, serde_json::Value> = secret
+        .data
+        .unwrap()
+        .into_iter()
+        .map(|(k, v)| (k, b64.encode(&v.0).into()))
+        .collect();
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../kubeflavor-core/tests/copycerts_vectors.py"
+    );
+    let mut child = std::process::Command::new("python3")
+        .args([script, "open-secret", &key])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(serde_json::to_string(&data).unwrap().as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "an entry did not decrypt in Python");
+    let opened: std::collections::BTreeMap<String, String> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let (k, v) = l.split_once(' ').unwrap();
+            (k.to_owned(), v.to_owned())
+        })
+        .collect();
+    // Every non-empty value opened, kubeflavor's two extra entries included, and each file
+    // entry decrypts to exactly the file that was uploaded.
+    assert_eq!(opened.len(), data.len());
+    for (entry, rel) in [
+        ("ca.crt", "ca.crt"),
+        ("ca.key", "ca.key"),
+        ("front-proxy-ca.crt", "front-proxy-ca.crt"),
+        ("front-proxy-ca.key", "front-proxy-ca.key"),
+        ("sa.pub", "sa.pub"),
+        ("sa.key", "sa.key"),
+        ("etcd-ca.crt", "etcd/ca.crt"),
+        ("etcd-ca.key", "etcd/ca.key"),
+    ] {
+        let file = std::fs::read(pki.join(rel)).unwrap();
+        assert_eq!(opened[entry], hex::encode(Sha256::digest(&file)), "{entry}");
+    }
+}

@@ -20,6 +20,22 @@ pub enum ExitCode {
     Unreachable = 5,
     /// The API server refused the caller: 403 (missing RBAC permission) or 401.
     Forbidden = 6,
+    /// `join`: the --token value is not a bootstrap token.
+    JoinMalformedToken = 10,
+    /// `join`: a --discovery-token-ca-cert-hash value is not `sha256:<64 hex>`.
+    JoinMalformedPin = 11,
+    /// `join`: no CA pin, and the unsafe skip was not asked for.
+    JoinPinRequired = 12,
+    /// `join`: the cluster CA does not match the pin, or the CA-verified re-read of
+    /// cluster-info failed or differed: possibly an attack.
+    JoinCaMismatch = 13,
+    /// `join`: the token is invalid or expired (no valid signature in cluster-info, or the
+    /// API server refused it).
+    JoinTokenInvalid = 14,
+    /// `join`: the cluster refused this node (its CSR was denied).
+    JoinNodeRefused = 15,
+    /// `join`: the kubelet directory is not writable, or the node already joined.
+    JoinKubeletDir = 16,
     // `certs` (issue 6): each P5/P6 failure of the certificate hand-off has its own code.
     /// `--certificate-key` is not 64 hexadecimal characters.
     CertificateKeyMalformed = 20,

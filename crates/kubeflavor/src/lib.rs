@@ -9,6 +9,7 @@ pub mod cmd;
 pub mod crd;
 pub mod error;
 pub mod exit;
+pub mod join;
 pub mod output;
 
 use std::ffi::OsString;

@@ -27,14 +27,14 @@ in-cluster service account; --context picks a context.
 Also usable as the kubectl plugin `kubectl flavor` (the same binary named kubectl-flavor).
 
 Planned, not in this version: `controller` (the CSR-approving controller), `node list|get|revoke`,
-`token revoke`, `join` (kubeadm-compatible discovery and TLS bootstrap).
+`token revoke`.
 
 Exit codes: 0 ok, 1 error, 2 usage, 3 not found, 4 refused (invalid or unsafe input, object in
-use), 5 cluster unreachable, 6 forbidden or unauthorized. `certs`: 20 malformed certificate key,
-21 wrong certificate key, 22 tampered Secret entry, 23 swapped or mismatched entries, 24 missing
-entry, 25 kubeadm-certs Secret missing or expired, 26 unreadable PKI file, 27 inconsistent PKI
-files, 28 unwritable target, 29 existing files differ (--force), 30 wrong key or tampered entry
-(a Secret kubeadm wrote, without kubeflavor's key check).";
+use), 5 cluster unreachable, 6 forbidden or unauthorized; `join` adds 10-16 (see `join --help`).
+`certs`: 20 malformed certificate key, 21 wrong certificate key, 22 tampered Secret entry, 23
+swapped or mismatched entries, 24 missing entry, 25 kubeadm-certs Secret missing or expired, 26
+unreadable PKI file, 27 inconsistent PKI files, 28 unwritable target, 29 existing files differ
+(--force), 30 wrong key or tampered entry (a Secret kubeadm wrote, without kubeflavor's key check).";
 
 #[derive(Debug, Parser)]
 #[command(
@@ -74,6 +74,10 @@ pub enum Command {
     Flavor(FlavorCommand),
     /// Print (or apply) the CRDs, RBAC and controller Deployment kubeflavor needs.
     Install(InstallArgs),
+    /// Join this machine as a node, as `kubeadm join` does: discovery from cluster-info
+    /// (token signature and CA pin), bootstrap-kubelet.conf, and with --tls-bootstrap the
+    /// kubelet's certificate request itself. Exit codes are listed in `join --help`.
+    Join(crate::cmd::join::JoinArgs),
     /// Move control-plane CA material between machines, kubeadm-compatible: certificate
     /// key, CA set generation, encrypted upload to kube-system/kubeadm-certs, download,
     /// inspection.

@@ -4,6 +4,7 @@
 pub mod certs;
 pub mod flavor;
 pub mod install;
+pub mod join;
 pub mod token;
 
 use std::io::Write;
@@ -49,6 +50,7 @@ pub async fn execute(cli: Cli, out: &mut dyn Write) -> Result<()> {
                 install::print(&args, out)
             }
         }
+        Command::Join(args) => join::run(&args, out).await,
     }
 }
 

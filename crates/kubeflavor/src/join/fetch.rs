@@ -1,0 +1,345 @@
+//! Reading `kube-public/cluster-info` during discovery: the two clients (unverified, then
+//! verified by the discovered CA) and kubeadm's retry loop around them.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::{Api, Client};
+use kubeflavor_core::token::TokenId;
+use tokio::time::Instant;
+
+use super::Report;
+use super::discovery::{CLUSTER_INFO_NAME, CLUSTER_INFO_NAMESPACE, DiscoveryError, JWS_KEY_PREFIX};
+
+/// One failed read of cluster-info.
+#[derive(Debug)]
+pub enum FetchError {
+    /// 401/403: retrying will not help.
+    Forbidden(String),
+    /// 404: the ConfigMap is not there (yet).
+    NotFound,
+    /// Anything else (connection refused, TLS, 5xx): retried.
+    Failed(String),
+}
+
+/// Why polling stopped without a signature.
+#[derive(Debug)]
+pub enum PollFailure {
+    Forbidden(String),
+    /// The deadline passed; the last problem seen.
+    TimedOut(LastProblem),
+}
+
+#[derive(Debug)]
+pub enum LastProblem {
+    Unreachable(String),
+    NoClusterInfo,
+    NoSignature,
+}
+
+impl PollFailure {
+    pub(super) fn into_error(
+        self,
+        endpoint: &str,
+        token_id: &TokenId,
+        timeout: Duration,
+    ) -> DiscoveryError {
+        let timeout = human_duration(timeout);
+        match self {
+            PollFailure::Forbidden(message) => DiscoveryError::ClusterInfoForbidden {
+                endpoint: endpoint.to_string(),
+                message,
+            },
+            PollFailure::TimedOut(LastProblem::Unreachable(cause)) => DiscoveryError::Unreachable {
+                endpoint: endpoint.to_string(),
+                timeout,
+                cause,
+            },
+            PollFailure::TimedOut(LastProblem::NoClusterInfo) => DiscoveryError::NoClusterInfo {
+                endpoint: endpoint.to_string(),
+                detail: String::new(),
+            },
+            PollFailure::TimedOut(LastProblem::NoSignature) => DiscoveryError::NoSignature {
+                token_id: token_id.clone(),
+                timeout,
+            },
+        }
+    }
+
+    pub(super) fn describe(&self) -> String {
+        match self {
+            PollFailure::Forbidden(m) => m.clone(),
+            PollFailure::TimedOut(LastProblem::Unreachable(cause)) => cause.clone(),
+            PollFailure::TimedOut(LastProblem::NoClusterInfo) => "cluster-info disappeared".into(),
+            PollFailure::TimedOut(LastProblem::NoSignature) => {
+                "the token's signature disappeared".into()
+            }
+        }
+    }
+}
+
+/// Reads cluster-info until it carries `jws-kubeconfig-<id>`, every `interval`, until
+/// `deadline`. Like kubeadm, a refusal (401/403) stops at once: the cluster does not allow
+/// anonymous discovery and waiting will not change that.
+pub async fn poll_for_signature<F, Fut>(
+    mut fetch: F,
+    token_id: &TokenId,
+    deadline: Instant,
+    interval: Duration,
+    report: &mut dyn Report,
+) -> Result<BTreeMap<String, String>, PollFailure>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<BTreeMap<String, String>, FetchError>>,
+{
+    let jws_key = format!("{JWS_KEY_PREFIX}{}", token_id.as_str());
+    loop {
+        let remaining = deadline.saturating_duration_since(Instant::now());
+        let problem = match tokio::time::timeout(remaining, fetch()).await {
+            Ok(Ok(data)) if data.contains_key(&jws_key) => return Ok(data),
+            Ok(Ok(_)) => {
+                report.info(&format!(
+                    "[discovery] The cluster-info ConfigMap does not yet contain a JWS signature for token ID {:?}, will try again",
+                    token_id.as_str()
+                ));
+                LastProblem::NoSignature
+            }
+            Ok(Err(FetchError::Forbidden(message))) => return Err(PollFailure::Forbidden(message)),
+            Ok(Err(FetchError::NotFound)) => {
+                report.info(
+                    "[discovery] The cluster-info ConfigMap does not exist yet, will try again",
+                );
+                LastProblem::NoClusterInfo
+            }
+            Ok(Err(FetchError::Failed(cause))) => {
+                report.info(&format!(
+                    "[discovery] Failed to request cluster-info, will try again: {cause}"
+                ));
+                LastProblem::Unreachable(cause)
+            }
+            Err(_elapsed) => LastProblem::Unreachable("no answer before the timeout".into()),
+        };
+        let next = Instant::now() + interval;
+        if next >= deadline {
+            return Err(PollFailure::TimedOut(problem));
+        }
+        tokio::time::sleep_until(next).await;
+    }
+}
+
+pub(super) async fn fetch_cluster_info(
+    client: Client,
+) -> Result<BTreeMap<String, String>, FetchError> {
+    let api: Api<ConfigMap> = Api::namespaced(client, CLUSTER_INFO_NAMESPACE);
+    match api.get(CLUSTER_INFO_NAME).await {
+        Ok(cm) => Ok(cm.data.unwrap_or_default()),
+        Err(kube::Error::Api(status)) if status.code == 401 || status.code == 403 => {
+            Err(FetchError::Forbidden(status.message.clone()))
+        }
+        Err(kube::Error::Api(status)) if status.code == 404 => Err(FetchError::NotFound),
+        Err(e) => Err(FetchError::Failed(error_chain(&e))),
+    }
+}
+
+/// Anonymous, and the ONLY client in kubeflavor that accepts any server certificate: the
+/// node cannot know the CA before this read, and the JWS plus the pin check authenticate
+/// what it returns.
+pub(super) fn insecure_client(endpoint: &http::Uri) -> Result<Client, DiscoveryError> {
+    let mut config = kube::Config::new(endpoint.clone());
+    config.accept_invalid_certs = true;
+    Client::try_from(config).map_err(|e| DiscoveryError::Unreachable {
+        endpoint: endpoint.to_string(),
+        timeout: "0s".into(),
+        cause: error_chain(&e),
+    })
+}
+
+pub(super) fn verified_client(
+    endpoint: &http::Uri,
+    ca_certs_der: &[Vec<u8>],
+) -> Result<Client, DiscoveryError> {
+    let mut config = kube::Config::new(endpoint.clone());
+    config.root_cert = Some(ca_certs_der.to_vec());
+    Client::try_from(config).map_err(|e| DiscoveryError::VerifiedFetchFailed {
+        endpoint: endpoint.to_string(),
+        cause: error_chain(&e),
+    })
+}
+
+/// An error with its causes, one line: kube's top-level messages ("ServiceError: client
+/// error (Connect)") hide the useful part ("Connection refused").
+pub fn error_chain(err: &dyn std::error::Error) -> String {
+    let mut parts = vec![err.to_string()];
+    let mut source = err.source();
+    while let Some(s) = source {
+        let text = s.to_string();
+        if !parts.iter().any(|p| p.contains(&text)) {
+            parts.push(text);
+        }
+        source = s.source();
+    }
+    parts.join(": ")
+}
+
+/// `5m`, `30s`, `1m30s`, `250ms`: how the timeout was given.
+pub fn human_duration(d: Duration) -> String {
+    let secs = d.as_secs();
+    if secs == 0 {
+        return format!("{}ms", d.as_millis());
+    }
+    let (m, s) = (secs / 60, secs % 60);
+    match (m, s) {
+        (0, s) => format!("{s}s"),
+        (m, 0) => format!("{m}m"),
+        (m, s) => format!("{m}m{s}s"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::cell::Cell;
+
+    use super::*;
+    use crate::join::RecordedReport;
+    use crate::join::discovery::KUBECONFIG_KEY;
+
+    const KUBECONFIG: &str = "apiVersion: v1\nkind: Config\n";
+
+    fn signed_data() -> BTreeMap<String, String> {
+        BTreeMap::from([
+            (KUBECONFIG_KEY.to_string(), KUBECONFIG.to_string()),
+            (format!("{JWS_KEY_PREFIX}abcdef"), "eyJ..sig".to_string()),
+        ])
+    }
+
+    type Answer = fn() -> Result<BTreeMap<String, String>, FetchError>;
+
+    /// A scripted cluster-info endpoint: answers in order, the last one forever.
+    fn scripted(
+        answers: Vec<Answer>,
+        calls: &Cell<usize>,
+    ) -> impl FnMut() -> std::future::Ready<Result<BTreeMap<String, String>, FetchError>> + '_ {
+        move || {
+            let i = calls.get();
+            calls.set(i + 1);
+            std::future::ready(answers[i.min(answers.len() - 1)]())
+        }
+    }
+
+    fn unsigned() -> Result<BTreeMap<String, String>, FetchError> {
+        Ok(BTreeMap::from([(
+            KUBECONFIG_KEY.to_string(),
+            KUBECONFIG.to_string(),
+        )]))
+    }
+    fn signed() -> Result<BTreeMap<String, String>, FetchError> {
+        Ok(signed_data())
+    }
+    fn refused() -> Result<BTreeMap<String, String>, FetchError> {
+        Err(FetchError::Failed("connection refused".into()))
+    }
+    fn forbidden() -> Result<BTreeMap<String, String>, FetchError> {
+        Err(FetchError::Forbidden(
+            "configmaps \"cluster-info\" is forbidden".into(),
+        ))
+    }
+
+    async fn poll(
+        answers: Vec<Answer>,
+        timeout: Duration,
+    ) -> (
+        Result<BTreeMap<String, String>, PollFailure>,
+        usize,
+        RecordedReport,
+    ) {
+        let calls = Cell::new(0);
+        let mut report = RecordedReport::default();
+        let id: TokenId = "abcdef".parse().unwrap();
+        let result = poll_for_signature(
+            scripted(answers, &calls),
+            &id,
+            Instant::now() + timeout,
+            Duration::from_secs(5),
+            &mut report,
+        )
+        .await;
+        (result, calls.get(), report)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn waits_until_the_bootstrapsigner_has_signed() {
+        let (result, calls, report) = poll(
+            vec![refused, unsigned, unsigned, signed],
+            Duration::from_secs(300),
+        )
+        .await;
+        assert!(result.unwrap().contains_key("jws-kubeconfig-abcdef"));
+        assert_eq!(calls, 4);
+        assert_eq!(
+            report
+                .lines
+                .iter()
+                .filter(|l| l.contains("does not yet contain a JWS signature"))
+                .count(),
+            2
+        );
+        assert!(
+            report.lines[0]
+                .starts_with("[discovery] Failed to request cluster-info, will try again")
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn unreachable_server_retries_every_interval_then_times_out() {
+        let start = Instant::now();
+        let (result, calls, report) = poll(vec![refused], Duration::from_secs(30)).await;
+        // Attempts at 0, 5, ..., 25 s; the next one would be at the deadline.
+        assert_eq!(calls, 6);
+        assert_eq!(report.lines.len(), 6);
+        assert!(Instant::now() - start <= Duration::from_secs(30));
+        let err = result.unwrap_err().into_error(
+            "https://192.0.2.10:6443/",
+            &"abcdef".parse().unwrap(),
+            Duration::from_secs(30),
+        );
+        assert!(matches!(err, DiscoveryError::Unreachable { .. }));
+        assert!(
+            err.to_string().contains("within 30s: connection refused"),
+            "{err}"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn token_never_signed_is_invalid_or_expired() {
+        let (result, _, _) = poll(vec![unsigned], Duration::from_secs(20)).await;
+        let err = result.unwrap_err().into_error(
+            "e",
+            &"abcdef".parse().unwrap(),
+            Duration::from_secs(20),
+        );
+        assert!(matches!(err, DiscoveryError::NoSignature { .. }));
+        assert!(
+            err.to_string()
+                .starts_with("the token is invalid or expired"),
+            "{err}"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn forbidden_stops_at_once() {
+        let (result, calls, _) = poll(vec![forbidden, signed], Duration::from_secs(300)).await;
+        assert!(matches!(result, Err(PollFailure::Forbidden(_))));
+        assert_eq!(calls, 1);
+    }
+
+    /// Two unrelated CA certificates (DER): the cluster CA and, say, the front-proxy CA.
+    #[test]
+    fn durations_read_like_the_flag() {
+        assert_eq!(human_duration(Duration::from_secs(300)), "5m");
+        assert_eq!(human_duration(Duration::from_secs(90)), "1m30s");
+        assert_eq!(human_duration(Duration::from_secs(7)), "7s");
+        assert_eq!(human_duration(Duration::from_millis(250)), "250ms");
+    }
+}

@@ -1,0 +1,368 @@
+//! `kubeflavor join`: the node side of enrollment, kubeadm-compatible.
+//!
+//! Phases, named as kubeadm names them and printed the same way:
+//! - `[preflight]`: the kubelet directory is usable and this node has not joined already
+//!   (before any network traffic, so a bad directory never costs a token use);
+//! - `[discovery]` ([`discovery`]): an authenticated view of the cluster from
+//!   `kube-public/cluster-info`;
+//! - `[kubelet-start]`: bootstrap-kubelet.conf for the kubelet, and the flags to start it with;
+//! - `[tls-bootstrap]` ([`tls_bootstrap`], with `--tls-bootstrap`): the kubelet's CSR done
+//!   here, ending in kubelet.conf.
+//!
+//! Every file is written atomically with mode 0600 ([`files`]); a failure after
+//! bootstrap-kubelet.conf was written removes it again, so a failed join leaves nothing.
+
+pub mod discovery;
+pub mod fetch;
+pub mod files;
+pub mod kubeconfigs;
+pub mod tls_bootstrap;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use kubeflavor_core::names::NodeName;
+use kubeflavor_core::token::BootstrapToken;
+
+pub use discovery::{CaCheck, DiscoveredCluster, DiscoveryError};
+pub use files::WriteError;
+pub use tls_bootstrap::TlsBootstrapError;
+
+/// The file the kubelet bootstraps with (`--bootstrap-kubeconfig`).
+pub const BOOTSTRAP_KUBELET_CONF: &str = "bootstrap-kubelet.conf";
+/// The file with the node's own client certificate (`--kubeconfig`).
+pub const KUBELET_CONF: &str = "kubelet.conf";
+/// The taint a kubeflavor node registers with: untrusted until the controller flavors it
+/// and removes the taint (issue 4 item 5).
+pub const UNVERIFIED_TAINT: &str = "kubeflavor.io/unverified=:NoSchedule";
+
+/// Default retry interval of discovery, as kubeadm's.
+pub const DEFAULT_RETRY_INTERVAL: Duration = Duration::from_secs(5);
+
+/// Where progress goes. kubeadm prints its phase lines on stdout; warnings go to stderr so
+/// they are not lost when stdout is piped.
+pub trait Report {
+    fn info(&mut self, line: &str);
+    fn warn(&mut self, line: &str);
+}
+
+/// Progress on the terminal.
+pub struct ConsoleReport;
+
+impl Report for ConsoleReport {
+    fn info(&mut self, line: &str) {
+        println!("{line}");
+    }
+    fn warn(&mut self, line: &str) {
+        eprintln!("{line}");
+    }
+}
+
+/// Progress collected in memory (tests, and the walkthrough's indented narration).
+#[derive(Default, Debug, Clone)]
+pub struct RecordedReport {
+    pub lines: Vec<String>,
+}
+
+impl Report for RecordedReport {
+    fn info(&mut self, line: &str) {
+        self.lines.push(line.to_string());
+    }
+    fn warn(&mut self, line: &str) {
+        self.lines.push(line.to_string());
+    }
+}
+
+/// Everything `join` needs, parsed and validated.
+pub struct JoinOptions {
+    /// `https://host:port` of an API server.
+    pub endpoint: http::Uri,
+    pub token: BootstrapToken,
+    pub ca_check: CaCheck,
+    pub node_name: NodeName,
+    pub kubelet_dir: PathBuf,
+    pub tls_bootstrap: bool,
+    /// Discovery, and separately the wait for the certificate, give up after this long.
+    pub timeout: Duration,
+    pub retry_interval: Duration,
+}
+
+/// What a successful join produced.
+#[derive(Debug)]
+pub struct JoinOutcome {
+    pub cluster: DiscoveredCluster,
+    pub bootstrap_kubeconfig: PathBuf,
+    /// With `--tls-bootstrap`: kubelet.conf and the CSR it came from.
+    pub kubelet_kubeconfig: Option<PathBuf>,
+    pub csr_name: Option<String>,
+    /// The flags to start the kubelet with.
+    pub kubelet_flags: Vec<String>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum JoinError {
+    #[error(
+        "the kubelet directory is not usable: {0} (pass a writable --kubelet-dir, or run as root)"
+    )]
+    KubeletDir(WriteError),
+    #[error(
+        "{} already exists: this node has joined a cluster before (remove it first, e.g. with 'kubeadm reset', to join again)",
+        .0.display()
+    )]
+    AlreadyJoined(PathBuf),
+    #[error(transparent)]
+    Discovery(#[from] DiscoveryError),
+    #[error(transparent)]
+    TlsBootstrap(#[from] TlsBootstrapError),
+    #[error("cannot build the kubeconfig: {0}")]
+    Kubeconfig(String),
+}
+
+/// Parses the join endpoint as kubeadm takes it, `host:port` (an `https://` prefix is
+/// tolerated), into the URL discovery connects to.
+pub fn parse_endpoint(endpoint: &str) -> Result<http::Uri, String> {
+    let hostport = endpoint
+        .strip_prefix("https://")
+        .unwrap_or(endpoint)
+        .trim_end_matches('/');
+    let fix = "give the API server endpoint as host:port, e.g. 192.0.2.10:6443";
+    if hostport.is_empty()
+        || hostport.contains('/')
+        || hostport.contains('@')
+        || hostport.contains("://")
+    {
+        return Err(format!(
+            "{endpoint:?} is not an API server endpoint ({fix})"
+        ));
+    }
+    let uri: http::Uri = format!("https://{hostport}")
+        .parse()
+        .map_err(|e| format!("{endpoint:?} is not an API server endpoint: {e} ({fix})"))?;
+    match uri.port_u16() {
+        Some(p) if p != 0 => Ok(uri),
+        _ => Err(format!("{endpoint:?} has no port ({fix})")),
+    }
+}
+
+/// Runs the join. On error, no file this run created is left behind.
+pub async fn run(opts: &JoinOptions, report: &mut dyn Report) -> Result<JoinOutcome, JoinError> {
+    let bootstrap_path = opts.kubelet_dir.join(BOOTSTRAP_KUBELET_CONF);
+    let kubelet_path = opts.kubelet_dir.join(KUBELET_CONF);
+
+    report.info("[preflight] Running pre-flight checks");
+    files::ensure_writable_dir(&opts.kubelet_dir).map_err(JoinError::KubeletDir)?;
+    if kubelet_path.exists() {
+        return Err(JoinError::AlreadyJoined(kubelet_path));
+    }
+    if let CaCheck::UnsafeSkip = opts.ca_check {
+        report.warn(
+            "WARNING: --discovery-token-unsafe-skip-ca-verification: the cluster CA is NOT verified. \
+             Anyone who knows this token can impersonate the cluster to this node. \
+             Use --discovery-token-ca-cert-hash instead.",
+        );
+    }
+
+    let cluster = discovery::discover(
+        &discovery::DiscoveryConfig {
+            endpoint: opts.endpoint.clone(),
+            token: opts.token.clone(),
+            ca_check: opts.ca_check.clone(),
+            timeout: opts.timeout,
+            retry_interval: opts.retry_interval,
+        },
+        report,
+    )
+    .await?;
+
+    let bootstrap_conf = bootstrap_kubeconfig(&cluster, &opts.token)?;
+    report.info(&format!(
+        "[kubelet-start] Writing the bootstrap kubeconfig to {:?}",
+        bootstrap_path.display()
+    ));
+    files::write_secret_file(&bootstrap_path, bootstrap_conf.as_bytes())
+        .map_err(JoinError::KubeletDir)?;
+
+    let mut outcome = JoinOutcome {
+        kubelet_flags: kubelet_flags(&opts.kubelet_dir, &opts.node_name),
+        cluster,
+        bootstrap_kubeconfig: bootstrap_path.clone(),
+        kubelet_kubeconfig: None,
+        csr_name: None,
+    };
+
+    if opts.tls_bootstrap {
+        let result = tls_bootstrap_phase(
+            opts,
+            &outcome.cluster,
+            &bootstrap_conf,
+            &kubelet_path,
+            report,
+        )
+        .await;
+        match result {
+            Ok(csr_name) => {
+                outcome.kubelet_kubeconfig = Some(kubelet_path);
+                outcome.csr_name = Some(csr_name);
+            }
+            Err(e) => {
+                // A refused or failed bootstrap leaves no credentials behind (the token in
+                // bootstrap-kubelet.conf is the one the cluster just refused, or soon will).
+                if let Err(cleanup) = files::remove_if_present(&bootstrap_path) {
+                    report.warn(&format!(
+                        "could not remove {}: {cleanup}",
+                        bootstrap_path.display()
+                    ));
+                }
+                return Err(e);
+            }
+        }
+    }
+
+    report.info("[kubelet-start] Start the kubelet with these flags (the node registers untrusted until kubeflavor flavors it):");
+    report.info(&format!("  kubelet {}", outcome.kubelet_flags.join(" ")));
+    Ok(outcome)
+}
+
+async fn tls_bootstrap_phase(
+    opts: &JoinOptions,
+    cluster: &DiscoveredCluster,
+    bootstrap_conf: &str,
+    kubelet_path: &Path,
+    report: &mut dyn Report,
+) -> Result<String, JoinError> {
+    report.info(
+        "[tls-bootstrap] Requesting a client certificate for this node, as the kubelet would",
+    );
+    let client = client_from_kubeconfig(bootstrap_conf)
+        .await
+        .map_err(|e| JoinError::TlsBootstrap(TlsBootstrapError::Client(e)))?;
+    let issued =
+        tls_bootstrap::request_client_certificate(client, &opts.node_name, opts.timeout, report)
+            .await?;
+    let kubelet_conf = kubelet_kubeconfig(cluster, &opts.node_name, &issued)?;
+    report.info(&format!(
+        "[tls-bootstrap] Writing the node's kubeconfig to {:?}",
+        kubelet_path.display()
+    ));
+    files::write_secret_file(kubelet_path, kubelet_conf.as_bytes())
+        .map_err(JoinError::KubeletDir)?;
+    Ok(issued.csr_name)
+}
+
+/// The flags that make the kubelet use what join wrote and register its Node untrusted.
+pub fn kubelet_flags(kubelet_dir: &Path, node_name: &NodeName) -> Vec<String> {
+    vec![
+        format!(
+            "--bootstrap-kubeconfig={}",
+            kubelet_dir.join(BOOTSTRAP_KUBELET_CONF).display()
+        ),
+        format!("--kubeconfig={}", kubelet_dir.join(KUBELET_CONF).display()),
+        format!("--hostname-override={node_name}"),
+        format!("--register-with-taints={UNVERIFIED_TAINT}"),
+        "--rotate-certificates".to_string(),
+    ]
+}
+
+/// A kube client from kubeconfig text (what the kubelet would load from the file).
+pub async fn client_from_kubeconfig(text: &str) -> Result<kube::Client, String> {
+    let kubeconfig = kube::config::Kubeconfig::from_yaml(text).map_err(|e| e.to_string())?;
+    let config = kube::Config::from_custom_kubeconfig(
+        kubeconfig,
+        &kube::config::KubeConfigOptions::default(),
+    )
+    .await
+    .map_err(|e| e.to_string())?;
+    kube::Client::try_from(config).map_err(|e| e.to_string())
+}
+
+fn bootstrap_kubeconfig(
+    cluster: &DiscoveredCluster,
+    token: &BootstrapToken,
+) -> Result<zeroize::Zeroizing<String>, JoinError> {
+    Ok(kubeconfigs::bootstrap_kubelet_conf(
+        &cluster.server,
+        &cluster.ca_pem,
+        token,
+    ))
+}
+
+fn kubelet_kubeconfig(
+    cluster: &DiscoveredCluster,
+    node_name: &NodeName,
+    issued: &tls_bootstrap::IssuedCertificate,
+) -> Result<zeroize::Zeroizing<String>, JoinError> {
+    Ok(kubeconfigs::kubelet_conf(
+        &cluster.server,
+        &cluster.ca_pem,
+        node_name,
+        issued.cert_pem.as_bytes(),
+        &issued.key_pem,
+    ))
+}
+
+/// The node name the kubelet would use without `--hostname-override`: the host name,
+/// lowercased (as kubeadm's `GetHostname`).
+pub fn default_node_name() -> Result<NodeName, String> {
+    let raw = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .or_else(|_| std::fs::read_to_string("/etc/hostname"))
+        .map_err(|e| format!("cannot read this machine's host name: {e} (pass --node-name)"))?;
+    let name = raw.trim().to_lowercase();
+    name.parse().map_err(|e| {
+        format!(
+            "this machine's host name {name:?} is not a valid node name: {e} (pass --node-name)"
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn endpoint_is_host_and_port() {
+        assert_eq!(
+            parse_endpoint("10.0.0.1:6443").unwrap().to_string(),
+            "https://10.0.0.1:6443/"
+        );
+        assert_eq!(
+            parse_endpoint("https://cp.example.com:6443")
+                .unwrap()
+                .to_string(),
+            "https://cp.example.com:6443/"
+        );
+        assert_eq!(
+            parse_endpoint("[2001:db8::1]:6443").unwrap().port_u16(),
+            Some(6443)
+        );
+    }
+
+    #[test]
+    fn endpoint_without_port_or_with_a_path_is_refused() {
+        for bad in [
+            "10.0.0.1",
+            "",
+            "http://10.0.0.1:6443",
+            "10.0.0.1:6443/api",
+            "user@10.0.0.1:6443",
+            "10.0.0.1:0",
+        ] {
+            let err = parse_endpoint(bad).unwrap_err();
+            assert!(err.contains("host:port"), "{bad}: {err}");
+        }
+    }
+
+    #[test]
+    fn kubelet_flags_register_untrusted() {
+        let flags = kubelet_flags(Path::new("/etc/kubernetes"), &"worker-1".parse().unwrap());
+        assert!(
+            flags.contains(
+                &"--register-with-taints=kubeflavor.io/unverified=:NoSchedule".to_string()
+            )
+        );
+        assert!(flags.contains(
+            &"--bootstrap-kubeconfig=/etc/kubernetes/bootstrap-kubelet.conf".to_string()
+        ));
+        assert!(flags.contains(&"--kubeconfig=/etc/kubernetes/kubelet.conf".to_string()));
+        assert!(flags.contains(&"--hostname-override=worker-1".to_string()));
+    }
+}

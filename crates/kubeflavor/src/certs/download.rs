@@ -132,3 +132,49 @@ pub fn bootstrap_client(
         ))
     })
 }
+
+/// `[download-certs]` of `join --control-plane`: after discovery authenticated the cluster,
+/// read the Secret as the bootstrap token and write the files (kubeadm's phase of the same
+/// name). Progress goes to `report`; the key never does.
+pub async fn for_join(
+    cluster: &crate::join::DiscoveredCluster,
+    token: &kubeflavor_core::token::BootstrapToken,
+    opts: &DownloadOptions,
+    report: &mut dyn crate::join::Report,
+) -> Result<WriteReport, CertsError> {
+    report.info(&format!(
+        "[download-certs] Downloading the certificates in Secret {SECRET_NAME:?} in the {NAMESPACE:?} Namespace"
+    ));
+    let client = bootstrap_client(&cluster.server, &cluster.ca_certs_der, token)?;
+    let written = download(&client, opts, Timestamp::now()).await?;
+    for line in report_lines("[download-certs]", &opts.pki_dir, &written) {
+        report.info(&line);
+    }
+    Ok(written)
+}
+
+/// The lines that tell the user what a write did, one per file, then a summary.
+pub fn report_lines(phase: &str, dir: &std::path::Path, report: &WriteReport) -> Vec<String> {
+    let mut lines = Vec::new();
+    for (path, outcome) in &report.files {
+        let verb = match outcome {
+            pki_files::FileOutcome::Created => "Wrote",
+            pki_files::FileOutcome::Replaced => "Replaced",
+            pki_files::FileOutcome::Unchanged => "Kept identical",
+        };
+        lines.push(format!("{phase} {verb} {}", dir.join(path).display()));
+    }
+    for (path, have, want) in &report.mode_warnings {
+        lines.push(format!(
+            "{phase} Warning: {} has mode {have:04o}, kubeadm uses {want:04o} (left alone; chmod {want:o} it)",
+            dir.join(path).display()
+        ));
+    }
+    lines.push(format!(
+        "{phase} {} of {} files written to {}",
+        report.written(),
+        report.files.len(),
+        dir.display()
+    ));
+    lines
+}

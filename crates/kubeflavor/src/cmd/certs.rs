@@ -22,7 +22,7 @@ use zeroize::Zeroize;
 
 use crate::certs::download::DownloadOptions;
 use crate::certs::objects::ReadableBy;
-use crate::certs::pki_files::{self, FileOutcome, WriteReport};
+use crate::certs::pki_files::{self, WriteReport};
 use crate::certs::upload::{self, UploadOptions, Uploaded};
 use crate::certs::{self, CertsError, DEFAULT_PKI_DIR, ExternalEtcd, inspect};
 use crate::cli::{GlobalArgs, TokenOutput};
@@ -116,6 +116,20 @@ pub struct KeyArgs {
 }
 
 #[derive(Debug, Args)]
+pub struct BootstrapArgs {
+    /// Read the Secret as a bootstrap token identity on this API server (host:port),
+    /// discovering and pinning its CA as `kubeadm join` does, instead of a kubeconfig.
+    #[arg(long, value_name = "HOST:PORT", requires_all = ["token", "discovery_token_ca_cert_hash"])]
+    pub server: Option<String>,
+    /// Bootstrap token (from `kubeflavor token create --control-plane`).
+    #[arg(long, value_name = "TOKEN", requires = "server")]
+    pub token: Option<String>,
+    /// Pin of the cluster CA, `sha256:<hex>` (repeatable).
+    #[arg(long, value_name = "sha256:HEX", requires = "server")]
+    pub discovery_token_ca_cert_hash: Vec<String>,
+}
+
+#[derive(Debug, Args)]
 pub struct DownloadArgs {
     #[command(flatten)]
     pub key: KeyArgs,
@@ -125,6 +139,8 @@ pub struct DownloadArgs {
     /// Replace existing files whose content differs (identical files are always kept).
     #[arg(long)]
     pub force: bool,
+    #[command(flatten)]
+    pub bootstrap: BootstrapArgs,
 }
 
 #[derive(Debug, Args)]
@@ -310,30 +326,10 @@ fn print_report(
     dir: &std::path::Path,
     report: &WriteReport,
 ) -> Result<(), CertsError> {
-    for (path, outcome) in &report.files {
-        let verb = match outcome {
-            FileOutcome::Created => "Wrote",
-            FileOutcome::Replaced => "Replaced",
-            FileOutcome::Unchanged => "Kept identical",
-        };
-        writeln!(out, "{phase} {verb} {}", dir.join(path).display()).map_err(output_error)?;
+    for line in crate::certs::download::report_lines(phase, dir, report) {
+        writeln!(out, "{line}").map_err(output_error)?;
     }
-    for (path, have, want) in &report.mode_warnings {
-        writeln!(
-            out,
-            "{phase} Warning: {} has mode {have:04o}, kubeadm uses {want:04o} (left alone; chmod {want:o} it)",
-            dir.join(path).display()
-        )
-        .map_err(output_error)?;
-    }
-    writeln!(
-        out,
-        "{phase} {} of {} files written to {}",
-        report.written(),
-        report.files.len(),
-        dir.display()
-    )
-    .map_err(output_error)
+    Ok(())
 }
 
 /// Runs one `certs` command: connects (admin kubeconfig, or a bootstrap identity for
@@ -355,7 +351,10 @@ pub async fn execute(
         CertsCommand::Download(args) => {
             // Parse the key before any network traffic: a typo fails fast (exit 20).
             let key = args.key.required()?;
-            let client = connect(global).await?.client;
+            let client = match &args.bootstrap.server {
+                Some(server) => bootstrap_client(server, &args.bootstrap, out).await?,
+                None => connect(global).await?.client,
+            };
             let opts = DownloadOptions {
                 pki_dir: args.pki_dir.clone(),
                 key,
@@ -477,4 +476,93 @@ pub async fn create_control_plane_token(
         format!("{CREATE_ATTEMPTS} freshly generated token ids were all taken"),
         "check the system's random number generator",
     ))
+}
+
+/// The download `join --control-plane --certificate-key` performs, into kubeadm's
+/// `<kubelet-dir>/pki`. The key is parsed before anything happens (exit 20 on a typo).
+pub fn join_download_options(
+    args: &crate::cmd::join::JoinArgs,
+) -> Result<Option<DownloadOptions>, CliError> {
+    match (&args.certificate_key, args.control_plane) {
+        (Some(key), true) => Ok(Some(DownloadOptions {
+            pki_dir: args.kubelet_dir.join("pki"),
+            key: certs::parse_certificate_key(key)?,
+            force: false,
+        })),
+        _ => Ok(None),
+    }
+}
+
+/// Progress lines of discovery on the command's output.
+struct LineReport<'a> {
+    out: &'a mut dyn Write,
+}
+
+impl crate::join::Report for LineReport<'_> {
+    fn info(&mut self, line: &str) {
+        let _ = writeln!(self.out, "{line}");
+    }
+    fn warn(&mut self, line: &str) {
+        eprintln!("{line}");
+    }
+}
+
+/// `certs download --server --token --discovery-token-ca-cert-hash`: authenticate the
+/// cluster exactly as `join` does (token-signed cluster-info, CA pin, CA-verified re-read),
+/// then read the Secret as the bootstrap token. Bad input exits with join's codes.
+async fn bootstrap_client(
+    server: &str,
+    args: &BootstrapArgs,
+    out: &mut dyn Write,
+) -> Result<kube::Client, CliError> {
+    use crate::cmd::join::exit_code;
+    use crate::exit::ExitCode;
+    use crate::join::{self, CaCheck, JoinError, discovery};
+    use kubeflavor_core::pin::CaPin;
+
+    let endpoint = join::parse_endpoint(server).map_err(|m| CliError::bare(ExitCode::Usage, m))?;
+    // Parsed here, not by clap: clap would echo the secret in its error.
+    let token: BootstrapToken = args
+        .token
+        .as_deref()
+        .unwrap_or_default()
+        .parse()
+        .map_err(|e| {
+            CliError::new(
+                ExitCode::JoinMalformedToken,
+                format_args!("--token is not a bootstrap token: {e}"),
+                "use a token from 'kubeflavor token create --control-plane'",
+            )
+        })?;
+    let pins = args
+        .discovery_token_ca_cert_hash
+        .iter()
+        .map(|h| {
+            h.parse::<CaPin>().map_err(|e| {
+                CliError::new(
+                    ExitCode::JoinMalformedPin,
+                    format_args!("--discovery-token-ca-cert-hash {h:?} is not a CA pin: {e}"),
+                    "sha256:<64 hex characters>, as 'kubeflavor token create --print-join-command' prints it",
+                )
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let config = discovery::DiscoveryConfig {
+        endpoint,
+        token: token.clone(),
+        ca_check: CaCheck::Pinned(pins),
+        timeout: std::time::Duration::from_secs(300),
+        retry_interval: std::time::Duration::from_secs(5),
+    };
+    let cluster = discovery::discover(&config, &mut LineReport { out })
+        .await
+        .map_err(|e| {
+            let e = JoinError::Discovery(e);
+            CliError::bare(exit_code(&e), e.to_string())
+        })?;
+    Ok(certs::download::bootstrap_client(
+        &cluster.server,
+        &cluster.ca_certs_der,
+        &token,
+    )?)
 }

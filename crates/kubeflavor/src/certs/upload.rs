@@ -168,6 +168,14 @@ pub async fn upload(
     let data = seal_sources(&key, mode, &sources)?;
     let expiration = now
         .checked_add(opts.ttl)
+        .and_then(|t| {
+            // Whole seconds, rounded down: the Secret never outlives the TTL asked for.
+            t.round(
+                jiff::TimestampRound::new()
+                    .smallest(jiff::Unit::Second)
+                    .mode(jiff::RoundMode::Trunc),
+            )
+        })
         .map_err(|e| CertsError::Refused(format!("--ttl {:#} is too long: {e}", opts.ttl)))?;
 
     let roles: Api<Role> = Api::namespaced(client.clone(), NAMESPACE);
@@ -258,7 +266,6 @@ async fn create_proxy_token(
     expiration: Timestamp,
 ) -> Result<Secret, CertsError> {
     // RFC 3339 UTC without fractional seconds, as the API server expects (spec section 1).
-    let expiration = expiration.round(jiff::Unit::Second).unwrap_or(expiration);
     let expiration = format!("{expiration:.0}");
     let mut last = None;
     for _ in 0..TOKEN_ID_ATTEMPTS {

@@ -241,9 +241,7 @@ pub async fn upload(
     writeln!(
         out,
         "[upload-certs] The Secret expires at {} with its proxy token {}; readable by group {:?}",
-        up.expiration
-            .round(jiff::Unit::Second)
-            .unwrap_or(up.expiration),
+        up.expiration,
         up.proxy_token_id,
         up.readable_by.group()
     )

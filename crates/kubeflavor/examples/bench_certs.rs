@@ -96,7 +96,21 @@ async fn main() {
         stats(&format!("upload {name} ({bytes} B, 8 files)"), &mut up);
         stats(&format!("download {name} ({bytes} B, 8 files)"), &mut down);
     }
-    let c = tk.counters().snapshot();
-    println!("testkube requests served: {:?}", c);
+    // Two key types x `rounds` of one upload and one download each.
+    let ops = (2 * rounds) as f64;
+    let snapshot = tk.counters().snapshot();
+    let total: u64 = snapshot.counts.values().sum();
+    println!(
+        "API requests per upload+download pair: {:.1}",
+        total as f64 / ops
+    );
+    for (k, n) in &snapshot.counts {
+        println!(
+            "  {:<8} {:<14} {:>5.2} per pair",
+            k.verb,
+            k.resource,
+            *n as f64 / ops
+        );
+    }
     tk.shutdown().await;
 }

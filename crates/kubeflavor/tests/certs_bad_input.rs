@@ -293,3 +293,30 @@ async fn different_existing_files_are_kept_without_force() {
     assert_eq!(got.remove("unrelated").unwrap().1, b"keep me");
     assert_eq!(got, snapshot(&s.source));
 }
+
+#[tokio::test]
+async fn a_secret_that_never_expires_is_refused() {
+    let s = setup().await;
+    let secrets: Api<Secret> = Api::namespaced(s.env.admin.clone(), "kube-system");
+    let before = secrets
+        .get("kubeadm-certs")
+        .await
+        .unwrap()
+        .metadata
+        .resource_version;
+    for ttl in ["0s", "-5m"] {
+        let flag = format!("--ttl={ttl}");
+        let err = upload(&s.env, &["--pki-dir", s.source.to_str().unwrap(), &flag])
+            .await
+            .unwrap_err();
+        assert!(matches!(err, CertsError::Refused(_)), "{err}");
+        assert_one_clear_line(&err, 4, "must be positive");
+    }
+    let after = secrets
+        .get("kubeadm-certs")
+        .await
+        .unwrap()
+        .metadata
+        .resource_version;
+    assert_eq!(before, after, "the Secret was rewritten");
+}

@@ -29,6 +29,37 @@ use crate::cli::{GlobalArgs, TokenOutput};
 use crate::cluster::{Cluster, ClusterArgs};
 use crate::error::CliError;
 
+/// A secret flag value as typed (`--certificate-key`, `--token`): zeroized on drop and never
+/// shown by Debug (the parsed arguments are Debug). Validated where it is used, so a
+/// malformed value gets its own exit code rather than clap's usage error (which would also
+/// echo the value).
+#[derive(Clone)]
+pub struct SecretText(zeroize::Zeroizing<String>);
+
+impl std::str::FromStr for SecretText {
+    type Err = std::convert::Infallible;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Ok(SecretText(zeroize::Zeroizing::new(s.to_owned())))
+    }
+}
+
+impl std::fmt::Debug for SecretText {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SecretText(****)")
+    }
+}
+
+impl SecretText {
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+
+    /// The value as a certificate key.
+    pub fn certificate_key(&self) -> Result<CertificateKey, CertsError> {
+        certs::parse_certificate_key(&self.0)
+    }
+}
+
 /// Environment variable that may carry the certificate key instead of the command line
 /// (where every user of the machine can read it in the process list).
 pub const KEY_ENV: &str = "KUBEFLAVOR_CERTIFICATE_KEY";
@@ -86,7 +117,7 @@ pub struct UploadArgs {
     /// Encrypt with this key (64 hex characters) instead of a fresh one. Also read from
     /// the KUBEFLAVOR_CERTIFICATE_KEY environment variable.
     #[arg(long, value_name = "KEY", env = KEY_ENV, hide_env_values = true)]
-    pub certificate_key: Option<String>,
+    pub certificate_key: Option<SecretText>,
     /// External etcd: its CA certificate (instead of etcd/ca.* from the PKI directory).
     #[arg(long, value_name = "FILE", requires_all = ["external_etcd_cert", "external_etcd_key"])]
     pub external_etcd_ca: Option<PathBuf>,
@@ -112,7 +143,7 @@ pub struct KeyArgs {
     /// The key printed by `kubeflavor certs upload` (64 hex characters). Also read from
     /// the KUBEFLAVOR_CERTIFICATE_KEY environment variable.
     #[arg(long, value_name = "KEY", env = KEY_ENV, hide_env_values = true)]
-    pub certificate_key: Option<String>,
+    pub certificate_key: Option<SecretText>,
 }
 
 #[derive(Debug, Args)]
@@ -123,7 +154,7 @@ pub struct BootstrapArgs {
     pub server: Option<String>,
     /// Bootstrap token (from `kubeflavor token create --control-plane`).
     #[arg(long, value_name = "TOKEN", requires = "server")]
-    pub token: Option<String>,
+    pub token: Option<SecretText>,
     /// Pin of the cluster CA, `sha256:<hex>` (repeatable).
     #[arg(long, value_name = "sha256:HEX", requires = "server")]
     pub discovery_token_ca_cert_hash: Vec<String>,
@@ -166,7 +197,7 @@ fn parse_ttl(s: &str) -> Result<SignedDuration, String> {
 impl KeyArgs {
     fn required(&self) -> Result<CertificateKey, CertsError> {
         match &self.certificate_key {
-            Some(k) => certs::parse_certificate_key(k),
+            Some(k) => k.certificate_key(),
             None => Err(CertsError::MalformedKey(format!(
                 "no certificate key given (pass --certificate-key with the key 'kubeflavor certs upload' printed, or set {KEY_ENV})"
             ))),
@@ -175,8 +206,8 @@ impl KeyArgs {
 
     fn optional(&self) -> Result<Option<CertificateKey>, CertsError> {
         self.certificate_key
-            .as_deref()
-            .map(certs::parse_certificate_key)
+            .as_ref()
+            .map(SecretText::certificate_key)
             .transpose()
     }
 }
@@ -210,8 +241,8 @@ pub async fn upload(
 ) -> Result<Uploaded, CertsError> {
     let key = args
         .certificate_key
-        .as_deref()
-        .map(certs::parse_certificate_key)
+        .as_ref()
+        .map(SecretText::certificate_key)
         .transpose()?;
     let external_etcd = match (
         &args.external_etcd_ca,
@@ -484,7 +515,7 @@ pub fn join_download_options(
     match (&args.certificate_key, args.control_plane) {
         (Some(key), true) => Ok(Some(DownloadOptions {
             pki_dir: args.kubelet_dir.join("pki"),
-            key: certs::parse_certificate_key(key)?,
+            key: key.certificate_key()?,
             force: false,
         })),
         _ => Ok(None),
@@ -522,7 +553,8 @@ async fn bootstrap_client(
     // Parsed here, not by clap: clap would echo the secret in its error.
     let token: BootstrapToken = args
         .token
-        .as_deref()
+        .as_ref()
+        .map(SecretText::expose)
         .unwrap_or_default()
         .parse()
         .map_err(|e| {
@@ -563,4 +595,45 @@ async fn bootstrap_client(
         &cluster.ca_certs_der,
         &token,
     )?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser, Debug)]
+    struct T {
+        #[command(subcommand)]
+        c: CertsCommand,
+    }
+
+    #[test]
+    fn parsed_arguments_never_show_the_key_or_token() {
+        let key = "0123456789abcdef".repeat(4);
+        let token = "abcdef.0123456789abcdef";
+        let t = T::try_parse_from([
+            "certs",
+            "download",
+            "--certificate-key",
+            &key,
+            "--server",
+            "127.0.0.1:6443",
+            "--token",
+            token,
+            "--discovery-token-ca-cert-hash",
+            "sha256:00",
+        ])
+        .unwrap();
+        let shown = format!("{t:?}");
+        assert!(!shown.contains(&key), "{shown}");
+        assert!(!shown.contains("0123456789abcdef"), "{shown}");
+    }
+
+    #[test]
+    fn ttl_accepts_kubeadm_style_durations() {
+        assert_eq!(parse_ttl("2h").unwrap(), SignedDuration::from_hours(2));
+        assert_eq!(parse_ttl("1h30m").unwrap(), SignedDuration::from_mins(90));
+        assert!(parse_ttl("two hours").unwrap_err().contains("such as 2h"));
+    }
 }

@@ -85,7 +85,7 @@ pub struct JoinArgs {
     /// With --control-plane: the key printed by 'kubeflavor certs upload' (64 hex
     /// characters). Also read from the KUBEFLAVOR_CERTIFICATE_KEY environment variable.
     #[arg(long, value_name = "KEY", env = crate::cmd::certs::KEY_ENV, hide_env_values = true)]
-    pub certificate_key: Option<String>,
+    pub certificate_key: Option<crate::cmd::certs::SecretText>,
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {

@@ -219,7 +219,7 @@ impl PublicKey {
     /// Wraps a DER SubjectPublicKeyInfo after checking that it parses.
     pub fn from_spki_der(der: &[u8]) -> Result<Self, KeyError> {
         match SubjectPublicKeyInfo::from_der(der) {
-            Ok((rest, _)) if rest.is_empty() => Ok(Self {
+            Ok(([], _)) => Ok(Self {
                 spki_der: der.to_vec(),
             }),
             _ => Err(KeyError::InvalidPublicKey),
@@ -278,6 +278,38 @@ pub fn parse_certificates_pem(text: &[u8]) -> Result<Vec<Vec<u8>>, KeyError> {
         certs.push(block.der.to_vec());
     }
     Ok(certs)
+}
+
+/// What `certs inspect` shows about a certificate.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CertificateSummary {
+    /// RFC 4514-style subject, e.g. `CN=kubernetes`.
+    pub subject: String,
+    pub issuer: String,
+    pub not_before: jiff::Timestamp,
+    pub not_after: jiff::Timestamp,
+    pub is_ca: bool,
+    /// The kubeadm pin of its public key.
+    pub pin: crate::pin::CaPin,
+}
+
+impl CertificateSummary {
+    /// Summarises a DER certificate.
+    pub fn from_der(der: &[u8]) -> Result<Self, KeyError> {
+        let invalid = |reason: String| KeyError::InvalidCertificate { index: 0, reason };
+        let (_, cert) = X509Certificate::from_der(der).map_err(|e| invalid(e.to_string()))?;
+        let time = |t: x509_parser::time::ASN1Time| {
+            jiff::Timestamp::from_second(t.timestamp()).map_err(|e| invalid(e.to_string()))
+        };
+        Ok(Self {
+            subject: cert.subject().to_string(),
+            issuer: cert.issuer().to_string(),
+            not_before: time(cert.validity().not_before)?,
+            not_after: time(cert.validity().not_after)?,
+            is_ca: cert.is_ca(),
+            pin: crate::pin::CaPin::from_spki_der(cert.public_key().raw),
+        })
+    }
 }
 
 /// Encodes DER as a PEM block with `label` (private keys come back zeroizing).

@@ -175,14 +175,17 @@ impl Kubeconfig {
     /// Parses a kubeconfig in YAML or JSON (JSON is YAML, but is read with serde_json when
     /// it looks like JSON, for its exact error messages).
     pub fn parse(text: &str) -> Result<Self, KubeconfigError> {
+        // The text may hold a token or a client key: errors carry no source snippet, and
+        // quoted values (serde's `invalid type: string "..."`) are blanked.
         if text.trim_start().starts_with('{') {
-            return serde_json::from_str(text).map_err(|e| KubeconfigError::Syntax(e.to_string()));
+            return serde_json::from_str(text)
+                .map_err(|e| KubeconfigError::Syntax(redact_quoted(&e.to_string())));
         }
         serde_saphyr::from_str(text).map_err(|e| {
-            // No source snippet: the text may hold a token or a client key.
             let options =
                 serde_saphyr::render_options! { snippets: serde_saphyr::SnippetMode::Off };
-            KubeconfigError::Syntax(e.without_snippet().render_with_options(options))
+            let message = e.without_snippet().render_with_options(options);
+            KubeconfigError::Syntax(redact_quoted(&message))
         })
     }
 
@@ -249,6 +252,24 @@ impl Kubeconfig {
         };
         Self::basic(server, ca_pem, &format!("system:node:{node_name}"), auth)
     }
+}
+
+/// Replaces the contents of every double-quoted span with `...`.
+fn redact_quoted(message: &str) -> String {
+    let mut out = String::with_capacity(message.len());
+    let mut inside = false;
+    for c in message.chars() {
+        if c == '"' {
+            if inside {
+                out.push_str("...");
+            }
+            inside = !inside;
+            out.push(c);
+        } else if !inside {
+            out.push(c);
+        }
+    }
+    out
 }
 
 /// What discovery takes from `cluster-info`: the API server and the CA certificates.

@@ -16,6 +16,7 @@ pub mod token_secret;
 pub mod certkey;
 pub mod copycerts;
 mod der;
+pub mod discovery;
 pub mod jws;
 pub mod keys;
 pub mod kubeconfig;

@@ -12,6 +12,7 @@
 //!   plain "wrong certificate key" error.
 //! - `kubeflavor-manifest`: the SHA-256 of every entry's plaintext by name (empty for a
 //!   missing file); it detects swapped, replaced, emptied and deleted entries.
+//!
 //! Secrets written by kubeadm have neither; they are still opened, with the weaker checks
 //! (kind of each entry, each key against its certificate).
 
@@ -26,7 +27,10 @@ use crate::certkey::CertificateKey;
 use crate::random::{RandomnessError, os_fill};
 
 pub use entries::{EtcdMode, PkiEntry, PkiEntryKind};
-pub use open::{CopyCertsError, OpenedCerts, open_all, seal_secret_data, seal_secret_data_with};
+pub use open::{
+    CopyCertsError, OpenedCerts, Provenance, open_all, open_all_with, seal_secret_data,
+    seal_secret_data_with,
+};
 
 /// Name of the Secret (namespace [`SECRET_NAMESPACE`]).
 pub const SECRET_NAME: &str = "kubeadm-certs";

@@ -60,6 +60,12 @@ pub enum CopyCertsError {
     KeyDoesNotMatch { key: PkiEntry, partner: PkiEntry },
     #[error("entry {entry} is not usable: {reason}; {UPLOAD_AGAIN}")]
     Unreadable { entry: PkiEntry, reason: KeyError },
+    #[error(
+        "the Secret has no kubeflavor key check: it was written by kubeadm, or the key check \
+         was removed; accept kubeadm-written Secrets explicitly to open it with weaker checks, \
+         or {UPLOAD_AGAIN}"
+    )]
+    NotFromKubeflavor,
     #[error("the upload manifest is not valid ({0}); {UPLOAD_AGAIN}")]
     BadManifest(String),
     #[error("{entry} is not part of the {mode:?} etcd set; pass only the files of one set")]
@@ -154,14 +160,39 @@ struct Manifest {
     entries: BTreeMap<String, String>,
 }
 
-/// Opens and checks a whole Secret: the key first, then every non-empty entry, then what
-/// each entry holds. Nothing is returned unless everything passed, so the caller can write
-/// all files or none.
+/// Which writers' Secrets a download accepts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Provenance {
+    /// Only Secrets carrying kubeflavor's key check and manifest. Someone able to edit the
+    /// Secret could otherwise delete both and exchange whole certificate/key pairs (ca <->
+    /// front-proxy-ca), which the kubeadm-level checks cannot see.
+    KubeflavorOnly,
+    /// Also Secrets written by `kubeadm init phase upload-certs`, checked by entry kind and
+    /// key/certificate matching only.
+    KubeflavorOrKubeadm,
+}
+
+/// Opens and checks a whole Secret, accepting kubeadm-written ones too
+/// ([`Provenance::KubeflavorOrKubeadm`]). See [`open_all_with`].
 pub fn open_all(
     key: &CertificateKey,
     data: &BTreeMap<String, Vec<u8>>,
 ) -> Result<OpenedCerts, CopyCertsError> {
+    open_all_with(key, data, Provenance::KubeflavorOrKubeadm)
+}
+
+/// Opens and checks a whole Secret: the key first, then every non-empty entry, then what
+/// each entry holds. Nothing is returned unless everything passed, so the caller can write
+/// all files or none.
+pub fn open_all_with(
+    key: &CertificateKey,
+    data: &BTreeMap<String, Vec<u8>>,
+    provenance: Provenance,
+) -> Result<OpenedCerts, CopyCertsError> {
     let has_key_check = data.get(KEY_CHECK_ENTRY).is_some_and(|v| !v.is_empty());
+    if !has_key_check && provenance == Provenance::KubeflavorOnly {
+        return Err(CopyCertsError::NotFromKubeflavor);
+    }
     if has_key_check {
         match open(key, &data[KEY_CHECK_ENTRY]) {
             Ok(p) if p[..] == *KEY_CHECK_PLAINTEXT => {}
@@ -171,7 +202,14 @@ pub fn open_all(
                     reason: OpenError::Authentication,
                 });
             }
-            Err(_) => return Err(CopyCertsError::WrongKey),
+            // Too short to be a ciphertext at all: changed, not a wrong key.
+            Err(reason @ OpenError::TooShort { .. }) => {
+                return Err(CopyCertsError::Tampered {
+                    entry: KEY_CHECK_ENTRY.into(),
+                    reason,
+                });
+            }
+            Err(OpenError::Authentication) => return Err(CopyCertsError::WrongKey),
         }
     }
     let open_entry = |name: &str, value: &[u8]| {

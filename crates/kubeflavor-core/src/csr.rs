@@ -430,6 +430,16 @@ pub(crate) mod tests {
             prop_assert_eq!(csr.node_name.as_str(), name.as_str());
         }
 
+        /// Arbitrary bytes, bare or wrapped as a CSR PEM block, are refused without a panic.
+        #[test]
+        fn garbage_is_refused_not_panicked_on(bytes in proptest::collection::vec(any::<u8>(), 0..300)) {
+            use base64::Engine;
+            let b64 = base64::engine::general_purpose::STANDARD.encode(&bytes);
+            let wrapped = format!("-----BEGIN CERTIFICATE REQUEST-----\n{b64}\n-----END CERTIFICATE REQUEST-----\n");
+            prop_assert!(check(&wrapped, &kubelet_usages()).is_err());
+            prop_assert!(validate_kubelet_client_csr(KUBELET_CLIENT_SIGNER, &bytes, &kubelet_usages()).is_err());
+        }
+
         /// Any organization list other than exactly ["system:nodes"] is refused.
         #[test]
         fn any_other_organization_is_refused(

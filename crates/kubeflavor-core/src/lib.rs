@@ -8,9 +8,12 @@ pub mod labels;
 pub mod names;
 pub mod node_state;
 pub mod policy;
+pub mod taint;
 pub mod token;
+pub mod token_meta;
 pub mod token_record;
 pub mod token_secret;
+pub mod ttl;
 
 // Discovery, copy-certs, PKI and the kubelet CSR (core-crypto).
 pub mod certkey;

@@ -66,6 +66,7 @@ pub enum TokenLookup {
 /// Everything `decide` looks at, gathered by the controller for one CSR.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CsrFacts {
+    /// `metadata.name` (admin trail; not used by the rules).
     pub csr_name: String,
     pub signer_name: String,
     /// `spec.username`, filled in by the API server (capture 17).
@@ -188,12 +189,15 @@ impl DenyCause {
         }
     }
 
-    /// Whether this denial is about a kubeflavor token the requester holds, so that it is
-    /// counted on the token (`kubeflavor.io/denials`) and may lead to its deletion.
+    /// Whether this denial is about a readable kubeflavor token the requester holds, so
+    /// that it is counted on the token (`kubeflavor.io/denials`) and may lead to its
+    /// deletion. Not for a missing or unreadable token Secret, renewals (the requester is a
+    /// node, not a token) or tokens that are not kubeflavor's.
     pub fn counts_against_token(self) -> bool {
         !matches!(
             self,
             DenyCause::TokenMissing
+                | DenyCause::TokenUnreadable
                 | DenyCause::RenewalRequesterMismatch
                 | DenyCause::RenewalUnbound
                 | DenyCause::NotKubeflavorToken

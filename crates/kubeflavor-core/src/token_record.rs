@@ -181,7 +181,13 @@ pub enum TokenRecordError {
 pub struct TokenRecord {
     pub id: TokenId,
     pub expiration: Expiration,
+    /// `usage-bootstrap-authentication` is exactly `"true"`.
+    pub usage_authentication: bool,
+    /// `usage-bootstrap-signing` is exactly `"true"`.
     pub usage_signing: bool,
+    /// `auth-extra-groups` as stored, split at commas (unvalidated: see
+    /// [`TokenRecord::authentication_at`] for the verdict).
+    pub extra_groups: Vec<String>,
     /// kubeflavor's fields; `None` for a token without the flavor label (kubeadm's own).
     pub kubeflavor: Option<FlavorTokenMeta>,
     /// The time-independent part of the authenticator's verdict.
@@ -208,7 +214,15 @@ impl TokenRecord {
         Ok(TokenRecord {
             id,
             expiration: Expiration::from_data(view.data),
+            usage_authentication: view.data.get(KEY_USAGE_AUTHENTICATION).map(String::as_str)
+                == Some("true"),
             usage_signing: view.data.get(KEY_USAGE_SIGNING).map(String::as_str) == Some("true"),
+            extra_groups: view
+                .data
+                .get(KEY_AUTH_EXTRA_GROUPS)
+                .filter(|s| !s.is_empty())
+                .map(|s| s.split(',').map(str::to_owned).collect())
+                .unwrap_or_default(),
             kubeflavor,
             standing: standing_checks(view).map(|(_, groups)| groups),
         })
@@ -408,7 +422,37 @@ mod tests {
         let record = TokenRecord::from_secret(&view).unwrap();
         assert_eq!(record.authentication_at(now()), Ok(who));
         assert_eq!(record.kubeflavor.unwrap().flavor.as_str(), "sweet");
-        assert!(record.usage_signing);
+        assert!(record.usage_authentication && record.usage_signing);
+        assert_eq!(record.extra_groups, [NODE_GROUP]);
+    }
+
+    /// P1: what SelfSubjectReview shows a token holder (its groups) is the same for every
+    /// flavor; only the user name carries the random token id.
+    #[test]
+    fn bootstrap_identity_groups_are_the_same_for_every_flavor() {
+        let identity = |token: &str, flavor: &str, max: u32| {
+            let obj = flavored_token_secret(
+                &token.parse().unwrap(),
+                &flavor.parse().unwrap(),
+                Some("2026-12-01T00:00:00Z".parse().unwrap()),
+                NonZeroU32::new(max).unwrap(),
+            );
+            let view = SecretView {
+                namespace: obj.namespace,
+                name: &obj.name,
+                type_: obj.type_,
+                being_deleted: false,
+                data: &obj.string_data,
+                labels: &obj.labels,
+                annotations: &obj.annotations,
+            };
+            authenticate_token_secret(&view, now()).unwrap()
+        };
+        let sweet = identity("aaaaaa.0123456789abcdef", "sweet", 1);
+        let sour = identity("bbbbbb.0123456789abcdef", "sour", 5);
+        assert_eq!(sweet.groups, sour.groups);
+        assert_eq!(sweet.username, "system:bootstrap:aaaaaa");
+        assert_eq!(sour.username, "system:bootstrap:bbbbbb");
     }
 
     #[test]
@@ -443,6 +487,41 @@ mod tests {
             TokenRecord::from_secret(&c.view()),
             Err(TokenRecordError::Metadata { .. })
         ));
+    }
+
+    proptest::proptest! {
+        /// Whatever the data holds, the record's verdict is the direct verdict, and a token
+        /// that authenticates satisfies every rule of spec section 1.
+        #[test]
+        fn record_verdict_is_the_authenticators(
+            usage in proptest::option::of(proptest::prop_oneof![proptest::strategy::Just("true"), proptest::strategy::Just("yes"), proptest::strategy::Just("")]),
+            groups in proptest::option::of("(system:bootstrappers:[a-z]{1,4}|system:masters|)(,system:bootstrappers:[a-z:]{0,4}[a-z]){0,2}"),
+            expiration in proptest::option::of(proptest::prop_oneof![
+                proptest::strategy::Just("2026-11-30T04:26:05Z"),
+                proptest::strategy::Just("2026-11-30T04:26:06Z"),
+                proptest::strategy::Just("2000-01-01T00:00:00Z"),
+                proptest::strategy::Just("garbage"),
+                proptest::strategy::Just(""),
+            ]),
+            id_matches: bool,
+        ) {
+            let mut pairs: Vec<(&str, &str)> = Vec::new();
+            if let Some(u) = usage { pairs.push(("usage-bootstrap-authentication", u)); }
+            if let Some(g) = &groups { pairs.push(("auth-extra-groups", g)); }
+            if let Some(e) = expiration { pairs.push(("expiration", e)); }
+            if !id_matches { pairs.push(("token-id", "zzzzzz")); }
+            let c = Case::new("abcdef", &pairs);
+            let record = TokenRecord::from_secret(&c.view()).unwrap();
+            let direct = authenticate_token_secret(&c.view(), now());
+            proptest::prop_assert_eq!(record.authentication_at(now()), direct.clone());
+            if direct.is_ok() {
+                proptest::prop_assert!(id_matches && usage == Some("true"));
+                proptest::prop_assert!(matches!(expiration, None | Some("") | Some("2026-11-30T04:26:06Z")));
+                for g in groups.iter().flat_map(|g| g.split(',')).filter(|g| !g.is_empty()) {
+                    proptest::prop_assert!(g.parse::<AuthGroup>().is_ok());
+                }
+            }
+        }
     }
 
     #[test]

@@ -6,7 +6,7 @@
 //! ([`KUBEFLAVOR_TOKEN_DESCRIPTION`]) whatever its flavor; the flavor lives only in the
 //! Secret's metadata, which a bootstrap identity cannot read (capture 12).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::fmt;
 use std::num::NonZeroU32;
 use std::str::FromStr;
@@ -14,9 +14,12 @@ use std::str::FromStr;
 use jiff::Timestamp;
 use zeroize::Zeroize;
 
-use crate::flavor::{FlavorName, FlavorNameError};
-use crate::names::{NodeName, NodeNameError};
+use crate::flavor::FlavorName;
 use crate::token::{BootstrapToken, TokenId, TokenParseError};
+pub use crate::token_meta::{
+    BOUND_NODES_ANNOTATION, DENIALS_ANNOTATION, FLAVOR_TOKEN_LABEL, FlavorTokenMeta,
+    MAX_NODES_ANNOTATION, TokenMetaError,
+};
 
 /// Namespace of every bootstrap token Secret.
 pub const TOKEN_SECRET_NAMESPACE: &str = "kube-system";
@@ -44,15 +47,6 @@ pub const NODE_GROUP: &str = "system:bootstrappers:kubeflavor:node";
 pub const CONTROL_PLANE_GROUP: &str = "system:bootstrappers:kubeflavor:control-plane";
 /// The ONE description of every kubeflavor node token. It must never name a flavor (P1).
 pub const KUBEFLAVOR_TOKEN_DESCRIPTION: &str = "kubeflavor node bootstrap token";
-
-/// Secret label holding the token's flavor.
-pub const FLAVOR_TOKEN_LABEL: &str = "kubeflavor.io/flavor";
-/// Secret annotation: how many distinct node names the token may bind.
-pub const MAX_NODES_ANNOTATION: &str = "kubeflavor.io/max-nodes";
-/// Secret annotation: node names bound so far, sorted, comma-separated.
-pub const BOUND_NODES_ANNOTATION: &str = "kubeflavor.io/bound-nodes";
-/// Secret annotation: how many CSRs of this token were denied.
-pub const DENIALS_ANNOTATION: &str = "kubeflavor.io/denials";
 
 /// The Secret name of a token: `bootstrap-token-<id>`.
 pub fn secret_name(id: &TokenId) -> String {
@@ -270,118 +264,6 @@ impl TokenSecretData {
     }
 }
 
-/// kubeflavor's fields of a flavored token Secret (its labels and annotations).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FlavorTokenMeta {
-    pub flavor: FlavorName,
-    pub max_nodes: NonZeroU32,
-    /// Distinct node names bound to this token so far (P3: at most `max_nodes`).
-    pub bound_nodes: BTreeSet<NodeName>,
-    /// CSRs of this token denied so far (P4).
-    pub denials: u32,
-}
-
-/// Why kubeflavor's metadata on a token Secret cannot be read.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum TokenMetaError {
-    #[error("label {FLAVOR_TOKEN_LABEL}: {0}")]
-    Flavor(FlavorNameError),
-    #[error(
-        "annotation {MAX_NODES_ANNOTATION} is {0:?}; it must be a whole number of at least 1 (fix or remove it)"
-    )]
-    MaxNodes(String),
-    #[error("annotation {BOUND_NODES_ANNOTATION} holds an invalid node name: {0}")]
-    BoundNodes(NodeNameError),
-    #[error(
-        "annotation {DENIALS_ANNOTATION} is {0:?}; it must be a whole number (fix or remove it)"
-    )]
-    Denials(String),
-}
-
-impl FlavorTokenMeta {
-    pub fn new(flavor: FlavorName, max_nodes: NonZeroU32) -> Self {
-        FlavorTokenMeta {
-            flavor,
-            max_nodes,
-            bound_nodes: BTreeSet::new(),
-            denials: 0,
-        }
-    }
-
-    /// Reads kubeflavor's metadata; `Ok(None)` for a token without the flavor label (a
-    /// plain kubeadm token). A missing max-nodes annotation means
-    /// [`crate::flavor::DEFAULT_MAX_NODES`], missing bound-nodes none, missing denials 0.
-    pub fn from_metadata(
-        labels: &BTreeMap<String, String>,
-        annotations: &BTreeMap<String, String>,
-    ) -> Result<Option<Self>, TokenMetaError> {
-        let Some(flavor) = labels.get(FLAVOR_TOKEN_LABEL) else {
-            return Ok(None);
-        };
-        let flavor: FlavorName = flavor.parse().map_err(TokenMetaError::Flavor)?;
-        let max_nodes = match annotations.get(MAX_NODES_ANNOTATION) {
-            None => crate::flavor::DEFAULT_MAX_NODES,
-            Some(v) => v
-                .parse::<NonZeroU32>()
-                .map_err(|_| TokenMetaError::MaxNodes(v.clone()))?,
-        };
-        let bound_nodes = match annotations.get(BOUND_NODES_ANNOTATION) {
-            None => BTreeSet::new(),
-            Some(v) if v.is_empty() => BTreeSet::new(),
-            Some(v) => v
-                .split(',')
-                .map(str::parse)
-                .collect::<Result<_, _>>()
-                .map_err(TokenMetaError::BoundNodes)?,
-        };
-        let denials = match annotations.get(DENIALS_ANNOTATION) {
-            None => 0,
-            Some(v) => v.parse().map_err(|_| TokenMetaError::Denials(v.clone()))?,
-        };
-        Ok(Some(FlavorTokenMeta {
-            flavor,
-            max_nodes,
-            bound_nodes,
-            denials,
-        }))
-    }
-
-    /// The Secret labels kubeflavor owns.
-    pub fn labels(&self) -> BTreeMap<String, String> {
-        [(FLAVOR_TOKEN_LABEL.to_owned(), self.flavor.to_string())].into()
-    }
-
-    /// The Secret annotations kubeflavor owns (bound nodes sorted, comma-separated).
-    pub fn annotations(&self) -> BTreeMap<String, String> {
-        let bound: Vec<&str> = self.bound_nodes.iter().map(NodeName::as_str).collect();
-        [
-            (MAX_NODES_ANNOTATION.to_owned(), self.max_nodes.to_string()),
-            (BOUND_NODES_ANNOTATION.to_owned(), bound.join(",")),
-            (DENIALS_ANNOTATION.to_owned(), self.denials.to_string()),
-        ]
-        .into()
-    }
-
-    /// Whether another distinct node name may still bind to this token.
-    pub fn has_room(&self) -> bool {
-        u32::try_from(self.bound_nodes.len()).is_ok_and(|n| n < self.max_nodes.get())
-    }
-
-    /// The metadata after reserving a use for `node` (no change when already bound).
-    pub fn with_bound_node(&self, node: &NodeName) -> Self {
-        let mut next = self.clone();
-        next.bound_nodes.insert(node.clone());
-        next
-    }
-
-    /// The metadata after one more denial.
-    pub fn with_denial(&self) -> Self {
-        let mut next = self.clone();
-        next.denials = next.denials.saturating_add(1);
-        next
-    }
-}
-
 /// A whole token Secret as `token create` writes it. The string data holds the token
 /// secret: `Debug` redacts it and dropping the object zeroizes every value.
 pub struct TokenSecretObject {
@@ -593,61 +475,6 @@ mod tests {
     }
 
     #[test]
-    fn flavor_metadata_round_trips() {
-        let mut meta = FlavorTokenMeta::new("sweet".parse().unwrap(), NonZeroU32::new(3).unwrap());
-        meta = meta
-            .with_bound_node(&"worker-2".parse().unwrap())
-            .with_bound_node(&"worker-1".parse().unwrap())
-            .with_bound_node(&"worker-2".parse().unwrap())
-            .with_denial();
-        let annotations = meta.annotations();
-        assert_eq!(annotations[BOUND_NODES_ANNOTATION], "worker-1,worker-2");
-        assert_eq!(annotations[MAX_NODES_ANNOTATION], "3");
-        assert_eq!(annotations[DENIALS_ANNOTATION], "1");
-        assert_eq!(
-            FlavorTokenMeta::from_metadata(&meta.labels(), &annotations),
-            Ok(Some(meta.clone()))
-        );
-        assert!(meta.has_room());
-    }
-
-    #[test]
-    fn plain_kubeadm_tokens_have_no_flavor_metadata() {
-        assert_eq!(
-            FlavorTokenMeta::from_metadata(&BTreeMap::new(), &BTreeMap::new()),
-            Ok(None)
-        );
-    }
-
-    #[test]
-    fn malformed_metadata_is_reported() {
-        let labels: BTreeMap<String, String> = [(FLAVOR_TOKEN_LABEL.into(), "sweet".into())].into();
-        let ann = |k: &str, v: &str| -> BTreeMap<String, String> { [(k.into(), v.into())].into() };
-        let defaults = FlavorTokenMeta::from_metadata(&labels, &BTreeMap::new())
-            .unwrap()
-            .unwrap();
-        assert_eq!(defaults.max_nodes.get(), 1);
-        assert!(matches!(
-            FlavorTokenMeta::from_metadata(&labels, &ann(MAX_NODES_ANNOTATION, "0")),
-            Err(TokenMetaError::MaxNodes(_))
-        ));
-        assert!(matches!(
-            FlavorTokenMeta::from_metadata(&labels, &ann(BOUND_NODES_ANNOTATION, "a,,b")),
-            Err(TokenMetaError::BoundNodes(_))
-        ));
-        assert!(matches!(
-            FlavorTokenMeta::from_metadata(&labels, &ann(DENIALS_ANNOTATION, "-1")),
-            Err(TokenMetaError::Denials(_))
-        ));
-        let bad_flavor: BTreeMap<String, String> =
-            [(FLAVOR_TOKEN_LABEL.into(), "Sweet".into())].into();
-        assert!(matches!(
-            FlavorTokenMeta::from_metadata(&bad_flavor, &BTreeMap::new()),
-            Err(TokenMetaError::Flavor(_))
-        ));
-    }
-
-    #[test]
     fn token_secret_object_debug_redacts_the_secret() {
         let obj = flavored_token_secret(&token(), &"sweet".parse().unwrap(), None, NonZeroU32::MIN);
         let debug = format!("{obj:?}");
@@ -709,19 +536,5 @@ mod tests {
             prop_assert_eq!(back, d);
         }
 
-        #[test]
-        fn bound_nodes_annotation_is_sorted_and_parses_back(
-            names in proptest::collection::btree_set("[a-z][a-z0-9-]{0,10}[a-z0-9]", 0..8)
-        ) {
-            let mut meta = FlavorTokenMeta::new("f".parse().unwrap(), NonZeroU32::MIN);
-            for n in names.iter().rev() {
-                meta = meta.with_bound_node(&n.parse().unwrap());
-            }
-            let value = meta.annotations()[BOUND_NODES_ANNOTATION].clone();
-            let sorted: Vec<&str> = names.iter().map(String::as_str).collect();
-            prop_assert_eq!(value, sorted.join(","));
-            let back = FlavorTokenMeta::from_metadata(&meta.labels(), &meta.annotations()).unwrap();
-            prop_assert_eq!(back, Some(meta));
-        }
     }
 }

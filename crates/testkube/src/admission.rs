@@ -1,10 +1,13 @@
-//! Admission and type-specific rules: NodeRestriction for node identities, the CSR rules
-//! (requester identity filled in on create, conditions only through `/approval`, Approved
-//! and Denied exclusive and permanent, `approve` on the signer). (Being written; the
-//! signature is fixed.)
+//! Admission and type-specific rules: NodeRestriction for node identities, and the CSR
+//! rules (requester identity filled in on create, conditions only through `/approval`,
+//! Approved and Denied exclusive and permanent, `approve`/`sign` on the signer).
+
+pub(crate) mod csr;
+mod node_restriction;
 
 use serde_json::Value;
 
+use crate::authz::node::node_identity;
 use crate::types::{ApiError, ObjectReader, Operation, RequestAttributes};
 
 /// Check (and, where the real server mutates, change) an object on its way into the store.
@@ -18,6 +21,15 @@ pub fn admit(
     new: Option<&mut Value>,
     reader: &dyn ObjectReader,
 ) -> Result<(), ApiError> {
-    let _ = (attrs, op, old, new, reader);
+    // Mutating admission (NodeRestriction) sees the object as the client sent it.
+    if let Some(node) = node_identity(&attrs.user) {
+        node_restriction::admit(node, attrs, op, old, new.as_deref())?;
+    }
+    if attrs.api_group == "certificates.k8s.io" && attrs.resource == "certificatesigningrequests" {
+        csr::admit(attrs, op, old, new, reader)?;
+    }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests;

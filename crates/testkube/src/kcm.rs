@@ -83,7 +83,7 @@ pub fn sign_csr(ca: &SigningCa<'_>, csr: &Value, now: Timestamp) -> Option<Resul
 }
 
 /// `spec.request` is base64 (on the JSON wire) of a PEM `CERTIFICATE REQUEST` block.
-fn request_der(spec: &Value) -> Result<Vec<u8>, String> {
+pub(crate) fn request_der(spec: &Value) -> Result<Vec<u8>, String> {
     let encoded = spec.get("request").and_then(Value::as_str).unwrap_or("");
     let pem_bytes = STANDARD
         .decode(encoded)

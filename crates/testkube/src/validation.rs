@@ -4,7 +4,7 @@
 use base64::Engine;
 use serde_json::Value;
 
-use crate::errors::{FieldError, bad_request, invalid_object};
+use crate::errors::{FieldError, bad_request, invalid, invalid_object};
 use crate::resources::{NameRule, ResourceInfo};
 use crate::types::ApiError;
 
@@ -66,13 +66,26 @@ fn qualified_name_errors(field: &str, key: &str) -> Vec<FieldError> {
             &format!("prefix part {SUBDOMAIN_MSG}"),
         ));
     }
+    // As apimachinery's IsQualifiedName: an empty name part fails both checks.
     if name.is_empty() {
         errs.push(FieldError::invalid(
             field,
             key,
             "name part must be non-empty",
         ));
-    } else if !is_qualified_name_part(name) {
+    } else if name.len() > 63 {
+        errs.push(FieldError::invalid(
+            field,
+            key,
+            "name part must be no more than 63 characters",
+        ));
+    }
+    let regex_ok = name
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+        && name.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && name.ends_with(|c: char| c.is_ascii_alphanumeric());
+    if !regex_ok {
         errs.push(FieldError::invalid(field, key, QUALIFIED_NAME_MSG));
     }
     errs
@@ -148,6 +161,46 @@ pub fn validate_object(info: &ResourceInfo, obj: &Value) -> Result<(), ApiError>
         Ok(())
     } else {
         Err(invalid_object(info, name, &errs))
+    }
+}
+
+/// events.k8s.io/v1 Events on create (capture 48): without `eventTime` that is the only
+/// error reported; otherwise the reporting fields, action and reason are required and
+/// `type` must be Normal or Warning.
+pub fn validate_events_v1(info: &ResourceInfo, obj: &Value) -> Result<(), ApiError> {
+    if info.group != "events.k8s.io" {
+        return Ok(());
+    }
+    let name = obj["metadata"]["name"].as_str().unwrap_or("");
+    let text = |f: &str| obj[f].as_str().unwrap_or("").to_string();
+    let mut errs = Vec::new();
+    // Validation runs on the internal (core) Event, so the Status names no group.
+    if obj["eventTime"].is_null() {
+        errs.push(FieldError::required("eventTime", ""));
+        return Err(invalid("Event", "", name, &errs));
+    }
+    let controller = text("reportingController");
+    if controller.is_empty() {
+        errs.push(FieldError::required("reportingController", ""));
+    }
+    errs.extend(qualified_name_errors("reportingController", &controller));
+    for field in ["reportingInstance", "action", "reason"] {
+        if text(field).is_empty() {
+            errs.push(FieldError::required(field, ""));
+        }
+    }
+    let ty = text("type");
+    if ty != "Normal" && ty != "Warning" {
+        errs.push(FieldError::invalid(
+            "type",
+            "",
+            &format!("has invalid value: {ty}"),
+        ));
+    }
+    if errs.is_empty() {
+        Ok(())
+    } else {
+        Err(invalid("Event", "", name, &errs))
     }
 }
 

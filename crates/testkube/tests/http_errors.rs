@@ -421,3 +421,50 @@ async fn watch_stream_framing_is_one_json_object_per_line() {
     );
     cluster.shutdown().await;
 }
+
+#[tokio::test]
+async fn events_k8s_io_validation_and_the_core_view() {
+    let cluster = TestCluster::start().await.unwrap();
+    let c = RawClient::admin(&cluster);
+    let events = "/apis/events.k8s.io/v1/namespaces/default/events";
+    let r = post(&c, events, r#"{"apiVersion":"events.k8s.io/v1","kind":"Event","metadata":{"name":"bad-event"},"type":"Normal"}"#).await;
+    assert_status(
+        &r,
+        422,
+        status(
+            "Event \"bad-event\" is invalid: eventTime: Required value",
+            Some("Invalid"),
+            Some(
+                json!({"name": "bad-event", "kind": "Event", "causes": [{"reason": "FieldValueRequired", "message": "Required value", "field": "eventTime"}]}),
+            ),
+            422,
+        ),
+    );
+    let r = post(&c, events, r#"{"apiVersion":"events.k8s.io/v1","kind":"Event","metadata":{"name":"bad-event"},"type":"Normal","eventTime":"2026-11-30T04:27:21.397665Z"}"#).await;
+    assert_eq!(r.status, 422);
+    assert_eq!(
+        r.json()["message"],
+        "Event \"bad-event\" is invalid: [reportingController: Required value, reportingController: Invalid value: \"\": name part must be non-empty, reportingController: Invalid value: \"\": name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]'), reportingInstance: Required value, action: Required value, reason: Required value]"
+    );
+
+    let good = r#"{"apiVersion":"events.k8s.io/v1","kind":"Event","metadata":{"name":"csr-worker-1.kubeflavor.1","namespace":"default"},"eventTime":"2026-11-30T04:27:21.397665Z","reportingController":"kubeflavor.io/approver","reportingInstance":"kubeflavor-7d9f-abcde","action":"Approve","reason":"Approved","type":"Normal","note":"approved","regarding":{"apiVersion":"certificates.k8s.io/v1","kind":"CertificateSigningRequest","name":"csr-worker-1"}}"#;
+    let r = post(&c, events, good).await;
+    assert_eq!(r.status, 201, "{}", r.body);
+    let v1 = r.json();
+    assert_eq!(
+        (&v1["deprecatedSource"], &v1["deprecatedFirstTimestamp"]),
+        (&json!({}), &json!(null))
+    );
+    assert_eq!(v1["note"], "approved");
+    let core = c
+        .get("/api/v1/namespaces/default/events/csr-worker-1.kubeflavor.1")
+        .await
+        .json();
+    assert_eq!(
+        (core["apiVersion"].as_str(), core["message"].as_str()),
+        (Some("v1"), Some("approved"))
+    );
+    assert_eq!(core["involvedObject"]["name"], "csr-worker-1");
+    assert_eq!(core["reportingComponent"], "kubeflavor.io/approver");
+    cluster.shutdown().await;
+}

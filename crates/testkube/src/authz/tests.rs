@@ -552,3 +552,67 @@ fn default_objects_are_complete_and_named() {
         "auto-approval is not bound by default"
     );
 }
+
+#[test]
+fn a_cluster_role_binding_cannot_reference_a_role() {
+    let reader = team_reader().with(
+        RBAC_GROUP_FOR_TESTS,
+        "clusterrolebindings",
+        json!({"metadata": {"name": "odd"},
+            "roleRef": {"kind": "Role", "name": "cm-reader"},
+            "subjects": [{"kind": "User", "name": "erin"}]}),
+    );
+    let erin = user(IdentityKind::StaticToken, "erin", &["system:authenticated"]);
+    let err = authorize(&req(erin, "get", "", "configmaps", "team", "x"), &reader).unwrap_err();
+    assert!(
+        err.message
+            .ends_with(r#": RBAC: role.rbac.authorization.k8s.io "cm-reader" not found"#),
+        "{}",
+        err.message
+    );
+}
+
+#[test]
+fn kubeadm_join_reads_its_config_maps_and_nothing_more() {
+    let reader = MemReader::with_defaults();
+    let cm = |u: UserInfo, name: &str| req(u, "get", "", "configmaps", "kube-system", name);
+    for name in ["kubeadm-config", "kubelet-config"] {
+        assert!(
+            authorize(&cm(bootstrap_user("abcdef"), name), &reader).is_ok(),
+            "{name}"
+        );
+        assert!(
+            authorize(&cm(node_user("worker-1"), name), &reader).is_ok(),
+            "{name}"
+        );
+    }
+    assert!(authorize(&cm(bootstrap_user("abcdef"), "kube-proxy"), &reader).is_err());
+    assert!(authorize(&cm(anonymous(), "kubeadm-config"), &reader).is_err());
+}
+
+#[test]
+fn kubeadm_cluster_admins_group_is_cluster_admin() {
+    let reader = MemReader::with_defaults();
+    let kubeadm_admin = user(
+        IdentityKind::ClientCert,
+        "kubernetes-admin",
+        &["kubeadm:cluster-admins", "system:authenticated"],
+    );
+    let attrs = req(
+        kubeadm_admin.clone(),
+        "delete",
+        "",
+        "secrets",
+        "kube-system",
+        "x",
+    );
+    assert!(
+        authorize(&attrs, &reader).is_ok(),
+        "through RBAC, not the masters shortcut"
+    );
+    assert!(
+        authorize(&attrs, &MemReader::new()).is_err(),
+        "and only with the binding present"
+    );
+    assert!(authorize(&path(kubeadm_admin, "/metrics"), &reader).is_ok());
+}

@@ -94,6 +94,7 @@ pub fn create(
     if meta_str(&obj, "name").is_empty() && !meta_str(&obj, "generateName").is_empty() {
         obj["metadata"]["name"] = json!(generated_name(meta_str(&obj, "generateName")));
     }
+    crate::validation::validate_events_v1(info, &obj)?;
     let mut obj = to_storage(info, obj);
     match &info.status_on_create {
         StatusOnCreate::Keep => {}

@@ -86,6 +86,7 @@ async fn main() {
                 pki_dir: target.path().join("pki"),
                 key: key.clone(),
                 force: false,
+                provenance: kubeflavor_core::copycerts::Provenance::KubeflavorOnly,
             };
             let t = Instant::now();
             download::download(&client, &opts, jiff::Timestamp::now())

@@ -59,6 +59,8 @@ pub enum ExitCode {
     PkiConflict = 29,
     /// A Secret without kubeflavor's key check did not decrypt: wrong key or tampered.
     CertsWrongKeyOrTampered = 30,
+    /// A kubeadm-certs Secret without kubeflavor's key check, not accepted explicitly.
+    CertsNotFromKubeflavor = 31,
 }
 
 impl ExitCode {

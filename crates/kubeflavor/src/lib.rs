@@ -68,12 +68,19 @@ fn clap_outcome(err: clap::Error) -> Result<Parsed, CliError> {
             Ok(Parsed::Print(err.render().to_string()))
         }
         kind => {
+            // clap's first paragraph is the message (a list of missing arguments spans
+            // several lines); the rest is usage text that --help shows anyway.
             let rendered = err.render().to_string();
-            let first = rendered
+            let paragraph: Vec<&str> = rendered
                 .lines()
-                .find(|l| !l.trim().is_empty())
-                .unwrap_or("invalid command line");
-            let line = first.trim().trim_start_matches("error: ").to_string();
+                .skip_while(|l| l.trim().is_empty())
+                .take_while(|l| !l.trim().is_empty())
+                .map(str::trim)
+                .collect();
+            let line = paragraph
+                .join(" ")
+                .trim_start_matches("error: ")
+                .to_string();
             if kind == ErrorKind::ValueValidation {
                 Err(CliError::bare(ExitCode::Refused, line))
             } else {
@@ -135,8 +142,10 @@ pub fn main() -> std::process::ExitCode {
 
 /// Logs go to stderr so that stdout stays the command's output. `RUST_LOG` overrides -v.
 fn init_tracing(verbose: u8) {
+    // kube-rs logs a failed connection at ERROR before returning the error that kubeflavor
+    // reports in its own words; without -v that would be a second, noisier line.
     let level = match verbose {
-        0 => "warn",
+        0 => "warn,kube_client=off",
         1 => "info",
         2 => "debug",
         _ => "trace",

@@ -258,7 +258,7 @@ async fn garbage_collection_deletes_the_secret_with_its_proxy_token() {
 }
 
 /// A Secret as kubeadm writes it (sealed by Python's independent AES-GCM, no key check, no
-/// manifest: the committed core vectors) downloads with kubeflavor.
+/// manifest: the committed core vectors) downloads with kubeflavor when accepted explicitly.
 #[tokio::test]
 async fn a_secret_written_by_kubeadm_downloads() {
     use sha2::{Digest, Sha256};
@@ -280,6 +280,30 @@ async fn a_secret_written_by_kubeadm_downloads() {
     let tmp = tempfile::tempdir().unwrap();
     let target = tmp.path().join("pki");
 
+    // Not accepted unless asked for: without the key check and manifest, whole
+    // certificate/key pairs could have been swapped unnoticed. Exit 31, nothing written.
+    let refused = download(
+        &env,
+        &[
+            "--certificate-key",
+            key,
+            "--pki-dir",
+            target.to_str().unwrap(),
+        ],
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        matches!(refused, CertsError::NotFromKubeflavor(_)),
+        "{refused}"
+    );
+    assert_eq!(refused.exit_code(), 31);
+    assert!(
+        refused.to_string().contains("--accept-kubeadm-secret"),
+        "{refused}"
+    );
+    assert!(!target.exists());
+
     // Without kubeflavor's key check a wrong key cannot be told from tampering: exit 30.
     let err = download(
         &env,
@@ -288,6 +312,7 @@ async fn a_secret_written_by_kubeadm_downloads() {
             &"1".repeat(64),
             "--pki-dir",
             target.to_str().unwrap(),
+            "--accept-kubeadm-secret",
         ],
     )
     .await
@@ -303,6 +328,7 @@ async fn a_secret_written_by_kubeadm_downloads() {
             key,
             "--pki-dir",
             target.to_str().unwrap(),
+            "--accept-kubeadm-secret",
         ],
     )
     .await

@@ -9,7 +9,7 @@ use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Secret;
 use kube::{Api, Client};
 use kubeflavor_core::certkey::CertificateKey;
-use kubeflavor_core::copycerts::{self, CopyCertsError};
+use kubeflavor_core::copycerts::{self, CopyCertsError, Provenance};
 
 use super::CertsError;
 use super::objects::{self, NAMESPACE, SECRET_NAME};
@@ -20,6 +20,10 @@ pub struct DownloadOptions {
     pub key: CertificateKey,
     /// `--force`: replace existing files whose content differs.
     pub force: bool,
+    /// Whether a Secret without kubeflavor's key check and manifest (as kubeadm writes it)
+    /// is accepted (`--accept-kubeadm-secret`). Off by default: whoever can edit the Secret
+    /// could strip both and swap whole certificate/key pairs unnoticed.
+    pub provenance: Provenance,
 }
 
 /// Fetches the Secret and makes sure it has not outlived its proxy token. A bootstrap
@@ -81,6 +85,7 @@ pub fn open_error(e: CopyCertsError) -> CertsError {
         | CopyCertsError::NotAsUploaded { .. }
         | CopyCertsError::KeyDoesNotMatch { .. }
         | CopyCertsError::Unreadable { .. } => CertsError::Swapped(e.to_string()),
+        CopyCertsError::NotFromKubeflavor => CertsError::NotFromKubeflavor(e.to_string()),
         CopyCertsError::NotInSet { .. } | CopyCertsError::Randomness(_) => {
             CertsError::Other(e.to_string())
         }
@@ -92,7 +97,7 @@ pub fn decrypt_and_write(
     data: &BTreeMap<String, Vec<u8>>,
     opts: &DownloadOptions,
 ) -> Result<WriteReport, CertsError> {
-    let opened = copycerts::open_all(&opts.key, data).map_err(open_error)?;
+    let opened = copycerts::open_all_with(&opts.key, data, opts.provenance).map_err(open_error)?;
     Ok(pki_files::write_all(
         &opts.pki_dir,
         &opened.files,

@@ -9,9 +9,8 @@ use k8s_openapi::api::rbac::v1::RoleBinding;
 use kube::{Api, Client};
 use kubeflavor_core::certkey::CertificateKey;
 use kubeflavor_core::copycerts;
+use kubeflavor_core::keys::CertificateSummary;
 use serde::Serialize;
-use x509_parser::certificate::X509Certificate;
-use x509_parser::prelude::FromDer;
 
 use super::objects::{self, NAMESPACE, RBAC_NAME, SECRET_NAME};
 use super::{CertsError, download};
@@ -140,14 +139,12 @@ pub fn certificate_infos(
         let ders = kubeflavor_core::keys::parse_certificates_pem(f.contents())
             .map_err(|e| CertsError::Swapped(format!("{}: {e}", f.rel_path)))?;
         for der in ders {
-            let (_, cert) = X509Certificate::from_der(&der)
+            let summary = CertificateSummary::from_der(&der)
                 .map_err(|e| CertsError::Swapped(format!("{}: {e}", f.rel_path)))?;
             out.push(CertificateInfo {
                 entry: f.rel_path.clone(),
-                subject: cert.subject().to_string(),
-                not_after: jiff::Timestamp::from_second(cert.validity().not_after.timestamp())
-                    .map(|t| t.to_string())
-                    .unwrap_or_else(|_| cert.validity().not_after.to_string()),
+                subject: summary.subject,
+                not_after: summary.not_after.to_string(),
             });
         }
     }

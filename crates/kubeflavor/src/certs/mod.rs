@@ -31,6 +31,9 @@ pub enum CertsError {
     /// Only for Secrets without kubeflavor's key check (written by kubeadm).
     #[error("{0}")]
     WrongKeyOrTampered(String),
+    /// A Secret without kubeflavor's key check, not explicitly accepted.
+    #[error("{0} (pass --accept-kubeadm-secret if it was uploaded by kubeadm)")]
+    NotFromKubeflavor(String),
     /// An entry was changed after the upload (the key itself is right).
     #[error("{0}")]
     Tampered(String),
@@ -81,6 +84,7 @@ impl CertsError {
             CertsError::Unwritable(_) => ExitCode::PkiUnwritable,
             CertsError::Conflict(_) => ExitCode::PkiConflict,
             CertsError::WrongKeyOrTampered(_) => ExitCode::CertsWrongKeyOrTampered,
+            CertsError::NotFromKubeflavor(_) => ExitCode::CertsNotFromKubeflavor,
         }
     }
 
@@ -141,6 +145,7 @@ mod tests {
             CertsError::MalformedKey(s()),
             CertsError::WrongKey,
             CertsError::WrongKeyOrTampered(s()),
+            CertsError::NotFromKubeflavor(s()),
             CertsError::Tampered(s()),
             CertsError::Swapped(s()),
             CertsError::MissingEntry(s()),

@@ -34,7 +34,8 @@ use), 5 cluster unreachable, 6 forbidden or unauthorized; `join` adds 10-16 (see
 `certs`: 20 malformed certificate key, 21 wrong certificate key, 22 tampered Secret entry, 23
 swapped or mismatched entries, 24 missing entry, 25 kubeadm-certs Secret missing or expired, 26
 unreadable PKI file, 27 inconsistent PKI files, 28 unwritable target, 29 existing files differ
-(--force), 30 wrong key or tampered entry (a Secret kubeadm wrote, without kubeflavor's key check).";
+(--force), 30 wrong key or tampered entry (a Secret kubeadm wrote, without kubeflavor's key check),
+31 a Secret without kubeflavor's key check (--accept-kubeadm-secret).";
 
 #[derive(Debug, Parser)]
 #[command(
@@ -113,11 +114,11 @@ pub struct TokenCreateArgs {
     pub control_plane: bool,
     /// How long the token stays valid: 24h, 90m, 1h30m, or 0 for never. Default: the
     /// flavor's tokenDefaults.ttl, else 24h.
-    #[arg(long, value_name = "DURATION")]
+    #[arg(long, value_name = "DURATION", allow_hyphen_values = true)]
     pub ttl: Option<TokenTtl>,
     /// How many distinct node names the token may bind. Default: the flavor's
     /// tokenDefaults.maxNodes, else 1.
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
     pub max_nodes: Option<MaxNodes>,
     /// What to print: the token alone, or a description of it as JSON or YAML.
     #[arg(short, long, value_enum, default_value_t = TokenOutput::Token)]
@@ -176,13 +177,13 @@ pub struct FlavorCreateArgs {
     pub taints: Vec<Taint>,
     /// Trust level 0..=100, published on nodes as the label
     /// kubeflavor.node-restriction.kubernetes.io/trust-level.
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
     pub trust_level: Option<TrustLevelArg>,
     /// Default TTL of this flavor's tokens (24h, 90m, 0 for never).
-    #[arg(long, value_name = "DURATION")]
+    #[arg(long, value_name = "DURATION", allow_hyphen_values = true)]
     pub ttl: Option<TokenTtl>,
     /// Default number of node names one token of this flavor may bind.
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
     pub max_nodes: Option<MaxNodes>,
 }
 

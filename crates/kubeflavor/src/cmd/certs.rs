@@ -11,6 +11,7 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
 use kube::api::{ObjectMeta, PostParams};
 use kubeflavor_core::certkey::CertificateKey;
+use kubeflavor_core::copycerts::Provenance;
 use kubeflavor_core::flavor::TokenTtl;
 use kubeflavor_core::pki::{self, KeyAlgorithm};
 use kubeflavor_core::token::BootstrapToken;
@@ -170,6 +171,10 @@ pub struct DownloadArgs {
     /// Replace existing files whose content differs (identical files are always kept).
     #[arg(long)]
     pub force: bool,
+    /// Also accept a Secret uploaded by kubeadm (no kubeflavor key check): its entries are
+    /// then checked only by kind and key/certificate matching.
+    #[arg(long)]
+    pub accept_kubeadm_secret: bool,
     #[command(flatten)]
     pub bootstrap: BootstrapArgs,
 }
@@ -294,6 +299,7 @@ pub async fn download(
         pki_dir: args.pki_dir.clone(),
         key: args.key.required()?,
         force: args.force,
+        provenance: provenance(args.accept_kubeadm_secret),
     };
     download_with(&opts, client, now, out).await
 }
@@ -345,6 +351,14 @@ async fn inspect_with(
     .map_err(output_error)
 }
 
+fn provenance(accept_kubeadm_secret: bool) -> Provenance {
+    if accept_kubeadm_secret {
+        Provenance::KubeflavorOrKubeadm
+    } else {
+        Provenance::KubeflavorOnly
+    }
+}
+
 fn output_error(e: std::io::Error) -> CertsError {
     CertsError::Other(format!("cannot write the output: {e}"))
 }
@@ -388,6 +402,7 @@ pub async fn execute(
                 pki_dir: args.pki_dir.clone(),
                 key,
                 force: args.force,
+                provenance: provenance(args.accept_kubeadm_secret),
             };
             download_with(&opts, &client, now, out).await?;
             Ok(())
@@ -517,6 +532,7 @@ pub fn join_download_options(
             pki_dir: args.kubelet_dir.join("pki"),
             key: key.certificate_key()?,
             force: false,
+            provenance: provenance(args.accept_kubeadm_secret),
         })),
         _ => Ok(None),
     }

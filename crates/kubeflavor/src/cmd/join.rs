@@ -86,6 +86,11 @@ pub struct JoinArgs {
     /// characters). Also read from the KUBEFLAVOR_CERTIFICATE_KEY environment variable.
     #[arg(long, value_name = "KEY", env = crate::cmd::certs::KEY_ENV, hide_env_values = true)]
     pub certificate_key: Option<crate::cmd::certs::SecretText>,
+
+    /// With --control-plane: also accept certificates uploaded by kubeadm (no kubeflavor
+    /// key check).
+    #[arg(long)]
+    pub accept_kubeadm_secret: bool,
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {

@@ -1,0 +1,266 @@
+//! The end-to-end harness. [`Env::start`] connects to the cluster named by
+//! `KUBEFLAVOR_E2E_KUBECONFIG` (a real admin kubeconfig) when it is set, and otherwise
+//! starts a fresh testkube. Every case runs unchanged on both: names carry a per-run
+//! suffix so a real cluster can be reused, and each case deletes what it creates.
+
+#![allow(dead_code)] // each test binary uses its own subset of the helpers
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use k8s_openapi::api::authentication::v1::SelfSubjectReview;
+use kube::api::{Api, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kubeflavor::ExitCode;
+use testkube::TestCluster;
+
+/// The variable naming a real cluster's admin kubeconfig.
+pub const REAL_CLUSTER_ENV: &str = "KUBEFLAVOR_E2E_KUBECONFIG";
+
+pub struct Env {
+    /// The admin kubeconfig file every command is run with (`--kubeconfig`).
+    pub kubeconfig: PathBuf,
+    /// An admin client, for checking what the commands did.
+    pub client: kube::Client,
+    /// The testkube server, when not running against a real cluster.
+    pub testkube: Option<TestCluster>,
+    /// A short random suffix unique to this test's run.
+    pub run_id: String,
+    dir: tempfile::TempDir,
+}
+
+/// What one command did: its exit code, its output, and the error line (if any).
+#[derive(Debug)]
+pub struct Outcome {
+    pub code: ExitCode,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Outcome {
+    pub fn ok(&self) -> bool {
+        self.code == ExitCode::Ok
+    }
+
+    /// Panic with everything a reader needs when the command failed.
+    #[track_caller]
+    pub fn expect_ok(&self) -> &str {
+        assert!(self.ok(), "command failed: {self:?}");
+        &self.stdout
+    }
+}
+
+impl Env {
+    pub async fn start() -> Env {
+        kubeflavor::cluster::install_crypto_provider();
+        let dir = tempfile::tempdir().expect("temp dir");
+        let run_id = kubeflavor_core::token::BootstrapToken::generate()
+            .expect("randomness")
+            .id()
+            .to_string();
+        match std::env::var_os(REAL_CLUSTER_ENV).filter(|v| !v.is_empty()) {
+            Some(path) => {
+                let kubeconfig = PathBuf::from(path);
+                let text =
+                    std::fs::read_to_string(&kubeconfig).expect("read KUBEFLAVOR_E2E_KUBECONFIG");
+                let client = client_from_yaml(&text).await;
+                Env {
+                    kubeconfig,
+                    client,
+                    testkube: None,
+                    run_id,
+                    dir,
+                }
+            }
+            None => {
+                let cluster = TestCluster::start().await.expect("start testkube");
+                let kubeconfig = dir.path().join("admin.kubeconfig");
+                cluster
+                    .write_admin_kubeconfig(&kubeconfig)
+                    .expect("write admin kubeconfig");
+                let client = client_from_yaml(&cluster.admin_kubeconfig()).await;
+                Env {
+                    kubeconfig,
+                    client,
+                    testkube: Some(cluster),
+                    run_id,
+                    dir,
+                }
+            }
+        }
+    }
+
+    /// `base-<run id>`: unique on a shared real cluster.
+    pub fn name(&self, base: &str) -> String {
+        format!("{base}-{}", self.run_id)
+    }
+
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Run kubeflavor in-process with the admin kubeconfig.
+    pub async fn kf(&self, args: &[&str]) -> Outcome {
+        self.kf_with(&self.kubeconfig, args).await
+    }
+
+    /// Run kubeflavor in-process with another kubeconfig.
+    pub async fn kf_with(&self, kubeconfig: &Path, args: &[&str]) -> Outcome {
+        let mut argv = vec![
+            "kubeflavor".to_string(),
+            "--kubeconfig".into(),
+            kubeconfig.display().to_string(),
+        ];
+        argv.extend(args.iter().map(|a| a.to_string()));
+        let mut out = Vec::new();
+        let result = kubeflavor::run(argv, &mut out).await;
+        let stdout = String::from_utf8(out).expect("utf-8 output");
+        match result {
+            Ok(()) => Outcome {
+                code: ExitCode::Ok,
+                stdout,
+                stderr: String::new(),
+            },
+            Err(e) => Outcome {
+                code: e.code,
+                stdout,
+                stderr: format!("error: {e}\n"),
+            },
+        }
+    }
+
+    /// Run the real binary (exit status and stderr exactly as a user sees them). The child
+    /// is waited for on a blocking thread so that an in-process testkube keeps serving.
+    pub async fn kf_bin(&self, args: &[&str]) -> Outcome {
+        let mut argv = vec![
+            "--kubeconfig".to_string(),
+            self.kubeconfig.display().to_string(),
+        ];
+        argv.extend(args.iter().map(|a| a.to_string()));
+        tokio::task::spawn_blocking(move || {
+            let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+            bin(env!("CARGO_BIN_EXE_kubeflavor"), &argv)
+        })
+        .await
+        .expect("binary runner")
+    }
+
+    /// `kubeflavor install --apply` (idempotent; on a real cluster it updates what is there).
+    pub async fn install(&self) {
+        self.kf(&["install", "--apply"]).await.expect_ok();
+    }
+
+    /// A kubeconfig file for the same server and CA whose user is this bearer token.
+    pub fn token_kubeconfig(&self, token: &str) -> PathBuf {
+        let admin = Kubeconfig::read_from(&self.kubeconfig).expect("admin kubeconfig");
+        let context_name = admin
+            .current_context
+            .clone()
+            .expect("admin kubeconfig has a current-context");
+        let context = admin
+            .contexts
+            .iter()
+            .find(|c| c.name == context_name)
+            .and_then(|c| c.context.clone())
+            .expect("current context");
+        let cluster = admin
+            .clusters
+            .iter()
+            .find(|c| c.name == context.cluster)
+            .and_then(|c| c.cluster.clone())
+            .expect("cluster of the current context");
+        let server = cluster.server.clone().expect("server");
+        let ca = cluster
+            .certificate_authority_data
+            .clone()
+            .map(|d| format!("    certificate-authority-data: {d}\n"));
+        let yaml = format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: {server}\n{}contexts:\n\
+             - name: c\n  context:\n    cluster: c\n    user: u\ncurrent-context: c\nusers:\n- name: u\n  user:\n    token: {token}\n",
+            ca.unwrap_or_default()
+        );
+        let path = self
+            .dir
+            .path()
+            .join(format!("token-{}.kubeconfig", &token[..6]));
+        std::fs::write(&path, yaml).expect("write token kubeconfig");
+        path
+    }
+
+    /// A client that authenticates with this bearer token.
+    pub async fn token_client(&self, token: &str) -> kube::Client {
+        let text = std::fs::read_to_string(self.token_kubeconfig(token)).expect("token kubeconfig");
+        client_from_yaml(&text).await
+    }
+
+    /// Number of requests the server has seen (testkube only; `None` on a real cluster).
+    pub fn request_count(&self) -> Option<u64> {
+        self.testkube
+            .as_ref()
+            .map(|c| c.counters().snapshot().total())
+    }
+}
+
+pub async fn client_from_yaml(yaml: &str) -> kube::Client {
+    let kubeconfig = Kubeconfig::from_yaml(yaml).expect("kubeconfig parses");
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .expect("kubeconfig loads");
+    kube::Client::try_from(config).expect("client")
+}
+
+/// Who the server says this client is: (username, groups).
+pub async fn whoami(client: &kube::Client) -> Result<(String, Vec<String>), kube::Error> {
+    let api: Api<SelfSubjectReview> = Api::all(client.clone());
+    let review = api
+        .create(&PostParams::default(), &SelfSubjectReview::default())
+        .await?;
+    let user = review.status.and_then(|s| s.user_info).unwrap_or_default();
+    Ok((
+        user.username.unwrap_or_default(),
+        user.groups.unwrap_or_default(),
+    ))
+}
+
+/// Run a binary and collect its outcome.
+pub fn bin(path: &str, args: &[&str]) -> Outcome {
+    let output = Command::new(path)
+        .args(args)
+        .env_remove("KUBECONFIG")
+        .output()
+        .expect("run the binary");
+    let code = match output.status.code() {
+        Some(0) => ExitCode::Ok,
+        Some(1) => ExitCode::Error,
+        Some(2) => ExitCode::Usage,
+        Some(3) => ExitCode::NotFound,
+        Some(4) => ExitCode::Refused,
+        Some(5) => ExitCode::Unreachable,
+        Some(6) => ExitCode::Forbidden,
+        other => panic!("unexpected exit status {other:?}: {output:?}"),
+    };
+    Outcome {
+        code,
+        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+    }
+}
+
+/// Asserts the shape every refusal must have: non-zero exit, exactly one line on stderr
+/// starting with `error: `, nothing on stdout.
+#[track_caller]
+pub fn assert_one_line_error(outcome: &Outcome, code: ExitCode) {
+    assert_eq!(outcome.code, code, "{outcome:?}");
+    assert_eq!(
+        outcome.stderr.lines().count(),
+        1,
+        "not one line: {:?}",
+        outcome.stderr
+    );
+    assert!(
+        outcome.stderr.starts_with("error: "),
+        "{:?}",
+        outcome.stderr
+    );
+    assert!(outcome.stdout.is_empty(), "{:?}", outcome.stdout);
+}

@@ -6,6 +6,7 @@ pub mod certs;
 pub mod cli;
 pub mod cluster;
 pub mod cmd;
+pub mod controller;
 pub mod crd;
 pub mod error;
 pub mod exit;

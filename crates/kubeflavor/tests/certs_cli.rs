@@ -240,6 +240,26 @@ async fn control_plane_tokens_carry_only_the_control_plane_group() {
             "system:authenticated"
         ]
     );
+    // The control-plane join line, kubeadm's shape.
+    let line = kubeflavor(
+        Some(&env),
+        &["token", "create", "--control-plane", "--print-join-command"],
+        &[],
+    )
+    .await;
+    assert!(line.status.success(), "{}", stderr(&line));
+    let line = stdout(&line);
+    assert!(line.starts_with("kubeadm join "), "{line}");
+    assert!(
+        line.contains(" --discovery-token-ca-cert-hash sha256:"),
+        "{line}"
+    );
+    assert!(
+        line.trim_end().ends_with(
+            "--control-plane --certificate-key <key printed by 'kubeflavor certs upload'>"
+        ),
+        "{line}"
+    );
     // A flavor and --control-plane exclude each other.
     let both = kubeflavor(
         Some(&env),

@@ -15,6 +15,7 @@ use super::CertsError;
 use super::objects::{self, NAMESPACE, SECRET_NAME};
 use super::pki_files::{self, WriteReport};
 
+#[derive(Debug)]
 pub struct DownloadOptions {
     pub pki_dir: PathBuf,
     pub key: CertificateKey,

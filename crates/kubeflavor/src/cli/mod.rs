@@ -26,8 +26,10 @@ in-cluster service account; --context picks a context.
 
 Also usable as the kubectl plugin `kubectl flavor` (the same binary named kubectl-flavor).
 
-Planned, not in this version: `controller` (the CSR-approving controller), `node list|get|revoke`,
-`token revoke`.
+The controller (`kubeflavor controller`) approves or denies kubelet CSRs; `node list|get|revoke`
+and `token revoke` show and revoke what it bound. `join` is the node side: kubeadm-compatible
+discovery and TLS bootstrap. `certs` moves control-plane CA material between machines,
+kubeadm-compatible (`upload`, then `join --control-plane --certificate-key` or `certs download`).
 
 Exit codes: 0 ok, 1 error, 2 usage, 3 not found, 4 refused (invalid or unsafe input, object in
 use), 5 cluster unreachable, 6 forbidden or unauthorized; `join` adds 10-16 (see `join --help`).
@@ -79,6 +81,12 @@ pub enum Command {
     /// (token signature and CA pin), bootstrap-kubelet.conf, and with --tls-bootstrap the
     /// kubelet's certificate request itself. Exit codes are listed in `join --help`.
     Join(crate::cmd::join::JoinArgs),
+    /// Run the controller: approve or deny kubelet CSRs of kubeflavor tokens, bind nodes
+    /// to tokens, and keep each flavor's labels and taints on its Nodes.
+    Controller(crate::cmd::controller::ControllerArgs),
+    /// List, show and revoke bound nodes (FlavorBindings).
+    #[command(subcommand)]
+    Node(crate::cmd::node::NodeCommand),
     /// Move control-plane CA material between machines, kubeadm-compatible: certificate
     /// key, CA set generation, encrypted upload to kube-system/kubeadm-certs, download,
     /// inspection.
@@ -100,6 +108,8 @@ pub enum TokenCommand {
     List(TokenListArgs),
     /// Delete tokens by id (or by the whole token). A deleted token can no longer join nodes.
     Delete(TokenDeleteArgs),
+    /// Revoke a token (delete its Secret); with --nodes also revoke the nodes bound to it.
+    Revoke(crate::cmd::token_revoke::TokenRevokeArgs),
 }
 
 #[derive(Debug, Args)]
@@ -123,6 +133,11 @@ pub struct TokenCreateArgs {
     /// What to print: the token alone, or a description of it as JSON or YAML.
     #[arg(short, long, value_enum, default_value_t = TokenOutput::Token)]
     pub output: TokenOutput,
+    /// Print the whole join line instead of the token:
+    /// `kubeadm join <server> --token <token> --discovery-token-ca-cert-hash sha256:<pin>`
+    /// (server and CA from kube-public/cluster-info, else from the kubeconfig).
+    #[arg(long, conflicts_with = "output")]
+    pub print_join_command: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -262,11 +277,7 @@ mod tests {
 
     #[test]
     fn unbuilt_commands_are_not_accepted() {
-        for args in [
-            ["kubeflavor", "controller"],
-            ["kubeflavor", "join"],
-            ["kubeflavor", "certs"],
-        ] {
+        for args in [["kubeflavor", "join"], ["kubeflavor", "certs"]] {
             assert!(
                 Cli::try_parse_from(args).is_err(),
                 "{args:?} must not pretend to work"

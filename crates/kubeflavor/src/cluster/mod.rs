@@ -28,6 +28,9 @@ pub struct ClusterArgs {
 pub struct Cluster {
     pub client: Client,
     pub origin: Origin,
+    /// The CA certificates (DER) the kubeconfig trusts for this server; empty when unknown.
+    /// `token create --print-join-command` falls back to them without cluster-info.
+    pub ca_certs_der: Vec<Vec<u8>>,
 }
 
 /// What a user needs to know to find the configuration a command used.
@@ -60,6 +63,7 @@ impl Cluster {
     pub async fn connect(args: &ClusterArgs) -> Result<Cluster> {
         install_crypto_provider();
         let (config, origin) = resolve::load(args).await?;
+        let ca_certs_der = config.root_cert.clone().unwrap_or_default();
         let client = Client::try_from(config).map_err(|err| {
             CliError::failed(
                 format!(
@@ -69,7 +73,11 @@ impl Cluster {
                 "check the kubeconfig's certificate and key data",
             )
         })?;
-        Ok(Cluster { client, origin })
+        Ok(Cluster {
+            client,
+            origin,
+            ca_certs_der,
+        })
     }
 
     /// Turn a kube-rs error into the line the user sees (see [`errors`]).

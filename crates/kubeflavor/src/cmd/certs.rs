@@ -446,11 +446,16 @@ struct ControlPlaneToken<'a> {
 /// discovery with it. It carries no flavor: it is not a node token.
 pub async fn create_control_plane_token(
     cluster: &Cluster,
-    ttl: Option<TokenTtl>,
-    output: TokenOutput,
+    args: &crate::cli::TokenCreateArgs,
     out: &mut dyn Write,
 ) -> Result<(), CliError> {
-    let expiration = ttl
+    // Resolved before the token exists, as for node tokens: no token nobody will see.
+    let join_target = match args.print_join_command {
+        true => Some(crate::cmd::join::join_target(cluster).await?),
+        false => None,
+    };
+    let expiration = args
+        .ttl
         .unwrap_or(CONTROL_PLANE_TOKEN_TTL)
         .expiration(Timestamp::now());
     let group: AuthGroup = CONTROL_PLANE_GROUP
@@ -492,6 +497,16 @@ pub async fn create_control_plane_token(
             .for_each(|v| v.0.zeroize());
         match result {
             Ok(_) => {
+                if let Some(target) = &join_target {
+                    // kubeadm's control-plane join line; the key comes from `certs upload`.
+                    let line = crate::cmd::join::join_command_line(target, &token);
+                    writeln!(
+                        out,
+                        "{} --control-plane --certificate-key <key printed by 'kubeflavor certs upload'>",
+                        line.trim_end()
+                    )?;
+                    return Ok(());
+                }
                 let exposed = token.expose();
                 let view = ControlPlaneToken {
                     token: exposed.as_str(),
@@ -500,7 +515,7 @@ pub async fn create_control_plane_token(
                     usages: ["authentication", "signing"],
                     groups: [CONTROL_PLANE_GROUP],
                 };
-                let text = match output {
+                let text = match args.output {
                     TokenOutput::Token => exposed.to_string(),
                     TokenOutput::Json => serde_json::to_string_pretty(&view)
                         .map_err(|e| CliError::failed(e, "report this bug"))?,

@@ -2,10 +2,13 @@
 //! and the writer for its output.
 
 pub mod certs;
+pub mod controller;
 pub mod flavor;
 pub mod install;
 pub mod join;
+pub mod node;
 pub mod token;
+pub mod token_revoke;
 
 use std::io::Write;
 
@@ -26,6 +29,19 @@ pub async fn execute(cli: Cli, out: &mut dyn Write) -> Result<()> {
         }
         Command::Token(TokenCommand::Delete(args)) => {
             token::delete(&connect(&global).await?, &args, out).await
+        }
+        Command::Token(TokenCommand::Revoke(args)) => {
+            token_revoke::revoke(&connect(&global).await?, &args, out).await
+        }
+        Command::Controller(args) => controller::run(&connect(&global).await?, &args).await,
+        Command::Node(node::NodeCommand::List(args)) => {
+            node::list(&connect(&global).await?, &args, out).await
+        }
+        Command::Node(node::NodeCommand::Get(args)) => {
+            node::get(&connect(&global).await?, &args, out).await
+        }
+        Command::Node(node::NodeCommand::Revoke(args)) => {
+            node::revoke(&connect(&global).await?, &args, out).await
         }
         Command::Flavor(FlavorCommand::Create(args)) => {
             flavor::create(&connect(&global).await?, &args, out).await

@@ -216,8 +216,8 @@ pub fn verify_signature(
 
 /// The one cluster of the signed kubeconfig: its server and CA certificates.
 pub fn parse_cluster_info(kubeconfig_text: &str) -> Result<DiscoveredCluster, DiscoveryError> {
-    let info = super::kubeconfigs::parse_cluster_info(kubeconfig_text)
-        .map_err(DiscoveryError::BadKubeconfig)?;
+    let info = kubeflavor_core::kubeconfig::ClusterInfo::from_kubeconfig(kubeconfig_text)
+        .map_err(|e| DiscoveryError::BadKubeconfig(e.to_string()))?;
     Ok(DiscoveredCluster {
         server: info.server,
         ca_pem: info.ca_pem,
@@ -356,6 +356,29 @@ mod tests {
                 .remove(0)
         };
         (der("ca.crt"), der("front-proxy-ca.crt"))
+    }
+
+    #[test]
+    fn reads_cluster_info_as_kubeadm_publishes_it() {
+        // Capture 27's shape: an unnamed cluster, null contexts and users.
+        let (ca, _) = two_cas();
+        let pem = kubeflavor_core::keys::encode_pem("CERTIFICATE", &ca);
+        let text = format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: \"\"\n  cluster:\n    certificate-authority-data: {}\n    server: https://127.0.0.1:6443\ncontexts: null\ncurrent-context: \"\"\npreferences: {{}}\nusers: null\n",
+            base64::Engine::encode(&base64::engine::general_purpose::STANDARD, pem.as_bytes())
+        );
+        let cluster = parse_cluster_info(&text).unwrap();
+        assert_eq!(cluster.server, "https://127.0.0.1:6443");
+        assert_eq!(cluster.ca_certs_der, vec![ca]);
+        assert_eq!(cluster.ca_pem, pem.as_bytes());
+        let broken = text.replace(
+            "certificate-authority-data: ",
+            "certificate-authority-data: Zm9v",
+        );
+        assert!(matches!(
+            parse_cluster_info(&broken),
+            Err(DiscoveryError::BadKubeconfig(_))
+        ));
     }
 
     #[test]

@@ -15,12 +15,12 @@
 pub mod discovery;
 pub mod fetch;
 pub mod files;
-pub mod kubeconfigs;
 pub mod tls_bootstrap;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use kubeflavor_core::kubeconfig::Kubeconfig;
 use kubeflavor_core::names::NodeName;
 use kubeflavor_core::token::BootstrapToken;
 
@@ -46,18 +46,6 @@ pub trait Report {
     fn warn(&mut self, line: &str);
 }
 
-/// Progress on the terminal.
-pub struct ConsoleReport;
-
-impl Report for ConsoleReport {
-    fn info(&mut self, line: &str) {
-        println!("{line}");
-    }
-    fn warn(&mut self, line: &str) {
-        eprintln!("{line}");
-    }
-}
-
 /// Progress collected in memory (tests, and the walkthrough's indented narration).
 #[derive(Default, Debug, Clone)]
 pub struct RecordedReport {
@@ -73,7 +61,8 @@ impl Report for RecordedReport {
     }
 }
 
-/// Everything `join` needs, parsed and validated.
+/// Everything `join` needs, parsed and validated. (Debug is safe: the token shows its id only.)
+#[derive(Debug)]
 pub struct JoinOptions {
     /// `https://host:port` of an API server.
     pub endpoint: http::Uri,
@@ -288,11 +277,9 @@ fn bootstrap_kubeconfig(
     cluster: &DiscoveredCluster,
     token: &BootstrapToken,
 ) -> Result<zeroize::Zeroizing<String>, JoinError> {
-    Ok(kubeconfigs::bootstrap_kubelet_conf(
-        &cluster.server,
-        &cluster.ca_pem,
-        token,
-    ))
+    Kubeconfig::bootstrap_kubelet(&cluster.server, &cluster.ca_pem, &token.expose())
+        .to_yaml()
+        .map_err(|e| JoinError::Kubeconfig(e.to_string()))
 }
 
 fn kubelet_kubeconfig(
@@ -300,13 +287,15 @@ fn kubelet_kubeconfig(
     node_name: &NodeName,
     issued: &tls_bootstrap::IssuedCertificate,
 ) -> Result<zeroize::Zeroizing<String>, JoinError> {
-    Ok(kubeconfigs::kubelet_conf(
+    Kubeconfig::kubelet(
         &cluster.server,
         &cluster.ca_pem,
-        node_name,
+        node_name.as_str(),
         issued.cert_pem.as_bytes(),
         &issued.key_pem,
-    ))
+    )
+    .to_yaml()
+    .map_err(|e| JoinError::Kubeconfig(e.to_string()))
 }
 
 /// The node name the kubelet would use without `--hostname-override`: the host name,
@@ -358,6 +347,31 @@ mod tests {
             let err = parse_endpoint(bad).unwrap_err();
             assert!(err.contains("host:port"), "{bad}: {err}");
         }
+    }
+
+    /// What join writes must load in kube-rs as the bootstrap identity would use it.
+    #[tokio::test]
+    async fn bootstrap_kubeconfig_loads_with_kubeadms_names() {
+        let cluster = DiscoveredCluster {
+            server: "https://127.0.0.1:6443".into(),
+            ca_pem: Vec::new(),
+            ca_certs_der: Vec::new(),
+            pinned: true,
+        };
+        let token: BootstrapToken = "abcdef.0123456789abcdef".parse().unwrap();
+        let text = bootstrap_kubeconfig(&cluster, &token).unwrap();
+        let kc = kube::config::Kubeconfig::from_yaml(&text).unwrap();
+        assert_eq!(
+            kc.current_context.as_deref(),
+            Some("tls-bootstrap-token-user@kubernetes")
+        );
+        let user = kc.auth_infos[0].auth_info.as_ref().unwrap();
+        assert_eq!(kc.auth_infos[0].name, "tls-bootstrap-token-user");
+        assert!(user.token.is_some());
+        assert_eq!(
+            kc.clusters[0].cluster.as_ref().unwrap().server.as_deref(),
+            Some("https://127.0.0.1:6443")
+        );
     }
 
     #[test]

@@ -122,7 +122,7 @@ pub async fn request_client_certificate(
         .clone()
         .unwrap_or_else(|| "the bootstrap identity".into());
     report.info(&format!(
-        "[tls-bootstrap] Created certificate signing request {csr_name} for node {node_name:?} as {requester}, waiting for approval"
+        "[tls-bootstrap] Created certificate signing request {csr_name} for node \"{node_name}\" as {requester}, waiting for approval"
     ));
 
     let cert_pem = wait_for_certificate(&api, &csr_name, deadline, timeout, report).await?;

@@ -222,13 +222,19 @@ pub async fn whoami(client: &kube::Client) -> Result<(String, Vec<String>), kube
     ))
 }
 
-/// Run a binary and collect its outcome.
+/// Run a binary and collect its outcome (with `KUBECONFIG` unset).
 pub fn bin(path: &str, args: &[&str]) -> Outcome {
-    let output = Command::new(path)
-        .args(args)
-        .env_remove("KUBECONFIG")
-        .output()
-        .expect("run the binary");
+    bin_with_env(path, args, &[])
+}
+
+/// Run a binary with extra environment variables (`KUBECONFIG` unset unless given).
+pub fn bin_with_env(path: &str, args: &[&str], envs: &[(&str, &str)]) -> Outcome {
+    let mut command = Command::new(path);
+    command.args(args).env_remove("KUBECONFIG");
+    for (k, v) in envs {
+        command.env(k, v);
+    }
+    let output = command.output().expect("run the binary");
     let code = match output.status.code() {
         Some(0) => ExitCode::Ok,
         Some(1) => ExitCode::Error,

@@ -69,8 +69,7 @@ fn expose_str<S: serde::Serializer>(value: &Zeroizing<String>, s: S) -> Result<S
 
 pub async fn create(cluster: &Cluster, args: &TokenCreateArgs, out: &mut dyn Write) -> Result<()> {
     let Some(flavor_name) = args.flavor.as_ref() else {
-        return crate::cmd::certs::create_control_plane_token(cluster, args.ttl, args.output, out)
-            .await;
+        return crate::cmd::certs::create_control_plane_token(cluster, args, out).await;
     };
     let flavors: Api<Flavor> = Api::all(cluster.client.clone());
     let flavor = match flavors.get(flavor_name.as_str()).await {
@@ -92,10 +91,19 @@ pub async fn create(cluster: &Cluster, args: &TokenCreateArgs, out: &mut dyn Wri
         .unwrap_or(DEFAULT_MAX_NODES);
     let expiration = ttl.expiration(Timestamp::now());
 
+    // --print-join-command: resolved before the token exists, so a cluster whose server or
+    // CA cannot be found never gets a token nobody will see.
+    let join_target = match args.print_join_command {
+        true => Some(super::join::join_target(cluster).await?),
+        false => None,
+    };
     let token = mint(cluster, flavor_name, expiration, max_nodes, || {
         BootstrapToken::generate().map_err(|e| CliError::failed(e, "retry"))
     })
     .await?;
+    if let Some(target) = &join_target {
+        return super::join::print_join_command(target, &token, out);
+    }
     print_created(&token, flavor_name, expiration, max_nodes, args.output, out)
 }
 

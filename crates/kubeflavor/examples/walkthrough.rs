@@ -1,0 +1,486 @@
+//! The whole kubeflavor story, told with real calls against an in-memory API server:
+//!
+//! ```sh
+//! cargo run --example walkthrough
+//! ```
+//!
+//! An owner defines two flavors (sweet: trusted; sour: a partner's boxes) and mints one
+//! token of each. The kubeflavor controller runs. Two machines join with `kubeflavor join
+//! --tls-bootstrap`, register their Nodes with the certificates they were issued, and get
+//! their flavor's labels from the controller. Then the two attacks kubeflavor exists to
+//! stop: a sour token holder asking for the sweet node's name is refused, and the sweet
+//! node trying to raise its own trust level is refused by NodeRestriction.
+//!
+//! Every `kubeflavor ...` line below runs the real command in-process; the output under it
+//! is that command's output. Token secrets are masked in this narration.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use k8s_openapi::api::authentication::v1::SelfSubjectReview;
+use k8s_openapi::api::core::v1::{Node, Secret, Taint};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::runtime::wait::{await_condition, conditions::is_deleted};
+use kubeflavor::controller::{self, Options, Runtime};
+
+const FLAVOR_LABEL: &str = "kubeflavor.node-restriction.kubernetes.io/flavor";
+const TRUST_LABEL: &str = "kubeflavor.node-restriction.kubernetes.io/trust-level";
+const CLASS_LABEL: &str = "tier.node-restriction.kubernetes.io/class";
+const UNVERIFIED: &str = "kubeflavor.io/unverified";
+/// Safety net for waiting on the controller; never reached when things work.
+const PATIENCE: Duration = Duration::from_secs(60);
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    kubeflavor::cluster::install_crypto_provider();
+    let work = tempfile::tempdir()?;
+
+    chapter("An API server to play with");
+    let cluster = testkube::TestCluster::start().await?;
+    let kubeconfig = work.path().join("admin.kubeconfig");
+    cluster.write_admin_kubeconfig(&kubeconfig)?;
+    let admin = client_from(&cluster.admin_kubeconfig()).await?;
+    say(&format!(
+        "testkube (an in-memory Kubernetes API server) listens on {}; the owner is its admin.",
+        cluster.server_url()
+    ));
+
+    chapter("The owner installs kubeflavor and defines two flavors");
+    let kf = Kf {
+        kubeconfig: kubeconfig.clone(),
+    };
+    kf.run(&["install", "--apply"], Quiet::Yes).await?;
+    kf.run(
+        &[
+            "flavor",
+            "create",
+            "sweet",
+            "--label",
+            &format!("{CLASS_LABEL}=gold"),
+            "--trust-level",
+            "90",
+        ],
+        Quiet::No,
+    )
+    .await?;
+    kf.run(
+        &[
+            "flavor",
+            "create",
+            "sour",
+            "--label",
+            &format!("{CLASS_LABEL}=bronze"),
+            "--taint",
+            "partner=sour:NoSchedule",
+            "--trust-level",
+            "20",
+        ],
+        Quiet::No,
+    )
+    .await?;
+
+    chapter("One token of each flavor, handed out as kubeadm join lines");
+    let sweet_line = kf
+        .run(
+            &[
+                "token",
+                "create",
+                "--flavor",
+                "sweet",
+                "--print-join-command",
+            ],
+            Quiet::Masked,
+        )
+        .await?;
+    // The partner gets two node names' worth of token (it runs two boxes).
+    let sour_line = kf
+        .run(
+            &[
+                "token",
+                "create",
+                "--flavor",
+                "sour",
+                "--max-nodes",
+                "2",
+                "--print-join-command",
+            ],
+            Quiet::Masked,
+        )
+        .await?;
+    for line in [&sweet_line, &sour_line] {
+        let token = token_of(line)?;
+        let client = client_from(&cluster.kubeconfig_for_token(&token.expose())).await?;
+        let review = Api::<SelfSubjectReview>::all(client)
+            .create(&PostParams::default(), &SelfSubjectReview::default())
+            .await?;
+        let user = review.status.and_then(|s| s.user_info).unwrap_or_default();
+        say(&format!(
+            "token {} authenticates as {} in groups {:?}",
+            token.id(),
+            user.username.unwrap_or_default(),
+            user.groups.unwrap_or_default()
+        ));
+    }
+    say(
+        "The holders see the same groups: the flavor lives only in the Secret's metadata, which they cannot read.",
+    );
+
+    chapter("The kubeflavor controller starts");
+    let (stop_controller, stopped) = tokio::sync::oneshot::channel::<()>();
+    let mut opts = Options::new("kube-system", "walkthrough");
+    opts.leader_elect = false;
+    let controller_task = tokio::spawn(controller::run(
+        Runtime::new(admin.clone(), opts),
+        async move {
+            let _ = stopped.await;
+        },
+    ));
+    say("It watches kubelet client CSRs, tokens, flavors, bindings and Nodes.");
+
+    chapter("Two machines join with `kubeflavor join --tls-bootstrap`");
+    let sweet_dir = work.path().join("sweet-node-1");
+    let sour_dir = work.path().join("sour-node-1");
+    kf.join(&sweet_line, "sweet-node-1", &sweet_dir).await?;
+    kf.join(&sour_line, "sour-node-1", &sour_dir).await?;
+
+    chapter("Each kubelet registers its Node with its own certificate, untrusted at first");
+    for (name, dir) in [("sweet-node-1", &sweet_dir), ("sour-node-1", &sour_dir)] {
+        let node_client = node_client(dir).await?;
+        register_node(&node_client, name).await?;
+        say(&format!(
+            "{name}: Node created as system:node:{name}, tainted {UNVERIFIED}:NoSchedule"
+        ));
+    }
+
+    chapter("The controller puts each flavor on its Node");
+    let nodes: Api<Node> = Api::all(admin.clone());
+    for (name, flavor) in [("sweet-node-1", "sweet"), ("sour-node-1", "sour")] {
+        let node = wait_until_flavored(&nodes, name, flavor).await?;
+        show_node(&node);
+    }
+    say(
+        "A nodeSelector on tier.node-restriction.kubernetes.io/class=gold now means a node the owner trusts.",
+    );
+
+    chapter("Attack 1: a sour token holder asks for the sweet node's name");
+    let takeover_dir = work.path().join("impostor");
+    match kf
+        .join_as("impostor", &sour_line, "sweet-node-1", &takeover_dir)
+        .await
+    {
+        Ok(()) => bail!(
+            "the impostor joined as sweet-node-1: kubeflavor failed to refuse a name takeover"
+        ),
+        Err(e) => say(&format!(
+            "refused as expected (exit code {}): {e}",
+            e.code.code()
+        )),
+    }
+    say(&format!(
+        "The impostor's kubelet directory holds nothing: {:?}",
+        entries(&takeover_dir)
+    ));
+    let sour_secret = format!("bootstrap-token-{}", token_of(&sour_line)?.id());
+    let secrets: Api<Secret> = Api::namespaced(admin.clone(), "kube-system");
+    tokio::time::timeout(
+        PATIENCE,
+        await_condition(secrets, &sour_secret, is_deleted("")),
+    )
+    .await
+    .with_context(|| format!("{sour_secret} was not deleted within {PATIENCE:?}"))??;
+    say(&format!(
+        "The controller deleted {sour_secret}: a misused token ends (P4), so a retrying kubelet stops."
+    ));
+    let bound = nodes.get("sour-node-1").await?;
+    say(&format!(
+        "sour-node-1, joined earlier with that token, keeps its flavor: {}",
+        bound
+            .metadata
+            .labels
+            .unwrap_or_default()
+            .get(FLAVOR_LABEL)
+            .cloned()
+            .unwrap_or_default()
+    ));
+
+    chapter("Attack 2: the sweet node tries to raise its own trust level");
+    let sweet_client = node_client(&sweet_dir).await?;
+    let own: Api<Node> = Api::all(sweet_client);
+    let patch = serde_json::json!({"metadata": {"labels": {TRUST_LABEL: "100"}}});
+    say(&format!(
+        "as system:node:sweet-node-1: PATCH nodes/sweet-node-1 {patch}"
+    ));
+    match own
+        .patch(
+            "sweet-node-1",
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await
+    {
+        Ok(_) => bail!("the node changed its own trust level: NodeRestriction did not apply"),
+        Err(kube::Error::Api(s)) => say(&format!(
+            "refused by NodeRestriction ({} {}): {}",
+            s.code, s.reason, s.message
+        )),
+        Err(e) => return Err(e).context("patching the node as itself"),
+    }
+
+    chapter("The end");
+    let _ = stop_controller.send(());
+    controller_task.await??;
+    cluster.shutdown().await;
+    say(
+        "Flavors were assigned by the cluster, not claimed by the nodes; both attacks were refused.",
+    );
+    Ok(())
+}
+
+/// Runs `kubeflavor` commands in-process against the walkthrough's cluster.
+struct Kf {
+    kubeconfig: PathBuf,
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Quiet {
+    /// Show the command and its output.
+    No,
+    /// Show the command only (the output is long and not the point).
+    Yes,
+    /// Show the output with token secrets masked.
+    Masked,
+}
+
+impl Kf {
+    async fn run(&self, args: &[&str], quiet: Quiet) -> anyhow::Result<String> {
+        say(&format!("$ kubeflavor {}", args.join(" ")));
+        let mut argv = vec![
+            "kubeflavor".to_string(),
+            "--kubeconfig".into(),
+            self.kubeconfig.display().to_string(),
+        ];
+        argv.extend(args.iter().map(|a| a.to_string()));
+        let mut out = Vec::new();
+        let result = kubeflavor::run(argv, &mut out).await;
+        let text = String::from_utf8(out)?;
+        match quiet {
+            Quiet::No => indent(&text),
+            Quiet::Masked => indent(&mask_tokens(&text)),
+            Quiet::Yes => {}
+        }
+        result.map_err(|e| anyhow::anyhow!("kubeflavor {} failed: {e}", args.join(" ")))?;
+        Ok(text)
+    }
+
+    /// `kubeflavor join <endpoint> --token ... --discovery-token-ca-cert-hash ...
+    /// --tls-bootstrap`, from a printed join line, as machine `node`.
+    async fn join(
+        &self,
+        join_line: &str,
+        node: &str,
+        kubelet_dir: &Path,
+    ) -> Result<(), kubeflavor::CliError> {
+        self.join_as(node, join_line, node, kubelet_dir).await
+    }
+
+    /// The same, run on `machine` (whose prompt is shown) asking for the name `node`.
+    async fn join_as(
+        &self,
+        machine: &str,
+        join_line: &str,
+        node: &str,
+        kubelet_dir: &Path,
+    ) -> Result<(), kubeflavor::CliError> {
+        let words: Vec<&str> = join_line.split_whitespace().collect();
+        let mut args: Vec<String> = vec!["join".into()];
+        // Skip `kubeadm join`: kubeflavor join takes the same endpoint and flags.
+        args.extend(words[2..].iter().map(|w| w.to_string()));
+        args.extend(
+            [
+                "--node-name",
+                node,
+                "--kubelet-dir",
+                &kubelet_dir.display().to_string(),
+                "--tls-bootstrap",
+                "--timeout",
+                "1m",
+            ]
+            .map(String::from),
+        );
+        say(&format!(
+            "[{machine}]$ {}",
+            mask_tokens(&format!("kubeflavor {}", args.join(" ")))
+        ));
+        let argv = std::iter::once("kubeflavor".to_string()).chain(args);
+        let mut out = Indented::default();
+        let result = kubeflavor::run(argv, &mut out).await;
+        out.flush().ok();
+        result
+    }
+}
+
+/// The token in a printed join line.
+fn token_of(join_line: &str) -> anyhow::Result<kubeflavor_core::token::BootstrapToken> {
+    let words: Vec<&str> = join_line.split_whitespace().collect();
+    let at = words
+        .iter()
+        .position(|w| *w == "--token")
+        .context("no --token in the join line")?;
+    Ok(words
+        .get(at + 1)
+        .context("no token after --token")?
+        .parse()?)
+}
+
+/// The kubelet's client, from the kubelet.conf `join` wrote.
+async fn node_client(kubelet_dir: &Path) -> anyhow::Result<kube::Client> {
+    let text = std::fs::read_to_string(kubelet_dir.join(kubeflavor::join::KUBELET_CONF))?;
+    kubeflavor::join::client_from_kubeconfig(&text)
+        .await
+        .map_err(anyhow::Error::msg)
+}
+
+/// What a kubelet started with `--register-with-taints=kubeflavor.io/unverified=:NoSchedule`
+/// sends: its Node, with the hostname label and the taint (taints are only allowed at
+/// creation, spec section 5).
+async fn register_node(node_client: &kube::Client, name: &str) -> anyhow::Result<()> {
+    let node = Node {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            labels: Some(BTreeMap::from([(
+                "kubernetes.io/hostname".to_string(),
+                name.to_string(),
+            )])),
+            ..Default::default()
+        },
+        spec: Some(k8s_openapi::api::core::v1::NodeSpec {
+            taints: Some(vec![Taint {
+                key: UNVERIFIED.into(),
+                effect: "NoSchedule".into(),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        }),
+        status: None,
+    };
+    Api::<Node>::all(node_client.clone())
+        .create(&PostParams::default(), &node)
+        .await?;
+    Ok(())
+}
+
+async fn wait_until_flavored(nodes: &Api<Node>, name: &str, flavor: &str) -> anyhow::Result<Node> {
+    let flavored = |n: Option<&Node>| {
+        n.and_then(|n| n.metadata.labels.as_ref())
+            .and_then(|l| l.get(FLAVOR_LABEL))
+            .map(String::as_str)
+            == Some(flavor)
+            && !n
+                .and_then(|n| n.spec.as_ref())
+                .and_then(|s| s.taints.as_ref())
+                .is_some_and(|t| t.iter().any(|t| t.key == UNVERIFIED))
+    };
+    let node = tokio::time::timeout(PATIENCE, await_condition(nodes.clone(), name, flavored))
+        .await
+        .with_context(|| format!("{name} was not flavored within {PATIENCE:?}"))??;
+    node.with_context(|| format!("{name} disappeared"))
+}
+
+fn show_node(node: &Node) {
+    let name = node.metadata.name.as_deref().unwrap_or("?");
+    say(&format!("{name}:"));
+    for (k, v) in node.metadata.labels.iter().flatten() {
+        say(&format!("    label  {k}={v}"));
+    }
+    let taints = node
+        .spec
+        .as_ref()
+        .and_then(|s| s.taints.clone())
+        .unwrap_or_default();
+    if taints.is_empty() {
+        say("    no taints (kubeflavor.io/unverified was removed)");
+    }
+    for t in taints {
+        say(&format!(
+            "    taint  {}={}:{}",
+            t.key,
+            t.value.unwrap_or_default(),
+            t.effect
+        ));
+    }
+}
+
+fn entries(dir: &Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .map(|rd| {
+            rd.filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// `abcdef.0123456789abcdef` -> `abcdef.****************` wherever a token appears.
+fn mask_tokens(text: &str) -> String {
+    text.split(' ')
+        .map(|w| {
+            match w
+                .trim_end()
+                .parse::<kubeflavor_core::token::BootstrapToken>()
+            {
+                Ok(t) => w.replace(t.secret().expose(), "****************"),
+                Err(_) => w.to_string(),
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn chapter(title: &str) {
+    println!("\n== {title}");
+}
+
+fn say(line: &str) {
+    println!("  {line}");
+}
+
+fn indent(text: &str) {
+    for line in text.lines() {
+        println!("      {line}");
+    }
+}
+
+async fn client_from(kubeconfig_yaml: &str) -> anyhow::Result<kube::Client> {
+    kubeflavor::join::client_from_kubeconfig(kubeconfig_yaml)
+        .await
+        .map_err(anyhow::Error::msg)
+}
+
+/// Command output, printed line by line as it comes, indented under the command.
+#[derive(Default)]
+struct Indented {
+    pending: Vec<u8>,
+}
+
+impl Write for Indented {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.pending.extend_from_slice(buf);
+        while let Some(pos) = self.pending.iter().position(|&b| b == b'\n') {
+            let line: Vec<u8> = self.pending.drain(..=pos).collect();
+            println!("      {}", String::from_utf8_lossy(&line[..line.len() - 1]));
+        }
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        if !self.pending.is_empty() {
+            println!("      {}", String::from_utf8_lossy(&self.pending));
+            self.pending.clear();
+        }
+        Ok(())
+    }
+}

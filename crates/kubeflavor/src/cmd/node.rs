@@ -1,0 +1,205 @@
+//! `kubeflavor node list|get|revoke`: the FlavorBindings, i.e. which node joined with which
+//! token and flavor, and revocation. Revoking marks the binding (its `Revoked` condition);
+//! the controller then removes the flavor labels, adds the NoExecute taint
+//! `kubeflavor.io/revoked` and denies the node's renewals.
+
+use std::io::Write;
+
+use clap::{Args, Subcommand};
+use jiff::Timestamp;
+use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::{Client, ResourceExt};
+use kubeflavor_core::names::NodeName;
+
+use crate::cluster::Cluster;
+use crate::crd::{CONDITION_FLAVORED, CONDITION_REVOKED, Condition, FlavorBinding};
+use crate::error::{CliError, Result};
+use crate::exit::ExitCode;
+use crate::output::{self, Format, Table};
+
+#[derive(Debug, Subcommand)]
+pub enum NodeCommand {
+    /// List bound nodes: NODE, FLAVOR, TOKEN, BOUND, STATUS.
+    List(NodeListArgs),
+    /// Show one node's binding.
+    Get(NodeGetArgs),
+    /// Revoke a node: the controller strips its flavor, taints it NoExecute
+    /// `kubeflavor.io/revoked`, and denies its certificate renewals.
+    Revoke(NodeRevokeArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct NodeListArgs {
+    #[arg(short, long, value_enum)]
+    pub output: Option<Format>,
+}
+
+#[derive(Debug, Args)]
+pub struct NodeGetArgs {
+    pub name: NodeName,
+    #[arg(short, long, value_enum)]
+    pub output: Option<Format>,
+}
+
+#[derive(Debug, Args)]
+pub struct NodeRevokeArgs {
+    pub name: NodeName,
+}
+
+/// Revoked, Flavored, or Pending (bound, Node not flavored yet).
+pub fn status_of(b: &FlavorBinding) -> &'static str {
+    let has = |t: &str| {
+        b.status.as_ref().is_some_and(|s| {
+            s.conditions
+                .iter()
+                .any(|c| c.type_ == t && c.status == "True")
+        })
+    };
+    if has(CONDITION_REVOKED) {
+        "Revoked"
+    } else if has(CONDITION_FLAVORED) {
+        "Flavored"
+    } else {
+        "Pending"
+    }
+}
+
+fn table(bindings: &[FlavorBinding], now: Timestamp) -> String {
+    let mut t = Table::new(&["NODE", "FLAVOR", "TOKEN", "BOUND", "STATUS"]);
+    for b in bindings {
+        t.row(vec![
+            b.name_any(),
+            b.spec.flavor.clone(),
+            b.spec.token_id.clone(),
+            output::age(Some(b.spec.bound_at), now),
+            status_of(b).to_string(),
+        ]);
+    }
+    t.render()
+}
+
+fn print(
+    out: &mut dyn Write,
+    bindings: &[FlavorBinding],
+    format: Option<Format>,
+    single: bool,
+) -> Result<()> {
+    match format.unwrap_or_default() {
+        Format::Table | Format::Wide => {
+            if bindings.is_empty() {
+                writeln!(out, "No bound nodes.")?;
+            } else {
+                write!(out, "{}", table(bindings, Timestamp::now()))?;
+            }
+            Ok(())
+        }
+        Format::Json if single => output::write_json(out, &bindings[0]),
+        Format::Yaml if single => output::write_yaml(out, &bindings[0]),
+        Format::Json => output::write_json(out, &output::List::of(bindings)),
+        Format::Yaml => output::write_yaml(out, &output::List::of(bindings)),
+        Format::Name => {
+            for b in bindings {
+                writeln!(out, "flavorbinding/{}", b.name_any())?;
+            }
+            Ok(())
+        }
+    }
+}
+
+pub async fn list(cluster: &Cluster, args: &NodeListArgs, out: &mut dyn Write) -> Result<()> {
+    let api: Api<FlavorBinding> = Api::all(cluster.client.clone());
+    let mut items = api
+        .list(&ListParams::default())
+        .await
+        .map_err(|e| cluster.error("list FlavorBindings", e))?
+        .items;
+    items.sort_by_key(|b| b.name_any());
+    print(out, &items, args.output, false)
+}
+
+pub async fn get(cluster: &Cluster, args: &NodeGetArgs, out: &mut dyn Write) -> Result<()> {
+    let api: Api<FlavorBinding> = Api::all(cluster.client.clone());
+    let name = args.name.as_str();
+    match api.get_opt(name).await {
+        Ok(Some(b)) => print(out, &[b], args.output, true),
+        Ok(None) => Err(CliError::not_found(
+            format!("node {name} has no FlavorBinding"),
+            "see 'kubeflavor node list'",
+        )),
+        Err(e) => Err(cluster.error(&format!("get FlavorBinding {name}"), e)),
+    }
+}
+
+/// Adds the Revoked condition to one binding's status. Returns false if it was already
+/// revoked. The write carries the resourceVersion read, and is retried on a conflict with
+/// the controller's own status writes.
+pub async fn revoke_binding(
+    client: &Client,
+    name: &str,
+    reason: &str,
+    message: &str,
+) -> std::result::Result<bool, kube::Error> {
+    let api: Api<FlavorBinding> = Api::all(client.clone());
+    loop {
+        let b = api.get(name).await?;
+        let mut status = b.status.clone().unwrap_or_default();
+        if status
+            .conditions
+            .iter()
+            .any(|c| c.type_ == CONDITION_REVOKED && c.status == "True")
+        {
+            return Ok(false);
+        }
+        status.conditions.retain(|c| c.type_ != CONDITION_REVOKED);
+        status.conditions.push(Condition {
+            type_: CONDITION_REVOKED.into(),
+            status: "True".into(),
+            reason: reason.into(),
+            message: message.into(),
+            last_transition_time: Timestamp::from_second(Timestamp::now().as_second())
+                .unwrap_or_else(|_| Timestamp::now()),
+            observed_generation: b.metadata.generation,
+        });
+        // A merge patch replaces the whole conditions list; resourceVersion makes it fail
+        // instead of dropping a condition written concurrently.
+        let patch = serde_json::json!({
+            "metadata": {"resourceVersion": b.resource_version()},
+            "status": status,
+        });
+        match api
+            .patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            Ok(_) => return Ok(true),
+            Err(kube::Error::Api(s)) if s.is_conflict() => continue,
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+pub async fn revoke(cluster: &Cluster, args: &NodeRevokeArgs, out: &mut dyn Write) -> Result<()> {
+    let name = args.name.as_str();
+    match revoke_binding(
+        &cluster.client,
+        name,
+        "RevokedByAdmin",
+        "revoked with 'kubeflavor node revoke'",
+    )
+    .await
+    {
+        Ok(true) => {
+            writeln!(out, "node {name} revoked")?;
+            Ok(())
+        }
+        Ok(false) => {
+            writeln!(out, "node {name} was already revoked")?;
+            Ok(())
+        }
+        Err(kube::Error::Api(s)) if s.is_not_found() => Err(CliError::new(
+            ExitCode::NotFound,
+            format!("node {name} has no FlavorBinding"),
+            "see 'kubeflavor node list'",
+        )),
+        Err(e) => Err(cluster.error(&format!("revoke node {name}"), e)),
+    }
+}

@@ -1,0 +1,71 @@
+//! `kubeflavor token revoke ID [--nodes]`: delete the token Secret (the token stops
+//! authenticating at once, spec section 1) and, with `--nodes`, revoke every node bound to
+//! it (see `node revoke`).
+
+use std::io::Write;
+
+use clap::Args;
+use k8s_openapi::api::core::v1::Secret;
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams, ListParams};
+use kubeflavor_core::token::TokenId;
+use kubeflavor_core::token_secret::{TOKEN_SECRET_NAMESPACE, secret_name};
+
+use super::node::revoke_binding;
+use crate::cluster::Cluster;
+use crate::crd::FlavorBinding;
+use crate::error::{CliError, Result};
+
+#[derive(Debug, Args)]
+pub struct TokenRevokeArgs {
+    /// The token id (the 6 characters before the dot).
+    pub id: TokenId,
+    /// Also revoke every node bound to this token.
+    #[arg(long)]
+    pub nodes: bool,
+}
+
+pub async fn revoke(cluster: &Cluster, args: &TokenRevokeArgs, out: &mut dyn Write) -> Result<()> {
+    let id = &args.id;
+    let secrets: Api<Secret> = Api::namespaced(cluster.client.clone(), TOKEN_SECRET_NAMESPACE);
+    let deleted = match secrets
+        .delete(&secret_name(id), &DeleteParams::default())
+        .await
+    {
+        Ok(_) => true,
+        Err(kube::Error::Api(s)) if s.is_not_found() => false,
+        Err(e) => return Err(cluster.error(&format!("delete token {id}"), e)),
+    };
+    if deleted {
+        writeln!(out, "token {id} revoked (its Secret is deleted)")?;
+    } else {
+        writeln!(out, "token {id} no longer exists")?;
+    }
+    if !args.nodes {
+        return Ok(());
+    }
+    let bindings: Api<FlavorBinding> = Api::all(cluster.client.clone());
+    let bound: Vec<String> = bindings
+        .list(&ListParams::default())
+        .await
+        .map_err(|e| cluster.error("list FlavorBindings", e))?
+        .items
+        .into_iter()
+        .filter(|b| b.spec.token_id == id.as_str())
+        .map(|b| b.name_any())
+        .collect();
+    for name in &bound {
+        let msg = format!("revoked with 'kubeflavor token revoke {id} --nodes'");
+        match revoke_binding(&cluster.client, name, "TokenRevoked", &msg).await {
+            Ok(_) => writeln!(out, "node {name} revoked")?,
+            Err(e) => return Err(cluster.error(&format!("revoke node {name}"), e)),
+        }
+    }
+    if bound.is_empty() && !deleted {
+        return Err(CliError::not_found(
+            format!("no token {id} and no node bound to it"),
+            "see 'kubeflavor token list' and 'kubeflavor node list'",
+        ));
+    }
+    Ok(())
+}

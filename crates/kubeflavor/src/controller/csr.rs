@@ -1,0 +1,338 @@
+//! The CSR loop: gather facts -> decide (core) -> apply, for kubelet client CSRs.
+//!
+//! Apply order for an approval (P3, P6): reserve a use on the token Secret (PUT with the
+//! resourceVersion read), create the FlavorBinding, approve. Each step is visible in API
+//! state, and the next reconcile re-reads it: a name already in `bound-nodes` is not
+//! reserved twice, an existing binding to the same token is not created twice. So a crash
+//! between two steps is finished by the next run, and a lost race (409) is decided again.
+//!
+//! Denials (P1, P4): one generic reason/message on the CSR; the cause goes to the trail.
+//! When core says the token must go, the Secret is deleted BEFORE the denial is written so
+//! a crash in between still ends with the token gone (the retry then finds it missing).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::certificates::v1::{
+    CertificateSigningRequest, CertificateSigningRequestCondition, CertificateSigningRequestStatus,
+};
+use k8s_openapi::api::core::v1::Secret;
+use kube::Api;
+use kube::api::{DeleteParams, PostParams, Preconditions};
+use kube::runtime::controller::{Action, Config, Controller};
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::{WatchStreamExt, watcher};
+
+use super::facts::{self, CsrFactsRead};
+use super::metrics::Metrics;
+use super::policy::{self, Verdict};
+use super::trail::{self, Regarding};
+use super::{Context, Error, KUBELET_CLIENT_SIGNER, Step, Stop, TOKEN_NAMESPACE};
+use crate::crd::FlavorBinding;
+
+/// Runs the CSR loop until `until` resolves.
+pub async fn run(ctx: Arc<Context>, until: Stop) {
+    let csrs: Api<CertificateSigningRequest> = Api::all(ctx.client.clone());
+    // Server-side filter: only kubelet client CSRs reach this controller (spec section 4).
+    let wc = watcher::Config::default().fields(&format!("spec.signerName={KUBELET_CLIENT_SIGNER}"));
+    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), TOKEN_NAMESPACE);
+    let token_events = watcher(
+        secrets,
+        watcher::Config::default().fields("type=bootstrap.kubernetes.io/token"),
+    )
+    .default_backoff()
+    .touched_objects();
+    let controller =
+        Controller::new(csrs, wc).with_config(Config::default().concurrency(ctx.opts.concurrency));
+    let store = controller.store();
+    let ready_store = store.clone();
+    // A token Secret that changes (created late in a cache, a use released, deleted) may
+    // change the fate of CSRs still pending from that token: decide them again.
+    let controller = controller.watches_stream(token_events, move |secret: Secret| {
+        let id = secret
+            .metadata
+            .name
+            .as_deref()
+            .and_then(|n| n.strip_prefix("bootstrap-token-"))
+            .map(|id| format!("{}{id}", facts::BOOTSTRAP_USER_PREFIX));
+        store
+            .state()
+            .into_iter()
+            .filter(|csr| {
+                let v = facts::CsrView::from_object(csr);
+                !v.decided && Some(&v.username) == id.as_ref()
+            })
+            .map(|csr| ObjectRef::from_obj(&*csr))
+            .collect::<Vec<_>>()
+    });
+    let fut = controller
+        .graceful_shutdown_on(until.clone())
+        .run(reconcile, error_policy, ctx.clone())
+        .for_each(|res| async move {
+            if let Err(e) = res {
+                tracing::debug!(error = %e, "csr loop");
+            }
+        });
+    super::with_grace(fut, until, ready_store).await;
+}
+
+pub fn error_policy(
+    _csr: Arc<CertificateSigningRequest>,
+    err: &Error,
+    ctx: Arc<Context>,
+) -> Action {
+    ctx.metrics.error("csr", err.metric_label());
+    if matches!(err, Error::Halted(_)) {
+        return Action::await_change();
+    }
+    if err.is_conflict() {
+        // Someone wrote first (another CSR of the same token, a renewal, a second
+        // replica in a split second): re-read and decide again at once.
+        tracing::debug!(error = %err, "conflict, deciding again");
+        return Action::requeue(Duration::from_millis(50));
+    }
+    tracing::warn!(error = %err, "CSR reconcile failed, retrying");
+    Action::requeue(Duration::from_secs(1))
+}
+
+pub async fn reconcile(
+    csr: Arc<CertificateSigningRequest>,
+    ctx: Arc<Context>,
+) -> Result<Action, Error> {
+    let name = csr.metadata.name.clone().unwrap_or_default();
+    if facts::CsrView::from_object(&csr).decided {
+        return Ok(Action::await_change());
+    }
+    let _timer = Metrics::measure(&ctx.metrics.decision_duration);
+    let parsed = policy::validate(&facts::CsrView::from_object(&csr));
+    let node = parsed
+        .as_ref()
+        .ok()
+        .map(|p| p.node_name.as_str().to_string());
+    let facts = facts::gather(&ctx, &csr, node.as_deref(), policy::token_flavor).await?;
+    let verdict = policy::decide(&facts, &ctx.opts, jiff::Timestamp::now());
+    match verdict {
+        Verdict::Ignore { why } => {
+            tracing::debug!(csr = %name, why, "not kubeflavor's to decide");
+            ctx.metrics.decision("ignored", why);
+        }
+        Verdict::Approve {
+            node,
+            flavor,
+            token_id,
+            reserve,
+            binding,
+        } => {
+            approve(
+                &ctx,
+                &csr,
+                node.as_str(),
+                &flavor,
+                &token_id,
+                reserve,
+                binding,
+            )
+            .await?;
+        }
+        Verdict::Deny {
+            cause,
+            description,
+            delete_token,
+            count_denial,
+        } => {
+            let deny = Denial {
+                node: node.as_deref(),
+                cause,
+                description: &description,
+                delete_token,
+                count_denial,
+            };
+            deny_csr(&ctx, &csr, &facts, deny).await?;
+        }
+    }
+    Ok(Action::await_change())
+}
+
+async fn approve(
+    ctx: &Context,
+    csr: &CertificateSigningRequest,
+    node: &str,
+    flavor: &str,
+    token_id: &str,
+    reserve: Option<Secret>,
+    binding: Option<FlavorBinding>,
+) -> Result<(), Error> {
+    let name = csr.metadata.name.clone().unwrap_or_default();
+    let reserved = reserve.is_some();
+    if let Some(updated) = reserve {
+        ctx.may_write(Step::Reserved)?;
+        let secret_name = updated.metadata.name.clone().unwrap_or_default();
+        // The resourceVersion of the read is in `updated`: a concurrent reservation of the
+        // same token makes this a 409 and the CSR is decided again with the new count.
+        Api::<Secret>::namespaced(ctx.client.clone(), TOKEN_NAMESPACE)
+            .replace(&secret_name, &PostParams::default(), &updated)
+            .await
+            .map_err(|source| Error::Reserve {
+                token: token_id.to_string(),
+                node: node.to_string(),
+                source,
+            })?;
+        ctx.step(&name, Step::Reserved)?;
+    }
+    if let Some(binding) = binding {
+        ctx.may_write(Step::Bound)?;
+        // AlreadyExists: someone bound the name since we read. It counts as a conflict:
+        // the CSR is decided again with that binding in the facts (same token: idempotent
+        // approval; another token: denial).
+        Api::<FlavorBinding>::all(ctx.client.clone())
+            .create(&PostParams::default(), &binding)
+            .await
+            .map_err(|source| Error::Bind {
+                node: node.to_string(),
+                source,
+            })?;
+        ctx.step(&name, Step::Bound)?;
+    }
+    ctx.may_write(Step::Approved)?;
+    write_condition(
+        ctx,
+        csr,
+        "Approved",
+        policy::APPROVED_REASON,
+        policy::APPROVED_MESSAGE,
+    )
+    .await?;
+    ctx.metrics.decision("approved", "ok");
+    tracing::info!(csr = %name, node, flavor, token = token_id, reserved, "approved");
+    ctx.step(&name, Step::Approved)?;
+    Ok(())
+}
+
+/// The writes of one denial.
+struct Denial<'a> {
+    node: Option<&'a str>,
+    cause: &'static str,
+    description: &'a str,
+    delete_token: Option<Secret>,
+    count_denial: Option<Secret>,
+}
+
+async fn deny_csr(
+    ctx: &Context,
+    csr: &CertificateSigningRequest,
+    facts: &CsrFactsRead,
+    d: Denial<'_>,
+) -> Result<(), Error> {
+    let name = &facts.csr.name;
+    let secrets = Api::<Secret>::namespaced(ctx.client.clone(), TOKEN_NAMESPACE);
+    let deleted = d.delete_token.is_some();
+    if let Some(secret) = d.delete_token {
+        ctx.may_write(Step::TokenDeleted)?;
+        let secret_name = secret.metadata.name.clone().unwrap_or_default();
+        // The uid precondition: never delete a token re-created under the same name.
+        let dp = DeleteParams {
+            preconditions: Some(Preconditions {
+                uid: secret.metadata.uid.clone(),
+                resource_version: None,
+            }),
+            ..DeleteParams::default()
+        };
+        match secrets.delete(&secret_name, &dp).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.is_not_found() => {}
+            Err(source) => {
+                return Err(Error::TokenAfterDenial {
+                    token: secret_name,
+                    source,
+                });
+            }
+        }
+        ctx.metrics.tokens_deleted.inc();
+        ctx.step(name, Step::TokenDeleted)?;
+    }
+    ctx.may_write(Step::Denied)?;
+    write_condition(
+        ctx,
+        csr,
+        "Denied",
+        policy::DENIED_REASON,
+        policy::DENIED_MESSAGE,
+    )
+    .await?;
+    ctx.metrics.decision("denied", d.cause);
+    let token_id = facts.csr.bootstrap_token_id().unwrap_or("-");
+    let node = d.node.unwrap_or("-");
+    tracing::info!(csr = %name, node, token = token_id, cause = d.cause, token_deleted = deleted, "denied: {}", d.description);
+    trail::record(
+        ctx,
+        Regarding {
+            api_version: "certificates.k8s.io/v1",
+            kind: "CertificateSigningRequest",
+            name,
+            uid: csr.metadata.uid.as_deref(),
+        },
+        "Warning",
+        "Deny",
+        "CSRDenied",
+        &format!(
+            "denied CSR {name} for node {node} (token {token_id}): {}: {}{}",
+            d.cause,
+            d.description,
+            if deleted {
+                "; the token Secret was deleted"
+            } else {
+                ""
+            }
+        ),
+    )
+    .await;
+    ctx.step(name, Step::Denied)?;
+    if let Some(counted) = d.count_denial {
+        ctx.may_write(Step::DenialCounted)?;
+        // Counted after the denial: a crash in between under-counts by one, and the
+        // kubelet's next CSR is counted instead.
+        let secret_name = counted.metadata.name.clone().unwrap_or_default();
+        match secrets
+            .replace(&secret_name, &PostParams::default(), &counted)
+            .await
+        {
+            Ok(_) => ctx.step(name, Step::DenialCounted)?,
+            Err(e) => {
+                tracing::warn!(error = %e, token = %secret_name, "could not count the denial on the token")
+            }
+        }
+    }
+    Ok(())
+}
+
+/// PUT `/approval` with the whole object and one condition (spec section 4). The
+/// resourceVersion of the object read guards it; Approved and Denied are permanent.
+async fn write_condition(
+    ctx: &Context,
+    csr: &CertificateSigningRequest,
+    type_: &str,
+    reason: &str,
+    message: &str,
+) -> Result<(), Error> {
+    let name = csr.metadata.name.clone().unwrap_or_default();
+    let mut updated = csr.clone();
+    let status = updated
+        .status
+        .get_or_insert_with(CertificateSigningRequestStatus::default);
+    status
+        .conditions
+        .get_or_insert_with(Vec::new)
+        .push(CertificateSigningRequestCondition {
+            type_: type_.into(),
+            status: "True".into(),
+            reason: Some(reason.into()),
+            message: Some(message.into()),
+            ..CertificateSigningRequestCondition::default()
+        });
+    Api::<CertificateSigningRequest>::all(ctx.client.clone())
+        .replace_subresource("approval", &name, &PostParams::default(), &updated)
+        .await
+        .map(|_| ())
+        .map_err(|source| Error::Decide { csr: name, source })
+}

@@ -1,0 +1,388 @@
+//! Leader election on a `coordination.k8s.io/v1` Lease.
+//!
+//! kube-rs has no leader election of its own, so this follows client-go's `leaderelection`
+//! package: every candidate tries to acquire or renew the Lease every `retry_period` with
+//! a `resourceVersion`-guarded PUT, so two candidates can never both win the same round
+//! (the loser gets 409 Conflict). A Lease held by someone else is considered expired only
+//! after it has been seen unchanged for `lease_duration` on the LOCAL clock, which makes the
+//! decision independent of clock skew between replicas. A leader that cannot renew for
+//! `renew_deadline` (shorter than `lease_duration`) steps down before anyone may take over.
+//!
+//! Lease times are MicroTime: the API server requires exactly 6 fractional digits (capture
+//! 47); k8s-openapi's `MicroTime` serialises with `%.6f`, checked by a test below.
+
+use std::time::Duration;
+
+use jiff::Timestamp;
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use kube::Api;
+use kube::api::PostParams;
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+/// Timing and identity of one candidate.
+#[derive(Clone, Debug)]
+pub struct LeaseConfig {
+    pub namespace: String,
+    pub name: String,
+    /// Unique per replica (the pod name plus a random suffix in a Deployment).
+    pub identity: String,
+    pub lease_duration: Duration,
+    pub renew_deadline: Duration,
+    pub retry_period: Duration,
+}
+
+impl LeaseConfig {
+    /// client-go's defaults: 15 s lease, 10 s renew deadline, 2 s retry period.
+    pub fn new(namespace: &str, name: &str, identity: &str) -> Self {
+        LeaseConfig {
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+            identity: identity.to_string(),
+            lease_duration: Duration::from_secs(15),
+            renew_deadline: Duration::from_secs(10),
+            retry_period: Duration::from_secs(2),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum LeaderError {
+    #[error(
+        "reading Lease {namespace}/{name} failed: {source} (check the controller's RBAC on leases)"
+    )]
+    Read {
+        namespace: String,
+        name: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error(
+        "writing Lease {namespace}/{name} failed: {source} (check the controller's RBAC on leases)"
+    )]
+    Write {
+        namespace: String,
+        name: String,
+        #[source]
+        source: kube::Error,
+    },
+}
+
+/// What a candidate should do with the Lease it just read: the pure part of one round.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LeaseStep {
+    /// No Lease yet: create it holding it.
+    Create,
+    /// We hold it: renew it.
+    Renew,
+    /// Someone else held it and it expired, or it was released: take it over.
+    TakeOver,
+    /// Someone else holds a live Lease.
+    Wait { holder: String },
+}
+
+/// Decides one round. `observed_unchanged_for` is how long (local clock) the Lease has been
+/// seen with the same holder and renew time; `None` if it just changed or was just read.
+pub fn lease_step(
+    lease: Option<&LeaseSpec>,
+    identity: &str,
+    observed_unchanged_for: Duration,
+) -> LeaseStep {
+    let Some(spec) = lease else {
+        return LeaseStep::Create;
+    };
+    let holder = spec.holder_identity.as_deref().unwrap_or("");
+    if holder == identity {
+        return LeaseStep::Renew;
+    }
+    if holder.is_empty() {
+        return LeaseStep::TakeOver;
+    }
+    let duration = Duration::from_secs(spec.lease_duration_seconds.unwrap_or(15).max(1) as u64);
+    if observed_unchanged_for >= duration {
+        LeaseStep::TakeOver
+    } else {
+        LeaseStep::Wait {
+            holder: holder.to_string(),
+        }
+    }
+}
+
+/// One candidate. `run` drives it until shutdown and publishes leadership on a channel.
+/// The holder and renew time of a Lease as last read.
+type LeaseRecord = (Option<String>, Option<MicroTime>);
+
+pub struct LeaderElector {
+    api: Api<Lease>,
+    cfg: LeaseConfig,
+    /// The record last seen and when (local clock) it was first seen like that.
+    observed: Option<(LeaseRecord, Instant)>,
+}
+
+impl LeaderElector {
+    pub fn new(client: kube::Client, cfg: LeaseConfig) -> Self {
+        let api = Api::namespaced(client, &cfg.namespace);
+        LeaderElector {
+            api,
+            cfg,
+            observed: None,
+        }
+    }
+
+    pub fn config(&self) -> &LeaseConfig {
+        &self.cfg
+    }
+
+    fn read_err(&self, source: kube::Error) -> LeaderError {
+        LeaderError::Read {
+            namespace: self.cfg.namespace.clone(),
+            name: self.cfg.name.clone(),
+            source,
+        }
+    }
+
+    fn write_err(&self, source: kube::Error) -> LeaderError {
+        LeaderError::Write {
+            namespace: self.cfg.namespace.clone(),
+            name: self.cfg.name.clone(),
+            source,
+        }
+    }
+
+    fn spec_now(&self, acquire_time: Option<MicroTime>, transitions: i32) -> LeaseSpec {
+        let now = MicroTime(Timestamp::now());
+        LeaseSpec {
+            holder_identity: Some(self.cfg.identity.clone()),
+            lease_duration_seconds: Some(self.cfg.lease_duration.as_secs().max(1) as i32),
+            acquire_time: Some(acquire_time.unwrap_or_else(|| now.clone())),
+            renew_time: Some(now),
+            lease_transitions: Some(transitions),
+            ..LeaseSpec::default()
+        }
+    }
+
+    /// One round: returns whether we hold the Lease afterwards. A 409 (another candidate
+    /// wrote first) is a lost round, not an error.
+    pub async fn try_acquire_or_renew(&mut self) -> Result<bool, LeaderError> {
+        let current = self
+            .api
+            .get_opt(&self.cfg.name)
+            .await
+            .map_err(|e| self.read_err(e))?;
+        let now = Instant::now();
+        let unchanged_for = match &current {
+            Some(lease) => {
+                let spec = lease.spec.clone().unwrap_or_default();
+                let key = (spec.holder_identity.clone(), spec.renew_time.clone());
+                match &self.observed {
+                    Some((seen, since)) if *seen == key => now.duration_since(*since),
+                    _ => {
+                        self.observed = Some((key, now));
+                        Duration::ZERO
+                    }
+                }
+            }
+            None => Duration::ZERO,
+        };
+        let step = lease_step(
+            current.as_ref().and_then(|l| l.spec.as_ref()),
+            &self.cfg.identity,
+            unchanged_for,
+        );
+        tracing::debug!(identity = %self.cfg.identity, ?step, ?unchanged_for, "lease round");
+        let result = match step {
+            LeaseStep::Wait { .. } => return Ok(false),
+            LeaseStep::Create => {
+                let lease = Lease {
+                    metadata: ObjectMeta {
+                        name: Some(self.cfg.name.clone()),
+                        namespace: Some(self.cfg.namespace.clone()),
+                        ..ObjectMeta::default()
+                    },
+                    spec: Some(self.spec_now(None, 0)),
+                };
+                self.api.create(&PostParams::default(), &lease).await
+            }
+            LeaseStep::Renew | LeaseStep::TakeOver => {
+                let mut lease = current.expect("a Lease was read for renew/take-over");
+                let old = lease.spec.take().unwrap_or_default();
+                let transitions = old.lease_transitions.unwrap_or(0);
+                lease.spec = Some(if step == LeaseStep::Renew {
+                    self.spec_now(old.acquire_time, transitions)
+                } else {
+                    self.spec_now(None, transitions + 1)
+                });
+                // metadata.resourceVersion from the read makes this PUT fail with 409 if
+                // anyone wrote in between: the optimistic lock of the election.
+                self.api
+                    .replace(&self.cfg.name, &PostParams::default(), &lease)
+                    .await
+            }
+        };
+        match result {
+            Ok(lease) => {
+                let spec = lease.spec.unwrap_or_default();
+                self.observed = Some(((spec.holder_identity, spec.renew_time), Instant::now()));
+                Ok(true)
+            }
+            Err(kube::Error::Api(s)) if s.is_conflict() || s.is_already_exists() => Ok(false),
+            Err(e) => Err(self.write_err(e)),
+        }
+    }
+
+    /// Gives the Lease up so a standby takes over at its next round instead of waiting for
+    /// expiry (client-go's ReleaseOnCancel). Only clears it if we still hold it.
+    pub async fn release(&mut self) -> Result<(), LeaderError> {
+        let Some(mut lease) = self
+            .api
+            .get_opt(&self.cfg.name)
+            .await
+            .map_err(|e| self.read_err(e))?
+        else {
+            return Ok(());
+        };
+        let mut spec = lease.spec.take().unwrap_or_default();
+        if spec.holder_identity.as_deref() != Some(self.cfg.identity.as_str()) {
+            return Ok(());
+        }
+        spec.holder_identity = None;
+        spec.renew_time = Some(MicroTime(Timestamp::now()));
+        spec.lease_duration_seconds = Some(1);
+        lease.spec = Some(spec);
+        match self
+            .api
+            .replace(&self.cfg.name, &PostParams::default(), &lease)
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(s)) if s.is_conflict() => Ok(()),
+            Err(e) => Err(self.write_err(e)),
+        }
+    }
+
+    /// Runs rounds until `shutdown` resolves, publishing `true` while leading. A leader
+    /// whose renewals keep failing steps down once `renew_deadline` has passed since its
+    /// last successful renewal. On shutdown a leader releases the Lease.
+    pub async fn run(
+        mut self,
+        leading: watch::Sender<bool>,
+        shutdown: impl std::future::Future<Output = ()>,
+    ) {
+        tokio::pin!(shutdown);
+        let mut last_renewal: Option<Instant> = None;
+        loop {
+            match self.try_acquire_or_renew().await {
+                Ok(true) => {
+                    last_renewal = Some(Instant::now());
+                    if !*leading.borrow() {
+                        tracing::info!(identity = %self.cfg.identity, lease = %self.cfg.name, "became leader");
+                        leading.send_replace(true);
+                    }
+                }
+                Ok(false) => {
+                    last_renewal = None;
+                    if *leading.borrow() {
+                        tracing::warn!(identity = %self.cfg.identity, "lost the lease to another replica");
+                        leading.send_replace(false);
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "leader election round failed");
+                    let expired =
+                        last_renewal.is_none_or(|t| t.elapsed() >= self.cfg.renew_deadline);
+                    if *leading.borrow() && expired {
+                        tracing::warn!(identity = %self.cfg.identity, "could not renew the lease in time: stepping down");
+                        leading.send_replace(false);
+                    }
+                }
+            }
+            tokio::select! {
+                _ = &mut shutdown => break,
+                _ = tokio::time::sleep(self.cfg.retry_period) => {}
+            }
+        }
+        if *leading.borrow() {
+            leading.send_replace(false);
+            if let Err(e) = self.release().await {
+                tracing::warn!(error = %e, "releasing the lease failed; a standby takes over after it expires");
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(holder: Option<&str>, secs: i32) -> LeaseSpec {
+        LeaseSpec {
+            holder_identity: holder.map(str::to_string),
+            lease_duration_seconds: Some(secs),
+            ..LeaseSpec::default()
+        }
+    }
+
+    #[test]
+    fn missing_lease_is_created() {
+        assert_eq!(lease_step(None, "a", Duration::ZERO), LeaseStep::Create);
+    }
+
+    #[test]
+    fn own_lease_is_renewed_even_if_old() {
+        let s = spec(Some("a"), 15);
+        assert_eq!(
+            lease_step(Some(&s), "a", Duration::from_secs(100)),
+            LeaseStep::Renew
+        );
+    }
+
+    #[test]
+    fn live_lease_of_another_is_respected() {
+        let s = spec(Some("b"), 15);
+        assert_eq!(
+            lease_step(Some(&s), "a", Duration::from_secs(14)),
+            LeaseStep::Wait { holder: "b".into() }
+        );
+    }
+
+    #[test]
+    fn lease_unchanged_for_its_duration_is_taken_over() {
+        let s = spec(Some("b"), 15);
+        assert_eq!(
+            lease_step(Some(&s), "a", Duration::from_secs(15)),
+            LeaseStep::TakeOver
+        );
+    }
+
+    #[test]
+    fn released_lease_is_taken_at_once() {
+        let s = spec(None, 1);
+        assert_eq!(
+            lease_step(Some(&s), "a", Duration::ZERO),
+            LeaseStep::TakeOver
+        );
+        let s = spec(Some(""), 15);
+        assert_eq!(
+            lease_step(Some(&s), "a", Duration::ZERO),
+            LeaseStep::TakeOver
+        );
+    }
+
+    #[test]
+    fn micro_time_has_exactly_six_fractional_digits() {
+        // Capture 47: `.123Z` or no fraction is a 400 from the real API server.
+        for ts in [
+            "2026-11-30T04:27:03Z",
+            "2026-11-30T04:27:03.123Z",
+            "2026-11-30T04:27:03.123456789Z",
+        ] {
+            let t: Timestamp = ts.parse().unwrap();
+            let json = serde_json::to_value(MicroTime(t)).unwrap();
+            let s = json.as_str().unwrap();
+            let frac = s.split('.').nth(1).expect("a fraction");
+            assert_eq!(frac.len(), 7, "{s}: six digits and Z");
+            assert!(frac.ends_with('Z') && frac[..6].chars().all(|c| c.is_ascii_digit()));
+        }
+    }
+}

@@ -1,0 +1,201 @@
+//! Prometheus metrics of the controller (prometheus-client, OpenMetrics text on /metrics).
+//!
+//! The exact denial cause is a label here on purpose: /metrics is an admin-only surface,
+//! unlike the CSR conditions a bootstrap identity can read (P1).
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicI64;
+use std::time::Instant;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DecisionLabels {
+    /// approved, denied or ignored.
+    pub outcome: String,
+    /// The DenyCause's metric label, the ignore reason, or `ok`.
+    pub cause: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ErrorLabels {
+    /// Which loop failed: csr, node.
+    pub controller: String,
+    /// The error's `metric_label()`: the stage that failed.
+    pub error: String,
+}
+
+/// All metrics, cheap to clone (every field is an Arc inside).
+#[derive(Clone)]
+pub struct Metrics {
+    pub decisions: Family<DecisionLabels, Counter>,
+    pub decision_duration: Histogram,
+    pub flavoring_duration: Histogram,
+    pub flavored_nodes: Gauge<i64, AtomicI64>,
+    pub errors: Family<ErrorLabels, Counter>,
+    pub tokens_deleted: Counter,
+    pub node_patches: Counter,
+    pub leader: Gauge<i64, AtomicI64>,
+    registry: Arc<Registry>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metrics").finish_non_exhaustive()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("kubeflavor");
+        let decisions = Family::<DecisionLabels, Counter>::default();
+        registry.register(
+            "csr_decisions",
+            "CSR decisions by outcome and exact cause",
+            decisions.clone(),
+        );
+        // 1 ms .. ~16 s
+        let decision_duration = Histogram::new(exponential_buckets(0.001, 2.0, 15));
+        registry.register(
+            "csr_decision_duration_seconds",
+            "Time to decide and apply one CSR decision (reads and writes included)",
+            decision_duration.clone(),
+        );
+        let flavoring_duration = Histogram::new(exponential_buckets(0.001, 2.0, 15));
+        registry.register(
+            "node_flavoring_duration_seconds",
+            "Time to bring one Node to its binding's desired labels and taints",
+            flavoring_duration.clone(),
+        );
+        let flavored_nodes = Gauge::<i64, AtomicI64>::default();
+        registry.register(
+            "flavored_nodes",
+            "Nodes whose labels and taints match their binding",
+            flavored_nodes.clone(),
+        );
+        let errors = Family::<ErrorLabels, Counter>::default();
+        registry.register(
+            "reconcile_errors",
+            "Reconcile failures by controller and stage",
+            errors.clone(),
+        );
+        let tokens_deleted = Counter::default();
+        registry.register(
+            "tokens_deleted",
+            "Token Secrets deleted after a denial so the kubelet stops retrying",
+            tokens_deleted.clone(),
+        );
+        let node_patches = Counter::default();
+        registry.register(
+            "node_patches",
+            "Node patches written to restore or apply a flavor",
+            node_patches.clone(),
+        );
+        let leader = Gauge::<i64, AtomicI64>::default();
+        registry.register(
+            "leader",
+            "1 while this replica holds the leader Lease",
+            leader.clone(),
+        );
+        Metrics {
+            decisions,
+            decision_duration,
+            flavoring_duration,
+            flavored_nodes,
+            errors,
+            tokens_deleted,
+            node_patches,
+            leader,
+            registry: Arc::new(registry),
+        }
+    }
+
+    pub fn decision(&self, outcome: &str, cause: &str) {
+        self.decisions
+            .get_or_create(&DecisionLabels {
+                outcome: outcome.to_string(),
+                cause: cause.to_string(),
+            })
+            .inc();
+    }
+
+    pub fn error(&self, controller: &str, error: &str) {
+        self.errors
+            .get_or_create(&ErrorLabels {
+                controller: controller.to_string(),
+                error: error.to_string(),
+            })
+            .inc();
+    }
+
+    /// Records the elapsed time into `histogram` when dropped (controller-rs' measurer).
+    pub fn measure(histogram: &Histogram) -> Measurer {
+        Measurer {
+            start: Instant::now(),
+            histogram: histogram.clone(),
+        }
+    }
+
+    /// The OpenMetrics text exposition.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        // Writing into a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        out
+    }
+}
+
+pub struct Measurer {
+    start: Instant,
+    histogram: Histogram,
+}
+
+impl Drop for Measurer {
+    fn drop(&mut self) {
+        self.histogram.observe(self.start.elapsed().as_secs_f64());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decisions_are_exposed_with_outcome_and_cause() {
+        let m = Metrics::new();
+        m.decision("denied", "token_exhausted");
+        m.decision("denied", "token_exhausted");
+        m.decision("approved", "ok");
+        let text = m.render();
+        assert!(
+            text.contains(
+                "kubeflavor_csr_decisions_total{outcome=\"denied\",cause=\"token_exhausted\"} 2"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("kubeflavor_csr_decisions_total{outcome=\"approved\",cause=\"ok\"} 1")
+        );
+    }
+
+    #[test]
+    fn measurer_observes_on_drop() {
+        let m = Metrics::new();
+        drop(Metrics::measure(&m.decision_duration));
+        assert!(
+            m.render()
+                .contains("kubeflavor_csr_decision_duration_seconds_count 1")
+        );
+    }
+}

@@ -1,0 +1,421 @@
+//! `kubeflavor controller`: approves or denies kubelet client CSRs for kubeflavor tokens,
+//! binds node names to tokens, and keeps each flavor's labels and taints on its Nodes.
+//!
+//! Shape (controller-rs): a [`Context`] shared by the reconcilers, a thiserror [`Error`]
+//! with `metric_label()`, metrics in their own module. Each reconciler reads as stages
+//! (stackable): gather facts (reads) -> decide (kubeflavor-core, pure) -> apply (writes).
+//! No policy lives here: every approve/deny/flavor decision is a core function.
+//!
+//! Every write is re-derivable from API state, so a controller stopped between any two
+//! writes is finished by the next run (P6): the token's `bound-nodes` annotation, the
+//! FlavorBinding and the CSR condition are each checked again before the next step.
+
+pub mod csr;
+pub mod facts;
+pub mod http;
+pub mod leader;
+pub mod metrics;
+pub mod node;
+pub mod policy;
+pub mod trail;
+
+use std::collections::{HashMap, HashSet};
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::FutureExt;
+use futures::future::{BoxFuture, Shared};
+use kube::Client;
+use tokio::sync::watch;
+
+use self::http::Health;
+use self::leader::{LeaderElector, LeaseConfig};
+use self::metrics::Metrics;
+
+/// The signer of kubelet client certificates (spec section 4).
+pub const KUBELET_CLIENT_SIGNER: &str = "kubernetes.io/kube-apiserver-client-kubelet";
+/// Where bootstrap token Secrets live (spec section 1).
+pub const TOKEN_NAMESPACE: &str = "kube-system";
+/// The Lease the replicas compete for.
+pub const LEASE_NAME: &str = "kubeflavor-controller";
+
+/// What the operator chose on the command line.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// The controller's own namespace: its Lease and its Events live there.
+    pub namespace: String,
+    /// This replica's identity in the Lease.
+    pub identity: String,
+    /// Compete for the Lease; off means "I am the only replica".
+    pub leader_elect: bool,
+    pub lease_duration: Duration,
+    pub renew_deadline: Duration,
+    pub retry_period: Duration,
+    /// Deny kubelet client CSRs from tokens that are not kubeflavor's.
+    pub strict: bool,
+    /// Approve `system:node:<name>` renewals for bound, unrevoked nodes; deny the rest.
+    pub manage_renewals: bool,
+    /// Denials of one token after which its Secret is deleted (P4).
+    pub denial_limit: u32,
+    /// Where /metrics, /healthz and /readyz are served; None to serve nothing.
+    pub ops_addr: Option<SocketAddr>,
+    /// Parallel reconciles per loop.
+    pub concurrency: u16,
+}
+
+impl Options {
+    pub fn new(namespace: &str, identity: &str) -> Self {
+        Options {
+            namespace: namespace.to_string(),
+            identity: identity.to_string(),
+            leader_elect: true,
+            lease_duration: Duration::from_secs(15),
+            renew_deadline: Duration::from_secs(10),
+            retry_period: Duration::from_secs(2),
+            strict: false,
+            manage_renewals: false,
+            denial_limit: 5,
+            ops_addr: None,
+            concurrency: 16,
+        }
+    }
+}
+
+/// The writes of the CSR and node flows, in order. Tests use them to stop a controller
+/// between two writes and check the next run finishes the job.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Step {
+    /// The node name was added to the token's `kubeflavor.io/bound-nodes`.
+    Reserved,
+    /// The FlavorBinding was created.
+    Bound,
+    /// The CSR got its Approved condition.
+    Approved,
+    /// The token Secret was deleted after a denial (P4).
+    TokenDeleted,
+    /// The CSR got its Denied condition.
+    Denied,
+    /// The token's denial count was raised.
+    DenialCounted,
+    /// The Node was patched to its desired labels and taints.
+    NodePatched,
+    /// The FlavorBinding status was written.
+    StatusWritten,
+}
+
+/// Called after every write with the object name and the step just done. Returning
+/// `Break` makes the reconciler stop right there, as if the process had died.
+pub type StepHook = Arc<dyn Fn(&str, Step) -> std::ops::ControlFlow<()> + Send + Sync>;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("reading {what} failed: {source}")]
+    Read {
+        what: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("reserving a use of token {token} for node {node} failed: {source}")]
+    Reserve {
+        token: String,
+        node: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("creating FlavorBinding {node} failed: {source}")]
+    Bind {
+        node: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("writing the decision on CSR {csr} failed: {source}")]
+    Decide {
+        csr: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("updating token Secret {token} after a denial failed: {source}")]
+    TokenAfterDenial {
+        token: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("patching Node {node} failed: {source}")]
+    PatchNode {
+        node: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("writing the status of FlavorBinding {node} failed: {source}")]
+    BindingStatus {
+        node: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("halted by the step hook after {0:?}")]
+    Halted(Step),
+}
+
+impl Error {
+    /// The stage that failed, as a metric label.
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            Error::Read { .. } => "read",
+            Error::Reserve { .. } => "reserve",
+            Error::Bind { .. } => "bind",
+            Error::Decide { .. } => "decide",
+            Error::TokenAfterDenial { .. } => "token_after_denial",
+            Error::PatchNode { .. } => "patch_node",
+            Error::BindingStatus { .. } => "binding_status",
+            Error::Halted(_) => "halted",
+        }
+    }
+
+    fn source_kube(&self) -> Option<&kube::Error> {
+        match self {
+            Error::Read { source, .. }
+            | Error::Reserve { source, .. }
+            | Error::Bind { source, .. }
+            | Error::Decide { source, .. }
+            | Error::TokenAfterDenial { source, .. }
+            | Error::PatchNode { source, .. }
+            | Error::BindingStatus { source, .. } => Some(source),
+            Error::Halted(_) => None,
+        }
+    }
+
+    /// Lost an optimistic-concurrency race (409 Conflict or AlreadyExists): re-read and
+    /// decide again soon.
+    pub fn is_conflict(&self) -> bool {
+        matches!(self.source_kube(), Some(kube::Error::Api(s)) if s.is_conflict() || s.is_already_exists())
+    }
+}
+
+/// Shared by every reconcile of one leadership term.
+pub struct Context {
+    pub client: Client,
+    pub opts: Options,
+    pub metrics: Metrics,
+    pub health: Arc<Health>,
+    pub hook: Option<StepHook>,
+    /// Node metadata and Flavors as watched (reflector stores), set when the loops start.
+    pub nodes: kube::runtime::reflector::Store<
+        kube::core::PartialObjectMeta<k8s_openapi::api::core::v1::Node>,
+    >,
+    pub flavors: kube::runtime::reflector::Store<crate::crd::Flavor>,
+    /// Per binding: the (Node, binding, Flavor) resourceVersions last found in the desired
+    /// state, so an unchanged Node is not fetched again.
+    pub verified: Mutex<HashMap<String, (String, String, String)>>,
+    /// Bindings whose Node currently carries the flavor (the `flavored_nodes` gauge).
+    pub flavored: Mutex<HashSet<String>>,
+    /// Set once the step hook stopped this context.
+    pub halted: std::sync::atomic::AtomicBool,
+}
+
+impl Context {
+    /// Runs the step hook, if any: `Err(Halted)` means stop here, and from then on this
+    /// context refuses every write (see [`Context::may_write`]), like a dead process.
+    pub fn step(&self, name: &str, step: Step) -> Result<(), Error> {
+        match &self.hook {
+            Some(hook) if hook(name, step).is_break() => {
+                self.halted.store(true, std::sync::atomic::Ordering::SeqCst);
+                Err(Error::Halted(step))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Checked before every write: a context halted by the step hook writes nothing more.
+    pub fn may_write(&self, next: Step) -> Result<(), Error> {
+        if self.halted.load(std::sync::atomic::Ordering::SeqCst) {
+            Err(Error::Halted(next))
+        } else {
+            Ok(())
+        }
+    }
+}
+
+type Stop = Shared<BoxFuture<'static, ()>>;
+
+fn stop_when(rx: watch::Receiver<bool>, want: bool) -> Stop {
+    async move {
+        let mut rx = rx;
+        let _ = rx.wait_for(|v| *v == want).await;
+    }
+    .boxed()
+    .shared()
+}
+
+/// Drives a kube-runtime controller future until it ends, or until `until` resolves and
+/// then for at most a grace period. kube-runtime's applier waits for its store to become
+/// ready before it starts, and never notices a graceful shutdown requested before that:
+/// a term that ends before the first list completes would otherwise hang.
+async fn with_grace<K: kube::Resource + Clone + Send + Sync + 'static>(
+    fut: impl std::future::Future<Output = ()>,
+    until: Stop,
+    store: kube::runtime::reflector::Store<K>,
+) where
+    K::DynamicType: Eq + std::hash::Hash + Clone,
+{
+    const GRACE: Duration = Duration::from_secs(10);
+    let deadline = async {
+        until.await;
+        if store.wait_until_ready().now_or_never().is_some() {
+            tokio::time::sleep(GRACE).await;
+        }
+    };
+    tokio::select! {
+        _ = fut => {}
+        _ = deadline => tracing::warn!("a loop did not stop in time; dropping it"),
+    }
+}
+
+/// Everything `run` needs besides the options: the client and, in tests, a step hook.
+pub struct Runtime {
+    pub client: Client,
+    pub opts: Options,
+    pub metrics: Metrics,
+    pub health: Arc<Health>,
+    pub hook: Option<StepHook>,
+}
+
+impl Runtime {
+    pub fn new(client: Client, opts: Options) -> Self {
+        Runtime {
+            client,
+            opts,
+            metrics: Metrics::new(),
+            health: Arc::new(Health::default()),
+            hook: None,
+        }
+    }
+}
+
+/// Runs the controller until `shutdown` resolves: the operations endpoint, the leader
+/// election and, while leading, the CSR and node loops.
+pub async fn run(
+    rt: Runtime,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let (shut_tx, shut_rx) = watch::channel(false);
+    let stopping = stop_when(shut_rx.clone(), true);
+    // Nothing is spawned detached: aborting the task that runs this future stops every
+    // part of the controller at once, which is what a crash looks like to the cluster.
+    let forward = async move {
+        shutdown.await;
+        let _ = shut_tx.send(true);
+    };
+
+    let listener = match rt.opts.ops_addr {
+        Some(addr) => {
+            let listener = http::bind(addr).await.map_err(|e| {
+                anyhow::anyhow!("cannot listen on {addr} for /metrics and probes: {e} (choose another --metrics-addr)")
+            })?;
+            tracing::info!(addr = %listener.local_addr()?, "serving /metrics /healthz /readyz");
+            Some(listener)
+        }
+        None => None,
+    };
+    let ops = async {
+        let Some(listener) = listener else { return };
+        let served = http::serve(
+            listener,
+            rt.health.clone(),
+            rt.metrics.clone(),
+            stopping.clone(),
+        );
+        if let Err(e) = served.await {
+            tracing::warn!(error = %e, "operations endpoint failed");
+        }
+    };
+
+    let work = async {
+        if !rt.opts.leader_elect {
+            rt.health.set_leading(true);
+            rt.metrics.leader.set(1);
+            run_loops(&rt, stopping.clone()).await;
+            rt.health.set_stopping();
+            return;
+        }
+        let (lead_tx, lead_rx) = watch::channel(false);
+        let mut cfg = LeaseConfig::new(&rt.opts.namespace, LEASE_NAME, &rt.opts.identity);
+        cfg.lease_duration = rt.opts.lease_duration;
+        cfg.renew_deadline = rt.opts.renew_deadline;
+        cfg.retry_period = rt.opts.retry_period;
+        let election = LeaderElector::new(rt.client.clone(), cfg).run(lead_tx, stopping.clone());
+        let terms = async {
+            loop {
+                let mut rx = lead_rx.clone();
+                tokio::select! {
+                    _ = stopping.clone() => break,
+                    r = rx.wait_for(|v| *v) => if r.is_err() { break },
+                }
+                rt.health.set_leading(true);
+                rt.metrics.leader.set(1);
+                let lost = stop_when(lead_rx.clone(), false);
+                let until = futures::future::select(lost, stopping.clone())
+                    .map(|_| ())
+                    .boxed()
+                    .shared();
+                run_loops(&rt, until).await;
+                tracing::debug!(identity = %rt.opts.identity, "leadership term ended");
+                rt.health.set_leading(false);
+                rt.health.set_synced(false);
+                rt.metrics.leader.set(0);
+                if *shut_rx.borrow() {
+                    break;
+                }
+            }
+            rt.health.set_stopping();
+        };
+        tokio::join!(election, terms);
+    };
+    tokio::join!(forward, ops, work);
+    tracing::info!(identity = %rt.opts.identity, "controller stopped");
+    Ok(())
+}
+
+/// One leadership term: both loops until `until` resolves.
+async fn run_loops(rt: &Runtime, until: Stop) {
+    let (nodes, node_events) = node::node_metadata_store(rt.client.clone());
+    let (flavors, flavor_events) = node::flavor_store(rt.client.clone());
+    let ctx = Arc::new(Context {
+        client: rt.client.clone(),
+        opts: rt.opts.clone(),
+        metrics: rt.metrics.clone(),
+        health: rt.health.clone(),
+        hook: rt.hook.clone(),
+        nodes,
+        flavors,
+        verified: Mutex::new(HashMap::new()),
+        flavored: Mutex::new(HashSet::new()),
+        halted: Default::default(),
+    });
+    let csr_loop = csr::run(ctx.clone(), until.clone());
+    let node_loop = node::run(ctx.clone(), node_events, flavor_events, until.clone());
+    let synced = {
+        let ctx = ctx.clone();
+        let until = until.clone();
+        async move {
+            let ready = async {
+                let _ = ctx.nodes.wait_until_ready().await;
+                let _ = ctx.flavors.wait_until_ready().await;
+                ctx.health.set_synced(true);
+            };
+            tokio::select! {
+                _ = ready => {}
+                _ = until => {}
+            }
+        }
+    };
+    let csr_loop = async {
+        csr_loop.await;
+        tracing::debug!("csr loop ended");
+    };
+    let node_loop = async {
+        node_loop.await;
+        tracing::debug!("node loop ended");
+    };
+    tokio::join!(csr_loop, node_loop, synced);
+}

@@ -1,0 +1,446 @@
+//! ADAPTER between the Kubernetes objects the controller reads and kubeflavor-core's pure
+//! policy: converts k8s-openapi/CRD objects into core's facts, calls core, and turns core's
+//! answer into the exact objects to write. No rule is decided here.
+
+use std::collections::BTreeMap;
+use std::num::NonZeroU32;
+
+use k8s_openapi::api::core::v1::{Node, Secret};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kubeflavor_core::csr::{CsrError, KubeletClientCsr, validate_kubelet_client_csr};
+use kubeflavor_core::flavor::FlavorName;
+use kubeflavor_core::names::NodeName;
+use kubeflavor_core::node_state::{BindingState, NodeFacts, NodeTaint, desired_node_state};
+use kubeflavor_core::policy::{
+    BindingFacts, CsrFacts, Decision, DenyCause, PolicyOptions, TokenLookup, decide as core_decide,
+    should_delete_token,
+};
+use kubeflavor_core::token_record::{SecretView, TokenRecord, TokenRecordError};
+use kubeflavor_core::token_secret::{FLAVOR_TOKEN_LABEL, FlavorTokenMeta};
+
+use super::Options;
+use super::facts::{CsrFactsRead, CsrView};
+use crate::crd::{
+    CONDITION_FLAVORED, CONDITION_REVOKED, Condition, Flavor, FlavorBinding, FlavorBindingSpec,
+    FlavorBindingStatus, FlavorTaint, rules_from_flavor,
+};
+
+/// P1: the ONE reason/message pair on every approval and every denial, whatever the
+/// flavor or the cause (core's constants): a bootstrap identity can read every CSR.
+pub use kubeflavor_core::policy::{
+    APPROVAL_MESSAGE as APPROVED_MESSAGE, APPROVAL_REASON as APPROVED_REASON,
+    DENIAL_MESSAGE as DENIED_MESSAGE, DENIAL_REASON as DENIED_REASON,
+};
+
+/// A pending CSR's fate, as the writes the apply stage performs (in this order).
+#[derive(Clone, Debug)]
+pub enum Verdict {
+    Approve {
+        node: NodeName,
+        flavor: String,
+        token_id: String,
+        /// The token Secret with the node name added to `bound-nodes`, to PUT with the
+        /// resourceVersion it was read at; None when the name is already reserved.
+        reserve: Option<Secret>,
+        /// The FlavorBinding to create; None when it already binds this token.
+        binding: Option<FlavorBinding>,
+    },
+    Deny {
+        /// Metric label of the cause (admin-only surfaces).
+        cause: &'static str,
+        /// Human description for the Event and the log (admin-only surfaces).
+        description: String,
+        /// The token Secret to delete first (P4), if core says the token must go.
+        delete_token: Option<Secret>,
+        /// The token Secret with its denial count raised, to PUT after the denial.
+        count_denial: Option<Secret>,
+    },
+    Ignore {
+        why: &'static str,
+    },
+}
+
+/// The CSR validated as a kubelet client CSR (spec section 4), by core.
+pub fn validate(csr: &CsrView) -> Result<KubeletClientCsr, CsrError> {
+    validate_kubelet_client_csr(&csr.signer_name, &csr.request, &csr.usages)
+}
+
+/// The flavor a token Secret names.
+pub fn token_flavor(secret: &Secret) -> Option<String> {
+    secret
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(FLAVOR_TOKEN_LABEL))
+        .cloned()
+}
+
+/// The binding as core sees it; `None` when its token id is not a valid id (then it
+/// cannot belong to any token, which core reads as "bound to another token").
+fn binding_facts(b: &FlavorBinding) -> BindingFacts {
+    BindingFacts {
+        token_id: b
+            .spec
+            .token_id
+            .parse()
+            .unwrap_or_else(|_| "000000".parse().expect("a valid token id literal")),
+        revoked: is_revoked(b),
+        csr_name: b.spec.csr_name.clone(),
+        public_key_sha256: b.spec.public_key_sha256.clone(),
+    }
+}
+
+/// Core's facts for one pending CSR.
+pub fn csr_facts(
+    facts: &CsrFactsRead,
+    parsed: Result<KubeletClientCsr, CsrError>,
+    opts: &Options,
+    now: jiff::Timestamp,
+) -> CsrFacts {
+    let token = match &facts.token_secret {
+        None => TokenLookup::Missing,
+        Some(s) => match token_record(s) {
+            Ok(r) => TokenLookup::Found(r),
+            Err(e) => TokenLookup::Unreadable(e),
+        },
+    };
+    CsrFacts {
+        csr_name: facts.csr.name.clone(),
+        signer_name: facts.csr.signer_name.clone(),
+        requester_username: facts.csr.username.clone(),
+        requester_groups: facts.csr.groups.clone(),
+        csr: parsed,
+        already_decided: facts.csr.decided,
+        token,
+        flavor_exists: facts.flavor.is_some(),
+        binding: facts.binding.as_ref().map(binding_facts),
+        node_exists: facts.node_exists,
+        options: PolicyOptions {
+            strict: opts.strict,
+            manage_renewals: opts.manage_renewals,
+        },
+        now,
+    }
+}
+
+/// Decides a pending CSR with core and turns the decision into the writes to perform.
+pub fn decide(facts: &CsrFactsRead, opts: &Options, now: jiff::Timestamp) -> Verdict {
+    let parsed = validate(&facts.csr);
+    let core_facts = csr_facts(facts, parsed.clone(), opts, now);
+    let meta = match &core_facts.token {
+        TokenLookup::Found(r) => r.kubeflavor.clone(),
+        _ => None,
+    };
+    match core_decide(&core_facts) {
+        Decision::Ignore(why) => Verdict::Ignore { why: why.as_str() },
+        Decision::Deny(cause) => {
+            let secret = facts.token_secret.as_ref().filter(|_| meta.is_some());
+            let denials_after = meta.as_ref().map_or(1, |m| m.denials.saturating_add(1));
+            let limit = NonZeroU32::new(opts.denial_limit);
+            let delete = secret.is_some() && should_delete_token(cause, denials_after, limit);
+            let count = secret.is_some() && !delete && cause.counts_against_token();
+            Verdict::Deny {
+                cause: cause.as_str(),
+                description: describe(cause, &core_facts),
+                delete_token: secret.filter(|_| delete).cloned(),
+                count_denial: if count {
+                    secret.and_then(with_denial)
+                } else {
+                    None
+                },
+            }
+        }
+        Decision::Approve {
+            reserve_use,
+            create_binding,
+        } => {
+            let Ok(p) = parsed else {
+                // Core approves only a valid CSR; never approve what did not parse.
+                return Verdict::Ignore { why: "invalid_csr" };
+            };
+            let node = p.node_name.clone();
+            let (flavor, token_id) = match (&facts.binding, &meta) {
+                (Some(b), _) => (b.spec.flavor.clone(), b.spec.token_id.clone()),
+                (None, Some(m)) => (
+                    m.flavor.to_string(),
+                    facts
+                        .csr
+                        .bootstrap_token_id()
+                        .unwrap_or_default()
+                        .to_string(),
+                ),
+                (None, None) => (String::new(), String::new()),
+            };
+            let reserve = if reserve_use {
+                let updated = facts
+                    .token_secret
+                    .as_ref()
+                    .and_then(|s| with_reservation(s, &node));
+                // Core reserves only on a readable kubeflavor token.
+                let Some(updated) = updated else {
+                    return Verdict::Ignore {
+                        why: "token_unreadable",
+                    };
+                };
+                Some(updated)
+            } else {
+                None
+            };
+            let binding = create_binding.then(|| FlavorBinding {
+                metadata: ObjectMeta {
+                    name: Some(node.as_str().to_string()),
+                    ..ObjectMeta::default()
+                },
+                spec: FlavorBindingSpec {
+                    node: node.as_str().to_string(),
+                    flavor: flavor.clone(),
+                    token_id: token_id.clone(),
+                    csr_name: facts.csr.name.clone(),
+                    public_key_sha256: p.public_key_sha256_hex(),
+                    bound_at: whole_seconds(now),
+                },
+                status: None,
+            });
+            Verdict::Approve {
+                node,
+                flavor,
+                token_id,
+                reserve,
+                binding,
+            }
+        }
+    }
+}
+
+/// Core's description of the cause plus the particulars, for the admin trail only.
+fn describe(cause: DenyCause, f: &CsrFacts) -> String {
+    let node = f
+        .csr
+        .as_ref()
+        .map(|c| c.node_name.as_str().to_string())
+        .unwrap_or_else(|e| format!("? ({e})"));
+    format!(
+        "{} (requester {}, node {node})",
+        cause.description(),
+        f.requester_username
+    )
+}
+
+/// metav1.Time has second precision on the wire.
+fn whole_seconds(t: jiff::Timestamp) -> jiff::Timestamp {
+    jiff::Timestamp::from_second(t.as_second()).unwrap_or(t)
+}
+
+/// Reads a token Secret as core's [`TokenRecord`] (data values decoded to strings).
+pub fn token_record(secret: &Secret) -> Result<TokenRecord, TokenRecordError> {
+    let data: BTreeMap<String, String> = secret
+        .data
+        .iter()
+        .flatten()
+        .map(|(k, v)| (k.clone(), String::from_utf8_lossy(&v.0).into_owned()))
+        .collect();
+    let empty = BTreeMap::new();
+    let view = SecretView {
+        namespace: secret.metadata.namespace.as_deref().unwrap_or(""),
+        name: secret.metadata.name.as_deref().unwrap_or(""),
+        type_: secret.type_.as_deref().unwrap_or(""),
+        being_deleted: secret.metadata.deletion_timestamp.is_some(),
+        data: &data,
+        labels: secret.metadata.labels.as_ref().unwrap_or(&empty),
+        annotations: secret.metadata.annotations.as_ref().unwrap_or(&empty),
+    };
+    TokenRecord::from_secret(&view)
+}
+
+fn with_meta(secret: &Secret, meta: &FlavorTokenMeta) -> Secret {
+    let mut s = secret.clone();
+    s.metadata
+        .annotations
+        .get_or_insert_with(BTreeMap::new)
+        .extend(meta.annotations());
+    s
+}
+
+fn kubeflavor_meta(secret: &Secret) -> Option<FlavorTokenMeta> {
+    token_record(secret).ok().and_then(|r| r.kubeflavor)
+}
+
+/// The Secret with `node` added to its bound names (the reservation write), or None if
+/// the Secret is not a readable kubeflavor token.
+pub fn with_reservation(secret: &Secret, node: &NodeName) -> Option<Secret> {
+    let meta = kubeflavor_meta(secret)?;
+    Some(with_meta(secret, &meta.with_bound_node(node)))
+}
+
+/// The token's denial count so far.
+pub fn denials(secret: &Secret) -> u32 {
+    kubeflavor_meta(secret).map_or(0, |m| m.denials)
+}
+
+/// The Secret with its denial count raised by one.
+pub fn with_denial(secret: &Secret) -> Option<Secret> {
+    let meta = kubeflavor_meta(secret)?;
+    Some(with_meta(secret, &meta.with_denial()))
+}
+
+/// Whether the binding was revoked (`node revoke` / `token revoke --nodes`).
+pub fn is_revoked(binding: &FlavorBinding) -> bool {
+    binding.status.as_ref().is_some_and(|s| {
+        s.conditions
+            .iter()
+            .any(|c| c.type_ == CONDITION_REVOKED && c.status == "True")
+    })
+}
+
+/// What the node flow should write for one binding.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NodePlan {
+    /// JSON merge patch for the Node (with metadata.resourceVersion), if it differs.
+    pub patch: Option<serde_json::Value>,
+    /// The binding status after the patch.
+    pub status: FlavorBindingStatus,
+    /// The Node carries the flavor once the patch is applied.
+    pub flavored: bool,
+}
+
+fn node_facts(node: &Node) -> NodeFacts {
+    NodeFacts {
+        labels: node.metadata.labels.clone().unwrap_or_default(),
+        taints: node
+            .spec
+            .as_ref()
+            .and_then(|s| s.taints.as_ref())
+            .into_iter()
+            .flatten()
+            .map(|t| NodeTaint {
+                key: t.key.clone(),
+                value: t.value.clone(),
+                effect: t.effect.clone(),
+                time_added: t.time_added.as_ref().map(|x| x.0),
+            })
+            .collect(),
+    }
+}
+
+fn binding_state(binding: &FlavorBinding) -> BindingState {
+    let status = binding.status.clone().unwrap_or_default();
+    BindingState {
+        revoked: is_revoked(binding),
+        applied_labels: status.applied_labels.keys().cloned().collect(),
+        applied_taints: status
+            .applied_taints
+            .iter()
+            .map(|t| (t.key.clone(), crate::crd::effect_str(t.effect).to_string()))
+            .collect(),
+    }
+}
+
+fn condition(
+    type_: &str,
+    ok: bool,
+    reason: &str,
+    message: &str,
+    prev: Option<&FlavorBindingStatus>,
+) -> Condition {
+    let status = if ok { "True" } else { "False" };
+    let old = prev.and_then(|p| p.conditions.iter().find(|c| c.type_ == type_));
+    // Keep the old transition time while the status holds, so an unchanged status compares
+    // equal and is not written again.
+    let last_transition_time = match old {
+        Some(c) if c.status == status => c.last_transition_time,
+        _ => whole_seconds(jiff::Timestamp::now()),
+    };
+    Condition {
+        type_: type_.into(),
+        status: status.into(),
+        reason: reason.into(),
+        message: message.into(),
+        last_transition_time,
+        observed_generation: None,
+    }
+}
+
+/// Computes, with core's `desired_node_state`, the Node patch and the binding status.
+pub fn plan_node(binding: &FlavorBinding, flavor: Option<&Flavor>, node: &Node) -> NodePlan {
+    let prev = binding.status.as_ref();
+    let rules = flavor.and_then(|f| match rules_from_flavor(f) {
+        Ok((_, rules)) => Some(rules),
+        Err(e) => {
+            tracing::warn!(flavor = %binding.spec.flavor, error = %e, "Flavor is invalid; treated as missing");
+            None
+        }
+    });
+    let facts = node_facts(node);
+    let Ok(flavor_name) = binding.spec.flavor.parse::<FlavorName>() else {
+        // The CRD's schema keeps an invalid flavor name off a binding.
+        return NodePlan {
+            patch: None,
+            status: prev.cloned().unwrap_or_default(),
+            flavored: false,
+        };
+    };
+    let change = desired_node_state(
+        rules.as_ref(),
+        &flavor_name,
+        &binding_state(binding),
+        &facts,
+    );
+    let after = facts.apply(&change);
+    let patch = (!change.is_empty())
+        .then(|| change.to_merge_patch(node.metadata.resource_version.as_deref().unwrap_or("")));
+    let applied_labels: BTreeMap<String, String> = change
+        .applied_labels
+        .iter()
+        .filter_map(|k| after.labels.get(k).map(|v| (k.clone(), v.clone())))
+        .collect();
+    let applied_taints: Vec<FlavorTaint> = change
+        .applied_taints
+        .iter()
+        .filter_map(|(k, e)| {
+            let t = after
+                .taints
+                .iter()
+                .find(|t| &t.key == k && &t.effect == e)?;
+            Some(FlavorTaint {
+                key: k.clone(),
+                value: t.value.clone().unwrap_or_default(),
+                effect: serde_json::from_value(serde_json::json!(e)).ok()?,
+            })
+        })
+        .collect();
+    let revoked = is_revoked(binding);
+    let (reason, message) = if change.flavored {
+        ("Applied", "the Node carries the flavor's labels and taints")
+    } else if revoked {
+        (
+            "Revoked",
+            "the binding is revoked: flavor labels removed, NoExecute taint set",
+        )
+    } else {
+        ("FlavorMissing", "the Flavor does not exist or is invalid")
+    };
+    let mut conditions = vec![condition(
+        CONDITION_FLAVORED,
+        change.flavored,
+        reason,
+        message,
+        prev,
+    )];
+    // The Revoked condition is the administrator's (node revoke): carried over unchanged.
+    conditions.extend(
+        prev.into_iter()
+            .flat_map(|p| p.conditions.iter())
+            .filter(|c| c.type_ == CONDITION_REVOKED)
+            .cloned(),
+    );
+    NodePlan {
+        patch,
+        status: FlavorBindingStatus {
+            conditions,
+            applied_labels,
+            applied_taints,
+            observed_generation: binding.metadata.generation,
+        },
+        flavored: change.flavored,
+    }
+}

@@ -1,0 +1,70 @@
+//! The admin-only trail of decisions: an events.k8s.io/v1 Event in the controller's own
+//! namespace (a bootstrap identity has no read access there), plus a log line. The exact
+//! cause lives only here, in logs and in metric labels, never in the CSR (P1).
+
+use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use kube::Api;
+use kube::api::PostParams;
+
+use super::Context;
+
+pub const REPORTING_CONTROLLER: &str = "kubeflavor.io/controller";
+
+/// What the Event is about.
+pub struct Regarding<'a> {
+    pub api_version: &'a str,
+    pub kind: &'a str,
+    pub name: &'a str,
+    pub uid: Option<&'a str>,
+}
+
+/// Records an Event; failures are logged, never fatal: the decision itself already
+/// happened and the log line and metric carry the same facts.
+pub async fn record(
+    ctx: &Context,
+    regarding: Regarding<'_>,
+    type_: &str,
+    action: &str,
+    reason: &str,
+    note: &str,
+) {
+    let now = jiff::Timestamp::now();
+    let suffix = format!("{:x}", now.as_nanosecond() as u64 ^ rand_u64());
+    let event = Event {
+        metadata: ObjectMeta {
+            name: Some(format!("{}.{suffix}", regarding.name)),
+            namespace: Some(ctx.opts.namespace.clone()),
+            ..ObjectMeta::default()
+        },
+        // MicroTime: exactly 6 fractional digits (capture 48/47), done by k8s-openapi.
+        event_time: Some(MicroTime(now)),
+        reporting_controller: Some(REPORTING_CONTROLLER.into()),
+        reporting_instance: Some(ctx.opts.identity.clone()),
+        action: Some(action.into()),
+        reason: Some(reason.into()),
+        type_: Some(type_.into()),
+        // The API server limits note to 1 kB.
+        note: Some(note.chars().take(1000).collect()),
+        regarding: Some(ObjectReference {
+            api_version: Some(regarding.api_version.into()),
+            kind: Some(regarding.kind.into()),
+            name: Some(regarding.name.into()),
+            uid: regarding.uid.map(str::to_string),
+            ..ObjectReference::default()
+        }),
+        ..Event::default()
+    };
+    let api: Api<Event> = Api::namespaced(ctx.client.clone(), &ctx.opts.namespace);
+    if let Err(e) = api.create(&PostParams::default(), &event).await {
+        tracing::warn!(error = %e, reason, "could not record an Event (the log line above has the same facts)");
+    }
+}
+
+fn rand_u64() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(0);
+    h.finish()
+}

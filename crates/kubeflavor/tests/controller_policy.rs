@@ -1,0 +1,326 @@
+//! Denials and their admin trail (P1, P3, P4), the single-use race, token expiry mid-join,
+//! and revocation, on testkube (or a real cluster) through real kube-rs clients.
+
+mod common;
+mod controller_support;
+
+use controller_support::*;
+use k8s_openapi::api::core::v1::{Node, Secret};
+use k8s_openapi::api::events::v1::Event;
+use kube::Api;
+use kube::api::{ListParams, PostParams};
+
+const FLAVOR_KEY: &str = "kubeflavor.node-restriction.kubernetes.io/flavor";
+const TIER_KEY: &str = "tier.node-restriction.kubernetes.io/class";
+
+/// The admin trail: the Events kubeflavor recorded about this CSR (controller namespace).
+async fn trail(h: &Harness, csr: &str) -> Vec<String> {
+    Api::<Event>::namespaced(h.admin.clone(), "kube-system")
+        .list(&ListParams::default())
+        .await
+        .expect("list events")
+        .items
+        .into_iter()
+        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(csr))
+        .filter_map(|e| e.note)
+        .collect()
+}
+
+async fn token_gone(h: &Harness, token: &kubeflavor_core::token::BootstrapToken) {
+    let name = format!("bootstrap-token-{}", token.id().as_str());
+    within(
+        "the token Secret to be deleted",
+        kube::runtime::wait::await_condition(
+            Api::<Secret>::namespaced(h.admin.clone(), "kube-system"),
+            &name,
+            kube::runtime::wait::conditions::is_deleted(""),
+        ),
+    )
+    .await
+    .expect("watch works");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn name_takeover_is_denied_and_the_token_deleted() {
+    let h = Harness::start().await;
+    let (sweet_f, sour_f, node) = (h.name("sweet"), h.name("sour"), h.name("node-x"));
+    h.flavor(&sweet_f, &[(TIER_KEY, "gold")], &[]).await;
+    h.flavor(&sour_f, &[(TIER_KEY, "bronze")], &[]).await;
+    let ctl = h.start_controller(h.options("ctl"));
+    let sweet = h.token(&sweet_f, 1, None).await;
+    let sour = h.token(&sour_f, 3, None).await;
+    let (ok, bad) = (h.name("csr-sweet"), h.name("csr-sour"));
+    h.submit_csr(&h.bootstrap_client(&sweet).await, &ok, &node)
+        .await;
+    assert_eq!(
+        condition_type(&h.decided(&ok).await).as_deref(),
+        Some("Approved")
+    );
+
+    h.submit_csr(&h.bootstrap_client(&sour).await, &bad, &node)
+        .await;
+    assert_eq!(
+        condition_type(&h.decided(&bad).await).as_deref(),
+        Some("Denied")
+    );
+    // The binding still names the first token, and the sour token has no use spent.
+    let binding = h.bindings().get(&node).await.expect("binding");
+    assert_eq!(binding.spec.token_id, sweet.id().as_str());
+    // P4: a takeover attempt is misuse: the token goes, the kubelet's retries end.
+    token_gone(&h, &sour).await;
+    let notes = trail(&h, &bad).await;
+    assert!(
+        notes
+            .iter()
+            .any(|n| n.contains("name_bound_to_other_token")),
+        "{notes:?}"
+    );
+    assert!(
+        ctl.metrics
+            .render()
+            .contains("cause=\"name_bound_to_other_token\"")
+    );
+    ctl.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exhausted_token_is_denied_and_deleted() {
+    let h = Harness::start().await;
+    let f = h.name("sweet");
+    h.flavor(&f, &[(TIER_KEY, "gold")], &[]).await;
+    let ctl = h.start_controller(h.options("ctl"));
+    let t = h.token(&f, 1, None).await;
+    let client = h.bootstrap_client(&t).await;
+    let (c1, c2) = (h.name("csr-1"), h.name("csr-2"));
+    h.submit_csr(&client, &c1, &h.name("node-1")).await;
+    assert_eq!(
+        condition_type(&h.decided(&c1).await).as_deref(),
+        Some("Approved")
+    );
+    h.submit_csr(&client, &c2, &h.name("node-2")).await;
+    assert_eq!(
+        condition_type(&h.decided(&c2).await).as_deref(),
+        Some("Denied")
+    );
+    token_gone(&h, &t).await;
+    assert!(
+        h.bindings()
+            .get_opt(&h.name("node-2"))
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert!(
+        trail(&h, &c2)
+            .await
+            .iter()
+            .any(|n| n.contains("token_exhausted"))
+    );
+    ctl.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn missing_flavor_existing_node_and_wrong_shape_are_denied_with_their_causes() {
+    let h = Harness::start().await;
+    let f = h.name("sweet");
+    h.flavor(&f, &[(TIER_KEY, "gold")], &[]).await;
+    let ctl = h.start_controller(h.options("ctl"));
+
+    // A token whose Flavor does not exist.
+    let orphan = h.token(&h.name("ghost"), 1, None).await;
+    let c_flavor = h.name("csr-flavor");
+    h.submit_csr(
+        &h.bootstrap_client(&orphan).await,
+        &c_flavor,
+        &h.name("node-f"),
+    )
+    .await;
+
+    // A Node that joined some other way (no binding): no takeover of its name.
+    let existing = h.name("node-e");
+    let node: Node =
+        serde_json::from_value(serde_json::json!({"metadata": {"name": existing}})).unwrap();
+    h.nodes()
+        .create(&PostParams::default(), &node)
+        .await
+        .expect("admin creates a node");
+    let t = h.token(&f, 1, None).await;
+    let c_node = h.name("csr-node");
+    h.submit_csr(&h.bootstrap_client(&t).await, &c_node, &existing)
+        .await;
+
+    // Not a kubelet client CSR: organization system:masters.
+    let t2 = h.token(&f, 1, None).await;
+    let c_shape = h.name("csr-shape");
+    submit_csr_with(
+        &h.bootstrap_client(&t2).await,
+        &c_shape,
+        "system:node:x",
+        &["system:masters"],
+    )
+    .await;
+
+    for (csr, cause) in [
+        (&c_flavor, "flavor_missing"),
+        (&c_node, "node_exists_without_binding"),
+        (&c_shape, "not_kubelet_client_shape"),
+    ] {
+        let decided = h.decided(csr).await;
+        assert_eq!(condition_type(&decided).as_deref(), Some("Denied"), "{csr}");
+        let notes = trail(&h, csr).await;
+        assert!(
+            notes.iter().any(|n| n.contains(cause)),
+            "{cause}: {notes:?}"
+        );
+        assert!(
+            ctl.metrics.render().contains(&format!("cause=\"{cause}\"")),
+            "{cause}"
+        );
+    }
+    assert!(h.bindings().get_opt(&existing).await.unwrap().is_none());
+    // Denials for a wrong shape are counted on the token (P4, refused too often).
+    let counted = h.token_secret(&t2).await.expect("token kept");
+    assert_eq!(
+        counted
+            .metadata
+            .annotations
+            .unwrap()
+            .get("kubeflavor.io/denials")
+            .map(String::as_str),
+        Some("1")
+    );
+    ctl.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_csrs_racing_for_a_single_use_token_get_exactly_one_approval() {
+    let h = Harness::start().await;
+    let f = h.name("sweet");
+    h.flavor(&f, &[(TIER_KEY, "gold")], &[]).await;
+    let t = h.token(&f, 1, None).await;
+    let client = h.bootstrap_client(&t).await;
+    let (c1, c2) = (h.name("race-1"), h.name("race-2"));
+    // Both CSRs exist before the controller starts, so it sees them at once.
+    h.submit_csr(&client, &c1, &h.name("node-1")).await;
+    h.submit_csr(&client, &c2, &h.name("node-2")).await;
+    let ctl = h.start_controller(h.options("ctl"));
+    let d1 = condition_type(&h.decided(&c1).await);
+    let d2 = condition_type(&h.decided(&c2).await);
+    let mut outcomes = [d1.unwrap(), d2.unwrap()];
+    outcomes.sort();
+    assert_eq!(outcomes, ["Approved".to_string(), "Denied".to_string()]);
+    let bindings: Vec<_> = h
+        .bindings()
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|b| b.spec.token_id == t.id().as_str())
+        .collect();
+    assert_eq!(bindings.len(), 1, "exactly one binding for the token");
+    ctl.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn token_expiring_mid_join_is_denied_without_spending_a_use() {
+    let h = Harness::start().await;
+    let f = h.name("sweet");
+    h.flavor(&f, &[(TIER_KEY, "gold")], &[]).await;
+    let t = h.token(&f, 1, None).await;
+    let csr = h.name("csr-late");
+    h.submit_csr(&h.bootstrap_client(&t).await, &csr, &h.name("node-late"))
+        .await;
+    // The token expires after the CSR was filed and before the controller decides.
+    let secrets: Api<Secret> = Api::namespaced(h.admin.clone(), "kube-system");
+    let name = format!("bootstrap-token-{}", t.id().as_str());
+    let patch = serde_json::json!({"stringData": {"expiration": "2000-01-01T00:00:00Z"}});
+    secrets
+        .patch(
+            &name,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&patch),
+        )
+        .await
+        .expect("expire the token");
+    let ctl = h.start_controller(h.options("ctl"));
+    assert_eq!(
+        condition_type(&h.decided(&csr).await).as_deref(),
+        Some("Denied")
+    );
+    assert!(
+        h.bindings()
+            .get_opt(&h.name("node-late"))
+            .await
+            .unwrap()
+            .is_none()
+    );
+    // Expired tokens are removed by kube-controller-manager; if it is still there, no
+    // use was spent on it.
+    if h.token_secret(&t).await.is_some() {
+        assert!(h.bound_nodes(&t).await.is_empty());
+    }
+    let notes = trail(&h, &csr).await;
+    assert!(
+        notes
+            .iter()
+            .any(|n| n.contains("token_expired") || n.contains("token_missing")),
+        "{notes:?}"
+    );
+    ctl.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn revoked_node_loses_its_flavor_gets_the_noexecute_taint_and_no_renewal() {
+    let h = Harness::start().await;
+    let f = h.name("sweet");
+    let (node, csr) = (h.name("node-r"), h.name("csr-r"));
+    h.flavor(&f, &[(TIER_KEY, "gold")], &[]).await;
+    let mut opts = h.options("ctl");
+    opts.manage_renewals = true;
+    let ctl = h.start_controller(opts);
+    let t = h.token(&f, 1, None).await;
+    h.submit_csr(&h.bootstrap_client(&t).await, &csr, &node)
+        .await;
+    h.decided(&csr).await;
+    h.register_node(&csr, &node, &[], &[]).await;
+    h.node_until(&node, "flavored", |n| label(n, TIER_KEY) == Some("gold"))
+        .await;
+
+    // A renewal while bound: approved (manage_renewals).
+    let node_client = h.node_client(&csr).await;
+    let renew_ok = h.name("renew-ok");
+    h.submit_csr(&node_client, &renew_ok, &node).await;
+    assert_eq!(
+        condition_type(&h.decided(&renew_ok).await).as_deref(),
+        Some("Approved")
+    );
+
+    let out = h.env.kf(&["node", "revoke", &node]).await;
+    out.expect_ok();
+    let revoked = h
+        .node_until(&node, "revoked", |n| has_taint(n, "kubeflavor.io/revoked"))
+        .await;
+    assert_eq!(label(&revoked, TIER_KEY), None);
+    assert_eq!(label(&revoked, FLAVOR_KEY), None);
+    let list = h.env.kf(&["node", "list"]).await;
+    let line = list
+        .expect_ok()
+        .lines()
+        .find(|l| l.starts_with(node.as_str()))
+        .expect("node listed")
+        .to_string();
+    assert!(
+        line.contains("Revoked") && line.contains(t.id().as_str()),
+        "{line}"
+    );
+
+    // Renewals of a revoked node are denied.
+    let renew_bad = h.name("renew-bad");
+    h.submit_csr(&node_client, &renew_bad, &node).await;
+    assert_eq!(
+        condition_type(&h.decided(&renew_bad).await).as_deref(),
+        Some("Denied")
+    );
+    ctl.stop().await;
+}

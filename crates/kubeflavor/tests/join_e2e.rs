@@ -1,0 +1,288 @@
+//! End-to-end: `kubeflavor token create --print-join-command` then `kubeflavor join`, on
+//! testkube or on the cluster named by KUBEFLAVOR_E2E_KUBECONFIG. No controller runs here:
+//! the test itself approves or denies the node's CSR as the admin, so what is tested is the
+//! node side (discovery, files, TLS bootstrap) and nothing else.
+
+mod common;
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::time::Duration;
+
+use common::{Env, client_from_yaml, whoami};
+use futures::StreamExt;
+use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use kube::runtime::{WatchStreamExt, watcher};
+use kubeflavor::join::{self, CaCheck, JoinOptions, RecordedReport};
+use kubeflavor_core::pin::CaPin;
+use kubeflavor_core::token::BootstrapToken;
+
+/// The safety net for waiting on the cluster; never reached when things work.
+const PATIENCE: Duration = Duration::from_secs(60);
+
+/// A flavor, a token of it, and the join line `token create --print-join-command` printed.
+struct Minted {
+    flavor: String,
+    token: String,
+    endpoint: String,
+    pin: String,
+}
+
+async fn mint_with_join_line(env: &Env) -> Minted {
+    env.install().await;
+    let flavor = env.name("joinflavor");
+    env.kf(&["flavor", "create", &flavor]).await.expect_ok();
+    let out = env
+        .kf(&[
+            "token",
+            "create",
+            "--flavor",
+            &flavor,
+            "--print-join-command",
+        ])
+        .await;
+    let line = out.expect_ok().trim().to_string();
+    let words: Vec<&str> = line.split_whitespace().collect();
+    assert_eq!(words[..2], ["kubeadm", "join"], "{line}");
+    assert_eq!(words[3], "--token", "{line}");
+    assert_eq!(words[5], "--discovery-token-ca-cert-hash", "{line}");
+    assert_eq!(words.len(), 7, "one CA, one pin: {line}");
+    words[4]
+        .parse::<BootstrapToken>()
+        .expect("a token in the join line");
+    Minted {
+        flavor,
+        token: words[4].to_string(),
+        endpoint: words[2].to_string(),
+        pin: words[6].to_string(),
+    }
+}
+
+async fn cleanup(env: &Env, minted: &Minted) {
+    let secrets: Api<Secret> = Api::namespaced(env.client.clone(), "kube-system");
+    let _ = secrets
+        .delete(
+            &format!("bootstrap-token-{}", &minted.token[..6]),
+            &DeleteParams::default(),
+        )
+        .await;
+    let _ = env
+        .kf(&["flavor", "delete", &minted.flavor, "--force"])
+        .await;
+}
+
+fn options(minted: &Minted, node: &str, kubelet_dir: &Path, tls_bootstrap: bool) -> JoinOptions {
+    JoinOptions {
+        endpoint: join::parse_endpoint(&minted.endpoint).unwrap(),
+        token: minted.token.parse().unwrap(),
+        ca_check: CaCheck::Pinned(vec![minted.pin.parse().unwrap()]),
+        node_name: node.parse().unwrap(),
+        kubelet_dir: kubelet_dir.to_path_buf(),
+        tls_bootstrap,
+        timeout: PATIENCE,
+        retry_interval: Duration::from_millis(200),
+        control_plane: None,
+    }
+}
+
+fn mode(path: &Path) -> u32 {
+    std::fs::metadata(path).unwrap().permissions().mode() & 0o777
+}
+
+fn entries(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .map(|rd| {
+            rd.map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    names
+}
+
+/// Acts as the approver: waits for the kubelet client CSR for `node`, then approves or
+/// denies it through `/approval` as the admin.
+async fn decide_csr(admin: kube::Client, node: String, approve: bool) -> String {
+    let api: Api<CertificateSigningRequest> = Api::all(admin);
+    let mut events = watcher(api.clone(), watcher::Config::default())
+        .applied_objects()
+        .default_backoff()
+        .boxed();
+    let csr = tokio::time::timeout(PATIENCE, async {
+        loop {
+            let csr = events
+                .next()
+                .await
+                .expect("watch ended")
+                .expect("watch failed");
+            let parsed = kubeflavor_core::csr::validate_kubelet_client_csr(
+                &csr.spec.signer_name,
+                &csr.spec.request.0,
+                csr.spec.usages.as_deref().unwrap_or_default(),
+            );
+            if parsed.is_ok_and(|p| p.node_name.as_str() == node) {
+                return csr;
+            }
+        }
+    })
+    .await
+    .expect("the node's CSR appeared");
+    let name = csr.metadata.name.clone().unwrap();
+    let kind = if approve { "Approved" } else { "Denied" };
+    let patch = serde_json::json!({"status": {"conditions": [{
+        "type": kind, "status": "True", "reason": format!("Test{kind}"), "message": "decided by the join e2e test",
+    }]}});
+    api.patch_approval(&name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .expect("admin may decide CSRs");
+    name
+}
+
+#[tokio::test]
+async fn printed_join_line_discovers_the_cluster_and_writes_the_bootstrap_kubeconfig() {
+    let env = Env::start().await;
+    let minted = mint_with_join_line(&env).await;
+    let kubelet_dir = env.dir().join("etc-kubernetes");
+
+    // Through the command line, exactly as a node administrator would paste it.
+    let out = env
+        .kf(&[
+            "join",
+            &minted.endpoint,
+            "--token",
+            &minted.token,
+            "--discovery-token-ca-cert-hash",
+            &minted.pin,
+            "--node-name",
+            &env.name("worker"),
+            "--kubelet-dir",
+            kubelet_dir.to_str().unwrap(),
+            "--discovery-retry-interval",
+            "200ms",
+        ])
+        .await;
+    let stdout = out.expect_ok();
+    assert!(stdout.contains("[discovery] Cluster info signature and contents are valid and TLS certificate validates against pinned roots"), "{stdout}");
+    assert!(
+        stdout.contains("--register-with-taints=kubeflavor.io/unverified=:NoSchedule"),
+        "{stdout}"
+    );
+    assert!(
+        !stdout.contains(&minted.token[7..]),
+        "the token secret was printed: {stdout}"
+    );
+
+    assert_eq!(entries(&kubelet_dir), ["bootstrap-kubelet.conf"]);
+    let conf_path = kubelet_dir.join("bootstrap-kubelet.conf");
+    assert_eq!(mode(&conf_path), 0o600);
+    // The kubelet would authenticate with it as the token's bootstrap identity.
+    let client = client_from_yaml(&std::fs::read_to_string(&conf_path).unwrap()).await;
+    let (user, groups) = whoami(&client)
+        .await
+        .expect("bootstrap-kubelet.conf authenticates");
+    assert_eq!(user, format!("system:bootstrap:{}", &minted.token[..6]));
+    assert!(
+        groups.contains(&"system:bootstrappers:kubeflavor:node".to_string()),
+        "{groups:?}"
+    );
+
+    cleanup(&env, &minted).await;
+}
+
+#[tokio::test]
+async fn tls_bootstrap_writes_a_kubelet_conf_that_authenticates_as_the_node() {
+    let env = Env::start().await;
+    let minted = mint_with_join_line(&env).await;
+    let kubelet_dir = env.dir().join("node");
+    let node = env.name("worker");
+    let opts = options(&minted, &node, &kubelet_dir, true);
+    let mut report = RecordedReport::default();
+
+    let decider = tokio::spawn(decide_csr(env.client.clone(), node.clone(), true));
+    let joined = join::run(&opts, &mut report).await;
+    let outcome = joined.unwrap_or_else(|e| panic!("join failed: {e}\n{:#?}", report.lines));
+    let csr_name = decider.await.unwrap();
+    assert_eq!(outcome.csr_name.as_deref(), Some(csr_name.as_str()));
+    let said = report.lines.join("\n");
+    assert!(
+        said.contains("[tls-bootstrap] Created certificate signing request"),
+        "{said}"
+    );
+    assert!(
+        said.contains("approved and the certificate issued"),
+        "{said}"
+    );
+
+    assert_eq!(
+        entries(&kubelet_dir),
+        ["bootstrap-kubelet.conf", "kubelet.conf"]
+    );
+    let kubelet_conf = kubelet_dir.join("kubelet.conf");
+    assert_eq!(mode(&kubelet_conf), 0o600);
+    let client = client_from_yaml(&std::fs::read_to_string(&kubelet_conf).unwrap()).await;
+    let (user, groups) = whoami(&client).await.expect("kubelet.conf authenticates");
+    assert_eq!(user, format!("system:node:{node}"));
+    assert!(groups.contains(&"system:nodes".to_string()), "{groups:?}");
+
+    let csrs: Api<CertificateSigningRequest> = Api::all(env.client.clone());
+    let _ = csrs.delete(&csr_name, &DeleteParams::default()).await;
+    cleanup(&env, &minted).await;
+}
+
+#[tokio::test]
+async fn denied_node_is_told_it_was_refused_and_keeps_no_files() {
+    let env = Env::start().await;
+    let minted = mint_with_join_line(&env).await;
+    let kubelet_dir = env.dir().join("node");
+    let node = env.name("refused");
+    let opts = options(&minted, &node, &kubelet_dir, true);
+    let mut report = RecordedReport::default();
+
+    let decider = tokio::spawn(decide_csr(env.client.clone(), node.clone(), false));
+    let joined = kubeflavor::cmd::join::run_with(&opts, &mut report).await;
+    let err = joined.expect_err("a denied CSR fails the join");
+    let csr_name = decider.await.unwrap();
+    assert_eq!(err.code, kubeflavor::ExitCode::JoinNodeRefused);
+    assert!(
+        err.message.starts_with("the cluster refused this node"),
+        "{}",
+        err.message
+    );
+    assert!(
+        entries(&kubelet_dir).is_empty(),
+        "left behind: {:?}",
+        entries(&kubelet_dir)
+    );
+
+    let csrs: Api<CertificateSigningRequest> = Api::all(env.client.clone());
+    let _ = csrs.delete(&csr_name, &DeleteParams::default()).await;
+    cleanup(&env, &minted).await;
+}
+
+#[tokio::test]
+async fn unsafe_skip_joins_without_a_pin_and_warns() {
+    let env = Env::start().await;
+    let minted = mint_with_join_line(&env).await;
+    let kubelet_dir = env.dir().join("node");
+    let mut opts = options(&minted, &env.name("worker"), &kubelet_dir, false);
+    opts.ca_check = CaCheck::UnsafeSkip;
+    let mut report = RecordedReport::default();
+    let outcome = join::run(&opts, &mut report).await.unwrap();
+    assert!(!outcome.cluster.pinned);
+    assert!(
+        report.lines.iter().any(|l| l.contains("is NOT verified")),
+        "{:#?}",
+        report.lines
+    );
+    // The CA it learned is still the one the pin names: the signature covered it.
+    assert!(
+        minted
+            .pin
+            .parse::<CaPin>()
+            .unwrap()
+            .matches_any(&outcome.cluster.ca_certs_der)
+    );
+    cleanup(&env, &minted).await;
+}

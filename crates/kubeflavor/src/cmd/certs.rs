@@ -6,27 +6,17 @@ use std::path::PathBuf;
 
 use clap::{Args, Subcommand, ValueEnum};
 use jiff::{SignedDuration, Timestamp};
-use k8s_openapi::ByteString;
-use k8s_openapi::api::core::v1::Secret;
-use kube::Api;
-use kube::api::{ObjectMeta, PostParams};
 use kubeflavor_core::certkey::CertificateKey;
 use kubeflavor_core::copycerts::Provenance;
-use kubeflavor_core::flavor::TokenTtl;
 use kubeflavor_core::pki::{self, KeyAlgorithm};
-use kubeflavor_core::token::BootstrapToken;
-use kubeflavor_core::token_secret::{
-    AuthGroup, CONTROL_PLANE_GROUP, TOKEN_SECRET_NAMESPACE, TOKEN_SECRET_TYPE, TokenSecretData,
-    format_expiration, secret_name,
-};
-use zeroize::Zeroize;
 
+pub use crate::certs::control_plane_token::{CONTROL_PLANE_TOKEN_TTL, create_control_plane_token};
 use crate::certs::download::DownloadOptions;
 use crate::certs::objects::ReadableBy;
 use crate::certs::pki_files::{self, WriteReport};
 use crate::certs::upload::{self, UploadOptions, Uploaded};
 use crate::certs::{self, CertsError, DEFAULT_PKI_DIR, ExternalEtcd, inspect};
-use crate::cli::{GlobalArgs, TokenOutput};
+use crate::cli::GlobalArgs;
 use crate::cluster::{Cluster, ClusterArgs};
 use crate::error::CliError;
 
@@ -395,7 +385,9 @@ pub async fn execute(
             // Parse the key before any network traffic: a typo fails fast (exit 20).
             let key = args.key.required()?;
             let client = match &args.bootstrap.server {
-                Some(server) => bootstrap_client(server, &args.bootstrap, out).await?,
+                Some(server) => {
+                    crate::certs::bootstrap::bootstrap_client(server, &args.bootstrap, out).await?
+                }
                 None => connect(global).await?.client,
             };
             let opts = DownloadOptions {
@@ -424,119 +416,6 @@ async fn connect(global: &GlobalArgs) -> Result<Cluster, CliError> {
     .await
 }
 
-/// Default lifetime of a control-plane join token: the lifetime of the kubeadm-certs
-/// Secret it exists to read (`certs upload --ttl`).
-pub const CONTROL_PLANE_TOKEN_TTL: TokenTtl = TokenTtl::Seconds(2 * 3600);
-const CONTROL_PLANE_TOKEN_DESCRIPTION: &str = "kubeflavor control-plane join token";
-const CREATE_ATTEMPTS: usize = 5;
-
-/// What `token create --control-plane -o json|yaml` prints (it holds the token).
-#[derive(serde::Serialize)]
-struct ControlPlaneToken<'a> {
-    token: &'a str,
-    id: &'a str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    expiration: Option<String>,
-    usages: [&'static str; 2],
-    groups: [&'static str; 1],
-}
-
-/// `token create --control-plane`: a bootstrap token in the one group allowed to read
-/// kube-system/kubeadm-certs (P5), with kubeadm's usages so `join --control-plane` can run
-/// discovery with it. It carries no flavor: it is not a node token.
-pub async fn create_control_plane_token(
-    cluster: &Cluster,
-    args: &crate::cli::TokenCreateArgs,
-    out: &mut dyn Write,
-) -> Result<(), CliError> {
-    // Resolved before the token exists, as for node tokens: no token nobody will see.
-    let join_target = match args.print_join_command {
-        true => Some(crate::cmd::join::join_target(cluster).await?),
-        false => None,
-    };
-    let expiration = args
-        .ttl
-        .unwrap_or(CONTROL_PLANE_TOKEN_TTL)
-        .expiration(Timestamp::now());
-    let group: AuthGroup = CONTROL_PLANE_GROUP
-        .parse()
-        .map_err(|e| CliError::failed(e, "report this bug"))?;
-    let secrets: Api<Secret> = Api::namespaced(cluster.client.clone(), TOKEN_SECRET_NAMESPACE);
-    for _ in 0..CREATE_ATTEMPTS {
-        let token = BootstrapToken::generate().map_err(|e| CliError::failed(e, "retry"))?;
-        let data = TokenSecretData {
-            token: token.clone(),
-            expiration,
-            usage_authentication: true,
-            usage_signing: true,
-            extra_groups: vec![group.clone()],
-            description: Some(CONTROL_PLANE_TOKEN_DESCRIPTION.to_owned()),
-        };
-        let mut string_data = data.to_string_data();
-        let mut secret = Secret {
-            metadata: ObjectMeta {
-                name: Some(secret_name(token.id())),
-                namespace: Some(TOKEN_SECRET_NAMESPACE.to_owned()),
-                ..ObjectMeta::default()
-            },
-            type_: Some(TOKEN_SECRET_TYPE.to_owned()),
-            data: Some(
-                string_data
-                    .iter()
-                    .map(|(k, v)| (k.clone(), ByteString(v.as_bytes().to_vec())))
-                    .collect(),
-            ),
-            ..Secret::default()
-        };
-        string_data.values_mut().for_each(Zeroize::zeroize);
-        let result = secrets.create(&PostParams::default(), &secret).await;
-        secret
-            .data
-            .iter_mut()
-            .flat_map(|d| d.values_mut())
-            .for_each(|v| v.0.zeroize());
-        match result {
-            Ok(_) => {
-                if let Some(target) = &join_target {
-                    // kubeadm's control-plane join line; the key comes from `certs upload`.
-                    let line = crate::cmd::join::join_command_line(target, &token);
-                    writeln!(
-                        out,
-                        "{} --control-plane --certificate-key <key printed by 'kubeflavor certs upload'>",
-                        line.trim_end()
-                    )?;
-                    return Ok(());
-                }
-                let exposed = token.expose();
-                let view = ControlPlaneToken {
-                    token: exposed.as_str(),
-                    id: token.id().as_str(),
-                    expiration: expiration.map(format_expiration),
-                    usages: ["authentication", "signing"],
-                    groups: [CONTROL_PLANE_GROUP],
-                };
-                let text = match args.output {
-                    TokenOutput::Token => exposed.to_string(),
-                    TokenOutput::Json => serde_json::to_string_pretty(&view)
-                        .map_err(|e| CliError::failed(e, "report this bug"))?,
-                    TokenOutput::Yaml => serde_saphyr::to_string(&view)
-                        .map_err(|e| CliError::failed(e, "report this bug"))?,
-                };
-                writeln!(out, "{}", text.trim_end())?;
-                return Ok(());
-            }
-            Err(kube::Error::Api(s)) if s.code == 409 => {
-                tracing::info!(id = %token.id(), "token id already taken, generating another");
-            }
-            Err(err) => return Err(cluster.error("create the token Secret in kube-system", err)),
-        }
-    }
-    Err(CliError::failed(
-        format!("{CREATE_ATTEMPTS} freshly generated token ids were all taken"),
-        "check the system's random number generator",
-    ))
-}
-
 /// The download `join --control-plane --certificate-key` performs, into kubeadm's
 /// `<kubelet-dir>/pki`. The key is parsed before anything happens (exit 20 on a typo).
 pub fn join_download_options(
@@ -551,81 +430,6 @@ pub fn join_download_options(
         })),
         _ => Ok(None),
     }
-}
-
-/// Progress lines of discovery on the command's output.
-struct LineReport<'a> {
-    out: &'a mut dyn Write,
-}
-
-impl crate::join::Report for LineReport<'_> {
-    fn info(&mut self, line: &str) {
-        let _ = writeln!(self.out, "{line}");
-    }
-    fn warn(&mut self, line: &str) {
-        eprintln!("{line}");
-    }
-}
-
-/// `certs download --server --token --discovery-token-ca-cert-hash`: authenticate the
-/// cluster exactly as `join` does (token-signed cluster-info, CA pin, CA-verified re-read),
-/// then read the Secret as the bootstrap token. Bad input exits with join's codes.
-async fn bootstrap_client(
-    server: &str,
-    args: &BootstrapArgs,
-    out: &mut dyn Write,
-) -> Result<kube::Client, CliError> {
-    use crate::cmd::join::exit_code;
-    use crate::exit::ExitCode;
-    use crate::join::{self, CaCheck, JoinError, discovery};
-    use kubeflavor_core::pin::CaPin;
-
-    let endpoint = join::parse_endpoint(server).map_err(|m| CliError::bare(ExitCode::Usage, m))?;
-    // Parsed here, not by clap: clap would echo the secret in its error.
-    let token: BootstrapToken = args
-        .token
-        .as_ref()
-        .map(SecretText::expose)
-        .unwrap_or_default()
-        .parse()
-        .map_err(|e| {
-            CliError::new(
-                ExitCode::JoinMalformedToken,
-                format_args!("--token is not a bootstrap token: {e}"),
-                "use a token from 'kubeflavor token create --control-plane'",
-            )
-        })?;
-    let pins = args
-        .discovery_token_ca_cert_hash
-        .iter()
-        .map(|h| {
-            h.parse::<CaPin>().map_err(|e| {
-                CliError::new(
-                    ExitCode::JoinMalformedPin,
-                    format_args!("--discovery-token-ca-cert-hash {h:?} is not a CA pin: {e}"),
-                    "sha256:<64 hex characters>, as 'kubeflavor token create --print-join-command' prints it",
-                )
-            })
-        })
-        .collect::<Result<Vec<_>, _>>()?;
-    let config = discovery::DiscoveryConfig {
-        endpoint,
-        token: token.clone(),
-        ca_check: CaCheck::Pinned(pins),
-        timeout: std::time::Duration::from_secs(300),
-        retry_interval: std::time::Duration::from_secs(5),
-    };
-    let cluster = discovery::discover(&config, &mut LineReport { out })
-        .await
-        .map_err(|e| {
-            let e = JoinError::Discovery(e);
-            CliError::bare(exit_code(&e), e.to_string())
-        })?;
-    Ok(certs::download::bootstrap_client(
-        &cluster.server,
-        &cluster.ca_certs_der,
-        &token,
-    )?)
 }
 
 #[cfg(test)]

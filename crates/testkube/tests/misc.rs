@@ -178,6 +178,23 @@ async fn tables_of_built_in_types_and_pretty_json_for_curl() {
         vec!["default", "kube-node-lease", "kube-public", "kube-system"]
     );
 
+    // kubectl get -w: every watch event carries a one-row Table.
+    let watch = c
+        .send(
+            "GET",
+            "/api/v1/namespaces?watch=1&timeoutSeconds=1",
+            &[accept],
+            "",
+        )
+        .await;
+    let first: serde_json::Value =
+        serde_json::from_str(watch.body.lines().next().unwrap()).unwrap();
+    assert_eq!(
+        (first["type"].as_str(), first["object"]["kind"].as_str()),
+        (Some("ADDED"), Some("Table"))
+    );
+    assert_eq!(first["object"]["rows"][0]["cells"][0], "default");
+
     let pretty = c
         .send("GET", "/version", &[("User-Agent", "curl/8.0")], "")
         .await;
@@ -200,5 +217,99 @@ async fn kubeconfigs_are_written_and_usable() {
     let client = client_from(&text).await;
     let version = client.apiserver_version().await.unwrap();
     assert_eq!(version.major, "1");
+    cluster.shutdown().await;
+}
+
+#[tokio::test]
+async fn body_formats_and_the_openapi_kubectl_needs() {
+    let cluster = TestCluster::start().await.unwrap();
+    let c = RawClient::admin(&cluster);
+    let yaml = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: from-yaml\ndata:\n  k: v\n";
+    let r = c
+        .send(
+            "POST",
+            "/api/v1/namespaces/default/configmaps",
+            &[("Content-Type", "application/yaml")],
+            yaml,
+        )
+        .await;
+    assert_eq!((r.status, r.json()["data"]["k"].as_str()), (201, Some("v")));
+    let r = c
+        .send(
+            "POST",
+            "/api/v1/namespaces/default/configmaps",
+            &[("Content-Type", "application/vnd.kubernetes.protobuf")],
+            "k8s\0",
+        )
+        .await;
+    assert_eq!(
+        (r.status, r.json()["reason"].as_str()),
+        (415, Some("UnsupportedMediaType"))
+    );
+
+    // kubectl's --validate=strict looks for PATCH operations with fieldValidation per GVK.
+    let root = c.get("/openapi/v3").await.json();
+    let url = root["paths"]["api/v1"]["serverRelativeURL"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let doc = c.get(&url).await.json();
+    let patch = &doc["paths"]["/api/v1/namespaces/{namespace}/configmaps/{name}"]["patch"];
+    assert_eq!(
+        patch["x-kubernetes-group-version-kind"],
+        json!({"group": "", "version": "v1", "kind": "ConfigMap"})
+    );
+    assert!(
+        patch["parameters"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p["name"] == "fieldValidation" && p["in"] == "query")
+    );
+    assert!(root["paths"]["apis/certificates.k8s.io/v1"].is_object());
+    assert_eq!(
+        c.get("/openapi/v3/apis/nothing.example/v1").await.status,
+        404
+    );
+    cluster.shutdown().await;
+}
+
+#[tokio::test]
+async fn kube_runtime_recorder_creates_then_patches_an_event_series() {
+    use k8s_openapi::api::core::v1::ObjectReference;
+    use k8s_openapi::api::events::v1::Event as EventV1;
+    use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+
+    let cluster = TestCluster::start().await.unwrap();
+    let client = admin(&cluster).await;
+    let reporter = Reporter {
+        controller: "kubeflavor.io/approver".into(),
+        instance: Some("kubeflavor-0".into()),
+    };
+    let recorder = Recorder::new(client.clone(), reporter);
+    let regarding = ObjectReference {
+        api_version: Some("certificates.k8s.io/v1".into()),
+        kind: Some("CertificateSigningRequest".into()),
+        name: Some("csr-worker-1".into()),
+        ..Default::default()
+    };
+    let event = Event {
+        type_: EventType::Normal,
+        reason: "Approved".into(),
+        note: Some("approved".into()),
+        action: "Approve".into(),
+        secondary: None,
+    };
+    recorder.publish(&event, &regarding).await.unwrap();
+    recorder.publish(&event, &regarding).await.unwrap();
+    let events: Api<EventV1> = Api::namespaced(client, "default");
+    let list = events.list(&Default::default()).await.unwrap();
+    assert_eq!(list.items.len(), 1);
+    let stored = &list.items[0];
+    assert_eq!(stored.series.as_ref().map(|s| s.count), Some(2));
+    assert_eq!(
+        stored.regarding.as_ref().and_then(|r| r.name.as_deref()),
+        Some("csr-worker-1")
+    );
     cluster.shutdown().await;
 }

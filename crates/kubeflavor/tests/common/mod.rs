@@ -170,14 +170,19 @@ impl Env {
             .and_then(|c| c.cluster.clone())
             .expect("cluster of the current context");
         let server = cluster.server.clone().expect("server");
-        let ca = cluster
-            .certificate_authority_data
-            .clone()
-            .map(|d| format!("    certificate-authority-data: {d}\n"));
+        // The same trust settings as the admin's cluster entry (inline CA, CA file, or none).
+        let mut trust = String::new();
+        if let Some(data) = &cluster.certificate_authority_data {
+            trust.push_str(&format!("    certificate-authority-data: {data}\n"));
+        } else if let Some(file) = &cluster.certificate_authority {
+            trust.push_str(&format!("    certificate-authority: {file}\n"));
+        }
+        if cluster.insecure_skip_tls_verify == Some(true) {
+            trust.push_str("    insecure-skip-tls-verify: true\n");
+        }
         let yaml = format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: {server}\n{}contexts:\n\
-             - name: c\n  context:\n    cluster: c\n    user: u\ncurrent-context: c\nusers:\n- name: u\n  user:\n    token: {token}\n",
-            ca.unwrap_or_default()
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: {server}\n{trust}contexts:\n\
+             - name: c\n  context:\n    cluster: c\n    user: u\ncurrent-context: c\nusers:\n- name: u\n  user:\n    token: {token}\n"
         );
         let path = self
             .dir

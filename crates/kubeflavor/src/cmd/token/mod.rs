@@ -60,7 +60,8 @@ struct CreatedToken {
     max_nodes: u32,
     usages: Vec<&'static str>,
     groups: Vec<&'static str>,
-    secret: String,
+    /// `<namespace>/<name>` of the token Secret.
+    secret_name: String,
 }
 
 fn expose_str<S: serde::Serializer>(value: &Zeroizing<String>, s: S) -> Result<S::Ok, S::Error> {
@@ -158,7 +159,7 @@ fn print_created(
         max_nodes: max_nodes.get(),
         usages: vec!["authentication", "signing"],
         groups: vec![NODE_GROUP],
-        secret: format!("{TOKEN_SECRET_NAMESPACE}/{}", secret_name(token.id())),
+        secret_name: format!("{TOKEN_SECRET_NAMESPACE}/{}", secret_name(token.id())),
     };
     let rendered: Zeroizing<String> = Zeroizing::new(match format {
         TokenOutput::Token => format!("{}\n", view.token.as_str()),

@@ -12,21 +12,19 @@ use rcgen::{CertificateParams, DnType};
 use zeroize::Zeroizing;
 
 use crate::keys::PrivateKeyForm;
+use crate::names::check_dns1123_subdomain;
 use crate::pki::{KeyAlgorithm, PkiError, generate_key, private_key_pem};
 
-/// `spec.signerName` of a kubelet client CSR.
-pub const KUBELET_CLIENT_SIGNER: &str = "kubernetes.io/kube-apiserver-client-kubelet";
+pub use crate::csr::{KUBELET_CLIENT_SIGNER, NODE_USER_PREFIX, NODES_GROUP};
+use crate::csr::{USAGE_CLIENT_AUTH, USAGE_DIGITAL_SIGNATURE, USAGE_KEY_ENCIPHERMENT};
 
-/// `spec.usages` of the CSR: digital signature, key encipherment, client auth (one of the two
-/// sets the kube-controller-manager approver accepts).
-pub const KUBELET_CLIENT_USAGES: [&str; 3] =
-    ["digital signature", "key encipherment", "client auth"];
-
-/// The organization every node certificate carries.
-pub const NODES_GROUP: &str = "system:nodes";
-
-/// The CN prefix of node identities.
-pub const NODE_USER_PREFIX: &str = "system:node:";
+/// `spec.usages` of the CSR: what the kubelet itself sends (one of the two sets the
+/// kube-controller-manager approver accepts, spec section 4).
+pub const KUBELET_CLIENT_USAGES: [&str; 3] = [
+    USAGE_DIGITAL_SIGNATURE,
+    USAGE_KEY_ENCIPHERMENT,
+    USAGE_CLIENT_AUTH,
+];
 
 /// A kubelet client key and its CSR. The key PEM is zeroized and never shown by Debug.
 pub struct KubeletCsr {
@@ -71,7 +69,7 @@ pub enum KubeletCsrError {
 
 /// Generates a fresh ECDSA P-256 key and the CSR for node `node_name`.
 pub fn generate_kubelet_csr(node_name: &str) -> Result<KubeletCsr, KubeletCsrError> {
-    if !is_dns1123_subdomain(node_name) {
+    if check_dns1123_subdomain(node_name).is_err() {
         return Err(KubeletCsrError::InvalidNodeName(node_name.to_string()));
     }
     let key = generate_key(KeyAlgorithm::EcdsaP256)?;
@@ -91,21 +89,6 @@ pub fn generate_kubelet_csr(node_name: &str) -> Result<KubeletCsr, KubeletCsrErr
         csr_pem,
         key_pem: private_key_pem(&key, PrivateKeyForm::Sec1)?,
     })
-}
-
-/// DNS-1123 subdomain, the rule for Node names. core-policy's `NodeName` owns this check;
-/// this private copy keeps the two branches independent until they merge.
-fn is_dns1123_subdomain(name: &str) -> bool {
-    let alnum = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit();
-    !name.is_empty()
-        && name.len() <= 253
-        && name.split('.').all(|label| {
-            !label.is_empty()
-                && label.len() <= 63
-                && label.starts_with(alnum)
-                && label.ends_with(alnum)
-                && label.chars().all(|c| alnum(c) || c == '-')
-        })
 }
 
 #[cfg(test)]

@@ -2,6 +2,7 @@
 //! plain data. No I/O, no async, no Kubernetes client: the binary gathers facts, calls
 //! these functions and applies their results.
 
+// Tokens, flavors, the CSR policy and node flavoring.
 pub mod csr;
 pub mod flavor;
 pub mod labels;

@@ -13,6 +13,8 @@ use serde::{Deserialize, Serialize};
 use subtle::ConstantTimeEq;
 use zeroize::{Zeroize, ZeroizeOnDrop, Zeroizing};
 
+use crate::random::os_fill;
+
 /// The 36 characters of a bootstrap token, in kubeadm's order
 /// (`validBootstrapTokenChars` in cluster-bootstrap).
 pub const TOKEN_ALPHABET: &[u8; 36] = b"0123456789abcdefghijklmnopqrstuvwxyz";
@@ -191,12 +193,7 @@ pub struct BootstrapToken {
     secret: TokenSecret,
 }
 
-/// The OS random number generator failed; nothing was generated.
-#[derive(Debug, Clone, thiserror::Error)]
-#[error(
-    "the operating system's random number generator failed ({0}); no token was generated, retry or check the host's entropy source"
-)]
-pub struct RandomnessError(pub getrandom::Error);
+pub use crate::random::RandomnessError;
 
 impl BootstrapToken {
     pub fn new(id: TokenId, secret: TokenSecret) -> Self {
@@ -225,14 +222,14 @@ impl BootstrapToken {
     pub fn generate() -> Result<Self, RandomnessError> {
         let mut failure = None;
         let token = Self::generate_with(|buf| {
-            if let Err(e) = getrandom::fill(buf) {
+            if let Err(e) = os_fill(buf) {
                 failure.get_or_insert(e);
                 // Any byte below 252 ends the rejection loop; the token is discarded below.
                 buf.fill(0);
             }
         });
         match failure {
-            Some(e) => Err(RandomnessError(e)),
+            Some(e) => Err(e),
             None => Ok(token),
         }
     }

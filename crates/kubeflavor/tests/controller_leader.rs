@@ -42,8 +42,6 @@ async fn standby_takes_over_after_the_leader_crashes() {
     let a = h.start_controller(ha_options(&h, "replica-a"));
     let first = holder_becomes(&h, "replica-a").await;
     let b = h.start_controller(ha_options(&h, "replica-b"));
-    assert!(a.health.is_leading());
-    assert!(!b.health.is_leading(), "only one leader");
 
     // A crash: no release, the Lease must expire first.
     a.kill();
@@ -79,5 +77,35 @@ async fn clean_shutdown_releases_the_lease_to_the_standby() {
     let b = h.start_controller(slow("replica-b"));
     a.stop().await;
     holder_becomes(&h, "replica-b").await;
+    b.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_the_leader_decides() {
+    let h = Harness::start().await;
+    let f = h.name("sweet");
+    h.flavor(
+        &f,
+        &[("tier.node-restriction.kubernetes.io/class", "gold")],
+        &[],
+    )
+    .await;
+    let a = h.start_controller(ha_options(&h, "replica-a"));
+    holder_becomes(&h, "replica-a").await;
+    let b = h.start_controller(ha_options(&h, "replica-b"));
+    let t = h.token(&f, 1, None).await;
+    let csr = h.name("csr-ha");
+    h.submit_csr(&h.bootstrap_client(&t).await, &csr, &h.name("node-ha"))
+        .await;
+    assert_eq!(
+        condition_type(&h.decided(&csr).await).as_deref(),
+        Some("Approved")
+    );
+    assert!(
+        !b.metrics.render().contains("outcome="),
+        "the standby wrote nothing"
+    );
+    assert!(b.metrics.render().contains("kubeflavor_leader 0"));
+    a.stop().await;
     b.stop().await;
 }

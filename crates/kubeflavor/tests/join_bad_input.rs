@@ -294,3 +294,32 @@ async fn unwritable_kubelet_dir_is_refused_before_any_network_traffic() {
     );
     assert!(!out.1.contains("[discovery]"), "{}", out.1);
 }
+
+#[tokio::test]
+async fn a_node_that_already_joined_is_refused_and_its_kubelet_conf_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let kubelet_dir = dir.path().join("kubernetes");
+    std::fs::create_dir(&kubelet_dir).unwrap();
+    std::fs::write(kubelet_dir.join("kubelet.conf"), b"the node's identity").unwrap();
+    let pin = format!("sha256:{}", "0".repeat(64));
+    let out = join_bin(
+        &kubelet_dir,
+        &[
+            "127.0.0.1:1",
+            "--token",
+            "abcdef.0123456789abcdef",
+            "--discovery-token-ca-cert-hash",
+            &pin,
+            "--timeout",
+            "1m",
+        ],
+    )
+    .await;
+    assert_eq!(out.0, 16, "{out:?}");
+    assert!(out.2.contains("kubelet.conf already exists"), "{}", out.2);
+    assert_eq!(entries(&kubelet_dir), ["kubelet.conf"]);
+    assert_eq!(
+        std::fs::read(kubelet_dir.join("kubelet.conf")).unwrap(),
+        b"the node's identity"
+    );
+}

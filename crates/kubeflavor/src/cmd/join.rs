@@ -228,9 +228,9 @@ pub fn exit_code(err: &JoinError) -> ExitCode {
             DiscoveryError::PinMismatch { .. }
             | DiscoveryError::VerifiedFetchFailed { .. }
             | DiscoveryError::ClusterInfoChanged => ExitCode::JoinCaMismatch,
-            DiscoveryError::NoClusterInfo { .. } | DiscoveryError::BadKubeconfig(_) => {
-                ExitCode::Error
-            }
+            DiscoveryError::NoClusterInfo { .. }
+            | DiscoveryError::BadKubeconfig(_)
+            | DiscoveryError::Client { .. } => ExitCode::Error,
         },
         JoinError::TlsBootstrap(t) => match t {
             TlsBootstrapError::Denied { .. } | TlsBootstrapError::TokenWithdrawn { .. } => {

@@ -97,10 +97,26 @@ pub fn error_policy(
 }
 
 pub async fn reconcile(
-    csr: Arc<CertificateSigningRequest>,
+    cached: Arc<CertificateSigningRequest>,
     ctx: Arc<Context>,
 ) -> Result<Action, Error> {
-    let name = csr.metadata.name.clone().unwrap_or_default();
+    let name = cached.metadata.name.clone().unwrap_or_default();
+    if facts::CsrView::from_object(&cached).decided {
+        return Ok(Action::await_change());
+    }
+    // The cache may lag our own approval (a re-run queued while it was written): read the
+    // CSR itself, so a decided CSR is never decided twice and the /approval PUT carries a
+    // current resourceVersion.
+    let csr = match Api::<CertificateSigningRequest>::all(ctx.client.clone())
+        .get_opt(&name)
+        .await
+        .map_err(|source| Error::Read {
+            what: format!("CertificateSigningRequest {name}"),
+            source,
+        })? {
+        Some(csr) => csr,
+        None => return Ok(Action::await_change()),
+    };
     if facts::CsrView::from_object(&csr).decided {
         return Ok(Action::await_change());
     }

@@ -73,8 +73,7 @@ pub fn route(path: &str, health: &Health, metrics: &Metrics) -> Response<Full<By
     }
 }
 
-/// Binds `addr` and serves until `shutdown` resolves. Returns the bound address (useful
-/// with port 0) through `bound` before serving.
+/// Serves `listener` until `shutdown` resolves.
 pub async fn serve(
     listener: TcpListener,
     health: Arc<Health>,
@@ -116,6 +115,42 @@ pub async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    async fn get(addr: SocketAddr, path: &str) -> String {
+        let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect");
+        s.write_all(
+            format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes(),
+        )
+        .await
+        .expect("write");
+        let mut out = String::new();
+        s.read_to_string(&mut out).await.expect("read");
+        out
+    }
+
+    #[tokio::test]
+    async fn serves_metrics_and_probes_over_http_until_shutdown() {
+        let listener = bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let health = Arc::new(Health::default());
+        let metrics = Metrics::new();
+        metrics.decision("denied", "token_missing");
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let server = tokio::spawn(serve(listener, health.clone(), metrics, async {
+            let _ = rx.await;
+        }));
+        let m = get(addr, "/metrics").await;
+        assert!(m.starts_with("HTTP/1.1 200"), "{m}");
+        assert!(m.contains("cause=\"token_missing\""), "{m}");
+        assert!(get(addr, "/healthz").await.starts_with("HTTP/1.1 200"));
+        health.set_leading(true);
+        assert!(get(addr, "/readyz").await.starts_with("HTTP/1.1 503"));
+        health.set_synced(true);
+        assert!(get(addr, "/readyz").await.starts_with("HTTP/1.1 200"));
+        tx.send(()).unwrap();
+        server.await.unwrap().unwrap();
+    }
 
     #[test]
     fn readyz_follows_leadership_and_sync() {

@@ -209,6 +209,8 @@ pub struct Context {
     pub verified: Mutex<HashMap<String, (String, String, String)>>,
     /// Bindings whose Node currently carries the flavor (the `flavored_nodes` gauge).
     pub flavored: Mutex<HashSet<String>>,
+    /// Per binding: the status this term last wrote (the store may lag it).
+    pub written_status: Mutex<HashMap<String, crate::crd::FlavorBindingStatus>>,
     /// Set once the step hook stopped this context.
     pub halted: std::sync::atomic::AtomicBool,
 }
@@ -390,6 +392,7 @@ async fn run_loops(rt: &Runtime, until: Stop) {
         flavors,
         verified: Mutex::new(HashMap::new()),
         flavored: Mutex::new(HashSet::new()),
+        written_status: Mutex::new(HashMap::new()),
         halted: Default::default(),
     });
     let csr_loop = csr::run(ctx.clone(), until.clone());

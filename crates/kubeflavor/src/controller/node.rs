@@ -23,7 +23,7 @@ use kube::{Client, ResourceExt};
 use super::metrics::Metrics;
 use super::policy;
 use super::{Context, Error, Step, Stop};
-use crate::crd::{Flavor, FlavorBinding};
+use crate::crd::{CONDITION_REVOKED, Flavor, FlavorBinding};
 
 type Events<K> = BoxStream<'static, Result<K, watcher::Error>>;
 
@@ -109,6 +109,10 @@ pub fn error_policy(_b: Arc<FlavorBinding>, err: &Error, ctx: Arc<Context>) -> A
 
 fn forget(ctx: &Context, name: &str) {
     ctx.verified.lock().expect("verified lock").remove(name);
+    ctx.written_status
+        .lock()
+        .expect("written_status lock")
+        .remove(name);
     let mut flavored = ctx.flavored.lock().expect("flavored lock");
     flavored.remove(name);
     ctx.metrics.flavored_nodes.set(flavored.len() as i64);
@@ -146,8 +150,29 @@ pub async fn reconcile(binding: Arc<FlavorBinding>, ctx: Arc<Context>) -> Result
         return Ok(Action::await_change());
     };
 
-    // Build (pure).
-    let plan = policy::plan_node(&binding, flavor.as_deref(), &node);
+    // Build (pure). The store's copy of the binding may lag the status this term wrote
+    // last; that status (plus the administrator's Revoked condition from the store) is
+    // the freshest record of what kubeflavor applied.
+    let mut effective = (*binding).clone();
+    if let Some(written) = ctx
+        .written_status
+        .lock()
+        .expect("written_status lock")
+        .get(&name)
+    {
+        let mut status = written.clone();
+        status.conditions.retain(|c| c.type_ != CONDITION_REVOKED);
+        status.conditions.extend(
+            binding
+                .status
+                .iter()
+                .flat_map(|s| s.conditions.iter())
+                .filter(|c| c.type_ == CONDITION_REVOKED)
+                .cloned(),
+        );
+        effective.status = Some(status);
+    }
+    let plan = policy::plan_node(&effective, flavor.as_deref(), &node);
 
     // Apply: only when the Node differs; the patch carries the Node's resourceVersion.
     let mut node_rv = node.resource_version().unwrap_or_default();
@@ -168,7 +193,15 @@ pub async fn reconcile(binding: Arc<FlavorBinding>, ctx: Arc<Context>) -> Result
 
     // Status: only when it differs.
     let mut binding_rv = key.1.clone();
-    if binding.status.as_ref() != Some(&plan.status) {
+    // The binding in the store may lag our own last status write (a re-run triggered by
+    // the Node patch): a status equal to what this term last wrote is not written again.
+    let already_written = ctx
+        .written_status
+        .lock()
+        .expect("written_status lock")
+        .get(&name)
+        == Some(&plan.status);
+    if effective.status.as_ref() != Some(&plan.status) && !already_written {
         ctx.may_write(Step::StatusWritten)?;
         let bindings: Api<FlavorBinding> = Api::all(ctx.client.clone());
         let body = serde_json::json!({ "status": plan.status });
@@ -180,6 +213,10 @@ pub async fn reconcile(binding: Arc<FlavorBinding>, ctx: Arc<Context>) -> Result
                 source,
             })?;
         binding_rv = written.resource_version().unwrap_or_default();
+        ctx.written_status
+            .lock()
+            .expect("written_status lock")
+            .insert(name.clone(), plan.status.clone());
         ctx.step(&name, Step::StatusWritten)?;
     }
 

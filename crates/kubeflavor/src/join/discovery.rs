@@ -83,9 +83,15 @@ pub enum DiscoveryError {
     )]
     NoClusterInfo { endpoint: String, detail: String },
     #[error(
-        "the token is invalid or expired: cluster-info carries no signature for token id {token_id} after {timeout} (create a new token on the control plane, e.g. 'kubeflavor token create --print-join-command')"
+        "the token is invalid or expired: cluster-info carries no signature for token id {token_id}{waited} (create a new token on the control plane, e.g. 'kubeflavor token create --print-join-command')"
     )]
-    NoSignature { token_id: TokenId, timeout: String },
+    NoSignature {
+        token_id: TokenId,
+        /// ` after 5m` when discovery waited for it.
+        waited: String,
+    },
+    #[error("cannot set up the HTTPS client for {endpoint}: {cause}")]
+    Client { endpoint: String, cause: String },
     #[error(
         "the token is invalid: cluster-info's signature for token id {token_id} does not verify with this token's secret, so this API server cannot be trusted (check the token; create a new one if it was mistyped)"
     )]
@@ -135,21 +141,16 @@ pub async fn discover(
     .await
     .map_err(|f| f.into_error(&endpoint, &token_id, cfg.timeout))?;
 
-    let kubeconfig_text = verify_signature(&first, &cfg.token, &endpoint)?;
-    let cluster = parse_cluster_info(&kubeconfig_text)?;
+    let (kubeconfig_text, cluster) = authenticate(&first, &cfg.token, &cfg.ca_check, &endpoint)?;
 
     match &cfg.ca_check {
         CaCheck::UnsafeSkip => {
             report.info(&format!(
                 "[discovery] Cluster info signature and contents are valid and no TLS pinning was specified, will use API Server {endpoint:?}"
             ));
-            Ok(DiscoveredCluster {
-                pinned: false,
-                ..cluster
-            })
+            Ok(cluster)
         }
-        CaCheck::Pinned(pins) => {
-            check_pins(pins, &cluster.ca_certs_der)?;
+        CaCheck::Pinned(_) => {
             report.info(&format!(
                 "[discovery] Requesting info from {endpoint:?} again to validate TLS against the pinned public key"
             ));
@@ -170,87 +171,59 @@ pub async fn discover(
             report.info(&format!(
                 "[discovery] Cluster info signature and contents are valid and TLS certificate validates against pinned roots, will use API Server {endpoint:?}"
             ));
-            Ok(DiscoveredCluster {
-                pinned: true,
-                ..cluster
-            })
+            Ok(cluster)
         }
     }
 }
 
-/// The detached JWS over `kubeconfig` must verify with the token (spec section 2).
-/// Returns the signed kubeconfig text.
-pub fn verify_signature(
+/// kubeadm's checks of one read of cluster-info, made by core's
+/// [`verify_cluster_info`](kubeflavor_core::discovery::verify_cluster_info): the token's
+/// detached JWS over the kubeconfig bytes, the kubeconfig's shape, and (with pins) at least
+/// one CA certificate carrying a pinned key (kubeadm's `CheckAny`: during a CA rotation
+/// cluster-info carries old and new CA). Returns the signed kubeconfig text and the cluster.
+pub fn authenticate(
     data: &BTreeMap<String, String>,
     token: &BootstrapToken,
+    ca_check: &CaCheck,
     endpoint: &str,
-) -> Result<String, DiscoveryError> {
-    let kubeconfig = match data.get(KUBECONFIG_KEY) {
-        Some(k) if !k.is_empty() => k,
-        _ => {
-            return Err(DiscoveryError::NoClusterInfo {
+) -> Result<(String, DiscoveredCluster), DiscoveryError> {
+    use kubeflavor_core::discovery::{CaVerification, DiscoveryError as Core, verify_cluster_info};
+    let ca = match ca_check {
+        CaCheck::Pinned(pins) => CaVerification::Pins(pins),
+        CaCheck::UnsafeSkip => CaVerification::UnsafeSkip,
+    };
+    let info = verify_cluster_info(data, token.id().as_str(), token.secret().expose(), ca)
+        .map_err(|e| match e {
+            Core::NoKubeconfig => DiscoveryError::NoClusterInfo {
                 endpoint: endpoint.to_string(),
                 detail: format!(" (it has no {KUBECONFIG_KEY:?} key)"),
-            });
-        }
-    };
-    let token_id = token.id();
-    let jws = data
-        .get(&format!("{JWS_KEY_PREFIX}{}", token_id.as_str()))
-        .filter(|s| !s.is_empty())
-        .ok_or_else(|| DiscoveryError::NoSignature {
-            token_id: token_id.clone(),
-            timeout: "0s".into(),
+            },
+            Core::NoSignature { .. } => DiscoveryError::NoSignature {
+                token_id: token.id().clone(),
+                waited: String::new(),
+            },
+            Core::Signature(_) => DiscoveryError::BadSignature {
+                token_id: token.id().clone(),
+            },
+            Core::Kubeconfig(e) => DiscoveryError::BadKubeconfig(e.to_string()),
+            // An empty pin list: nothing can match, so nothing is trusted.
+            Core::NoPins => DiscoveryError::PinMismatch {
+                expected: "no pin at all".into(),
+                found: "(not checked)".into(),
+            },
+            Core::PinMismatch { expected, found } => {
+                DiscoveryError::PinMismatch { expected, found }
+            }
+            Core::ChangedOnRefetch => DiscoveryError::ClusterInfoChanged,
         })?;
-    kubeflavor_core::jws::verify(
-        token_id.as_str(),
-        token.secret().expose(),
-        kubeconfig.as_bytes(),
-        jws,
-    )
-    .map_err(|_| DiscoveryError::BadSignature {
-        token_id: token_id.clone(),
-    })?;
-    Ok(kubeconfig.clone())
-}
-
-/// The one cluster of the signed kubeconfig: its server and CA certificates.
-pub fn parse_cluster_info(kubeconfig_text: &str) -> Result<DiscoveredCluster, DiscoveryError> {
-    let info = kubeflavor_core::kubeconfig::ClusterInfo::from_kubeconfig(kubeconfig_text)
-        .map_err(|e| DiscoveryError::BadKubeconfig(e.to_string()))?;
-    Ok(DiscoveredCluster {
+    let text = data.get(KUBECONFIG_KEY).cloned().unwrap_or_default();
+    let cluster = DiscoveredCluster {
         server: info.server,
         ca_pem: info.ca_pem,
         ca_certs_der: info.ca_certs_der,
-        pinned: false,
-    })
-}
-
-/// Passes when at least one CA certificate has a pinned public key (kubeadm's
-/// `pubKeyPins.CheckAny`): during a CA rotation cluster-info carries old and new CA.
-pub fn check_pins(pins: &[CaPin], ca_certs_der: &[Vec<u8>]) -> Result<(), DiscoveryError> {
-    if pins.iter().any(|pin| pin.matches_any(ca_certs_der)) {
-        return Ok(());
-    }
-    let expected = pins
-        .iter()
-        .map(ToString::to_string)
-        .collect::<Vec<_>>()
-        .join(" or ");
-    let found: Vec<String> = ca_certs_der
-        .iter()
-        .map(|der| {
-            CaPin::from_cert_der(der)
-                .map(|p| p.to_string())
-                .unwrap_or_else(|_| "an unparsable certificate".into())
-        })
-        .collect();
-    let found = if found.is_empty() {
-        "no CA certificate at all".to_string()
-    } else {
-        found.join(", ")
+        pinned: matches!(ca_check, CaCheck::Pinned(_)),
     };
-    Err(DiscoveryError::PinMismatch { expected, found })
+    Ok((text, cluster))
 }
 
 /// The verified read must return the very bytes the signature covered: otherwise the first,
@@ -259,90 +232,26 @@ pub fn require_same_kubeconfig(
     first: &str,
     second: &BTreeMap<String, String>,
 ) -> Result<(), DiscoveryError> {
-    match second.get(KUBECONFIG_KEY) {
-        Some(k) if k.as_bytes() == first.as_bytes() => Ok(()),
-        _ => Err(DiscoveryError::ClusterInfoChanged),
-    }
+    let refetched = second
+        .get(KUBECONFIG_KEY)
+        .map(String::as_str)
+        .unwrap_or_default();
+    kubeflavor_core::discovery::check_refetch_identical(first, refetched)
+        .map_err(|_| DiscoveryError::ClusterInfoChanged)
 }
 
 #[cfg(test)]
 mod tests {
+    use base64::Engine;
+    use base64::engine::general_purpose::STANDARD;
 
     use super::*;
-
-    const KUBECONFIG: &str = "apiVersion: v1\nkind: Config\nclusters:\n- name: \"\"\n  cluster:\n    server: https://192.0.2.10:6443\n";
 
     fn token() -> BootstrapToken {
         "abcdef.0123456789abcdef".parse().unwrap()
     }
 
-    fn signed_data(secret: &str) -> BTreeMap<String, String> {
-        let jws = kubeflavor_core::jws::sign("abcdef", secret, KUBECONFIG.as_bytes());
-        BTreeMap::from([
-            (KUBECONFIG_KEY.to_string(), KUBECONFIG.to_string()),
-            (format!("{JWS_KEY_PREFIX}abcdef"), jws),
-        ])
-    }
-
-    #[test]
-    fn signature_by_the_token_verifies() {
-        let text = verify_signature(&signed_data("0123456789abcdef"), &token(), "e").unwrap();
-        assert_eq!(text, KUBECONFIG);
-    }
-
-    #[test]
-    fn signature_by_another_secret_is_an_invalid_token() {
-        let err = verify_signature(&signed_data("fedcba9876543210"), &token(), "e").unwrap_err();
-        assert!(matches!(err, DiscoveryError::BadSignature { .. }), "{err}");
-        assert!(err.to_string().contains("the token is invalid"), "{err}");
-    }
-
-    #[test]
-    fn tampered_kubeconfig_fails_the_signature() {
-        let mut data = signed_data("0123456789abcdef");
-        data.insert(
-            KUBECONFIG_KEY.into(),
-            KUBECONFIG.replace("192.0.2.10", "192.0.2.66"),
-        );
-        assert!(matches!(
-            verify_signature(&data, &token(), "e"),
-            Err(DiscoveryError::BadSignature { .. })
-        ));
-    }
-
-    #[test]
-    fn missing_signature_or_kubeconfig_is_reported_as_such() {
-        let mut data = signed_data("0123456789abcdef");
-        data.remove("jws-kubeconfig-abcdef");
-        let err = verify_signature(&data, &token(), "e").unwrap_err();
-        assert!(
-            err.to_string().contains("the token is invalid or expired"),
-            "{err}"
-        );
-        let mut data = signed_data("0123456789abcdef");
-        data.remove(KUBECONFIG_KEY);
-        assert!(matches!(
-            verify_signature(&data, &token(), "e"),
-            Err(DiscoveryError::NoClusterInfo { .. })
-        ));
-    }
-
-    #[test]
-    fn verified_read_must_return_the_same_bytes() {
-        let same = BTreeMap::from([(KUBECONFIG_KEY.to_string(), KUBECONFIG.to_string())]);
-        require_same_kubeconfig(KUBECONFIG, &same).unwrap();
-        let trailing_space =
-            BTreeMap::from([(KUBECONFIG_KEY.to_string(), format!("{KUBECONFIG} "))]);
-        assert!(matches!(
-            require_same_kubeconfig(KUBECONFIG, &trailing_space),
-            Err(DiscoveryError::ClusterInfoChanged)
-        ));
-        assert!(matches!(
-            require_same_kubeconfig(KUBECONFIG, &BTreeMap::new()),
-            Err(DiscoveryError::ClusterInfoChanged)
-        ));
-    }
-
+    /// Two unrelated CA certificates (DER): the cluster CA and, say, the front-proxy CA.
     fn two_cas() -> (Vec<u8>, Vec<u8>) {
         let files = kubeflavor_core::pki::generate_shared_ca_set(
             kubeflavor_core::pki::KeyAlgorithm::EcdsaP256,
@@ -358,59 +267,146 @@ mod tests {
         (der("ca.crt"), der("front-proxy-ca.crt"))
     }
 
+    /// cluster-info as kubeadm publishes it (capture 27: an unnamed cluster, null lists)
+    /// with these CA certificates, signed by the token with `secret`.
+    fn cluster_info(cas: &[&[u8]], secret: &str) -> BTreeMap<String, String> {
+        let pem: String = cas
+            .iter()
+            .map(|der| kubeflavor_core::keys::encode_pem("CERTIFICATE", der).to_string())
+            .collect();
+        let kubeconfig = format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: \"\"\n  cluster:\n    certificate-authority-data: {}\n    server: https://192.0.2.10:6443\ncontexts: null\ncurrent-context: \"\"\npreferences: {{}}\nusers: null\n",
+            STANDARD.encode(pem)
+        );
+        let jws = kubeflavor_core::jws::sign("abcdef", secret, kubeconfig.as_bytes());
+        BTreeMap::from([
+            (KUBECONFIG_KEY.to_string(), kubeconfig),
+            (format!("{JWS_KEY_PREFIX}abcdef"), jws),
+        ])
+    }
+
+    fn pinned(der: &[u8]) -> CaCheck {
+        CaCheck::Pinned(vec![CaPin::from_cert_der(der).unwrap()])
+    }
+
     #[test]
-    fn reads_cluster_info_as_kubeadm_publishes_it() {
-        // Capture 27's shape: an unnamed cluster, null contexts and users.
+    fn signed_cluster_info_with_the_pinned_ca_is_trusted() {
         let (ca, _) = two_cas();
-        let pem = kubeflavor_core::keys::encode_pem("CERTIFICATE", &ca);
-        let text = format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: \"\"\n  cluster:\n    certificate-authority-data: {}\n    server: https://127.0.0.1:6443\ncontexts: null\ncurrent-context: \"\"\npreferences: {{}}\nusers: null\n",
-            base64::Engine::encode(&base64::engine::general_purpose::STANDARD, pem.as_bytes())
-        );
-        let cluster = parse_cluster_info(&text).unwrap();
-        assert_eq!(cluster.server, "https://127.0.0.1:6443");
+        let data = cluster_info(&[&ca], "0123456789abcdef");
+        let (text, cluster) = authenticate(&data, &token(), &pinned(&ca), "e").unwrap();
+        assert_eq!(text, data[KUBECONFIG_KEY]);
+        assert_eq!(cluster.server, "https://192.0.2.10:6443");
         assert_eq!(cluster.ca_certs_der, vec![ca]);
-        assert_eq!(cluster.ca_pem, pem.as_bytes());
-        let broken = text.replace(
-            "certificate-authority-data: ",
-            "certificate-authority-data: Zm9v",
-        );
+        assert!(cluster.pinned);
+    }
+
+    #[test]
+    fn signature_by_another_secret_is_an_invalid_token() {
+        let (ca, _) = two_cas();
+        let data = cluster_info(&[&ca], "fedcba9876543210");
+        let err = authenticate(&data, &token(), &pinned(&ca), "e").unwrap_err();
+        assert!(matches!(err, DiscoveryError::BadSignature { .. }), "{err}");
+        assert!(err.to_string().starts_with("the token is invalid"), "{err}");
+    }
+
+    #[test]
+    fn tampered_kubeconfig_fails_the_signature_even_without_a_pin() {
+        let (ca, _) = two_cas();
+        let mut data = cluster_info(&[&ca], "0123456789abcdef");
+        let evil = data[KUBECONFIG_KEY].replace("192.0.2.10", "192.0.2.66");
+        data.insert(KUBECONFIG_KEY.into(), evil);
         assert!(matches!(
-            parse_cluster_info(&broken),
-            Err(DiscoveryError::BadKubeconfig(_))
+            authenticate(&data, &token(), &CaCheck::UnsafeSkip, "e"),
+            Err(DiscoveryError::BadSignature { .. })
         ));
     }
 
     #[test]
-    fn pin_of_the_cluster_ca_passes() {
+    fn missing_signature_or_kubeconfig_is_reported_as_such() {
         let (ca, _) = two_cas();
-        let pin = CaPin::from_cert_der(&ca).unwrap();
-        check_pins(&[pin], std::slice::from_ref(&ca)).unwrap();
+        let mut data = cluster_info(&[&ca], "0123456789abcdef");
+        data.remove("jws-kubeconfig-abcdef");
+        let err = authenticate(&data, &token(), &pinned(&ca), "e").unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with("the token is invalid or expired"),
+            "{err}"
+        );
+        let mut data = cluster_info(&[&ca], "0123456789abcdef");
+        data.remove(KUBECONFIG_KEY);
+        assert!(matches!(
+            authenticate(&data, &token(), &pinned(&ca), "e"),
+            Err(DiscoveryError::NoClusterInfo { .. })
+        ));
     }
 
     #[test]
     fn ca_not_matching_the_pin_is_refused_as_a_possible_attack() {
         let (ca, other) = two_cas();
-        let pin = CaPin::from_cert_der(&other).unwrap();
-        let err = check_pins(&[pin], std::slice::from_ref(&ca)).unwrap_err();
+        let data = cluster_info(&[&ca], "0123456789abcdef");
+        let err = authenticate(&data, &token(), &pinned(&other), "e").unwrap_err();
         let text = err.to_string();
         assert!(
             text.starts_with("the cluster CA does not match the pin; this may be an attack"),
             "{text}"
         );
-        assert!(text.contains(&pin.to_string()), "{text}");
+        assert!(
+            text.contains(&CaPin::from_cert_der(&other).unwrap().to_string()),
+            "{text}"
+        );
         assert!(
             text.contains(&CaPin::from_cert_der(&ca).unwrap().to_string()),
             "{text}"
         );
-        assert!(check_pins(&[pin], &Vec::<Vec<u8>>::new()).is_err());
+        let nothing_pinned = CaCheck::Pinned(Vec::new());
+        assert!(matches!(
+            authenticate(&data, &token(), &nothing_pinned, "e"),
+            Err(DiscoveryError::PinMismatch { .. })
+        ));
     }
 
     #[test]
     fn any_pinned_ca_in_the_bundle_passes_as_during_a_rotation() {
         let (ca, other) = two_cas();
-        let pin_new = CaPin::from_cert_der(&other).unwrap();
+        let data = cluster_info(&[&ca, &other], "0123456789abcdef");
         let unrelated: CaPin = format!("sha256:{}", "0".repeat(64)).parse().unwrap();
-        check_pins(&[unrelated, pin_new], &[ca, other]).unwrap();
+        let pins = CaCheck::Pinned(vec![unrelated, CaPin::from_cert_der(&other).unwrap()]);
+        let (_, cluster) = authenticate(&data, &token(), &pins, "e").unwrap();
+        assert_eq!(cluster.ca_certs_der.len(), 2);
+    }
+
+    #[test]
+    fn unusable_ca_data_is_a_damaged_cluster_info() {
+        let (ca, _) = two_cas();
+        let data = cluster_info(&[&ca], "0123456789abcdef");
+        let broken = data[KUBECONFIG_KEY].replace(
+            "certificate-authority-data: ",
+            "certificate-authority-data: Zm9v",
+        );
+        let jws = kubeflavor_core::jws::sign("abcdef", "0123456789abcdef", broken.as_bytes());
+        let data = BTreeMap::from([
+            (KUBECONFIG_KEY.to_string(), broken),
+            (format!("{JWS_KEY_PREFIX}abcdef"), jws),
+        ]);
+        assert!(matches!(
+            authenticate(&data, &token(), &CaCheck::UnsafeSkip, "e"),
+            Err(DiscoveryError::BadKubeconfig(_))
+        ));
+    }
+
+    #[test]
+    fn verified_read_must_return_the_same_bytes() {
+        let text = "apiVersion: v1\n";
+        let same = BTreeMap::from([(KUBECONFIG_KEY.to_string(), text.to_string())]);
+        require_same_kubeconfig(text, &same).unwrap();
+        let trailing_space = BTreeMap::from([(KUBECONFIG_KEY.to_string(), format!("{text} "))]);
+        assert!(matches!(
+            require_same_kubeconfig(text, &trailing_space),
+            Err(DiscoveryError::ClusterInfoChanged)
+        ));
+        assert!(matches!(
+            require_same_kubeconfig(text, &BTreeMap::new()),
+            Err(DiscoveryError::ClusterInfoChanged)
+        ));
     }
 }

@@ -63,7 +63,7 @@ impl PollFailure {
             },
             PollFailure::TimedOut(LastProblem::NoSignature) => DiscoveryError::NoSignature {
                 token_id: token_id.clone(),
-                timeout,
+                waited: format!(" after {timeout}"),
             },
         }
     }
@@ -149,9 +149,8 @@ pub(super) async fn fetch_cluster_info(
 pub(super) fn insecure_client(endpoint: &http::Uri) -> Result<Client, DiscoveryError> {
     let mut config = kube::Config::new(endpoint.clone());
     config.accept_invalid_certs = true;
-    Client::try_from(config).map_err(|e| DiscoveryError::Unreachable {
+    Client::try_from(config).map_err(|e| DiscoveryError::Client {
         endpoint: endpoint.to_string(),
-        timeout: "0s".into(),
         cause: error_chain(&e),
     })
 }

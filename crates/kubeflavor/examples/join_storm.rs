@@ -1,0 +1,491 @@
+//! join-storm: N tokens, N CSRs from N bootstrap identities, N Nodes registered by the N
+//! node identities once their certificates are issued, against one kubeflavor controller.
+//!
+//!     cargo run --release -p kubeflavor --example join_storm -- --nodes 1000
+//!
+//! By default it starts testkube in-process and runs the controller as a child process
+//! (this same program, re-executed), so the controller's peak RSS is its own and its API
+//! requests are counted apart (it authenticates with its own bearer token). Prints
+//! approvals/s, p50/p99 CSR->Approved, p50/p99 Node registered->flavored, controller API
+//! writes per join by verb and resource, and the controller's peak RSS (VmHWM).
+//!
+//! With `--kubeconfig FILE` it runs against that cluster instead (the controller in-process
+//! with that kubeconfig; request counters are testkube-only and are skipped). It creates
+//! `install --apply` objects, a Flavor, N tokens, CSRs and Nodes named `storm-*`: use a
+//! throwaway cluster.
+
+use std::collections::{BTreeMap, HashMap};
+use std::io::Read;
+use std::num::NonZeroU32;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use k8s_openapi::ByteString;
+use k8s_openapi::api::certificates::v1::{
+    CertificateSigningRequest, CertificateSigningRequestSpec,
+};
+use k8s_openapi::api::core::v1::{Node, Secret};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::PostParams;
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client, ResourceExt};
+use kubeflavor::controller::{self, Options, Runtime};
+use kubeflavor::crd::Flavor;
+use kubeflavor_core::flavor::FlavorName;
+use kubeflavor_core::token::BootstrapToken;
+use kubeflavor_core::token_secret::flavored_token_secret;
+
+const FLAVOR_LABEL: &str = "kubeflavor.node-restriction.kubernetes.io/flavor";
+const CONTROLLER_TOKEN: &str = "storm-controller-token";
+
+struct Args {
+    nodes: usize,
+    parallel: usize,
+    kubeconfig: Option<String>,
+    child: Option<String>,
+}
+
+fn args() -> Args {
+    let mut a = Args {
+        nodes: 1000,
+        parallel: 64,
+        kubeconfig: None,
+        child: None,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(arg) = it.next() {
+        match arg.as_str() {
+            "--nodes" => a.nodes = it.next().and_then(|v| v.parse().ok()).expect("--nodes N"),
+            "--parallel" => {
+                a.parallel = it
+                    .next()
+                    .and_then(|v| v.parse().ok())
+                    .expect("--parallel N")
+            }
+            "--kubeconfig" => a.kubeconfig = it.next(),
+            "--controller-child" => a.child = it.next(),
+            other => panic!(
+                "unknown argument {other} (use --nodes N [--parallel N] [--kubeconfig FILE])"
+            ),
+        }
+    }
+    a
+}
+
+async fn client_from(yaml: &str) -> Client {
+    let kc = Kubeconfig::from_yaml(yaml).expect("kubeconfig parses");
+    let cfg = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+        .await
+        .expect("kubeconfig usable");
+    Client::try_from(cfg).expect("client")
+}
+
+fn controller_options(identity: &str) -> Options {
+    let mut o = Options::new("kube-system", identity);
+    o.leader_elect = false;
+    o.concurrency = 32;
+    o
+}
+
+/// The child: the controller alone, until the parent closes our stdin.
+async fn run_child(kubeconfig_path: &str) {
+    let yaml = std::fs::read_to_string(kubeconfig_path).expect("controller kubeconfig");
+    let client = client_from(&yaml).await;
+    let stop = async {
+        let _ = tokio::task::spawn_blocking(|| {
+            let mut buf = [0u8; 1];
+            let _ = std::io::stdin().read(&mut buf);
+        })
+        .await;
+    };
+    controller::run(Runtime::new(client, controller_options("storm")), stop)
+        .await
+        .expect("controller runs");
+}
+
+fn vm_hwm_kib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find(|l| l.starts_with("VmHWM:"))?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.1} ms", d.as_secs_f64() * 1000.0)
+}
+
+type Times = Arc<Mutex<HashMap<String, Instant>>>;
+
+/// Records the first time each object satisfies `done`, until `n` have.
+fn record_first<K, F>(api: Api<K>, times: Times, n: usize, done: F) -> tokio::task::JoinHandle<()>
+where
+    K: kube::Resource
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+    K::DynamicType: Default + Eq + std::hash::Hash + Clone,
+    F: Fn(&K) -> bool + Send + 'static,
+{
+    tokio::spawn(async move {
+        let stream = watcher(api, watcher::Config::default()).applied_objects();
+        futures::pin_mut!(stream);
+        while let Some(obj) = stream.next().await {
+            let Ok(obj) = obj else { continue };
+            if done(&obj) {
+                let mut t = times.lock().unwrap();
+                t.entry(obj.name_any()).or_insert_with(Instant::now);
+                if t.len() >= n {
+                    return;
+                }
+            }
+        }
+    })
+}
+
+fn csr_for(name: &str, node: &str) -> (CertificateSigningRequest, String) {
+    let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).expect("key");
+    let mut params = rcgen::CertificateParams::default();
+    let mut dn = rcgen::DistinguishedName::new();
+    dn.push(rcgen::DnType::OrganizationName, "system:nodes");
+    dn.push(rcgen::DnType::CommonName, format!("system:node:{node}"));
+    params.distinguished_name = dn;
+    let pem = params
+        .serialize_request(&key)
+        .expect("csr")
+        .pem()
+        .expect("pem");
+    let csr = CertificateSigningRequest {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            ..ObjectMeta::default()
+        },
+        spec: CertificateSigningRequestSpec {
+            request: ByteString(pem.into_bytes()),
+            signer_name: "kubernetes.io/kube-apiserver-client-kubelet".into(),
+            usages: Some(vec!["digital signature".into(), "client auth".into()]),
+            ..CertificateSigningRequestSpec::default()
+        },
+        status: None,
+    };
+    (csr, key.serialize_pem())
+}
+
+/// A kubeconfig like `base` (same server and CA) with another user.
+fn kubeconfig_with_user(base: &str, user: &str) -> String {
+    let kc = Kubeconfig::from_yaml(base).expect("kubeconfig");
+    let cluster = kc.clusters[0].cluster.clone().expect("cluster");
+    format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: {}\n    certificate-authority-data: {}\ncontexts:\n- name: c\n  context:\n    cluster: c\n    user: u\ncurrent-context: c\nusers:\n- name: u\n  user:\n{user}",
+        cluster.server.expect("server"),
+        cluster.certificate_authority_data.expect("CA data"),
+    )
+}
+
+#[tokio::main(flavor = "multi_thread")]
+async fn main() {
+    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+    let a = args();
+    if let Some(path) = &a.child {
+        run_child(path).await;
+        return;
+    }
+    let n = a.nodes;
+    let dir = tempfile::tempdir().expect("temp dir");
+
+    // The cluster: testkube, or the given kubeconfig.
+    let (cluster, admin_yaml) = match &a.kubeconfig {
+        Some(path) => (
+            None,
+            std::fs::read_to_string(path).expect("read --kubeconfig"),
+        ),
+        None => {
+            let c = testkube::TestCluster::start()
+                .await
+                .expect("testkube starts");
+            let y = c.admin_kubeconfig();
+            (Some(c), y)
+        }
+    };
+    let admin_path = dir.path().join("admin.kubeconfig");
+    std::fs::write(&admin_path, &admin_yaml).expect("write kubeconfig");
+    let admin = client_from(&admin_yaml).await;
+    let mut out = Vec::new();
+    kubeflavor::run(
+        [
+            "kubeflavor",
+            "--kubeconfig",
+            admin_path.to_str().unwrap(),
+            "install",
+            "--apply",
+        ],
+        &mut out,
+    )
+    .await
+    .expect("install --apply");
+
+    let flavor: Flavor = serde_json::from_value(serde_json::json!({
+        "apiVersion": "kubeflavor.io/v1alpha1", "kind": "Flavor",
+        "metadata": {"name": "storm"},
+        "spec": {"labels": {"tier.node-restriction.kubernetes.io/class": "gold"}, "trustLevel": 50},
+    }))
+    .unwrap();
+    Api::<Flavor>::all(admin.clone())
+        .create(&PostParams::default(), &flavor)
+        .await
+        .expect("flavor created");
+
+    // N tokens.
+    let setup = Instant::now();
+    let name: FlavorName = "storm".parse().unwrap();
+    let secrets: Api<Secret> = Api::namespaced(admin.clone(), "kube-system");
+    let tokens: Vec<BootstrapToken> = futures::stream::iter(0..n)
+        .map(|_| {
+            let secrets = secrets.clone();
+            let name = name.clone();
+            async move {
+                let t = BootstrapToken::generate().expect("randomness");
+                let obj = flavored_token_secret(&t, &name, None, NonZeroU32::MIN);
+                let s = Secret {
+                    metadata: ObjectMeta {
+                        name: Some(obj.name.clone()),
+                        namespace: Some(obj.namespace.into()),
+                        labels: Some(obj.labels.clone()),
+                        annotations: Some(obj.annotations.clone()),
+                        ..ObjectMeta::default()
+                    },
+                    type_: Some(obj.type_.into()),
+                    string_data: Some(obj.string_data.clone()),
+                    ..Secret::default()
+                };
+                secrets
+                    .create(&PostParams::default(), &s)
+                    .await
+                    .expect("token");
+                t
+            }
+        })
+        .buffer_unordered(a.parallel)
+        .collect()
+        .await;
+    eprintln!(
+        "setup: {n} tokens in {:.1} s",
+        setup.elapsed().as_secs_f64()
+    );
+
+    // The controller: a child process on testkube (own token, own counters, own RSS).
+    let mut child = None;
+    let mut in_process = None;
+    match &cluster {
+        Some(c) => {
+            c.register_static_token(
+                CONTROLLER_TOKEN,
+                "kubeflavor-storm-controller",
+                &["system:masters"],
+            );
+            let path = dir.path().join("controller.kubeconfig");
+            std::fs::write(
+                &path,
+                kubeconfig_with_user(&admin_yaml, &format!("    token: {CONTROLLER_TOKEN}\n")),
+            )
+            .unwrap();
+            let exe = std::env::current_exe().expect("own path");
+            child = Some(
+                std::process::Command::new(exe)
+                    .arg("--controller-child")
+                    .arg(&path)
+                    .stdin(std::process::Stdio::piped())
+                    .spawn()
+                    .expect("controller child starts"),
+            );
+            c.counters().reset();
+        }
+        None => {
+            let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+            let rt = Runtime::new(admin.clone(), controller_options("storm"));
+            in_process = Some((
+                tx,
+                tokio::spawn(controller::run(rt, async move {
+                    let _ = rx.await;
+                })),
+            ));
+        }
+    }
+
+    let approved: Times = Arc::default();
+    let flavored: Times = Arc::default();
+    let csrs: Api<CertificateSigningRequest> = Api::all(admin.clone());
+    let w1 = record_first(
+        csrs.clone(),
+        approved.clone(),
+        n,
+        |c: &CertificateSigningRequest| {
+            c.name_any().starts_with("storm-")
+                && c.status
+                    .as_ref()
+                    .and_then(|s| s.conditions.as_ref())
+                    .is_some_and(|cs| cs.iter().any(|x| x.type_ == "Approved"))
+        },
+    );
+    let w2 = record_first(
+        Api::<Node>::all(admin.clone()),
+        flavored.clone(),
+        n,
+        |node: &Node| node.labels().get(FLAVOR_LABEL).map(String::as_str) == Some("storm"),
+    );
+
+    // The storm.
+    let created: Times = Arc::default();
+    let registered: Times = Arc::default();
+    let start = Instant::now();
+    futures::stream::iter(tokens.into_iter().enumerate())
+        .map(|(i, t)| {
+            let admin_yaml = admin_yaml.clone();
+            let created = created.clone();
+            let registered = registered.clone();
+            let csrs = csrs.clone();
+            async move {
+                let node = format!("storm-{i:05}");
+                let boot = client_from(&kubeconfig_with_user(&admin_yaml, &format!("    token: {}\n", t.expose().as_str()))).await;
+                let (csr, key) = csr_for(&node, &node);
+                let t0 = Instant::now();
+                Api::<CertificateSigningRequest>::all(boot)
+                    .create(&PostParams::default(), &csr)
+                    .await
+                    .expect("CSR created");
+                created.lock().unwrap().insert(node.clone(), t0);
+                let issued = kube::runtime::wait::await_condition(csrs, &node, |c: Option<&CertificateSigningRequest>| {
+                    c.and_then(|c| c.status.as_ref()).and_then(|s| s.certificate.as_ref()).is_some()
+                })
+                .await
+                .expect("watch")
+                .expect("CSR");
+                let cert = String::from_utf8(issued.status.unwrap().certificate.unwrap().0).unwrap();
+                use base64::Engine;
+                let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+                let user = format!("    client-certificate-data: {}\n    client-key-data: {}\n", b64(&cert), b64(&key));
+                let kubelet = client_from(&kubeconfig_with_user(&admin_yaml, &user)).await;
+                let node_obj: Node = serde_json::from_value(serde_json::json!({
+                    "metadata": {"name": node},
+                    "spec": {"taints": [{"key": "kubeflavor.io/unverified", "effect": "NoSchedule"}]},
+                }))
+                .unwrap();
+                Api::<Node>::all(kubelet)
+                    .create(&PostParams::default(), &node_obj)
+                    .await
+                    .expect("node registers");
+                registered.lock().unwrap().insert(node, Instant::now());
+            }
+        })
+        .buffer_unordered(a.parallel)
+        .collect::<Vec<()>>()
+        .await;
+    tokio::time::timeout(Duration::from_secs(600), async {
+        let _ = w1.await;
+        let _ = w2.await;
+    })
+    .await
+    .expect("every node approved and flavored within 10 minutes");
+    let total = start.elapsed();
+
+    // Figures.
+    let lat = |from: &Times, to: &Times| {
+        let from = from.lock().unwrap();
+        let to = to.lock().unwrap();
+        let mut v: Vec<Duration> = to
+            .iter()
+            .filter_map(|(k, t)| from.get(k).map(|f| t.saturating_duration_since(*f)))
+            .collect();
+        v.sort();
+        v
+    };
+    let csr_lat = lat(&created, &approved);
+    let node_lat = lat(&registered, &flavored);
+    let first = created.lock().unwrap().values().min().copied().unwrap();
+    let last_ok = approved.lock().unwrap().values().max().copied().unwrap();
+    println!("join-storm: {n} joins, {} in flight", a.parallel);
+    println!("  total time              {:.2} s", total.as_secs_f64());
+    println!(
+        "  approvals/s             {:.0}",
+        n as f64 / last_ok.saturating_duration_since(first).as_secs_f64()
+    );
+    println!(
+        "  CSR -> Approved         p50 {}  p99 {}",
+        ms(percentile(&csr_lat, 0.5)),
+        ms(percentile(&csr_lat, 0.99))
+    );
+    println!(
+        "  Node -> flavored        p50 {}  p99 {}",
+        ms(percentile(&node_lat, 0.5)),
+        ms(percentile(&node_lat, 0.99))
+    );
+    if let Some(c) = &cluster {
+        let snap = c.counters().snapshot();
+        let mut writes: BTreeMap<String, u64> = BTreeMap::new();
+        let mut reads: BTreeMap<String, u64> = BTreeMap::new();
+        for (k, v) in &snap.counts {
+            if k.identity != testkube::types::IdentityKind::StaticToken {
+                continue;
+            }
+            let key = format!("{} {}", k.verb, k.resource);
+            match k.verb.as_str() {
+                "create" | "update" | "patch" | "delete" | "deletecollection" => {
+                    *writes.entry(key).or_default() += v
+                }
+                _ => *reads.entry(key).or_default() += v,
+            }
+        }
+        let total_writes: u64 = writes.values().sum();
+        println!(
+            "  controller writes/join  {:.2}",
+            total_writes as f64 / n as f64
+        );
+        for (k, v) in &writes {
+            println!("    {k:<48} {:.2}", *v as f64 / n as f64);
+        }
+        let total_reads: u64 = reads.values().sum();
+        println!(
+            "  controller reads/join   {:.2} (GET/LIST/WATCH)",
+            total_reads as f64 / n as f64
+        );
+        for (k, v) in &reads {
+            println!("    {k:<48} {:.2}", *v as f64 / n as f64);
+        }
+    }
+    if let Some(mut ch) = child {
+        if let Some(kib) = vm_hwm_kib(ch.id()) {
+            println!(
+                "  controller peak RSS     {:.1} MiB (VmHWM of the controller process, {n} flavored nodes)",
+                kib as f64 / 1024.0
+            );
+        }
+        drop(ch.stdin.take());
+        let _ = ch.wait();
+    }
+    if let Some((tx, task)) = in_process {
+        let _ = tx.send(());
+        let _ = task.await;
+        if let Some(kib) = vm_hwm_kib(std::process::id()) {
+            println!(
+                "  process peak RSS        {:.1} MiB (controller in-process with the storm clients)",
+                kib as f64 / 1024.0
+            );
+        }
+    }
+}

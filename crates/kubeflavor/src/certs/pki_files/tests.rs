@@ -68,18 +68,6 @@ fn writes_every_file_with_kubeadm_modes() {
 }
 
 #[test]
-fn modes_hold_whatever_the_umask() {
-    // A file created with mode 0644 under umask 077 would be 0600: the writer sets modes
-    // explicitly. Changing the umask is process-wide, so this test only checks that the
-    // explicit set_permissions covers a mode wider than the creation default.
-    let tmp = tempfile::tempdir().unwrap();
-    let plan = vec![planned("x.crt", 0o644, b"x"), planned("x.key", 0o600, b"y")];
-    write_all(tmp.path(), &plan, false).unwrap();
-    assert_eq!(mode_of(&tmp.path().join("x.crt")), 0o644);
-    assert_eq!(mode_of(&tmp.path().join("x.key")), 0o600);
-}
-
-#[test]
 fn identical_files_are_left_alone() {
     let tmp = tempfile::tempdir().unwrap();
     let plan = kubeadm_like_plan();

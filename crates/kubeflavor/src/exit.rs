@@ -36,6 +36,31 @@ pub enum ExitCode {
     JoinNodeRefused = 15,
     /// `join`: the kubelet directory is not writable, or the node already joined.
     JoinKubeletDir = 16,
+    // `certs` (issue 6): each P5/P6 failure of the certificate hand-off has its own code.
+    /// `--certificate-key` is not 64 hexadecimal characters.
+    CertificateKeyMalformed = 20,
+    /// The key check entry did not decrypt: not the key of this upload.
+    CertificateKeyWrong = 21,
+    /// An entry of kubeadm-certs was changed after the upload.
+    CertsTampered = 22,
+    /// Entries of kubeadm-certs were swapped, replaced, or do not match each other.
+    CertsSwapped = 23,
+    /// An entry of kubeadm-certs is missing.
+    CertsEntryMissing = 24,
+    /// kube-system/kubeadm-certs is missing or expired.
+    CertsSecretGone = 25,
+    /// A file of the PKI directory cannot be read.
+    PkiUnreadable = 26,
+    /// The PKI files are not a consistent set (a key that does not match its certificate).
+    PkiInconsistent = 27,
+    /// The target PKI directory cannot be written.
+    PkiUnwritable = 28,
+    /// Existing PKI files differ from the downloaded ones (use --force).
+    PkiConflict = 29,
+    /// A Secret without kubeflavor's key check did not decrypt: wrong key or tampered.
+    CertsWrongKeyOrTampered = 30,
+    /// A kubeadm-certs Secret without kubeflavor's key check, not accepted explicitly.
+    CertsNotFromKubeflavor = 31,
 }
 
 impl ExitCode {

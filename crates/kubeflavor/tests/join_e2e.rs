@@ -83,6 +83,7 @@ fn options(minted: &Minted, node: &str, kubelet_dir: &Path, tls_bootstrap: bool)
         tls_bootstrap,
         timeout: PATIENCE,
         retry_interval: Duration::from_millis(200),
+        control_plane: None,
     }
 }
 

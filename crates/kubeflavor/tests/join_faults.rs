@@ -60,6 +60,7 @@ fn options(words: &[String], node: &str, dir: &std::path::Path) -> JoinOptions {
         tls_bootstrap: true,
         timeout: PATIENCE,
         retry_interval: Duration::from_millis(100),
+        control_plane: None,
     }
 }
 

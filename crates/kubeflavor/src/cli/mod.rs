@@ -28,13 +28,16 @@ Also usable as the kubectl plugin `kubectl flavor` (the same binary named kubect
 
 The controller (`kubeflavor controller`) approves or denies kubelet CSRs; `node list|get|revoke`
 and `token revoke` show and revoke what it bound. `join` is the node side: kubeadm-compatible
-discovery and TLS bootstrap.
-
-Planned, not in this version: `certs key|generate|upload|download|inspect` (kubeadm-compatible
-control-plane certificate hand-off).
+discovery and TLS bootstrap. `certs` moves control-plane CA material between machines,
+kubeadm-compatible (`upload`, then `join --control-plane --certificate-key` or `certs download`).
 
 Exit codes: 0 ok, 1 error, 2 usage, 3 not found, 4 refused (invalid or unsafe input, object in
-use), 5 cluster unreachable, 6 forbidden or unauthorized; `join` adds 10-16 (see `join --help`).";
+use), 5 cluster unreachable, 6 forbidden or unauthorized; `join` adds 10-16 (see `join --help`).
+`certs`: 20 malformed certificate key, 21 wrong certificate key, 22 tampered Secret entry, 23
+swapped or mismatched entries, 24 missing entry, 25 kubeadm-certs Secret missing or expired, 26
+unreadable PKI file, 27 inconsistent PKI files, 28 unwritable target, 29 existing files differ
+(--force), 30 wrong key or tampered entry (a Secret kubeadm wrote, without kubeflavor's key check),
+31 a Secret without kubeflavor's key check (--accept-kubeadm-secret).";
 
 #[derive(Debug, Parser)]
 #[command(
@@ -84,6 +87,11 @@ pub enum Command {
     /// List, show and revoke bound nodes (FlavorBindings).
     #[command(subcommand)]
     Node(crate::cmd::node::NodeCommand),
+    /// Move control-plane CA material between machines, kubeadm-compatible: certificate
+    /// key, CA set generation, encrypted upload to kube-system/kubeadm-certs, download,
+    /// inspection.
+    #[command(subcommand)]
+    Certs(crate::cmd::certs::CertsCommand),
 }
 
 #[derive(Debug, Subcommand)]
@@ -107,8 +115,13 @@ pub enum TokenCommand {
 #[derive(Debug, Args)]
 pub struct TokenCreateArgs {
     /// The Flavor of the new token (see `kubeflavor flavor list`).
-    #[arg(long, value_name = "NAME")]
-    pub flavor: FlavorName,
+    #[arg(long, value_name = "NAME", required_unless_present = "control_plane")]
+    pub flavor: Option<FlavorName>,
+    /// Mint a control-plane join token instead of a node token: no flavor, group
+    /// system:bootstrappers:kubeflavor:control-plane, the only tokens that may read the
+    /// certificates `kubeflavor certs upload` stores. Default TTL 2h.
+    #[arg(long, conflicts_with_all = ["flavor", "max_nodes"])]
+    pub control_plane: bool,
     /// How long the token stays valid: 24h, 90m, 1h30m, or 0 for never. Default: the
     /// flavor's tokenDefaults.ttl, else 24h.
     #[arg(long, value_name = "DURATION", allow_hyphen_values = true)]

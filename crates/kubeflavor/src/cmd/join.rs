@@ -80,6 +80,21 @@ pub struct JoinArgs {
     /// How long to wait between two reads of cluster-info.
     #[arg(long, default_value = "5s", value_parser = parse_duration, hide = true)]
     pub discovery_retry_interval: Duration,
+
+    /// Join as a control-plane node. With --certificate-key, download the cluster's CA
+    /// material (uploaded by 'kubeflavor certs upload') into <kubelet-dir>/pki.
+    #[arg(long)]
+    pub control_plane: bool,
+
+    /// With --control-plane: the key printed by 'kubeflavor certs upload' (64 hex
+    /// characters). Also read from the KUBEFLAVOR_CERTIFICATE_KEY environment variable.
+    #[arg(long, value_name = "KEY", env = crate::cmd::certs::KEY_ENV, hide_env_values = true)]
+    pub certificate_key: Option<crate::cmd::certs::SecretText>,
+
+    /// With --control-plane: also accept certificates uploaded by kubeadm (no kubeflavor
+    /// key check).
+    #[arg(long)]
+    pub accept_kubeadm_secret: bool,
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -139,6 +154,7 @@ pub fn options(args: &JoinArgs) -> Result<JoinOptions, CliError> {
         })?,
         None => join::default_node_name().map_err(|m| CliError::bare(ExitCode::Usage, m))?,
     };
+    let control_plane = crate::cmd::certs::join_download_options(args)?;
     Ok(JoinOptions {
         endpoint,
         token,
@@ -148,6 +164,7 @@ pub fn options(args: &JoinArgs) -> Result<JoinOptions, CliError> {
         tls_bootstrap: args.tls_bootstrap,
         timeout: args.timeout,
         retry_interval: args.discovery_retry_interval,
+        control_plane,
     })
 }
 
@@ -200,6 +217,7 @@ pub async fn run_with(
 /// One exit code per failure a user can act on.
 pub fn exit_code(err: &JoinError) -> ExitCode {
     match err {
+        JoinError::Certs(e) => e.exit(),
         JoinError::KubeletDir(_) | JoinError::AlreadyJoined(_) => ExitCode::JoinKubeletDir,
         JoinError::Discovery(d) => match d {
             DiscoveryError::Unreachable { .. } => ExitCode::Unreachable,
@@ -387,6 +405,9 @@ mod tests {
             tls_bootstrap: false,
             timeout: Duration::from_secs(1),
             discovery_retry_interval: Duration::from_secs(1),
+            control_plane: false,
+            certificate_key: None,
+            accept_kubeadm_secret: false,
         };
         let good_pin = format!("sha256:{}", "a".repeat(64));
         let err = options(&args("abcdef.0123456789ABCDEF", &good_pin)).unwrap_err();

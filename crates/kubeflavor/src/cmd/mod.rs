@@ -1,6 +1,7 @@
 //! The commands. Each takes its parsed arguments, a cluster connection when it needs one,
 //! and the writer for its output.
 
+pub mod certs;
 pub mod controller;
 pub mod flavor;
 pub mod install;
@@ -57,6 +58,7 @@ pub async fn execute(cli: Cli, out: &mut dyn Write) -> Result<()> {
         Command::Flavor(FlavorCommand::Delete(args)) => {
             flavor::delete(&connect(&global).await?, &args, out).await
         }
+        Command::Certs(command) => certs::execute(command, &global, out).await,
         Command::Install(args) => {
             if args.apply {
                 install::apply(&connect(&global).await?, &args, out).await

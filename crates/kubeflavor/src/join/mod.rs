@@ -74,6 +74,9 @@ pub struct JoinOptions {
     /// Discovery, and separately the wait for the certificate, give up after this long.
     pub timeout: Duration,
     pub retry_interval: Duration,
+    /// `--control-plane --certificate-key`: download the control-plane CA material right
+    /// after discovery, before any kubelet file is written (kubeadm's download-certs).
+    pub control_plane: Option<crate::certs::download::DownloadOptions>,
 }
 
 /// What a successful join produced.
@@ -105,6 +108,8 @@ pub enum JoinError {
     TlsBootstrap(#[from] TlsBootstrapError),
     #[error("cannot build the kubeconfig: {0}")]
     Kubeconfig(String),
+    #[error(transparent)]
+    Certs(#[from] crate::certs::CertsError),
 }
 
 /// Parses the join endpoint as kubeadm takes it, `host:port` (an `https://` prefix is
@@ -162,6 +167,10 @@ pub async fn run(opts: &JoinOptions, report: &mut dyn Report) -> Result<JoinOutc
         report,
     )
     .await?;
+
+    if let Some(download) = &opts.control_plane {
+        crate::certs::download::for_join(&cluster, &opts.token, download, report).await?;
+    }
 
     let bootstrap_conf = bootstrap_kubeconfig(&cluster, &opts.token)?;
     report.info(&format!(

@@ -69,15 +69,18 @@ fn expose_str<S: serde::Serializer>(value: &Zeroizing<String>, s: S) -> Result<S
 }
 
 pub async fn create(cluster: &Cluster, args: &TokenCreateArgs, out: &mut dyn Write) -> Result<()> {
+    let Some(flavor_name) = args.flavor.as_ref() else {
+        return crate::cmd::certs::create_control_plane_token(cluster, args, out).await;
+    };
     let flavors: Api<Flavor> = Api::all(cluster.client.clone());
-    let flavor = match flavors.get(args.flavor.as_str()).await {
+    let flavor = match flavors.get(flavor_name.as_str()).await {
         Ok(f) => f,
-        Err(err) if is_not_found(&err) => return Err(unknown_flavor(cluster, &args.flavor).await),
-        Err(err) => return Err(cluster.error(&format!("get flavor {}", args.flavor), err)),
+        Err(err) if is_not_found(&err) => return Err(unknown_flavor(cluster, flavor_name).await),
+        Err(err) => return Err(cluster.error(&format!("get flavor {}", flavor_name), err)),
     };
     let (_, rules) = rules_from_flavor(&flavor).map_err(|e| {
         CliError::refused(
-            format!("flavor {} is invalid: {e}", args.flavor),
+            format!("flavor {} is invalid: {e}", flavor_name),
             "fix it with 'kubeflavor flavor apply -f FILE' before minting tokens for it",
         )
     })?;
@@ -95,21 +98,14 @@ pub async fn create(cluster: &Cluster, args: &TokenCreateArgs, out: &mut dyn Wri
         true => Some(super::join::join_target(cluster).await?),
         false => None,
     };
-    let token = mint(cluster, &args.flavor, expiration, max_nodes, || {
+    let token = mint(cluster, flavor_name, expiration, max_nodes, || {
         BootstrapToken::generate().map_err(|e| CliError::failed(e, "retry"))
     })
     .await?;
     if let Some(target) = &join_target {
         return super::join::print_join_command(target, &token, out);
     }
-    print_created(
-        &token,
-        &args.flavor,
-        expiration,
-        max_nodes,
-        args.output,
-        out,
-    )
+    print_created(&token, flavor_name, expiration, max_nodes, args.output, out)
 }
 
 /// Store a new token Secret of `flavor`, drawing tokens from `next` until one's id is

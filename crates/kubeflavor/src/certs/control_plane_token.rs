@@ -1,0 +1,134 @@
+//! `kubeflavor token create --control-plane`: the join tokens that may read the
+//! certificates `certs upload` stores (P5).
+
+use std::io::Write;
+
+use jiff::Timestamp;
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::Secret;
+use kube::Api;
+use kube::api::{ObjectMeta, PostParams};
+use kubeflavor_core::flavor::TokenTtl;
+use kubeflavor_core::token::BootstrapToken;
+use kubeflavor_core::token_secret::{
+    AuthGroup, CONTROL_PLANE_GROUP, TOKEN_SECRET_NAMESPACE, TOKEN_SECRET_TYPE, TokenSecretData,
+    format_expiration, secret_name,
+};
+use zeroize::Zeroize;
+
+use crate::cli::TokenOutput;
+use crate::cluster::Cluster;
+use crate::error::CliError;
+
+/// Default lifetime of a control-plane join token: the lifetime of the kubeadm-certs
+/// Secret it exists to read (`certs upload --ttl`).
+pub const CONTROL_PLANE_TOKEN_TTL: TokenTtl = TokenTtl::Seconds(2 * 3600);
+const CONTROL_PLANE_TOKEN_DESCRIPTION: &str = "kubeflavor control-plane join token";
+const CREATE_ATTEMPTS: usize = 5;
+
+/// What `token create --control-plane -o json|yaml` prints (it holds the token).
+#[derive(serde::Serialize)]
+struct ControlPlaneToken<'a> {
+    token: &'a str,
+    id: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    expiration: Option<String>,
+    usages: [&'static str; 2],
+    groups: [&'static str; 1],
+}
+
+/// `token create --control-plane`: a bootstrap token in the one group allowed to read
+/// kube-system/kubeadm-certs (P5), with kubeadm's usages so `join --control-plane` can run
+/// discovery with it. It carries no flavor: it is not a node token.
+pub async fn create_control_plane_token(
+    cluster: &Cluster,
+    args: &crate::cli::TokenCreateArgs,
+    out: &mut dyn Write,
+) -> Result<(), CliError> {
+    // Resolved before the token exists, as for node tokens: no token nobody will see.
+    let join_target = match args.print_join_command {
+        true => Some(crate::cmd::join::join_target(cluster).await?),
+        false => None,
+    };
+    let expiration = args
+        .ttl
+        .unwrap_or(CONTROL_PLANE_TOKEN_TTL)
+        .expiration(Timestamp::now());
+    let group: AuthGroup = CONTROL_PLANE_GROUP
+        .parse()
+        .map_err(|e| CliError::failed(e, "report this bug"))?;
+    let secrets: Api<Secret> = Api::namespaced(cluster.client.clone(), TOKEN_SECRET_NAMESPACE);
+    for _ in 0..CREATE_ATTEMPTS {
+        let token = BootstrapToken::generate().map_err(|e| CliError::failed(e, "retry"))?;
+        let data = TokenSecretData {
+            token: token.clone(),
+            expiration,
+            usage_authentication: true,
+            usage_signing: true,
+            extra_groups: vec![group.clone()],
+            description: Some(CONTROL_PLANE_TOKEN_DESCRIPTION.to_owned()),
+        };
+        let mut string_data = data.to_string_data();
+        let mut secret = Secret {
+            metadata: ObjectMeta {
+                name: Some(secret_name(token.id())),
+                namespace: Some(TOKEN_SECRET_NAMESPACE.to_owned()),
+                ..ObjectMeta::default()
+            },
+            type_: Some(TOKEN_SECRET_TYPE.to_owned()),
+            data: Some(
+                string_data
+                    .iter()
+                    .map(|(k, v)| (k.clone(), ByteString(v.as_bytes().to_vec())))
+                    .collect(),
+            ),
+            ..Secret::default()
+        };
+        string_data.values_mut().for_each(Zeroize::zeroize);
+        let result = secrets.create(&PostParams::default(), &secret).await;
+        secret
+            .data
+            .iter_mut()
+            .flat_map(|d| d.values_mut())
+            .for_each(|v| v.0.zeroize());
+        match result {
+            Ok(_) => {
+                if let Some(target) = &join_target {
+                    // kubeadm's control-plane join line; the key comes from `certs upload`.
+                    let line = crate::cmd::join::join_command_line(target, &token);
+                    writeln!(
+                        out,
+                        "{} --control-plane --certificate-key <key printed by 'kubeflavor certs upload'>",
+                        line.trim_end()
+                    )?;
+                    return Ok(());
+                }
+                let exposed = token.expose();
+                let view = ControlPlaneToken {
+                    token: exposed.as_str(),
+                    id: token.id().as_str(),
+                    expiration: expiration.map(format_expiration),
+                    usages: ["authentication", "signing"],
+                    groups: [CONTROL_PLANE_GROUP],
+                };
+                let text = match args.output {
+                    TokenOutput::Token => exposed.to_string(),
+                    TokenOutput::Json => serde_json::to_string_pretty(&view)
+                        .map_err(|e| CliError::failed(e, "report this bug"))?,
+                    TokenOutput::Yaml => serde_saphyr::to_string(&view)
+                        .map_err(|e| CliError::failed(e, "report this bug"))?,
+                };
+                writeln!(out, "{}", text.trim_end())?;
+                return Ok(());
+            }
+            Err(kube::Error::Api(s)) if s.code == 409 => {
+                tracing::info!(id = %token.id(), "token id already taken, generating another");
+            }
+            Err(err) => return Err(cluster.error("create the token Secret in kube-system", err)),
+        }
+    }
+    Err(CliError::failed(
+        format!("{CREATE_ATTEMPTS} freshly generated token ids were all taken"),
+        "check the system's random number generator",
+    ))
+}

@@ -1,0 +1,186 @@
+//! `kubeflavor certs download` (and `join --control-plane`): fetch `kube-system/kubeadm-certs`,
+//! check the key before anything else, decrypt and verify every entry, then write all the
+//! files or none (P5, P6).
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::Secret;
+use kube::{Api, Client};
+use kubeflavor_core::certkey::CertificateKey;
+use kubeflavor_core::copycerts::{self, CopyCertsError, Provenance};
+
+use super::CertsError;
+use super::objects::{self, NAMESPACE, SECRET_NAME};
+use super::pki_files::{self, WriteReport};
+
+#[derive(Debug)]
+pub struct DownloadOptions {
+    pub pki_dir: PathBuf,
+    pub key: CertificateKey,
+    /// `--force`: replace existing files whose content differs.
+    pub force: bool,
+    /// Whether a Secret without kubeflavor's key check and manifest (as kubeadm writes it)
+    /// is accepted (`--accept-kubeadm-secret`). Off by default: whoever can edit the Secret
+    /// could strip both and swap whole certificate/key pairs unnoticed.
+    pub provenance: Provenance,
+}
+
+/// Fetches the Secret and makes sure it has not outlived its proxy token. A bootstrap
+/// identity may not read token Secrets (403): then only the Secret's presence counts, which
+/// is what garbage collection guarantees shortly after the token expires.
+pub async fn fetch_secret(client: &Client, now: Timestamp) -> Result<Secret, CertsError> {
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), NAMESPACE);
+    let secret = match secrets.get_opt(SECRET_NAME).await {
+        Ok(Some(s)) => s,
+        Ok(None) => return Err(CertsError::SecretGone),
+        Err(e) => return Err(objects::api_error("reading kube-system/kubeadm-certs", e)),
+    };
+    if secret.metadata.deletion_timestamp.is_some() {
+        return Err(CertsError::SecretGone);
+    }
+    for owner in secret.metadata.owner_references.iter().flatten() {
+        if owner.kind != "Secret" {
+            continue;
+        }
+        match secrets.get_opt(&owner.name).await {
+            Ok(Some(token)) if token.metadata.uid.as_deref() == Some(owner.uid.as_str()) => {
+                match objects::token_expiration(&token) {
+                    Ok(Some(exp)) if exp <= now => return Err(CertsError::SecretGone),
+                    // An expiration that does not parse counts as expired (spec section 1).
+                    Err(_) => return Err(CertsError::SecretGone),
+                    _ => {}
+                }
+            }
+            // The owner is gone (or was replaced by a namesake): GC is about to delete it.
+            Ok(_) => return Err(CertsError::SecretGone),
+            Err(kube::Error::Api(s)) if s.code == 403 => {}
+            Err(e) => return Err(objects::api_error("reading the Secret's owner token", e)),
+        }
+    }
+    Ok(secret)
+}
+
+/// The Secret's data as plain bytes.
+pub fn secret_data(secret: &Secret) -> BTreeMap<String, Vec<u8>> {
+    secret
+        .data
+        .iter()
+        .flatten()
+        .map(|(k, v)| (k.clone(), v.0.clone()))
+        .collect()
+}
+
+/// Maps the core's decryption errors to the user-facing ones, one exit code each.
+pub fn open_error(e: CopyCertsError) -> CertsError {
+    match e {
+        CopyCertsError::WrongKey => CertsError::WrongKey,
+        // A Secret kubeadm wrote has no key check: the core says so in its message.
+        CopyCertsError::WrongKeyOrTampered { .. } => CertsError::WrongKeyOrTampered(e.to_string()),
+        CopyCertsError::MissingEntry { .. } => CertsError::MissingEntry(e.to_string()),
+        CopyCertsError::Tampered { .. } | CopyCertsError::BadManifest(_) => {
+            CertsError::Tampered(e.to_string())
+        }
+        CopyCertsError::SwappedEntry { .. }
+        | CopyCertsError::NotAsUploaded { .. }
+        | CopyCertsError::KeyDoesNotMatch { .. }
+        | CopyCertsError::Unreadable { .. } => CertsError::Swapped(e.to_string()),
+        CopyCertsError::NotFromKubeflavor => CertsError::NotFromKubeflavor(e.to_string()),
+        CopyCertsError::NotInSet { .. } | CopyCertsError::Randomness(_) => {
+            CertsError::Other(e.to_string())
+        }
+    }
+}
+
+/// Decrypts and verifies everything, then writes the files (all or none).
+pub fn decrypt_and_write(
+    data: &BTreeMap<String, Vec<u8>>,
+    opts: &DownloadOptions,
+) -> Result<WriteReport, CertsError> {
+    let opened = copycerts::open_all_with(&opts.key, data, opts.provenance).map_err(open_error)?;
+    Ok(pki_files::write_all(
+        &opts.pki_dir,
+        &opened.files,
+        opts.force,
+    )?)
+}
+
+/// The whole download with an already-authenticated client (admin or bootstrap identity).
+pub async fn download(
+    client: &Client,
+    opts: &DownloadOptions,
+    now: Timestamp,
+) -> Result<WriteReport, CertsError> {
+    let secret = fetch_secret(client, now).await?;
+    decrypt_and_write(&secret_data(&secret), opts)
+}
+
+/// A client that authenticates as a bootstrap token against `server`, trusting only the
+/// CA certificates discovery authenticated (`DER`). Used by `certs download --server` and
+/// `join --control-plane` after `[discovery]`.
+pub fn bootstrap_client(
+    server: &str,
+    ca_certs_der: &[Vec<u8>],
+    token: &kubeflavor_core::token::BootstrapToken,
+) -> Result<Client, CertsError> {
+    let url: http::Uri = server.parse().map_err(|e| {
+        CertsError::Refused(format!(
+            "the API server address {server:?} is not a URL: {e} (check cluster-info's kubeconfig)"
+        ))
+    })?;
+    let mut config = kube::Config::new(url);
+    config.root_cert = Some(ca_certs_der.to_vec());
+    config.auth_info.token = Some(token.expose().to_string().into());
+    Client::try_from(config).map_err(|e| {
+        CertsError::Other(format!(
+            "cannot build a client for {server}: {e} (check the discovered CA)"
+        ))
+    })
+}
+
+/// `[download-certs]` of `join --control-plane`: after discovery authenticated the cluster,
+/// read the Secret as the bootstrap token and write the files (kubeadm's phase of the same
+/// name). Progress goes to `report`; the key never does.
+pub async fn for_join(
+    cluster: &crate::join::DiscoveredCluster,
+    token: &kubeflavor_core::token::BootstrapToken,
+    opts: &DownloadOptions,
+    report: &mut dyn crate::join::Report,
+) -> Result<WriteReport, CertsError> {
+    report.info(&format!(
+        "[download-certs] Downloading the certificates in Secret {SECRET_NAME:?} in the {NAMESPACE:?} Namespace"
+    ));
+    let client = bootstrap_client(&cluster.server, &cluster.ca_certs_der, token)?;
+    let written = download(&client, opts, Timestamp::now()).await?;
+    for line in report_lines("[download-certs]", &opts.pki_dir, &written) {
+        report.info(&line);
+    }
+    Ok(written)
+}
+
+/// The lines that tell the user what a write did, one per file, then a summary.
+pub fn report_lines(phase: &str, dir: &std::path::Path, report: &WriteReport) -> Vec<String> {
+    let mut lines = Vec::new();
+    for (path, outcome) in &report.files {
+        let verb = match outcome {
+            pki_files::FileOutcome::Created => "Wrote",
+            pki_files::FileOutcome::Replaced => "Replaced",
+            pki_files::FileOutcome::Unchanged => "Kept identical",
+        };
+        lines.push(format!("{phase} {verb} {}", dir.join(path).display()));
+    }
+    for (path, have, want) in &report.mode_warnings {
+        lines.push(format!(
+            "{phase} Warning: {} has mode {have:04o}, kubeadm uses {want:04o} (left alone; chmod {want:o} it)",
+            dir.join(path).display()
+        ));
+    }
+    lines.push(format!(
+        "{phase} {} of {} files written to {}",
+        report.written(),
+        report.files.len(),
+        dir.display()
+    ));
+    lines
+}

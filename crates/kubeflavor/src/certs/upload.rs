@@ -1,0 +1,290 @@
+//! `kubeflavor certs upload`: encrypt the shared CA set and store it as kubeadm does, in
+//! `kube-system/kubeadm-certs`, owned by a short-lived token so that it disappears when the
+//! token expires (P5), and readable only by control-plane join tokens by default.
+//!
+//! Order of the writes, so that a crash anywhere leaves a state the next run finishes (P6):
+//! RBAC first (harmless without the Secret), then a fresh proxy token (an orphan simply
+//! expires), then create-or-replace of the Secret pointing at it, then deletion of the
+//! proxy token the previous upload used (it would expire anyway).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use jiff::{SignedDuration, Timestamp};
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+use kube::api::PostParams;
+use kube::{Api, Client};
+use kubeflavor_core::certkey::CertificateKey;
+use kubeflavor_core::copycerts::{self, CopyCertsError, EtcdMode, PkiEntry};
+use kubeflavor_core::token::BootstrapToken;
+use zeroize::Zeroizing;
+
+use super::objects::{self, NAMESPACE, ReadableBy, SECRET_NAME};
+use super::{CertsError, ExternalEtcd, pki_files};
+
+/// kubeadm's `DefaultCertTokenDuration`.
+pub const DEFAULT_TTL: SignedDuration = SignedDuration::from_hours(2);
+
+/// How many fresh token ids to try when the generated one is already taken.
+const TOKEN_ID_ATTEMPTS: usize = 5;
+
+pub struct UploadOptions {
+    pub pki_dir: PathBuf,
+    pub external_etcd: Option<ExternalEtcd>,
+    /// `--certificate-key`; a fresh key when absent.
+    pub key: Option<CertificateKey>,
+    pub ttl: SignedDuration,
+    pub readable_by: ReadableBy,
+}
+
+/// What an upload did; the key is here because printing it once is the command's job.
+pub struct Uploaded {
+    pub key: CertificateKey,
+    pub proxy_token_id: String,
+    pub expiration: Timestamp,
+    /// Data keys stored, with the plaintext size (0 for a file absent on disk).
+    pub entries: Vec<(String, usize)>,
+    pub readable_by: ReadableBy,
+}
+
+/// One source file of the Secret, read from disk.
+pub struct Source {
+    pub entry: PkiEntry,
+    pub path: PathBuf,
+    /// `None`: absent on disk, stored as an empty value as kubeadm does.
+    pub contents: Option<Zeroizing<Vec<u8>>>,
+}
+
+/// Reads every file the Secret carries, local-etcd or external-etcd set (spec section 3).
+pub fn read_sources(
+    pki_dir: &Path,
+    external_etcd: Option<&ExternalEtcd>,
+) -> Result<(EtcdMode, Vec<Source>), CertsError> {
+    let mode = if external_etcd.is_some() {
+        EtcdMode::External
+    } else {
+        EtcdMode::Local
+    };
+    let mut sources = Vec::new();
+    for &entry in PkiEntry::set(mode) {
+        let path = match (external_etcd, entry) {
+            (Some(ext), PkiEntry::ExternalEtcdCaCert) => ext.ca.clone(),
+            (Some(ext), PkiEntry::ExternalEtcdCert) => ext.cert.clone(),
+            (Some(ext), PkiEntry::ExternalEtcdKey) => ext.key.clone(),
+            _ => pki_dir.join(entry.rel_path()),
+        };
+        let contents = pki_files::read_optional(&path)?;
+        sources.push(Source {
+            entry,
+            path,
+            contents,
+        });
+    }
+    if sources.iter().all(|s| s.contents.is_none()) {
+        return Err(CertsError::PkiUnreadable(format!(
+            "no certificate or key found in {} (point --pki-dir at kubeadm's PKI directory, usually /etc/kubernetes/pki)",
+            pki_dir.display()
+        )));
+    }
+    Ok((mode, sources))
+}
+
+/// Encrypts every source (with the key-check and manifest entries), then opens the result
+/// again: that proves the data decrypts, and runs the same checks a download runs (each
+/// certificate parses, each key matches its certificate or public key) before anything
+/// leaves the machine. A broken set would otherwise only fail on the joining node.
+pub fn seal_sources(
+    key: &CertificateKey,
+    mode: EtcdMode,
+    sources: &[Source],
+) -> Result<BTreeMap<String, Vec<u8>>, CertsError> {
+    let present: Vec<(PkiEntry, &[u8])> = sources
+        .iter()
+        .filter_map(|s| s.contents.as_ref().map(|c| (s.entry, c.as_slice())))
+        .collect();
+    let data = copycerts::seal_secret_data(key, mode, &present)
+        .map_err(|e| CertsError::Other(e.to_string()))?;
+    let path_of = |entry: PkiEntry| {
+        sources.iter().find(|s| s.entry == entry).map_or_else(
+            || entry.data_key().to_owned(),
+            |s| s.path.display().to_string(),
+        )
+    };
+    let invalid = |what: String| {
+        CertsError::PkiInvalid(format!(
+            "{what}; nothing was uploaded (fix the PKI directory, or restore the file from a backup)"
+        ))
+    };
+    match copycerts::open_all(key, &data) {
+        Ok(_) => Ok(data),
+        Err(CopyCertsError::SwappedEntry {
+            entry,
+            expected,
+            found,
+        }) => Err(invalid(format!(
+            "{} should hold {expected} but holds {found}",
+            path_of(entry)
+        ))),
+        Err(CopyCertsError::KeyDoesNotMatch { key, partner }) => Err(invalid(format!(
+            "the private key {} does not belong to {}",
+            path_of(key),
+            path_of(partner)
+        ))),
+        Err(CopyCertsError::Unreadable { entry, reason }) => Err(invalid(format!(
+            "{} is not usable: {reason}",
+            path_of(entry)
+        ))),
+        Err(e) => Err(CertsError::Other(e.to_string())),
+    }
+}
+
+/// Runs the upload against the cluster. `progress` receives kubeadm-style lines; nothing
+/// passed to it, or to tracing, ever contains the key.
+pub async fn upload(
+    client: &Client,
+    opts: UploadOptions,
+    now: Timestamp,
+    progress: &mut dyn FnMut(&str),
+) -> Result<Uploaded, CertsError> {
+    if opts.ttl <= SignedDuration::ZERO {
+        return Err(CertsError::Refused(format!(
+            "--ttl must be positive, got {:#} (the Secret must expire; kubeadm uses 2h)",
+            opts.ttl
+        )));
+    }
+    let (mode, sources) = read_sources(&opts.pki_dir, opts.external_etcd.as_ref())?;
+    for s in sources.iter().filter(|s| s.contents.is_none()) {
+        progress(&format!(
+            "[upload-certs] {} not found, storing an empty value for {}",
+            s.path.display(),
+            s.entry.data_key()
+        ));
+    }
+    let key = match opts.key {
+        Some(k) => k,
+        None => CertificateKey::generate().map_err(|e| CertsError::Other(e.to_string()))?,
+    };
+    let data = seal_sources(&key, mode, &sources)?;
+    let expiration = now
+        .checked_add(opts.ttl)
+        .and_then(|t| {
+            // Whole seconds, rounded down: the Secret never outlives the TTL asked for.
+            t.round(
+                jiff::TimestampRound::new()
+                    .smallest(jiff::Unit::Second)
+                    .mode(jiff::RoundMode::Trunc),
+            )
+        })
+        .map_err(|e| CertsError::Refused(format!("--ttl {:#} is too long: {e}", opts.ttl)))?;
+
+    let roles: Api<Role> = Api::namespaced(client.clone(), NAMESPACE);
+    let bindings: Api<RoleBinding> = Api::namespaced(client.clone(), NAMESPACE);
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), NAMESPACE);
+
+    progress(&format!(
+        "[upload-certs] Creating the Role and RoleBinding {:?} for the group {:?}",
+        objects::RBAC_NAME,
+        opts.readable_by.group()
+    ));
+    objects::create_or_replace(&roles, &objects::reader_role())
+        .await
+        .map_err(|e| {
+            objects::api_error("creating the Role kube-system/kubeadm:kubeadm-certs", e)
+        })?;
+    objects::create_or_replace(&bindings, &objects::reader_binding(opts.readable_by))
+        .await
+        .map_err(|e| {
+            objects::api_error(
+                "creating the RoleBinding kube-system/kubeadm:kubeadm-certs",
+                e,
+            )
+        })?;
+
+    let owner = create_proxy_token(&secrets, expiration).await?;
+    let owner_id = owner
+        .metadata
+        .name
+        .as_deref()
+        .and_then(|n| n.strip_prefix("bootstrap-token-"))
+        .unwrap_or_default()
+        .to_owned();
+    let owner_ref = objects::owner_reference(&owner).ok_or_else(|| {
+        CertsError::Other("the API server returned the token Secret without a uid".to_owned())
+    })?;
+
+    let previous_owners: Vec<String> = secrets
+        .get_opt(SECRET_NAME)
+        .await
+        .map_err(|e| objects::api_error("reading kube-system/kubeadm-certs", e))?
+        .and_then(|s| s.metadata.owner_references)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|r| r.kind == "Secret" && r.name != owner_ref.name)
+        .map(|r| r.name)
+        .collect();
+
+    progress(&format!(
+        "[upload-certs] Storing the certificates in Secret {SECRET_NAME:?} in the {NAMESPACE:?} Namespace"
+    ));
+    let entries = sources
+        .iter()
+        .map(|s| {
+            (
+                s.entry.data_key().to_owned(),
+                s.contents.as_ref().map_or(0, |c| c.len()),
+            )
+        })
+        .collect();
+    objects::create_or_replace(&secrets, &objects::certs_secret(data, owner_ref))
+        .await
+        .map_err(|e| objects::api_error("storing kube-system/kubeadm-certs", e))?;
+
+    for name in previous_owners {
+        // Best effort: a superseded proxy token expires on its own anyway.
+        match objects::delete_if_proxy_token(&secrets, &name).await {
+            Ok(true) => tracing::debug!(token = %name, "deleted the superseded proxy token"),
+            Ok(false) => {}
+            Err(e) => {
+                tracing::warn!(token = %name, error = %e, "could not delete the superseded proxy token; it expires on its own")
+            }
+        }
+    }
+
+    Ok(Uploaded {
+        key,
+        proxy_token_id: owner_id,
+        expiration,
+        entries,
+        readable_by: opts.readable_by,
+    })
+}
+
+/// Creates a fresh TTL-proxy token, retrying with a new id if one is already taken.
+async fn create_proxy_token(
+    api: &Api<Secret>,
+    expiration: Timestamp,
+) -> Result<Secret, CertsError> {
+    // RFC 3339 UTC without fractional seconds, as the API server expects (spec section 1).
+    let expiration = format!("{expiration:.0}");
+    let mut last = None;
+    for _ in 0..TOKEN_ID_ATTEMPTS {
+        let token = BootstrapToken::generate().map_err(|e| CertsError::Other(e.to_string()))?;
+        let secret =
+            objects::proxy_token_secret(token.id().as_str(), token.secret().expose(), &expiration);
+        match api.create(&PostParams::default(), &secret).await {
+            Ok(created) => return Ok(created),
+            Err(kube::Error::Api(s)) if s.code == 409 => last = Some(s.message),
+            Err(e) => {
+                return Err(objects::api_error(
+                    "creating the proxy token that limits the Secret's lifetime",
+                    e,
+                ));
+            }
+        }
+    }
+    Err(CertsError::Other(format!(
+        "could not create a proxy token after {TOKEN_ID_ATTEMPTS} attempts: {} (retry)",
+        last.unwrap_or_default()
+    )))
+}

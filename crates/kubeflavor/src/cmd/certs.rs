@@ -1,0 +1,474 @@
+//! `kubeflavor certs ...`: the command line of the certificate hand-off (issue 6). The work
+//! is in `crate::certs`; this file parses flags, connects, and prints.
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use clap::{Args, Subcommand, ValueEnum};
+use jiff::{SignedDuration, Timestamp};
+use kubeflavor_core::certkey::CertificateKey;
+use kubeflavor_core::copycerts::Provenance;
+use kubeflavor_core::pki::{self, KeyAlgorithm};
+
+pub use crate::certs::control_plane_token::{CONTROL_PLANE_TOKEN_TTL, create_control_plane_token};
+use crate::certs::download::DownloadOptions;
+use crate::certs::objects::ReadableBy;
+use crate::certs::pki_files::{self, WriteReport};
+use crate::certs::upload::{self, UploadOptions, Uploaded};
+use crate::certs::{self, CertsError, DEFAULT_PKI_DIR, ExternalEtcd, inspect};
+use crate::cli::GlobalArgs;
+use crate::cluster::{Cluster, ClusterArgs};
+use crate::error::CliError;
+
+/// A secret flag value as typed (`--certificate-key`, `--token`): zeroized on drop and never
+/// shown by Debug (the parsed arguments are Debug). Validated where it is used, so a
+/// malformed value gets its own exit code rather than clap's usage error (which would also
+/// echo the value).
+#[derive(Clone)]
+pub struct SecretText(zeroize::Zeroizing<String>);
+
+impl std::str::FromStr for SecretText {
+    type Err = std::convert::Infallible;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Ok(SecretText(zeroize::Zeroizing::new(s.to_owned())))
+    }
+}
+
+impl std::fmt::Debug for SecretText {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SecretText(****)")
+    }
+}
+
+impl SecretText {
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+
+    /// The value as a certificate key.
+    pub fn certificate_key(&self) -> Result<CertificateKey, CertsError> {
+        certs::parse_certificate_key(&self.0)
+    }
+}
+
+/// Environment variable that may carry the certificate key instead of the command line
+/// (where every user of the machine can read it in the process list).
+pub const KEY_ENV: &str = "KUBEFLAVOR_CERTIFICATE_KEY";
+
+#[derive(Debug, Subcommand)]
+pub enum CertsCommand {
+    /// Print a new certificate key (64 hex characters), like `kubeadm certs certificate-key`.
+    Key,
+    /// Create the shared CA set kubeadm keeps in /etc/kubernetes/pki (ca, front-proxy-ca,
+    /// etcd/ca, sa key pair) with kubeadm's names and modes. Never overwrites a file.
+    Generate(GenerateArgs),
+    /// Encrypt the shared CA set and store it in kube-system/kubeadm-certs for 2 hours,
+    /// readable only by control-plane join tokens; print the key once.
+    Upload(UploadArgs),
+    /// Fetch kube-system/kubeadm-certs, check the key, decrypt and verify everything, and
+    /// write all files or none with kubeadm's modes.
+    Download(DownloadArgs),
+    /// Show what kube-system/kubeadm-certs holds, until when, and who may read it; with the
+    /// key, the certificates' subjects and expiry dates.
+    Inspect(InspectArgs),
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum KeyType {
+    #[value(name = "rsa-2048")]
+    Rsa2048,
+    #[value(name = "ecdsa-p256")]
+    EcdsaP256,
+}
+
+impl From<KeyType> for KeyAlgorithm {
+    fn from(k: KeyType) -> Self {
+        match k {
+            KeyType::Rsa2048 => KeyAlgorithm::Rsa2048,
+            KeyType::EcdsaP256 => KeyAlgorithm::EcdsaP256,
+        }
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct GenerateArgs {
+    /// Directory to create the files in.
+    #[arg(long, value_name = "DIR")]
+    pub pki_dir: PathBuf,
+    /// Key algorithm of the CAs and of the service-account key pair.
+    #[arg(long, value_enum, default_value = "rsa-2048")]
+    pub key_type: KeyType,
+}
+
+#[derive(Debug, Args)]
+pub struct UploadArgs {
+    /// kubeadm's PKI directory.
+    #[arg(long, value_name = "DIR", default_value = DEFAULT_PKI_DIR)]
+    pub pki_dir: PathBuf,
+    /// Encrypt with this key (64 hex characters) instead of a fresh one. Also read from
+    /// the KUBEFLAVOR_CERTIFICATE_KEY environment variable.
+    #[arg(long, value_name = "KEY", env = KEY_ENV, hide_env_values = true)]
+    pub certificate_key: Option<SecretText>,
+    /// External etcd: its CA certificate (instead of etcd/ca.* from the PKI directory).
+    #[arg(long, value_name = "FILE", requires_all = ["external_etcd_cert", "external_etcd_key"])]
+    pub external_etcd_ca: Option<PathBuf>,
+    /// External etcd: the API server's client certificate.
+    #[arg(long, value_name = "FILE", requires_all = ["external_etcd_ca", "external_etcd_key"])]
+    pub external_etcd_cert: Option<PathBuf>,
+    /// External etcd: the API server's client key.
+    #[arg(long, value_name = "FILE", requires_all = ["external_etcd_ca", "external_etcd_cert"])]
+    pub external_etcd_key: Option<PathBuf>,
+    /// Lifetime of the Secret (its owner token expires then, and garbage collection
+    /// deletes the Secret): e.g. 2h, 90m, 1h30m.
+    #[arg(long, value_name = "DURATION", default_value = "2h", value_parser = parse_ttl)]
+    pub ttl: SignedDuration,
+    /// Which join tokens may read the Secret: control-plane (tokens from
+    /// `kubeflavor token create --control-plane`) or kubeadm (every default kubeadm token,
+    /// workers included, for `kubeadm join --control-plane`).
+    #[arg(long, value_enum, default_value = "control-plane")]
+    pub readable_by: ReadableBy,
+}
+
+#[derive(Debug, Args)]
+pub struct KeyArgs {
+    /// The key printed by `kubeflavor certs upload` (64 hex characters). Also read from
+    /// the KUBEFLAVOR_CERTIFICATE_KEY environment variable.
+    #[arg(long, value_name = "KEY", env = KEY_ENV, hide_env_values = true)]
+    pub certificate_key: Option<SecretText>,
+}
+
+#[derive(Debug, Args)]
+pub struct BootstrapArgs {
+    /// Read the Secret as a bootstrap token identity on this API server (host:port),
+    /// discovering and pinning its CA as `kubeadm join` does, instead of a kubeconfig.
+    #[arg(long, value_name = "HOST:PORT", requires_all = ["token", "discovery_token_ca_cert_hash"])]
+    pub server: Option<String>,
+    /// Bootstrap token (from `kubeflavor token create --control-plane`).
+    #[arg(long, value_name = "TOKEN", requires = "server")]
+    pub token: Option<SecretText>,
+    /// Pin of the cluster CA, `sha256:<hex>` (repeatable).
+    #[arg(long, value_name = "sha256:HEX", requires = "server")]
+    pub discovery_token_ca_cert_hash: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct DownloadArgs {
+    #[command(flatten)]
+    pub key: KeyArgs,
+    /// Where to write the files.
+    #[arg(long, value_name = "DIR", default_value = DEFAULT_PKI_DIR)]
+    pub pki_dir: PathBuf,
+    /// Replace existing files whose content differs (identical files are always kept).
+    #[arg(long)]
+    pub force: bool,
+    /// Also accept a Secret uploaded by kubeadm (no kubeflavor key check): its entries are
+    /// then checked only by kind and key/certificate matching.
+    #[arg(long)]
+    pub accept_kubeadm_secret: bool,
+    #[command(flatten)]
+    pub bootstrap: BootstrapArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct InspectArgs {
+    #[command(flatten)]
+    pub key: KeyArgs,
+    /// Output format.
+    #[arg(short = 'o', long, value_enum, default_value = "text")]
+    pub output: InspectFormat,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum InspectFormat {
+    Text,
+    Json,
+}
+
+fn parse_ttl(s: &str) -> Result<SignedDuration, String> {
+    s.parse::<SignedDuration>()
+        .map_err(|e| format!("{e} (write a duration such as 2h, 90m or 1h30m)"))
+}
+
+impl KeyArgs {
+    fn required(&self) -> Result<CertificateKey, CertsError> {
+        match &self.certificate_key {
+            Some(k) => k.certificate_key(),
+            None => Err(CertsError::MalformedKey(format!(
+                "no certificate key given (pass --certificate-key with the key 'kubeflavor certs upload' printed, or set {KEY_ENV})"
+            ))),
+        }
+    }
+
+    fn optional(&self) -> Result<Option<CertificateKey>, CertsError> {
+        self.certificate_key
+            .as_ref()
+            .map(SecretText::certificate_key)
+            .transpose()
+    }
+}
+
+/// `certs key`.
+pub fn key(out: &mut dyn Write) -> Result<(), CertsError> {
+    let key = CertificateKey::generate().map_err(|e| CertsError::Other(e.to_string()))?;
+    writeln!(out, "{}", key.expose_hex().as_str()).map_err(output_error)
+}
+
+/// `certs generate`.
+pub fn generate(
+    args: &GenerateArgs,
+    now: Timestamp,
+    out: &mut dyn Write,
+) -> Result<(), CertsError> {
+    let files = pki::generate_shared_ca_set(args.key_type.into(), now)
+        .map_err(|e| CertsError::Other(format!("cannot generate the CA set: {e}")))?;
+    // Fresh keys never equal existing files, so any existing file is a conflict: generate
+    // never overwrites, and writes nothing at all if it would have to.
+    let report = pki_files::write_all(&args.pki_dir, &files, false)?;
+    print_report(out, "[certs]", &args.pki_dir, &report)
+}
+
+/// `certs upload`, given a client.
+pub async fn upload(
+    args: &UploadArgs,
+    client: &kube::Client,
+    now: Timestamp,
+    out: &mut dyn Write,
+) -> Result<Uploaded, CertsError> {
+    let key = args
+        .certificate_key
+        .as_ref()
+        .map(SecretText::certificate_key)
+        .transpose()?;
+    let external_etcd = match (
+        &args.external_etcd_ca,
+        &args.external_etcd_cert,
+        &args.external_etcd_key,
+    ) {
+        (Some(ca), Some(cert), Some(key)) => Some(ExternalEtcd {
+            ca: ca.clone(),
+            cert: cert.clone(),
+            key: key.clone(),
+        }),
+        _ => None,
+    };
+    let opts = UploadOptions {
+        pki_dir: args.pki_dir.clone(),
+        external_etcd,
+        key,
+        ttl: args.ttl,
+        readable_by: args.readable_by,
+    };
+    let mut lines = Vec::new();
+    let result = upload::upload(client, opts, now, &mut |l: &str| lines.push(l.to_owned())).await;
+    for l in &lines {
+        writeln!(out, "{l}").map_err(output_error)?;
+    }
+    let up = result?;
+    writeln!(
+        out,
+        "[upload-certs] The Secret expires at {} with its proxy token {}; readable by group {:?}",
+        up.expiration,
+        up.proxy_token_id,
+        up.readable_by.group()
+    )
+    .map_err(output_error)?;
+    // kubeadm's exact two lines: scripts take the key from the last line.
+    writeln!(out, "[upload-certs] Using certificate key:").map_err(output_error)?;
+    writeln!(out, "{}", up.key.expose_hex().as_str()).map_err(output_error)?;
+    Ok(up)
+}
+
+/// `certs download`, given a client (admin or bootstrap identity).
+pub async fn download(
+    args: &DownloadArgs,
+    client: &kube::Client,
+    now: Timestamp,
+    out: &mut dyn Write,
+) -> Result<WriteReport, CertsError> {
+    let opts = DownloadOptions {
+        pki_dir: args.pki_dir.clone(),
+        key: args.key.required()?,
+        force: args.force,
+        provenance: provenance(args.accept_kubeadm_secret),
+    };
+    download_with(&opts, client, now, out).await
+}
+
+/// The download step shared by `certs download` and `join --control-plane`.
+pub async fn download_with(
+    opts: &DownloadOptions,
+    client: &kube::Client,
+    now: Timestamp,
+    out: &mut dyn Write,
+) -> Result<WriteReport, CertsError> {
+    writeln!(
+        out,
+        "[download-certs] Downloading the certificates in Secret \"kubeadm-certs\" in the \"kube-system\" Namespace"
+    )
+    .map_err(output_error)?;
+    let report = certs::download::download(client, opts, now).await?;
+    print_report(out, "[download-certs]", &opts.pki_dir, &report)?;
+    Ok(report)
+}
+
+/// `certs inspect`, given a client.
+pub async fn inspect(
+    args: &InspectArgs,
+    client: &kube::Client,
+    now: Timestamp,
+    out: &mut dyn Write,
+) -> Result<(), CertsError> {
+    let key = args.key.optional()?;
+    inspect_with(args, key.as_ref(), client, now, out).await
+}
+
+async fn inspect_with(
+    args: &InspectArgs,
+    key: Option<&CertificateKey>,
+    client: &kube::Client,
+    now: Timestamp,
+    out: &mut dyn Write,
+) -> Result<(), CertsError> {
+    let i = inspect::inspect(client, key, now).await?;
+    match args.output {
+        InspectFormat::Text => write!(out, "{}", inspect::render(&i)),
+        InspectFormat::Json => writeln!(
+            out,
+            "{}",
+            serde_json::to_string_pretty(&i).map_err(|e| CertsError::Other(e.to_string()))?
+        ),
+    }
+    .map_err(output_error)
+}
+
+fn provenance(accept_kubeadm_secret: bool) -> Provenance {
+    if accept_kubeadm_secret {
+        Provenance::KubeflavorOrKubeadm
+    } else {
+        Provenance::KubeflavorOnly
+    }
+}
+
+fn output_error(e: std::io::Error) -> CertsError {
+    CertsError::Other(format!("cannot write the output: {e}"))
+}
+
+fn print_report(
+    out: &mut dyn Write,
+    phase: &str,
+    dir: &std::path::Path,
+    report: &WriteReport,
+) -> Result<(), CertsError> {
+    for line in crate::certs::download::report_lines(phase, dir, report) {
+        writeln!(out, "{line}").map_err(output_error)?;
+    }
+    Ok(())
+}
+
+/// Runs one `certs` command: connects (admin kubeconfig, or a bootstrap identity for
+/// `download --server`) only for the commands that talk to a cluster.
+pub async fn execute(
+    command: CertsCommand,
+    global: &GlobalArgs,
+    out: &mut dyn Write,
+) -> Result<(), CliError> {
+    let now = Timestamp::now();
+    match command {
+        CertsCommand::Key => Ok(key(out)?),
+        CertsCommand::Generate(args) => Ok(generate(&args, now, out)?),
+        CertsCommand::Upload(args) => {
+            let cluster = connect(global).await?;
+            upload(&args, &cluster.client, now, out).await?;
+            Ok(())
+        }
+        CertsCommand::Download(args) => {
+            // Parse the key before any network traffic: a typo fails fast (exit 20).
+            let key = args.key.required()?;
+            let client = match &args.bootstrap.server {
+                Some(server) => {
+                    crate::certs::bootstrap::bootstrap_client(server, &args.bootstrap, out).await?
+                }
+                None => connect(global).await?.client,
+            };
+            let opts = DownloadOptions {
+                pki_dir: args.pki_dir.clone(),
+                key,
+                force: args.force,
+                provenance: provenance(args.accept_kubeadm_secret),
+            };
+            download_with(&opts, &client, now, out).await?;
+            Ok(())
+        }
+        CertsCommand::Inspect(args) => {
+            let key = args.key.optional()?;
+            let cluster = connect(global).await?;
+            inspect_with(&args, key.as_ref(), &cluster.client, now, out).await?;
+            Ok(())
+        }
+    }
+}
+
+async fn connect(global: &GlobalArgs) -> Result<Cluster, CliError> {
+    Cluster::connect(&ClusterArgs {
+        kubeconfig: global.kubeconfig.clone(),
+        context: global.context.clone(),
+    })
+    .await
+}
+
+/// The download `join --control-plane --certificate-key` performs, into kubeadm's
+/// `<kubelet-dir>/pki`. The key is parsed before anything happens (exit 20 on a typo).
+pub fn join_download_options(
+    args: &crate::cmd::join::JoinArgs,
+) -> Result<Option<DownloadOptions>, CliError> {
+    match (&args.certificate_key, args.control_plane) {
+        (Some(key), true) => Ok(Some(DownloadOptions {
+            pki_dir: args.kubelet_dir.join("pki"),
+            key: key.certificate_key()?,
+            force: false,
+            provenance: provenance(args.accept_kubeadm_secret),
+        })),
+        _ => Ok(None),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser, Debug)]
+    struct T {
+        #[command(subcommand)]
+        c: CertsCommand,
+    }
+
+    #[test]
+    fn parsed_arguments_never_show_the_key_or_token() {
+        let key = "0123456789abcdef".repeat(4);
+        let token = "abcdef.0123456789abcdef";
+        let t = T::try_parse_from([
+            "certs",
+            "download",
+            "--certificate-key",
+            &key,
+            "--server",
+            "127.0.0.1:6443",
+            "--token",
+            token,
+            "--discovery-token-ca-cert-hash",
+            "sha256:00",
+        ])
+        .unwrap();
+        let shown = format!("{t:?}");
+        assert!(!shown.contains(&key), "{shown}");
+        assert!(!shown.contains("0123456789abcdef"), "{shown}");
+    }
+
+    #[test]
+    fn ttl_accepts_kubeadm_style_durations() {
+        assert_eq!(parse_ttl("2h").unwrap(), SignedDuration::from_hours(2));
+        assert_eq!(parse_ttl("1h30m").unwrap(), SignedDuration::from_mins(90));
+        assert!(parse_ttl("two hours").unwrap_err().contains("such as 2h"));
+    }
+}

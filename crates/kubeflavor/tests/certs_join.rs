@@ -1,0 +1,178 @@
+//! The download as a bootstrap identity: `certs download --server --token
+//! --discovery-token-ca-cert-hash` and `join --control-plane --certificate-key`, through the
+//! real binary. Runs on testkube, or on a real cluster with KUBEFLAVOR_E2E_KUBECONFIG.
+
+mod certs_support;
+
+use std::path::Path;
+use std::process::Output;
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::Api;
+use kubeflavor_core::kubeconfig::ClusterInfo;
+use kubeflavor_core::pin::CaPin;
+
+use certs_support::{Env, create_token, generate, snapshot, upload};
+
+async fn kubeflavor(args: &[&str]) -> Output {
+    tokio::process::Command::new(env!("CARGO_BIN_EXE_kubeflavor"))
+        .args(args)
+        .env_remove("KUBEFLAVOR_CERTIFICATE_KEY")
+        .env_remove("KUBECONFIG")
+        .output()
+        .await
+        .expect("the binary runs")
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn path(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+/// What a node administrator is handed: the endpoint and the CA pin.
+async fn endpoint_and_pin(env: &Env) -> (String, String) {
+    let cm = Api::<ConfigMap>::namespaced(env.admin.clone(), "kube-public")
+        .get("cluster-info")
+        .await
+        .unwrap();
+    let info = ClusterInfo::from_kubeconfig(&cm.data.unwrap()["kubeconfig"]).unwrap();
+    let pin = CaPin::from_cert_der(&info.ca_certs_der[0]).unwrap();
+    let endpoint = info.server.trim_start_matches("https://").to_owned();
+    (endpoint, pin.to_string())
+}
+
+struct Uploaded {
+    env: Env,
+    key: String,
+    tmp: tempfile::TempDir,
+    endpoint: String,
+    pin: String,
+}
+
+async fn uploaded() -> Uploaded {
+    let env = Env::start().await;
+    let tmp = tempfile::tempdir().unwrap();
+    generate(&tmp.path().join("source"), "ecdsa-p256");
+    let (key, _) = upload(&env, &["--pki-dir", path(&tmp.path().join("source"))])
+        .await
+        .unwrap();
+    let (endpoint, pin) = endpoint_and_pin(&env).await;
+    Uploaded {
+        env,
+        key,
+        tmp,
+        endpoint,
+        pin,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_control_plane_token_downloads_with_discovery_and_a_node_token_cannot() {
+    let u = uploaded().await;
+    let target = u.tmp.path().join("target");
+    let cp = create_token(
+        &u.env.admin,
+        "system:bootstrappers:kubeflavor:control-plane",
+    )
+    .await;
+    let args = |token: &str| {
+        vec![
+            "certs".to_owned(),
+            "download".into(),
+            "--server".into(),
+            u.endpoint.clone(),
+            "--token".into(),
+            token.to_owned(),
+            "--discovery-token-ca-cert-hash".into(),
+            u.pin.clone(),
+            "--certificate-key".into(),
+            u.key.clone(),
+            "--pki-dir".into(),
+            path(&target).to_owned(),
+        ]
+    };
+    let node = create_token(&u.env.admin, "system:bootstrappers:kubeflavor:node").await;
+    let refused = kubeflavor(&args(&node).iter().map(String::as_str).collect::<Vec<_>>()).await;
+    assert_eq!(refused.status.code(), Some(6), "{}", text(&refused.stderr));
+    assert!(
+        text(&refused.stderr).contains("forbidden"),
+        "{}",
+        text(&refused.stderr)
+    );
+    assert!(!target.exists(), "a refused download wrote files");
+
+    let ok = kubeflavor(&args(&cp).iter().map(String::as_str).collect::<Vec<_>>()).await;
+    assert!(ok.status.success(), "{}", text(&ok.stderr));
+    let out = text(&ok.stdout);
+    assert!(out.contains("[discovery] Cluster info signature and contents are valid and TLS certificate validates against pinned roots"), "{out}");
+    assert!(out.contains("8 of 8 files written"), "{out}");
+    assert_eq!(snapshot(&u.tmp.path().join("source")), snapshot(&target));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn join_control_plane_downloads_the_pki_before_the_kubelet_files() {
+    let u = uploaded().await;
+    let cp = create_token(
+        &u.env.admin,
+        "system:bootstrappers:kubeflavor:control-plane",
+    )
+    .await;
+    let dir = u.tmp.path().join("etc-kubernetes");
+    std::fs::create_dir(&dir).unwrap();
+    let join = |key: String| {
+        let (endpoint, pin, cp, dir) = (
+            u.endpoint.clone(),
+            u.pin.clone(),
+            cp.clone(),
+            path(&dir).to_owned(),
+        );
+        async move {
+            kubeflavor(&[
+                "join",
+                &endpoint,
+                "--token",
+                &cp,
+                "--discovery-token-ca-cert-hash",
+                &pin,
+                "--node-name",
+                "cp-2",
+                "--kubelet-dir",
+                &dir,
+                "--control-plane",
+                "--certificate-key",
+                &key,
+                "--discovery-retry-interval",
+                "1s",
+            ])
+            .await
+        }
+    };
+    // A wrong key stops the join before anything is written.
+    let wrong = join("e".repeat(64)).await;
+    assert_eq!(wrong.status.code(), Some(21), "{}", text(&wrong.stderr));
+    assert!(
+        text(&wrong.stderr).contains("wrong certificate key"),
+        "{}",
+        text(&wrong.stderr)
+    );
+    assert_eq!(
+        snapshot(&dir),
+        Default::default(),
+        "files written despite the wrong key"
+    );
+
+    let ok = join(u.key.clone()).await;
+    assert!(ok.status.success(), "{}", text(&ok.stderr));
+    let out = text(&ok.stdout);
+    let download = out.find("[download-certs] Downloading").expect(&out);
+    let kubelet = out.find("[kubelet-start]").expect(&out);
+    assert!(download < kubelet, "{out}");
+    assert_eq!(
+        snapshot(&u.tmp.path().join("source")),
+        snapshot(&dir.join("pki"))
+    );
+    assert!(dir.join("bootstrap-kubelet.conf").exists());
+}

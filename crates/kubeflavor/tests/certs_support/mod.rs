@@ -1,0 +1,328 @@
+//! Helpers shared by the certs e2e tests: scanning every object on the server, capturing
+//! tracing output, and comparing PKI directories.
+
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::io;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use base64::Engine as _;
+use kube::Client;
+use kube::api::{Api, DynamicObject, ListParams};
+use kube::discovery::{Discovery, verbs};
+
+/// Every object of every listable resource the server offers, as JSON text, across all
+/// namespaces. Secrets, ConfigMaps, Events, RBAC, CSRs, custom resources: all of them.
+pub async fn every_object(client: &Client) -> Vec<(String, String)> {
+    let discovery = Discovery::new(client.clone())
+        .run()
+        .await
+        .expect("discovery");
+    let mut out = Vec::new();
+    for group in discovery.groups() {
+        for (ar, caps) in group.recommended_resources() {
+            if !caps.supports_operation(verbs::LIST) || ar.plural.contains('/') {
+                continue;
+            }
+            let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
+            let list = match api.list(&ListParams::default()).await {
+                Ok(l) => l,
+                // Some kinds cannot be listed, and an aggregated API whose backend is down
+                // answers 503 (a real cluster's metrics.k8s.io): none stores what we wrote.
+                Err(kube::Error::Api(s)) if matches!(s.code, 404 | 405 | 503) => continue,
+                Err(e) => panic!("listing {}: {e}", ar.plural),
+            };
+            for o in list.items {
+                let name = format!(
+                    "{}/{}/{}",
+                    ar.plural,
+                    o.metadata.namespace.clone().unwrap_or_default(),
+                    o.metadata.name.clone().unwrap_or_default()
+                );
+                out.push((name, serde_json::to_string(&o).unwrap()));
+            }
+        }
+    }
+    out
+}
+
+/// Every form the key could leak in: hex either case, base64 of its raw bytes (standard
+/// and URL-safe), and base64 of the hex text (a Secret value holding the printed key).
+pub fn key_forms(key_hex: &str) -> Vec<String> {
+    let raw = hex::decode(key_hex).unwrap();
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let b64url = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    let mut forms = vec![
+        key_hex.to_ascii_lowercase(),
+        key_hex.to_ascii_uppercase(),
+        b64.encode(&raw),
+        b64url.encode(&raw),
+        b64.encode(key_hex.to_ascii_lowercase()),
+    ];
+    // Base64 of the raw key without its padding, in case it is embedded in a longer value.
+    let no_pad = b64.encode(&raw);
+    forms.push(no_pad.trim_end_matches('=').to_owned());
+    forms
+}
+
+pub fn find_leaks(haystacks: &[(String, String)], key_hex: &str) -> Vec<String> {
+    let forms = key_forms(key_hex);
+    haystacks
+        .iter()
+        .filter(|(_, text)| forms.iter().any(|f| text.contains(f.as_str())))
+        .map(|(name, _)| name.clone())
+        .collect()
+}
+
+/// A tracing writer that keeps everything in memory.
+#[derive(Clone, Default)]
+pub struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl Captured {
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
+}
+
+impl io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Captured {
+    type Writer = Captured;
+    fn make_writer(&'a self) -> Self::Writer {
+        self.clone()
+    }
+}
+
+/// Installs a TRACE-level subscriber for the current thread (use a current-thread runtime
+/// so every task of the test logs through it).
+pub fn capture_logs() -> (Captured, tracing::subscriber::DefaultGuard) {
+    let captured = Captured::default();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::TRACE)
+        .with_writer(captured.clone())
+        .with_ansi(false)
+        .finish();
+    let guard = tracing::subscriber::set_default(subscriber);
+    (captured, guard)
+}
+
+/// Every regular file under `dir`: relative path -> (mode, bytes).
+pub fn snapshot(dir: &Path) -> BTreeMap<String, (u32, Vec<u8>)> {
+    fn walk(base: &Path, dir: &Path, out: &mut BTreeMap<String, (u32, Vec<u8>)>) {
+        let Ok(rd) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for e in rd.flatten() {
+            let p = e.path();
+            let meta = std::fs::metadata(&p).unwrap();
+            let rel = p.strip_prefix(base).unwrap().display().to_string();
+            if meta.is_dir() {
+                out.insert(
+                    format!("{rel}/"),
+                    (meta.permissions().mode() & 0o7777, Vec::new()),
+                );
+                walk(base, &p, out);
+            } else {
+                out.insert(
+                    rel,
+                    (
+                        meta.permissions().mode() & 0o7777,
+                        std::fs::read(&p).unwrap(),
+                    ),
+                );
+            }
+        }
+    }
+    let mut out = BTreeMap::new();
+    walk(dir, dir, &mut out);
+    out
+}
+
+/// The cluster a test runs against: a real one named by `KUBEFLAVOR_E2E_KUBECONFIG` (admin
+/// credentials), or a fresh testkube.
+pub struct Env {
+    pub admin: Client,
+    /// Path of an admin kubeconfig file, for runs of the real binary.
+    pub kubeconfig_path: std::path::PathBuf,
+    pub server: String,
+    pub testkube: Option<testkube::TestCluster>,
+    _dir: tempfile::TempDir,
+    /// On a real cluster the tests of one binary share kube-system/kubeadm-certs: they run
+    /// one at a time.
+    _serial: Option<tokio::sync::OwnedMutexGuard<()>>,
+}
+
+fn real_cluster_lock() -> Arc<tokio::sync::Mutex<()>> {
+    static LOCK: std::sync::OnceLock<Arc<tokio::sync::Mutex<()>>> = std::sync::OnceLock::new();
+    LOCK.get_or_init(Default::default).clone()
+}
+
+pub async fn client_from_kubeconfig_text(text: &str) -> Client {
+    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+    let kc = kube::config::Kubeconfig::from_yaml(text).expect("kubeconfig parses");
+    let config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+        .await
+        .expect("kubeconfig usable");
+    Client::try_from(config).expect("client")
+}
+
+impl Env {
+    pub async fn start() -> Env {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("admin.conf");
+        match std::env::var_os("KUBEFLAVOR_E2E_KUBECONFIG") {
+            Some(p) => {
+                let serial = real_cluster_lock().lock_owned().await;
+                let text = std::fs::read_to_string(&p).expect("KUBEFLAVOR_E2E_KUBECONFIG readable");
+                std::fs::write(&path, &text).unwrap();
+                let admin = client_from_kubeconfig_text(&text).await;
+                let server = kube::config::Kubeconfig::from_yaml(&text)
+                    .ok()
+                    .and_then(|k| {
+                        k.clusters
+                            .first()
+                            .and_then(|c| c.cluster.as_ref()?.server.clone())
+                    })
+                    .unwrap_or_default();
+                Env {
+                    admin,
+                    kubeconfig_path: path,
+                    server,
+                    testkube: None,
+                    _dir: dir,
+                    _serial: Some(serial),
+                }
+            }
+            None => {
+                let tk = testkube::TestCluster::start()
+                    .await
+                    .expect("testkube starts");
+                let text = tk.admin_kubeconfig();
+                std::fs::write(&path, &text).unwrap();
+                let admin = client_from_kubeconfig_text(&text).await;
+                let server = tk.server_url().to_owned();
+                Env {
+                    admin,
+                    kubeconfig_path: path,
+                    server,
+                    testkube: Some(tk),
+                    _dir: dir,
+                    _serial: None,
+                }
+            }
+        }
+    }
+
+    /// A client authenticating with a bearer token (a bootstrap token).
+    pub async fn token_client(&self, token: &str) -> Client {
+        let admin_text = std::fs::read_to_string(&self.kubeconfig_path).unwrap();
+        let mut kc = kube::config::Kubeconfig::from_yaml(&admin_text).unwrap();
+        for u in kc.auth_infos.iter_mut() {
+            if let Some(a) = u.auth_info.as_mut() {
+                *a = kube::config::AuthInfo {
+                    token: Some(token.to_owned().into()),
+                    ..Default::default()
+                };
+            }
+        }
+        let config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+            .await
+            .unwrap();
+        Client::try_from(config).unwrap()
+    }
+}
+
+/// Creates a bootstrap token in `group` valid for an hour, as `kubeflavor token create`
+/// would (kubeadm's layout), and returns `id.secret`. The Secret is deleted on drop of the
+/// test cluster, or by tokencleaner on a real one.
+pub async fn create_token(admin: &Client, group: &str) -> String {
+    use k8s_openapi::api::core::v1::Secret;
+    let token = kubeflavor_core::token::BootstrapToken::generate().unwrap();
+    let expiration = jiff::Timestamp::now() + jiff::SignedDuration::from_hours(1);
+    let secret: Secret = serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": format!("bootstrap-token-{}", token.id().as_str()), "namespace": "kube-system"},
+        "type": "bootstrap.kubernetes.io/token",
+        "stringData": {
+            "token-id": token.id().as_str(),
+            "token-secret": token.secret().expose(),
+            "expiration": format!("{:.0}", expiration.round(jiff::Unit::Second).unwrap()),
+            "usage-bootstrap-authentication": "true",
+            "usage-bootstrap-signing": "true",
+            "auth-extra-groups": group,
+        }
+    }))
+    .unwrap();
+    Api::<Secret>::namespaced(admin.clone(), "kube-system")
+        .create(&Default::default(), &secret)
+        .await
+        .expect("token Secret created");
+    token.expose().to_string()
+}
+
+#[derive(clap::Parser)]
+struct CertsCli {
+    #[command(subcommand)]
+    certs: kubeflavor::cmd::certs::CertsCommand,
+}
+
+/// Parses `certs <args>` exactly as the binary does.
+pub fn parse(args: &[&str]) -> kubeflavor::cmd::certs::CertsCommand {
+    use clap::Parser as _;
+    CertsCli::try_parse_from(std::iter::once("certs").chain(args.iter().copied()))
+        .expect("arguments parse")
+        .certs
+}
+
+/// `certs generate --pki-dir DIR --key-type T`.
+pub fn generate(dir: &Path, key_type: &str) {
+    let kubeflavor::cmd::certs::CertsCommand::Generate(a) = parse(&[
+        "generate",
+        "--pki-dir",
+        dir.to_str().unwrap(),
+        "--key-type",
+        key_type,
+    ]) else {
+        unreachable!()
+    };
+    kubeflavor::cmd::certs::generate(&a, jiff::Timestamp::now(), &mut Vec::new()).unwrap();
+}
+
+/// `certs upload <args>` as admin; returns the printed key and the whole output.
+pub async fn upload(
+    env: &Env,
+    args: &[&str],
+) -> Result<(String, String), kubeflavor::certs::CertsError> {
+    let kubeflavor::cmd::certs::CertsCommand::Upload(a) = parse(&[&["upload"], args].concat())
+    else {
+        unreachable!()
+    };
+    let mut out = Vec::new();
+    kubeflavor::cmd::certs::upload(&a, &env.admin, jiff::Timestamp::now(), &mut out).await?;
+    let text = String::from_utf8(out).unwrap();
+    let key = text.lines().last().unwrap().to_owned();
+    Ok((key, text))
+}
+
+/// `certs download <args>` as admin; returns the output.
+pub async fn download(env: &Env, args: &[&str]) -> Result<String, kubeflavor::certs::CertsError> {
+    let kubeflavor::cmd::certs::CertsCommand::Download(a) = parse(&[&["download"], args].concat())
+    else {
+        unreachable!()
+    };
+    let mut out = Vec::new();
+    kubeflavor::cmd::certs::download(&a, &env.admin, jiff::Timestamp::now(), &mut out).await?;
+    Ok(String::from_utf8(out).unwrap())
+}

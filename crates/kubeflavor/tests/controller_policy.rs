@@ -322,3 +322,63 @@ async fn revoked_node_loses_its_flavor_gets_the_noexecute_taint_and_no_renewal()
     );
     ctl.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn strict_mode_denies_other_tokens_without_deleting_them() {
+    use k8s_openapi::api::rbac::v1::{ClusterRoleBinding, RoleRef, Subject};
+    let h = Harness::start().await;
+    // A plain kubeadm token and the RBAC kubeadm gives its group.
+    let group = "system:bootstrappers:kubeadm:default-node-token";
+    let crb = ClusterRoleBinding {
+        metadata: kube::api::ObjectMeta {
+            name: Some(h.name("kubeadm-bootstrap")),
+            ..Default::default()
+        },
+        role_ref: RoleRef {
+            api_group: "rbac.authorization.k8s.io".into(),
+            kind: "ClusterRole".into(),
+            name: "system:node-bootstrapper".into(),
+        },
+        subjects: Some(vec![Subject {
+            kind: "Group".into(),
+            name: group.into(),
+            api_group: Some("rbac.authorization.k8s.io".into()),
+            ..Default::default()
+        }]),
+    };
+    Api::<ClusterRoleBinding>::all(h.admin.clone())
+        .create(&PostParams::default(), &crb)
+        .await
+        .expect("binding");
+    let token = kubeflavor_core::token::BootstrapToken::generate().unwrap();
+    let secret: Secret = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": format!("bootstrap-token-{}", token.id().as_str()), "namespace": "kube-system"},
+        "type": "bootstrap.kubernetes.io/token",
+        "stringData": {
+            "token-id": token.id().as_str(),
+            "token-secret": token.secret().expose(),
+            "usage-bootstrap-authentication": "true",
+            "auth-extra-groups": group,
+        },
+    }))
+    .unwrap();
+    Api::<Secret>::namespaced(h.admin.clone(), "kube-system")
+        .create(&PostParams::default(), &secret)
+        .await
+        .expect("kubeadm token");
+    let mut opts = h.options("ctl");
+    opts.strict = true;
+    let ctl = h.start_controller(opts);
+    let csr = h.name("csr-kubeadm");
+    h.submit_csr(&h.bootstrap_client(&token).await, &csr, &h.name("node-k"))
+        .await;
+    assert_eq!(
+        condition_type(&h.decided(&csr).await).as_deref(),
+        Some("Denied")
+    );
+    trail_names(&h, &csr, &["not_kubeflavor_token"]).await;
+    // kubeadm's own tokens are not kubeflavor's to delete or annotate.
+    let kept = h.token_secret(&token).await.expect("token kept");
+    assert!(kept.metadata.annotations.unwrap_or_default().is_empty());
+    ctl.stop().await;
+}

@@ -2,6 +2,11 @@
 //! anything; then the Node authorizer; then RBAC over the stored Role/ClusterRole objects
 //! and their bindings (the default bootstrap policy is seeded into the store at start, as
 //! the real server does).
+//!
+//! Not imitated: ClusterRole `aggregationRule`s (no aggregation controller), RBAC's
+//! escalation and `bind` checks on writes of roles and bindings, impersonation, and the
+//! Node authorizer's graph (testkube serves no pods or volumes, so nothing is ever related
+//! to a node beyond its own Node and Lease).
 
 mod bootstrap_policy;
 pub mod node;

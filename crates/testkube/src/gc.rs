@@ -3,6 +3,8 @@
 //! (also when the owner uid never existed, capture 49 case B); foreground deletion deletes
 //! the dependents before the owner; a terminating namespace is emptied and then removed.
 
+use std::collections::HashSet;
+
 use jiff::Timestamp;
 use serde_json::{Value, json};
 
@@ -84,17 +86,21 @@ pub fn collect(st: &mut StoreState, now: Timestamp) -> bool {
         .map(|n| meta_str(n, "name").to_string())
         .collect();
 
+    // Owners being deleted in the foreground, and every uid some object refers to.
+    let foreground: HashSet<&str> = st
+        .all_objects()
+        .filter(|(_, o)| {
+            !o["metadata"]["deletionTimestamp"].is_null() && has_finalizer(o, "foregroundDeletion")
+        })
+        .map(|(_, o)| meta_str(o, "uid"))
+        .collect();
+    let referenced: HashSet<String> = st.all_objects().flat_map(|(_, o)| owner_uids(o)).collect();
+
     for (key, obj) in st.all_objects() {
         let owners = owner_uids(obj);
         if !owners.is_empty() {
             let live: Vec<&String> = owners.iter().filter(|u| st.uid_exists(u)).collect();
-            let owner_in_foreground = live.iter().any(|u| {
-                st.all_objects().any(|(_, o)| {
-                    meta_str(o, "uid") == u.as_str()
-                        && !o["metadata"]["deletionTimestamp"].is_null()
-                        && has_finalizer(o, "foregroundDeletion")
-                })
-            });
+            let owner_in_foreground = live.iter().any(|u| foreground.contains(u.as_str()));
             if live.is_empty() || owner_in_foreground {
                 doomed.push(slot(key, obj));
             } else if live.len() < owners.len() {
@@ -106,14 +112,11 @@ pub fn collect(st: &mut StoreState, now: Timestamp) -> bool {
             }
         }
         let deleting = !obj["metadata"]["deletionTimestamp"].is_null();
-        if deleting && has_finalizer(obj, "foregroundDeletion") {
-            let uid = meta_str(obj, "uid");
-            let has_dependents = st
-                .all_objects()
-                .any(|(_, o)| owner_uids(o).iter().any(|u| u == uid));
-            if !has_dependents {
-                foreground_done.push((key.clone(), obj.clone()));
-            }
+        if deleting
+            && has_finalizer(obj, "foregroundDeletion")
+            && !referenced.contains(meta_str(obj, "uid"))
+        {
+            foreground_done.push((key.clone(), obj.clone()));
         }
         let ns = meta_str(obj, "namespace");
         if !ns.is_empty() && terminating.iter().any(|t| t == ns) {

@@ -2,6 +2,10 @@
 //! client CSR signer (csrsigning), the bootstrap signer of `kube-public/cluster-info`
 //! (bootstrapsigner), and the token cleaner (tokencleaner). The server core runs them and
 //! performs the writes.
+//!
+//! Only the kubelet client signer is imitated (kcm also signs `kubelet-serving`,
+//! `kube-apiserver-client` and `legacy-unknown` requests); issued certificates carry a
+//! Subject Key Identifier, which Go's x509 leaves out of leaf certificates.
 
 use std::collections::BTreeMap;
 

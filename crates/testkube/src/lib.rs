@@ -27,6 +27,7 @@ pub mod faults;
 pub mod gc;
 pub mod handlers;
 pub mod kcm;
+pub mod openapi;
 pub mod patch;
 pub mod pki;
 pub mod resources;

@@ -19,7 +19,7 @@ use jiff::Timestamp;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::WebPkiClientVerifier;
-use serde_json::{Value, json};
+use serde_json::Value;
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
@@ -34,8 +34,8 @@ use crate::handlers::{self, Cx, Reply};
 use crate::pki::Ca;
 use crate::resources;
 use crate::store::Store;
-use crate::types::{ApiError, UserInfo};
-use crate::{authn, authz};
+use crate::types::{ApiError, ObjectReader, UserInfo};
+use crate::{authn, authz, openapi};
 
 pub type Body = BoxBody<Bytes, Infallible>;
 
@@ -313,8 +313,9 @@ async fn respond(
     }
     match &route {
         Route::NonResource(p) => {
-            authz::authorize(&attrs, &*shared.store.lock())?;
-            non_resource(p, pretty)
+            let st = shared.store.lock();
+            authz::authorize(&attrs, &*st)?;
+            non_resource(&*st, p, pretty)
         }
         Route::Discovery(which) => {
             let doc = {
@@ -349,7 +350,13 @@ async fn respond(
                     accept: header_str(header::ACCEPT),
                     now,
                 };
-                handlers::handle(&mut st, &cx, &info, method)?
+                // A bug in a handler answers 500 instead of dropping the connection.
+                let handled = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    handlers::handle(&mut st, &cx, &info, method)
+                }));
+                handled.unwrap_or_else(|_| {
+                    Err(crate::errors::internal_error("the handler panicked"))
+                })?
             };
             Ok(match reply {
                 Reply::Json {
@@ -363,7 +370,15 @@ async fn respond(
     }
 }
 
-fn non_resource(path: &str, pretty: bool) -> Result<Response<Body>, ApiError> {
+fn non_resource(
+    reader: &dyn ObjectReader,
+    path: &str,
+    pretty: bool,
+) -> Result<Response<Body>, ApiError> {
+    if let Some(gv) = path.strip_prefix("/openapi/v3/") {
+        let doc = openapi::group_version(reader, gv).ok_or_else(page_not_found)?;
+        return Ok(json_response(200, &doc, &[], pretty));
+    }
     match path.trim_end_matches('/') {
         "/version" => Ok(json_response(200, &discovery::version(), &[], pretty)),
         "/healthz" | "/livez" | "/readyz" => Ok(finish(
@@ -371,7 +386,7 @@ fn non_resource(path: &str, pretty: bool) -> Result<Response<Body>, ApiError> {
                 .header("X-Content-Type-Options", "nosniff"),
             full("ok"),
         )),
-        "/openapi/v3" => Ok(json_response(200, &json!({"paths": {}}), &[], pretty)),
+        "/openapi/v3" => Ok(json_response(200, &openapi::root(reader), &[], pretty)),
         _ => Err(page_not_found()),
     }
 }

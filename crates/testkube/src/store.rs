@@ -42,6 +42,9 @@ pub struct StoredEvent {
     pub object: Value,
     /// The object before the change (MODIFIED and DELETED).
     pub old: Option<Value>,
+    /// The object serialized once for every watch of the same group/version, keyed by
+    /// apiVersion: fan-out to many watches then costs one serialization per event.
+    pub rendered: std::sync::OnceLock<(String, bytes::Bytes)>,
 }
 
 pub type EventSender = mpsc::UnboundedSender<Arc<StoredEvent>>;
@@ -246,6 +249,7 @@ impl StoreState {
             event_type,
             object,
             old,
+            rendered: std::sync::OnceLock::new(),
         });
         self.history.push_back(event.clone());
         while self.history.len() > self.history_limit {

@@ -68,7 +68,10 @@ pub struct ResourceKey {
 
 impl ResourceKey {
     pub fn new(group: &str, resource: &str) -> Self {
-        ResourceKey { group: group.into(), resource: resource.into() }
+        ResourceKey {
+            group: group.into(),
+            resource: resource.into(),
+        }
     }
 }
 
@@ -124,7 +127,11 @@ impl ApiError {
     pub fn new(code: u16, reason: &str, message: impl Into<String>) -> Self {
         ApiError {
             code,
-            reason: if reason.is_empty() { None } else { Some(reason.into()) },
+            reason: if reason.is_empty() {
+                None
+            } else {
+                Some(reason.into())
+            },
             message: message.into(),
             details: None,
             nosniff: false,

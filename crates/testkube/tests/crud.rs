@@ -261,3 +261,40 @@ async fn generate_name_and_namespaces() {
     );
     cluster.shutdown().await;
 }
+
+#[tokio::test]
+async fn delete_collection_removes_only_the_selected_objects() {
+    let cluster = TestCluster::start().await.unwrap();
+    let secrets: Api<Secret> = Api::namespaced(admin(&cluster).await, "default");
+    for (name, tier) in [("a", "x"), ("b", "x"), ("c", "y")] {
+        secrets
+            .create(&PostParams::default(), &secret(name, &[("tier", tier)]))
+            .await
+            .unwrap();
+    }
+    let gone = secrets
+        .delete_collection(
+            &DeleteParams::default(),
+            &ListParams::default().labels("tier=x"),
+        )
+        .await
+        .unwrap();
+    let listed: Vec<String> = gone
+        .left()
+        .expect("the deleted objects")
+        .items
+        .into_iter()
+        .map(|s| s.metadata.name.unwrap())
+        .collect();
+    assert_eq!(listed, vec!["a", "b"]);
+    let left: Vec<String> = secrets
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .map(|s| s.metadata.name.unwrap())
+        .collect();
+    assert_eq!(left, vec!["c"]);
+    cluster.shutdown().await;
+}

@@ -396,6 +396,11 @@ async fn watch_stream_framing_is_one_json_object_per_line() {
         .await;
     assert_eq!(r.status, 200);
     assert_eq!(r.header("Transfer-Encoding"), Some("chunked"));
+    assert!(
+        r.body.lines().all(|l| l.starts_with("{\"type\":\"")),
+        "type comes first: {}",
+        r.body
+    );
     let events: Vec<Value> = r
         .body
         .lines()
@@ -466,5 +471,50 @@ async fn events_k8s_io_validation_and_the_core_view() {
     );
     assert_eq!(core["involvedObject"]["name"], "csr-worker-1");
     assert_eq!(core["reportingComponent"], "kubeflavor.io/approver");
+    cluster.shutdown().await;
+}
+
+#[tokio::test]
+async fn ill_typed_bodies_and_patches_are_400s_not_dropped_connections() {
+    let cluster = TestCluster::start().await.unwrap();
+    let c = RawClient::admin(&cluster);
+    for body in [
+        r#"{"metadata":"x"}"#,
+        r#"{"metadata":{"name":"a","labels":{"k":1}}}"#,
+        r#"{"metadata":{"name":"a"},"data":["x"]}"#,
+        r#"{"metadata":{"name":"a"},"spec":3}"#,
+    ] {
+        let r = post(&c, SECRETS, body).await;
+        assert_eq!(
+            (r.status, r.json()["reason"].as_str()),
+            (400, Some("BadRequest")),
+            "{body}"
+        );
+    }
+    post(&c, SECRETS, r#"{"metadata":{"name":"ok"}}"#).await;
+    let json_patch = ("Content-Type", "application/json-patch+json");
+    let r = c
+        .send(
+            "PATCH",
+            &format!("{SECRETS}/ok"),
+            &[ACCEPT, json_patch],
+            r#"[{"op":"replace","path":"","value":5}]"#,
+        )
+        .await;
+    assert_eq!(r.status, 400);
+    let r = c
+        .send(
+            "PATCH",
+            &format!("{SECRETS}/ok"),
+            &[ACCEPT, json_patch],
+            r#"[{"op":"replace","path":"/metadata","value":"x"}]"#,
+        )
+        .await;
+    assert_eq!(r.status, 400);
+    assert_eq!(
+        c.get(&format!("{SECRETS}/ok")).await.status,
+        200,
+        "the server is still serving"
+    );
     cluster.shutdown().await;
 }

@@ -13,24 +13,24 @@
 //! - `/status`: the spec and the Approved/Denied conditions stay; changing the certificate
 //!   or the conditions needs `sign` on the signer.
 
-use base64::Engine;
-use base64::engine::general_purpose::STANDARD;
 use jiff::Timestamp;
 use serde_json::{Value, json};
 use x509_parser::certification_request::X509CertificationRequest;
 use x509_parser::prelude::FromDer;
 
 use crate::authz::{self, new_forbidden};
-use crate::errors::{FieldError, invalid};
 use crate::kcm::request_der;
 use crate::types::{ApiError, ObjectReader, Operation, RequestAttributes, UserInfo};
+use validation::{Subresource, quote, validate_create, validate_update};
 
-const GROUP: &str = "certificates.k8s.io";
+mod validation;
+
+pub(super) const GROUP: &str = "certificates.k8s.io";
 const RESOURCE: &str = "certificatesigningrequests";
-const KIND: &str = "CertificateSigningRequest";
-const APPROVED: &str = "Approved";
-const DENIED: &str = "Denied";
-const FAILED: &str = "Failed";
+pub(super) const KIND: &str = "CertificateSigningRequest";
+pub(super) const APPROVED: &str = "Approved";
+pub(super) const DENIED: &str = "Denied";
+pub(super) const FAILED: &str = "Failed";
 
 pub fn admit(
     attrs: &RequestAttributes,
@@ -43,6 +43,7 @@ pub fn admit(
     match (op, attrs.subresource.as_str(), old) {
         (Operation::Create, "", _) => {
             prepare_for_create(&attrs.user, new);
+            validate_create(new)?;
             restrict_subject(new)
         }
         (Operation::Update, "", Some(old)) => {
@@ -68,7 +69,7 @@ fn copy_field(new: &mut Value, old: &Value, field: &str) {
     }
 }
 
-fn name_of(object: &Value) -> &str {
+pub(super) fn name_of(object: &Value) -> &str {
     object
         .pointer("/metadata/name")
         .and_then(Value::as_str)
@@ -145,18 +146,18 @@ pub fn request_common_name(spec: &Value) -> Result<String, String> {
     Ok(cn.unwrap_or_default().to_string())
 }
 
-fn conditions(csr: &Value) -> Vec<Value> {
+pub(super) fn conditions(csr: &Value) -> Vec<Value> {
     csr.pointer("/status/conditions")
         .and_then(Value::as_array)
         .cloned()
         .unwrap_or_default()
 }
 
-fn cond_str<'a>(condition: &'a Value, field: &str) -> &'a str {
+pub(super) fn cond_str<'a>(condition: &'a Value, field: &str) -> &'a str {
     condition.get(field).and_then(Value::as_str).unwrap_or("")
 }
 
-fn certificate(csr: &Value) -> &str {
+pub(super) fn certificate(csr: &Value) -> &str {
     csr.pointer("/status/certificate")
         .and_then(Value::as_str)
         .unwrap_or("")
@@ -266,183 +267,6 @@ fn preserve_instances(new: &mut [Value], old: &[Value], kind: &str) {
             new[n] = old[o].clone();
         }
     }
-}
-
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Subresource {
-    Approval,
-    Status,
-}
-
-/// `validateCertificateSigningRequestUpdate` for what an update can change: the conditions
-/// and the certificate. The field paths and messages are those of the captures (22, 23).
-fn validate_update(old: &Value, new: &Value, via: Subresource) -> Result<(), ApiError> {
-    let old_conditions = conditions(old);
-    let new_conditions = conditions(new);
-    let mut causes = validate_conditions(&new_conditions, &old_conditions);
-    let (old_cert, new_cert) = (certificate(old), certificate(new));
-    if old_cert != new_cert
-        && let Err(err) = validate_certificate(new_cert)
-    {
-        causes.push(FieldError::invalid(
-            "status.certificate",
-            "<certificate data>",
-            &err,
-        ));
-    }
-    let count =
-        |cs: &[Value], kind: &str| cs.iter().filter(|c| cond_str(c, "type") == kind).count();
-    for kind in [APPROVED, DENIED, FAILED] {
-        if count(&new_conditions, kind) < count(&old_conditions, kind) {
-            causes.push(FieldError::forbidden(
-                "status.conditions",
-                &format!("updates may not remove a condition of type \"{kind}\""),
-            ));
-        }
-    }
-    if via != Subresource::Approval {
-        for kind in [APPROVED, DENIED] {
-            if count(&new_conditions, kind) > count(&old_conditions, kind) {
-                causes.push(FieldError::forbidden(
-                    "status.conditions",
-                    &format!("updates may not add a condition of type \"{kind}\""),
-                ));
-            }
-        }
-    }
-    if old_cert != new_cert {
-        if via != Subresource::Status {
-            causes.push(FieldError::forbidden(
-                "status.certificate",
-                "updates may not set certificate content",
-            ));
-        } else if !old_cert.is_empty() {
-            causes.push(FieldError::forbidden(
-                "status.certificate",
-                "updates may not modify existing certificate content",
-            ));
-        }
-    }
-    if causes.is_empty() {
-        Ok(())
-    } else {
-        Err(invalid(KIND, GROUP, name_of(new), &causes))
-    }
-}
-
-fn validate_conditions(new: &[Value], old: &[Value]) -> Vec<FieldError> {
-    let has = |cs: &[Value], kind: &str| cs.iter().any(|c| cond_str(c, "type") == kind);
-    let duplicated = |cs: &[Value]| {
-        let mut seen = std::collections::BTreeSet::new();
-        cs.iter()
-            .any(|c| !seen.insert(cond_str(c, "type").to_string()))
-    };
-    // Problems already stored are tolerated, for compatibility with existing data.
-    let allow_both = has(old, APPROVED) && has(old, DENIED);
-    let allow_duplicates = duplicated(old);
-    let allow_empty_type = old.iter().any(|c| cond_str(c, "type").is_empty());
-
-    let mut causes = Vec::new();
-    let mut seen = std::collections::BTreeSet::new();
-    let (mut approved, mut denied) = (false, false);
-    for (i, c) in new.iter().enumerate() {
-        let kind = cond_str(c, "type");
-        let status = cond_str(c, "status");
-        if kind.is_empty() && !allow_empty_type {
-            causes.push(FieldError::required(
-                format!("status.conditions[{i}].type"),
-                "",
-            ));
-        }
-        let allowed: &[&str] = if [APPROVED, DENIED, FAILED].contains(&kind) {
-            &["True"]
-        } else {
-            &["False", "True", "Unknown"]
-        };
-        if status.is_empty() {
-            causes.push(FieldError::required(
-                format!("status.conditions[{i}].status"),
-                "",
-            ));
-        } else if !allowed.contains(&status) {
-            causes.push(not_supported(
-                format!("status.conditions[{i}].status"),
-                status,
-                allowed,
-            ));
-        }
-        if !allow_both {
-            let clash = match kind {
-                APPROVED => {
-                    approved = true;
-                    denied
-                }
-                DENIED => {
-                    denied = true;
-                    approved
-                }
-                _ => false,
-            };
-            if clash {
-                causes.push(FieldError::invalid(
-                    "status.conditions",
-                    kind,
-                    "Approved and Denied conditions are mutually exclusive",
-                ));
-            }
-        }
-        if !allow_duplicates && !seen.insert(kind.to_string()) {
-            causes.push(FieldError {
-                reason: "FieldValueDuplicate",
-                field: format!("status.conditions[{i}].type"),
-                message: format!("Duplicate value: {}", quote(kind)),
-            });
-        }
-    }
-    causes
-}
-
-fn quote(s: &str) -> String {
-    serde_json::to_string(s).unwrap_or_default()
-}
-
-fn not_supported(field: String, value: &str, allowed: &[&str]) -> FieldError {
-    let allowed: Vec<String> = allowed.iter().map(|a| quote(a)).collect();
-    FieldError {
-        reason: "FieldValueNotSupported",
-        field,
-        message: format!(
-            "Unsupported value: {}: supported values: {}",
-            quote(value),
-            allowed.join(", ")
-        ),
-    }
-}
-
-/// `validateCertificate`: `status.certificate` (base64 on the wire) must be one or more
-/// PEM `CERTIFICATE` blocks holding parseable certificates.
-fn validate_certificate(encoded: &str) -> Result<(), String> {
-    if encoded.is_empty() {
-        return Ok(());
-    }
-    let bytes = STANDARD.decode(encoded).map_err(|e| e.to_string())?;
-    let mut blocks = 0;
-    for pem in x509_parser::pem::Pem::iter_from_buffer(&bytes) {
-        let Ok(pem) = pem else { break };
-        if pem.label != "CERTIFICATE" {
-            return Err(format!(
-                "only CERTIFICATE PEM blocks are allowed, found {}",
-                quote(&pem.label)
-            ));
-        }
-        pem.parse_x509()
-            .map_err(|e| format!("x509: malformed certificate: {e}"))?;
-        blocks += 1;
-    }
-    if blocks == 0 {
-        return Err("must contain at least one CERTIFICATE PEM block".into());
-    }
-    Ok(())
 }
 
 /// `IsAuthorizedForSignerName`: the verb on `signers/<signerName>`, or on `<domain>/*`.

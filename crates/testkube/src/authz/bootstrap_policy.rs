@@ -1,7 +1,8 @@
 //! The objects a fresh kubeadm-made cluster starts with, as far as kubeflavor relies on
 //! them: kube-apiserver's RBAC bootstrap policy (plugin/pkg/auth/authorizer/rbac/
 //! bootstrappolicy), its four namespaces, and the RBAC `kubeadm init` adds for joining
-//! nodes (minus auto-approval, as in the captures' cluster, 00-setup.txt).
+//! nodes (minus auto-approval, as in the captures' cluster, 00-setup.txt; plus the
+//! kubeadm-config/kubelet-config readers a kubeadm cluster also has, spec section 1).
 
 use serde_json::{Value, json};
 
@@ -26,27 +27,62 @@ pub fn objects() -> Vec<(ResourceKey, Value)> {
         .chain(kubeadm_cluster_role_bindings());
     out.extend(bindings.map(|b| (ResourceKey::new(RBAC_GROUP, "clusterrolebindings"), b)));
     // kubeadm's clusterinfo phase: anonymous may get exactly kube-public/cluster-info.
-    let clusterinfo = "kubeadm:bootstrap-signer-clusterinfo";
-    out.push((
-        ResourceKey::new(RBAC_GROUP, "roles"),
-        json!({
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "Role",
-            "metadata": {"name": clusterinfo, "namespace": "kube-public"},
-            "rules": [{"verbs": ["get"], "apiGroups": [""], "resources": ["configmaps"], "resourceNames": ["cluster-info"]}],
-        }),
+    let anonymous = [("User", "system:anonymous")];
+    out.extend(config_map_reader(
+        "kube-public",
+        "kubeadm:bootstrap-signer-clusterinfo",
+        "cluster-info",
+        &anonymous,
     ));
-    out.push((
-        ResourceKey::new(RBAC_GROUP, "rolebindings"),
-        json!({
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "RoleBinding",
-            "metadata": {"name": clusterinfo, "namespace": "kube-public"},
-            "roleRef": {"apiGroup": RBAC_GROUP, "kind": "Role", "name": clusterinfo},
-            "subjects": [{"apiGroup": RBAC_GROUP, "kind": "User", "name": "system:anonymous"}],
-        }),
+    // kubeadm's upload-config phases: joining nodes read the cluster and kubelet settings.
+    let joiners = [("Group", KUBEADM_TOKEN_GROUP), ("Group", "system:nodes")];
+    out.extend(config_map_reader(
+        "kube-system",
+        "kubeadm:nodes-kubeadm-config",
+        "kubeadm-config",
+        &joiners,
+    ));
+    out.extend(config_map_reader(
+        "kube-system",
+        "kubeadm:kubelet-config",
+        "kubelet-config",
+        &joiners,
     ));
     out
+}
+
+/// A Role allowing `get` of one ConfigMap, and its RoleBinding of the same name.
+fn config_map_reader(
+    namespace: &str,
+    name: &str,
+    config_map: &str,
+    subjects: &[(&str, &str)],
+) -> [(ResourceKey, Value); 2] {
+    let subjects: Vec<Value> = subjects
+        .iter()
+        .map(|(kind, who)| json!({"apiGroup": RBAC_GROUP, "kind": kind, "name": who}))
+        .collect();
+    [
+        (
+            ResourceKey::new(RBAC_GROUP, "roles"),
+            json!({
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "Role",
+                "metadata": {"name": name, "namespace": namespace},
+                "rules": [{"verbs": ["get"], "apiGroups": [""], "resources": ["configmaps"], "resourceNames": [config_map]}],
+            }),
+        ),
+        (
+            ResourceKey::new(RBAC_GROUP, "rolebindings"),
+            json!({
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "RoleBinding",
+                "metadata": {"name": name, "namespace": namespace},
+                "roleRef": {"apiGroup": RBAC_GROUP, "kind": "Role", "name": name},
+                "subjects": subjects,
+            }),
+        ),
+    ]
 }
 
 fn namespace(name: &str) -> Value {
@@ -235,6 +271,12 @@ fn kubeadm_cluster_role_bindings() -> Vec<Value> {
             json!({"name": "kubeadm:get-nodes"}),
             "kubeadm:get-nodes",
             &[("Group", KUBEADM_TOKEN_GROUP)],
+        ),
+        // Since v1.29 kubeadm's admin.conf is in this group rather than system:masters.
+        binding(
+            json!({"name": "kubeadm:cluster-admins"}),
+            "cluster-admin",
+            &[("Group", "kubeadm:cluster-admins")],
         ),
     ]
 }

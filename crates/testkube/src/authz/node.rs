@@ -4,6 +4,8 @@
 //! `system:node` rule set. Its denials are "no opinion" plus a reason that RBAC may still
 //! override and that otherwise ends up in the 403 message (capture 31).
 
+use std::sync::LazyLock;
+
 use serde_json::{Value, json};
 
 use crate::authz::rbac::rule_allows;
@@ -54,7 +56,8 @@ pub fn authorize(attrs: &RequestAttributes) -> Option<NodeDecision> {
             return Some(decision);
         }
     }
-    if node_rules().iter().any(|rule| rule_allows(attrs, rule)) {
+    static NODE_RULES: LazyLock<Vec<Value>> = LazyLock::new(node_rules);
+    if NODE_RULES.iter().any(|rule| rule_allows(attrs, rule)) {
         return Some(NodeDecision::Allow);
     }
     Some(no_opinion(String::new()))

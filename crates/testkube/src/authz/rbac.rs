@@ -120,12 +120,10 @@ fn role_rules(
         "ClusterRole" => reader
             .get(&ResourceKey::new(RBAC_GROUP, "clusterroles"), None, name)
             .ok_or_else(|| format!("clusterrole.{RBAC_GROUP} \"{name}\" not found"))?,
-        "Role" if !namespace.is_empty() => reader
-            .get(
-                &ResourceKey::new(RBAC_GROUP, "roles"),
-                Some(namespace),
-                name,
-            )
+        // From a ClusterRoleBinding (no namespace) a Role reference finds nothing.
+        "Role" => Some(namespace)
+            .filter(|ns| !ns.is_empty())
+            .and_then(|ns| reader.get(&ResourceKey::new(RBAC_GROUP, "roles"), Some(ns), name))
             .ok_or_else(|| format!("role.{RBAC_GROUP} \"{name}\" not found"))?,
         other => return Err(format!("unsupported role reference kind: \"{other}\"")),
     };

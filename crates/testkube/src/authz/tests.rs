@@ -510,45 +510,22 @@ fn cluster_role_bindings_apply_everywhere_and_wildcards_match() {
 }
 
 #[test]
-fn default_objects_are_complete_and_named() {
-    let objects = default_objects();
-    for (key, object) in &objects {
-        assert!(
-            object["apiVersion"].is_string() && object["kind"].is_string(),
-            "{key:?} {object}"
-        );
-        assert!(
-            object["metadata"]["name"]
-                .as_str()
-                .is_some_and(|n| !n.is_empty()),
-            "{object}"
-        );
-        let namespaced = matches!(key.resource.as_str(), "roles" | "rolebindings");
-        assert_eq!(
-            object["metadata"]["namespace"].is_string(),
-            namespaced,
-            "{object}"
-        );
-    }
-    let names: Vec<&str> = objects
-        .iter()
-        .filter(|(k, _)| k.resource == "namespaces")
-        .map(|(_, o)| o["metadata"]["name"].as_str().unwrap())
-        .collect();
-    assert_eq!(
-        names,
-        ["default", "kube-node-lease", "kube-public", "kube-system"]
+fn a_cluster_role_binding_cannot_reference_a_role() {
+    let reader = team_reader().with(
+        RBAC_GROUP_FOR_TESTS,
+        "clusterrolebindings",
+        json!({"metadata": {"name": "odd"},
+            "roleRef": {"kind": "Role", "name": "cm-reader"},
+            "subjects": [{"kind": "User", "name": "erin"}]}),
     );
-    let unbound = "system:certificates.k8s.io:certificatesigningrequests:nodeclient";
+    let erin = user(IdentityKind::StaticToken, "erin", &["system:authenticated"]);
+    let err = authorize(&req(erin, "get", "", "configmaps", "team", "x"), &reader).unwrap_err();
     assert!(
-        objects
-            .iter()
-            .any(|(_, o)| o["metadata"]["name"] == unbound)
-    );
-    assert!(
-        !objects
-            .iter()
-            .any(|(k, o)| k.resource == "clusterrolebindings" && o["roleRef"]["name"] == unbound),
-        "auto-approval is not bound by default"
+        err.message
+            .ends_with(r#": RBAC: role.rbac.authorization.k8s.io "cm-reader" not found"#),
+        "{}",
+        err.message
     );
 }
+
+mod kubeadm;

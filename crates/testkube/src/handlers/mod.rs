@@ -87,6 +87,48 @@ impl Cx<'_> {
     }
 }
 
+/// The body media types a create or update accepts: JSON and YAML. Protobuf and CBOR,
+/// which the real server also decodes, get the 415 it gives for unknown formats.
+pub fn decode_body(info: &ResourceInfo, cx: &Cx<'_>) -> Result<Value, ApiError> {
+    let media = cx
+        .content_type
+        .unwrap_or("")
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase();
+    match media.as_str() {
+        "" | "application/json" | "*/*" => decode_object(info, cx.body),
+        "application/yaml" => {
+            let text = std::str::from_utf8(cx.body)
+                .map_err(|e| bad_request(format!("error decoding YAML: {e}")))?;
+            match serde_saphyr::from_str::<Value>(text) {
+                Ok(v @ Value::Object(_)) => Ok(v),
+                Ok(_) => Err(bad_request(
+                    "error decoding YAML: the body must be an object",
+                )),
+                Err(e) => Err(bad_request(format!("error decoding YAML: {e}"))),
+            }
+        }
+        _ => Err(unknown_body_format()),
+    }
+}
+
+pub fn is_protobuf(cx: &Cx<'_>) -> bool {
+    cx.content_type
+        .is_some_and(|c| c.starts_with("application/vnd.kubernetes.protobuf"))
+}
+
+fn unknown_body_format() -> ApiError {
+    ApiError::new(
+        415,
+        "UnsupportedMediaType",
+        "the body of the request was in an unknown format - accepted media types include: \
+         application/json, application/yaml, application/vnd.kubernetes.protobuf, application/cbor",
+    )
+}
+
 /// Parse a request body as a JSON object, with the real decoder's 400 (capture 15).
 pub fn decode_object(info: &ResourceInfo, body: &[u8]) -> Result<Value, ApiError> {
     match serde_json::from_slice::<Value>(body) {

@@ -38,12 +38,24 @@ pub struct WatchStart {
     live: Option<EventReceiver>,
     timeout: Duration,
     bookmarks: bool,
+    /// `kubectl get -w` asks for Table rows (Accept `as=Table`): each event carries a
+    /// one-row Table instead of the object.
+    table: bool,
+}
+
+/// `{"type":...,"object":...}` and a newline, `type` first as the real server writes it.
+fn framed(event_type: &str, object: &[u8]) -> Bytes {
+    let mut text = Vec::with_capacity(object.len() + 32);
+    text.extend_from_slice(b"{\"type\":\"");
+    text.extend_from_slice(event_type.as_bytes());
+    text.extend_from_slice(b"\",\"object\":");
+    text.extend_from_slice(object);
+    text.extend_from_slice(b"}\n");
+    Bytes::from(text)
 }
 
 fn line(event_type: &str, object: &Value) -> Bytes {
-    let mut text = json!({"type": event_type, "object": object}).to_string();
-    text.push('\n');
-    Bytes::from(text)
+    framed(event_type, &serde_json::to_vec(object).unwrap_or_default())
 }
 
 fn bookmark(info: &ResourceInfo, rv: u64, initial_end: bool) -> Bytes {
@@ -71,6 +83,12 @@ impl WatchStart {
 
     /// The event a watcher of this selection sees for one change: objects entering or
     /// leaving the label selection appear as ADDED or DELETED, as the watch cache does.
+    fn as_table(&self, obj: &Value) -> Value {
+        let shown = present(&self.info, obj);
+        let rv = shown["metadata"]["resourceVersion"].clone();
+        super::read::table(&self.info, &[shown], &rv, jiff::Timestamp::now())
+    }
+
     fn render(&self, event: &StoredEvent) -> Option<Bytes> {
         let now = self.selected(&event.object);
         let before = event.old.as_ref().is_some_and(|o| self.selected(o));
@@ -82,7 +100,18 @@ impl WatchStart {
             EventType::Deleted if before || now => "DELETED",
             _ => return None,
         };
-        Some(line(event_type, &present(&self.info, &event.object)))
+        if self.table {
+            return Some(line(event_type, &self.as_table(&event.object)));
+        }
+        let api_version = self.info.api_version();
+        let (cached_for, object) = event.rendered.get_or_init(|| {
+            let json = serde_json::to_vec(&present(&self.info, &event.object)).unwrap_or_default();
+            (api_version.clone(), Bytes::from(json))
+        });
+        if *cached_for != api_version {
+            return Some(line(event_type, &present(&self.info, &event.object)));
+        }
+        Some(framed(event_type, object))
     }
 }
 
@@ -133,6 +162,7 @@ pub fn start(
         live: None,
         timeout,
         bookmarks,
+        table: cx.wants_table(),
     };
     let from_state = match (w.opts.resource_version, send_initial) {
         (_, Some(true)) => true,
@@ -142,7 +172,12 @@ pub fn start(
     if from_state {
         for obj in matching(st, info, w.namespace.as_deref(), &w.opts) {
             if w.opts.fields.matches(obj) {
-                w.initial.push(line("ADDED", &present(info, obj)));
+                let shown = if w.table {
+                    w.as_table(obj)
+                } else {
+                    present(info, obj)
+                };
+                w.initial.push(line("ADDED", &shown));
             }
         }
         if send_initial == Some(true) && bookmarks {
@@ -154,7 +189,14 @@ pub fn start(
         w.live = Some(rx);
         return Ok(w);
     }
-    let since = w.opts.resource_version.unwrap_or(0);
+    let Some(since) = w.opts.resource_version.filter(|rv| *rv != 0) else {
+        // sendInitialEvents=false without a resourceVersion: start at the most recent state.
+        let (_, rx) = st
+            .subscribe(&info.storage, None)
+            .map_err(|_| unreachable_history())?;
+        w.live = Some(rx);
+        return Ok(w);
+    };
     match st.subscribe(&info.storage, Some(since)) {
         Ok((backlog, rx)) => {
             let lines: Vec<Bytes> = backlog.iter().filter_map(|e| w.render(e)).collect();

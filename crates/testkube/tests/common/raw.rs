@@ -85,9 +85,15 @@ impl RawClient {
             .await
             .unwrap();
         let mut req = format!(
-            "{method} {path} HTTP/1.1\r\nHost: {}\r\nUser-Agent: testkube-raw/1.0\r\nConnection: close\r\n",
+            "{method} {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n",
             self.addr
         );
+        if !headers
+            .iter()
+            .any(|(k, _)| k.eq_ignore_ascii_case("User-Agent"))
+        {
+            req.push_str("User-Agent: testkube-raw/1.0\r\n");
+        }
         for (k, v) in headers {
             req.push_str(&format!("{k}: {v}\r\n"));
         }

@@ -106,6 +106,7 @@ fn csr_create_takes_the_requester_identity_capture_17() {
         "csr-worker-6",
         json!([cond("Approved", "True", "A", "pre-approved")]),
     );
+    new["spec"]["request"] = json!(request(&["system:nodes"], "system:node:worker-6"));
     new["spec"]["username"] = json!("system:admin");
     new["spec"]["groups"] = json!(["system:masters"]);
     new["spec"]["uid"] = json!("x");
@@ -526,4 +527,71 @@ fn status_sets_the_certificate_but_not_the_decision() {
     )
     .unwrap_err();
     assert!(err.message.ends_with(r#"status.certificate: Invalid value: "<certificate data>": must contain at least one CERTIFICATE PEM block"#), "{}", err.message);
+}
+
+fn create_as_admin(mut new: Value) -> Result<(), ApiError> {
+    admit(
+        &csr_attrs(admin(), "", ""),
+        Operation::Create,
+        None,
+        Some(&mut new),
+        &MemReader::new(),
+    )
+}
+
+#[test]
+fn create_validates_the_request_usages_signer_and_lifetime() {
+    let good = || {
+        let mut c = csr("csr-v", json!([]));
+        c["spec"]["request"] = json!(request(&["system:nodes"], "system:node:worker-1"));
+        c
+    };
+    assert!(create_as_admin(good()).is_ok());
+
+    let mut garbage = good();
+    garbage["spec"]["request"] = json!(base64::engine::general_purpose::STANDARD.encode("hi"));
+    let err = create_as_admin(garbage).unwrap_err();
+    assert_eq!(err.code, 422);
+    assert_eq!(
+        err.message,
+        r#"CertificateSigningRequest.certificates.k8s.io "csr-v" is invalid: spec.request: Invalid value: []byte{0x68, 0x69}: PEM block type must be CERTIFICATE REQUEST"#
+    );
+
+    let mut no_usages = good();
+    no_usages["spec"]["usages"] = json!([]);
+    assert!(
+        create_as_admin(no_usages)
+            .unwrap_err()
+            .message
+            .ends_with("spec.usages: Required value")
+    );
+
+    let mut odd_usages = good();
+    odd_usages["spec"]["usages"] = json!(["client auth", "flying", "client auth"]);
+    let message = create_as_admin(odd_usages).unwrap_err().message;
+    assert!(message.contains(r#"[spec.usages[1]: Unsupported value: "flying": supported values: "any", "cert sign", "client auth","#), "{message}");
+    assert!(
+        message.ends_with(r#"spec.usages[2]: Duplicate value: "client auth"]"#),
+        "{message}"
+    );
+
+    let mut no_signer = good();
+    no_signer["spec"]["signerName"] = json!("");
+    assert!(
+        create_as_admin(no_signer)
+            .unwrap_err()
+            .message
+            .ends_with("spec.signerName: Required value")
+    );
+    let mut bare_signer = good();
+    bare_signer["spec"]["signerName"] = json!("kubelet");
+    assert!(create_as_admin(bare_signer).unwrap_err().message.ends_with(
+        r#"spec.signerName: Invalid value: "kubelet": must be a fully qualified domain and path of the form 'example.com/signer-name'"#
+    ));
+
+    let mut short = good();
+    short["spec"]["expirationSeconds"] = json!(300);
+    assert!(create_as_admin(short).unwrap_err().message.ends_with(
+        "spec.expirationSeconds: Invalid value: 300: may not specify a duration less than 600 seconds (10 minutes)"
+    ));
 }

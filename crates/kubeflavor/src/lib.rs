@@ -67,12 +67,19 @@ fn clap_outcome(err: clap::Error) -> Result<Parsed, CliError> {
             Ok(Parsed::Print(err.render().to_string()))
         }
         kind => {
+            // clap's first paragraph is the message (a list of missing arguments spans
+            // several lines); the rest is usage text that --help shows anyway.
             let rendered = err.render().to_string();
-            let first = rendered
+            let paragraph: Vec<&str> = rendered
                 .lines()
-                .find(|l| !l.trim().is_empty())
-                .unwrap_or("invalid command line");
-            let line = first.trim().trim_start_matches("error: ").to_string();
+                .skip_while(|l| l.trim().is_empty())
+                .take_while(|l| !l.trim().is_empty())
+                .map(str::trim)
+                .collect();
+            let line = paragraph
+                .join(" ")
+                .trim_start_matches("error: ")
+                .to_string();
             if kind == ErrorKind::ValueValidation {
                 Err(CliError::bare(ExitCode::Refused, line))
             } else {
@@ -100,6 +107,7 @@ where
 /// The process entry point of both binaries: parse, set up logging, run, and turn the
 /// outcome into one `error: ...` line on stderr and an exit code.
 pub fn main() -> std::process::ExitCode {
+    cluster::install_crypto_provider();
     let result = match parse(std::env::args_os()) {
         Ok(Parsed::Print(text)) => {
             print!("{text}");
@@ -148,4 +156,57 @@ fn init_tracing(verbose: u8) {
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .try_init();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse_err(args: &[&str]) -> CliError {
+        match parse(args.iter().copied()) {
+            Err(e) => e,
+            Ok(p) => panic!("{args:?} parsed: {p:?}"),
+        }
+    }
+
+    #[test]
+    fn missing_arguments_are_named_on_one_line() {
+        let e = parse_err(&["kubeflavor", "token", "create"]);
+        assert_eq!(e.code, ExitCode::Usage);
+        assert!(e.message.contains("--flavor <NAME>"), "{e}");
+        assert!(!e.message.contains('\n'), "{e:?}");
+    }
+
+    #[test]
+    fn refused_values_exit_4_with_the_parser_message() {
+        let e = parse_err(&[
+            "kubeflavor",
+            "flavor",
+            "create",
+            "x",
+            "--trust-level",
+            "101",
+        ]);
+        assert_eq!(e.code, ExitCode::Refused);
+        assert!(e.message.contains("0 to 100"), "{e}");
+        assert!(!e.message.contains('\n'), "{e:?}");
+    }
+
+    #[test]
+    fn help_and_version_are_output_not_errors() {
+        assert!(
+            matches!(parse(["kubeflavor", "--version"]), Ok(Parsed::Print(v)) if v.contains(env!("CARGO_PKG_VERSION")))
+        );
+        assert!(
+            matches!(parse(["kubeflavor", "token", "--help"]), Ok(Parsed::Print(h)) if h.contains("generate"))
+        );
+    }
+
+    #[test]
+    fn plugin_name_changes_the_usage_line() {
+        match parse(["/usr/local/bin/kubectl-flavor", "--help"]) {
+            Ok(Parsed::Print(help)) => assert!(help.contains("Usage: kubectl flavor"), "{help}"),
+            other => panic!("{other:?}"),
+        }
+    }
 }

@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::{Env, assert_one_line_error, bin};
+use common::{Env, assert_one_line_error, bin, bin_with_env};
 use kubeflavor::ExitCode;
 
 const KUBEFLAVOR: &str = env!("CARGO_BIN_EXE_kubeflavor");
@@ -137,4 +137,45 @@ async fn token_create_through_the_binary_prints_only_the_token() {
         env.kf_bin(&["flavor", "delete", &name]).await.code,
         ExitCode::Ok
     );
+}
+
+/// KUBECONFIG is a merged list (the first file to set a value wins, missing files are
+/// skipped) and --context picks a context from any of the files, as with kubectl.
+#[tokio::test]
+async fn kubeconfig_list_is_merged_and_context_selects_across_files() {
+    let env = Env::start().await;
+    let dead = env.dir().join("dead.kubeconfig");
+    std::fs::write(
+        &dead,
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: dead\n  cluster:\n    server: https://127.0.0.1:1\n\
+         contexts:\n- name: dead-ctx\n  context:\n    cluster: dead\n    user: u\ncurrent-context: dead-ctx\n\
+         users:\n- name: u\n  user:\n    token: x\n",
+    )
+    .unwrap();
+    let admin = kube::config::Kubeconfig::read_from(&env.kubeconfig).unwrap();
+    let admin_context = admin.current_context.clone().unwrap();
+    let missing = env.dir().join("absent.kubeconfig");
+    let list = std::env::join_paths([&missing, &dead, &env.kubeconfig]).unwrap();
+    let list = list.to_str().unwrap().to_string();
+    let run = |args: Vec<String>| {
+        let list = list.clone();
+        tokio::task::spawn_blocking(move || {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            bin_with_env(KUBEFLAVOR, &args, &[("KUBECONFIG", &list)])
+        })
+    };
+    // The first file's current-context wins: the dead cluster.
+    let out = run(vec!["token".into(), "list".into()]).await.unwrap();
+    assert_one_line_error(&out, ExitCode::Unreachable);
+    assert!(out.stderr.contains("dead-ctx"), "{}", out.stderr);
+    // The admin context comes from the last file.
+    let out = run(vec![
+        "--context".into(),
+        admin_context,
+        "token".into(),
+        "list".into(),
+    ])
+    .await
+    .unwrap();
+    assert_eq!(out.code, ExitCode::Ok, "{out:?}");
 }

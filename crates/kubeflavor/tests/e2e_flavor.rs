@@ -108,7 +108,7 @@ async fn apply_creates_then_updates_from_a_file() {
         std::fs::write(
             &file,
             format!(
-                "apiVersion: kubeflavor.io/v1alpha1\nkind: Flavor\nmetadata:\n  name: {a}\nspec:\n  trustLevel: {trust}\n  labels:\n    kubeflavor.node-restriction.kubernetes.io/site: lab\n---\napiVersion: kubeflavor.io/v1alpha1\nkind: Flavor\nmetadata:\n  name: {b}\nspec:\n  taints:\n  - key: example.com/dedicated\n    effect: NoExecute\n"
+                "apiVersion: kubeflavor.io/v1alpha1\nkind: Flavor\nmetadata:\n  name: {a}\n  labels:\n    team: edge\nspec:\n  trustLevel: {trust}\n  labels:\n    kubeflavor.node-restriction.kubernetes.io/site: lab\n---\napiVersion: kubeflavor.io/v1alpha1\nkind: Flavor\nmetadata:\n  name: {b}\nspec:\n  taints:\n  - key: example.com/dedicated\n    effect: NoExecute\n"
             ),
         )
         .unwrap()
@@ -329,4 +329,29 @@ async fn api_server_refuses_kubelet_writable_labels_by_itself() {
         }
         other => panic!("unexpected error {other:?}"),
     }
+}
+
+/// Before `install`, the Flavor API does not exist: the API server answers a plain-text
+/// `404 page not found` (capture 38), which must read as "install the CRDs". Only on
+/// testkube: a real cluster used for these tests has them installed already.
+#[tokio::test]
+async fn missing_crds_point_at_install() {
+    let env = Env::start().await;
+    if env.testkube.is_none() {
+        return;
+    }
+    let out = env.kf(&["flavor", "create", "sweet"]).await;
+    assert_one_line_error(&out, ExitCode::NotFound);
+    assert!(
+        out.stderr.contains("kubeflavor install --apply"),
+        "{}",
+        out.stderr
+    );
+    let out = env.kf(&["token", "create", "--flavor", "sweet"]).await;
+    assert_one_line_error(&out, ExitCode::NotFound);
+    assert!(
+        out.stderr.contains("kubeflavor install --apply"),
+        "{}",
+        out.stderr
+    );
 }

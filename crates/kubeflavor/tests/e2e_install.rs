@@ -103,3 +103,48 @@ async fn install_print_touches_no_cluster() {
     assert!(text.contains("namespace: ops") && text.contains("image: registry.example/kf:dev"));
     assert_eq!(env.request_count(), before);
 }
+
+/// `kubectl get flavors` shows the CRD's printer columns (the server renders the Table,
+/// capture 41).
+#[tokio::test]
+async fn kubectl_get_shows_the_printer_columns() {
+    let env = Env::start().await;
+    env.install().await;
+    let name = env.name("table");
+    env.kf(&[
+        "flavor",
+        "create",
+        &name,
+        "--trust-level",
+        "42",
+        "--ttl",
+        "3h",
+        "--max-nodes",
+        "2",
+    ])
+    .await
+    .expect_ok();
+    let request = http::Request::get(format!("/apis/kubeflavor.io/v1alpha1/flavors/{name}"))
+        .header("Accept", "application/json;as=Table;v=v1;g=meta.k8s.io")
+        .body(Vec::new())
+        .unwrap();
+    let table: Value =
+        serde_json::from_str(&env.client.request_text(request).await.unwrap()).unwrap();
+    let columns: Vec<&str> = table["columnDefinitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        columns,
+        ["Name", "Trust", "TTL", "Max Nodes", "Bound", "Age"]
+    );
+    let cells = &table["rows"][0]["cells"];
+    assert_eq!(cells[0], name.as_str());
+    assert_eq!(cells[1], 42);
+    assert_eq!(cells[2], "3h");
+    assert_eq!(cells[3], 2);
+    assert!(cells[4].is_null(), "no status yet: {cells}");
+    env.kf(&["flavor", "delete", &name]).await.expect_ok();
+}

@@ -6,7 +6,7 @@ use std::num::NonZeroU32;
 use std::str::FromStr;
 
 use kubeflavor_core::flavor::{
-    FLAVOR_LABEL, FlavorError, TRUST_LEVEL_LABEL, TrustLevel, TrustLevelError, parse_max_nodes,
+    FLAVOR_LABEL, TRUST_LEVEL_LABEL, TrustLevel, TrustLevelError, parse_max_nodes,
 };
 use kubeflavor_core::labels::{LabelKey, LabelKeyError, LabelValue, check_flavor_label_key};
 
@@ -58,8 +58,11 @@ pub struct MaxNodes(pub NonZeroU32);
 pub enum MaxNodesError {
     #[error("max nodes {0:?} is not a whole number; use a number of at least 1")]
     NotANumber(String),
-    #[error("{0}")]
-    Range(#[from] FlavorError),
+    #[error(
+        "max nodes {0} is out of range: a token must be able to bind at least 1 node name (and at most {max})",
+        max = u32::MAX
+    )]
+    Range(i64),
 }
 
 impl FromStr for MaxNodes {
@@ -69,7 +72,9 @@ impl FromStr for MaxNodes {
             .trim()
             .parse()
             .map_err(|_| MaxNodesError::NotANumber(s.into()))?;
-        Ok(MaxNodes(parse_max_nodes(n)?))
+        parse_max_nodes(n)
+            .map(MaxNodes)
+            .map_err(|_| MaxNodesError::Range(n))
     }
 }
 

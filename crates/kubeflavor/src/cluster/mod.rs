@@ -72,11 +72,6 @@ impl Cluster {
         Ok(Cluster { client, origin })
     }
 
-    /// A cluster whose client was built elsewhere (tests that already hold one).
-    pub fn from_client(client: Client, origin: Origin) -> Cluster {
-        Cluster { client, origin }
-    }
-
     /// Turn a kube-rs error into the line the user sees (see [`errors`]).
     pub fn error(&self, doing: &str, err: kube::Error) -> CliError {
         errors::to_cli_error(&self.origin, doing, err)

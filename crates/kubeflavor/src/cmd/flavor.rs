@@ -12,7 +12,7 @@ use crate::cli::{
     FlavorApplyArgs, FlavorCreateArgs, FlavorDeleteArgs, FlavorGetArgs, FlavorListArgs,
 };
 use crate::cluster::{Cluster, is_api_reason, is_not_found};
-use crate::cmd::token::{TokenSecretList, list_token_secrets};
+use crate::cmd::token::list_token_secrets;
 use crate::crd::{Flavor, FlavorBinding, effect_str, flavor_from_rules, rules_from_flavor};
 use crate::error::{CliError, Result};
 use crate::output::{self, Format, List, Table};
@@ -74,7 +74,12 @@ pub async fn apply(cluster: &Cluster, args: &FlavorApplyArgs, out: &mut dyn Writ
         let (name, rules) = rules_from_flavor(flavor).map_err(|e| {
             CliError::refused(format!("{shown}: {e}"), "fix the file and apply again")
         })?;
-        checked.push((name.clone(), flavor_from_rules(&name, &rules)));
+        // The applied object is rebuilt from the validated rules; the file's own labels and
+        // annotations are kept, server-set metadata (uid, resourceVersion...) is not.
+        let mut object = flavor_from_rules(&name, &rules);
+        object.metadata.labels = flavor.metadata.labels.clone();
+        object.metadata.annotations = flavor.metadata.annotations.clone();
+        checked.push((name.clone(), object));
     }
     let api: Api<Flavor> = Api::all(cluster.client.clone());
     let params = PatchParams::apply(FIELD_MANAGER).force();
@@ -353,7 +358,7 @@ impl FlavorUsers {
 
 async fn flavor_users(cluster: &Cluster, name: &FlavorName) -> Result<FlavorUsers> {
     let now = Timestamp::now();
-    let tokens: TokenSecretList = list_token_secrets(cluster, Some(name)).await?;
+    let tokens = list_token_secrets(cluster, Some(name)).await?;
     let mut users = FlavorUsers {
         tokens: tokens
             .iter()

@@ -8,6 +8,7 @@
 //! schema rules (including the CEL rules of [`schema`]) make the API server refuse what
 //! the CLI refuses, so `kubectl apply` of a bad Flavor fails too.
 
+mod binding;
 mod convert;
 pub mod schema;
 

@@ -170,14 +170,19 @@ impl Env {
             .and_then(|c| c.cluster.clone())
             .expect("cluster of the current context");
         let server = cluster.server.clone().expect("server");
-        let ca = cluster
-            .certificate_authority_data
-            .clone()
-            .map(|d| format!("    certificate-authority-data: {d}\n"));
+        // The same trust settings as the admin's cluster entry (inline CA, CA file, or none).
+        let mut trust = String::new();
+        if let Some(data) = &cluster.certificate_authority_data {
+            trust.push_str(&format!("    certificate-authority-data: {data}\n"));
+        } else if let Some(file) = &cluster.certificate_authority {
+            trust.push_str(&format!("    certificate-authority: {file}\n"));
+        }
+        if cluster.insecure_skip_tls_verify == Some(true) {
+            trust.push_str("    insecure-skip-tls-verify: true\n");
+        }
         let yaml = format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: {server}\n{}contexts:\n\
-             - name: c\n  context:\n    cluster: c\n    user: u\ncurrent-context: c\nusers:\n- name: u\n  user:\n    token: {token}\n",
-            ca.unwrap_or_default()
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: {server}\n{trust}contexts:\n\
+             - name: c\n  context:\n    cluster: c\n    user: u\ncurrent-context: c\nusers:\n- name: u\n  user:\n    token: {token}\n"
         );
         let path = self
             .dir
@@ -222,13 +227,19 @@ pub async fn whoami(client: &kube::Client) -> Result<(String, Vec<String>), kube
     ))
 }
 
-/// Run a binary and collect its outcome.
+/// Run a binary and collect its outcome (with `KUBECONFIG` unset).
 pub fn bin(path: &str, args: &[&str]) -> Outcome {
-    let output = Command::new(path)
-        .args(args)
-        .env_remove("KUBECONFIG")
-        .output()
-        .expect("run the binary");
+    bin_with_env(path, args, &[])
+}
+
+/// Run a binary with extra environment variables (`KUBECONFIG` unset unless given).
+pub fn bin_with_env(path: &str, args: &[&str], envs: &[(&str, &str)]) -> Outcome {
+    let mut command = Command::new(path);
+    command.args(args).env_remove("KUBECONFIG");
+    for (k, v) in envs {
+        command.env(k, v);
+    }
+    let output = command.output().expect("run the binary");
     let code = match output.status.code() {
         Some(0) => ExitCode::Ok,
         Some(1) => ExitCode::Error,

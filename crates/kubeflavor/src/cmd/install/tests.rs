@@ -239,3 +239,23 @@ fn default_image_carries_the_version() {
         )
     );
 }
+
+#[test]
+fn namespace_enforces_the_restricted_pod_security_standard() {
+    let docs = docs();
+    let ns = find(&docs, "Namespace", "kubeflavor");
+    assert_eq!(
+        ns.object["metadata"]["labels"]["pod-security.kubernetes.io/enforce"],
+        "restricted"
+    );
+    // What "restricted" demands of the controller's pod.
+    let pod =
+        &find(&docs, "Deployment", "kubeflavor-controller").object["spec"]["template"]["spec"];
+    assert_eq!(
+        pod["securityContext"]["seccompProfile"]["type"],
+        "RuntimeDefault"
+    );
+    let c = &pod["containers"][0]["securityContext"];
+    assert_eq!(c["capabilities"]["drop"], serde_json::json!(["ALL"]));
+    assert_eq!(c["runAsNonRoot"], true);
+}

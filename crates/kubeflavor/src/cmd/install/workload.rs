@@ -32,12 +32,19 @@ pub fn default_image() -> String {
 }
 
 pub fn namespace(name: &str) -> Document {
+    let mut namespace_labels = labels("namespace");
+    // The controller's pod meets the "restricted" Pod Security Standard; enforcing it keeps
+    // anything else placed in this namespace (next to a token-deleting identity) as tight.
+    namespace_labels.insert(
+        "pod-security.kubernetes.io/enforce".into(),
+        "restricted".into(),
+    );
     Document::new(
-        "The controller's namespace.",
+        "The controller's namespace, enforcing the restricted Pod Security Standard.",
         &Namespace {
             metadata: ObjectMeta {
                 name: Some(name.into()),
-                labels: Some(labels("namespace")),
+                labels: Some(namespace_labels),
                 ..Default::default()
             },
             ..Default::default()

@@ -5,32 +5,33 @@
 //! flavor and use count in the Secret's label and annotations. `token create` makes exactly
 //! two API calls when all goes well: GET the Flavor, POST the Secret.
 
-use std::collections::BTreeMap;
 use std::io::Write;
 use std::num::NonZeroU32;
 
 use jiff::Timestamp;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, PostParams};
+use kube::api::{Api, DeleteParams, ObjectMeta, PostParams};
 use kubeflavor_core::flavor::{DEFAULT_MAX_NODES, FlavorName, TokenTtl};
 use kubeflavor_core::token::{BootstrapToken, TokenId};
-use kubeflavor_core::token_record::{Expiration, SecretView, TokenRecord, TokenRecordError};
 use kubeflavor_core::token_secret::{
-    FLAVOR_TOKEN_LABEL, KEY_AUTH_EXTRA_GROUPS, KEY_DESCRIPTION, KEY_TOKEN_SECRET, NODE_GROUP,
-    TOKEN_SECRET_NAMESPACE, TOKEN_SECRET_TYPE, TokenSecretObject, flavored_token_secret,
+    NODE_GROUP, TOKEN_SECRET_NAMESPACE, TokenSecretObject, flavored_token_secret,
     format_expiration, secret_name,
 };
 use serde::Serialize;
 use zeroize::{Zeroize, Zeroizing};
 
-use crate::cli::{TokenCreateArgs, TokenDeleteArgs, TokenListArgs, TokenOutput};
+use crate::cli::{TokenCreateArgs, TokenDeleteArgs, TokenOutput};
 use crate::cluster::{Cluster, is_api_reason, is_not_found};
-use crate::cmd::flavor::{created, unknown_flavor};
+use crate::cmd::flavor::unknown_flavor;
 use crate::crd::{Flavor, rules_from_flavor};
 use crate::error::{CliError, Result};
 use crate::exit::ExitCode;
-use crate::output::{self, Format, List, Table};
+use crate::output;
+
+mod list;
+
+pub use list::{TokenInfo, list, list_token_secrets};
 
 /// kubeadm's default token lifetime, used when neither `--ttl` nor the flavor sets one.
 pub const DEFAULT_TTL: TokenTtl = TokenTtl::Seconds(24 * 3600);
@@ -59,7 +60,8 @@ struct CreatedToken {
     max_nodes: u32,
     usages: Vec<&'static str>,
     groups: Vec<&'static str>,
-    secret: String,
+    /// `<namespace>/<name>` of the token Secret.
+    secret_name: String,
 }
 
 fn expose_str<S: serde::Serializer>(value: &Zeroizing<String>, s: S) -> Result<S::Ok, S::Error> {
@@ -152,13 +154,15 @@ fn print_created(
         max_nodes: max_nodes.get(),
         usages: vec!["authentication", "signing"],
         groups: vec![NODE_GROUP],
-        secret: format!("{TOKEN_SECRET_NAMESPACE}/{}", secret_name(token.id())),
+        secret_name: format!("{TOKEN_SECRET_NAMESPACE}/{}", secret_name(token.id())),
     };
     let rendered: Zeroizing<String> = Zeroizing::new(match format {
         TokenOutput::Token => format!("{}\n", view.token.as_str()),
         TokenOutput::Json => serde_json::to_string_pretty(&view)
             .map(|s| s + "\n")
-            .unwrap_or_default(),
+            .map_err(|e| {
+                CliError::failed(format!("cannot render JSON: {e}"), "report this as a bug")
+            })?,
         TokenOutput::Yaml => output::to_yaml(&view)?,
     });
     out.write_all(rendered.as_bytes())?;
@@ -193,238 +197,6 @@ fn zeroize_secret(secret: &mut Secret) {
     }
     for value in secret.string_data.iter_mut().flat_map(|d| d.values_mut()) {
         value.zeroize();
-    }
-}
-
-/// One token as `token list` shows it: everything but the secret.
-#[derive(Clone, Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct TokenInfo {
-    pub id: String,
-    /// `None` for a plain kubeadm token.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub flavor: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub max_nodes: Option<u32>,
-    pub bound_nodes: Vec<String>,
-    /// RFC 3339, `never`, or the unparsable value as stored.
-    pub expiration: String,
-    #[serde(skip)]
-    expires_at: Expiration,
-    pub usages: Vec<&'static str>,
-    pub groups: Vec<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub description: Option<String>,
-    /// Whether the API server would accept the token now; otherwise why not.
-    pub status: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub created: Option<Timestamp>,
-    /// Passes every check of the authenticator that does not depend on time.
-    #[serde(skip)]
-    standing_ok: bool,
-}
-
-impl TokenInfo {
-    /// The API server authenticates this token right now.
-    pub fn is_live(&self, now: Timestamp) -> bool {
-        self.standing_ok && self.expires_at.check(now).is_ok()
-    }
-}
-
-pub type TokenSecretList = Vec<TokenInfo>;
-
-/// Every bootstrap token Secret in kube-system (only those of `flavor` when given), read
-/// without keeping any token secret.
-pub async fn list_token_secrets(
-    cluster: &Cluster,
-    flavor: Option<&FlavorName>,
-) -> Result<TokenSecretList> {
-    let secrets: Api<Secret> = Api::namespaced(cluster.client.clone(), TOKEN_SECRET_NAMESPACE);
-    let params = match flavor {
-        Some(f) => ListParams::default().labels(&format!("{FLAVOR_TOKEN_LABEL}={f}")),
-        None => ListParams::default(),
-    };
-    let list = secrets
-        .list(&params)
-        .await
-        .map_err(|e| cluster.error("list the token Secrets in kube-system", e))?;
-    let now = Timestamp::now();
-    let mut tokens: Vec<TokenInfo> = list
-        .items
-        .into_iter()
-        .filter(|s| s.type_.as_deref() == Some(TOKEN_SECRET_TYPE))
-        .filter_map(|mut s| {
-            let info = token_info(&s, now);
-            zeroize_secret(&mut s);
-            info
-        })
-        .collect();
-    tokens.sort_by(|a, b| a.id.cmp(&b.id));
-    Ok(tokens)
-}
-
-fn token_info(secret: &Secret, now: Timestamp) -> Option<TokenInfo> {
-    let empty = BTreeMap::new();
-    let name = secret.metadata.name.as_deref().unwrap_or("");
-    let mut data: BTreeMap<String, String> = secret
-        .data
-        .iter()
-        .flatten()
-        .map(|(k, v)| (k.clone(), String::from_utf8_lossy(&v.0).into_owned()))
-        .collect();
-    let view = SecretView {
-        namespace: secret
-            .metadata
-            .namespace
-            .as_deref()
-            .unwrap_or(TOKEN_SECRET_NAMESPACE),
-        name,
-        type_: secret.type_.as_deref().unwrap_or(""),
-        being_deleted: secret.metadata.deletion_timestamp.is_some(),
-        data: &data,
-        labels: secret.metadata.labels.as_ref().unwrap_or(&empty),
-        annotations: secret.metadata.annotations.as_ref().unwrap_or(&empty),
-    };
-    let record = TokenRecord::from_secret(&view);
-    let description = data.get(KEY_DESCRIPTION).cloned();
-    let groups: Vec<String> = data
-        .get(KEY_AUTH_EXTRA_GROUPS)
-        .map(|g| {
-            g.split(',')
-                .filter(|s| !s.is_empty())
-                .map(str::to_string)
-                .collect()
-        })
-        .unwrap_or_default();
-    let info = match record {
-        Err(TokenRecordError::NotATokenSecret(_)) => None,
-        Err(TokenRecordError::Metadata { problem, .. }) => Some(TokenInfo {
-            id: name.trim_start_matches("bootstrap-token-").to_string(),
-            flavor: view.labels.get(FLAVOR_TOKEN_LABEL).cloned(),
-            max_nodes: None,
-            bound_nodes: Vec::new(),
-            expiration: String::new(),
-            expires_at: Expiration::Never,
-            usages: Vec::new(),
-            groups,
-            description,
-            status: format!("invalid kubeflavor metadata: {problem}"),
-            created: created(&secret.metadata),
-            standing_ok: false,
-        }),
-        Ok(record) => {
-            let auth = record.authentication_at(now);
-            let mut usages = Vec::new();
-            if data
-                .get("usage-bootstrap-authentication")
-                .map(String::as_str)
-                == Some("true")
-            {
-                usages.push("authentication");
-            }
-            if record.usage_signing {
-                usages.push("signing");
-            }
-            let meta = record.kubeflavor.as_ref();
-            Some(TokenInfo {
-                id: record.id.to_string(),
-                flavor: meta.map(|m| m.flavor.to_string()),
-                max_nodes: meta.map(|m| m.max_nodes.get()),
-                bound_nodes: meta
-                    .map(|m| m.bound_nodes.iter().map(|n| n.to_string()).collect())
-                    .unwrap_or_default(),
-                expiration: match &record.expiration {
-                    Expiration::Never => "never".into(),
-                    Expiration::At(at) => format_expiration(*at),
-                    Expiration::Unparseable(s) => s.clone(),
-                },
-                expires_at: record.expiration.clone(),
-                usages,
-                groups,
-                description,
-                status: match &auth {
-                    Ok(_) => "valid".into(),
-                    Err(why) => why.to_string(),
-                },
-                created: created(&secret.metadata),
-                standing_ok: auth.is_ok() || auth.as_ref().is_err_and(|e| e.is_expiry()),
-            })
-        }
-    };
-    if let Some(secret) = data.get_mut(KEY_TOKEN_SECRET) {
-        secret.zeroize();
-    }
-    info
-}
-
-pub async fn list(cluster: &Cluster, args: &TokenListArgs, out: &mut dyn Write) -> Result<()> {
-    let tokens = list_token_secrets(cluster, args.flavor.as_ref()).await?;
-    let now = Timestamp::now();
-    match args.output.unwrap_or_default() {
-        Format::Json => output::write_json(out, &List::of(&tokens)),
-        Format::Yaml => output::write_yaml(out, &List::of(&tokens)),
-        Format::Name => {
-            for t in &tokens {
-                writeln!(out, "token/{}", t.id)?;
-            }
-            Ok(())
-        }
-        Format::Table | Format::Wide => {
-            if tokens.is_empty() {
-                writeln!(out, "No tokens found.")?;
-                return Ok(());
-            }
-            let wide = args.output == Some(Format::Wide);
-            let mut header = vec!["id", "flavor", "bound/max", "expires", "age"];
-            if wide {
-                header.extend(["expiration", "usages", "status", "bound nodes"]);
-            }
-            let mut table = Table::new(&header);
-            for t in &tokens {
-                let mut row = vec![
-                    t.id.clone(),
-                    t.flavor.clone().unwrap_or_else(|| "<none>".into()),
-                    match t.max_nodes {
-                        Some(max) => format!("{}/{max}", t.bound_nodes.len()),
-                        None => "-".into(),
-                    },
-                    expires_in(&t.expires_at, now),
-                    output::age(t.created, now),
-                ];
-                if wide {
-                    row.push(if t.expiration.is_empty() {
-                        "<unknown>".into()
-                    } else {
-                        t.expiration.clone()
-                    });
-                    row.push(if t.usages.is_empty() {
-                        "<none>".into()
-                    } else {
-                        t.usages.join(",")
-                    });
-                    row.push(t.status.clone());
-                    row.push(if t.bound_nodes.is_empty() {
-                        "<none>".into()
-                    } else {
-                        t.bound_nodes.join(",")
-                    });
-                }
-                table.row(row);
-            }
-            out.write_all(table.render().as_bytes())?;
-            Ok(())
-        }
-    }
-}
-
-/// The EXPIRES column: time left (`23h`), `<never>`, `<expired>`, or `<invalid>` for an
-/// expiration the API server cannot read (which it treats as expired).
-fn expires_in(expiration: &Expiration, now: Timestamp) -> String {
-    match expiration {
-        Expiration::Never => "<never>".into(),
-        Expiration::At(at) if *at > now => output::human_duration(at.duration_since(now)),
-        Expiration::At(_) => "<expired>".into(),
-        Expiration::Unparseable(_) => "<invalid>".into(),
     }
 }
 
@@ -510,7 +282,10 @@ mod tests {
         assert_eq!(json["metadata"]["name"], "bootstrap-token-abcdef");
         assert_eq!(json["metadata"]["namespace"], "kube-system");
         assert_eq!(json["type"], "bootstrap.kubernetes.io/token");
-        assert_eq!(json["metadata"]["labels"][FLAVOR_TOKEN_LABEL], "sweet");
+        assert_eq!(
+            json["metadata"]["labels"][kubeflavor_core::token_secret::FLAVOR_TOKEN_LABEL],
+            "sweet"
+        );
         // base64 of the plain strings, as in capture 44.
         assert_eq!(json["data"]["token-id"], "YWJjZGVm");
         assert_eq!(json["data"]["expiration"], "MjAyNi0xMi0wMVQwNDoxMTo1MFo=");

@@ -1,0 +1,375 @@
+//! `kubeflavor token list`, and the token view `flavor delete` uses to find live tokens.
+//! Token Secrets are read whole (the API has no way to leave `token-secret` out), turned
+//! into [`TokenInfo`] at once, and the secret strings are zeroized.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Api, ListParams};
+use kubeflavor_core::flavor::FlavorName;
+use kubeflavor_core::token_record::{Expiration, SecretView, TokenRecord, TokenRecordError};
+use kubeflavor_core::token_secret::{
+    FLAVOR_TOKEN_LABEL, KEY_DESCRIPTION, KEY_TOKEN_SECRET, TOKEN_SECRET_NAME_PREFIX,
+    TOKEN_SECRET_NAMESPACE, TOKEN_SECRET_TYPE, format_expiration,
+};
+use serde::Serialize;
+use zeroize::Zeroize;
+
+use super::zeroize_secret;
+use crate::cli::TokenListArgs;
+use crate::cluster::Cluster;
+use crate::cmd::flavor::created;
+use crate::error::Result;
+use crate::output::{self, Format, List, Table};
+
+/// One token as `token list` shows it: everything but the secret.
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TokenInfo {
+    pub id: String,
+    /// `None` for a plain kubeadm token.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub flavor: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_nodes: Option<u32>,
+    pub bound_nodes: Vec<String>,
+    /// RFC 3339, `never`, or the unparsable value as stored.
+    pub expiration: String,
+    #[serde(skip)]
+    expires_at: Expiration,
+    pub usages: Vec<&'static str>,
+    pub groups: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// Whether the API server would accept the token now; otherwise why not.
+    pub status: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub created: Option<Timestamp>,
+    /// Passes every check of the authenticator that does not depend on time.
+    #[serde(skip)]
+    standing_ok: bool,
+}
+
+impl TokenInfo {
+    /// The API server authenticates this token right now.
+    pub fn is_live(&self, now: Timestamp) -> bool {
+        self.standing_ok && self.expires_at.check(now).is_ok()
+    }
+}
+
+/// Every bootstrap token Secret in kube-system (only those of `flavor` when given), read
+/// without keeping any token secret.
+pub async fn list_token_secrets(
+    cluster: &Cluster,
+    flavor: Option<&FlavorName>,
+) -> Result<Vec<TokenInfo>> {
+    let secrets: Api<Secret> = Api::namespaced(cluster.client.clone(), TOKEN_SECRET_NAMESPACE);
+    let params = match flavor {
+        Some(f) => ListParams::default().labels(&format!("{FLAVOR_TOKEN_LABEL}={f}")),
+        None => ListParams::default(),
+    };
+    let list = secrets
+        .list(&params)
+        .await
+        .map_err(|e| cluster.error("list the token Secrets in kube-system", e))?;
+    let now = Timestamp::now();
+    let mut tokens: Vec<TokenInfo> = list
+        .items
+        .into_iter()
+        .filter(|s| s.type_.as_deref() == Some(TOKEN_SECRET_TYPE))
+        .filter_map(|mut s| {
+            let info = token_info(&s, now);
+            zeroize_secret(&mut s);
+            info
+        })
+        .collect();
+    tokens.sort_by(|a, b| a.id.cmp(&b.id));
+    Ok(tokens)
+}
+
+fn token_info(secret: &Secret, now: Timestamp) -> Option<TokenInfo> {
+    let empty = BTreeMap::new();
+    let name = secret.metadata.name.as_deref().unwrap_or("");
+    let mut data: BTreeMap<String, String> = secret
+        .data
+        .iter()
+        .flatten()
+        .map(|(k, v)| (k.clone(), String::from_utf8_lossy(&v.0).into_owned()))
+        .collect();
+    let labels = secret.metadata.labels.as_ref().unwrap_or(&empty);
+    let view = SecretView {
+        namespace: secret
+            .metadata
+            .namespace
+            .as_deref()
+            .unwrap_or(TOKEN_SECRET_NAMESPACE),
+        name,
+        type_: secret.type_.as_deref().unwrap_or(""),
+        being_deleted: secret.metadata.deletion_timestamp.is_some(),
+        data: &data,
+        labels,
+        annotations: secret.metadata.annotations.as_ref().unwrap_or(&empty),
+    };
+    let record = TokenRecord::from_secret(&view);
+    let description = data.get(KEY_DESCRIPTION).cloned();
+    // The record is read; the secret half is not needed any more.
+    if let Some(secret) = data.get_mut(KEY_TOKEN_SECRET) {
+        secret.zeroize();
+    }
+    match record {
+        Err(TokenRecordError::NotATokenSecret(_)) => None,
+        Err(TokenRecordError::Metadata { problem, .. }) => Some(TokenInfo {
+            id: name
+                .trim_start_matches(TOKEN_SECRET_NAME_PREFIX)
+                .to_string(),
+            flavor: labels.get(FLAVOR_TOKEN_LABEL).cloned(),
+            max_nodes: None,
+            bound_nodes: Vec::new(),
+            expiration: String::new(),
+            expires_at: Expiration::Never,
+            usages: Vec::new(),
+            groups: Vec::new(),
+            description,
+            status: format!("invalid kubeflavor metadata: {problem}"),
+            created: created(&secret.metadata),
+            standing_ok: false,
+        }),
+        Ok(record) => {
+            let auth = record.authentication_at(now);
+            let usages = [
+                (record.usage_authentication, "authentication"),
+                (record.usage_signing, "signing"),
+            ]
+            .into_iter()
+            .filter_map(|(on, name)| on.then_some(name))
+            .collect();
+            let meta = record.kubeflavor.as_ref();
+            Some(TokenInfo {
+                id: record.id.to_string(),
+                flavor: meta.map(|m| m.flavor.to_string()),
+                max_nodes: meta.map(|m| m.max_nodes.get()),
+                bound_nodes: meta
+                    .map(|m| m.bound_nodes.iter().map(|n| n.to_string()).collect())
+                    .unwrap_or_default(),
+                expiration: match &record.expiration {
+                    Expiration::Never => "never".into(),
+                    Expiration::At(at) => format_expiration(*at),
+                    Expiration::Unparseable(s) => s.clone(),
+                },
+                expires_at: record.expiration.clone(),
+                usages,
+                groups: record.extra_groups.clone(),
+                description,
+                status: match &auth {
+                    Ok(_) => "valid".into(),
+                    Err(why) => why.to_string(),
+                },
+                created: created(&secret.metadata),
+                standing_ok: auth.is_ok() || auth.as_ref().is_err_and(|e| e.is_expiry()),
+            })
+        }
+    }
+}
+
+pub async fn list(cluster: &Cluster, args: &TokenListArgs, out: &mut dyn Write) -> Result<()> {
+    let tokens = list_token_secrets(cluster, args.flavor.as_ref()).await?;
+    let now = Timestamp::now();
+    match args.output.unwrap_or_default() {
+        Format::Json => output::write_json(out, &List::of(&tokens)),
+        Format::Yaml => output::write_yaml(out, &List::of(&tokens)),
+        Format::Name => {
+            for t in &tokens {
+                writeln!(out, "token/{}", t.id)?;
+            }
+            Ok(())
+        }
+        Format::Table | Format::Wide => {
+            if tokens.is_empty() {
+                writeln!(out, "No tokens found.")?;
+                return Ok(());
+            }
+            let wide = args.output == Some(Format::Wide);
+            let mut header = vec!["id", "flavor", "bound/max", "expires", "age"];
+            if wide {
+                header.extend(["expiration", "usages", "status", "bound nodes"]);
+            }
+            let mut table = Table::new(&header);
+            for t in &tokens {
+                let mut row = vec![
+                    t.id.clone(),
+                    t.flavor.clone().unwrap_or_else(|| "<none>".into()),
+                    match t.max_nodes {
+                        Some(max) => format!("{}/{max}", t.bound_nodes.len()),
+                        None => "-".into(),
+                    },
+                    expires_in(&t.expires_at, now),
+                    output::age(t.created, now),
+                ];
+                if wide {
+                    row.push(if t.expiration.is_empty() {
+                        "<unknown>".into()
+                    } else {
+                        t.expiration.clone()
+                    });
+                    row.push(if t.usages.is_empty() {
+                        "<none>".into()
+                    } else {
+                        t.usages.join(",")
+                    });
+                    row.push(t.status.clone());
+                    row.push(if t.bound_nodes.is_empty() {
+                        "<none>".into()
+                    } else {
+                        t.bound_nodes.join(",")
+                    });
+                }
+                table.row(row);
+            }
+            out.write_all(table.render().as_bytes())?;
+            Ok(())
+        }
+    }
+}
+
+/// The EXPIRES column: time left (`23h`), `<never>`, `<expired>`, or `<invalid>` for an
+/// expiration the API server cannot read (which it treats as expired).
+fn expires_in(expiration: &Expiration, now: Timestamp) -> String {
+    match expiration {
+        Expiration::Never => "<never>".into(),
+        Expiration::At(at) if *at > now => output::human_duration(at.duration_since(now)),
+        Expiration::At(_) => "<expired>".into(),
+        Expiration::Unparseable(_) => "<invalid>".into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::ByteString;
+    use kube::api::ObjectMeta;
+
+    use super::*;
+
+    const SECRET: &str = "0123456789abcdef";
+
+    fn secret(
+        id: &str,
+        data: &[(&str, &str)],
+        labels: &[(&str, &str)],
+        annotations: &[(&str, &str)],
+    ) -> Secret {
+        let map = |pairs: &[(&str, &str)]| {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        let mut all: Vec<(&str, &str)> = vec![("token-id", id), ("token-secret", SECRET)];
+        all.extend_from_slice(data);
+        Secret {
+            metadata: ObjectMeta {
+                name: Some(format!("bootstrap-token-{id}")),
+                namespace: Some("kube-system".into()),
+                labels: Some(map(labels)),
+                annotations: Some(map(annotations)),
+                ..Default::default()
+            },
+            type_: Some(TOKEN_SECRET_TYPE.into()),
+            data: Some(
+                all.iter()
+                    .map(|(k, v)| (k.to_string(), ByteString(v.as_bytes().to_vec())))
+                    .collect(),
+            ),
+            ..Default::default()
+        }
+    }
+
+    fn now() -> Timestamp {
+        "2026-11-30T12:00:00Z".parse().unwrap()
+    }
+
+    #[test]
+    fn flavored_token_shows_flavor_and_bound_count_but_no_secret() {
+        let s = secret(
+            "abcdef",
+            &[
+                ("usage-bootstrap-authentication", "true"),
+                ("expiration", "2026-12-01T12:00:00Z"),
+            ],
+            &[(FLAVOR_TOKEN_LABEL, "sweet")],
+            &[
+                ("kubeflavor.io/max-nodes", "3"),
+                ("kubeflavor.io/bound-nodes", "a,b"),
+            ],
+        );
+        let info = token_info(&s, now()).unwrap();
+        assert_eq!(info.flavor.as_deref(), Some("sweet"));
+        assert_eq!((info.bound_nodes.len(), info.max_nodes), (2, Some(3)));
+        assert_eq!(info.status, "valid");
+        assert!(info.is_live(now()));
+        assert_eq!(expires_in(&info.expires_at, now()), "24h");
+        let json = serde_json::to_string(&info).unwrap();
+        assert!(!json.contains(SECRET), "{json}");
+    }
+
+    #[test]
+    fn kubeadm_token_has_no_flavor() {
+        let s = secret(
+            "ghijkl",
+            &[("usage-bootstrap-authentication", "true")],
+            &[],
+            &[],
+        );
+        let info = token_info(&s, now()).unwrap();
+        assert_eq!(info.flavor, None);
+        assert_eq!(expires_in(&info.expires_at, now()), "<never>");
+    }
+
+    #[test]
+    fn expired_and_unusable_tokens_are_not_live() {
+        let expired = secret(
+            "mnopqr",
+            &[
+                ("usage-bootstrap-authentication", "true"),
+                ("expiration", "2026-11-30T11:00:00Z"),
+            ],
+            &[],
+            &[],
+        );
+        let info = token_info(&expired, now()).unwrap();
+        assert!(!info.is_live(now()));
+        assert_eq!(expires_in(&info.expires_at, now()), "<expired>");
+        // Still live an hour earlier: expiry is judged at the time asked.
+        assert!(info.is_live("2026-11-30T10:00:00Z".parse().unwrap()));
+
+        let no_auth = secret("stuvwx", &[("usage-bootstrap-signing", "true")], &[], &[]);
+        let info = token_info(&no_auth, now()).unwrap();
+        assert!(!info.is_live(now()));
+        assert!(
+            info.status.contains("usage-bootstrap-authentication"),
+            "{}",
+            info.status
+        );
+    }
+
+    #[test]
+    fn broken_kubeflavor_metadata_is_listed_with_the_problem() {
+        let s = secret(
+            "abcdef",
+            &[],
+            &[(FLAVOR_TOKEN_LABEL, "sweet")],
+            &[("kubeflavor.io/max-nodes", "zero")],
+        );
+        let info = token_info(&s, now()).unwrap();
+        assert!(info.status.contains("max-nodes"), "{}", info.status);
+        assert!(!info.is_live(now()));
+    }
+
+    #[test]
+    fn secrets_not_named_like_tokens_are_skipped() {
+        let mut s = secret("abcdef", &[], &[], &[]);
+        s.metadata.name = Some("something-else".into());
+        assert!(token_info(&s, now()).is_none());
+    }
+}

@@ -265,3 +265,68 @@ async fn p1_csr_conditions_are_equal_across_flavors_and_causes() {
     }
     ctl.stop().await;
 }
+
+/// The controller runs with exactly the permissions `install` grants its ServiceAccount
+/// (testkube only: a real cluster needs the ServiceAccount's own token).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn controller_works_with_the_rbac_install_grants() {
+    let h = Harness::start().await;
+    let Some(tk) = h.testkube() else { return };
+    let (cert, key) = tk
+        .issue_client_cert(
+            "system:serviceaccount:kubeflavor:kubeflavor-controller",
+            &[
+                "system:serviceaccounts",
+                "system:serviceaccounts:kubeflavor",
+            ],
+        )
+        .expect("certificate");
+    let sa = client_from(&tk.kubeconfig_for_client_cert(&cert, &key)).await;
+    let mut opts = kubeflavor::controller::Options::new("kubeflavor", "sa-replica");
+    opts.leader_elect = true;
+    let ctl = ControllerHandle::start(sa, opts, None);
+
+    let (f, other) = (h.name("sweet"), h.name("sour"));
+    h.flavor(&f, &[(TIER_KEY, "gold")], &[]).await;
+    h.flavor(&other, &[(TIER_KEY, "bronze")], &[]).await;
+    let (node, csr, bad) = (h.name("node-sa"), h.name("csr-sa"), h.name("csr-bad"));
+    let t = h.token(&f, 1, None).await;
+    h.submit_csr(&h.bootstrap_client(&t).await, &csr, &node)
+        .await;
+    assert_eq!(
+        condition_type(&h.decided(&csr).await).as_deref(),
+        Some("Approved")
+    );
+    h.register_node(
+        &csr,
+        &node,
+        &[],
+        &[("kubeflavor.io/unverified", "NoSchedule")],
+    )
+    .await;
+    h.node_until(&node, "flavored", |n| {
+        label(n, TIER_KEY) == Some("gold") && !has_taint(n, "kubeflavor.io/unverified")
+    })
+    .await;
+    // A denial that deletes the token (P4) and records an Event.
+    let sour = h.token(&other, 1, None).await;
+    h.submit_csr(&h.bootstrap_client(&sour).await, &bad, &node)
+        .await;
+    assert_eq!(
+        condition_type(&h.decided(&bad).await).as_deref(),
+        Some("Denied")
+    );
+    within(
+        "the misused token to be deleted",
+        await_condition(
+            Api::<k8s_openapi::api::core::v1::Secret>::namespaced(h.admin.clone(), "kube-system"),
+            &format!("bootstrap-token-{}", sour.id().as_str()),
+            conditions::is_deleted(""),
+        ),
+    )
+    .await
+    .expect("watch works");
+    let errors = ctl.metrics.render();
+    assert!(!errors.contains("reconcile_errors_total{"), "{errors}");
+    ctl.stop().await;
+}

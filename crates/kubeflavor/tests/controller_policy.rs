@@ -13,17 +13,30 @@ use kube::api::{ListParams, PostParams};
 const FLAVOR_KEY: &str = "kubeflavor.node-restriction.kubernetes.io/flavor";
 const TIER_KEY: &str = "tier.node-restriction.kubernetes.io/class";
 
-/// The admin trail: the Events kubeflavor recorded about this CSR (controller namespace).
-async fn trail(h: &Harness, csr: &str) -> Vec<String> {
-    Api::<Event>::namespaced(h.admin.clone(), "kube-system")
-        .list(&ListParams::default())
-        .await
-        .expect("list events")
-        .items
-        .into_iter()
-        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(csr))
-        .filter_map(|e| e.note)
-        .collect()
+/// Waits until the admin trail (Events in the controller's namespace) holds a note about
+/// this CSR that names `cause`; returns that note. Events are written right after the
+/// denial, so the wait is on a watch, never a sleep.
+async fn trail_names(h: &Harness, csr: &str, causes: &[&str]) -> String {
+    use futures::StreamExt;
+    use kube::runtime::{WatchStreamExt, watcher};
+    let api = Api::<Event>::namespaced(h.admin.clone(), "kube-system");
+    let stream = watcher(api, watcher::Config::default()).applied_objects();
+    futures::pin_mut!(stream);
+    within(
+        &format!("an Event about {csr} naming one of {causes:?}"),
+        async {
+            while let Some(ev) = stream.next().await {
+                let Ok(ev) = ev else { continue };
+                let about = ev.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(csr);
+                let note = ev.note.unwrap_or_default();
+                if about && causes.iter().any(|c| note.contains(c)) {
+                    return note;
+                }
+            }
+            panic!("event watch ended")
+        },
+    )
+    .await
 }
 
 async fn token_gone(h: &Harness, token: &kubeflavor_core::token::BootstrapToken) {
@@ -68,13 +81,7 @@ async fn name_takeover_is_denied_and_the_token_deleted() {
     assert_eq!(binding.spec.token_id, sweet.id().as_str());
     // P4: a takeover attempt is misuse: the token goes, the kubelet's retries end.
     token_gone(&h, &sour).await;
-    let notes = trail(&h, &bad).await;
-    assert!(
-        notes
-            .iter()
-            .any(|n| n.contains("name_bound_to_other_token")),
-        "{notes:?}"
-    );
+    trail_names(&h, &bad, &["name_bound_to_other_token"]).await;
     assert!(
         ctl.metrics
             .render()
@@ -110,12 +117,7 @@ async fn exhausted_token_is_denied_and_deleted() {
             .unwrap()
             .is_none()
     );
-    assert!(
-        trail(&h, &c2)
-            .await
-            .iter()
-            .any(|n| n.contains("token_exhausted"))
-    );
+    trail_names(&h, &c2, &["token_exhausted"]).await;
     ctl.stop().await;
 }
 
@@ -167,28 +169,30 @@ async fn missing_flavor_existing_node_and_wrong_shape_are_denied_with_their_caus
     ] {
         let decided = h.decided(csr).await;
         assert_eq!(condition_type(&decided).as_deref(), Some("Denied"), "{csr}");
-        let notes = trail(&h, csr).await;
-        assert!(
-            notes.iter().any(|n| n.contains(cause)),
-            "{cause}: {notes:?}"
-        );
+        trail_names(&h, csr, &[cause]).await;
         assert!(
             ctl.metrics.render().contains(&format!("cause=\"{cause}\"")),
             "{cause}"
         );
     }
     assert!(h.bindings().get_opt(&existing).await.unwrap().is_none());
-    // Denials for a wrong shape are counted on the token (P4, refused too often).
-    let counted = h.token_secret(&t2).await.expect("token kept");
-    assert_eq!(
-        counted
-            .metadata
-            .annotations
-            .unwrap()
-            .get("kubeflavor.io/denials")
-            .map(String::as_str),
-        Some("1")
-    );
+    // Denials for a wrong shape are counted on the token (P4, refused too often); the
+    // count is written right after the denial.
+    let name = format!("bootstrap-token-{}", t2.id().as_str());
+    within(
+        "the denial to be counted on the token",
+        kube::runtime::wait::await_condition(
+            Api::<Secret>::namespaced(h.admin.clone(), "kube-system"),
+            &name,
+            |s: Option<&Secret>| {
+                s.and_then(|s| s.metadata.annotations.as_ref())
+                    .and_then(|a| a.get("kubeflavor.io/denials"))
+                    .is_some_and(|v| v == "1")
+            },
+        ),
+    )
+    .await
+    .expect("watch works");
     ctl.stop().await;
 }
 
@@ -260,13 +264,7 @@ async fn token_expiring_mid_join_is_denied_without_spending_a_use() {
     if h.token_secret(&t).await.is_some() {
         assert!(h.bound_nodes(&t).await.is_empty());
     }
-    let notes = trail(&h, &csr).await;
-    assert!(
-        notes
-            .iter()
-            .any(|n| n.contains("token_expired") || n.contains("token_missing")),
-        "{notes:?}"
-    );
+    trail_names(&h, &csr, &["token_expired", "token_missing"]).await;
     ctl.stop().await;
 }
 
@@ -322,5 +320,65 @@ async fn revoked_node_loses_its_flavor_gets_the_noexecute_taint_and_no_renewal()
         condition_type(&h.decided(&renew_bad).await).as_deref(),
         Some("Denied")
     );
+    ctl.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn strict_mode_denies_other_tokens_without_deleting_them() {
+    use k8s_openapi::api::rbac::v1::{ClusterRoleBinding, RoleRef, Subject};
+    let h = Harness::start().await;
+    // A plain kubeadm token and the RBAC kubeadm gives its group.
+    let group = "system:bootstrappers:kubeadm:default-node-token";
+    let crb = ClusterRoleBinding {
+        metadata: kube::api::ObjectMeta {
+            name: Some(h.name("kubeadm-bootstrap")),
+            ..Default::default()
+        },
+        role_ref: RoleRef {
+            api_group: "rbac.authorization.k8s.io".into(),
+            kind: "ClusterRole".into(),
+            name: "system:node-bootstrapper".into(),
+        },
+        subjects: Some(vec![Subject {
+            kind: "Group".into(),
+            name: group.into(),
+            api_group: Some("rbac.authorization.k8s.io".into()),
+            ..Default::default()
+        }]),
+    };
+    Api::<ClusterRoleBinding>::all(h.admin.clone())
+        .create(&PostParams::default(), &crb)
+        .await
+        .expect("binding");
+    let token = kubeflavor_core::token::BootstrapToken::generate().unwrap();
+    let secret: Secret = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": format!("bootstrap-token-{}", token.id().as_str()), "namespace": "kube-system"},
+        "type": "bootstrap.kubernetes.io/token",
+        "stringData": {
+            "token-id": token.id().as_str(),
+            "token-secret": token.secret().expose(),
+            "usage-bootstrap-authentication": "true",
+            "auth-extra-groups": group,
+        },
+    }))
+    .unwrap();
+    Api::<Secret>::namespaced(h.admin.clone(), "kube-system")
+        .create(&PostParams::default(), &secret)
+        .await
+        .expect("kubeadm token");
+    let mut opts = h.options("ctl");
+    opts.strict = true;
+    let ctl = h.start_controller(opts);
+    let csr = h.name("csr-kubeadm");
+    h.submit_csr(&h.bootstrap_client(&token).await, &csr, &h.name("node-k"))
+        .await;
+    assert_eq!(
+        condition_type(&h.decided(&csr).await).as_deref(),
+        Some("Denied")
+    );
+    trail_names(&h, &csr, &["not_kubeflavor_token"]).await;
+    // kubeadm's own tokens are not kubeflavor's to delete or annotate.
+    let kept = h.token_secret(&token).await.expect("token kept");
+    assert!(kept.metadata.annotations.unwrap_or_default().is_empty());
     ctl.stop().await;
 }

@@ -89,38 +89,52 @@ pub async fn gather(
     flavor_of: impl Fn(&Secret) -> Option<String>,
 ) -> Result<CsrFactsRead, Error> {
     let view = CsrView::from_object(csr);
-    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), TOKEN_NAMESPACE);
-    let token_secret = match view.bootstrap_token_id() {
-        Some(id) => {
-            let name = format!("bootstrap-token-{id}");
-            secrets
+    // The token (then its Flavor) and the name's binding and Node are independent reads:
+    // issue them together so a decision waits for one round trip, not four.
+    let token_and_flavor = async {
+        let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), TOKEN_NAMESPACE);
+        let token_secret = match view.bootstrap_token_id() {
+            Some(id) => {
+                let name = format!("bootstrap-token-{id}");
+                secrets
+                    .get_opt(&name)
+                    .await
+                    .map_err(read_err(format!("Secret {TOKEN_NAMESPACE}/{name}")))?
+            }
+            None => None,
+        };
+        let flavor = match token_secret.as_ref().and_then(&flavor_of) {
+            Some(name) => Api::<Flavor>::all(ctx.client.clone())
                 .get_opt(&name)
                 .await
-                .map_err(read_err(format!("Secret {TOKEN_NAMESPACE}/{name}")))?
-        }
-        None => None,
+                .map_err(read_err(format!("Flavor {name}")))?,
+            None => None,
+        };
+        Ok::<_, Error>((token_secret, flavor))
     };
-    let flavor = match token_secret.as_ref().and_then(&flavor_of) {
-        Some(name) => Api::<Flavor>::all(ctx.client.clone())
-            .get_opt(&name)
-            .await
-            .map_err(read_err(format!("Flavor {name}")))?,
-        None => None,
-    };
-    let (binding, node_exists) = match node_name {
-        Some(node) => {
-            let binding = Api::<FlavorBinding>::all(ctx.client.clone())
+    let binding = async {
+        match node_name {
+            Some(node) => Api::<FlavorBinding>::all(ctx.client.clone())
                 .get_opt(node)
                 .await
-                .map_err(read_err(format!("FlavorBinding {node}")))?;
-            let node_meta: Option<PartialObjectMeta<Node>> = Api::<Node>::all(ctx.client.clone())
-                .get_metadata_opt(node)
-                .await
-                .map_err(read_err(format!("Node {node}")))?;
-            (binding, node_meta.is_some())
+                .map_err(read_err(format!("FlavorBinding {node}"))),
+            None => Ok(None),
         }
-        None => (None, false),
     };
+    let node_exists = async {
+        match node_name {
+            Some(node) => {
+                let meta: Option<PartialObjectMeta<Node>> = Api::<Node>::all(ctx.client.clone())
+                    .get_metadata_opt(node)
+                    .await
+                    .map_err(read_err(format!("Node {node}")))?;
+                Ok(meta.is_some())
+            }
+            None => Ok(false),
+        }
+    };
+    let ((token_secret, flavor), binding, node_exists) =
+        tokio::try_join!(token_and_flavor, binding, node_exists)?;
     Ok(CsrFactsRead {
         csr: view,
         token_secret,

@@ -130,10 +130,6 @@ impl LeaderElector {
         }
     }
 
-    pub fn config(&self) -> &LeaseConfig {
-        &self.cfg
-    }
-
     fn read_err(&self, source: kube::Error) -> LeaderError {
         LeaderError::Read {
             namespace: self.cfg.namespace.clone(),

@@ -272,11 +272,6 @@ pub fn with_reservation(secret: &Secret, node: &NodeName) -> Option<Secret> {
     Some(with_meta(secret, &meta.with_bound_node(node)))
 }
 
-/// The token's denial count so far.
-pub fn denials(secret: &Secret) -> u32 {
-    kubeflavor_meta(secret).map_or(0, |m| m.denials)
-}
-
 /// The Secret with its denial count raised by one.
 pub fn with_denial(secret: &Secret) -> Option<Secret> {
     let meta = kubeflavor_meta(secret)?;
@@ -442,5 +437,163 @@ pub fn plan_node(binding: &FlavorBinding, flavor: Option<&Flavor>, node: &Node) 
             observed_generation: binding.metadata.generation,
         },
         flavored: change.flavored,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::ResourceExt;
+    use serde_json::json;
+
+    fn token_secret(bound: &str) -> Secret {
+        serde_json::from_value(json!({
+            "metadata": {
+                "name": "bootstrap-token-abcdef", "namespace": "kube-system", "resourceVersion": "42",
+                "labels": {"kubeflavor.io/flavor": "sweet"},
+                "annotations": {"kubeflavor.io/max-nodes": "3", "kubeflavor.io/bound-nodes": bound},
+            },
+            "type": "bootstrap.kubernetes.io/token",
+            "stringData": {},
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn reservation_adds_the_name_and_keeps_the_resource_version() {
+        let node: NodeName = "b-node".parse().unwrap();
+        let s = with_reservation(&token_secret("c-node"), &node).expect("a kubeflavor token");
+        // The read's resourceVersion is what makes the PUT fail on a concurrent reservation.
+        assert_eq!(s.metadata.resource_version.as_deref(), Some("42"));
+        let ann = s.metadata.annotations.unwrap();
+        assert_eq!(ann["kubeflavor.io/bound-nodes"], "b-node,c-node");
+        assert_eq!(ann["kubeflavor.io/max-nodes"], "3");
+    }
+
+    #[test]
+    fn a_plain_kubeadm_token_is_never_reserved_or_counted() {
+        let mut s = token_secret("");
+        s.metadata.labels = None;
+        let node: NodeName = "a".parse().unwrap();
+        assert!(with_reservation(&s, &node).is_none());
+        assert!(with_denial(&s).is_none());
+    }
+
+    fn binding(status: Option<FlavorBindingStatus>) -> FlavorBinding {
+        let mut b: FlavorBinding = serde_json::from_value(json!({
+            "apiVersion": "kubeflavor.io/v1alpha1", "kind": "FlavorBinding",
+            "metadata": {"name": "n1"},
+            "spec": {"node": "n1", "flavor": "sweet", "tokenId": "abcdef", "csrName": "c",
+                     "publicKeySha256": "00".repeat(32), "boundAt": "2026-11-30T00:00:00Z"},
+        }))
+        .unwrap();
+        b.status = status;
+        b
+    }
+
+    fn flavor() -> Flavor {
+        serde_json::from_value(json!({
+            "apiVersion": "kubeflavor.io/v1alpha1", "kind": "Flavor",
+            "metadata": {"name": "sweet"},
+            "spec": {"labels": {"tier.node-restriction.kubernetes.io/class": "gold"},
+                     "taints": [{"key": "dedicated", "value": "p", "effect": "NoSchedule"}]},
+        }))
+        .unwrap()
+    }
+
+    fn node(labels: serde_json::Value, taints: serde_json::Value) -> Node {
+        serde_json::from_value(json!({
+            "metadata": {"name": "n1", "resourceVersion": "7", "labels": labels},
+            "spec": {"taints": taints},
+        }))
+        .unwrap()
+    }
+
+    /// What the API server would hold after a merge patch of labels and taints.
+    fn patched(n: &Node, patch: &serde_json::Value) -> Node {
+        let mut v = serde_json::to_value(n).unwrap();
+        json_merge(&mut v, patch);
+        serde_json::from_value(v).unwrap()
+    }
+
+    fn json_merge(target: &mut serde_json::Value, patch: &serde_json::Value) {
+        match (target, patch) {
+            (serde_json::Value::Object(t), serde_json::Value::Object(p)) => {
+                for (k, v) in p {
+                    if v.is_null() {
+                        t.remove(k);
+                    } else {
+                        json_merge(t.entry(k.clone()).or_insert(serde_json::Value::Null), v);
+                    }
+                }
+            }
+            (t, p) => *t = p.clone(),
+        }
+    }
+
+    #[test]
+    fn a_flavored_node_plans_nothing_more_and_the_same_status() {
+        let n = node(
+            json!({"kubernetes.io/hostname": "n1"}),
+            json!([{"key": "kubeflavor.io/unverified", "effect": "NoSchedule"}]),
+        );
+        let first = plan_node(&binding(None), Some(&flavor()), &n);
+        let patch = first.patch.clone().expect("a new node needs its flavor");
+        assert_eq!(patch["metadata"]["resourceVersion"], "7");
+        assert!(first.flavored);
+        let n2 = patched(&n, &patch);
+        assert_eq!(
+            n2.labels()["tier.node-restriction.kubernetes.io/class"],
+            "gold"
+        );
+        assert_eq!(
+            n2.labels()["kubernetes.io/hostname"],
+            "n1",
+            "other labels untouched"
+        );
+        // The next round, with the status written: nothing to patch, nothing to write.
+        let again = plan_node(&binding(Some(first.status.clone())), Some(&flavor()), &n2);
+        assert_eq!(again.patch, None);
+        assert_eq!(again.status, first.status);
+    }
+
+    #[test]
+    fn a_revoked_binding_keeps_its_revoked_condition_and_loses_the_flavor() {
+        let n = node(json!({}), json!([]));
+        let flavored = plan_node(&binding(None), Some(&flavor()), &n);
+        let n2 = patched(&n, flavored.patch.as_ref().unwrap());
+        let mut status = flavored.status.clone();
+        status.conditions.push(Condition {
+            type_: CONDITION_REVOKED.into(),
+            status: "True".into(),
+            reason: "RevokedByAdmin".into(),
+            message: String::new(),
+            last_transition_time: jiff::Timestamp::UNIX_EPOCH,
+            observed_generation: None,
+        });
+        let revoked = plan_node(&binding(Some(status)), Some(&flavor()), &n2);
+        assert!(!revoked.flavored);
+        let n3 = patched(
+            &n2,
+            revoked.patch.as_ref().expect("revocation changes the node"),
+        );
+        assert!(
+            n3.labels()
+                .get("tier.node-restriction.kubernetes.io/class")
+                .is_none()
+        );
+        let taints = n3.spec.unwrap().taints.unwrap();
+        assert!(
+            taints
+                .iter()
+                .any(|t| t.key == "kubeflavor.io/revoked" && t.effect == "NoExecute")
+        );
+        assert!(
+            revoked
+                .status
+                .conditions
+                .iter()
+                .any(|c| c.type_ == CONDITION_REVOKED)
+        );
     }
 }

@@ -510,50 +510,6 @@ fn cluster_role_bindings_apply_everywhere_and_wildcards_match() {
 }
 
 #[test]
-fn default_objects_are_complete_and_named() {
-    let objects = default_objects();
-    for (key, object) in &objects {
-        assert!(
-            object["apiVersion"].is_string() && object["kind"].is_string(),
-            "{key:?} {object}"
-        );
-        assert!(
-            object["metadata"]["name"]
-                .as_str()
-                .is_some_and(|n| !n.is_empty()),
-            "{object}"
-        );
-        let namespaced = matches!(key.resource.as_str(), "roles" | "rolebindings");
-        assert_eq!(
-            object["metadata"]["namespace"].is_string(),
-            namespaced,
-            "{object}"
-        );
-    }
-    let names: Vec<&str> = objects
-        .iter()
-        .filter(|(k, _)| k.resource == "namespaces")
-        .map(|(_, o)| o["metadata"]["name"].as_str().unwrap())
-        .collect();
-    assert_eq!(
-        names,
-        ["default", "kube-node-lease", "kube-public", "kube-system"]
-    );
-    let unbound = "system:certificates.k8s.io:certificatesigningrequests:nodeclient";
-    assert!(
-        objects
-            .iter()
-            .any(|(_, o)| o["metadata"]["name"] == unbound)
-    );
-    assert!(
-        !objects
-            .iter()
-            .any(|(k, o)| k.resource == "clusterrolebindings" && o["roleRef"]["name"] == unbound),
-        "auto-approval is not bound by default"
-    );
-}
-
-#[test]
 fn a_cluster_role_binding_cannot_reference_a_role() {
     let reader = team_reader().with(
         RBAC_GROUP_FOR_TESTS,
@@ -572,47 +528,4 @@ fn a_cluster_role_binding_cannot_reference_a_role() {
     );
 }
 
-#[test]
-fn kubeadm_join_reads_its_config_maps_and_nothing_more() {
-    let reader = MemReader::with_defaults();
-    let cm = |u: UserInfo, name: &str| req(u, "get", "", "configmaps", "kube-system", name);
-    for name in ["kubeadm-config", "kubelet-config"] {
-        assert!(
-            authorize(&cm(bootstrap_user("abcdef"), name), &reader).is_ok(),
-            "{name}"
-        );
-        assert!(
-            authorize(&cm(node_user("worker-1"), name), &reader).is_ok(),
-            "{name}"
-        );
-    }
-    assert!(authorize(&cm(bootstrap_user("abcdef"), "kube-proxy"), &reader).is_err());
-    assert!(authorize(&cm(anonymous(), "kubeadm-config"), &reader).is_err());
-}
-
-#[test]
-fn kubeadm_cluster_admins_group_is_cluster_admin() {
-    let reader = MemReader::with_defaults();
-    let kubeadm_admin = user(
-        IdentityKind::ClientCert,
-        "kubernetes-admin",
-        &["kubeadm:cluster-admins", "system:authenticated"],
-    );
-    let attrs = req(
-        kubeadm_admin.clone(),
-        "delete",
-        "",
-        "secrets",
-        "kube-system",
-        "x",
-    );
-    assert!(
-        authorize(&attrs, &reader).is_ok(),
-        "through RBAC, not the masters shortcut"
-    );
-    assert!(
-        authorize(&attrs, &MemReader::new()).is_err(),
-        "and only with the binding present"
-    );
-    assert!(authorize(&path(kubeadm_admin, "/metrics"), &reader).is_ok());
-}
+mod kubeadm;

@@ -206,6 +206,16 @@ fn deployment_is_ha_probed_and_locked_down() {
 }
 
 #[test]
+fn install_says_how_to_hand_renewals_to_kubeflavor() {
+    let text = render_all(&docs()).unwrap();
+    assert!(
+        text.contains("kubeadm:node-autoapprove-certificate-rotation"),
+        "{text}"
+    );
+    assert!(text.contains("--manage-renewals"), "{text}");
+}
+
+#[test]
 fn namespaced_objects_follow_the_namespace_flag() {
     let docs = documents("ops", &default_image());
     for kind in ["ServiceAccount", "Deployment"] {

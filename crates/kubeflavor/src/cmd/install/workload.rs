@@ -218,7 +218,11 @@ pub fn deployment(namespace: &str, image: &str) -> Document {
     };
     Document::new(
         "The controller: 2 replicas with leader election (only the Lease holder writes; the other takes over within the lease duration), \
-         probes on /healthz and /readyz, non-root with a read-only root filesystem and no capabilities.",
+         probes on /healthz and /readyz, non-root with a read-only root filesystem and no capabilities.\n\
+         Renewals: kubeadm binds system:nodes to the selfnodeclient auto-approval (ClusterRoleBinding \
+         kubeadm:node-autoapprove-certificate-rotation), so kube-controller-manager approves every \
+         renewal first. To let kubeflavor decide renewals (only bound, unrevoked nodes), delete that \
+         binding and add --manage-renewals to the args below.",
         &deployment,
     )
 }

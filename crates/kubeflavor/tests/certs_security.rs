@@ -7,7 +7,9 @@ mod certs_support;
 use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
 
-use certs_support::{Env, create_token, every_object, find_leaks, generate, upload};
+use certs_support::{
+    Env, create_token, every_object, find_leaks, generate, proxy_token_ref, upload,
+};
 
 async fn generate_and_upload(env: &Env, dir: &std::path::Path, extra: &[&str]) -> String {
     generate(dir, "ecdsa-p256");
@@ -162,14 +164,7 @@ async fn the_proxy_token_cannot_authenticate_and_the_secret_expires() {
     let tmp = tempfile::tempdir().unwrap();
     let _key = generate_and_upload(&env, &tmp.path().join("pki"), &["--ttl", "30m"]).await;
     let secrets: Api<Secret> = Api::namespaced(env.admin.clone(), "kube-system");
-    let owner = secrets
-        .get("kubeadm-certs")
-        .await
-        .unwrap()
-        .metadata
-        .owner_references
-        .unwrap()
-        .remove(0);
+    let owner = proxy_token_ref(&env).await;
     assert_eq!(owner.controller, Some(true));
     assert_eq!(owner.block_owner_deletion, Some(true));
     let token = secrets.get(&owner.name).await.unwrap();

@@ -326,3 +326,32 @@ pub async fn download(env: &Env, args: &[&str]) -> Result<String, kubeflavor::ce
     kubeflavor::cmd::certs::download(&a, &env.admin, jiff::Timestamp::now(), &mut out).await?;
     Ok(String::from_utf8(out).unwrap())
 }
+
+/// `certs download --certificate-key KEY --pki-dir DIR <extra>` as admin.
+pub async fn download_to(
+    env: &Env,
+    key: &str,
+    dir: &Path,
+    extra: &[&str],
+) -> Result<String, kubeflavor::certs::CertsError> {
+    let dir = dir.to_str().unwrap();
+    download(
+        env,
+        &[&["--certificate-key", key, "--pki-dir", dir], extra].concat(),
+    )
+    .await
+}
+
+/// The owner of kube-system/kubeadm-certs: the reference to its proxy token.
+pub async fn proxy_token_ref(
+    env: &Env,
+) -> k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+    Api::<k8s_openapi::api::core::v1::Secret>::namespaced(env.admin.clone(), "kube-system")
+        .get("kubeadm-certs")
+        .await
+        .unwrap()
+        .metadata
+        .owner_references
+        .unwrap()
+        .remove(0)
+}

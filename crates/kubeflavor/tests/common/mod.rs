@@ -5,6 +5,8 @@
 
 #![allow(dead_code)] // each test binary uses its own subset of the helpers
 
+pub mod minted;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -150,6 +152,15 @@ impl Env {
         self.kf(&["install", "--apply"]).await.expect_ok();
     }
 
+    /// `kubeflavor flavor create base-<run id> <flags>`; returns the flavor's name.
+    pub async fn create_flavor(&self, base: &str, flags: &[&str]) -> String {
+        let flavor = self.name(base);
+        self.kf(&[&["flavor", "create", flavor.as_str()], flags].concat())
+            .await
+            .expect_ok();
+        flavor
+    }
+
     /// A kubeconfig file for the same server and CA whose user is this bearer token.
     pub fn token_kubeconfig(&self, token: &str) -> PathBuf {
         let admin = Kubeconfig::read_from(&self.kubeconfig).expect("admin kubeconfig");
@@ -274,4 +285,16 @@ pub fn assert_one_line_error(outcome: &Outcome, code: ExitCode) {
         outcome.stderr
     );
     assert!(outcome.stdout.is_empty(), "{:?}", outcome.stdout);
+}
+
+/// The names in `dir`, sorted (none when it does not exist).
+pub fn entries(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .map(|rd| {
+            rd.map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    names
 }

@@ -25,7 +25,7 @@ struct Setup {
 /// A cluster with a fresh upload, and a target directory holding one unrelated file (so
 /// "nothing written" compares a non-empty directory).
 async fn setup() -> Setup {
-    let env = Env::start().await;
+    let env = Env::start_serial().await;
     let tmp = tempfile::tempdir().unwrap();
     let source = tmp.path().join("source");
     let target = tmp.path().join("target");
@@ -59,7 +59,7 @@ async fn edit_secret(
     env: &Env,
     edit: impl FnOnce(&mut std::collections::BTreeMap<String, ByteString>),
 ) {
-    let api: Api<Secret> = Api::namespaced(env.admin.clone(), "kube-system");
+    let api: Api<Secret> = Api::namespaced(env.client.clone(), "kube-system");
     let mut secret = api.get("kubeadm-certs").await.unwrap();
     edit(secret.data.as_mut().unwrap());
     api.replace("kubeadm-certs", &PostParams::default(), &secret)
@@ -69,7 +69,7 @@ async fn edit_secret(
 
 /// The resourceVersion of kube-system/kubeadm-certs: unchanged means not rewritten.
 async fn secret_version(env: &Env) -> Option<String> {
-    Api::<Secret>::namespaced(env.admin.clone(), "kube-system")
+    Api::<Secret>::namespaced(env.client.clone(), "kube-system")
         .get("kubeadm-certs")
         .await
         .unwrap()
@@ -151,7 +151,7 @@ async fn a_missing_entry_is_named() {
 #[tokio::test]
 async fn a_missing_secret_says_run_upload_again() {
     let s = setup().await;
-    Api::<Secret>::namespaced(s.env.admin.clone(), "kube-system")
+    Api::<Secret>::namespaced(s.env.client.clone(), "kube-system")
         .delete("kubeadm-certs", &Default::default())
         .await
         .unwrap();
@@ -163,7 +163,7 @@ async fn a_missing_secret_says_run_upload_again() {
 #[tokio::test]
 async fn an_expired_secret_says_run_upload_again() {
     let s = setup().await;
-    let secrets: Api<Secret> = Api::namespaced(s.env.admin.clone(), "kube-system");
+    let secrets: Api<Secret> = Api::namespaced(s.env.client.clone(), "kube-system");
     let owner = proxy_token_ref(&s.env).await.name;
     // Expire the proxy token. tokencleaner and garbage collection may remove both at any
     // moment after this; the download must refuse in every intermediate state.

@@ -16,7 +16,7 @@ use certs_support::{Env, download_to, generate, proxy_token_ref, snapshot, uploa
 
 #[tokio::test]
 async fn round_trip_gives_identical_files_and_modes() {
-    let env = Env::start().await;
+    let env = Env::start_serial().await;
     for key_type in ["rsa-2048", "ecdsa-p256"] {
         let tmp = tempfile::tempdir().unwrap();
         let source = tmp.path().join("source");
@@ -46,11 +46,11 @@ async fn round_trip_gives_identical_files_and_modes() {
 
 #[tokio::test]
 async fn re_upload_replaces_the_secret_and_retires_the_old_proxy_token() {
-    let env = Env::start().await;
+    let env = Env::start_serial().await;
     let tmp = tempfile::tempdir().unwrap();
     let source = tmp.path().join("source");
     generate(&source, "ecdsa-p256");
-    let secrets: Api<Secret> = Api::namespaced(env.admin.clone(), "kube-system");
+    let secrets: Api<Secret> = Api::namespaced(env.client.clone(), "kube-system");
     let (first_key, _) = upload(&env, &["--pki-dir", source.to_str().unwrap()])
         .await
         .unwrap();
@@ -84,14 +84,14 @@ async fn re_upload_replaces_the_secret_and_retires_the_old_proxy_token() {
 
 #[tokio::test]
 async fn upload_with_a_given_key_and_finishing_a_half_done_upload() {
-    let env = Env::start().await;
+    let env = Env::start_serial().await;
     let tmp = tempfile::tempdir().unwrap();
     let source = tmp.path().join("source");
     generate(&source, "ecdsa-p256");
     let key = "0123456789ABCDEF".repeat(4);
     // What a crash after the first writes leaves: the RBAC objects granting someone else,
     // and a stale Secret without an owner. The next run must set everything right.
-    let secrets: Api<Secret> = Api::namespaced(env.admin.clone(), "kube-system");
+    let secrets: Api<Secret> = Api::namespaced(env.client.clone(), "kube-system");
     let stale: Secret = serde_json::from_value(serde_json::json!({
         "metadata": {"name": "kubeadm-certs", "namespace": "kube-system"},
         "type": "Opaque",
@@ -126,7 +126,7 @@ async fn upload_with_a_given_key_and_finishing_a_half_done_upload() {
     .await
     .unwrap();
     let binding: Api<k8s_openapi::api::rbac::v1::RoleBinding> =
-        Api::namespaced(env.admin.clone(), "kube-system");
+        Api::namespaced(env.client.clone(), "kube-system");
     let subjects = binding
         .get("kubeadm:kubeadm-certs")
         .await
@@ -145,14 +145,14 @@ async fn upload_with_a_given_key_and_finishing_a_half_done_upload() {
 
 #[tokio::test]
 async fn garbage_collection_deletes_the_secret_with_its_proxy_token() {
-    let env = Env::start().await;
+    let env = Env::start_serial().await;
     let tmp = tempfile::tempdir().unwrap();
     let source = tmp.path().join("source");
     generate(&source, "ecdsa-p256");
     let (key, _) = upload(&env, &["--pki-dir", source.to_str().unwrap()])
         .await
         .unwrap();
-    let secrets: Api<Secret> = Api::namespaced(env.admin.clone(), "kube-system");
+    let secrets: Api<Secret> = Api::namespaced(env.client.clone(), "kube-system");
     let owner = proxy_token_ref(&env).await.name;
 
     let cfg = watcher::Config::default().fields("metadata.name=kubeadm-certs");
@@ -194,8 +194,8 @@ async fn a_secret_written_by_kubeadm_downloads() {
         "../../kubeflavor-core/tests/data/copycerts_vectors.json"
     ))
     .unwrap();
-    let env = Env::start().await;
-    let secrets: Api<Secret> = Api::namespaced(env.admin.clone(), "kube-system");
+    let env = Env::start_serial().await;
+    let secrets: Api<Secret> = Api::namespaced(env.client.clone(), "kube-system");
     let _ = secrets.delete("kubeadm-certs", &Default::default()).await;
     let secret: Secret = serde_json::from_value(serde_json::json!({
         "metadata": {"name": "kubeadm-certs", "namespace": "kube-system"},
@@ -252,7 +252,7 @@ async fn a_secret_written_by_kubeadm_downloads() {
 /// replaces it. Fault injection exists on testkube only.
 #[tokio::test]
 async fn an_upload_failing_half_way_is_finished_by_the_next_run() {
-    let env = Env::start().await;
+    let env = Env::start_serial().await;
     let Some(tk) = env.testkube.as_ref() else {
         eprintln!("SKIPPED on a real cluster: needs testkube's fault injection");
         return;

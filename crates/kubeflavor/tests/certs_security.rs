@@ -21,10 +21,10 @@ async fn generate_and_upload(env: &Env, dir: &std::path::Path, extra: &[&str]) -
 #[tokio::test]
 async fn no_object_and_no_log_line_contains_the_key() {
     let (logs, _guard) = certs_support::capture_logs();
-    let env = Env::start().await;
+    let env = Env::start_serial().await;
     let tmp = tempfile::tempdir().unwrap();
     let key = generate_and_upload(&env, &tmp.path().join("pki"), &[]).await;
-    let objects = every_object(&env.admin).await;
+    let objects = every_object(&env.client).await;
     // The scan must have seen the Secret itself, or it proves nothing.
     assert!(
         objects
@@ -53,7 +53,7 @@ async fn no_object_and_no_log_line_contains_the_key() {
 #[tokio::test]
 async fn the_scan_would_find_a_leaked_key() {
     // Guards the test above: a key stored on the server is found.
-    let env = Env::start().await;
+    let env = Env::start_serial().await;
     let key = "ab".repeat(32);
     let cm: k8s_openapi::api::core::v1::ConfigMap = serde_json::from_value(serde_json::json!({
         "metadata": {"name": format!("kf-leak-{}", std::process::id()), "namespace": "default"},
@@ -61,9 +61,9 @@ async fn the_scan_would_find_a_leaked_key() {
     }))
     .unwrap();
     let api: Api<k8s_openapi::api::core::v1::ConfigMap> =
-        Api::namespaced(env.admin.clone(), "default");
+        Api::namespaced(env.client.clone(), "default");
     let created = api.create(&Default::default(), &cm).await.unwrap();
-    let leaks = find_leaks(&every_object(&env.admin).await, &key);
+    let leaks = find_leaks(&every_object(&env.client).await, &key);
     api.delete(
         created.metadata.name.as_deref().unwrap(),
         &Default::default(),
@@ -75,16 +75,16 @@ async fn the_scan_would_find_a_leaked_key() {
 
 #[tokio::test]
 async fn only_control_plane_tokens_may_read_the_secret_by_default() {
-    let env = Env::start().await;
+    let env = Env::start_serial().await;
     let tmp = tempfile::tempdir().unwrap();
     let _key = generate_and_upload(&env, &tmp.path().join("pki"), &[]).await;
     let node = env
-        .token_client(&create_token(&env.admin, "system:bootstrappers:kubeflavor:node").await)
+        .token_client(&create_token(&env.client, "system:bootstrappers:kubeflavor:node").await)
         .await;
     let kubeadm = env
         .token_client(
             &create_token(
-                &env.admin,
+                &env.client,
                 "system:bootstrappers:kubeadm:default-node-token",
             )
             .await,
@@ -92,7 +92,7 @@ async fn only_control_plane_tokens_may_read_the_secret_by_default() {
         .await;
     let cp = env
         .token_client(
-            &create_token(&env.admin, "system:bootstrappers:kubeflavor:control-plane").await,
+            &create_token(&env.client, "system:bootstrappers:kubeflavor:control-plane").await,
         )
         .await;
     for (who, client) in [
@@ -126,14 +126,14 @@ async fn only_control_plane_tokens_may_read_the_secret_by_default() {
 
 #[tokio::test]
 async fn readable_by_kubeadm_binds_kubeadms_default_token_group() {
-    let env = Env::start().await;
+    let env = Env::start_serial().await;
     let tmp = tempfile::tempdir().unwrap();
     let _key =
         generate_and_upload(&env, &tmp.path().join("pki"), &["--readable-by", "kubeadm"]).await;
     let kubeadm = env
         .token_client(
             &create_token(
-                &env.admin,
+                &env.client,
                 "system:bootstrappers:kubeadm:default-node-token",
             )
             .await,
@@ -141,7 +141,7 @@ async fn readable_by_kubeadm_binds_kubeadms_default_token_group() {
         .await;
     let cp = env
         .token_client(
-            &create_token(&env.admin, "system:bootstrappers:kubeflavor:control-plane").await,
+            &create_token(&env.client, "system:bootstrappers:kubeflavor:control-plane").await,
         )
         .await;
     Api::<Secret>::namespaced(kubeadm, "kube-system")
@@ -160,10 +160,10 @@ async fn readable_by_kubeadm_binds_kubeadms_default_token_group() {
 
 #[tokio::test]
 async fn the_proxy_token_cannot_authenticate_and_the_secret_expires() {
-    let env = Env::start().await;
+    let env = Env::start_serial().await;
     let tmp = tempfile::tempdir().unwrap();
     let _key = generate_and_upload(&env, &tmp.path().join("pki"), &["--ttl", "30m"]).await;
-    let secrets: Api<Secret> = Api::namespaced(env.admin.clone(), "kube-system");
+    let secrets: Api<Secret> = Api::namespaced(env.client.clone(), "kube-system");
     let owner = proxy_token_ref(&env).await;
     assert_eq!(owner.controller, Some(true));
     assert_eq!(owner.block_owner_deletion, Some(true));
@@ -215,11 +215,11 @@ async fn every_stored_entry_opens_with_an_independent_aes_gcm() {
         eprintln!("SKIPPED: python3 with the cryptography package is not installed");
         return;
     }
-    let env = Env::start().await;
+    let env = Env::start_serial().await;
     let tmp = tempfile::tempdir().unwrap();
     let pki = tmp.path().join("pki");
     let key = generate_and_upload(&env, &pki, &[]).await;
-    let secret = Api::<Secret>::namespaced(env.admin.clone(), "kube-system")
+    let secret = Api::<Secret>::namespaced(env.client.clone(), "kube-system")
         .get("kubeadm-certs")
         .await
         .unwrap();

@@ -9,6 +9,7 @@ pub mod minted;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::{Arc, OnceLock};
 
 use k8s_openapi::api::authentication::v1::SelfSubjectReview;
 use kube::api::{Api, PostParams};
@@ -29,6 +30,14 @@ pub struct Env {
     /// A short random suffix unique to this test's run.
     pub run_id: String,
     dir: tempfile::TempDir,
+    /// Held for the whole test by [`Env::start_serial`] on a real cluster.
+    _serial: Option<tokio::sync::OwnedMutexGuard<()>>,
+}
+
+/// One lock per test binary: the real cluster's turn of [`Env::start_serial`] tests.
+fn real_cluster_lock() -> Arc<tokio::sync::Mutex<()>> {
+    static LOCK: OnceLock<Arc<tokio::sync::Mutex<()>>> = OnceLock::new();
+    LOCK.get_or_init(Default::default).clone()
 }
 
 /// What one command did: its exit code, its output, and the error line (if any).
@@ -54,6 +63,17 @@ impl Outcome {
 
 impl Env {
     pub async fn start() -> Env {
+        Env::start_with(false).await
+    }
+
+    /// Like [`Env::start`], but on a real cluster the tests of one binary that start this
+    /// way run one at a time: for tests that share an object of a fixed name (the certs
+    /// suite's kube-system/kubeadm-certs). testkube is fresh per test and needs no turn.
+    pub async fn start_serial() -> Env {
+        Env::start_with(true).await
+    }
+
+    async fn start_with(serial: bool) -> Env {
         kubeflavor::cluster::install_crypto_provider();
         let dir = tempfile::tempdir().expect("temp dir");
         let run_id = kubeflavor_core::token::BootstrapToken::generate()
@@ -62,6 +82,10 @@ impl Env {
             .to_string();
         match std::env::var_os(REAL_CLUSTER_ENV).filter(|v| !v.is_empty()) {
             Some(path) => {
+                let serial = match serial {
+                    true => Some(real_cluster_lock().lock_owned().await),
+                    false => None,
+                };
                 let kubeconfig = PathBuf::from(path);
                 let text =
                     std::fs::read_to_string(&kubeconfig).expect("read KUBEFLAVOR_E2E_KUBECONFIG");
@@ -72,6 +96,7 @@ impl Env {
                     testkube: None,
                     run_id,
                     dir,
+                    _serial: serial,
                 }
             }
             None => {
@@ -87,6 +112,7 @@ impl Env {
                     testkube: Some(cluster),
                     run_id,
                     dir,
+                    _serial: None,
                 }
             }
         }

@@ -18,6 +18,12 @@ async fn generate_and_upload(env: &Env, dir: &std::path::Path, extra: &[&str]) -
 }
 
 // current_thread (the default): every task logs through the thread's subscriber.
+/// A client authenticating with a fresh bootstrap token whose extra group is `group`.
+async fn client_in_group(env: &Env, group: &str) -> kube::Client {
+    env.token_client(&create_token(&env.client, group).await)
+        .await
+}
+
 #[tokio::test]
 async fn no_object_and_no_log_line_contains_the_key() {
     let (logs, _guard) = certs_support::capture_logs();
@@ -78,23 +84,9 @@ async fn only_control_plane_tokens_may_read_the_secret_by_default() {
     let env = Env::start_serial().await;
     let tmp = tempfile::tempdir().unwrap();
     let _key = generate_and_upload(&env, &tmp.path().join("pki"), &[]).await;
-    let node = env
-        .token_client(&create_token(&env.client, "system:bootstrappers:kubeflavor:node").await)
-        .await;
-    let kubeadm = env
-        .token_client(
-            &create_token(
-                &env.client,
-                "system:bootstrappers:kubeadm:default-node-token",
-            )
-            .await,
-        )
-        .await;
-    let cp = env
-        .token_client(
-            &create_token(&env.client, "system:bootstrappers:kubeflavor:control-plane").await,
-        )
-        .await;
+    let node = client_in_group(&env, "system:bootstrappers:kubeflavor:node").await;
+    let kubeadm = client_in_group(&env, "system:bootstrappers:kubeadm:default-node-token").await;
+    let cp = client_in_group(&env, "system:bootstrappers:kubeflavor:control-plane").await;
     for (who, client) in [
         ("kubeflavor node token", &node),
         ("kubeadm worker token", &kubeadm),
@@ -130,20 +122,8 @@ async fn readable_by_kubeadm_binds_kubeadms_default_token_group() {
     let tmp = tempfile::tempdir().unwrap();
     let _key =
         generate_and_upload(&env, &tmp.path().join("pki"), &["--readable-by", "kubeadm"]).await;
-    let kubeadm = env
-        .token_client(
-            &create_token(
-                &env.client,
-                "system:bootstrappers:kubeadm:default-node-token",
-            )
-            .await,
-        )
-        .await;
-    let cp = env
-        .token_client(
-            &create_token(&env.client, "system:bootstrappers:kubeflavor:control-plane").await,
-        )
-        .await;
+    let kubeadm = client_in_group(&env, "system:bootstrappers:kubeadm:default-node-token").await;
+    let cp = client_in_group(&env, "system:bootstrappers:kubeflavor:control-plane").await;
     Api::<Secret>::namespaced(kubeadm, "kube-system")
         .get("kubeadm-certs")
         .await

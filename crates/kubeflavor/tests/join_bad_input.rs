@@ -40,6 +40,25 @@ async fn join_bin(kubelet_dir: &Path, args: &[&str]) -> (i32, String, String) {
     .unwrap()
 }
 
+/// A well-formed join of 127.0.0.1:1, where nothing listens (the connection is refused at
+/// once), with a made-up token and pin.
+async fn join_port_1(kubelet_dir: &Path, timeout: &str) -> (i32, String, String) {
+    let pin = format!("sha256:{}", "0".repeat(64));
+    join_bin(
+        kubelet_dir,
+        &[
+            "127.0.0.1:1",
+            "--token",
+            "abcdef.0123456789abcdef",
+            "--discovery-token-ca-cert-hash",
+            &pin,
+            "--timeout",
+            timeout,
+        ],
+    )
+    .await
+}
+
 /// The refusal's shape: the expected code, one `error:` line naming the problem, no files.
 #[track_caller]
 fn assert_refused(outcome: &(i32, String, String), code: i32, says: &str, kubelet_dir: &Path) {
@@ -184,21 +203,7 @@ async fn token_the_cluster_never_signed_is_invalid_or_expired() {
 async fn unreachable_endpoint_reports_progress_then_times_out() {
     let dir = tempfile::tempdir().unwrap();
     let kubelet_dir = dir.path().join("kubelet");
-    let pin = format!("sha256:{}", "0".repeat(64));
-    // Port 1 on loopback: nothing listens there, the connection is refused at once.
-    let out = join_bin(
-        &kubelet_dir,
-        &[
-            "127.0.0.1:1",
-            "--token",
-            "abcdef.0123456789abcdef",
-            "--discovery-token-ca-cert-hash",
-            &pin,
-            "--timeout",
-            "1s",
-        ],
-    )
-    .await;
+    let out = join_port_1(&kubelet_dir, "1s").await;
     assert_refused(
         &out,
         5,
@@ -219,21 +224,8 @@ async fn unwritable_kubelet_dir_is_refused_before_any_network_traffic() {
     let file = dir.path().join("a-file");
     std::fs::write(&file, b"").unwrap();
     let kubelet_dir = file.join("kubernetes");
-    let pin = format!("sha256:{}", "0".repeat(64));
     // The endpoint is unreachable: reaching it would time out instead of failing at once.
-    let out = join_bin(
-        &kubelet_dir,
-        &[
-            "127.0.0.1:1",
-            "--token",
-            "abcdef.0123456789abcdef",
-            "--discovery-token-ca-cert-hash",
-            &pin,
-            "--timeout",
-            "1m",
-        ],
-    )
-    .await;
+    let out = join_port_1(&kubelet_dir, "1m").await;
     assert_refused(
         &out,
         16,
@@ -249,20 +241,7 @@ async fn a_node_that_already_joined_is_refused_and_its_kubelet_conf_kept() {
     let kubelet_dir = dir.path().join("kubernetes");
     std::fs::create_dir(&kubelet_dir).unwrap();
     std::fs::write(kubelet_dir.join("kubelet.conf"), b"the node's identity").unwrap();
-    let pin = format!("sha256:{}", "0".repeat(64));
-    let out = join_bin(
-        &kubelet_dir,
-        &[
-            "127.0.0.1:1",
-            "--token",
-            "abcdef.0123456789abcdef",
-            "--discovery-token-ca-cert-hash",
-            &pin,
-            "--timeout",
-            "1m",
-        ],
-    )
-    .await;
+    let out = join_port_1(&kubelet_dir, "1m").await;
     assert_eq!(out.0, 16, "{out:?}");
     assert!(out.2.contains("kubelet.conf already exists"), "{}", out.2);
     assert_eq!(entries(&kubelet_dir), ["kubelet.conf"]);

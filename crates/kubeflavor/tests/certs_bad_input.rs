@@ -12,7 +12,7 @@ use kube::Api;
 use kube::api::PostParams;
 use kubeflavor::certs::CertsError;
 
-use certs_support::{Env, download, generate, snapshot, upload};
+use certs_support::{Env, download_to, generate, proxy_token_ref, snapshot, upload};
 
 struct Setup {
     env: Env,
@@ -25,7 +25,7 @@ struct Setup {
 /// A cluster with a fresh upload, and a target directory holding one unrelated file (so
 /// "nothing written" compares a non-empty directory).
 async fn setup() -> Setup {
-    let env = Env::start().await;
+    let env = Env::start_serial().await;
     let tmp = tempfile::tempdir().unwrap();
     let source = tmp.path().join("source");
     let target = tmp.path().join("target");
@@ -47,17 +47,9 @@ async fn setup() -> Setup {
 /// Runs a download that must fail, checks that the target did not change, returns the error.
 async fn failing_download(s: &Setup, key: &str) -> CertsError {
     let before = snapshot(&s.target);
-    let err = download(
-        &s.env,
-        &[
-            "--certificate-key",
-            key,
-            "--pki-dir",
-            s.target.to_str().unwrap(),
-        ],
-    )
-    .await
-    .expect_err("the download must fail");
+    let err = download_to(&s.env, key, &s.target, &[])
+        .await
+        .expect_err("the download must fail");
     assert_eq!(snapshot(&s.target), before, "{err}: something was written");
     err
 }
@@ -67,12 +59,22 @@ async fn edit_secret(
     env: &Env,
     edit: impl FnOnce(&mut std::collections::BTreeMap<String, ByteString>),
 ) {
-    let api: Api<Secret> = Api::namespaced(env.admin.clone(), "kube-system");
+    let api: Api<Secret> = Api::namespaced(env.client.clone(), "kube-system");
     let mut secret = api.get("kubeadm-certs").await.unwrap();
     edit(secret.data.as_mut().unwrap());
     api.replace("kubeadm-certs", &PostParams::default(), &secret)
         .await
         .unwrap();
+}
+
+/// The resourceVersion of kube-system/kubeadm-certs: unchanged means not rewritten.
+async fn secret_version(env: &Env) -> Option<String> {
+    Api::<Secret>::namespaced(env.client.clone(), "kube-system")
+        .get("kubeadm-certs")
+        .await
+        .unwrap()
+        .metadata
+        .resource_version
 }
 
 fn assert_one_clear_line(err: &CertsError, code: u8, says: &str) {
@@ -149,7 +151,7 @@ async fn a_missing_entry_is_named() {
 #[tokio::test]
 async fn a_missing_secret_says_run_upload_again() {
     let s = setup().await;
-    Api::<Secret>::namespaced(s.env.admin.clone(), "kube-system")
+    Api::<Secret>::namespaced(s.env.client.clone(), "kube-system")
         .delete("kubeadm-certs", &Default::default())
         .await
         .unwrap();
@@ -161,16 +163,8 @@ async fn a_missing_secret_says_run_upload_again() {
 #[tokio::test]
 async fn an_expired_secret_says_run_upload_again() {
     let s = setup().await;
-    let secrets: Api<Secret> = Api::namespaced(s.env.admin.clone(), "kube-system");
-    let owner = secrets
-        .get("kubeadm-certs")
-        .await
-        .unwrap()
-        .metadata
-        .owner_references
-        .unwrap()[0]
-        .name
-        .clone();
+    let secrets: Api<Secret> = Api::namespaced(s.env.client.clone(), "kube-system");
+    let owner = proxy_token_ref(&s.env).await.name;
     // Expire the proxy token. tokencleaner and garbage collection may remove both at any
     // moment after this; the download must refuse in every intermediate state.
     let mut token = secrets.get(&owner).await.unwrap();
@@ -195,13 +189,7 @@ async fn an_expired_secret_says_run_upload_again() {
 #[tokio::test]
 async fn an_unreadable_pki_file_uploads_nothing() {
     let s = setup().await;
-    let secrets: Api<Secret> = Api::namespaced(s.env.admin.clone(), "kube-system");
-    let before = secrets
-        .get("kubeadm-certs")
-        .await
-        .unwrap()
-        .metadata
-        .resource_version;
+    let before = secret_version(&s.env).await;
     // A symlink loop cannot be read by anyone, root included.
     std::fs::remove_file(s.source.join("sa.key")).unwrap();
     std::os::unix::fs::symlink("sa.key", s.source.join("sa.key")).unwrap();
@@ -210,25 +198,14 @@ async fn an_unreadable_pki_file_uploads_nothing() {
         .unwrap_err();
     assert!(matches!(err, CertsError::PkiUnreadable(_)), "{err}");
     assert_one_clear_line(&err, 26, "sa.key");
-    let after = secrets
-        .get("kubeadm-certs")
-        .await
-        .unwrap()
-        .metadata
-        .resource_version;
+    let after = secret_version(&s.env).await;
     assert_eq!(before, after, "the Secret was rewritten");
 }
 
 #[tokio::test]
 async fn an_inconsistent_pki_uploads_nothing() {
     let s = setup().await;
-    let secrets: Api<Secret> = Api::namespaced(s.env.admin.clone(), "kube-system");
-    let before = secrets
-        .get("kubeadm-certs")
-        .await
-        .unwrap()
-        .metadata
-        .resource_version;
+    let before = secret_version(&s.env).await;
     // ca.key from another CA set.
     let other = s._tmp.path().join("other");
     generate(&other, "ecdsa-p256");
@@ -238,12 +215,7 @@ async fn an_inconsistent_pki_uploads_nothing() {
         .unwrap_err();
     assert!(matches!(err, CertsError::PkiInvalid(_)), "{err}");
     assert_one_clear_line(&err, 27, "does not belong to");
-    let after = secrets
-        .get("kubeadm-certs")
-        .await
-        .unwrap()
-        .metadata
-        .resource_version;
+    let after = secret_version(&s.env).await;
     assert_eq!(before, after, "the Secret was rewritten");
 }
 
@@ -253,17 +225,7 @@ async fn an_unwritable_target_writes_nothing() {
     // A regular file where a directory must be: unwritable for every user, root included.
     let blocked: &Path = &s.target.join("unrelated").join("pki");
     let before = snapshot(&s.target);
-    let err = download(
-        &s.env,
-        &[
-            "--certificate-key",
-            &s.key,
-            "--pki-dir",
-            blocked.to_str().unwrap(),
-        ],
-    )
-    .await
-    .unwrap_err();
+    let err = download_to(&s.env, &s.key, blocked, &[]).await.unwrap_err();
     assert!(matches!(err, CertsError::Unwritable(_)), "{err}");
     assert_one_clear_line(&err, 28, "nothing was written");
     assert_eq!(snapshot(&s.target), before);
@@ -277,18 +239,9 @@ async fn different_existing_files_are_kept_without_force() {
     assert!(matches!(err, CertsError::Conflict(_)), "{err}");
     assert_one_clear_line(&err, 29, "--force");
     // With --force everything is written, the unrelated file untouched.
-    download(
-        &s.env,
-        &[
-            "--certificate-key",
-            &s.key,
-            "--pki-dir",
-            s.target.to_str().unwrap(),
-            "--force",
-        ],
-    )
-    .await
-    .unwrap();
+    download_to(&s.env, &s.key, &s.target, &["--force"])
+        .await
+        .unwrap();
     let mut got = snapshot(&s.target);
     assert_eq!(got.remove("unrelated").unwrap().1, b"keep me");
     assert_eq!(got, snapshot(&s.source));
@@ -297,13 +250,7 @@ async fn different_existing_files_are_kept_without_force() {
 #[tokio::test]
 async fn a_secret_that_never_expires_is_refused() {
     let s = setup().await;
-    let secrets: Api<Secret> = Api::namespaced(s.env.admin.clone(), "kube-system");
-    let before = secrets
-        .get("kubeadm-certs")
-        .await
-        .unwrap()
-        .metadata
-        .resource_version;
+    let before = secret_version(&s.env).await;
     for ttl in ["0s", "-5m"] {
         let flag = format!("--ttl={ttl}");
         let err = upload(&s.env, &["--pki-dir", s.source.to_str().unwrap(), &flag])
@@ -312,11 +259,6 @@ async fn a_secret_that_never_expires_is_refused() {
         assert!(matches!(err, CertsError::Refused(_)), "{err}");
         assert_one_clear_line(&err, 4, "must be positive");
     }
-    let after = secrets
-        .get("kubeadm-certs")
-        .await
-        .unwrap()
-        .metadata
-        .resource_version;
+    let after = secret_version(&s.env).await;
     assert_eq!(before, after, "the Secret was rewritten");
 }

@@ -12,7 +12,7 @@ use certs_support::{Env, snapshot};
 async fn kubeflavor(env: Option<&Env>, args: &[&str], envs: &[(&str, &str)]) -> Output {
     let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_kubeflavor"));
     if let Some(env) = env {
-        cmd.arg("--kubeconfig").arg(&env.kubeconfig_path);
+        cmd.arg("--kubeconfig").arg(&env.kubeconfig);
     }
     cmd.args(args)
         .env_remove("KUBEFLAVOR_CERTIFICATE_KEY")
@@ -101,7 +101,7 @@ async fn generate_refuses_to_overwrite() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn upload_download_inspect_through_the_binary() {
-    let env = Env::start().await;
+    let env = Env::start_serial().await;
     let tmp = tempfile::tempdir().unwrap();
     let (source, target) = (tmp.path().join("source"), tmp.path().join("target"));
     let gen_out = kubeflavor(
@@ -218,7 +218,7 @@ async fn upload_download_inspect_through_the_binary() {
 #[tokio::test(flavor = "multi_thread")]
 async fn control_plane_tokens_carry_only_the_control_plane_group() {
     use k8s_openapi::api::authentication::v1::SelfSubjectReview;
-    let env = Env::start().await;
+    let env = Env::start_serial().await;
     let created = kubeflavor(Some(&env), &["token", "create", "--control-plane"], &[]).await;
     assert!(created.status.success(), "{}", stderr(&created));
     let token = stdout(&created).trim().to_owned();

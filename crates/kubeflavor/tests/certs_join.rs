@@ -34,7 +34,7 @@ fn path(p: &Path) -> &str {
 
 /// What a node administrator is handed: the endpoint and the CA pin.
 async fn endpoint_and_pin(env: &Env) -> (String, String) {
-    let cm = Api::<ConfigMap>::namespaced(env.admin.clone(), "kube-public")
+    let cm = Api::<ConfigMap>::namespaced(env.client.clone(), "kube-public")
         .get("cluster-info")
         .await
         .unwrap();
@@ -53,7 +53,7 @@ struct Uploaded {
 }
 
 async fn uploaded() -> Uploaded {
-    let env = Env::start().await;
+    let env = Env::start_serial().await;
     let tmp = tempfile::tempdir().unwrap();
     generate(&tmp.path().join("source"), "ecdsa-p256");
     let (key, _) = upload(&env, &["--pki-dir", path(&tmp.path().join("source"))])
@@ -74,7 +74,7 @@ async fn a_control_plane_token_downloads_with_discovery_and_a_node_token_cannot(
     let u = uploaded().await;
     let target = u.tmp.path().join("target");
     let cp = create_token(
-        &u.env.admin,
+        &u.env.client,
         "system:bootstrappers:kubeflavor:control-plane",
     )
     .await;
@@ -94,7 +94,7 @@ async fn a_control_plane_token_downloads_with_discovery_and_a_node_token_cannot(
             path(&target).to_owned(),
         ]
     };
-    let node = create_token(&u.env.admin, "system:bootstrappers:kubeflavor:node").await;
+    let node = create_token(&u.env.client, "system:bootstrappers:kubeflavor:node").await;
     let refused = kubeflavor(&args(&node).iter().map(String::as_str).collect::<Vec<_>>()).await;
     assert_eq!(refused.status.code(), Some(6), "{}", text(&refused.stderr));
     assert!(
@@ -116,7 +116,7 @@ async fn a_control_plane_token_downloads_with_discovery_and_a_node_token_cannot(
 async fn join_control_plane_downloads_the_pki_before_the_kubelet_files() {
     let u = uploaded().await;
     let cp = create_token(
-        &u.env.admin,
+        &u.env.client,
         "system:bootstrappers:kubeflavor:control-plane",
     )
     .await;

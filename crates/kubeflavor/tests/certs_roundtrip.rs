@@ -12,11 +12,11 @@ use kube::Api;
 use kube::runtime::watcher;
 use kubeflavor::certs::CertsError;
 
-use certs_support::{Env, download, generate, snapshot, upload};
+use certs_support::{Env, download_to, generate, proxy_token_ref, snapshot, upload};
 
 #[tokio::test]
 async fn round_trip_gives_identical_files_and_modes() {
-    let env = Env::start().await;
+    let env = Env::start_serial().await;
     for key_type in ["rsa-2048", "ecdsa-p256"] {
         let tmp = tempfile::tempdir().unwrap();
         let source = tmp.path().join("source");
@@ -30,17 +30,7 @@ async fn round_trip_gives_identical_files_and_modes() {
             "{out}"
         );
         assert_eq!(key.len(), 64);
-        let report = download(
-            &env,
-            &[
-                "--certificate-key",
-                &key,
-                "--pki-dir",
-                target.to_str().unwrap(),
-            ],
-        )
-        .await
-        .unwrap();
+        let report = download_to(&env, &key, &target, &[]).await.unwrap();
         assert!(report.contains("8 of 8 files written"), "{report}");
         let (a, b) = (snapshot(&source), snapshot(&target));
         assert_eq!(a.keys().collect::<Vec<_>>(), b.keys().collect::<Vec<_>>());
@@ -49,40 +39,22 @@ async fn round_trip_gives_identical_files_and_modes() {
         assert_eq!(b["sa.pub"].0, 0o644);
         assert_eq!(b["etcd/"].0, 0o755);
         // A second download leaves every file alone.
-        let again = download(
-            &env,
-            &[
-                "--certificate-key",
-                &key,
-                "--pki-dir",
-                target.to_str().unwrap(),
-            ],
-        )
-        .await
-        .unwrap();
+        let again = download_to(&env, &key, &target, &[]).await.unwrap();
         assert!(again.contains("0 of 8 files written"), "{again}");
     }
 }
 
 #[tokio::test]
 async fn re_upload_replaces_the_secret_and_retires_the_old_proxy_token() {
-    let env = Env::start().await;
+    let env = Env::start_serial().await;
     let tmp = tempfile::tempdir().unwrap();
     let source = tmp.path().join("source");
     generate(&source, "ecdsa-p256");
-    let secrets: Api<Secret> = Api::namespaced(env.admin.clone(), "kube-system");
+    let secrets: Api<Secret> = Api::namespaced(env.client.clone(), "kube-system");
     let (first_key, _) = upload(&env, &["--pki-dir", source.to_str().unwrap()])
         .await
         .unwrap();
-    let first_owner = secrets
-        .get("kubeadm-certs")
-        .await
-        .unwrap()
-        .metadata
-        .owner_references
-        .unwrap()[0]
-        .name
-        .clone();
+    let first_owner = proxy_token_ref(&env).await.name;
     let (second_key, _) = upload(&env, &["--pki-dir", source.to_str().unwrap()])
         .await
         .unwrap();
@@ -102,42 +74,24 @@ async fn re_upload_replaces_the_secret_and_retires_the_old_proxy_token() {
     );
     // The old key no longer opens the Secret; the new one does.
     let target = tmp.path().join("target");
-    let err = download(
-        &env,
-        &[
-            "--certificate-key",
-            &first_key,
-            "--pki-dir",
-            target.to_str().unwrap(),
-        ],
-    )
-    .await
-    .unwrap_err();
+    let err = download_to(&env, &first_key, &target, &[])
+        .await
+        .unwrap_err();
     assert!(matches!(err, CertsError::WrongKey), "{err}");
-    download(
-        &env,
-        &[
-            "--certificate-key",
-            &second_key,
-            "--pki-dir",
-            target.to_str().unwrap(),
-        ],
-    )
-    .await
-    .unwrap();
+    download_to(&env, &second_key, &target, &[]).await.unwrap();
     assert_eq!(snapshot(&source), snapshot(&target));
 }
 
 #[tokio::test]
 async fn upload_with_a_given_key_and_finishing_a_half_done_upload() {
-    let env = Env::start().await;
+    let env = Env::start_serial().await;
     let tmp = tempfile::tempdir().unwrap();
     let source = tmp.path().join("source");
     generate(&source, "ecdsa-p256");
     let key = "0123456789ABCDEF".repeat(4);
     // What a crash after the first writes leaves: the RBAC objects granting someone else,
     // and a stale Secret without an owner. The next run must set everything right.
-    let secrets: Api<Secret> = Api::namespaced(env.admin.clone(), "kube-system");
+    let secrets: Api<Secret> = Api::namespaced(env.client.clone(), "kube-system");
     let stale: Secret = serde_json::from_value(serde_json::json!({
         "metadata": {"name": "kubeadm-certs", "namespace": "kube-system"},
         "type": "Opaque",
@@ -172,7 +126,7 @@ async fn upload_with_a_given_key_and_finishing_a_half_done_upload() {
     .await
     .unwrap();
     let binding: Api<k8s_openapi::api::rbac::v1::RoleBinding> =
-        Api::namespaced(env.admin.clone(), "kube-system");
+        Api::namespaced(env.client.clone(), "kube-system");
     let subjects = binding
         .get("kubeadm:kubeadm-certs")
         .await
@@ -185,39 +139,21 @@ async fn upload_with_a_given_key_and_finishing_a_half_done_upload() {
         "system:bootstrappers:kubeflavor:control-plane"
     );
     let target = tmp.path().join("target");
-    download(
-        &env,
-        &[
-            "--certificate-key",
-            &key,
-            "--pki-dir",
-            target.to_str().unwrap(),
-        ],
-    )
-    .await
-    .unwrap();
+    download_to(&env, &key, &target, &[]).await.unwrap();
     assert_eq!(snapshot(&source), snapshot(&target));
 }
 
 #[tokio::test]
 async fn garbage_collection_deletes_the_secret_with_its_proxy_token() {
-    let env = Env::start().await;
+    let env = Env::start_serial().await;
     let tmp = tempfile::tempdir().unwrap();
     let source = tmp.path().join("source");
     generate(&source, "ecdsa-p256");
     let (key, _) = upload(&env, &["--pki-dir", source.to_str().unwrap()])
         .await
         .unwrap();
-    let secrets: Api<Secret> = Api::namespaced(env.admin.clone(), "kube-system");
-    let owner = secrets
-        .get("kubeadm-certs")
-        .await
-        .unwrap()
-        .metadata
-        .owner_references
-        .unwrap()[0]
-        .name
-        .clone();
+    let secrets: Api<Secret> = Api::namespaced(env.client.clone(), "kube-system");
+    let owner = proxy_token_ref(&env).await.name;
 
     let cfg = watcher::Config::default().fields("metadata.name=kubeadm-certs");
     let mut events = watcher(secrets.clone(), cfg).boxed();
@@ -241,17 +177,9 @@ async fn garbage_collection_deletes_the_secret_with_its_proxy_token() {
     .await
     .expect("garbage collection within 30 s");
     assert!(gone);
-    let err = download(
-        &env,
-        &[
-            "--certificate-key",
-            &key,
-            "--pki-dir",
-            tmp.path().join("t").to_str().unwrap(),
-        ],
-    )
-    .await
-    .unwrap_err();
+    let err = download_to(&env, &key, &tmp.path().join("t"), &[])
+        .await
+        .unwrap_err();
     assert!(matches!(err, CertsError::SecretGone), "{err}");
     assert_eq!(err.exit_code(), 25);
     assert!(!tmp.path().join("t").exists());
@@ -266,8 +194,8 @@ async fn a_secret_written_by_kubeadm_downloads() {
         "../../kubeflavor-core/tests/data/copycerts_vectors.json"
     ))
     .unwrap();
-    let env = Env::start().await;
-    let secrets: Api<Secret> = Api::namespaced(env.admin.clone(), "kube-system");
+    let env = Env::start_serial().await;
+    let secrets: Api<Secret> = Api::namespaced(env.client.clone(), "kube-system");
     let _ = secrets.delete("kubeadm-certs", &Default::default()).await;
     let secret: Secret = serde_json::from_value(serde_json::json!({
         "metadata": {"name": "kubeadm-certs", "namespace": "kube-system"},
@@ -282,17 +210,7 @@ async fn a_secret_written_by_kubeadm_downloads() {
 
     // Not accepted unless asked for: without the key check and manifest, whole
     // certificate/key pairs could have been swapped unnoticed. Exit 31, nothing written.
-    let refused = download(
-        &env,
-        &[
-            "--certificate-key",
-            key,
-            "--pki-dir",
-            target.to_str().unwrap(),
-        ],
-    )
-    .await
-    .unwrap_err();
+    let refused = download_to(&env, key, &target, &[]).await.unwrap_err();
     assert!(
         matches!(refused, CertsError::NotFromKubeflavor(_)),
         "{refused}"
@@ -305,34 +223,16 @@ async fn a_secret_written_by_kubeadm_downloads() {
     assert!(!target.exists());
 
     // Without kubeflavor's key check a wrong key cannot be told from tampering: exit 30.
-    let err = download(
-        &env,
-        &[
-            "--certificate-key",
-            &"1".repeat(64),
-            "--pki-dir",
-            target.to_str().unwrap(),
-            "--accept-kubeadm-secret",
-        ],
-    )
-    .await
-    .unwrap_err();
+    let err = download_to(&env, &"1".repeat(64), &target, &["--accept-kubeadm-secret"])
+        .await
+        .unwrap_err();
     assert!(matches!(err, CertsError::WrongKeyOrTampered(_)), "{err}");
     assert_eq!(err.exit_code(), 30);
     assert!(!target.exists());
 
-    download(
-        &env,
-        &[
-            "--certificate-key",
-            key,
-            "--pki-dir",
-            target.to_str().unwrap(),
-            "--accept-kubeadm-secret",
-        ],
-    )
-    .await
-    .unwrap();
+    download_to(&env, key, &target, &["--accept-kubeadm-secret"])
+        .await
+        .unwrap();
     let files = snapshot(&target);
     for (entry, digest) in vectors["plaintext_sha256"].as_object().unwrap() {
         let rel = entry.replacen("etcd-", "etcd/", 1);
@@ -352,7 +252,7 @@ async fn a_secret_written_by_kubeadm_downloads() {
 /// replaces it. Fault injection exists on testkube only.
 #[tokio::test]
 async fn an_upload_failing_half_way_is_finished_by_the_next_run() {
-    let env = Env::start().await;
+    let env = Env::start_serial().await;
     let Some(tk) = env.testkube.as_ref() else {
         eprintln!("SKIPPED on a real cluster: needs testkube's fault injection");
         return;
@@ -373,44 +273,16 @@ async fn an_upload_failing_half_way_is_finished_by_the_next_run() {
     assert!(err.to_string().contains("kubeadm-certs"), "{err}");
     // The previous upload is intact.
     let first = tmp.path().join("first");
-    download(
-        &env,
-        &[
-            "--certificate-key",
-            &old_key,
-            "--pki-dir",
-            first.to_str().unwrap(),
-        ],
-    )
-    .await
-    .unwrap();
+    download_to(&env, &old_key, &first, &[]).await.unwrap();
 
     let (new_key, _) = upload(&env, &["--pki-dir", source.to_str().unwrap()])
         .await
         .unwrap();
     let second = tmp.path().join("second");
-    download(
-        &env,
-        &[
-            "--certificate-key",
-            &new_key,
-            "--pki-dir",
-            second.to_str().unwrap(),
-        ],
-    )
-    .await
-    .unwrap();
+    download_to(&env, &new_key, &second, &[]).await.unwrap();
     assert_eq!(snapshot(&source), snapshot(&second));
-    let stale = download(
-        &env,
-        &[
-            "--certificate-key",
-            &old_key,
-            "--pki-dir",
-            tmp.path().join("x").to_str().unwrap(),
-        ],
-    )
-    .await
-    .unwrap_err();
+    let stale = download_to(&env, &old_key, &tmp.path().join("x"), &[])
+        .await
+        .unwrap_err();
     assert!(matches!(stale, CertsError::WrongKey), "{stale}");
 }

@@ -7,7 +7,9 @@ mod certs_support;
 use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
 
-use certs_support::{Env, create_token, every_object, find_leaks, generate, upload};
+use certs_support::{
+    Env, create_token, every_object, find_leaks, generate, proxy_token_ref, upload,
+};
 
 async fn generate_and_upload(env: &Env, dir: &std::path::Path, extra: &[&str]) -> String {
     generate(dir, "ecdsa-p256");
@@ -16,13 +18,19 @@ async fn generate_and_upload(env: &Env, dir: &std::path::Path, extra: &[&str]) -
 }
 
 // current_thread (the default): every task logs through the thread's subscriber.
+/// A client authenticating with a fresh bootstrap token whose extra group is `group`.
+async fn client_in_group(env: &Env, group: &str) -> kube::Client {
+    env.token_client(&create_token(&env.client, group).await)
+        .await
+}
+
 #[tokio::test]
 async fn no_object_and_no_log_line_contains_the_key() {
     let (logs, _guard) = certs_support::capture_logs();
-    let env = Env::start().await;
+    let env = Env::start_serial().await;
     let tmp = tempfile::tempdir().unwrap();
     let key = generate_and_upload(&env, &tmp.path().join("pki"), &[]).await;
-    let objects = every_object(&env.admin).await;
+    let objects = every_object(&env.client).await;
     // The scan must have seen the Secret itself, or it proves nothing.
     assert!(
         objects
@@ -51,7 +59,7 @@ async fn no_object_and_no_log_line_contains_the_key() {
 #[tokio::test]
 async fn the_scan_would_find_a_leaked_key() {
     // Guards the test above: a key stored on the server is found.
-    let env = Env::start().await;
+    let env = Env::start_serial().await;
     let key = "ab".repeat(32);
     let cm: k8s_openapi::api::core::v1::ConfigMap = serde_json::from_value(serde_json::json!({
         "metadata": {"name": format!("kf-leak-{}", std::process::id()), "namespace": "default"},
@@ -59,9 +67,9 @@ async fn the_scan_would_find_a_leaked_key() {
     }))
     .unwrap();
     let api: Api<k8s_openapi::api::core::v1::ConfigMap> =
-        Api::namespaced(env.admin.clone(), "default");
+        Api::namespaced(env.client.clone(), "default");
     let created = api.create(&Default::default(), &cm).await.unwrap();
-    let leaks = find_leaks(&every_object(&env.admin).await, &key);
+    let leaks = find_leaks(&every_object(&env.client).await, &key);
     api.delete(
         created.metadata.name.as_deref().unwrap(),
         &Default::default(),
@@ -73,26 +81,12 @@ async fn the_scan_would_find_a_leaked_key() {
 
 #[tokio::test]
 async fn only_control_plane_tokens_may_read_the_secret_by_default() {
-    let env = Env::start().await;
+    let env = Env::start_serial().await;
     let tmp = tempfile::tempdir().unwrap();
     let _key = generate_and_upload(&env, &tmp.path().join("pki"), &[]).await;
-    let node = env
-        .token_client(&create_token(&env.admin, "system:bootstrappers:kubeflavor:node").await)
-        .await;
-    let kubeadm = env
-        .token_client(
-            &create_token(
-                &env.admin,
-                "system:bootstrappers:kubeadm:default-node-token",
-            )
-            .await,
-        )
-        .await;
-    let cp = env
-        .token_client(
-            &create_token(&env.admin, "system:bootstrappers:kubeflavor:control-plane").await,
-        )
-        .await;
+    let node = client_in_group(&env, "system:bootstrappers:kubeflavor:node").await;
+    let kubeadm = client_in_group(&env, "system:bootstrappers:kubeadm:default-node-token").await;
+    let cp = client_in_group(&env, "system:bootstrappers:kubeflavor:control-plane").await;
     for (who, client) in [
         ("kubeflavor node token", &node),
         ("kubeadm worker token", &kubeadm),
@@ -124,24 +118,12 @@ async fn only_control_plane_tokens_may_read_the_secret_by_default() {
 
 #[tokio::test]
 async fn readable_by_kubeadm_binds_kubeadms_default_token_group() {
-    let env = Env::start().await;
+    let env = Env::start_serial().await;
     let tmp = tempfile::tempdir().unwrap();
     let _key =
         generate_and_upload(&env, &tmp.path().join("pki"), &["--readable-by", "kubeadm"]).await;
-    let kubeadm = env
-        .token_client(
-            &create_token(
-                &env.admin,
-                "system:bootstrappers:kubeadm:default-node-token",
-            )
-            .await,
-        )
-        .await;
-    let cp = env
-        .token_client(
-            &create_token(&env.admin, "system:bootstrappers:kubeflavor:control-plane").await,
-        )
-        .await;
+    let kubeadm = client_in_group(&env, "system:bootstrappers:kubeadm:default-node-token").await;
+    let cp = client_in_group(&env, "system:bootstrappers:kubeflavor:control-plane").await;
     Api::<Secret>::namespaced(kubeadm, "kube-system")
         .get("kubeadm-certs")
         .await
@@ -158,18 +140,11 @@ async fn readable_by_kubeadm_binds_kubeadms_default_token_group() {
 
 #[tokio::test]
 async fn the_proxy_token_cannot_authenticate_and_the_secret_expires() {
-    let env = Env::start().await;
+    let env = Env::start_serial().await;
     let tmp = tempfile::tempdir().unwrap();
     let _key = generate_and_upload(&env, &tmp.path().join("pki"), &["--ttl", "30m"]).await;
-    let secrets: Api<Secret> = Api::namespaced(env.admin.clone(), "kube-system");
-    let owner = secrets
-        .get("kubeadm-certs")
-        .await
-        .unwrap()
-        .metadata
-        .owner_references
-        .unwrap()
-        .remove(0);
+    let secrets: Api<Secret> = Api::namespaced(env.client.clone(), "kube-system");
+    let owner = proxy_token_ref(&env).await;
     assert_eq!(owner.controller, Some(true));
     assert_eq!(owner.block_owner_deletion, Some(true));
     let token = secrets.get(&owner.name).await.unwrap();
@@ -220,11 +195,11 @@ async fn every_stored_entry_opens_with_an_independent_aes_gcm() {
         eprintln!("SKIPPED: python3 with the cryptography package is not installed");
         return;
     }
-    let env = Env::start().await;
+    let env = Env::start_serial().await;
     let tmp = tempfile::tempdir().unwrap();
     let pki = tmp.path().join("pki");
     let key = generate_and_upload(&env, &pki, &[]).await;
-    let secret = Api::<Secret>::namespaced(env.admin.clone(), "kube-system")
+    let secret = Api::<Secret>::namespaced(env.client.clone(), "kube-system")
         .get("kubeadm-certs")
         .await
         .unwrap();

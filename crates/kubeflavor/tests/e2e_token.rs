@@ -62,10 +62,7 @@ async fn secret_data(env: &Env, token: &str) -> BTreeMap<String, String> {
 async fn created_token_authenticates_as_a_kubeflavor_bootstrap_identity() {
     let env = Env::start().await;
     env.install().await;
-    let flavor = env.name("sweet");
-    env.kf(&["flavor", "create", &flavor, "--trust-level", "80"])
-        .await
-        .expect_ok();
+    let flavor = env.create_flavor("sweet", &["--trust-level", "80"]).await;
     let token = mint(&env, &flavor, &[]).await;
 
     let (user, groups) = whoami(&env.token_client(&token).await)
@@ -87,29 +84,28 @@ async fn created_token_authenticates_as_a_kubeflavor_bootstrap_identity() {
 async fn p1_tokens_of_two_flavors_look_the_same_to_their_holders() {
     let env = Env::start().await;
     env.install().await;
-    let (sweet, sour) = (env.name("sweet"), env.name("sour"));
-    env.kf(&[
-        "flavor",
-        "create",
-        &sweet,
-        "--trust-level",
-        "90",
-        "--label",
-        "kubeflavor.node-restriction.kubernetes.io/tier=gold",
-    ])
-    .await
-    .expect_ok();
-    env.kf(&[
-        "flavor",
-        "create",
-        &sour,
-        "--trust-level",
-        "10",
-        "--taint",
-        "example.com/untrusted=yes:NoSchedule",
-    ])
-    .await
-    .expect_ok();
+    let sweet = env
+        .create_flavor(
+            "sweet",
+            &[
+                "--trust-level",
+                "90",
+                "--label",
+                "kubeflavor.node-restriction.kubernetes.io/tier=gold",
+            ],
+        )
+        .await;
+    let sour = env
+        .create_flavor(
+            "sour",
+            &[
+                "--trust-level",
+                "10",
+                "--taint",
+                "example.com/untrusted=yes:NoSchedule",
+            ],
+        )
+        .await;
     let a = mint(&env, &sweet, &["--ttl", "2h"]).await;
     let b = mint(&env, &sour, &["--ttl", "2h"]).await;
 
@@ -148,8 +144,7 @@ async fn p1_tokens_of_two_flavors_look_the_same_to_their_holders() {
 async fn token_create_makes_exactly_two_api_calls() {
     let env = Env::start().await;
     env.install().await;
-    let flavor = env.name("count");
-    env.kf(&["flavor", "create", &flavor]).await.expect_ok();
+    let flavor = env.create_flavor("count", &[]).await;
     let Some(cluster) = env.testkube.as_ref() else {
         eprintln!("real cluster: request counting needs testkube, skipped");
         cleanup(&env, &[], &[&flavor]).await;
@@ -169,8 +164,7 @@ async fn token_create_makes_exactly_two_api_calls() {
 async fn token_create_draws_a_new_id_when_the_id_is_taken() {
     let env = Env::start().await;
     env.install().await;
-    let flavor = env.name("retry");
-    env.kf(&["flavor", "create", &flavor]).await.expect_ok();
+    let flavor = env.create_flavor("retry", &[]).await;
     // Occupy an id, then make the first draw hit it.
     let taken = env.run_id.clone();
     let occupant: BootstrapToken = format!("{taken}.0123456789abcdef").parse().unwrap();
@@ -238,18 +232,9 @@ async fn token_create_draws_a_new_id_when_the_id_is_taken() {
 async fn token_create_uses_flavor_defaults_and_flags_override_them() {
     let env = Env::start().await;
     env.install().await;
-    let flavor = env.name("defaults");
-    env.kf(&[
-        "flavor",
-        "create",
-        &flavor,
-        "--ttl",
-        "90m",
-        "--max-nodes",
-        "3",
-    ])
-    .await
-    .expect_ok();
+    let flavor = env
+        .create_flavor("defaults", &["--ttl", "90m", "--max-nodes", "3"])
+        .await;
 
     let out = env
         .kf(&["token", "create", "--flavor", &flavor, "-o", "json"])
@@ -291,10 +276,7 @@ async fn token_create_uses_flavor_defaults_and_flags_override_them() {
 async fn token_list_shows_flavors_and_never_a_secret() {
     let env = Env::start().await;
     env.install().await;
-    let flavor = env.name("listed");
-    env.kf(&["flavor", "create", &flavor, "--max-nodes", "2"])
-        .await
-        .expect_ok();
+    let flavor = env.create_flavor("listed", &["--max-nodes", "2"]).await;
     let token = mint(&env, &flavor, &[]).await;
     let id = &token[..6];
     let secret = &token[7..];
@@ -379,8 +361,7 @@ async fn token_list_shows_flavors_and_never_a_secret() {
 async fn token_delete_removes_tokens_and_reports_missing_ones() {
     let env = Env::start().await;
     env.install().await;
-    let flavor = env.name("deleted");
-    env.kf(&["flavor", "create", &flavor]).await.expect_ok();
+    let flavor = env.create_flavor("deleted", &[]).await;
     let a = mint(&env, &flavor, &[]).await;
     let b = mint(&env, &flavor, &[]).await;
     // By id and by whole token.
@@ -406,9 +387,8 @@ async fn token_delete_removes_tokens_and_reports_missing_ones() {
 async fn bad_token_input_is_refused_and_creates_nothing() {
     let env = Env::start().await;
     env.install().await;
-    let flavor = env.name("strict");
+    let flavor = env.create_flavor("strict", &[]).await;
     let missing = env.name("nosuch");
-    env.kf(&["flavor", "create", &flavor]).await.expect_ok();
     // Only this test's flavors: on a shared real cluster other tests mint tokens meanwhile.
     let selector =
         ListParams::default().labels(&format!("kubeflavor.io/flavor in ({flavor},{missing})"));
@@ -467,8 +447,7 @@ async fn bad_token_input_is_refused_and_creates_nothing() {
 async fn forbidden_names_the_missing_permission() {
     let env = Env::start().await;
     env.install().await;
-    let flavor = env.name("perm");
-    env.kf(&["flavor", "create", &flavor]).await.expect_ok();
+    let flavor = env.create_flavor("perm", &[]).await;
     let token = mint(&env, &flavor, &[]).await;
     // The bootstrap identity itself may not list Secrets.
     let as_token = env.token_kubeconfig(&token);

@@ -8,52 +8,9 @@ use std::path::Path;
 use std::process::Command;
 
 use common::Env;
-use k8s_openapi::api::core::v1::Secret;
-use kube::api::{Api, DeleteParams};
+use common::entries;
+use common::minted::{cleanup, mint_with_join_line};
 use kubeflavor_core::token::BootstrapToken;
-
-/// A flavor, a token, and the endpoint and pin from the printed join line.
-struct Target {
-    flavor: String,
-    token: String,
-    endpoint: String,
-    pin: String,
-}
-
-async fn target(env: &Env) -> Target {
-    env.install().await;
-    let flavor = env.name("badjoin");
-    env.kf(&["flavor", "create", &flavor]).await.expect_ok();
-    let line = env
-        .kf(&[
-            "token",
-            "create",
-            "--flavor",
-            &flavor,
-            "--print-join-command",
-        ])
-        .await
-        .expect_ok()
-        .to_string();
-    let words: Vec<&str> = line.split_whitespace().collect();
-    Target {
-        flavor,
-        token: words[4].into(),
-        endpoint: words[2].into(),
-        pin: words[6].into(),
-    }
-}
-
-async fn cleanup(env: &Env, t: &Target) {
-    let secrets: Api<Secret> = Api::namespaced(env.client.clone(), "kube-system");
-    let _ = secrets
-        .delete(
-            &format!("bootstrap-token-{}", &t.token[..6]),
-            &DeleteParams::default(),
-        )
-        .await;
-    let _ = env.kf(&["flavor", "delete", &t.flavor, "--force"]).await;
-}
 
 /// Runs the binary on a blocking thread (an in-process testkube must keep serving).
 async fn join_bin(kubelet_dir: &Path, args: &[&str]) -> (i32, String, String) {
@@ -83,13 +40,23 @@ async fn join_bin(kubelet_dir: &Path, args: &[&str]) -> (i32, String, String) {
     .unwrap()
 }
 
-fn entries(dir: &Path) -> Vec<String> {
-    std::fs::read_dir(dir)
-        .map(|rd| {
-            rd.map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-                .collect()
-        })
-        .unwrap_or_default()
+/// A well-formed join of 127.0.0.1:1, where nothing listens (the connection is refused at
+/// once), with a made-up token and pin.
+async fn join_port_1(kubelet_dir: &Path, timeout: &str) -> (i32, String, String) {
+    let pin = format!("sha256:{}", "0".repeat(64));
+    join_bin(
+        kubelet_dir,
+        &[
+            "127.0.0.1:1",
+            "--token",
+            "abcdef.0123456789abcdef",
+            "--discovery-token-ca-cert-hash",
+            &pin,
+            "--timeout",
+            timeout,
+        ],
+    )
+    .await
 }
 
 /// The refusal's shape: the expected code, one `error:` line naming the problem, no files.
@@ -117,7 +84,7 @@ fn assert_refused(outcome: &(i32, String, String), code: i32, says: &str, kubele
 #[tokio::test]
 async fn malformed_inputs_each_have_their_own_exit_code() {
     let env = Env::start().await;
-    let t = target(&env).await;
+    let t = mint_with_join_line(&env, "badjoin").await;
     let dir = env.dir().join("kubelet");
 
     let upper = format!("{}{}", &t.token[..7], t.token[7..].to_uppercase());
@@ -161,7 +128,7 @@ async fn malformed_inputs_each_have_their_own_exit_code() {
 #[tokio::test]
 async fn pin_of_another_ca_is_refused_as_a_possible_attack() {
     let env = Env::start().await;
-    let t = target(&env).await;
+    let t = mint_with_join_line(&env, "badjoin").await;
     let dir = env.dir().join("kubelet");
     let other_ca = kubeflavor_core::pki::generate_shared_ca_set(
         kubeflavor_core::pki::KeyAlgorithm::EcdsaP256,
@@ -203,7 +170,7 @@ async fn pin_of_another_ca_is_refused_as_a_possible_attack() {
 #[tokio::test]
 async fn token_the_cluster_never_signed_is_invalid_or_expired() {
     let env = Env::start().await;
-    let t = target(&env).await;
+    let t = mint_with_join_line(&env, "badjoin").await;
     let dir = env.dir().join("kubelet");
     let unknown = BootstrapToken::generate().unwrap();
 
@@ -236,21 +203,7 @@ async fn token_the_cluster_never_signed_is_invalid_or_expired() {
 async fn unreachable_endpoint_reports_progress_then_times_out() {
     let dir = tempfile::tempdir().unwrap();
     let kubelet_dir = dir.path().join("kubelet");
-    let pin = format!("sha256:{}", "0".repeat(64));
-    // Port 1 on loopback: nothing listens there, the connection is refused at once.
-    let out = join_bin(
-        &kubelet_dir,
-        &[
-            "127.0.0.1:1",
-            "--token",
-            "abcdef.0123456789abcdef",
-            "--discovery-token-ca-cert-hash",
-            &pin,
-            "--timeout",
-            "1s",
-        ],
-    )
-    .await;
+    let out = join_port_1(&kubelet_dir, "1s").await;
     assert_refused(
         &out,
         5,
@@ -271,21 +224,8 @@ async fn unwritable_kubelet_dir_is_refused_before_any_network_traffic() {
     let file = dir.path().join("a-file");
     std::fs::write(&file, b"").unwrap();
     let kubelet_dir = file.join("kubernetes");
-    let pin = format!("sha256:{}", "0".repeat(64));
     // The endpoint is unreachable: reaching it would time out instead of failing at once.
-    let out = join_bin(
-        &kubelet_dir,
-        &[
-            "127.0.0.1:1",
-            "--token",
-            "abcdef.0123456789abcdef",
-            "--discovery-token-ca-cert-hash",
-            &pin,
-            "--timeout",
-            "1m",
-        ],
-    )
-    .await;
+    let out = join_port_1(&kubelet_dir, "1m").await;
     assert_refused(
         &out,
         16,
@@ -301,20 +241,7 @@ async fn a_node_that_already_joined_is_refused_and_its_kubelet_conf_kept() {
     let kubelet_dir = dir.path().join("kubernetes");
     std::fs::create_dir(&kubelet_dir).unwrap();
     std::fs::write(kubelet_dir.join("kubelet.conf"), b"the node's identity").unwrap();
-    let pin = format!("sha256:{}", "0".repeat(64));
-    let out = join_bin(
-        &kubelet_dir,
-        &[
-            "127.0.0.1:1",
-            "--token",
-            "abcdef.0123456789abcdef",
-            "--discovery-token-ca-cert-hash",
-            &pin,
-            "--timeout",
-            "1m",
-        ],
-    )
-    .await;
+    let out = join_port_1(&kubelet_dir, "1m").await;
     assert_eq!(out.0, 16, "{out:?}");
     assert!(out.2.contains("kubelet.conf already exists"), "{}", out.2);
     assert_eq!(entries(&kubelet_dir), ["kubelet.conf"]);

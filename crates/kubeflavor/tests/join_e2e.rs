@@ -9,69 +9,17 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::time::Duration;
 
-use common::{Env, client_from_yaml, whoami};
+use common::minted::{Minted, cleanup, mint_with_join_line};
+use common::{Env, client_from_yaml, entries, whoami};
 use futures::StreamExt;
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
-use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use kubeflavor::join::{self, CaCheck, JoinOptions, RecordedReport};
 use kubeflavor_core::pin::CaPin;
-use kubeflavor_core::token::BootstrapToken;
 
 /// The safety net for waiting on the cluster; never reached when things work.
 const PATIENCE: Duration = Duration::from_secs(60);
-
-/// A flavor, a token of it, and the join line `token create --print-join-command` printed.
-struct Minted {
-    flavor: String,
-    token: String,
-    endpoint: String,
-    pin: String,
-}
-
-async fn mint_with_join_line(env: &Env) -> Minted {
-    env.install().await;
-    let flavor = env.name("joinflavor");
-    env.kf(&["flavor", "create", &flavor]).await.expect_ok();
-    let out = env
-        .kf(&[
-            "token",
-            "create",
-            "--flavor",
-            &flavor,
-            "--print-join-command",
-        ])
-        .await;
-    let line = out.expect_ok().trim().to_string();
-    let words: Vec<&str> = line.split_whitespace().collect();
-    assert_eq!(words[..2], ["kubeadm", "join"], "{line}");
-    assert_eq!(words[3], "--token", "{line}");
-    assert_eq!(words[5], "--discovery-token-ca-cert-hash", "{line}");
-    assert_eq!(words.len(), 7, "one CA, one pin: {line}");
-    words[4]
-        .parse::<BootstrapToken>()
-        .expect("a token in the join line");
-    Minted {
-        flavor,
-        token: words[4].to_string(),
-        endpoint: words[2].to_string(),
-        pin: words[6].to_string(),
-    }
-}
-
-async fn cleanup(env: &Env, minted: &Minted) {
-    let secrets: Api<Secret> = Api::namespaced(env.client.clone(), "kube-system");
-    let _ = secrets
-        .delete(
-            &format!("bootstrap-token-{}", &minted.token[..6]),
-            &DeleteParams::default(),
-        )
-        .await;
-    let _ = env
-        .kf(&["flavor", "delete", &minted.flavor, "--force"])
-        .await;
-}
 
 fn options(minted: &Minted, node: &str, kubelet_dir: &Path, tls_bootstrap: bool) -> JoinOptions {
     JoinOptions {
@@ -89,17 +37,6 @@ fn options(minted: &Minted, node: &str, kubelet_dir: &Path, tls_bootstrap: bool)
 
 fn mode(path: &Path) -> u32 {
     std::fs::metadata(path).unwrap().permissions().mode() & 0o777
-}
-
-fn entries(dir: &Path) -> Vec<String> {
-    let mut names: Vec<String> = std::fs::read_dir(dir)
-        .map(|rd| {
-            rd.map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-                .collect()
-        })
-        .unwrap_or_default();
-    names.sort();
-    names
 }
 
 /// Acts as the approver: waits for the kubelet client CSR for `node`, then approves or
@@ -143,7 +80,7 @@ async fn decide_csr(admin: kube::Client, node: String, approve: bool) -> String 
 #[tokio::test]
 async fn printed_join_line_discovers_the_cluster_and_writes_the_bootstrap_kubeconfig() {
     let env = Env::start().await;
-    let minted = mint_with_join_line(&env).await;
+    let minted = mint_with_join_line(&env, "joinflavor").await;
     let kubelet_dir = env.dir().join("etc-kubernetes");
 
     // Through the command line, exactly as a node administrator would paste it.
@@ -194,7 +131,7 @@ async fn printed_join_line_discovers_the_cluster_and_writes_the_bootstrap_kubeco
 #[tokio::test]
 async fn tls_bootstrap_writes_a_kubelet_conf_that_authenticates_as_the_node() {
     let env = Env::start().await;
-    let minted = mint_with_join_line(&env).await;
+    let minted = mint_with_join_line(&env, "joinflavor").await;
     let kubelet_dir = env.dir().join("node");
     let node = env.name("worker");
     let opts = options(&minted, &node, &kubelet_dir, true);
@@ -234,7 +171,7 @@ async fn tls_bootstrap_writes_a_kubelet_conf_that_authenticates_as_the_node() {
 #[tokio::test]
 async fn denied_node_is_told_it_was_refused_and_keeps_no_files() {
     let env = Env::start().await;
-    let minted = mint_with_join_line(&env).await;
+    let minted = mint_with_join_line(&env, "joinflavor").await;
     let kubelet_dir = env.dir().join("node");
     let node = env.name("refused");
     let opts = options(&minted, &node, &kubelet_dir, true);
@@ -264,7 +201,7 @@ async fn denied_node_is_told_it_was_refused_and_keeps_no_files() {
 #[tokio::test]
 async fn unsafe_skip_joins_without_a_pin_and_warns() {
     let env = Env::start().await;
-    let minted = mint_with_join_line(&env).await;
+    let minted = mint_with_join_line(&env, "joinflavor").await;
     let kubelet_dir = env.dir().join("node");
     let mut opts = options(&minted, &env.name("worker"), &kubelet_dir, false);
     opts.ca_check = CaCheck::UnsafeSkip;

@@ -107,32 +107,46 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
     Duration::try_from(d).map_err(|e| format!("{s:?}: {e}"))
 }
 
-/// Turns the flags into validated options. Each bad input has its own exit code.
-pub fn options(args: &JoinArgs) -> Result<JoinOptions, CliError> {
-    let endpoint =
-        join::parse_endpoint(&args.endpoint).map_err(|m| CliError::bare(ExitCode::Usage, m))?;
-    // The token is parsed here rather than by clap: clap would echo the bad value, secret
-    // included, in its error message.
-    let token: BootstrapToken = args.token.parse().map_err(|e| {
+/// `--token`, parsed here rather than by clap: clap would echo the bad value, secret
+/// included, in its error message. `fix` tells the user where a good token comes from.
+pub(crate) fn parse_token(text: &str, fix: &str) -> Result<BootstrapToken, CliError> {
+    text.parse().map_err(|e| {
         CliError::new(
             ExitCode::JoinMalformedToken,
             format_args!("--token is not a bootstrap token: {e}"),
-            "copy the whole token from 'kubeflavor token create', e.g. abcdef.0123456789abcdef",
+            fix,
         )
-    })?;
-    let pins = args
-        .ca_cert_hashes
+    })
+}
+
+/// Every `--discovery-token-ca-cert-hash`; the first bad one is the error.
+pub(crate) fn parse_pins(hashes: &[String], fix: &str) -> Result<Vec<CaPin>, CliError> {
+    hashes
         .iter()
         .map(|h| {
             h.parse::<CaPin>().map_err(|e| {
                 CliError::new(
                     ExitCode::JoinMalformedPin,
                     format_args!("--discovery-token-ca-cert-hash {h:?} is not a CA pin: {e}"),
-                    "copy it from 'kubeflavor token create --print-join-command': sha256:<64 hex characters>",
+                    fix,
                 )
             })
         })
-        .collect::<Result<Vec<_>, _>>()?;
+        .collect()
+}
+
+/// Turns the flags into validated options. Each bad input has its own exit code.
+pub fn options(args: &JoinArgs) -> Result<JoinOptions, CliError> {
+    let endpoint =
+        join::parse_endpoint(&args.endpoint).map_err(|m| CliError::bare(ExitCode::Usage, m))?;
+    let token = parse_token(
+        &args.token,
+        "copy the whole token from 'kubeflavor token create', e.g. abcdef.0123456789abcdef",
+    )?;
+    let pins = parse_pins(
+        &args.ca_cert_hashes,
+        "copy it from 'kubeflavor token create --print-join-command': sha256:<64 hex characters>",
+    )?;
     let ca_check = match (pins.is_empty(), args.unsafe_skip_ca_verification) {
         (false, _) => CaCheck::Pinned(pins),
         (true, true) => CaCheck::UnsafeSkip,
@@ -177,8 +191,8 @@ pub async fn run(args: &JoinArgs, out: &mut dyn Write) -> Result<(), CliError> {
 
 /// Progress lines on the command's output; a failed write (closed pipe) must not abort a
 /// join half-way, so it is ignored.
-struct WriterReport<'a> {
-    out: &'a mut dyn Write,
+pub(crate) struct WriterReport<'a> {
+    pub(crate) out: &'a mut dyn Write,
 }
 
 impl Report for WriterReport<'_> {

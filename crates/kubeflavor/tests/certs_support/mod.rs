@@ -1,7 +1,12 @@
-//! Helpers shared by the certs e2e tests: scanning every object on the server, capturing
-//! tracing output, and comparing PKI directories.
+//! Helpers shared by the certs e2e tests, on top of the e2e harness of tests/common ([`Env`],
+//! started with `Env::start_serial`: the tests share kube-system/kubeadm-certs): scanning
+//! every object on the server, capturing tracing output, and comparing PKI directories.
 
 #![allow(dead_code)]
+
+#[path = "../common/mod.rs"]
+mod common;
+pub use common::Env;
 
 use std::collections::BTreeMap;
 use std::io;
@@ -149,100 +154,6 @@ pub fn snapshot(dir: &Path) -> BTreeMap<String, (u32, Vec<u8>)> {
     out
 }
 
-/// The cluster a test runs against: a real one named by `KUBEFLAVOR_E2E_KUBECONFIG` (admin
-/// credentials), or a fresh testkube.
-pub struct Env {
-    pub admin: Client,
-    /// Path of an admin kubeconfig file, for runs of the real binary.
-    pub kubeconfig_path: std::path::PathBuf,
-    pub server: String,
-    pub testkube: Option<testkube::TestCluster>,
-    _dir: tempfile::TempDir,
-    /// On a real cluster the tests of one binary share kube-system/kubeadm-certs: they run
-    /// one at a time.
-    _serial: Option<tokio::sync::OwnedMutexGuard<()>>,
-}
-
-fn real_cluster_lock() -> Arc<tokio::sync::Mutex<()>> {
-    static LOCK: std::sync::OnceLock<Arc<tokio::sync::Mutex<()>>> = std::sync::OnceLock::new();
-    LOCK.get_or_init(Default::default).clone()
-}
-
-pub async fn client_from_kubeconfig_text(text: &str) -> Client {
-    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
-    let kc = kube::config::Kubeconfig::from_yaml(text).expect("kubeconfig parses");
-    let config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
-        .await
-        .expect("kubeconfig usable");
-    Client::try_from(config).expect("client")
-}
-
-impl Env {
-    pub async fn start() -> Env {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("admin.conf");
-        match std::env::var_os("KUBEFLAVOR_E2E_KUBECONFIG") {
-            Some(p) => {
-                let serial = real_cluster_lock().lock_owned().await;
-                let text = std::fs::read_to_string(&p).expect("KUBEFLAVOR_E2E_KUBECONFIG readable");
-                std::fs::write(&path, &text).unwrap();
-                let admin = client_from_kubeconfig_text(&text).await;
-                let server = kube::config::Kubeconfig::from_yaml(&text)
-                    .ok()
-                    .and_then(|k| {
-                        k.clusters
-                            .first()
-                            .and_then(|c| c.cluster.as_ref()?.server.clone())
-                    })
-                    .unwrap_or_default();
-                Env {
-                    admin,
-                    kubeconfig_path: path,
-                    server,
-                    testkube: None,
-                    _dir: dir,
-                    _serial: Some(serial),
-                }
-            }
-            None => {
-                let tk = testkube::TestCluster::start()
-                    .await
-                    .expect("testkube starts");
-                let text = tk.admin_kubeconfig();
-                std::fs::write(&path, &text).unwrap();
-                let admin = client_from_kubeconfig_text(&text).await;
-                let server = tk.server_url().to_owned();
-                Env {
-                    admin,
-                    kubeconfig_path: path,
-                    server,
-                    testkube: Some(tk),
-                    _dir: dir,
-                    _serial: None,
-                }
-            }
-        }
-    }
-
-    /// A client authenticating with a bearer token (a bootstrap token).
-    pub async fn token_client(&self, token: &str) -> Client {
-        let admin_text = std::fs::read_to_string(&self.kubeconfig_path).unwrap();
-        let mut kc = kube::config::Kubeconfig::from_yaml(&admin_text).unwrap();
-        for u in kc.auth_infos.iter_mut() {
-            if let Some(a) = u.auth_info.as_mut() {
-                *a = kube::config::AuthInfo {
-                    token: Some(token.to_owned().into()),
-                    ..Default::default()
-                };
-            }
-        }
-        let config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
-            .await
-            .unwrap();
-        Client::try_from(config).unwrap()
-    }
-}
-
 /// Creates a bootstrap token in `group` valid for an hour, as `kubeflavor token create`
 /// would (kubeadm's layout), and returns `id.secret`. The Secret is deleted on drop of the
 /// test cluster, or by tokencleaner on a real one.
@@ -310,7 +221,7 @@ pub async fn upload(
         unreachable!()
     };
     let mut out = Vec::new();
-    kubeflavor::cmd::certs::upload(&a, &env.admin, jiff::Timestamp::now(), &mut out).await?;
+    kubeflavor::cmd::certs::upload(&a, &env.client, jiff::Timestamp::now(), &mut out).await?;
     let text = String::from_utf8(out).unwrap();
     let key = text.lines().last().unwrap().to_owned();
     Ok((key, text))
@@ -323,6 +234,35 @@ pub async fn download(env: &Env, args: &[&str]) -> Result<String, kubeflavor::ce
         unreachable!()
     };
     let mut out = Vec::new();
-    kubeflavor::cmd::certs::download(&a, &env.admin, jiff::Timestamp::now(), &mut out).await?;
+    kubeflavor::cmd::certs::download(&a, &env.client, jiff::Timestamp::now(), &mut out).await?;
     Ok(String::from_utf8(out).unwrap())
+}
+
+/// `certs download --certificate-key KEY --pki-dir DIR <extra>` as admin.
+pub async fn download_to(
+    env: &Env,
+    key: &str,
+    dir: &Path,
+    extra: &[&str],
+) -> Result<String, kubeflavor::certs::CertsError> {
+    let dir = dir.to_str().unwrap();
+    download(
+        env,
+        &[&["--certificate-key", key, "--pki-dir", dir], extra].concat(),
+    )
+    .await
+}
+
+/// The owner of kube-system/kubeadm-certs: the reference to its proxy token.
+pub async fn proxy_token_ref(
+    env: &Env,
+) -> k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+    Api::<k8s_openapi::api::core::v1::Secret>::namespaced(env.client.clone(), "kube-system")
+        .get("kubeadm-certs")
+        .await
+        .unwrap()
+        .metadata
+        .owner_references
+        .unwrap()
+        .remove(0)
 }

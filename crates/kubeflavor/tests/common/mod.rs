@@ -5,8 +5,11 @@
 
 #![allow(dead_code)] // each test binary uses its own subset of the helpers
 
+pub mod minted;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::{Arc, OnceLock};
 
 use k8s_openapi::api::authentication::v1::SelfSubjectReview;
 use kube::api::{Api, PostParams};
@@ -27,6 +30,14 @@ pub struct Env {
     /// A short random suffix unique to this test's run.
     pub run_id: String,
     dir: tempfile::TempDir,
+    /// Held for the whole test by [`Env::start_serial`] on a real cluster.
+    _serial: Option<tokio::sync::OwnedMutexGuard<()>>,
+}
+
+/// One lock per test binary: the real cluster's turn of [`Env::start_serial`] tests.
+fn real_cluster_lock() -> Arc<tokio::sync::Mutex<()>> {
+    static LOCK: OnceLock<Arc<tokio::sync::Mutex<()>>> = OnceLock::new();
+    LOCK.get_or_init(Default::default).clone()
 }
 
 /// What one command did: its exit code, its output, and the error line (if any).
@@ -52,6 +63,17 @@ impl Outcome {
 
 impl Env {
     pub async fn start() -> Env {
+        Env::start_with(false).await
+    }
+
+    /// Like [`Env::start`], but on a real cluster the tests of one binary that start this
+    /// way run one at a time: for tests that share an object of a fixed name (the certs
+    /// suite's kube-system/kubeadm-certs). testkube is fresh per test and needs no turn.
+    pub async fn start_serial() -> Env {
+        Env::start_with(true).await
+    }
+
+    async fn start_with(serial: bool) -> Env {
         kubeflavor::cluster::install_crypto_provider();
         let dir = tempfile::tempdir().expect("temp dir");
         let run_id = kubeflavor_core::token::BootstrapToken::generate()
@@ -60,6 +82,10 @@ impl Env {
             .to_string();
         match std::env::var_os(REAL_CLUSTER_ENV).filter(|v| !v.is_empty()) {
             Some(path) => {
+                let serial = match serial {
+                    true => Some(real_cluster_lock().lock_owned().await),
+                    false => None,
+                };
                 let kubeconfig = PathBuf::from(path);
                 let text =
                     std::fs::read_to_string(&kubeconfig).expect("read KUBEFLAVOR_E2E_KUBECONFIG");
@@ -70,6 +96,7 @@ impl Env {
                     testkube: None,
                     run_id,
                     dir,
+                    _serial: serial,
                 }
             }
             None => {
@@ -85,6 +112,7 @@ impl Env {
                     testkube: Some(cluster),
                     run_id,
                     dir,
+                    _serial: None,
                 }
             }
         }
@@ -148,6 +176,15 @@ impl Env {
     /// `kubeflavor install --apply` (idempotent; on a real cluster it updates what is there).
     pub async fn install(&self) {
         self.kf(&["install", "--apply"]).await.expect_ok();
+    }
+
+    /// `kubeflavor flavor create base-<run id> <flags>`; returns the flavor's name.
+    pub async fn create_flavor(&self, base: &str, flags: &[&str]) -> String {
+        let flavor = self.name(base);
+        self.kf(&[&["flavor", "create", flavor.as_str()], flags].concat())
+            .await
+            .expect_ok();
+        flavor
     }
 
     /// A kubeconfig file for the same server and CA whose user is this bearer token.
@@ -274,4 +311,16 @@ pub fn assert_one_line_error(outcome: &Outcome, code: ExitCode) {
         outcome.stderr
     );
     assert!(outcome.stdout.is_empty(), "{:?}", outcome.stdout);
+}
+
+/// The names in `dir`, sorted (none when it does not exist).
+pub fn entries(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .map(|rd| {
+            rd.map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    names
 }

@@ -49,11 +49,16 @@ fn meta(name: &str, namespace: Option<&str>) -> ObjectMeta {
     }
 }
 
-fn cluster_role(name: &str, about: &str, rules: Vec<Rule>) -> Document {
-    let (notes, rules): (Vec<_>, Vec<_>) = rules
+/// The notes (for the YAML comments) and the rules (for the object), in the same order.
+fn notes_and_rules(rules: Vec<Rule>) -> (Vec<String>, Vec<PolicyRule>) {
+    rules
         .into_iter()
         .map(|r| (r.why.to_string(), r.rule))
-        .unzip();
+        .unzip()
+}
+
+fn cluster_role(name: &str, about: &str, rules: Vec<Rule>) -> Document {
+    let (notes, rules) = notes_and_rules(rules);
     Document::with_rules(
         about,
         &ClusterRole {
@@ -66,10 +71,7 @@ fn cluster_role(name: &str, about: &str, rules: Vec<Rule>) -> Document {
 }
 
 fn role(name: &str, namespace: &str, about: &str, rules: Vec<Rule>) -> Document {
-    let (notes, rules): (Vec<_>, Vec<_>) = rules
-        .into_iter()
-        .map(|r| (r.why.to_string(), r.rule))
-        .unzip();
+    let (notes, rules) = notes_and_rules(rules);
     Document::with_rules(
         about,
         &Role {
@@ -132,6 +134,27 @@ fn role_binding(
             subjects: Some(vec![subject]),
         },
     )
+}
+
+/// A Role of the controller and the RoleBinding (of the same name) granting it to the
+/// controller's ServiceAccount in `sa_namespace`.
+fn controller_role(
+    name: &str,
+    namespace: &str,
+    about: &str,
+    rules: Vec<Rule>,
+    sa_namespace: &str,
+) -> [Document; 2] {
+    [
+        role(name, namespace, about, rules),
+        role_binding(
+            name,
+            namespace,
+            &format!("Grants {name} to the controller's ServiceAccount."),
+            name,
+            sa_subject(sa_namespace),
+        ),
+    ]
 }
 
 /// The controller's permissions: one ClusterRole for cluster-scoped work, and Roles for
@@ -241,7 +264,7 @@ pub fn controller(namespace: &str) -> Vec<Document> {
         &[],
         "create, patch: Events about cluster-scoped objects (FlavorBindings, Nodes) are recorded in the default namespace.",
     )];
-    vec![
+    [
         cluster_role(
             "kubeflavor:controller",
             "The controller's cluster-wide permissions: only what approving kubelet client CSRs, binding nodes and flavoring them needs.",
@@ -253,46 +276,30 @@ pub fn controller(namespace: &str) -> Vec<Document> {
             "kubeflavor:controller",
             sa_subject(namespace),
         ),
-        role(
-            "kubeflavor:controller:tokens",
-            TOKEN_SECRET_NAMESPACE,
-            "The controller's access to bootstrap token Secrets, in kube-system only (a Role, not a ClusterRole: no Secret elsewhere is readable).",
-            token_rules,
-        ),
-        role_binding(
-            "kubeflavor:controller:tokens",
-            TOKEN_SECRET_NAMESPACE,
-            "Grants kubeflavor:controller:tokens to the controller's ServiceAccount.",
-            "kubeflavor:controller:tokens",
-            sa_subject(namespace),
-        ),
-        role(
-            "kubeflavor:controller:leader-election",
-            namespace,
-            "Leader election and Events in the controller's own namespace.",
-            election_rules,
-        ),
-        role_binding(
-            "kubeflavor:controller:leader-election",
-            namespace,
-            "Grants kubeflavor:controller:leader-election to the controller's ServiceAccount.",
-            "kubeflavor:controller:leader-election",
-            sa_subject(namespace),
-        ),
-        role(
-            "kubeflavor:controller:events",
-            "default",
-            "Events about cluster-scoped objects go to the default namespace.",
-            default_event_rules,
-        ),
-        role_binding(
-            "kubeflavor:controller:events",
-            "default",
-            "Grants kubeflavor:controller:events to the controller's ServiceAccount.",
-            "kubeflavor:controller:events",
-            sa_subject(namespace),
-        ),
     ]
+    .into_iter()
+    .chain(controller_role(
+        "kubeflavor:controller:tokens",
+        TOKEN_SECRET_NAMESPACE,
+        "The controller's access to bootstrap token Secrets, in kube-system only (a Role, not a ClusterRole: no Secret elsewhere is readable).",
+        token_rules,
+        namespace,
+    ))
+    .chain(controller_role(
+        "kubeflavor:controller:leader-election",
+        namespace,
+        "Leader election and Events in the controller's own namespace.",
+        election_rules,
+        namespace,
+    ))
+    .chain(controller_role(
+        "kubeflavor:controller:events",
+        "default",
+        "Events about cluster-scoped objects go to the default namespace.",
+        default_event_rules,
+        namespace,
+    ))
+    .collect()
 }
 
 /// What a kubeflavor node token may do: exactly what `kubeadm join` and the kubelet's TLS

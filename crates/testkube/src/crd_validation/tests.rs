@@ -24,3 +24,89 @@ fn go_values_print_as_field_errors_do() {
         "map[string]interface {}{\"type\":\"Ready\"}"
     );
 }
+
+fn rule_errors(rule: &str, schema: serde_json::Value, value: serde_json::Value) -> Vec<String> {
+    let mut schema = schema;
+    schema["x-kubernetes-validations"] = json!([{"rule": rule}]);
+    let root = json!({"type": "object", "properties": {"x": schema}});
+    cel_rules::validate(&root, &json!({"x": value}), None)
+        .into_iter()
+        .map(|e| format!("{}: {}", e.field, e.message))
+        .collect()
+}
+
+#[test]
+fn kubernetes_string_extensions_evaluate() {
+    let s = json!({"type": "string"});
+    for rule in [
+        "self.lowerAscii() == 'abc-déf'",
+        "self.upperAscii() == 'ABC-DéF'",
+        "self.split('-') == ['aBc', 'Déf']",
+        "self.split('-', 1) == ['aBc-Déf']",
+        "self.substring(4) == 'Déf' && self.substring(0, 3) == 'aBc'",
+        "self.indexOf('D') == 4 && self.lastIndexOf('c') == 2 && self.indexOf('z') == -1",
+        "self.charAt(5) == 'é'",
+        "self.replace('-', '+') == 'aBc+Déf'",
+        "self.size() == 7",
+        "self.find('[A-Z]') == 'B' && self.findAll('[a-z]') == ['a', 'c', 'f']",
+        "['a', 'b'].join('/') == 'a/b' && ['x', 'y'].indexOf('y') == 1",
+        "'  t  '.trim() == 't' && self.matches('^a.c')",
+    ] {
+        assert_eq!(
+            rule_errors(rule, s.clone(), json!("aBc-Déf")),
+            Vec::<String>::new(),
+            "{rule}"
+        );
+    }
+}
+
+#[test]
+fn failed_and_broken_rules_are_reported_on_the_node() {
+    let s = json!({"type": "string"});
+    assert_eq!(
+        rule_errors("self == 'a'", s.clone(), json!("b")),
+        vec!["x: Invalid value: \"b\": failed rule: self == 'a'"]
+    );
+    assert_eq!(
+        rule_errors("self.nope == 1", json!({"type": "object"}), json!({})),
+        vec!["x: Invalid value: \"object\": no such key: nope evaluating rule: self.nope == 1"]
+    );
+    let broken = rule_errors("self ==", s.clone(), json!("b"));
+    assert_eq!(broken.len(), 1);
+    assert!(
+        broken[0].starts_with("x: Invalid value: \"string\": rule compile error: "),
+        "{broken:?}"
+    );
+    // Transition rules wait for an old value.
+    assert_eq!(
+        rule_errors("self == oldSelf", s, json!("b")),
+        Vec::<String>::new()
+    );
+}
+
+#[test]
+fn property_names_are_escaped_for_cel() {
+    let schema = json!({"type": "object", "properties": {
+        "a-b": {"type": "integer"}, "x.y/z": {"type": "string"}, "if": {"type": "boolean"}, "__p": {"type": "string"}}});
+    let rule = "self.a__dash__b == 1 && self.x__dot__y__slash__z == 's' && self.__if__ && self.__underscores__p == 'u'";
+    let value = json!({"a-b": 1, "x.y/z": "s", "if": true, "__p": "u"});
+    assert_eq!(rule_errors(rule, schema, value), Vec::<String>::new());
+}
+
+#[test]
+fn pruning_keeps_type_meta_and_preserved_fields() {
+    let schema = json!({"type": "object", "properties": {
+        "spec": {"type": "object", "properties": {
+            "list": {"type": "array", "items": {"type": "object", "properties": {"a": {"type": "string", "default": "d"}}}},
+            "map": {"type": "object", "additionalProperties": {"type": "object", "properties": {}}},
+            "free": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}}});
+    let mut obj = json!({"apiVersion": "v", "kind": "K", "metadata": {"name": "n", "x": 1}, "top": 1,
+        "spec": {"list": [{"b": 1}], "map": {"k": {"c": 1}}, "free": {"d": {"e": 1}}}});
+    let pruned = prune_and_default(&schema, &mut obj);
+    assert_eq!(pruned, vec!["spec.list[0].b", "spec.map.k.c", "top"]);
+    assert_eq!(
+        obj,
+        json!({"apiVersion": "v", "kind": "K", "metadata": {"name": "n", "x": 1},
+        "spec": {"list": [{"a": "d"}], "map": {"k": {}}, "free": {"d": {"e": 1}}}})
+    );
+}

@@ -27,6 +27,7 @@ pub fn errors(
     earlier: &[FieldError],
 ) -> Vec<FieldError> {
     let mut errs = schema::validate(schema, new, old);
+    schema::list_errors(schema, "", new, &mut errs);
     let blocking = earlier.iter().chain(&errs).any(|e| {
         matches!(
             e.reason,
@@ -93,7 +94,7 @@ pub fn go_value(v: &Value) -> String {
     }
 }
 
-fn go_sharp_v(v: &Value) -> String {
+pub(crate) fn go_sharp_v(v: &Value) -> String {
     match v {
         Value::Null => "interface {}(nil)".into(),
         Value::String(s) => quote(s),

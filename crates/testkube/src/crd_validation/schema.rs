@@ -526,3 +526,66 @@ fn object_errors(
         }
     }
 }
+
+/// `x-kubernetes-list-type: set` and `map` lists must not repeat an item or a key
+/// (apiextensions' `ValidateListSetsAndMaps`): each later repeat is a Duplicate.
+pub fn list_errors(schema: &Value, path: &str, v: &Value, errs: &mut Vec<FieldError>) {
+    match v {
+        Value::Array(items) => {
+            let keys: Vec<&str> = schema["x-kubernetes-list-map-keys"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_str)
+                .collect();
+            let identity = |item: &Value| -> Option<Value> {
+                match schema["x-kubernetes-list-type"].as_str() {
+                    Some("set") => Some(item.clone()),
+                    Some("map") if !keys.is_empty() => Some(Value::Object(
+                        keys.iter()
+                            .filter_map(|k| Some((k.to_string(), item.get(*k)?.clone())))
+                            .collect(),
+                    )),
+                    _ => None,
+                }
+            };
+            let mut seen: Vec<Value> = Vec::new();
+            for (i, item) in items.iter().enumerate() {
+                let Some(id) = identity(item) else { break };
+                if seen.iter().any(|s| json_equal(s, &id)) {
+                    let shown = if id.is_object() {
+                        super::go_sharp_v(&id)
+                    } else {
+                        go_value(&id)
+                    };
+                    errs.push(cause(
+                        "FieldValueDuplicate",
+                        &format!("{path}[{i}]"),
+                        format!("Duplicate value: {shown}"),
+                    ));
+                } else {
+                    seen.push(id);
+                }
+            }
+            if let Some(sub) = schema.get("items").filter(|s| s.is_object()) {
+                for (i, item) in items.iter().enumerate() {
+                    list_errors(sub, &format!("{path}[{i}]"), item, errs);
+                }
+            }
+        }
+        Value::Object(map) => {
+            if let Some(props) = schema["properties"].as_object() {
+                for (k, sub) in props {
+                    if let Some(child) = map.get(k) {
+                        list_errors(sub, &child_path(path, k), child, errs);
+                    }
+                }
+            } else if let Some(sub) = schema.get("additionalProperties").filter(|a| a.is_object()) {
+                for (k, child) in map {
+                    list_errors(sub, &format!("{path}[{k}]"), child, errs);
+                }
+            }
+        }
+        _ => {}
+    }
+}

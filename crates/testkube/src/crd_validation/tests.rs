@@ -110,3 +110,24 @@ fn pruning_keeps_type_meta_and_preserved_fields() {
         "spec": {"list": [{"a": "d"}], "map": {"k": {}}, "free": {"d": {"e": 1}}}})
     );
 }
+
+#[test]
+fn list_map_keys_and_set_items_must_be_unique() {
+    let schema = json!({"type": "object", "properties": {
+        "conditions": {"type": "array", "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"],
+            "items": {"type": "object", "properties": {"type": {"type": "string"}, "status": {"type": "string"}}}},
+        "tags": {"type": "array", "x-kubernetes-list-type": "set", "items": {"type": "string"}}}});
+    let obj = json!({"conditions": [{"type": "Ready", "status": "True"}, {"type": "Ready", "status": "False"}],
+        "tags": ["a", "b", "a"]});
+    let got: Vec<String> = errors(&schema, &obj, None, &[])
+        .into_iter()
+        .map(|e| format!("{}: {}: {}", e.field, e.reason, e.message))
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            "conditions[1]: FieldValueDuplicate: Duplicate value: map[string]interface {}{\"type\":\"Ready\"}",
+            "tags[2]: FieldValueDuplicate: Duplicate value: \"a\"",
+        ]
+    );
+}

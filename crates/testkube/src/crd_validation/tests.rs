@@ -131,3 +131,34 @@ fn list_map_keys_and_set_items_must_be_unique() {
         ]
     );
 }
+
+#[test]
+fn optional_old_self_runs_on_create_and_field_path_names_a_map_key() {
+    let rule = json!({"rule": "oldSelf.hasValue() ? self == oldSelf.value() : self == 'init'",
+        "optionalOldSelf": true, "message": "m"});
+    let root = json!({"type": "object", "properties": {"x": {"type": "string", "x-kubernetes-validations": [rule]}}});
+    let fields = |new: serde_json::Value, old: Option<serde_json::Value>| -> Vec<String> {
+        cel_rules::validate(&root, &new, old.as_ref())
+            .into_iter()
+            .map(|e| format!("{}: {}", e.field, e.message))
+            .collect()
+    };
+    assert_eq!(fields(json!({"x": "init"}), None), Vec::<String>::new());
+    assert_eq!(
+        fields(json!({"x": "other"}), None),
+        vec!["x: Invalid value: \"other\": m"]
+    );
+    assert_eq!(
+        fields(json!({"x": "b"}), Some(json!({"x": "a"}))),
+        vec!["x: Invalid value: \"b\": m"]
+    );
+
+    let rule = json!({"rule": "!('a.b' in self) || self['a.b'] == 'ok'", "fieldPath": "['a.b']", "message": "bad a.b"});
+    let root = json!({"type": "object", "properties": {"m": {"type": "object",
+        "additionalProperties": {"type": "string"}, "x-kubernetes-validations": [rule]}}});
+    let got: Vec<String> = cel_rules::validate(&root, &json!({"m": {"a.b": "no"}}), None)
+        .into_iter()
+        .map(|e| format!("{}: {}", e.field, e.message))
+        .collect();
+    assert_eq!(got, vec!["m[a.b]: Invalid value: bad a.b"]);
+}

@@ -252,10 +252,7 @@ fn approved_kubelet_csr_is_issued_like_kcm_does_capture_20() {
     let eku = cert.extended_key_usage().unwrap().unwrap().value;
     assert!(eku.client_auth && !eku.server_auth);
     let bc = cert.basic_constraints().unwrap().unwrap();
-    assert!(
-        bc.critical && !bc.value.ca,
-        "Basic Constraints: critical, CA:FALSE"
-    );
+    assert!(bc.critical && !bc.value.ca, "Basic Constraints: critical, CA:FALSE");
     assert!(cert.subject_alternative_name().unwrap().is_none());
     assert!(cert.tbs_certificate.serial.bits() > 0);
 

@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{Env, REAL_CLUSTER_ENV, assert_one_line_error};
+use common::{Env, assert_one_line_error};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kubeflavor::ExitCode;
 use kubeflavor::crd::{Flavor, FlavorBinding, FlavorBindingSpec};
@@ -295,12 +295,6 @@ async fn delete_is_refused_while_tokens_or_bindings_use_the_flavor() {
 #[tokio::test]
 async fn api_server_refuses_kubelet_writable_labels_by_itself() {
     let env = Env::start().await;
-    if env.testkube.is_some() {
-        eprintln!(
-            "testkube does not evaluate CRD validation rules; set {REAL_CLUSTER_ENV} to run this case"
-        );
-        return;
-    }
     env.install().await;
     let name = env.name("sneaky");
     let body = json!({

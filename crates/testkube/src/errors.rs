@@ -236,10 +236,14 @@ pub fn invalid(kind: &str, group: &str, name: &str, causes: &[FieldError]) -> Ap
     } else {
         format!("{kind}.{group}")
     };
-    let parts: Vec<String> = causes
-        .iter()
-        .map(|c| format!("{}: {}", c.field, c.message))
-        .collect();
+    // The message joins the causes as an aggregate does: each distinct text once.
+    let mut parts: Vec<String> = Vec::new();
+    for c in causes {
+        let part = format!("{}: {}", c.field, c.message);
+        if !parts.contains(&part) {
+            parts.push(part);
+        }
+    }
     let joined = if parts.len() == 1 {
         parts[0].clone()
     } else {

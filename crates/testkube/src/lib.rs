@@ -21,6 +21,7 @@ pub mod authn;
 pub mod authz;
 pub mod controllers;
 pub mod counters;
+pub mod crd_validation;
 pub mod discovery;
 pub mod errors;
 pub mod faults;

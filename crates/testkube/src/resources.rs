@@ -56,6 +56,8 @@ pub struct ResourceInfo {
     pub known_fields: Option<&'static [&'static str]>,
     /// `additionalPrinterColumns` of a CRD version.
     pub printer_columns: Vec<Value>,
+    /// The `openAPIV3Schema` of a CRD version (custom resources pruned and validated by it).
+    pub schema: Option<std::sync::Arc<Value>>,
 }
 
 const RW_VERBS: [&str; 8] = [
@@ -147,6 +149,7 @@ fn builtin(d: Def) -> ResourceInfo {
         status_on_create: StatusOnCreate::Keep,
         known_fields: Some(d.known),
         printer_columns: Vec::new(),
+        schema: None,
     }
 }
 
@@ -454,6 +457,9 @@ pub fn from_crd(crd: &Value) -> Vec<ResourceInfo> {
                     .as_array()
                     .cloned()
                     .unwrap_or_default(),
+                schema: v["schema"]["openAPIV3Schema"]
+                    .as_object()
+                    .map(|s| std::sync::Arc::new(Value::Object(s.clone()))),
             })
         })
         .collect()

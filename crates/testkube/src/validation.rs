@@ -110,8 +110,13 @@ fn name_errors(rule: NameRule, name: &str) -> Option<FieldError> {
     Some(FieldError::invalid("metadata.name", name, &msg))
 }
 
-/// Metadata and type-specific field checks that end in a 422 Invalid.
-pub fn validate_object(info: &ResourceInfo, obj: &Value) -> Result<(), ApiError> {
+/// Metadata and type-specific field checks that end in a 422 Invalid; for a custom resource
+/// also its CRD schema and CEL rules (`old` is the stored object on update).
+pub fn validate_object(
+    info: &ResourceInfo,
+    obj: &Value,
+    old: Option<&Value>,
+) -> Result<(), ApiError> {
     let name = obj["metadata"]["name"].as_str().unwrap_or("");
     let mut errs = Vec::new();
     if name.is_empty() {
@@ -156,6 +161,10 @@ pub fn validate_object(info: &ResourceInfo, obj: &Value) -> Result<(), ApiError>
                 }
             }
         }
+    }
+    if let Some(schema) = &info.schema {
+        let meta_errs = errs.clone();
+        errs.extend(crate::crd_validation::errors(schema, obj, old, &meta_errs));
     }
     if errs.is_empty() {
         Ok(())

@@ -183,27 +183,41 @@ pub fn check_type_meta(info: &ResourceInfo, obj: &Value) -> Result<(), ApiError>
 }
 
 /// Built-in types drop unknown top-level fields with a `Warning: 299` (capture 16), or refuse
-/// them with `?fieldValidation=Strict`. Only top-level fields are checked; custom resources
-/// are not pruned.
+/// them with `?fieldValidation=Strict`; only their top-level fields are checked. Custom
+/// resources with a schema are pruned by it (any depth) and get its defaults.
 pub fn strip_unknown_fields(
     info: &ResourceInfo,
     obj: &mut Value,
     query: &Query,
 ) -> Result<Vec<String>, ApiError> {
-    let Some(known) = info.known_fields else {
-        return Ok(Vec::new());
+    let unknown: Vec<String> = match (&info.schema, info.known_fields) {
+        (Some(schema), _) => {
+            let strict = query.get("fieldValidation") == Some("Strict");
+            let mut copy = if strict { obj.clone() } else { Value::Null };
+            let target = if strict { &mut copy } else { &mut *obj };
+            let pruned = crate::crd_validation::prune_and_default(schema, target);
+            if !strict {
+                return Ok(unknown_field_warnings(pruned, query));
+            }
+            if pruned.is_empty() {
+                *obj = copy;
+            }
+            pruned
+        }
+        (None, Some(known)) => {
+            let Some(map) = obj.as_object() else {
+                return Ok(Vec::new());
+            };
+            map.keys()
+                .filter(|k| {
+                    !matches!(k.as_str(), "kind" | "apiVersion" | "metadata")
+                        && !known.contains(&k.as_str())
+                })
+                .cloned()
+                .collect()
+        }
+        (None, None) => Vec::new(),
     };
-    let Some(map) = obj.as_object_mut() else {
-        return Ok(Vec::new());
-    };
-    let unknown: Vec<String> = map
-        .keys()
-        .filter(|k| {
-            !matches!(k.as_str(), "kind" | "apiVersion" | "metadata")
-                && !known.contains(&k.as_str())
-        })
-        .cloned()
-        .collect();
     if unknown.is_empty() {
         return Ok(Vec::new());
     }
@@ -219,16 +233,22 @@ pub fn strip_unknown_fields(
                 .join(", "),
         )));
     }
-    for k in &unknown {
-        map.remove(k);
+    if let Some(map) = obj.as_object_mut() {
+        for k in &unknown {
+            map.remove(k);
+        }
     }
+    Ok(unknown_field_warnings(unknown, query))
+}
+
+fn unknown_field_warnings(fields: Vec<String>, query: &Query) -> Vec<String> {
     if query.get("fieldValidation") == Some("Ignore") {
-        return Ok(Vec::new());
+        return Vec::new();
     }
-    Ok(unknown
+    fields
         .into_iter()
         .map(|f| format!("unknown field \"{f}\""))
-        .collect())
+        .collect()
 }
 
 /// Dispatch a resource request to its handler.

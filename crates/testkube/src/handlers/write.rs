@@ -53,7 +53,13 @@ fn check_shape(info: &ResourceInfo, obj: &Value) -> Result<(), ApiError> {
     if !obj.is_object() {
         return Err(mismatch("", obj, "object"));
     }
-    for field in ["metadata", "spec", "status"] {
+    // A custom resource's spec and status are whatever its schema says (422s, not 400s).
+    let typed: &[&str] = if info.custom {
+        &["metadata"]
+    } else {
+        &["metadata", "spec", "status"]
+    };
+    for field in typed.iter().copied() {
         match obj.get(field) {
             None | Some(Value::Null) | Some(Value::Object(_)) => {}
             Some(v) => return Err(mismatch(field, v, "object")),
@@ -179,7 +185,7 @@ pub fn create(
     hooks::before_create(info, &mut obj);
     check_namespace(st, info, &ns)?;
     admission::admit(cx.attrs, Operation::Create, None, Some(&mut obj), &*st)?;
-    validate_object(info, &obj)?;
+    validate_object(info, &obj, None)?;
     let name = meta_str(&obj, "name").to_string();
     if st.get_object(&info.storage, &ns, &name).is_some() {
         return Err(already_exists(info, &name));
@@ -348,7 +354,7 @@ fn finish_update(
         Some(&mut new),
         &*st,
     )?;
-    validate_object(info, &new)?;
+    validate_object(info, &new, Some(&old))?;
     if info.has_generation && spec_part(info, &new) != spec_part(info, &old) {
         let generation = old["metadata"]["generation"].as_i64().unwrap_or(1);
         new["metadata"]["generation"] = json!(generation + 1);

@@ -216,7 +216,13 @@ async fn main() {
             std::fs::read_to_string(path).expect("read --kubeconfig"),
         ),
         None => {
-            let c = testkube::TestCluster::start()
+            // The storm's nodes skip discovery, so cluster-info needs no signatures; the
+            // bootstrap signer re-signs cluster-info for every token on every token write,
+            // which at thousands of tokens would make the API server, not the controller,
+            // the thing measured.
+            let c = testkube::TestCluster::builder()
+                .bootstrap_signer(false)
+                .start()
                 .await
                 .expect("testkube starts");
             let y = c.admin_kubeconfig();

@@ -258,21 +258,7 @@ pub fn token_has_expired(secret: &Value, now: Timestamp) -> bool {
 /// would also accept forms Go rejects (a space separator, bracketed annotations).
 pub fn parse_rfc3339(s: &str) -> Option<Timestamp> {
     let b = s.as_bytes();
-    let digits =
-        |r: std::ops::Range<usize>| b.get(r).is_some_and(|d| d.iter().all(u8::is_ascii_digit));
-    let shape_ok = b.len() >= 20
-        && digits(0..4)
-        && b[4] == b'-'
-        && digits(5..7)
-        && b[7] == b'-'
-        && digits(8..10)
-        && b[10] == b'T'
-        && digits(11..13)
-        && b[13] == b':'
-        && digits(14..16)
-        && b[16] == b':'
-        && digits(17..19);
-    if !shape_ok {
+    if b.len() < 20 || !crate::validation::has_date_time_head(b) {
         return None;
     }
     let mut rest = &b[19..];

@@ -278,23 +278,11 @@ fn micro_time_fields(info: &ResourceInfo) -> &'static [&'static [&'static str]] 
 /// digits. Returns the unparsed rest on failure, as Go's error message shows it.
 fn micro_time_rest(s: &str) -> Option<&str> {
     let b = s.as_bytes();
-    let digits =
-        |r: std::ops::Range<usize>| r.clone().all(|i| b.get(i).is_some_and(u8::is_ascii_digit));
-    let head_ok = b.len() >= 19
-        && digits(0..4)
-        && b[4] == b'-'
-        && digits(5..7)
-        && b[7] == b'-'
-        && digits(8..10)
-        && b[10] == b'T'
-        && digits(11..13)
-        && b[13] == b':'
-        && digits(14..16)
-        && b[16] == b':'
-        && digits(17..19);
-    if !head_ok {
+    if !has_date_time_head(b) {
         return Some(s);
     }
+    let digits =
+        |r: std::ops::Range<usize>| b.get(r).is_some_and(|d| d.iter().all(u8::is_ascii_digit));
     let rest = &s[19..];
     let frac_ok = rest.len() >= 7 && rest.as_bytes()[0] == b'.' && digits(20..26);
     if !frac_ok {
@@ -365,4 +353,23 @@ mod tests {
         assert_eq!(micro_time_rest("2026-11-30T04:27:03.123Z"), Some(".123Z"));
         assert_eq!(micro_time_rest("2026-11-30T04:27:03Z"), Some("Z"));
     }
+}
+
+/// Whether `b` starts with the `YYYY-MM-DDTHH:MM:SS` head every RFC 3339 time of the API
+/// has (what comes after it, fraction and zone, differs between Time and MicroTime).
+pub(crate) fn has_date_time_head(b: &[u8]) -> bool {
+    let digits =
+        |r: std::ops::Range<usize>| b.get(r).is_some_and(|d| d.iter().all(u8::is_ascii_digit));
+    b.len() >= 19
+        && digits(0..4)
+        && b[4] == b'-'
+        && digits(5..7)
+        && b[7] == b'-'
+        && digits(8..10)
+        && b[10] == b'T'
+        && digits(11..13)
+        && b[13] == b':'
+        && digits(14..16)
+        && b[16] == b':'
+        && digits(17..19)
 }

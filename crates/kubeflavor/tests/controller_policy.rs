@@ -41,12 +41,32 @@ async fn trail_names(h: &Harness, csr: &str, causes: &[&str]) -> String {
 
 async fn token_gone(h: &Harness, token: &kubeflavor_core::token::BootstrapToken) {
     let name = format!("bootstrap-token-{}", token.id().as_str());
+    // Not `conditions::is_deleted("")`: with an empty uid it holds for any existing object.
     within(
         "the token Secret to be deleted",
         kube::runtime::wait::await_condition(
             Api::<Secret>::namespaced(h.admin.clone(), "kube-system"),
             &name,
-            kube::runtime::wait::conditions::is_deleted(""),
+            |s: Option<&Secret>| s.is_none(),
+        ),
+    )
+    .await
+    .expect("watch works");
+}
+
+/// Waits until the token Secret's denial count reads `count`.
+async fn denials_counted(h: &Harness, token: &kubeflavor_core::token::BootstrapToken, count: &str) {
+    let name = format!("bootstrap-token-{}", token.id().as_str());
+    within(
+        &format!("the token's denial count to read {count}"),
+        kube::runtime::wait::await_condition(
+            Api::<Secret>::namespaced(h.admin.clone(), "kube-system"),
+            &name,
+            |s: Option<&Secret>| {
+                s.and_then(|s| s.metadata.annotations.as_ref())
+                    .and_then(|a| a.get("kubeflavor.io/denials"))
+                    .is_some_and(|v| v == count)
+            },
         ),
     )
     .await
@@ -178,21 +198,33 @@ async fn missing_flavor_existing_node_and_wrong_shape_are_denied_with_their_caus
     assert!(h.bindings().get_opt(&existing).await.unwrap().is_none());
     // Denials for a wrong shape are counted on the token (P4, refused too often); the
     // count is written right after the denial.
-    let name = format!("bootstrap-token-{}", t2.id().as_str());
-    within(
-        "the denial to be counted on the token",
-        kube::runtime::wait::await_condition(
-            Api::<Secret>::namespaced(h.admin.clone(), "kube-system"),
-            &name,
-            |s: Option<&Secret>| {
-                s.and_then(|s| s.metadata.annotations.as_ref())
-                    .and_then(|a| a.get("kubeflavor.io/denials"))
-                    .is_some_and(|v| v == "1")
-            },
-        ),
-    )
-    .await
-    .expect("watch works");
+    denials_counted(&h, &t2, "1").await;
+    ctl.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn denials_of_one_token_decided_together_are_all_counted() {
+    let h = Harness::start().await;
+    let f = h.name("sweet");
+    h.flavor(&f, &[(TIER_KEY, "gold")], &[]).await;
+    let t = h.token(&f, 1, None).await;
+    let client = h.bootstrap_client(&t).await;
+    // Wrong-shape CSRs of one token, all filed before the controller starts so it decides
+    // them at once: each denial reads the token at the same resourceVersion, and each
+    // must still be counted (P4), not lost to the 409 of the one counted first.
+    let csrs: Vec<String> = (0..3).map(|i| h.name(&format!("csr-shape-{i}"))).collect();
+    for csr in &csrs {
+        submit_csr_with(&client, csr, "system:node:x", &["system:masters"]).await;
+    }
+    let ctl = h.start_controller(h.options("ctl"));
+    for csr in &csrs {
+        assert_eq!(
+            condition_type(&h.decided(csr).await).as_deref(),
+            Some("Denied"),
+            "{csr}"
+        );
+    }
+    denials_counted(&h, &t, "3").await;
     ctl.stop().await;
 }
 

@@ -308,18 +308,57 @@ async fn deny_csr(
         ctx.may_write(Step::DenialCounted)?;
         // Counted after the denial: a crash in between under-counts by one, and the
         // kubelet's next CSR is counted instead.
-        let secret_name = counted.metadata.name.clone().unwrap_or_default();
+        if count_denial(&secrets, counted).await {
+            ctx.step(name, Step::DenialCounted)?;
+        }
+    }
+    Ok(())
+}
+
+/// How often a denial count is retried after losing a resourceVersion race.
+const COUNT_ATTEMPTS: usize = 8;
+
+/// Raises the token's denial count (P4, refused too often) with a resourceVersion
+/// precondition. The Secret the decision read may be stale by now: another CSR of the same
+/// token (a kubelet files a new CSR on every retry, and CSRs are decided concurrently) was
+/// denied or reserved a use in between. A 409 then means "count on the current Secret",
+/// never "drop the count": the Secret is read again and the count raised from there. A
+/// token deleted or re-created under the same name (other uid) meanwhile is not counted.
+/// Returns whether the count was written.
+async fn count_denial(secrets: &Api<Secret>, mut counted: Secret) -> bool {
+    let secret_name = counted.metadata.name.clone().unwrap_or_default();
+    let uid = counted.metadata.uid.clone();
+    for _ in 0..COUNT_ATTEMPTS {
         match secrets
             .replace(&secret_name, &PostParams::default(), &counted)
             .await
         {
-            Ok(_) => ctx.step(name, Step::DenialCounted)?,
+            Ok(_) => return true,
+            Err(kube::Error::Api(s)) if s.is_conflict() => {}
+            Err(kube::Error::Api(s)) if s.is_not_found() => return false,
             Err(e) => {
-                tracing::warn!(error = %e, token = %secret_name, "could not count the denial on the token")
+                tracing::warn!(error = %e, token = %secret_name, "could not count the denial on the token");
+                return false;
             }
         }
+        let fresh = match secrets.get_opt(&secret_name).await {
+            Ok(fresh) => fresh,
+            Err(e) => {
+                tracing::warn!(error = %e, token = %secret_name, "could not re-read the token to count the denial");
+                return false;
+            }
+        };
+        let Some(fresh) = fresh.filter(|s| s.metadata.uid == uid) else {
+            return false;
+        };
+        let Some(next) = policy::with_denial(&fresh) else {
+            return false;
+        };
+        tracing::debug!(token = %secret_name, "token changed since it was read; counting the denial on the current copy");
+        counted = next;
     }
-    Ok(())
+    tracing::warn!(token = %secret_name, attempts = COUNT_ATTEMPTS, "could not count the denial on the token: it kept changing");
+    false
 }
 
 /// PUT `/approval` with the whole object and one condition (spec section 4). The

@@ -324,6 +324,25 @@ pub fn check_micro_times(info: &ResourceInfo, obj: &Value) -> Result<(), ApiErro
     Ok(())
 }
 
+/// Whether `b` starts with the `YYYY-MM-DDTHH:MM:SS` head every RFC 3339 time of the API
+/// has (what comes after it, fraction and zone, differs between Time and MicroTime).
+pub(crate) fn has_date_time_head(b: &[u8]) -> bool {
+    let digits =
+        |r: std::ops::Range<usize>| b.get(r).is_some_and(|d| d.iter().all(u8::is_ascii_digit));
+    b.len() >= 19
+        && digits(0..4)
+        && b[4] == b'-'
+        && digits(5..7)
+        && b[7] == b'-'
+        && digits(8..10)
+        && b[10] == b'T'
+        && digits(11..13)
+        && b[13] == b':'
+        && digits(14..16)
+        && b[16] == b':'
+        && digits(17..19)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -353,23 +372,4 @@ mod tests {
         assert_eq!(micro_time_rest("2026-11-30T04:27:03.123Z"), Some(".123Z"));
         assert_eq!(micro_time_rest("2026-11-30T04:27:03Z"), Some("Z"));
     }
-}
-
-/// Whether `b` starts with the `YYYY-MM-DDTHH:MM:SS` head every RFC 3339 time of the API
-/// has (what comes after it, fraction and zone, differs between Time and MicroTime).
-pub(crate) fn has_date_time_head(b: &[u8]) -> bool {
-    let digits =
-        |r: std::ops::Range<usize>| b.get(r).is_some_and(|d| d.iter().all(u8::is_ascii_digit));
-    b.len() >= 19
-        && digits(0..4)
-        && b[4] == b'-'
-        && digits(5..7)
-        && b[7] == b'-'
-        && digits(8..10)
-        && b[10] == b'T'
-        && digits(11..13)
-        && b[13] == b':'
-        && digits(14..16)
-        && b[16] == b':'
-        && digits(17..19)
 }

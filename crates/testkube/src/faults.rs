@@ -45,6 +45,8 @@ pub struct Injected {
 pub struct Faults {
     rules: Mutex<Vec<Rule>>,
     cut: watch::Sender<u64>,
+    /// How many requests an injected fault has hit so far, for tests to wait on.
+    fired: watch::Sender<u64>,
 }
 
 impl Default for Faults {
@@ -52,6 +54,7 @@ impl Default for Faults {
         Faults {
             rules: Mutex::new(Vec::new()),
             cut: watch::channel(0).0,
+            fired: watch::channel(0).0,
         }
     }
 }
@@ -75,6 +78,15 @@ impl Faults {
     /// as when an API server restarts or a load balancer drops the connection).
     pub fn cut_watches(&self) {
         self.cut.send_modify(|generation| *generation += 1);
+    }
+
+    /// Wait until injected faults have hit at least `n` requests in all (a delayed request
+    /// counts as soon as it reaches the server, before its delay). Tests wait on this
+    /// instead of polling.
+    pub async fn fired(&self, n: u64) {
+        let mut rx = self.fired.subscribe();
+        // The sender lives as long as `self`, so this cannot fail while we borrow it.
+        let _ = rx.wait_for(|count| *count >= n).await;
     }
 
     /// Forget every pending rule.
@@ -130,6 +142,10 @@ impl Faults {
             }
         }
         rules.retain(|r| r.remaining > 0);
+        drop(rules);
+        if out.delay.is_some() || out.error.is_some() {
+            self.fired.send_modify(|count| *count += 1);
+        }
         out
     }
 }

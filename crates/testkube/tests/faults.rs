@@ -104,19 +104,9 @@ async fn delay_next_holds_a_request_while_others_proceed() {
         let cms = cms.clone();
         tokio::spawn(async move { cms.get_opt("late").await })
     };
-    // Once the GET is counted it has reached the server; without the delay it would now be
-    // answered 404, since "late" does not exist yet.
-    within("the delayed GET to arrive", async {
-        while cluster
-            .counters()
-            .snapshot()
-            .by_verb_resource("get", "configmaps")
-            == 0
-        {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    })
-    .await;
+    // Once the delay has fired the GET has reached the server; without the delay it would
+    // now be answered 404, since "late" does not exist yet.
+    within("the delayed GET to arrive", cluster.faults().fired(1)).await;
     cms.create(&PostParams::default(), &cm("late"))
         .await
         .unwrap();

@@ -134,20 +134,20 @@ fn bootstrap_token_user(
     if secret.get("type").and_then(Value::as_str) != Some(TOKEN_SECRET_TYPE) {
         return None;
     }
-    let stored_secret = secret_data(&secret, "token-secret").unwrap_or_default();
+    let stored_secret = secret_data(secret, "token-secret").unwrap_or_default();
     if !bool::from(stored_secret.as_bytes().ct_eq(token_secret.as_bytes())) {
         return None;
     }
-    if secret_data(&secret, "token-id").as_deref() != Some(token_id) {
+    if secret_data(secret, "token-id").as_deref() != Some(token_id) {
         return None;
     }
-    if token_has_expired(&secret, now) {
+    if token_has_expired(secret, now) {
         return None;
     }
-    if secret_data(&secret, "usage-bootstrap-authentication").as_deref() != Some("true") {
+    if secret_data(secret, "usage-bootstrap-authentication").as_deref() != Some("true") {
         return None;
     }
-    let groups = token_groups(&secret)?;
+    let groups = token_groups(secret)?;
     Some(UserInfo {
         kind: IdentityKind::BootstrapToken,
         name: format!("{BOOTSTRAP_USER_PREFIX}{token_id}"),

@@ -315,6 +315,7 @@ impl TestCluster {
     ) -> Option<serde_json::Value> {
         let st = self.shared.store.lock();
         st.get(&ResourceKey::new(group, resource), Some(namespace), name)
+            .cloned()
     }
 
     /// Stop accepting connections, end every watch, and wait for the server tasks.

@@ -15,7 +15,7 @@ use crate::gc;
 use crate::kcm::{self, SigningCa};
 use crate::server::Shared;
 use crate::store::{EventType, StoreState, StoredEvent, format_time, meta_str};
-use crate::types::{ObjectReader, ResourceKey};
+use crate::types::ResourceKey;
 
 /// Which controller duties run (each on by default; issue 2 item 7).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -55,12 +55,10 @@ fn configmaps_key() -> ResourceKey {
     ResourceKey::new("", "configmaps")
 }
 
-fn token_secrets(st: &StoreState) -> Vec<Value> {
+fn token_secrets(st: &StoreState) -> impl Iterator<Item = &Value> {
     st.list_objects(&secrets_key(), Some("kube-system"))
         .into_iter()
         .filter(|s| s["type"] == TOKEN_SECRET_TYPE)
-        .cloned()
-        .collect()
 }
 
 fn touches_tokens(e: &StoredEvent) -> bool {
@@ -86,10 +84,28 @@ fn touches_gc(e: &StoredEvent) -> bool {
     }
 }
 
-/// Issue certificates for every Approved, unsigned CSR. The signing itself runs without
-/// the store lock; the write only lands if the CSR did not change meanwhile.
-fn sign_csrs(shared: &Shared) {
-    let candidates: Vec<Value> = shared.store.lock().list(&csr_key(), None);
+/// Issue certificates for the Approved, unsigned CSRs among `names` (every CSR when
+/// `None`). The signing itself runs without the store lock; the write only lands if the
+/// CSR did not change meanwhile.
+fn sign_csrs(shared: &Shared, names: Option<&[&str]>) {
+    let candidates: Vec<Value> = {
+        let st = shared.store.lock();
+        let awaiting = |csr: &&Value| kcm::awaits_signing(csr);
+        match names {
+            None => st
+                .list_objects(&csr_key(), None)
+                .into_iter()
+                .filter(awaiting)
+                .cloned()
+                .collect(),
+            Some(names) => names
+                .iter()
+                .filter_map(|name| st.get_object(&csr_key(), "", name))
+                .filter(awaiting)
+                .cloned()
+                .collect(),
+        }
+    };
     let ca = SigningCa {
         cert_pem: shared.ca.cert_pem(),
         key_pem: shared.ca.key_pem(),
@@ -137,7 +153,7 @@ fn sign_cluster_info(st: &mut StoreState, now: Timestamp) {
         return;
     };
     let kubeconfig = cm["data"]["kubeconfig"].as_str().unwrap_or("").to_string();
-    let signatures = kcm::cluster_info_signatures(&kubeconfig, &token_secrets(st), now);
+    let signatures = kcm::cluster_info_signatures(&kubeconfig, token_secrets(st), now);
     let mut data = cm["data"].as_object().cloned().unwrap_or_default();
     data.retain(|k, _| !k.starts_with("jws-kubeconfig-"));
     for (id, jws) in signatures {
@@ -155,9 +171,18 @@ fn sign_cluster_info(st: &mut StoreState, now: Timestamp) {
     }
 }
 
-/// Delete expired token Secrets; the earliest future expiration is when to look again.
-fn clean_tokens(st: &mut StoreState, now: Timestamp) -> Option<Timestamp> {
-    let (expired, next) = kcm::expired_tokens(&token_secrets(st), now);
+/// Delete expired token Secrets among `names` (every token Secret when `None`); the
+/// earliest future expiration among them is when to look again.
+fn clean_tokens(st: &mut StoreState, now: Timestamp, names: Option<&[&str]>) -> Option<Timestamp> {
+    let (expired, next) = match names {
+        None => kcm::expired_tokens(token_secrets(st), now),
+        Some(names) => kcm::expired_tokens(
+            names
+                .iter()
+                .filter_map(|n| st.get_object(&secrets_key(), "kube-system", n)),
+            now,
+        ),
+    };
     for name in expired {
         st.remove(&secrets_key(), "kube-system", &name);
     }
@@ -205,16 +230,34 @@ pub async fn run(shared: Arc<Shared>, duties: Duties, mut shutdown: watch::Recei
         let all = first;
         first = false;
         let timer = events.is_empty();
-        let csrs = all || events.iter().any(|e| e.key == csr_key());
+        let touched_csrs: Vec<&str> = events
+            .iter()
+            .filter(|e| e.key == csr_key() && e.event_type != EventType::Deleted)
+            .map(|e| meta_str(&e.object, "name"))
+            .collect();
         let tokens = all || timer || events.iter().any(|e| touches_tokens(e));
         let garbage = all || events.iter().any(|e| touches_gc(e));
-        if duties.csr_signer && csrs {
-            sign_csrs(&shared);
+        if duties.csr_signer && (all || !touched_csrs.is_empty()) {
+            sign_csrs(&shared, (!all).then_some(touched_csrs.as_slice()));
         }
         let now = Timestamp::now();
         let mut st = shared.store.lock();
-        if duties.token_cleaner && tokens {
-            next_expiry = clean_tokens(&mut st, now);
+        if duties.token_cleaner && (all || timer) {
+            next_expiry = clean_tokens(&mut st, now, None);
+        } else if duties.token_cleaner && tokens {
+            // Only the Secrets that changed can have a new expiration: look at them alone
+            // (a full pass per change is quadratic in the number of tokens). An expiration
+            // that vanished with its Secret just makes the timer fire for nothing.
+            let touched: Vec<&str> = events
+                .iter()
+                .filter(|e| e.key == secrets_key() && e.event_type != EventType::Deleted)
+                .map(|e| meta_str(&e.object, "name"))
+                .collect();
+            let next = clean_tokens(&mut st, now, Some(&touched));
+            next_expiry = match (next_expiry, next) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
         }
         if duties.bootstrap_signer && tokens {
             sign_cluster_info(&mut st, now);

@@ -39,16 +39,11 @@ pub struct SigningCa<'a> {
     pub key_pem: &'a str,
 }
 
-/// For an Approved, not yet issued CSR with signer
-/// `kubernetes.io/kube-apiserver-client-kubelet`: the PEM certificate to put in
-/// `status.certificate`. `None` when there is nothing to sign (pending, denied, failed,
-/// already issued, another signer). `Some(Err(message))` when the request is not a valid
-/// kubelet client CSR: the real signer then appends a condition `Failed`/`True` with reason
-/// `SignerValidationFailure` and this message.
-pub fn sign_csr(ca: &SigningCa<'_>, csr: &Value, now: Timestamp) -> Option<Result<String, String>> {
-    let spec = csr.get("spec")?;
-    if spec.get("signerName").and_then(Value::as_str) != Some(KUBELET_CLIENT_SIGNER) {
-        return None;
+/// An Approved kubelet client CSR that is not Denied, not Failed and not yet issued:
+/// what the signer still has to act on.
+pub fn awaits_signing(csr: &Value) -> bool {
+    if csr.pointer("/spec/signerName").and_then(Value::as_str) != Some(KUBELET_CLIENT_SIGNER) {
+        return false;
     }
     let status = csr.get("status");
     let has_condition = |kind: &str| {
@@ -64,9 +59,20 @@ pub fn sign_csr(ca: &SigningCa<'_>, csr: &Value, now: Timestamp) -> Option<Resul
         .and_then(|s| s.get("certificate"))
         .and_then(Value::as_str)
         .is_some_and(|c| !c.is_empty());
-    if !has_condition("Approved") || has_condition("Denied") || has_condition("Failed") || issued {
+    has_condition("Approved") && !has_condition("Denied") && !has_condition("Failed") && !issued
+}
+
+/// For an Approved, not yet issued CSR with signer
+/// `kubernetes.io/kube-apiserver-client-kubelet`: the PEM certificate to put in
+/// `status.certificate`. `None` when there is nothing to sign (pending, denied, failed,
+/// already issued, another signer). `Some(Err(message))` when the request is not a valid
+/// kubelet client CSR: the real signer then appends a condition `Failed`/`True` with reason
+/// `SignerValidationFailure` and this message.
+pub fn sign_csr(ca: &SigningCa<'_>, csr: &Value, now: Timestamp) -> Option<Result<String, String>> {
+    if !awaits_signing(csr) {
         return None;
     }
+    let spec = csr.get("spec")?;
     let name = csr
         .pointer("/metadata/name")
         .and_then(Value::as_str)
@@ -287,9 +293,9 @@ fn random_serial() -> Result<rcgen::SerialNumber, String> {
 /// The `jws-kubeconfig-<id>` entries cluster-info should carry (keys are the full data
 /// keys): one per valid, unexpired token Secret with `usage-bootstrap-signing: "true"`,
 /// signed over `kubeconfig`.
-pub fn cluster_info_signatures(
+pub fn cluster_info_signatures<'a>(
     kubeconfig: &str,
-    token_secrets: &[Value],
+    token_secrets: impl IntoIterator<Item = &'a Value>,
     now: Timestamp,
 ) -> BTreeMap<String, String> {
     let mut out = BTreeMap::new();
@@ -347,10 +353,13 @@ pub fn detached_jws(content: &str, token_id: &str, token_secret: &str) -> String
 
 /// Names of the token Secrets whose expiration has passed (or does not parse), and the
 /// earliest future expiration among the rest (when the cleaner should look again).
-pub fn expired_tokens(token_secrets: &[Value], now: Timestamp) -> (Vec<String>, Option<Timestamp>) {
+pub fn expired_tokens<'a>(
+    token_secrets: impl IntoIterator<Item = &'a Value>,
+    now: Timestamp,
+) -> (Vec<String>, Option<Timestamp>) {
     let mut expired = Vec::new();
     let mut next: Option<Timestamp> = None;
-    for secret in token_secrets.iter().filter(|s| is_token_secret(s)) {
+    for secret in token_secrets.into_iter().filter(|s| is_token_secret(s)) {
         let Some(name) = secret.pointer("/metadata/name").and_then(Value::as_str) else {
             continue;
         };

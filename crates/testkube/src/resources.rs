@@ -469,8 +469,8 @@ pub fn from_crd(crd: &Value) -> Vec<ResourceInfo> {
 pub fn all(reader: &dyn ObjectReader) -> Vec<ResourceInfo> {
     let mut out: Vec<ResourceInfo> = builtins().to_vec();
     for crd in reader.list(&crd_key(), None) {
-        if crd_established(&crd) {
-            out.extend(from_crd(&crd));
+        if crd_established(crd) {
+            out.extend(from_crd(crd));
         }
     }
     out
@@ -500,10 +500,10 @@ pub fn resolve(
         return None;
     }
     let crd = reader.get(&crd_key(), None, &format!("{resource}.{group}"))?;
-    if !crd_established(&crd) {
+    if !crd_established(crd) {
         return None;
     }
-    from_crd(&crd).into_iter().find(|r| r.version == version)
+    from_crd(crd).into_iter().find(|r| r.version == version)
 }
 
 /// Whether `/apis/<group>/<version>` is served (for the 404 of an unknown group).

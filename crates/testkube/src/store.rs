@@ -302,15 +302,12 @@ impl StoreState {
 }
 
 impl ObjectReader for StoreState {
-    fn get(&self, key: &ResourceKey, namespace: Option<&str>, name: &str) -> Option<Value> {
-        self.get_object(key, namespace.unwrap_or(""), name).cloned()
+    fn get(&self, key: &ResourceKey, namespace: Option<&str>, name: &str) -> Option<&Value> {
+        self.get_object(key, namespace.unwrap_or(""), name)
     }
 
-    fn list(&self, key: &ResourceKey, namespace: Option<&str>) -> Vec<Value> {
+    fn list(&self, key: &ResourceKey, namespace: Option<&str>) -> Vec<&Value> {
         self.list_objects(key, namespace)
-            .into_iter()
-            .cloned()
-            .collect()
     }
 }
 

@@ -100,9 +100,9 @@ pub struct RequestAttributes {
 
 /// Read access to the stored objects, as JSON exactly as the API would return them.
 pub trait ObjectReader {
-    fn get(&self, key: &ResourceKey, namespace: Option<&str>, name: &str) -> Option<Value>;
+    fn get(&self, key: &ResourceKey, namespace: Option<&str>, name: &str) -> Option<&Value>;
     /// All objects of a type, in one namespace (`Some`) or across all (`None`).
-    fn list(&self, key: &ResourceKey, namespace: Option<&str>) -> Vec<Value>;
+    fn list(&self, key: &ResourceKey, namespace: Option<&str>) -> Vec<&Value>;
 }
 
 /// An error response. Rendered as a `metav1.Status` JSON body unless `plain_text` is set

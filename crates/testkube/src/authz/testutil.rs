@@ -33,20 +33,20 @@ fn meta<'a>(object: &'a Value, field: &str) -> Option<&'a str> {
 }
 
 impl ObjectReader for MemReader {
-    fn get(&self, key: &ResourceKey, namespace: Option<&str>, name: &str) -> Option<Value> {
+    fn get(&self, key: &ResourceKey, namespace: Option<&str>, name: &str) -> Option<&Value> {
         self.objects
             .iter()
             .find(|(k, o)| {
                 k == key && meta(o, "namespace") == namespace && meta(o, "name") == Some(name)
             })
-            .map(|(_, o)| o.clone())
+            .map(|(_, o)| o)
     }
 
-    fn list(&self, key: &ResourceKey, namespace: Option<&str>) -> Vec<Value> {
+    fn list(&self, key: &ResourceKey, namespace: Option<&str>) -> Vec<&Value> {
         self.objects
             .iter()
             .filter(|(k, o)| k == key && (namespace.is_none() || meta(o, "namespace") == namespace))
-            .map(|(_, o)| o.clone())
+            .map(|(_, o)| o)
             .collect()
     }
 }

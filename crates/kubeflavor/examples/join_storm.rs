@@ -85,7 +85,6 @@ async fn client_from(yaml: &str) -> Client {
 fn controller_options(identity: &str) -> Options {
     let mut o = Options::new("kube-system", identity);
     o.leader_elect = false;
-    o.concurrency = 32;
     o
 }
 

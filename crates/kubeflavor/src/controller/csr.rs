@@ -21,9 +21,10 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
 use kube::api::{DeleteParams, PostParams, Preconditions};
 use kube::runtime::controller::{Action, Config, Controller};
-use kube::runtime::reflector::ObjectRef;
+use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::{WatchStreamExt, watcher};
 
+use super::cache;
 use super::facts::{self, CsrFactsRead};
 use super::metrics::Metrics;
 use super::policy::{self, Verdict};
@@ -43,26 +44,34 @@ pub async fn run(ctx: Arc<Context>, until: Stop) {
     )
     .default_backoff()
     .touched_objects();
-    let controller =
-        Controller::new(csrs, wc).with_config(Config::default().concurrency(ctx.opts.concurrency));
-    let store = controller.store();
+    // The cache keeps pending CSRs only, slim (no request, no certificate): routing is all
+    // it serves; every decision reads the CSR itself.
+    let (store, writer) = reflector::store();
+    let csr_events = watcher(csrs, wc)
+        .default_backoff()
+        .modify(cache::slim_csr)
+        .filter_map(|event| std::future::ready(event.map(cache::pending_only).transpose()))
+        .reflect(writer)
+        .applied_objects();
+    let controller = Controller::for_stream(csr_events, store.clone())
+        .with_config(Config::default().concurrency(ctx.opts.concurrency));
     let ready_store = store.clone();
     // A token Secret that changes (created late in a cache, a use released, deleted) may
     // change the fate of CSRs still pending from that token: decide them again.
     let controller = controller.watches_stream(token_events, move |secret: Secret| {
-        let id = secret
+        let Some(user) = secret
             .metadata
             .name
             .as_deref()
             .and_then(|n| n.strip_prefix("bootstrap-token-"))
-            .map(|id| format!("{}{id}", facts::BOOTSTRAP_USER_PREFIX));
+            .map(|id| format!("{}{id}", facts::BOOTSTRAP_USER_PREFIX))
+        else {
+            return Vec::new();
+        };
         store
             .state()
             .into_iter()
-            .filter(|csr| {
-                let v = facts::CsrView::from_object(csr);
-                !v.decided && Some(&v.username) == id.as_ref()
-            })
+            .filter(|csr| csr.spec.username.as_ref() == Some(&user) && !facts::is_decided(csr))
             .map(|csr| ObjectRef::from_obj(&*csr))
             .collect::<Vec<_>>()
     });
@@ -101,7 +110,7 @@ pub async fn reconcile(
     ctx: Arc<Context>,
 ) -> Result<Action, Error> {
     let name = cached.metadata.name.clone().unwrap_or_default();
-    if facts::CsrView::from_object(&cached).decided {
+    if facts::is_decided(&cached) {
         return Ok(Action::await_change());
     }
     // The cache may lag our own approval (a re-run queued while it was written): read the

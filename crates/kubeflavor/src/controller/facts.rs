@@ -33,16 +33,20 @@ pub struct CsrView {
     pub decided: bool,
 }
 
+/// Already Approved or Denied: both are permanent, nothing left to decide.
+pub fn is_decided(csr: &CertificateSigningRequest) -> bool {
+    csr.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| {
+            cs.iter()
+                .any(|c| (c.type_ == "Approved" || c.type_ == "Denied") && c.status == "True")
+        })
+}
+
 impl CsrView {
     pub fn from_object(csr: &CertificateSigningRequest) -> Self {
-        let decided = csr
-            .status
-            .as_ref()
-            .and_then(|s| s.conditions.as_ref())
-            .is_some_and(|cs| {
-                cs.iter()
-                    .any(|c| (c.type_ == "Approved" || c.type_ == "Denied") && c.status == "True")
-            });
+        let decided = is_decided(csr);
         CsrView {
             name: csr.metadata.name.clone().unwrap_or_default(),
             signer_name: csr.spec.signer_name.clone(),

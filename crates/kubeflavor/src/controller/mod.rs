@@ -10,6 +10,7 @@
 //! writes is finished by the next run (P6): the token's `bound-nodes` annotation, the
 //! FlavorBinding and the CSR condition are each checked again before the next step.
 
+pub mod cache;
 pub mod csr;
 pub mod facts;
 pub mod http;
@@ -204,13 +205,11 @@ pub struct Context {
         kube::core::PartialObjectMeta<k8s_openapi::api::core::v1::Node>,
     >,
     pub flavors: kube::runtime::reflector::Store<crate::crd::Flavor>,
-    /// Per binding: the (Node, binding, Flavor) resourceVersions last found in the desired
-    /// state, so an unchanged Node is not fetched again.
-    pub verified: Mutex<HashMap<String, (String, String, String)>>,
+    /// Per binding: a fingerprint of the (Node, binding, Flavor) resourceVersions last
+    /// found in the desired state, so an unchanged Node is not fetched again.
+    pub verified: Mutex<HashMap<String, u64>>,
     /// Bindings whose Node currently carries the flavor (the `flavored_nodes` gauge).
     pub flavored: Mutex<HashSet<String>>,
-    /// Per binding: the status this term last wrote (the store may lag it).
-    pub written_status: Mutex<HashMap<String, crate::crd::FlavorBindingStatus>>,
     /// Set once the step hook stopped this context.
     pub halted: std::sync::atomic::AtomicBool,
 }
@@ -392,7 +391,6 @@ async fn run_loops(rt: &Runtime, until: Stop) {
         flavors,
         verified: Mutex::new(HashMap::new()),
         flavored: Mutex::new(HashSet::new()),
-        written_status: Mutex::new(HashMap::new()),
         halted: Default::default(),
     });
     let csr_loop = csr::run(ctx.clone(), until.clone());

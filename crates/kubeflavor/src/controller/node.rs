@@ -1,9 +1,9 @@
 //! The node loop: keeps every bound Node at its binding's desired labels and taints.
 //!
 //! Keyed by FlavorBinding (name = node name). Triggers: the binding itself, its Node
-//! (metadata-only watch: labels and resourceVersion, not the whole object, to keep memory
-//! small with thousands of Nodes) and its Flavor. Stages: dereference (stores, then one GET
-//! of the Node for its taints) -> build (core, pure) -> apply (merge patch with the Node's
+//! (metadata-only watch, cached as name and resourceVersion alone to keep memory small with
+//! thousands of Nodes, see `cache`) and its Flavor. Stages: dereference (stores, then one
+//! GET of the Node for its labels and taints) -> build (core, pure) -> apply (merge patch with the Node's
 //! resourceVersion, only when it differs) -> status (only when it differs).
 
 use std::sync::Arc;
@@ -20,10 +20,11 @@ use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 
+use super::cache;
 use super::metrics::Metrics;
 use super::policy;
 use super::{Context, Error, Step, Stop};
-use crate::crd::{CONDITION_REVOKED, Flavor, FlavorBinding};
+use crate::crd::{Flavor, FlavorBinding};
 
 type Events<K> = BoxStream<'static, Result<K, watcher::Error>>;
 
@@ -37,8 +38,10 @@ pub fn node_metadata_store(
     let (reader, writer) = reflector::store();
     // Api<PartialObjectMeta<Node>> lists and watches with the metadata-only Accept header.
     let api: Api<PartialObjectMeta<Node>> = Api::all(client);
-    let stream = reflector::reflector(writer, watcher(api, watcher::Config::default()))
+    let stream = watcher(api, watcher::Config::default())
         .default_backoff()
+        .modify(cache::slim_node)
+        .reflect(writer)
         .touched_objects()
         .boxed();
     (reader, stream)
@@ -65,9 +68,14 @@ pub async fn run(
     until: Stop,
 ) {
     let bindings: Api<FlavorBinding> = Api::all(ctx.client.clone());
-    let controller = Controller::new(bindings, watcher::Config::default())
+    let (store, writer) = reflector::store();
+    let binding_events = watcher(bindings, watcher::Config::default())
+        .default_backoff()
+        .modify(cache::slim_binding)
+        .reflect(writer)
+        .applied_objects();
+    let controller = Controller::for_stream(binding_events, store.clone())
         .with_config(Config::default().concurrency(ctx.opts.concurrency));
-    let store = controller.store();
     let ready_store = store.clone();
     let fut = controller
         // The binding is named after its Node.
@@ -109,70 +117,75 @@ pub fn error_policy(_b: Arc<FlavorBinding>, err: &Error, ctx: Arc<Context>) -> A
 
 fn forget(ctx: &Context, name: &str) {
     ctx.verified.lock().expect("verified lock").remove(name);
-    ctx.written_status
-        .lock()
-        .expect("written_status lock")
-        .remove(name);
     let mut flavored = ctx.flavored.lock().expect("flavored lock");
     flavored.remove(name);
     ctx.metrics.flavored_nodes.set(flavored.len() as i64);
 }
 
-pub async fn reconcile(binding: Arc<FlavorBinding>, ctx: Arc<Context>) -> Result<Action, Error> {
-    let name = binding.name_any();
+/// The (Node, binding, Flavor) resourceVersions a reconcile found in the desired state,
+/// folded into one number: an unchanged triple means nothing to read or write.
+fn fingerprint(node_rv: &str, binding_rv: &str, flavor_rv: &str) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    (node_rv, binding_rv, flavor_rv).hash(&mut h);
+    h.finish()
+}
+
+pub async fn reconcile(cached: Arc<FlavorBinding>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let name = cached.name_any();
     // Dereference: the Node (metadata store) and the Flavor (store).
     let Some(meta) = ctx.nodes.get(&ObjectRef::new(&name)) else {
         // Not registered yet, or deleted: its re-creation triggers us again (P2).
         forget(&ctx, &name);
         return Ok(Action::await_change());
     };
-    let flavor = ctx.flavors.get(&ObjectRef::new(&binding.spec.flavor));
-    let key = (
-        meta.resource_version().unwrap_or_default(),
-        binding.resource_version().unwrap_or_default(),
+    let flavor_rv = |flavor: Option<&Arc<Flavor>>| {
         flavor
-            .as_ref()
             .and_then(|f| f.resource_version())
-            .unwrap_or_default(),
+            .unwrap_or_default()
+    };
+    let flavor = ctx.flavors.get(&ObjectRef::new(&cached.spec.flavor));
+    let seen = fingerprint(
+        &meta.resource_version().unwrap_or_default(),
+        &cached.resource_version().unwrap_or_default(),
+        &flavor_rv(flavor.as_ref()),
     );
-    if ctx.verified.lock().expect("verified lock").get(&name) == Some(&key) {
+    if ctx.verified.lock().expect("verified lock").get(&name) == Some(&seen) {
         return Ok(Action::await_change());
     }
     let _timer = Metrics::measure(&ctx.metrics.flavoring_duration);
+    // The caches keep neither the binding's status nor the Node's labels and taints: read
+    // both, together. A fresh binding is also the only safe base for the status write (a
+    // cache may lag the status written a moment ago).
     let nodes: Api<Node> = Api::all(ctx.client.clone());
-    // Taints live in spec, which the metadata watch does not carry.
-    let Some(node) = nodes.get_opt(&name).await.map_err(|source| Error::Read {
-        what: format!("Node {name}"),
-        source,
-    })?
-    else {
+    let bindings: Api<FlavorBinding> = Api::all(ctx.client.clone());
+    let (binding, node) = tokio::try_join!(
+        async {
+            bindings.get_opt(&name).await.map_err(|source| Error::Read {
+                what: format!("FlavorBinding {name}"),
+                source,
+            })
+        },
+        async {
+            nodes.get_opt(&name).await.map_err(|source| Error::Read {
+                what: format!("Node {name}"),
+                source,
+            })
+        },
+    )?;
+    let (Some(binding), Some(node)) = (binding, node) else {
+        // Deleted meanwhile: the watch event that follows ends the story.
         forget(&ctx, &name);
         return Ok(Action::await_change());
     };
+    let flavor = if binding.spec.flavor == cached.spec.flavor {
+        flavor
+    } else {
+        ctx.flavors.get(&ObjectRef::new(&binding.spec.flavor))
+    };
 
-    // Build (pure). The store's copy of the binding may lag the status this term wrote
-    // last; that status (plus the administrator's Revoked condition from the store) is
-    // the freshest record of what kubeflavor applied.
-    let mut effective = (*binding).clone();
-    if let Some(written) = ctx
-        .written_status
-        .lock()
-        .expect("written_status lock")
-        .get(&name)
-    {
-        let mut status = written.clone();
-        status.conditions.retain(|c| c.type_ != CONDITION_REVOKED);
-        status.conditions.extend(
-            binding
-                .status
-                .iter()
-                .flat_map(|s| s.conditions.iter())
-                .filter(|c| c.type_ == CONDITION_REVOKED)
-                .cloned(),
-        );
-        effective.status = Some(status);
-    }
-    let plan = policy::plan_node(&effective, flavor.as_deref(), &node);
+    // Build (pure).
+    let plan = policy::plan_node(&binding, flavor.as_deref(), &node);
 
     // Apply: only when the Node differs; the patch carries the Node's resourceVersion.
     let mut node_rv = node.resource_version().unwrap_or_default();
@@ -192,19 +205,13 @@ pub async fn reconcile(binding: Arc<FlavorBinding>, ctx: Arc<Context>) -> Result
     }
 
     // Status: only when it differs.
-    let mut binding_rv = key.1.clone();
-    // The binding in the store may lag our own last status write (a re-run triggered by
-    // the Node patch): a status equal to what this term last wrote is not written again.
-    let already_written = ctx
-        .written_status
-        .lock()
-        .expect("written_status lock")
-        .get(&name)
-        == Some(&plan.status);
-    if effective.status.as_ref() != Some(&plan.status) && !already_written {
+    let mut binding_rv = binding.resource_version().unwrap_or_default();
+    if binding.status.as_ref() != Some(&plan.status) {
         ctx.may_write(Step::StatusWritten)?;
-        let bindings: Api<FlavorBinding> = Api::all(ctx.client.clone());
-        let body = serde_json::json!({ "status": plan.status });
+        let body = serde_json::json!({
+            "metadata": {"resourceVersion": binding_rv},
+            "status": plan.status,
+        });
         let written = bindings
             .patch_status(&name, &PatchParams::default(), &Patch::Merge(&body))
             .await
@@ -213,10 +220,6 @@ pub async fn reconcile(binding: Arc<FlavorBinding>, ctx: Arc<Context>) -> Result
                 source,
             })?;
         binding_rv = written.resource_version().unwrap_or_default();
-        ctx.written_status
-            .lock()
-            .expect("written_status lock")
-            .insert(name.clone(), plan.status.clone());
         ctx.step(&name, Step::StatusWritten)?;
     }
 
@@ -229,9 +232,9 @@ pub async fn reconcile(binding: Arc<FlavorBinding>, ctx: Arc<Context>) -> Result
         }
         ctx.metrics.flavored_nodes.set(flavored.len() as i64);
     }
-    ctx.verified
-        .lock()
-        .expect("verified lock")
-        .insert(name, (node_rv, binding_rv, key.2));
+    ctx.verified.lock().expect("verified lock").insert(
+        name,
+        fingerprint(&node_rv, &binding_rv, &flavor_rv(flavor.as_ref())),
+    );
     Ok(Action::await_change())
 }

@@ -102,12 +102,14 @@ async fn name_takeover_is_denied_and_the_token_deleted() {
     // P4: a takeover attempt is misuse: the token goes, the kubelet's retries end.
     token_gone(&h, &sour).await;
     trail_names(&h, &bad, &["name_bound_to_other_token"]).await;
+    // The metric follows the CSR write; a stopped controller has finished its reconciles.
+    let metrics = ctl.metrics.clone();
+    ctl.stop().await;
     assert!(
-        ctl.metrics
+        metrics
             .render()
             .contains("cause=\"name_bound_to_other_token\"")
     );
-    ctl.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -190,16 +192,24 @@ async fn missing_flavor_existing_node_and_wrong_shape_are_denied_with_their_caus
         let decided = h.decided(csr).await;
         assert_eq!(condition_type(&decided).as_deref(), Some("Denied"), "{csr}");
         trail_names(&h, csr, &[cause]).await;
-        assert!(
-            ctl.metrics.render().contains(&format!("cause=\"{cause}\"")),
-            "{cause}"
-        );
     }
     assert!(h.bindings().get_opt(&existing).await.unwrap().is_none());
     // Denials for a wrong shape are counted on the token (P4, refused too often); the
     // count is written right after the denial.
     denials_counted(&h, &t2, "1").await;
+    // The metric follows the CSR write; a stopped controller has finished its reconciles.
+    let metrics = ctl.metrics.clone();
     ctl.stop().await;
+    for cause in [
+        "flavor_missing",
+        "node_exists_without_binding",
+        "not_kubelet_client_shape",
+    ] {
+        assert!(
+            metrics.render().contains(&format!("cause=\"{cause}\"")),
+            "{cause}"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

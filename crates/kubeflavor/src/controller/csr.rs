@@ -276,16 +276,9 @@ async fn deny_csr(
         ctx.metrics.tokens_deleted.inc();
         ctx.step(name, Step::TokenDeleted)?;
     }
-    ctx.may_write(Step::Denied)?;
-    write_condition(
-        ctx,
-        csr,
-        "Denied",
-        policy::DENIED_REASON,
-        policy::DENIED_MESSAGE,
-    )
-    .await?;
-    ctx.metrics.decision("denied", d.cause);
+    // The cause goes to the trail before the CSR is decided: a decided CSR is never
+    // looked at again, so a crash after the condition would lose it for good (a crash
+    // before it only records the cause twice).
     let token_id = facts.csr.bootstrap_token_id().unwrap_or("-");
     let node = d.node.unwrap_or("-");
     tracing::info!(csr = %name, node, token = token_id, cause = d.cause, token_deleted = deleted, "denied: {}", d.description);
@@ -312,6 +305,16 @@ async fn deny_csr(
         ),
     )
     .await;
+    ctx.may_write(Step::Denied)?;
+    write_condition(
+        ctx,
+        csr,
+        "Denied",
+        policy::DENIED_REASON,
+        policy::DENIED_MESSAGE,
+    )
+    .await?;
+    ctx.metrics.decision("denied", d.cause);
     ctx.step(name, Step::Denied)?;
     if let Some(counted) = d.count_denial {
         ctx.may_write(Step::DenialCounted)?;

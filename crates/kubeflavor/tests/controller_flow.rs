@@ -106,6 +106,25 @@ async fn happy_path_two_flavors_are_bound_and_flavored() {
             .render()
             .contains("kubeflavor_csr_decisions_total{outcome=\"approved\",cause=\"ok\"} 2")
     );
+
+    // Each Flavor publishes how many bindings name it.
+    let third = h.name("node-c");
+    h.submit_csr(
+        &h.bootstrap_client(&h.token(&sweet_f, 1, None).await).await,
+        &h.name("csr-c"),
+        &third,
+    )
+    .await;
+    assert_eq!(
+        condition_type(&h.decided(&h.name("csr-c")).await).as_deref(),
+        Some("Approved")
+    );
+    for (flavor, want) in [(&sweet_f, 2), (&sour_f, 1)] {
+        h.flavor_until(flavor, &format!("boundNodes {want}"), |f| {
+            f.status.as_ref().and_then(|s| s.bound_nodes) == Some(want)
+        })
+        .await;
+    }
     ctl.stop().await;
 }
 

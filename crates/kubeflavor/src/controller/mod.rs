@@ -205,6 +205,8 @@ pub struct Context {
         kube::core::PartialObjectMeta<k8s_openapi::api::core::v1::Node>,
     >,
     pub flavors: kube::runtime::reflector::Store<crate::crd::Flavor>,
+    /// FlavorBindings as watched (slim: name, resourceVersion, flavor).
+    pub bindings: kube::runtime::reflector::Store<crate::crd::FlavorBinding>,
     /// Per binding: a fingerprint of the (Node, binding, Flavor) resourceVersions last
     /// found in the desired state, so an unchanged Node is not fetched again.
     pub verified: Mutex<HashMap<String, u64>>,
@@ -311,7 +313,7 @@ pub async fn run(
     let listener = match rt.opts.ops_addr {
         Some(addr) => {
             let listener = http::bind(addr).await.map_err(|e| {
-                anyhow::anyhow!("cannot listen on {addr} for /metrics and probes: {e} (choose another --metrics-addr)")
+                anyhow::anyhow!("cannot listen on {addr} for /metrics and probes: {e} (choose another --http-address)")
             })?;
             tracing::info!(addr = %listener.local_addr()?, "serving /metrics /healthz /readyz");
             Some(listener)
@@ -377,10 +379,12 @@ pub async fn run(
     Ok(())
 }
 
-/// One leadership term: both loops until `until` resolves.
+/// One leadership term: both loops (and the bound-node counts) until `until` resolves.
 async fn run_loops(rt: &Runtime, until: Stop) {
+    let counts_changed = Arc::new(tokio::sync::Notify::new());
     let (nodes, node_events) = node::node_metadata_store(rt.client.clone());
-    let (flavors, flavor_events) = node::flavor_store(rt.client.clone());
+    let (flavors, flavor_events) = node::flavor_store(rt.client.clone(), counts_changed.clone());
+    let (bindings, binding_events) = node::binding_store(rt.client.clone(), counts_changed.clone());
     let ctx = Arc::new(Context {
         client: rt.client.clone(),
         opts: rt.opts.clone(),
@@ -389,12 +393,20 @@ async fn run_loops(rt: &Runtime, until: Stop) {
         hook: rt.hook.clone(),
         nodes,
         flavors,
+        bindings,
         verified: Mutex::new(HashMap::new()),
         flavored: Mutex::new(HashSet::new()),
         halted: Default::default(),
     });
     let csr_loop = csr::run(ctx.clone(), until.clone());
-    let node_loop = node::run(ctx.clone(), node_events, flavor_events, until.clone());
+    let node_loop = node::run(
+        ctx.clone(),
+        binding_events,
+        node_events,
+        flavor_events,
+        until.clone(),
+    );
+    let counts = node::keep_bound_counts(ctx.clone(), counts_changed, until.clone());
     let synced = {
         let ctx = ctx.clone();
         let until = until.clone();
@@ -418,5 +430,5 @@ async fn run_loops(rt: &Runtime, until: Stop) {
         node_loop.await;
         tracing::debug!("node loop ended");
     };
-    tokio::join!(csr_loop, node_loop, synced);
+    tokio::join!(csr_loop, node_loop, counts, synced);
 }

@@ -19,6 +19,7 @@ use kube::runtime::controller::{Action, Config, Controller};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
+use tokio::sync::Notify;
 
 use super::cache;
 use super::metrics::Metrics;
@@ -47,33 +48,107 @@ pub fn node_metadata_store(
     (reader, stream)
 }
 
-/// A reflector of all Flavors and its stream of touched Flavors.
-pub fn flavor_store(client: Client) -> (Store<Flavor>, Events<Flavor>) {
+/// A reflector of all Flavors and its stream of touched Flavors; `changed` is notified
+/// on every change (the bound-node counts may have to be written).
+pub fn flavor_store(client: Client, changed: Arc<Notify>) -> (Store<Flavor>, Events<Flavor>) {
     let (reader, writer) = reflector::store();
-    let stream = reflector::reflector(
-        writer,
-        watcher(Api::<Flavor>::all(client), watcher::Config::default()),
+    let stream = watcher(Api::<Flavor>::all(client), watcher::Config::default())
+        .default_backoff()
+        .reflect(writer)
+        .inspect(move |_| changed.notify_one())
+        .touched_objects()
+        .boxed();
+    (reader, stream)
+}
+
+/// A reflector of all FlavorBindings (slim, see `cache`) and its stream of applied
+/// bindings; `changed` is notified when one appears or goes.
+pub fn binding_store(
+    client: Client,
+    changed: Arc<Notify>,
+) -> (Store<FlavorBinding>, Events<FlavorBinding>) {
+    let (reader, writer) = reflector::store();
+    let stream = watcher(
+        Api::<FlavorBinding>::all(client),
+        watcher::Config::default(),
     )
     .default_backoff()
-    .touched_objects()
+    .modify(cache::slim_binding)
+    .reflect(writer)
+    .inspect(move |event| {
+        if matches!(
+            event,
+            Ok(watcher::Event::Apply(_) | watcher::Event::Delete(_) | watcher::Event::InitDone)
+        ) {
+            changed.notify_one();
+        }
+    })
+    .applied_objects()
     .boxed();
     (reader, stream)
+}
+
+/// How long a burst of binding changes may settle before the counts are written: one
+/// status write per Flavor per burst, not one per join.
+const COUNT_SETTLE: Duration = Duration::from_secs(1);
+
+/// Keeps every Flavor's `status.boundNodes` at the number of FlavorBindings naming it,
+/// until `until` resolves.
+pub async fn keep_bound_counts(ctx: Arc<Context>, changed: Arc<Notify>, until: Stop) {
+    let work = async {
+        let _ = ctx.bindings.wait_until_ready().await;
+        let _ = ctx.flavors.wait_until_ready().await;
+        loop {
+            changed.notified().await;
+            tokio::time::sleep(COUNT_SETTLE).await;
+            let flavors = ctx.flavors.state();
+            let bindings = ctx.bindings.state();
+            let updates = policy::bound_node_updates(
+                flavors.iter().map(|f| {
+                    (
+                        f.metadata.name.as_deref().unwrap_or_default(),
+                        f.status.as_ref().and_then(|s| s.bound_nodes),
+                    )
+                }),
+                bindings.iter().map(|b| b.spec.flavor.as_str()),
+            );
+            let api: Api<Flavor> = Api::all(ctx.client.clone());
+            for (name, count) in updates {
+                if ctx.may_write(Step::StatusWritten).is_err() {
+                    return;
+                }
+                let body = serde_json::json!({ "status": { "boundNodes": count } });
+                match api
+                    .patch_status(&name, &PatchParams::default(), &Patch::Merge(&body))
+                    .await
+                {
+                    Ok(_) => tracing::debug!(flavor = %name, count, "bound nodes counted"),
+                    // Deleted meanwhile: nothing to count.
+                    Err(kube::Error::Api(s)) if s.is_not_found() => {}
+                    Err(e) => {
+                        ctx.metrics.error("flavor", "bound_count");
+                        tracing::warn!(flavor = %name, error = %e, "could not write the bound-node count; retrying");
+                        changed.notify_one();
+                    }
+                }
+            }
+        }
+    };
+    tokio::select! {
+        _ = work => {}
+        _ = until => {}
+    }
 }
 
 /// Runs the node loop until `until` resolves.
 pub async fn run(
     ctx: Arc<Context>,
+    binding_events: Events<FlavorBinding>,
     node_events: Events<PartialObjectMeta<Node>>,
     flavor_events: Events<Flavor>,
     until: Stop,
 ) {
-    let bindings: Api<FlavorBinding> = Api::all(ctx.client.clone());
-    let (store, writer) = reflector::store();
-    let binding_events = watcher(bindings, watcher::Config::default())
-        .default_backoff()
-        .modify(cache::slim_binding)
-        .reflect(writer)
-        .applied_objects();
+    let store = ctx.bindings.clone();
     let controller = Controller::for_stream(binding_events, store.clone())
         .with_config(Config::default().concurrency(ctx.opts.concurrency));
     let ready_store = store.clone();

@@ -440,6 +440,26 @@ pub fn plan_node(binding: &FlavorBinding, flavor: Option<&Flavor>, node: &Node) 
     }
 }
 
+/// For each Flavor whose `status.boundNodes` differs from the number of bindings naming
+/// it, the count to write. `flavors` are (name, current count); `bound` the flavor of each
+/// binding.
+pub fn bound_node_updates<'a>(
+    flavors: impl IntoIterator<Item = (&'a str, Option<i64>)>,
+    bound: impl IntoIterator<Item = &'a str>,
+) -> Vec<(String, i64)> {
+    let mut counts: BTreeMap<&str, i64> = BTreeMap::new();
+    for flavor in bound {
+        *counts.entry(flavor).or_default() += 1;
+    }
+    flavors
+        .into_iter()
+        .filter_map(|(name, current)| {
+            let want = counts.get(name).copied().unwrap_or(0);
+            (current != Some(want)).then(|| (name.to_string(), want))
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -594,6 +614,28 @@ mod tests {
                 .conditions
                 .iter()
                 .any(|c| c.type_ == CONDITION_REVOKED)
+        );
+    }
+
+    #[test]
+    fn bound_node_counts_are_written_only_where_they_differ() {
+        let flavors = [
+            ("sweet", Some(2)),
+            ("sour", None),
+            ("bitter", Some(1)),
+            ("umami", Some(0)),
+        ];
+        let bound = ["sweet", "sour", "sweet", "sour", "sour", "gone"];
+        let mut updates = bound_node_updates(flavors, bound);
+        updates.sort();
+        assert_eq!(
+            updates,
+            vec![("bitter".to_string(), 0), ("sour".to_string(), 3)]
+        );
+        assert!(bound_node_updates([("sweet", Some(0))], []).is_empty());
+        assert_eq!(
+            bound_node_updates([("sweet", None)], []),
+            vec![("sweet".to_string(), 0)]
         );
     }
 }

@@ -283,6 +283,22 @@ impl Harness {
         .expect("node exists")
     }
 
+    pub async fn flavor_until(
+        &self,
+        flavor: &str,
+        what: &str,
+        pred: impl Fn(&Flavor) -> bool,
+    ) -> Flavor {
+        let cond = move |obj: Option<&Flavor>| obj.is_some_and(&pred);
+        within(
+            &format!("Flavor {flavor}: {what}"),
+            await_condition(Api::<Flavor>::all(self.admin.clone()), flavor, cond),
+        )
+        .await
+        .expect("watch works")
+        .expect("flavor exists")
+    }
+
     pub async fn binding_until(
         &self,
         node: &str,

@@ -239,6 +239,9 @@ async fn main() {
             admin_path.to_str().unwrap(),
             "install",
             "--apply",
+            // The storm runs its own controller; none may run from the Deployment.
+            "--replicas",
+            "0",
         ],
         &mut out,
     )

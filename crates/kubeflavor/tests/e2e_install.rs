@@ -17,11 +17,12 @@ async fn install_apply_creates_everything_print_shows_and_is_idempotent() {
     let docs: Vec<Value> = docs.into_iter().filter(|d| !d.is_null()).collect();
     assert!(docs.len() > 10, "{} documents", docs.len());
 
-    let first = env.kf(&["install", "--apply"]).await;
+    // No controller runs on a real cluster during the tests (see Env::install).
+    let first = env.kf(&["install", "--apply", "--replicas", "0"]).await;
     assert_eq!(first.expect_ok().lines().count(), docs.len());
     let roles: Api<ClusterRole> = Api::all(env.client.clone());
     let before = roles.get("kubeflavor:controller").await.unwrap();
-    let second = env.kf(&["install", "--apply"]).await;
+    let second = env.kf(&["install", "--apply", "--replicas", "0"]).await;
     assert_eq!(
         second.expect_ok(),
         first.stdout,
@@ -97,10 +98,13 @@ async fn install_print_touches_no_cluster() {
             "ops",
             "--image",
             "registry.example/kf:dev",
+            "--replicas",
+            "3",
         ])
         .await;
     let text = out.expect_ok();
     assert!(text.contains("namespace: ops") && text.contains("image: registry.example/kf:dev"));
+    assert!(text.contains("replicas: 3"), "{text}");
     assert_eq!(env.request_count(), before);
 }
 

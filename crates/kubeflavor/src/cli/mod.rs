@@ -248,6 +248,11 @@ pub struct InstallArgs {
     /// The controller image. Default: ghcr.io/kubeflavor/kubeflavor:<this version>.
     #[arg(long, value_name = "IMAGE")]
     pub image: Option<String>,
+    /// Controller replicas. They elect a leader: only the Lease holder writes, another
+    /// takes over within the lease duration. 0 installs everything but runs no
+    /// controller (to run `kubeflavor controller` elsewhere).
+    #[arg(long, value_name = "N", default_value_t = 2)]
+    pub replicas: u16,
 }
 
 #[cfg(test)]

@@ -173,9 +173,15 @@ impl Env {
         .expect("binary runner")
     }
 
-    /// `kubeflavor install --apply` (idempotent; on a real cluster it updates what is there).
+    /// `kubeflavor install --apply --replicas 0` (idempotent; on a real cluster it updates
+    /// what is there). No controller Deployment runs: the tests run their own controllers,
+    /// and a second one deciding the same CSRs would race them. What stays on a real
+    /// cluster afterwards (CRDs, RBAC, the namespace, a Deployment of 0 replicas) is
+    /// removed with `kubeflavor install | kubectl delete -f -`.
     pub async fn install(&self) {
-        self.kf(&["install", "--apply"]).await.expect_ok();
+        self.kf(&["install", "--apply", "--replicas", "0"])
+            .await
+            .expect_ok();
     }
 
     /// `kubeflavor flavor create base-<run id> <flags>`; returns the flavor's name.

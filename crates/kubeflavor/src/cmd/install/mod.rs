@@ -114,7 +114,7 @@ fn comment(text: &str, indent: &str) -> String {
 
 /// Every object of the install set, in apply order: CRDs, namespace, controller identity
 /// and RBAC, bootstrap-token RBAC, Deployment.
-pub fn documents(namespace: &str, image: &str) -> Vec<Document> {
+pub fn documents(namespace: &str, image: &str, replicas: u16) -> Vec<Document> {
     let mut docs: Vec<Document> = crd::crds()
         .into_iter()
         .map(|c| {
@@ -126,7 +126,7 @@ pub fn documents(namespace: &str, image: &str) -> Vec<Document> {
     docs.push(workload::service_account(namespace));
     docs.extend(rbac::controller(namespace));
     docs.extend(rbac::bootstrap_tokens());
-    docs.push(workload::deployment(namespace, image));
+    docs.push(workload::deployment(namespace, image, replicas));
     docs
 }
 
@@ -159,7 +159,7 @@ pub fn render_all(docs: &[Document]) -> Result<String> {
 pub fn print(args: &InstallArgs, out: &mut dyn Write) -> Result<()> {
     validate_namespace(&args.namespace)?;
     let image = args.image.clone().unwrap_or_else(default_image);
-    out.write_all(render_all(&documents(&args.namespace, &image))?.as_bytes())?;
+    out.write_all(render_all(&documents(&args.namespace, &image, args.replicas))?.as_bytes())?;
     Ok(())
 }
 
@@ -209,7 +209,7 @@ fn resource_of(doc: &Document) -> Result<(ApiResource, bool)> {
 pub async fn apply(cluster: &Cluster, args: &InstallArgs, out: &mut dyn Write) -> Result<()> {
     validate_namespace(&args.namespace)?;
     let image = args.image.clone().unwrap_or_else(default_image);
-    let docs = documents(&args.namespace, &image);
+    let docs = documents(&args.namespace, &image, args.replicas);
     let params = PatchParams::apply(FIELD_MANAGER).force();
     for doc in &docs {
         let (ar, namespaced) = resource_of(doc)?;

@@ -3,7 +3,7 @@ use serde_json::Value;
 use super::*;
 
 fn docs() -> Vec<Document> {
-    documents("kubeflavor", "example.com/kubeflavor:test")
+    documents("kubeflavor", "example.com/kubeflavor:test", 2)
 }
 
 fn find<'a>(docs: &'a [Document], kind: &str, name: &str) -> &'a Document {
@@ -217,7 +217,7 @@ fn install_says_how_to_hand_renewals_to_kubeflavor() {
 
 #[test]
 fn namespaced_objects_follow_the_namespace_flag() {
-    let docs = documents("ops", &default_image());
+    let docs = documents("ops", &default_image(), 2);
     for kind in ["ServiceAccount", "Deployment"] {
         assert!(
             docs.iter()

@@ -101,7 +101,7 @@ fn probe(path: &str, period: i32) -> Probe {
     }
 }
 
-pub fn deployment(namespace: &str, image: &str) -> Document {
+pub fn deployment(namespace: &str, image: &str, replicas: u16) -> Document {
     let selector: BTreeMap<String, String> = [
         (
             "app.kubernetes.io/name".to_string(),
@@ -170,7 +170,7 @@ pub fn deployment(namespace: &str, image: &str) -> Document {
             ..Default::default()
         },
         spec: Some(DeploymentSpec {
-            replicas: Some(2),
+            replicas: Some(i32::from(replicas)),
             selector: LabelSelector {
                 match_labels: Some(selector.clone()),
                 match_expressions: None,
@@ -217,7 +217,8 @@ pub fn deployment(namespace: &str, image: &str) -> Document {
         status: None,
     };
     Document::new(
-        "The controller: 2 replicas with leader election (only the Lease holder writes; the other takes over within the lease duration), \
+        "The controller, with leader election: only the Lease holder writes, another replica takes over within the lease duration \
+         (`install --replicas N` sets how many run; 0 runs none). \
          probes on /healthz and /readyz, non-root with a read-only root filesystem and no capabilities.\n\
          Renewals: kubeadm binds system:nodes to the selfnodeclient auto-approval (ClusterRoleBinding \
          kubeadm:node-autoapprove-certificate-rotation), so kube-controller-manager approves every \

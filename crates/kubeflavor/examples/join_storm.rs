@@ -45,6 +45,8 @@ struct Args {
     parallel: usize,
     kubeconfig: Option<String>,
     child: Option<String>,
+    /// The controller's parallel reconciles per loop (its `--concurrency`).
+    concurrency: Option<u16>,
 }
 
 fn args() -> Args {
@@ -53,6 +55,7 @@ fn args() -> Args {
         parallel: 64,
         kubeconfig: None,
         child: None,
+        concurrency: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -65,9 +68,16 @@ fn args() -> Args {
                     .expect("--parallel N")
             }
             "--kubeconfig" => a.kubeconfig = it.next(),
+            "--concurrency" => {
+                a.concurrency = Some(
+                    it.next()
+                        .and_then(|v| v.parse().ok())
+                        .expect("--concurrency N"),
+                )
+            }
             "--controller-child" => a.child = it.next(),
             other => panic!(
-                "unknown argument {other} (use --nodes N [--parallel N] [--kubeconfig FILE])"
+                "unknown argument {other} (use --nodes N [--parallel N] [--concurrency N] [--kubeconfig FILE])"
             ),
         }
     }
@@ -82,14 +92,24 @@ async fn client_from(yaml: &str) -> Client {
     Client::try_from(cfg).expect("client")
 }
 
-fn controller_options(identity: &str) -> Options {
+fn controller_options(identity: &str, concurrency: Option<u16>) -> Options {
     let mut o = Options::new("kube-system", identity);
     o.leader_elect = false;
+    if let Some(c) = concurrency {
+        o.concurrency = c;
+    }
     o
 }
 
 /// The child: the controller alone, until the parent closes our stdin.
-async fn run_child(kubeconfig_path: &str) {
+async fn run_child(kubeconfig_path: &str, concurrency: Option<u16>) {
+    // The controller's log on stderr, as `kubeflavor controller` writes it (RUST_LOG).
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,kube_client=off"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
     let yaml = std::fs::read_to_string(kubeconfig_path).expect("controller kubeconfig");
     let client = client_from(&yaml).await;
     let stop = async {
@@ -99,9 +119,17 @@ async fn run_child(kubeconfig_path: &str) {
         })
         .await;
     };
-    controller::run(Runtime::new(client, controller_options("storm")), stop)
-        .await
-        .expect("controller runs");
+    let rt = Runtime::new(client, controller_options("storm", concurrency));
+    let health = rt.health.clone();
+    // Tell the parent when the caches are synced: the storm starts then, so its figures
+    // measure decisions, not the controller's start-up.
+    let ready = async move {
+        health.wait_synced().await;
+        println!("ready");
+    };
+    let run = controller::run(rt, stop);
+    let (_, ran) = tokio::join!(ready, run);
+    ran.expect("controller runs");
 }
 
 fn vm_hwm_kib(pid: u32) -> Option<u64> {
@@ -202,7 +230,7 @@ async fn main() {
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
     let a = args();
     if let Some(path) = &a.child {
-        run_child(path).await;
+        run_child(path, a.concurrency).await;
         return;
     }
     let n = a.nodes;
@@ -314,25 +342,40 @@ async fn main() {
             )
             .unwrap();
             let exe = std::env::current_exe().expect("own path");
-            child = Some(
-                std::process::Command::new(exe)
-                    .arg("--controller-child")
-                    .arg(&path)
-                    .stdin(std::process::Stdio::piped())
-                    .spawn()
-                    .expect("controller child starts"),
-            );
+            let mut command = std::process::Command::new(exe);
+            command.arg("--controller-child").arg(&path);
+            if let Some(c) = a.concurrency {
+                command.arg("--concurrency").arg(c.to_string());
+            }
+            let mut started = command
+                .stdin(std::process::Stdio::piped())
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .expect("controller child starts");
+            let stdout = started.stdout.take().expect("child stdout");
+            let line = tokio::task::spawn_blocking(move || {
+                let mut line = String::new();
+                std::io::BufRead::read_line(&mut std::io::BufReader::new(stdout), &mut line)
+                    .map(|_| line)
+            })
+            .await
+            .expect("reader")
+            .expect("read the child's ready line");
+            assert_eq!(line.trim(), "ready", "the controller child did not start");
+            child = Some(started);
             c.counters().reset();
         }
         None => {
             let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-            let rt = Runtime::new(admin.clone(), controller_options("storm"));
+            let rt = Runtime::new(admin.clone(), controller_options("storm", a.concurrency));
+            let health = rt.health.clone();
             in_process = Some((
                 tx,
                 tokio::spawn(controller::run(rt, async move {
                     let _ = rx.await;
                 })),
             ));
+            health.wait_synced().await;
         }
     }
 

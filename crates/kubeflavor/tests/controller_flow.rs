@@ -161,6 +161,27 @@ async fn admin_removing_the_flavor_label_sees_it_restored() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_changed_flavor_reaches_its_nodes() {
+    let (h, ctl, sweet, node_a, _) = joined_node().await;
+    // The controller's own status writes (boundNodes) do not count as a change; a new
+    // spec does.
+    h.flavor_until(&sweet, "boundNodes 1", |f| {
+        f.status.as_ref().and_then(|s| s.bound_nodes) == Some(1)
+    })
+    .await;
+    let patch = serde_json::json!({"spec": {"labels": {TIER_KEY: "platinum"}}});
+    Api::<kubeflavor::crd::Flavor>::all(h.admin.clone())
+        .patch(&sweet, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .expect("admin edits the flavor");
+    h.node_until(&node_a, "relabelled", |n| {
+        label(n, TIER_KEY) == Some("platinum") && label(n, FLAVOR_KEY) == Some(sweet.as_str())
+    })
+    .await;
+    ctl.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn node_deleted_and_recreated_gets_its_labels_back() {
     let (h, ctl, sweet, node_a, csr_a) = joined_node().await;
     // The Node is deleted (here by an admin; a kubelet may also delete its own) and the

@@ -25,6 +25,8 @@ pub struct Health {
     leading: AtomicBool,
     synced: AtomicBool,
     stopping: AtomicBool,
+    /// Woken when `synced` turns true.
+    synced_changed: tokio::sync::Notify,
 }
 
 impl Health {
@@ -33,6 +35,23 @@ impl Health {
     }
     pub fn set_synced(&self, v: bool) {
         self.synced.store(v, Ordering::SeqCst);
+        if v {
+            self.synced_changed.notify_waiters();
+        }
+    }
+    /// Resolves once a leadership term has its caches synced: from then on the
+    /// controller decides what it sees.
+    pub async fn wait_synced(&self) {
+        loop {
+            let notified = self.synced_changed.notified();
+            tokio::pin!(notified);
+            // Registered before the check, so a set_synced in between is not missed.
+            notified.as_mut().enable();
+            if self.synced.load(Ordering::SeqCst) {
+                return;
+            }
+            notified.await;
+        }
     }
     pub fn set_stopping(&self) {
         self.stopping.store(true, Ordering::SeqCst);
@@ -172,5 +191,20 @@ mod tests {
         );
         assert_eq!(route("/healthz", &h, &m).status(), StatusCode::OK);
         assert_eq!(route("/nope", &h, &m).status(), StatusCode::NOT_FOUND);
+    }
+
+    #[tokio::test]
+    async fn wait_synced_returns_once_the_caches_are_synced() {
+        let health = Arc::new(Health::default());
+        let waiter = tokio::spawn({
+            let health = health.clone();
+            async move { health.wait_synced().await }
+        });
+        tokio::task::yield_now().await;
+        assert!(!waiter.is_finished(), "returned before the caches synced");
+        health.set_synced(true);
+        waiter.await.expect("waiter");
+        // Already synced: at once.
+        health.wait_synced().await;
     }
 }

@@ -149,6 +149,9 @@ pub async fn run(
     until: Stop,
 ) {
     let store = ctx.bindings.clone();
+    let flavors = ctx.flavors.clone();
+    let seen_specs: std::sync::Mutex<std::collections::HashMap<String, String>> =
+        Default::default();
     let controller = Controller::for_stream(binding_events, store.clone())
         .with_config(Config::default().concurrency(ctx.opts.concurrency));
     let ready_store = store.clone();
@@ -159,6 +162,21 @@ pub async fn run(
         })
         .watches_stream(flavor_events, move |flavor| {
             let name = flavor.name_any();
+            // Only a new spec (generation), a new Flavor under the name (uid) or a deleted
+            // one changes what its Nodes must carry; the bound-node count this controller
+            // writes into the status must not re-run every binding of the Flavor.
+            let now = flavors
+                .get(&ObjectRef::from_obj(&flavor))
+                .map(|f| flavor_version(Some(&f)));
+            let mut seen = seen_specs.lock().expect("seen specs lock");
+            let unchanged = now.is_some() && seen.get(&name) == now.as_ref();
+            match now {
+                Some(v) => seen.insert(name.clone(), v),
+                None => seen.remove(&name),
+            };
+            if unchanged {
+                return Vec::new();
+            }
             store
                 .state()
                 .into_iter()
@@ -197,13 +215,26 @@ fn forget(ctx: &Context, name: &str) {
     ctx.metrics.flavored_nodes.set(flavored.len() as i64);
 }
 
-/// The (Node, binding, Flavor) resourceVersions a reconcile found in the desired state,
-/// folded into one number: an unchanged triple means nothing to read or write.
-fn fingerprint(node_rv: &str, binding_rv: &str, flavor_rv: &str) -> u64 {
+/// The Node and binding resourceVersions and the Flavor's version a reconcile found in
+/// the desired state, folded into one number: unchanged means nothing to read or write.
+fn fingerprint(node_rv: &str, binding_rv: &str, flavor: &str) -> u64 {
     use std::hash::{Hash, Hasher};
     let mut h = std::collections::hash_map::DefaultHasher::new();
-    (node_rv, binding_rv, flavor_rv).hash(&mut h);
+    (node_rv, binding_rv, flavor).hash(&mut h);
     h.finish()
+}
+
+/// What of a Flavor its Nodes depend on: which object (uid) and which spec (generation).
+/// Its resourceVersion would also move with the status this controller writes.
+fn flavor_version(flavor: Option<&Flavor>) -> String {
+    match flavor {
+        Some(f) => format!(
+            "{}/{}",
+            f.metadata.uid.as_deref().unwrap_or_default(),
+            f.metadata.generation.unwrap_or_default()
+        ),
+        None => String::new(),
+    }
 }
 
 pub async fn reconcile(cached: Arc<FlavorBinding>, ctx: Arc<Context>) -> Result<Action, Error> {
@@ -214,16 +245,11 @@ pub async fn reconcile(cached: Arc<FlavorBinding>, ctx: Arc<Context>) -> Result<
         forget(&ctx, &name);
         return Ok(Action::await_change());
     };
-    let flavor_rv = |flavor: Option<&Arc<Flavor>>| {
-        flavor
-            .and_then(|f| f.resource_version())
-            .unwrap_or_default()
-    };
     let flavor = ctx.flavors.get(&ObjectRef::new(&cached.spec.flavor));
     let seen = fingerprint(
         &meta.resource_version().unwrap_or_default(),
         &cached.resource_version().unwrap_or_default(),
-        &flavor_rv(flavor.as_ref()),
+        &flavor_version(flavor.as_deref()),
     );
     if ctx.verified.lock().expect("verified lock").get(&name) == Some(&seen) {
         return Ok(Action::await_change());
@@ -309,7 +335,7 @@ pub async fn reconcile(cached: Arc<FlavorBinding>, ctx: Arc<Context>) -> Result<
     }
     ctx.verified.lock().expect("verified lock").insert(
         name,
-        fingerprint(&node_rv, &binding_rv, &flavor_rv(flavor.as_ref())),
+        fingerprint(&node_rv, &binding_rv, &flavor_version(flavor.as_deref())),
     );
     Ok(Action::await_change())
 }

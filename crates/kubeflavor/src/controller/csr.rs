@@ -54,7 +54,8 @@ pub async fn run(ctx: Arc<Context>, until: Stop) {
         .reflect(writer)
         .applied_objects();
     let controller = Controller::for_stream(csr_events, store.clone())
-        .with_config(Config::default().concurrency(ctx.opts.concurrency));
+        // Unbounded here: the fair limit is `Context::csr_turns` (see `Turns`).
+        .with_config(Config::default().concurrency(0));
     let ready_store = store.clone();
     // A token Secret that changes (created late in a cache, a use released, deleted) may
     // change the fate of CSRs still pending from that token: decide them again.
@@ -109,10 +110,21 @@ pub async fn reconcile(
     cached: Arc<CertificateSigningRequest>,
     ctx: Arc<Context>,
 ) -> Result<Action, Error> {
-    let name = cached.metadata.name.clone().unwrap_or_default();
     if facts::is_decided(&cached) {
         return Ok(Action::await_change());
     }
+    let _turn = ctx.csr_turns.take().await;
+    // Boxed: while it waits for its turn, a reconcile holds a few words, not room for
+    // every API call below.
+    Box::pin(decide(
+        cached.metadata.name.clone().unwrap_or_default(),
+        &ctx,
+    ))
+    .await
+}
+
+/// Reads the CSR and its facts, decides, and writes the decision.
+async fn decide(name: String, ctx: &Context) -> Result<Action, Error> {
     // The cache may lag our own approval (a re-run queued while it was written): read the
     // CSR itself, so a decided CSR is never decided twice and the /approval PUT carries a
     // current resourceVersion.
@@ -135,7 +147,7 @@ pub async fn reconcile(
         .as_ref()
         .ok()
         .map(|p| p.node_name.as_str().to_string());
-    let facts = facts::gather(&ctx, &csr, node.as_deref(), policy::token_flavor).await?;
+    let facts = facts::gather(ctx, &csr, node.as_deref(), policy::token_flavor).await?;
     let verdict = policy::decide(&facts, &ctx.opts, jiff::Timestamp::now());
     match verdict {
         Verdict::Ignore { why } => {
@@ -150,7 +162,7 @@ pub async fn reconcile(
             binding,
         } => {
             approve(
-                &ctx,
+                ctx,
                 &csr,
                 node.as_str(),
                 &flavor,
@@ -173,7 +185,7 @@ pub async fn reconcile(
                 delete_token,
                 count_denial,
             };
-            deny_csr(&ctx, &csr, &facts, deny).await?;
+            deny_csr(ctx, &csr, &facts, deny).await?;
         }
     }
     Ok(Action::await_change())

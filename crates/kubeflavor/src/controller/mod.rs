@@ -61,7 +61,7 @@ pub struct Options {
     pub denial_limit: u32,
     /// Where /metrics, /healthz and /readyz are served; None to serve nothing.
     pub ops_addr: Option<SocketAddr>,
-    /// Parallel reconciles per loop.
+    /// Parallel reconciles per loop (the rest wait their turn, first come first served).
     pub concurrency: u16,
 }
 
@@ -215,6 +215,29 @@ pub struct Context {
     pub flavored: Mutex<HashSet<String>>,
     /// Set once the step hook stopped this context.
     pub halted: std::sync::atomic::AtomicBool,
+    /// Turns to work with the API server, per loop (`Options::concurrency` each).
+    pub csr_turns: Turns,
+    pub node_turns: Turns,
+}
+
+/// A fair limit on parallel reconciles: waiters are served in arrival order.
+///
+/// kube-runtime's own limit (`Config::concurrency`) parks the requests it cannot run yet in
+/// a hash set and picks from it in no particular order, so under a steady stream of new
+/// CSRs an early one can wait for seconds while later ones go first. The loops therefore
+/// let kube-runtime start every reconcile and take a turn here (tokio's semaphore queues
+/// waiters first in, first out) before they talk to the API server.
+pub struct Turns(tokio::sync::Semaphore);
+
+impl Turns {
+    pub fn new(parallel: u16) -> Self {
+        Turns(tokio::sync::Semaphore::new(usize::from(parallel.max(1))))
+    }
+
+    /// Waits for a turn; the turn ends when the guard is dropped.
+    pub async fn take(&self) -> tokio::sync::SemaphorePermit<'_> {
+        self.0.acquire().await.expect("the turns are never closed")
+    }
 }
 
 impl Context {
@@ -398,6 +421,8 @@ async fn run_loops(rt: &Runtime, until: Stop) {
         verified: Mutex::new(HashMap::new()),
         flavored: Mutex::new(HashSet::new()),
         halted: Default::default(),
+        csr_turns: Turns::new(rt.opts.concurrency),
+        node_turns: Turns::new(rt.opts.concurrency),
     });
     let csr_loop = csr::run(ctx.clone(), until.clone());
     let node_loop = node::run(
@@ -432,4 +457,36 @@ async fn run_loops(rt: &Runtime, until: Stop) {
         tracing::debug!("node loop ended");
     };
     tokio::join!(csr_loop, node_loop, counts, synced);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn turns_are_served_in_arrival_order() {
+        let turns = Arc::new(Turns::new(1));
+        let first = turns.take().await;
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let mut waiters = Vec::new();
+        for i in 0..8 {
+            let (turns, tx) = (turns.clone(), tx.clone());
+            waiters.push(tokio::spawn(async move {
+                let _turn = turns.take().await;
+                tx.send(i).expect("receiver alive");
+            }));
+            // Let waiter i queue up before waiter i + 1 arrives.
+            tokio::task::yield_now().await;
+        }
+        drop(first);
+        for w in waiters {
+            w.await.expect("waiter");
+        }
+        drop(tx);
+        let mut served = Vec::new();
+        while let Some(i) = rx.recv().await {
+            served.push(i);
+        }
+        assert_eq!(served, (0..8).collect::<Vec<_>>());
+    }
 }

@@ -153,7 +153,8 @@ pub async fn run(
     let seen_specs: std::sync::Mutex<std::collections::HashMap<String, String>> =
         Default::default();
     let controller = Controller::for_stream(binding_events, store.clone())
-        .with_config(Config::default().concurrency(ctx.opts.concurrency));
+        // Unbounded here: the fair limit is `Context::node_turns` (see `Turns`).
+        .with_config(Config::default().concurrency(0));
     let ready_store = store.clone();
     let fut = controller
         // The binding is named after its Node.
@@ -254,6 +255,20 @@ pub async fn reconcile(cached: Arc<FlavorBinding>, ctx: Arc<Context>) -> Result<
     if ctx.verified.lock().expect("verified lock").get(&name) == Some(&seen) {
         return Ok(Action::await_change());
     }
+    let _turn = ctx.node_turns.take().await;
+    // Boxed: while it waits for its turn, a reconcile holds a few words, not room for
+    // every API call below.
+    Box::pin(flavor_node(name, &cached.spec.flavor, flavor, &ctx)).await
+}
+
+/// Reads the binding and the Node, and brings the Node and the binding's status to what
+/// the Flavor says. `flavor` is the cached Flavor named `cached_flavor`.
+async fn flavor_node(
+    name: String,
+    cached_flavor: &str,
+    flavor: Option<Arc<Flavor>>,
+    ctx: &Context,
+) -> Result<Action, Error> {
     let _timer = Metrics::measure(&ctx.metrics.flavoring_duration);
     // The caches keep neither the binding's status nor the Node's labels and taints: read
     // both, together. A fresh binding is also the only safe base for the status write (a
@@ -276,10 +291,10 @@ pub async fn reconcile(cached: Arc<FlavorBinding>, ctx: Arc<Context>) -> Result<
     )?;
     let (Some(binding), Some(node)) = (binding, node) else {
         // Deleted meanwhile: the watch event that follows ends the story.
-        forget(&ctx, &name);
+        forget(ctx, &name);
         return Ok(Action::await_change());
     };
-    let flavor = if binding.spec.flavor == cached.spec.flavor {
+    let flavor = if binding.spec.flavor == cached_flavor {
         flavor
     } else {
         ctx.flavors.get(&ObjectRef::new(&binding.spec.flavor))

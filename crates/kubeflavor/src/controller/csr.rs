@@ -114,6 +114,10 @@ pub async fn reconcile(
         return Ok(Action::await_change());
     }
     let _turn = ctx.csr_turns.take().await;
+    if ctx.may_write(Step::Reserved).is_err() {
+        // The term ended while this reconcile waited: the next leader decides.
+        return Ok(Action::await_change());
+    }
     // Boxed: while it waits for its turn, a reconcile holds a few words, not room for
     // every API call below.
     Box::pin(decide(
@@ -291,6 +295,7 @@ async fn deny_csr(
     // The cause goes to the trail before the CSR is decided: a decided CSR is never
     // looked at again, so a crash after the condition would lose it for good (a crash
     // before it only records the cause twice).
+    ctx.may_write(Step::Denied)?;
     let token_id = facts.csr.bootstrap_token_id().unwrap_or("-");
     let node = d.node.unwrap_or("-");
     tracing::info!(csr = %name, node, token = token_id, cause = d.cause, token_deleted = deleted, "denied: {}", d.description);

@@ -213,7 +213,7 @@ pub struct Context {
     pub verified: Mutex<HashMap<String, u64>>,
     /// Bindings whose Node currently carries the flavor (the `flavored_nodes` gauge).
     pub flavored: Mutex<HashSet<String>>,
-    /// Set once the step hook stopped this context.
+    /// Set once the step hook stopped this context, or its leadership term ended.
     pub halted: std::sync::atomic::AtomicBool,
     /// Turns to work with the API server, per loop (`Options::concurrency` each).
     pub csr_turns: Turns,
@@ -253,7 +253,8 @@ impl Context {
         }
     }
 
-    /// Checked before every write: a context halted by the step hook writes nothing more.
+    /// Checked before every write: a context halted by the step hook, or whose
+    /// leadership term has ended, writes nothing more.
     pub fn may_write(&self, next: Step) -> Result<(), Error> {
         if self.halted.load(std::sync::atomic::Ordering::SeqCst) {
             Err(Error::Halted(next))
@@ -456,7 +457,17 @@ async fn run_loops(rt: &Runtime, until: Stop) {
         node_loop.await;
         tracing::debug!("node loop ended");
     };
-    tokio::join!(csr_loop, node_loop, counts, synced);
+    // Once the term ends (leadership lost, shutdown), reconciles still running or waiting
+    // for a turn write nothing more: only the leader writes, and the next one finishes
+    // whatever was half done (P6).
+    let term_end = {
+        let ctx = ctx.clone();
+        async move {
+            until.await;
+            ctx.halted.store(true, std::sync::atomic::Ordering::SeqCst);
+        }
+    };
+    tokio::join!(csr_loop, node_loop, counts, synced, term_end);
 }
 
 #[cfg(test)]

@@ -256,6 +256,10 @@ pub async fn reconcile(cached: Arc<FlavorBinding>, ctx: Arc<Context>) -> Result<
         return Ok(Action::await_change());
     }
     let _turn = ctx.node_turns.take().await;
+    if ctx.may_write(Step::NodePatched).is_err() {
+        // The term ended while this reconcile waited: the next leader flavors it.
+        return Ok(Action::await_change());
+    }
     // Boxed: while it waits for its turn, a reconcile holds a few words, not room for
     // every API call below.
     Box::pin(flavor_node(name, &cached.spec.flavor, flavor, &ctx)).await

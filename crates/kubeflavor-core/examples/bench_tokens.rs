@@ -13,7 +13,7 @@ use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use jiff::Timestamp;
 use kubeflavor_core::token::BootstrapToken;
-use kubeflavor_core::token_record::{SecretView, TokenRecord, authenticate_token_secret};
+use kubeflavor_core::token_record::{TokenRecord, authenticate_token_secret};
 use kubeflavor_core::token_secret::{TokenSecretData, flavored_token_secret};
 
 fn bench(name: &str, iterations: u32, mut f: impl FnMut()) {
@@ -88,15 +88,7 @@ fn main() {
     );
 
     let obj = flavored_token_secret(&token, &flavor, expiration, NonZeroU32::MIN);
-    let view = SecretView {
-        namespace: obj.namespace,
-        name: &obj.name,
-        type_: obj.type_,
-        being_deleted: false,
-        data: &obj.string_data,
-        labels: &obj.labels,
-        annotations: &obj.annotations,
-    };
+    let view = obj.view();
     bench("TokenSecretData::from_string_data", 100_000, || {
         black_box(TokenSecretData::from_string_data(&obj.string_data).unwrap());
     });

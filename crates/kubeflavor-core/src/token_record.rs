@@ -405,15 +405,7 @@ mod tests {
             Some("2026-12-01T00:00:00Z".parse().unwrap()),
             NonZeroU32::MIN,
         );
-        let view = SecretView {
-            namespace: obj.namespace,
-            name: &obj.name,
-            type_: obj.type_,
-            being_deleted: false,
-            data: &obj.string_data,
-            labels: &obj.labels,
-            annotations: &obj.annotations,
-        };
+        let view = obj.view();
         let who = authenticate_token_secret(&view, now()).unwrap();
         assert_eq!(
             who.groups,
@@ -437,15 +429,7 @@ mod tests {
                 Some("2026-12-01T00:00:00Z".parse().unwrap()),
                 NonZeroU32::new(max).unwrap(),
             );
-            let view = SecretView {
-                namespace: obj.namespace,
-                name: &obj.name,
-                type_: obj.type_,
-                being_deleted: false,
-                data: &obj.string_data,
-                labels: &obj.labels,
-                annotations: &obj.annotations,
-            };
+            let view = obj.view();
             authenticate_token_secret(&view, now()).unwrap()
         };
         let sweet = identity("aaaaaa.0123456789abcdef", "sweet", 1);

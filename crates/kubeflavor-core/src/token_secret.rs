@@ -275,6 +275,21 @@ pub struct TokenSecretObject {
     pub annotations: BTreeMap<String, String>,
 }
 
+impl TokenSecretObject {
+    /// This Secret as the API server would read it back (not being deleted).
+    pub fn view(&self) -> crate::token_record::SecretView<'_> {
+        crate::token_record::SecretView {
+            namespace: self.namespace,
+            name: &self.name,
+            type_: self.type_,
+            being_deleted: false,
+            data: &self.string_data,
+            labels: &self.labels,
+            annotations: &self.annotations,
+        }
+    }
+}
+
 impl Drop for TokenSecretObject {
     fn drop(&mut self) {
         for v in self.string_data.values_mut() {

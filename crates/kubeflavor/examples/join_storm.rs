@@ -21,10 +21,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use k8s_openapi::ByteString;
-use k8s_openapi::api::certificates::v1::{
-    CertificateSigningRequest, CertificateSigningRequestSpec,
-};
+use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use k8s_openapi::api::core::v1::{Node, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::PostParams;
@@ -186,32 +183,12 @@ where
     })
 }
 
-fn csr_for(name: &str, node: &str) -> (CertificateSigningRequest, String) {
-    let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).expect("key");
-    let mut params = rcgen::CertificateParams::default();
-    let mut dn = rcgen::DistinguishedName::new();
-    dn.push(rcgen::DnType::OrganizationName, "system:nodes");
-    dn.push(rcgen::DnType::CommonName, format!("system:node:{node}"));
-    params.distinguished_name = dn;
-    let pem = params
-        .serialize_request(&key)
-        .expect("csr")
-        .pem()
-        .expect("pem");
-    let csr = CertificateSigningRequest {
-        metadata: ObjectMeta {
-            name: Some(name.into()),
-            ..ObjectMeta::default()
-        },
-        spec: CertificateSigningRequestSpec {
-            request: ByteString(pem.into_bytes()),
-            signer_name: "kubernetes.io/kube-apiserver-client-kubelet".into(),
-            usages: Some(vec!["digital signature".into(), "client auth".into()]),
-            ..CertificateSigningRequestSpec::default()
-        },
-        status: None,
-    };
-    (csr, key.serialize_pem())
+/// The CSR a kubelet files for `node` (the same shape `kubeflavor join` sends), and its key.
+fn csr_for(node: &str) -> (CertificateSigningRequest, String) {
+    let generated = kubeflavor_core::kubelet_csr::generate_kubelet_csr(node).expect("kubelet CSR");
+    let csr = kubeflavor::join::tls_bootstrap::kubelet_csr_object(Some(node), generated.csr_pem());
+    let key = String::from_utf8(generated.key_pem().to_vec()).expect("PEM is ASCII");
+    (csr, key)
 }
 
 /// A kubeconfig like `base` (same server and CA) with another user.
@@ -414,7 +391,7 @@ async fn main() {
             async move {
                 let node = format!("storm-{i:05}");
                 let boot = client_from(&kubeconfig_with_user(&admin_yaml, &format!("    token: {}\n", t.expose().as_str()))).await;
-                let (csr, key) = csr_for(&node, &node);
+                let (csr, key) = csr_for(&node);
                 Api::<CertificateSigningRequest>::all(boot)
                     .create(&PostParams::default(), &csr)
                     .await

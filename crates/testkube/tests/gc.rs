@@ -4,12 +4,11 @@
 
 mod common;
 
-use common::{admin, within};
+use common::{admin, watch_from_now, within};
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
 use kube::api::{
-    Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, PropagationPolicy, WatchEvent,
-    WatchParams,
+    Api, DeleteParams, Patch, PatchParams, PostParams, PropagationPolicy, WatchEvent, WatchParams,
 };
 use serde_json::json;
 use testkube::TestCluster;
@@ -185,18 +184,7 @@ async fn a_deleted_namespace_is_emptied_then_removed() {
     )
     .await
     .unwrap();
-    let rv = namespaces
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .metadata
-        .resource_version
-        .unwrap();
-    let mut stream = namespaces
-        .watch(&WatchParams::default(), &rv)
-        .await
-        .unwrap()
-        .boxed();
+    let mut stream = watch_from_now(&namespaces, &WatchParams::default()).await;
     let terminating = namespaces
         .delete("scratch", &DeleteParams::default())
         .await

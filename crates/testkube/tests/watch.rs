@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{admin, within};
+use common::{admin, watch_from_now, within};
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{
@@ -142,18 +142,7 @@ async fn a_resource_version_older_than_the_history_gets_410() {
 async fn objects_leaving_a_label_selection_are_deleted_for_that_watch() {
     let cluster = TestCluster::start().await.unwrap();
     let cms: Api<ConfigMap> = Api::namespaced(admin(&cluster).await, "default");
-    let rv = cms
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .metadata
-        .resource_version
-        .unwrap();
-    let mut stream = cms
-        .watch(&WatchParams::default().labels("team=a"), &rv)
-        .await
-        .unwrap()
-        .boxed();
+    let mut stream = watch_from_now(&cms, &WatchParams::default().labels("team=a")).await;
     cms.create(&PostParams::default(), &cm("x", json!({"team": "b"})))
         .await
         .unwrap();
@@ -239,18 +228,7 @@ async fn kube_runtime_watcher_lists_then_watches_in_both_modes() {
 async fn cut_watches_ends_streams_and_the_watcher_recovers() {
     let cluster = TestCluster::start().await.unwrap();
     let cms: Api<ConfigMap> = Api::namespaced(admin(&cluster).await, "default");
-    let rv = cms
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .metadata
-        .resource_version
-        .unwrap();
-    let mut raw = cms
-        .watch(&WatchParams::default(), &rv)
-        .await
-        .unwrap()
-        .boxed();
+    let mut raw = watch_from_now(&cms, &WatchParams::default()).await;
     let mut runtime = watcher(cms.clone(), watcher::Config::default()).boxed();
     next_names(&mut runtime, true).await;
     // An event through each stream proves both watches are open.
@@ -292,18 +270,7 @@ async fn cut_watches_ends_streams_and_the_watcher_recovers() {
 async fn shutdown_closes_open_watches() {
     let cluster = TestCluster::start().await.unwrap();
     let cms: Api<ConfigMap> = Api::namespaced(admin(&cluster).await, "default");
-    let rv = cms
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .metadata
-        .resource_version
-        .unwrap();
-    let mut stream = cms
-        .watch(&WatchParams::default(), &rv)
-        .await
-        .unwrap()
-        .boxed();
+    let mut stream = watch_from_now(&cms, &WatchParams::default()).await;
     within("watch registered", async {
         while cluster.open_watches() < 1 {
             tokio::task::yield_now().await;

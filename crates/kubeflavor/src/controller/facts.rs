@@ -14,10 +14,10 @@ use kube::core::PartialObjectMeta;
 use super::{Context, Error, TOKEN_NAMESPACE};
 use crate::crd::{Flavor, FlavorBinding};
 
-/// Bootstrap identities are `system:bootstrap:<token-id>` (spec section 1).
-pub const BOOTSTRAP_USER_PREFIX: &str = "system:bootstrap:";
 /// Node identities (renewals) are `system:node:<name>` (spec section 4).
-pub const NODE_USER_PREFIX: &str = "system:node:";
+pub use kubeflavor_core::csr::NODE_USER_PREFIX;
+/// Bootstrap identities are `system:bootstrap:<token-id>` (spec section 1).
+pub use kubeflavor_core::token::BOOTSTRAP_USER_PREFIX;
 
 /// The CSR fields a decision reads, copied out of the object.
 #[derive(Clone, Debug)]

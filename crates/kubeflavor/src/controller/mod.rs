@@ -35,9 +35,9 @@ use self::leader::{LeaderElector, LeaseConfig};
 use self::metrics::Metrics;
 
 /// The signer of kubelet client certificates (spec section 4).
-pub const KUBELET_CLIENT_SIGNER: &str = "kubernetes.io/kube-apiserver-client-kubelet";
+pub use kubeflavor_core::csr::KUBELET_CLIENT_SIGNER;
 /// Where bootstrap token Secrets live (spec section 1).
-pub const TOKEN_NAMESPACE: &str = "kube-system";
+pub use kubeflavor_core::token_secret::TOKEN_SECRET_NAMESPACE as TOKEN_NAMESPACE;
 /// The Lease the replicas compete for.
 pub const LEASE_NAME: &str = "kubeflavor-controller";
 

@@ -81,6 +81,30 @@ pub enum TlsBootstrapError {
     },
 }
 
+/// The CertificateSigningRequest object a kubelet files for `csr_pem`: the kubelet client
+/// signer and the kubelet's usages. Named `name`, or `csr-<random>` by the API server.
+pub fn kubelet_csr_object(name: Option<&str>, csr_pem: &str) -> CertificateSigningRequest {
+    CertificateSigningRequest {
+        metadata: ObjectMeta {
+            name: name.map(str::to_string),
+            generate_name: name.is_none().then(|| "csr-".into()),
+            ..Default::default()
+        },
+        spec: CertificateSigningRequestSpec {
+            request: ByteString(csr_pem.as_bytes().to_vec()),
+            signer_name: KUBELET_CLIENT_SIGNER.into(),
+            usages: Some(
+                KUBELET_CLIENT_USAGES
+                    .iter()
+                    .map(|u| u.to_string())
+                    .collect(),
+            ),
+            ..Default::default()
+        },
+        status: None,
+    }
+}
+
 /// Generates the key and CSR, submits it with `client` (authenticated as the bootstrap
 /// identity), and waits until `deadline` for the certificate.
 pub async fn request_client_certificate(
@@ -92,24 +116,7 @@ pub async fn request_client_certificate(
     let deadline = Instant::now() + timeout;
     let generated = generate_kubelet_csr(node_name.as_str())
         .map_err(|e| TlsBootstrapError::Generate(e.to_string()))?;
-    let csr = CertificateSigningRequest {
-        metadata: ObjectMeta {
-            generate_name: Some("csr-".into()),
-            ..Default::default()
-        },
-        spec: CertificateSigningRequestSpec {
-            request: ByteString(generated.csr_pem().as_bytes().to_vec()),
-            signer_name: KUBELET_CLIENT_SIGNER.into(),
-            usages: Some(
-                KUBELET_CLIENT_USAGES
-                    .iter()
-                    .map(|u| u.to_string())
-                    .collect(),
-            ),
-            ..Default::default()
-        },
-        status: None,
-    };
+    let csr = kubelet_csr_object(None, generated.csr_pem());
     let api: Api<CertificateSigningRequest> = Api::all(client);
     let created = api
         .create(&PostParams::default(), &csr)

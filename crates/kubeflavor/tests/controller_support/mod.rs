@@ -10,10 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use k8s_openapi::ByteString;
-use k8s_openapi::api::certificates::v1::{
-    CertificateSigningRequest, CertificateSigningRequestSpec,
-};
+use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use k8s_openapi::api::core::v1::{Node, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::PostParams;
@@ -345,19 +342,7 @@ pub async fn submit_csr_with(
         .expect("csr")
         .pem()
         .expect("pem");
-    let csr = CertificateSigningRequest {
-        metadata: ObjectMeta {
-            name: Some(csr_name.to_string()),
-            ..ObjectMeta::default()
-        },
-        spec: CertificateSigningRequestSpec {
-            request: ByteString(pem.into_bytes()),
-            signer_name: "kubernetes.io/kube-apiserver-client-kubelet".into(),
-            usages: Some(vec!["digital signature".into(), "client auth".into()]),
-            ..CertificateSigningRequestSpec::default()
-        },
-        status: None,
-    };
+    let csr = kubeflavor::join::tls_bootstrap::kubelet_csr_object(Some(csr_name), &pem);
     let created = Api::<CertificateSigningRequest>::all(client.clone())
         .create(&PostParams::default(), &csr)
         .await

@@ -25,6 +25,26 @@ pub async fn admin(cluster: &TestCluster) -> kube::Client {
     client_from(&cluster.admin_kubeconfig()).await
 }
 
+/// A raw watch of `api` from now on, with `params`: a list gives the current
+/// resourceVersion, the watch starts there.
+pub async fn watch_from_now<K>(
+    api: &kube::Api<K>,
+    params: &kube::api::WatchParams,
+) -> futures::stream::BoxStream<'static, kube::Result<kube::api::WatchEvent<K>>>
+where
+    K: Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + 'static,
+{
+    use futures::StreamExt;
+    let rv = api
+        .list(&kube::api::ListParams::default())
+        .await
+        .expect("list")
+        .metadata
+        .resource_version
+        .expect("list resourceVersion");
+    api.watch(params, &rv).await.expect("watch").boxed()
+}
+
 /// Wait for a future with the safety timeout, failing the test with `what` if it expires.
 pub async fn within<T>(what: &str, fut: impl std::future::Future<Output = T>) -> T {
     tokio::time::timeout(PATIENCE, fut)

@@ -12,7 +12,7 @@ use super::{Document, labels};
 /// The controller's ServiceAccount (in the install namespace).
 pub const CONTROLLER_SA: &str = "kubeflavor-controller";
 /// The signer of kubelet client certificates: the only one the controller may approve for.
-pub const KUBELET_CLIENT_SIGNER: &str = "kubernetes.io/kube-apiserver-client-kubelet";
+pub use kubeflavor_core::csr::KUBELET_CLIENT_SIGNER;
 
 /// A rule and the sentence a reader of the YAML needs to judge it.
 pub struct Rule {

@@ -207,10 +207,10 @@ pub struct Context {
     pub flavors: kube::runtime::reflector::Store<crate::crd::Flavor>,
     /// FlavorBindings as watched (slim: name, resourceVersion, flavor).
     pub bindings: kube::runtime::reflector::Store<crate::crd::FlavorBinding>,
-    /// Per binding: a fingerprint of the Node and binding resourceVersions and the Flavor's
-    /// uid and generation last found in the desired state, so an unchanged Node is not
-    /// fetched again.
-    pub verified: Mutex<HashMap<String, u64>>,
+    /// Per binding: fingerprints of the Node and binding resourceVersions and the Flavor's
+    /// uid and generation last found in the desired state (the binding as written, and as
+    /// read before its status write), so an unchanged Node is not fetched again.
+    pub verified: Mutex<HashMap<String, [u64; 2]>>,
     /// Bindings whose Node currently carries the flavor (the `flavored_nodes` gauge).
     pub flavored: Mutex<HashSet<String>>,
     /// Set once the step hook stopped this context, or its leadership term ended.

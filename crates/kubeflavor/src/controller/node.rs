@@ -252,7 +252,13 @@ pub async fn reconcile(cached: Arc<FlavorBinding>, ctx: Arc<Context>) -> Result<
         &cached.resource_version().unwrap_or_default(),
         &flavor_version(flavor.as_deref()),
     );
-    if ctx.verified.lock().expect("verified lock").get(&name) == Some(&seen) {
+    if ctx
+        .verified
+        .lock()
+        .expect("verified lock")
+        .get(&name)
+        .is_some_and(|done| done.contains(&seen))
+    {
         return Ok(Action::await_change());
     }
     let _turn = ctx.node_turns.take().await;
@@ -325,7 +331,8 @@ async fn flavor_node(
     }
 
     // Status: only when it differs.
-    let mut binding_rv = binding.resource_version().unwrap_or_default();
+    let read_rv = binding.resource_version().unwrap_or_default();
+    let mut binding_rv = read_rv.clone();
     if binding.status.as_ref() != Some(&plan.status) {
         ctx.may_write(Step::StatusWritten)?;
         let body = serde_json::json!({
@@ -352,9 +359,15 @@ async fn flavor_node(
         }
         ctx.metrics.flavored_nodes.set(flavored.len() as i64);
     }
+    // The binding cache may still hold the version read above while the status write
+    // travels back on the watch: that version, with this status written, is also done.
+    let flavor = flavor_version(flavor.as_deref());
     ctx.verified.lock().expect("verified lock").insert(
         name,
-        fingerprint(&node_rv, &binding_rv, &flavor_version(flavor.as_deref())),
+        [
+            fingerprint(&node_rv, &binding_rv, &flavor),
+            fingerprint(&node_rv, &read_rv, &flavor),
+        ],
     );
     Ok(Action::await_change())
 }

@@ -241,6 +241,32 @@ impl Turns {
 }
 
 impl Context {
+    /// A fresh context for one leadership term over the given caches.
+    fn new(
+        rt: &Runtime,
+        nodes: kube::runtime::reflector::Store<
+            kube::core::PartialObjectMeta<k8s_openapi::api::core::v1::Node>,
+        >,
+        flavors: kube::runtime::reflector::Store<crate::crd::Flavor>,
+        bindings: kube::runtime::reflector::Store<crate::crd::FlavorBinding>,
+    ) -> Context {
+        Context {
+            client: rt.client.clone(),
+            opts: rt.opts.clone(),
+            metrics: rt.metrics.clone(),
+            health: rt.health.clone(),
+            hook: rt.hook.clone(),
+            nodes,
+            flavors,
+            bindings,
+            verified: Mutex::new(HashMap::new()),
+            flavored: Mutex::new(HashSet::new()),
+            halted: Default::default(),
+            csr_turns: Turns::new(rt.opts.concurrency),
+            node_turns: Turns::new(rt.opts.concurrency),
+        }
+    }
+
     /// Runs the step hook, if any: `Err(Halted)` means stop here, and from then on this
     /// context refuses every write (see [`Context::may_write`]), like a dead process.
     pub fn step(&self, name: &str, step: Step) -> Result<(), Error> {
@@ -410,21 +436,7 @@ async fn run_loops(rt: &Runtime, until: Stop) {
     let (nodes, node_events) = node::node_metadata_store(rt.client.clone());
     let (flavors, flavor_events) = node::flavor_store(rt.client.clone(), counts_changed.clone());
     let (bindings, binding_events) = node::binding_store(rt.client.clone(), counts_changed.clone());
-    let ctx = Arc::new(Context {
-        client: rt.client.clone(),
-        opts: rt.opts.clone(),
-        metrics: rt.metrics.clone(),
-        health: rt.health.clone(),
-        hook: rt.hook.clone(),
-        nodes,
-        flavors,
-        bindings,
-        verified: Mutex::new(HashMap::new()),
-        flavored: Mutex::new(HashSet::new()),
-        halted: Default::default(),
-        csr_turns: Turns::new(rt.opts.concurrency),
-        node_turns: Turns::new(rt.opts.concurrency),
-    });
+    let ctx = Arc::new(Context::new(rt, nodes, flavors, bindings));
     let csr_loop = csr::run(ctx.clone(), until.clone());
     let node_loop = node::run(
         ctx.clone(),
@@ -457,17 +469,16 @@ async fn run_loops(rt: &Runtime, until: Stop) {
         node_loop.await;
         tracing::debug!("node loop ended");
     };
-    // Once the term ends (leadership lost, shutdown), reconciles still running or waiting
-    // for a turn write nothing more: only the leader writes, and the next one finishes
-    // whatever was half done (P6).
-    let term_end = {
-        let ctx = ctx.clone();
-        async move {
-            until.await;
-            ctx.halted.store(true, std::sync::atomic::Ordering::SeqCst);
-        }
-    };
+    let term_end = halt_at_term_end(&ctx, until);
     tokio::join!(csr_loop, node_loop, counts, synced, term_end);
+}
+
+/// Once the term ends (leadership lost, shutdown), reconciles still running or waiting for
+/// a turn write nothing more: only the leader writes, and the next one finishes whatever
+/// was half done (P6).
+async fn halt_at_term_end(ctx: &Context, until: Stop) {
+    until.await;
+    ctx.halted.store(true, std::sync::atomic::Ordering::SeqCst);
 }
 
 #[cfg(test)]
@@ -499,5 +510,26 @@ mod tests {
             served.push(i);
         }
         assert_eq!(served, (0..8).collect::<Vec<_>>());
+    }
+
+    #[tokio::test]
+    async fn a_term_that_ended_writes_nothing_more() {
+        crate::cluster::install_crypto_provider();
+        let config = kube::Config::new("https://127.0.0.1:9".parse().expect("url"));
+        let client = Client::try_from(config).expect("client");
+        let rt = Runtime::new(client, Options::new("ns", "me"));
+        use kube::runtime::reflector::store;
+        let ctx = Context::new(&rt, store().0, store().0, store().0);
+        let (tx, rx) = watch::channel(false);
+        let term = halt_at_term_end(&ctx, stop_when(rx, true));
+        let check = async {
+            assert!(ctx.may_write(Step::Reserved).is_ok(), "the term is on");
+            tx.send(true).expect("term receiver");
+        };
+        tokio::join!(term, check);
+        assert!(matches!(
+            ctx.may_write(Step::Bound),
+            Err(Error::Halted(Step::Bound))
+        ));
     }
 }

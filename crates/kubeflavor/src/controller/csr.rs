@@ -142,16 +142,17 @@ async fn decide(name: String, ctx: &Context) -> Result<Action, Error> {
         Some(csr) => csr,
         None => return Ok(Action::await_change()),
     };
-    if facts::CsrView::from_object(&csr).decided {
+    if facts::is_decided(&csr) {
         return Ok(Action::await_change());
     }
     let _timer = Metrics::measure(&ctx.metrics.decision_duration);
-    let parsed = policy::validate(&facts::CsrView::from_object(&csr));
+    let view = facts::CsrView::from_object(&csr);
+    let parsed = policy::validate(&view);
     let node = parsed
         .as_ref()
         .ok()
         .map(|p| p.node_name.as_str().to_string());
-    let facts = facts::gather(ctx, &csr, node.as_deref(), policy::token_flavor).await?;
+    let facts = facts::gather(ctx, view, node.as_deref(), policy::token_flavor).await?;
     let verdict = policy::decide(&facts, &ctx.opts, jiff::Timestamp::now());
     match verdict {
         Verdict::Ignore { why } => {

@@ -84,15 +84,14 @@ fn read_err(what: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
     move |source| Error::Read { what, source }
 }
 
-/// Reads the token Secret, its Flavor, and the binding and Node of `node_name` (the CN's
-/// node name, when the CSR parsed far enough to have one).
+/// Reads, for the CSR seen as `view`, the token Secret, its Flavor, and the binding and
+/// Node of `node_name` (the CN's node name, when the CSR parsed far enough to have one).
 pub async fn gather(
     ctx: &Context,
-    csr: &CertificateSigningRequest,
+    view: CsrView,
     node_name: Option<&str>,
     flavor_of: impl Fn(&Secret) -> Option<String>,
 ) -> Result<CsrFactsRead, Error> {
-    let view = CsrView::from_object(csr);
     // The token (then its Flavor) and the name's binding and Node are independent reads:
     // issue them together so a decision waits for one round trip, not four.
     let token_and_flavor = async {

@@ -19,6 +19,18 @@ async fn generate_and_upload(env: &Env, dir: &std::path::Path, extra: &[&str]) -
 
 // current_thread (the default): every task logs through the thread's subscriber.
 /// A client authenticating with a fresh bootstrap token whose extra group is `group`.
+/// `client` may not read Secret kube-system/`name`: the API server answers 403.
+async fn assert_cannot_read(client: &kube::Client, name: &str, who: &str) {
+    let err = Api::<Secret>::namespaced(client.clone(), "kube-system")
+        .get(name)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, kube::Error::Api(s) if s.code == 403),
+        "{who} reading {name}: {err}"
+    );
+}
+
 async fn client_in_group(env: &Env, group: &str) -> kube::Client {
     env.token_client(&create_token(&env.client, group).await)
         .await
@@ -91,14 +103,7 @@ async fn only_control_plane_tokens_may_read_the_secret_by_default() {
         ("kubeflavor node token", &node),
         ("kubeadm worker token", &kubeadm),
     ] {
-        let err = Api::<Secret>::namespaced(client.clone(), "kube-system")
-            .get("kubeadm-certs")
-            .await
-            .unwrap_err();
-        assert!(
-            matches!(&err, kube::Error::Api(s) if s.code == 403),
-            "{who}: {err}"
-        );
+        assert_cannot_read(client, "kubeadm-certs", who).await;
     }
     let got = Api::<Secret>::namespaced(cp.clone(), "kube-system")
         .get("kubeadm-certs")
@@ -106,14 +111,7 @@ async fn only_control_plane_tokens_may_read_the_secret_by_default() {
         .unwrap();
     assert!(got.data.unwrap().contains_key("ca.key"));
     // And it may read nothing else.
-    let err = Api::<Secret>::namespaced(cp.clone(), "kube-system")
-        .get("kubeadm-certs-other")
-        .await
-        .unwrap_err();
-    assert!(
-        matches!(&err, kube::Error::Api(s) if s.code == 403),
-        "{err}"
-    );
+    assert_cannot_read(&cp, "kubeadm-certs-other", "the control-plane token").await;
 }
 
 #[tokio::test]
@@ -128,14 +126,7 @@ async fn readable_by_kubeadm_binds_kubeadms_default_token_group() {
         .get("kubeadm-certs")
         .await
         .unwrap();
-    let err = Api::<Secret>::namespaced(cp, "kube-system")
-        .get("kubeadm-certs")
-        .await
-        .unwrap_err();
-    assert!(
-        matches!(&err, kube::Error::Api(s) if s.code == 403),
-        "{err}"
-    );
+    assert_cannot_read(&cp, "kubeadm-certs", "the control-plane token").await;
 }
 
 #[tokio::test]

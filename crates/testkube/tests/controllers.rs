@@ -19,6 +19,17 @@ use testkube::TestCluster;
 
 const B64URL: base64::engine::GeneralPurpose = base64::engine::general_purpose::URL_SAFE_NO_PAD;
 
+/// Creates a bootstrap token Secret `id` (secret `0123456789abcdef`) and returns it.
+async fn create_token(secrets: &Api<Secret>, id: &str, expiration: Option<String>) -> Secret {
+    secrets
+        .create(
+            &PostParams::default(),
+            &token_secret(id, "0123456789abcdef", expiration),
+        )
+        .await
+        .unwrap()
+}
+
 fn token_secret(id: &str, secret: &str, expiration: Option<String>) -> Secret {
     let mut data = BTreeMap::from([
         ("token-id".to_string(), id.to_string()),
@@ -94,13 +105,7 @@ async fn cluster_info_is_readable_anonymously_and_signed_for_each_signing_token(
 
     let secrets: Api<Secret> = Api::namespaced(admin(&cluster).await, "kube-system");
     let cms: Api<ConfigMap> = Api::namespaced(admin(&cluster).await, "kube-public");
-    secrets
-        .create(
-            &PostParams::default(),
-            &token_secret("abcdef", "0123456789abcdef", None),
-        )
-        .await
-        .unwrap();
+    create_token(&secrets, "abcdef", None).await;
     let signed = wait_cluster_info(&cms, |cm| has_key(cm, "jws-kubeconfig-abcdef")).await;
     assert_eq!(
         signed.data.unwrap()["jws-kubeconfig-abcdef"],
@@ -121,28 +126,13 @@ async fn expired_tokens_are_deleted_and_their_signature_goes_with_them() {
     let secrets: Api<Secret> = Api::namespaced(admin(&cluster).await, "kube-system");
     let cms: Api<ConfigMap> = Api::namespaced(admin(&cluster).await, "kube-public");
     let soon = jiff::Timestamp::now() + jiff::SignedDuration::from_secs(2);
-    secrets
-        .create(
-            &PostParams::default(),
-            &token_secret(
-                "jgr3j6",
-                "0123456789abcdef",
-                Some(soon.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()),
-            ),
-        )
-        .await
-        .unwrap();
-    let old = secrets
-        .create(
-            &PostParams::default(),
-            &token_secret(
-                "j4q87l",
-                "0123456789abcdef",
-                Some("2000-01-01T00:00:00Z".into()),
-            ),
-        )
-        .await
-        .unwrap();
+    create_token(
+        &secrets,
+        "jgr3j6",
+        Some(soon.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()),
+    )
+    .await;
+    let old = create_token(&secrets, "j4q87l", Some("2000-01-01T00:00:00Z".into())).await;
     wait_cluster_info(&cms, |cm| has_key(cm, "jws-kubeconfig-jgr3j6")).await;
     let mut stream = secrets
         .watch(
@@ -268,24 +258,8 @@ async fn each_duty_can_be_switched_off() {
         .await
         .unwrap();
     approve(&csrs, "csr-off").await;
-    secrets
-        .create(
-            &PostParams::default(),
-            &token_secret(
-                "old000",
-                "0123456789abcdef",
-                Some("2000-01-01T00:00:00Z".into()),
-            ),
-        )
-        .await
-        .unwrap();
-    let owner = secrets
-        .create(
-            &PostParams::default(),
-            &token_secret("owner0", "0123456789abcdef", None),
-        )
-        .await
-        .unwrap();
+    create_token(&secrets, "old000", Some("2000-01-01T00:00:00Z".into())).await;
+    let owner = create_token(&secrets, "owner0", None).await;
     secrets
         .create(&PostParams::default(), &owned_by("dependent", &owner))
         .await
@@ -294,13 +268,7 @@ async fn each_duty_can_be_switched_off() {
         .delete("bootstrap-token-owner0", &DeleteParams::default())
         .await
         .unwrap();
-    secrets
-        .create(
-            &PostParams::default(),
-            &token_secret("sync00", "0123456789abcdef", None),
-        )
-        .await
-        .unwrap();
+    create_token(&secrets, "sync00", None).await;
     wait_cluster_info(&cms, |cm| has_key(cm, "jws-kubeconfig-sync00")).await;
     assert!(
         csrs.get("csr-off")
@@ -334,20 +302,8 @@ async fn each_duty_can_be_switched_off() {
     let client = admin(&cluster).await;
     let secrets: Api<Secret> = Api::namespaced(client.clone(), "kube-system");
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "kube-public");
-    secrets
-        .create(
-            &PostParams::default(),
-            &token_secret("abcdef", "0123456789abcdef", None),
-        )
-        .await
-        .unwrap();
-    let owner = secrets
-        .create(
-            &PostParams::default(),
-            &token_secret("owner1", "0123456789abcdef", None),
-        )
-        .await
-        .unwrap();
+    create_token(&secrets, "abcdef", None).await;
+    let owner = create_token(&secrets, "owner1", None).await;
     let dep = secrets
         .create(&PostParams::default(), &owned_by("dependent", &owner))
         .await

@@ -6,12 +6,57 @@
 
 use std::time::{Duration, Instant};
 
+use clap::Parser;
 use kubeflavor::certs::download::{self, DownloadOptions};
 use kubeflavor::certs::objects::ReadableBy;
 use kubeflavor::certs::pki_files;
 use kubeflavor::certs::upload::{self, UploadOptions};
 use kubeflavor_core::certkey::CertificateKey;
 use kubeflavor_core::pki::{KeyAlgorithm, generate_shared_ca_set};
+
+/// bench_certs: the certificate hand-off, timed.
+///
+/// `certs generate` of the shared CA set (RSA-2048 and ECDSA P-256, with the file
+/// writes), then `certs upload` and `certs download` of the full set against an in-process
+/// testkube, and the API requests per upload+download pair. Prints figures; asserts
+/// nothing about time.
+#[derive(Debug, Parser)]
+#[command(
+    name = "bench_certs",
+    after_help = "Run: cargo run --release -p kubeflavor --example bench_certs [-- ROUNDS]"
+)]
+struct Args {
+    /// Rounds of each measurement.
+    #[arg(value_name = "ROUNDS", default_value_t = 20, value_parser = at_least_one)]
+    rounds: usize,
+}
+
+fn at_least_one(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(0) => Err("must be at least 1".into()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// `--help` prints the usage and exits 0; any other command-line error is one line on
+/// stderr and exit code 2.
+fn args() -> Args {
+    Args::try_parse().unwrap_or_else(|e| {
+        use clap::error::ErrorKind;
+        if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
+            e.exit();
+        }
+        let rendered = e.render().to_string();
+        let line = rendered
+            .lines()
+            .map(str::trim)
+            .find(|l| !l.is_empty())
+            .unwrap_or("bad arguments");
+        eprintln!("error: {} (see --help)", line.trim_start_matches("error: "));
+        std::process::exit(2);
+    })
+}
 
 fn stats(name: &str, samples: &mut [Duration]) {
     samples.sort();
@@ -30,10 +75,7 @@ fn stats(name: &str, samples: &mut [Duration]) {
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
-    let rounds: usize = std::env::args()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(20);
+    let rounds = args().rounds;
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
 
     for (name, alg) in [

@@ -20,6 +20,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context, bail};
+use clap::Parser;
 use k8s_openapi::api::authentication::v1::SelfSubjectReview;
 use k8s_openapi::api::core::v1::{Node, Secret, Taint};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -34,8 +35,43 @@ const UNVERIFIED: &str = "kubeflavor.io/unverified";
 /// Safety net for waiting on the controller; never reached when things work.
 const PATIENCE: Duration = Duration::from_secs(60);
 
+/// walkthrough: the whole kubeflavor story, told with real calls on an in-memory API
+/// server (testkube).
+///
+/// An owner installs kubeflavor, defines two flavors and mints a token of each; the
+/// controller runs; two machines join with `kubeflavor join --tls-bootstrap` and get their
+/// flavor's labels; then a sour token asking for the sweet node's name is refused, and the
+/// sweet node raising its own trust level is refused by NodeRestriction. It measures
+/// nothing and takes no flags.
+#[derive(Debug, Parser)]
+#[command(
+    name = "walkthrough",
+    after_help = "Run: cargo run -p kubeflavor --example walkthrough"
+)]
+struct Args {}
+
+/// `--help` prints the usage and exits 0; any other command-line error is one line on
+/// stderr and exit code 2.
+fn args() -> Args {
+    Args::try_parse().unwrap_or_else(|e| {
+        use clap::error::ErrorKind;
+        if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
+            e.exit();
+        }
+        let rendered = e.render().to_string();
+        let line = rendered
+            .lines()
+            .map(str::trim)
+            .find(|l| !l.is_empty())
+            .unwrap_or("bad arguments");
+        eprintln!("error: {} (see --help)", line.trim_start_matches("error: "));
+        std::process::exit(2);
+    })
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
+    let Args {} = args();
     kubeflavor::cluster::install_crypto_provider();
     let work = tempfile::tempdir()?;
 
@@ -344,9 +380,9 @@ async fn node_client(kubelet_dir: &Path) -> anyhow::Result<kube::Client> {
         .map_err(anyhow::Error::msg)
 }
 
-/// What a kubelet started with `--register-with-taints=kubeflavor.io/unverified=:NoSchedule`
-/// sends: its Node, with the hostname label and the taint (taints are only allowed at
-/// creation, spec section 5).
+/// What a kubelet started with the flags `join` printed sends (its `--config` file has
+/// `registerWithTaints` kubeflavor.io/unverified:NoSchedule): its Node, with the hostname
+/// label and the taint (taints are only allowed at creation, spec section 5).
 async fn register_node(node_client: &kube::Client, name: &str) -> anyhow::Result<()> {
     let node = Node {
         metadata: ObjectMeta {

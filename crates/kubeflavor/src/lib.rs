@@ -18,7 +18,7 @@ use std::io::Write;
 
 use clap::{CommandFactory, FromArgMatches};
 
-use crate::cli::Cli;
+use crate::cli::{Cli, LogFormat};
 pub use crate::error::CliError;
 pub use crate::exit::ExitCode;
 
@@ -116,7 +116,7 @@ pub fn main() -> std::process::ExitCode {
             Ok(())
         }
         Ok(Parsed::Run(cli)) => {
-            init_tracing(cli.global.verbose);
+            init_tracing(cli.global.verbose, cli.global.log_format);
             match tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
                 .build()
@@ -143,7 +143,10 @@ pub fn main() -> std::process::ExitCode {
 }
 
 /// Logs go to stderr so that stdout stays the command's output. `RUST_LOG` overrides -v.
-fn init_tracing(verbose: u8) {
+/// `--log-format json` writes one JSON object per line; text is coloured only where
+/// [`log_color`] says so.
+fn init_tracing(verbose: u8, format: LogFormat) {
+    use std::io::IsTerminal;
     // kube-rs logs a failed connection at ERROR before returning the error that kubeflavor
     // reports in its own words; without -v that would be a second, noisier line.
     let level = match verbose {
@@ -154,10 +157,31 @@ fn init_tracing(verbose: u8) {
     };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
-    let _ = tracing_subscriber::fmt()
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .try_init();
+        .with_writer(std::io::stderr);
+    let _ = match format {
+        LogFormat::Text => builder
+            .with_ansi(log_color(
+                std::io::stderr().is_terminal(),
+                std::env::var_os("NO_COLOR").as_deref(),
+            ))
+            .try_init(),
+        // Escape codes inside JSON strings would only corrupt what collectors index.
+        LogFormat::Json => builder
+            .json()
+            .flatten_event(true)
+            .with_ansi(false)
+            .try_init(),
+    };
+}
+
+/// Whether text logs carry ANSI colour codes: only when stderr is a terminal (a file, a
+/// pipe or a container runtime's log capture gets plain text) and the `NO_COLOR`
+/// environment variable is unset or empty (<https://no-color.org>: any non-empty value
+/// turns colour off).
+pub fn log_color(stderr_is_terminal: bool, no_color: Option<&std::ffi::OsStr>) -> bool {
+    stderr_is_terminal && no_color.is_none_or(|v| v.is_empty())
 }
 
 #[cfg(test)]
@@ -202,6 +226,55 @@ mod tests {
         assert!(
             matches!(parse(["kubeflavor", "token", "--help"]), Ok(Parsed::Print(h)) if h.contains("generate"))
         );
+    }
+
+    #[test]
+    fn colour_only_on_a_terminal_without_no_color() {
+        use std::ffi::OsStr;
+        assert!(log_color(true, None));
+        // no-color.org: an empty NO_COLOR does not count as set.
+        assert!(log_color(true, Some(OsStr::new(""))));
+        assert!(!log_color(true, Some(OsStr::new("1"))));
+        assert!(
+            !log_color(true, Some(OsStr::new("0"))),
+            "any non-empty value"
+        );
+        assert!(
+            !log_color(false, None),
+            "a file or a pipe gets no escape codes"
+        );
+        assert!(!log_color(false, Some(OsStr::new(""))));
+        assert!(!log_color(false, Some(OsStr::new("1"))));
+    }
+
+    #[test]
+    fn log_format_defaults_to_text_and_accepts_json() {
+        let format = |args: &[&str]| match parse(args.iter().copied()) {
+            Ok(Parsed::Run(cli)) => cli.global.log_format,
+            other => panic!("{args:?}: {other:?}"),
+        };
+        assert_eq!(
+            format(&["kubeflavor", "token", "generate"]),
+            LogFormat::Text
+        );
+        assert_eq!(
+            format(&["kubeflavor", "--log-format", "json", "token", "generate"]),
+            LogFormat::Json
+        );
+        // A global flag: accepted after the subcommand too.
+        assert_eq!(
+            format(&["kubeflavor", "token", "generate", "--log-format=text"]),
+            LogFormat::Text
+        );
+    }
+
+    #[test]
+    fn a_bad_log_format_is_a_usage_error() {
+        let e = parse_err(&["kubeflavor", "--log-format", "xml", "token", "generate"]);
+        assert_eq!(e.code, ExitCode::Usage);
+        assert!(e.message.contains("xml"), "{e}");
+        assert!(e.message.contains("--log-format"), "{e}");
+        assert!(!e.message.contains('\n'), "{e:?}");
     }
 
     #[test]

@@ -102,16 +102,30 @@ async fn printed_join_line_discovers_the_cluster_and_writes_the_bootstrap_kubeco
         .await;
     let stdout = out.expect_ok();
     assert!(stdout.contains("[discovery] Cluster info signature and contents are valid and TLS certificate validates against pinned roots"), "{stdout}");
+    // Rotation and the registration taint are in the config file the printed line names
+    // (their flags are deprecated in the kubelet).
+    let config_path = kubelet_dir.join("kubelet-config.yaml");
     assert!(
-        stdout.contains("--register-with-taints=kubeflavor.io/unverified=:NoSchedule"),
+        stdout.contains(&format!("--config={}", config_path.display())),
         "{stdout}"
     );
+    for deprecated in ["--register-with-taints", "--rotate-certificates"] {
+        assert!(!stdout.contains(deprecated), "{stdout}");
+    }
     assert!(
         !stdout.contains(&minted.token[7..]),
         "the token secret was printed: {stdout}"
     );
 
-    assert_eq!(entries(&kubelet_dir), ["bootstrap-kubelet.conf"]);
+    assert_eq!(
+        entries(&kubelet_dir),
+        ["bootstrap-kubelet.conf", "kubelet-config.yaml"]
+    );
+    assert_eq!(mode(&config_path), 0o644);
+    let config = std::fs::read_to_string(&config_path).unwrap();
+    assert!(config.contains("rotateCertificates: true"), "{config}");
+    assert!(config.contains("key: kubeflavor.io/unverified"), "{config}");
+    assert!(!config.contains(&minted.token[7..]), "{config}");
     let conf_path = kubelet_dir.join("bootstrap-kubelet.conf");
     assert_eq!(mode(&conf_path), 0o600);
     // The kubelet would authenticate with it as the token's bootstrap identity.
@@ -154,7 +168,11 @@ async fn tls_bootstrap_writes_a_kubelet_conf_that_authenticates_as_the_node() {
 
     assert_eq!(
         entries(&kubelet_dir),
-        ["bootstrap-kubelet.conf", "kubelet.conf"]
+        [
+            "bootstrap-kubelet.conf",
+            "kubelet-config.yaml",
+            "kubelet.conf"
+        ]
     );
     let kubelet_conf = kubelet_dir.join("kubelet.conf");
     assert_eq!(mode(&kubelet_conf), 0o600);

@@ -6,6 +6,7 @@
 
 use std::time::{Duration, Instant};
 
+use clap::Parser;
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams};
@@ -17,6 +18,37 @@ const PAIRS: usize = 2_000;
 const CONCURRENCY: usize = 16;
 const WATCHES: usize = 1_000;
 const FANOUT_EVENTS: usize = 10;
+
+/// bench: testkube's throughput, measured through kube-rs.
+///
+/// create+get pairs per second (2,000 pairs, 1 client and 16 concurrent clients), and
+/// 1,000 concurrent watches (time and memory to establish, event fan-out latency over 10
+/// events). Fixed sizes; no flags. Prints figures; asserts nothing.
+#[derive(Debug, Parser)]
+#[command(
+    name = "bench",
+    after_help = "Run: cargo run --release -p testkube --example bench"
+)]
+struct Args {}
+
+/// `--help` prints the usage and exits 0; any other command-line error is one line on
+/// stderr and exit code 2.
+fn args() -> Args {
+    Args::try_parse().unwrap_or_else(|e| {
+        use clap::error::ErrorKind;
+        if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
+            e.exit();
+        }
+        let rendered = e.render().to_string();
+        let line = rendered
+            .lines()
+            .map(str::trim)
+            .find(|l| !l.is_empty())
+            .unwrap_or("bad arguments");
+        eprintln!("error: {} (see --help)", line.trim_start_matches("error: "));
+        std::process::exit(2);
+    })
+}
 
 async fn client(cluster: &TestCluster) -> anyhow::Result<kube::Client> {
     let kubeconfig = Kubeconfig::from_yaml(&cluster.admin_kubeconfig())?;
@@ -55,6 +87,7 @@ async fn create_get(api: &Api<ConfigMap>, prefix: &str, n: usize) -> anyhow::Res
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
+    let Args {} = args();
     let cluster = TestCluster::start().await?;
     let kube = client(&cluster).await?;
     let api: Api<ConfigMap> = Api::namespaced(kube.clone(), "default");

@@ -65,6 +65,28 @@ pub struct GlobalArgs {
     /// More log output on stderr (-v info, -vv debug, -vvv trace). Secrets are never logged.
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     pub verbose: u8,
+    /// How logs on stderr look: `text` for people, `json` for log collectors (one JSON
+    /// object per line: timestamp, level, target, message and fields). Text is coloured
+    /// only when stderr is a terminal and NO_COLOR is unset or empty (https://no-color.org);
+    /// JSON never is. RUST_LOG, if set, chooses what is logged, as -v does otherwise.
+    #[arg(
+        long,
+        global = true,
+        value_enum,
+        value_name = "FORMAT",
+        default_value_t = LogFormat::Text
+    )]
+    pub log_format: LogFormat,
+}
+
+/// The format of the log lines on stderr (`--log-format`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum)]
+pub enum LogFormat {
+    /// One human-readable line per event; coloured only on a terminal without NO_COLOR.
+    #[default]
+    Text,
+    /// One JSON object per line, never coloured.
+    Json,
 }
 
 #[derive(Debug, Subcommand)]
@@ -78,8 +100,9 @@ pub enum Command {
     /// Print (or apply) the CRDs, RBAC and controller Deployment kubeflavor needs.
     Install(InstallArgs),
     /// Join this machine as a node, as `kubeadm join` does: discovery from cluster-info
-    /// (token signature and CA pin), bootstrap-kubelet.conf, and with --tls-bootstrap the
-    /// kubelet's certificate request itself. Exit codes are listed in `join --help`.
+    /// (token signature and CA pin), bootstrap-kubelet.conf, a kubelet configuration file
+    /// and the kubelet flags to use them, and with --tls-bootstrap the kubelet's
+    /// certificate request itself. Files and exit codes are listed in `join --help`.
     Join(crate::cmd::join::JoinArgs),
     /// Run the controller: approve or deny kubelet CSRs of kubeflavor tokens, bind nodes
     /// to tokens, and keep each flavor's labels and taints on its Nodes.
@@ -117,10 +140,14 @@ pub struct TokenCreateArgs {
     /// The Flavor of the new token (see `kubeflavor flavor list`).
     #[arg(long, value_name = "NAME", required_unless_present = "control_plane")]
     pub flavor: Option<FlavorName>,
-    /// Mint a control-plane join token instead of a node token: no flavor, group
+    /// Mint a control-plane join token instead of a node token: group
     /// system:bootstrappers:kubeflavor:control-plane, the only tokens that may read the
-    /// certificates `kubeflavor certs upload` stores. Default TTL 2h.
-    #[arg(long, conflicts_with_all = ["flavor", "max_nodes"])]
+    /// certificates `kubeflavor certs upload` stores. Default TTL 2h. With --flavor the
+    /// joining control-plane node's kubelet gets its certificate by the same rules as any
+    /// node (one name per use, no takeover) and the flavor's labels, e.g. a flavor with
+    /// node-role.kubernetes.io/control-plane; without it the token only downloads the
+    /// certificates and kubeflavor denies its kubelet's CSR.
+    #[arg(long)]
     pub control_plane: bool,
     /// How long the token stays valid: 24h, 90m, 1h30m, or 0 for never. Default: the
     /// flavor's tokenDefaults.ttl, else 24h.
@@ -253,6 +280,14 @@ pub struct InstallArgs {
     /// controller (to run `kubeflavor controller` elsewhere).
     #[arg(long, value_name = "N", default_value_t = 2)]
     pub replicas: u16,
+    /// Hand node certificate renewals to kubeflavor: the controller runs with
+    /// --manage-renewals (renewals of bound, unrevoked nodes approved, the rest denied,
+    /// so a revoked node cannot renew) and may ask the API server who approves renewals.
+    /// With --apply it also deletes kubeadm's ClusterRoleBinding
+    /// kubeadm:node-autoapprove-certificate-rotation, without which kube-controller-manager
+    /// approves every renewal first; without --apply the YAML says to.
+    #[arg(long)]
+    pub manage_renewals: bool,
 }
 
 #[cfg(test)]

@@ -20,8 +20,25 @@ use crate::join::{
     self, CaCheck, DiscoveryError, JoinError, JoinOptions, Report, TlsBootstrapError,
 };
 
-/// The exit codes of `join`, shown in its `--help`.
+/// What `join` writes and prints, and its exit codes, shown in its `--help`.
 pub const JOIN_EXIT_CODES: &str = "\
+Files, in --kubelet-dir (default /etc/kubernetes), each written atomically:
+  bootstrap-kubelet.conf  the bootstrap kubeconfig, with the token (mode 0600)
+  kubelet-config.yaml     a KubeletConfiguration (kubelet.config.k8s.io/v1beta1, mode 0644):
+                          rotateCertificates: true, and registerWithTaints
+                          kubeflavor.io/unverified:NoSchedule until the controller
+                          flavors the node
+  kubelet.conf            with --tls-bootstrap: the node's client certificate (mode 0600)
+
+Printed: the kubelet flags to start the kubelet with, none of them deprecated in kubelet
+v1.36 (rotation and the taint are config-file fields, so they are in kubelet-config.yaml):
+  kubelet --config=<dir>/kubelet-config.yaml --bootstrap-kubeconfig=<dir>/bootstrap-kubelet.conf
+          --kubeconfig=<dir>/kubelet.conf --hostname-override=<node name>
+With --config the kubelet takes KubeletConfiguration defaults for every other field
+(anonymous authentication off, Webhook authorization). Where the kubelet already has a
+config file (kubeadm's /var/lib/kubelet/config.yaml), add these two fields to that file
+and keep its --config instead.
+
 Exit codes:
   0   joined
   1   any other failure
@@ -38,8 +55,7 @@ Exit codes:
   15  the cluster refused this node (its certificate signing request was denied)
   16  the kubelet directory is not writable, or this node already has a kubelet.conf
 
-The token secret is never printed. Every file is written atomically with mode 0600; a
-failed join leaves no file behind.";
+The token secret is never printed. A failed join leaves no file behind.";
 
 #[derive(Args, Debug, Clone)]
 #[command(after_long_help = JOIN_EXIT_CODES)]
@@ -64,7 +80,8 @@ pub struct JoinArgs {
     #[arg(long)]
     pub node_name: Option<String>,
 
-    /// Where to write bootstrap-kubelet.conf (and kubelet.conf with --tls-bootstrap).
+    /// Where to write bootstrap-kubelet.conf and kubelet-config.yaml (and kubelet.conf
+    /// with --tls-bootstrap).
     #[arg(long, default_value = "/etc/kubernetes")]
     pub kubelet_dir: PathBuf,
 
@@ -224,7 +241,10 @@ pub async fn run_with(
             outcome.bootstrap_kubeconfig.display()
         )),
     }
-    report.info("* It registers with the taint kubeflavor.io/unverified:NoSchedule until the controller flavors it.");
+    report.info(&format!(
+        "* With {} it registers with the taint kubeflavor.io/unverified:NoSchedule until the controller flavors it.",
+        outcome.kubelet_config.display()
+    ));
     Ok(outcome)
 }
 

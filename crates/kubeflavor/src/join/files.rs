@@ -1,11 +1,13 @@
-//! Writing the kubelet's kubeconfigs: all or nothing, owner-only.
+//! Writing the kubelet's files: all or nothing; kubeconfigs owner-only.
 //!
 //! A kubeconfig holding a bootstrap token or a client key must never be readable by other
 //! users, not even for the instant between create and chmod, and a crash or a full disk
 //! must never leave a truncated file that the kubelet would try to load. So each file is
 //! written to a temporary file created with mode 0600 in the same directory (rename is
-//! only atomic within one filesystem), flushed to disk, renamed over the target, and the
-//! directory is synced so the rename itself survives a power cut.
+//! only atomic within one filesystem), given its final mode, flushed to disk, renamed
+//! over the target, and the directory is synced so the rename itself survives a power
+//! cut. The kubelet configuration holds no secret and gets 0644 ([`PUBLIC_FILE_MODE`]) the
+//! same way.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
@@ -13,8 +15,12 @@ use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// Mode of every file `join` writes: they hold a token or a private key.
+/// Mode of the kubeconfigs `join` writes: they hold a token or a private key.
 pub const SECRET_FILE_MODE: u32 = 0o600;
+
+/// Mode of a file `join` writes that holds no secret (the kubelet configuration), as
+/// kubeadm writes /var/lib/kubelet/config.yaml.
+pub const PUBLIC_FILE_MODE: u32 = 0o644;
 
 /// Mode for the kubelet directory when `join` has to create it (as kubeadm's
 /// /etc/kubernetes: readable, only root writes).
@@ -41,13 +47,19 @@ impl WriteError {
 /// Writes `bytes` to `path` atomically with mode 0600: after an error, `path` is unchanged
 /// (absent or the old content) and no temporary file is left behind.
 pub fn write_secret_file(path: &Path, bytes: &[u8]) -> Result<(), WriteError> {
+    write_file(path, bytes, SECRET_FILE_MODE)
+}
+
+/// Writes `bytes` to `path` atomically with `mode`, as [`write_secret_file`] does: the
+/// content is complete and the mode final before the file appears under its name.
+pub fn write_file(path: &Path, bytes: &[u8], mode: u32) -> Result<(), WriteError> {
     let dir = parent_dir(path);
     let (tmp_path, mut file) = create_temp_in(dir, path).map_err(|e| WriteError::at(path, e))?;
     let result = (|| {
         file.write_all(bytes)?;
         // The mode given at creation is filtered by the umask; set it explicitly so a
         // permissive umask cannot widen it and a strict one cannot make it unreadable to us.
-        file.set_permissions(fs::Permissions::from_mode(SECRET_FILE_MODE))?;
+        file.set_permissions(fs::Permissions::from_mode(mode))?;
         file.sync_all()?;
         drop(file);
         fs::rename(&tmp_path, path)?;
@@ -176,6 +188,21 @@ mod tests {
             0o600
         );
         assert_eq!(entries(dir.path()), vec!["bootstrap-kubelet.conf"]);
+    }
+
+    #[test]
+    fn a_public_file_is_world_readable_whatever_the_umask() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("kubelet-config.yaml");
+        fs::write(&path, b"old").unwrap();
+        fs::set_permissions(&path, fs::Permissions::from_mode(0o600)).unwrap();
+        write_file(&path, b"kind: KubeletConfiguration\n", PUBLIC_FILE_MODE).unwrap();
+        assert_eq!(fs::read(&path).unwrap(), b"kind: KubeletConfiguration\n");
+        assert_eq!(
+            fs::metadata(&path).unwrap().permissions().mode() & 0o777,
+            0o644
+        );
+        assert_eq!(entries(dir.path()), vec!["kubelet-config.yaml"]);
     }
 
     #[test]

@@ -5,12 +5,14 @@
 //!   (before any network traffic, so a bad directory never costs a token use);
 //! - `[discovery]` ([`discovery`]): an authenticated view of the cluster from
 //!   `kube-public/cluster-info`;
-//! - `[kubelet-start]`: bootstrap-kubelet.conf for the kubelet, and the flags to start it with;
+//! - `[kubelet-start]`: bootstrap-kubelet.conf and a KubeletConfiguration for the kubelet,
+//!   and the flags to start it with;
 //! - `[tls-bootstrap]` ([`tls_bootstrap`], with `--tls-bootstrap`): the kubelet's CSR done
 //!   here, ending in kubelet.conf.
 //!
-//! Every file is written atomically with mode 0600 ([`files`]); a failure after
-//! bootstrap-kubelet.conf was written removes it again, so a failed join leaves nothing.
+//! Every file is written atomically ([`files`]), the kubeconfigs with mode 0600, the
+//! kubelet configuration (no secret in it) with 0644; a failure after bootstrap-kubelet.conf
+//! was written removes what this run wrote, so a failed join leaves nothing.
 
 pub mod discovery;
 pub mod fetch;
@@ -32,8 +34,12 @@ pub use tls_bootstrap::TlsBootstrapError;
 pub const BOOTSTRAP_KUBELET_CONF: &str = "bootstrap-kubelet.conf";
 /// The file with the node's own client certificate (`--kubeconfig`).
 pub const KUBELET_CONF: &str = "kubelet.conf";
-/// The taint a kubeflavor node registers with: untrusted until the controller flavors it
-/// and removes the taint (issue 4 item 5).
+/// The kubelet configuration join writes (`--config`), next to bootstrap-kubelet.conf.
+/// Certificate rotation and the registration taint are KubeletConfiguration fields: their
+/// flags (`--rotate-certificates`, `--register-with-taints`) are deprecated upstream.
+pub const KUBELET_CONFIG: &str = "kubelet-config.yaml";
+/// The taint a kubeflavor node registers with, in kubectl's `key=value:Effect` notation:
+/// untrusted until the controller flavors it and removes the taint (issue 4 item 5).
 pub const UNVERIFIED_TAINT: &str = "kubeflavor.io/unverified=:NoSchedule";
 
 /// Default retry interval of discovery, as kubeadm's.
@@ -84,6 +90,8 @@ pub struct JoinOptions {
 pub struct JoinOutcome {
     pub cluster: DiscoveredCluster,
     pub bootstrap_kubeconfig: PathBuf,
+    /// The KubeletConfiguration the printed `--config` names.
+    pub kubelet_config: PathBuf,
     /// With `--tls-bootstrap`: kubelet.conf and the CSR it came from.
     pub kubelet_kubeconfig: Option<PathBuf>,
     pub csr_name: Option<String>,
@@ -141,6 +149,7 @@ pub fn parse_endpoint(endpoint: &str) -> Result<http::Uri, String> {
 /// Runs the join. On error, no file this run created is left behind.
 pub async fn run(opts: &JoinOptions, report: &mut dyn Report) -> Result<JoinOutcome, JoinError> {
     let bootstrap_path = opts.kubelet_dir.join(BOOTSTRAP_KUBELET_CONF);
+    let config_path = opts.kubelet_dir.join(KUBELET_CONFIG);
     let kubelet_path = opts.kubelet_dir.join(KUBELET_CONF);
 
     report.info("[preflight] Running pre-flight checks");
@@ -179,11 +188,24 @@ pub async fn run(opts: &JoinOptions, report: &mut dyn Report) -> Result<JoinOutc
     ));
     files::write_secret_file(&bootstrap_path, bootstrap_conf.as_bytes())
         .map_err(JoinError::KubeletDir)?;
+    report.info(&format!(
+        "[kubelet-start] Writing the kubelet configuration to {:?}",
+        config_path.display()
+    ));
+    if let Err(e) = files::write_file(
+        &config_path,
+        kubelet_config().as_bytes(),
+        files::PUBLIC_FILE_MODE,
+    ) {
+        remove_written(&[&bootstrap_path], report);
+        return Err(JoinError::KubeletDir(e));
+    }
 
     let mut outcome = JoinOutcome {
         kubelet_flags: kubelet_flags(&opts.kubelet_dir, &opts.node_name),
         cluster,
         bootstrap_kubeconfig: bootstrap_path.clone(),
+        kubelet_config: config_path.clone(),
         kubelet_kubeconfig: None,
         csr_name: None,
     };
@@ -204,13 +226,9 @@ pub async fn run(opts: &JoinOptions, report: &mut dyn Report) -> Result<JoinOutc
             }
             Err(e) => {
                 // A refused or failed bootstrap leaves no credentials behind (the token in
-                // bootstrap-kubelet.conf is the one the cluster just refused, or soon will).
-                if let Err(cleanup) = files::remove_if_present(&bootstrap_path) {
-                    report.warn(&format!(
-                        "could not remove {}: {cleanup}",
-                        bootstrap_path.display()
-                    ));
-                }
+                // bootstrap-kubelet.conf is the one the cluster just refused, or soon will),
+                // and no configuration pointing at them.
+                remove_written(&[&bootstrap_path, &config_path], report);
                 return Err(e);
             }
         }
@@ -219,6 +237,16 @@ pub async fn run(opts: &JoinOptions, report: &mut dyn Report) -> Result<JoinOutc
     report.info("[kubelet-start] Start the kubelet with these flags (the node registers untrusted until kubeflavor flavors it):");
     report.info(&format!("  kubelet {}", outcome.kubelet_flags.join(" ")));
     Ok(outcome)
+}
+
+/// Rolls back files this run wrote; a file that cannot be removed is reported, not fatal
+/// (the join has already failed for a better reason).
+fn remove_written(paths: &[&Path], report: &mut dyn Report) {
+    for path in paths {
+        if let Err(cleanup) = files::remove_if_present(path) {
+            report.warn(&format!("could not remove {}: {cleanup}", path.display()));
+        }
+    }
 }
 
 async fn tls_bootstrap_phase(
@@ -247,18 +275,41 @@ async fn tls_bootstrap_phase(
     Ok(issued.csr_name)
 }
 
-/// The flags that make the kubelet use what join wrote and register its Node untrusted.
+/// The flags that make the kubelet use what join wrote. Only flags upstream's kubelet
+/// keeps as flags (its `KubeletFlags`, none deprecated as of v1.36); what is a
+/// KubeletConfiguration field (certificate rotation, the registration taint) is in the
+/// file `--config` names, [`kubelet_config`].
 pub fn kubelet_flags(kubelet_dir: &Path, node_name: &NodeName) -> Vec<String> {
     vec![
+        format!("--config={}", kubelet_dir.join(KUBELET_CONFIG).display()),
         format!(
             "--bootstrap-kubeconfig={}",
             kubelet_dir.join(BOOTSTRAP_KUBELET_CONF).display()
         ),
         format!("--kubeconfig={}", kubelet_dir.join(KUBELET_CONF).display()),
         format!("--hostname-override={node_name}"),
-        format!("--register-with-taints={UNVERIFIED_TAINT}"),
-        "--rotate-certificates".to_string(),
     ]
+}
+
+/// The KubeletConfiguration join writes to [`KUBELET_CONFIG`]: client certificate rotation
+/// (renewals are CSRs kubeflavor's controller decides on) and registration with the
+/// `kubeflavor.io/unverified:NoSchedule` taint. Everything else keeps the kubelet's
+/// KubeletConfiguration defaults. No secret: written with mode 0644.
+pub fn kubelet_config() -> String {
+    format!(
+        "\
+# Written by `kubeflavor join`; the kubelet reads it through --config.
+apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+# Renew the node's client certificate with CSRs (kubeflavor's controller decides on them).
+rotateCertificates: true
+# Register the Node untrusted; the controller removes the taint when it flavors the node.
+registerWithTaints:
+  - key: {key}
+    effect: NoSchedule
+",
+        key = kubeflavor_core::flavor::UNVERIFIED_TAINT
+    )
 }
 
 /// A kube client from kubeconfig text (what the kubelet would load from the file).
@@ -375,17 +426,192 @@ mod tests {
     }
 
     #[test]
-    fn kubelet_flags_register_untrusted() {
+    fn kubelet_flags_use_what_join_wrote() {
         let flags = kubelet_flags(Path::new("/etc/kubernetes"), &"worker-1".parse().unwrap());
-        assert!(
-            flags.contains(
-                &"--register-with-taints=kubeflavor.io/unverified=:NoSchedule".to_string()
-            )
+        assert_eq!(
+            flags,
+            [
+                "--config=/etc/kubernetes/kubelet-config.yaml",
+                "--bootstrap-kubeconfig=/etc/kubernetes/bootstrap-kubelet.conf",
+                "--kubeconfig=/etc/kubernetes/kubelet.conf",
+                "--hostname-override=worker-1",
+            ]
         );
-        assert!(flags.contains(
-            &"--bootstrap-kubeconfig=/etc/kubernetes/bootstrap-kubelet.conf".to_string()
-        ));
-        assert!(flags.contains(&"--kubeconfig=/etc/kubernetes/kubelet.conf".to_string()));
-        assert!(flags.contains(&"--hostname-override=worker-1".to_string()));
+    }
+
+    /// Rotation and the untrusted registration moved from flags to the config file: the
+    /// file must say so in the kubelet's own schema.
+    #[test]
+    fn kubelet_config_rotates_certificates_and_registers_untrusted() {
+        let config: serde_json::Value = serde_saphyr::from_str(&kubelet_config()).unwrap();
+        assert_eq!(
+            config,
+            serde_json::json!({
+                "apiVersion": "kubelet.config.k8s.io/v1beta1",
+                "kind": "KubeletConfiguration",
+                "rotateCertificates": true,
+                "registerWithTaints": [
+                    {"key": "kubeflavor.io/unverified", "effect": "NoSchedule"},
+                ],
+            })
+        );
+        // The same taint as the flag notation kubeflavor documents elsewhere.
+        assert_eq!(UNVERIFIED_TAINT, "kubeflavor.io/unverified=:NoSchedule");
+    }
+
+    /// Flags a v1.36 kubelet warns about, from upstream kubernetes/kubernetes
+    /// cmd/kubelet/app/options/options.go (read at commit 6785e9ed401a, a version with
+    /// --config-dir): every flag `AddKubeletConfigFlags` registers is marked deprecated
+    /// ("This parameter should be set via the config file specified by the Kubelet's
+    /// --config flag") except v, vmodule, log-flush-frequency and provider-id; the
+    /// remaining ones are `KubeletFlags` with an explicit `fs.MarkDeprecated`.
+    const UPSTREAM_DEPRECATED_KUBELET_FLAGS: &[&str] = &[
+        // AddKubeletConfigFlags: KubeletConfiguration fields.
+        "enable-server",
+        "fail-swap-on",
+        "pod-manifest-path",
+        "sync-frequency",
+        "file-check-frequency",
+        "http-check-frequency",
+        "manifest-url",
+        "manifest-url-header",
+        "address",
+        "port",
+        "read-only-port",
+        "container-runtime-endpoint",
+        "image-service-endpoint",
+        "anonymous-auth",
+        "authentication-token-webhook",
+        "authentication-token-webhook-cache-ttl",
+        "client-ca-file",
+        "authorization-mode",
+        "authorization-webhook-cache-authorized-ttl",
+        "authorization-webhook-cache-unauthorized-ttl",
+        "tls-cert-file",
+        "tls-private-key-file",
+        "rotate-server-certificates",
+        "tls-cipher-suites",
+        "tls-min-version",
+        "rotate-certificates",
+        "registry-qps",
+        "registry-burst",
+        "event-qps",
+        "event-burst",
+        "enable-debugging-handlers",
+        "contention-profiling",
+        "healthz-port",
+        "healthz-bind-address",
+        "oom-score-adj",
+        "cluster-domain",
+        "volume-plugin-dir",
+        "cluster-dns",
+        "streaming-connection-idle-timeout",
+        "node-status-update-frequency",
+        "minimum-image-ttl-duration",
+        "image-gc-high-threshold",
+        "image-gc-low-threshold",
+        "volume-stats-agg-period",
+        "feature-gates",
+        "kubelet-cgroups",
+        "system-cgroups",
+        "cgroups-per-qos",
+        "cgroup-driver",
+        "cgroup-root",
+        "cpu-manager-policy",
+        "cpu-manager-policy-options",
+        "cpu-manager-reconcile-period",
+        "qos-reserved",
+        "topology-manager-policy",
+        "runtime-request-timeout",
+        "hairpin-mode",
+        "max-pods",
+        "pod-cidr",
+        "pod-max-pids",
+        "resolv-conf",
+        "runonce",
+        "cpu-cfs-quota",
+        "cpu-cfs-quota-period",
+        "enable-controller-attach-detach",
+        "make-iptables-util-chains",
+        "iptables-masquerade-bit",
+        "iptables-drop-bit",
+        "container-log-max-size",
+        "container-log-max-files",
+        "allowed-unsafe-sysctls",
+        "node-status-max-images",
+        "kernel-memcg-notification",
+        "local-storage-capacity-isolation",
+        "max-open-files",
+        "kube-api-content-type",
+        "kube-api-qps",
+        "kube-api-burst",
+        "serialize-image-pulls",
+        "eviction-hard",
+        "eviction-soft",
+        "eviction-soft-grace-period",
+        "eviction-pressure-transition-period",
+        "eviction-max-pod-grace-period",
+        "eviction-minimum-reclaim",
+        "pods-per-core",
+        "protect-kernel-defaults",
+        "reserved-cpus",
+        "topology-manager-scope",
+        "topology-manager-policy-options",
+        "system-reserved",
+        "kube-reserved",
+        "enforce-node-allocatable",
+        "system-reserved-cgroup",
+        "kube-reserved-cgroup",
+        "logging-format",
+        "memory-manager-policy",
+        "reserved-memory",
+        "register-node",
+        "register-with-taints",
+        // KubeletFlags.AddFlags: explicit fs.MarkDeprecated.
+        "minimum-container-ttl-duration",
+        "maximum-dead-containers-per-container",
+        "maximum-dead-containers",
+        "register-schedulable",
+        "keep-terminated-pod-volumes",
+        "experimental-mounter-path",
+        "cloud-config",
+        "experimental-allocatable-ignore-eviction",
+    ];
+
+    /// The undeprecated `KubeletFlags` of the same file (flags whose value is per node or
+    /// fixed for the node's life, which upstream keeps off the shared config file).
+    const UPSTREAM_KUBELET_FLAGS: &[&str] = &[
+        "config",
+        "config-dir",
+        "kubeconfig",
+        "bootstrap-kubeconfig",
+        "hostname-override",
+        "node-ip",
+        "cert-dir",
+        "cloud-provider",
+        "root-dir",
+        "seccomp-default",
+        "node-labels",
+        "lock-file",
+        "exit-on-lock-contention",
+    ];
+
+    #[test]
+    fn no_printed_kubelet_flag_is_deprecated_upstream() {
+        let flags = kubelet_flags(Path::new("/etc/kubernetes"), &"worker-1".parse().unwrap());
+        for flag in &flags {
+            let name = flag
+                .strip_prefix("--")
+                .and_then(|f| f.split('=').next())
+                .unwrap_or_else(|| panic!("{flag:?} is not a long flag"));
+            assert!(
+                !UPSTREAM_DEPRECATED_KUBELET_FLAGS.contains(&name),
+                "--{name} is deprecated in the kubelet: put it in the --config file"
+            );
+            assert!(
+                UPSTREAM_KUBELET_FLAGS.contains(&name),
+                "--{name} is not one of the kubelet's undeprecated KubeletFlags"
+            );
+        }
     }
 }

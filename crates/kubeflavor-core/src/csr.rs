@@ -185,6 +185,21 @@ pub fn validate_kubelet_client_csr(
     })
 }
 
+/// The node name a CSR asks for (`system:node:<name>` in its last subject CN), read
+/// without any check: for routing a CSR to the controller that serves its name, never
+/// for a decision ([`validate_kubelet_client_csr`] decides).
+pub fn requested_node_name(request_pem: &[u8]) -> Option<String> {
+    let (_, pem) = x509_parser::pem::parse_x509_pem(request_pem).ok()?;
+    let (_, req) = X509CertificationRequest::from_der(&pem.contents).ok()?;
+    let cn = req
+        .certification_request_info
+        .subject
+        .iter_common_name()
+        .filter_map(|a| a.as_str().ok())
+        .last()?;
+    cn.strip_prefix(NODE_USER_PREFIX).map(str::to_owned)
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
@@ -268,6 +283,27 @@ pub(crate) mod tests {
         let usages = vec![USAGE_DIGITAL_SIGNATURE.into(), USAGE_CLIENT_AUTH.into()];
         let csr = check(pem, &usages).unwrap();
         assert_eq!(csr.node_name.as_str(), "worker-1");
+    }
+
+    #[test]
+    fn the_requested_node_name_is_read_from_any_shape() {
+        let masters = Shape {
+            orgs: Some(vec!["system:masters"]),
+            ..Shape::default()
+        };
+        let (pem, _) = make_csr("worker-3", masters);
+        assert!(check(&pem, &kubelet_usages()).is_err());
+        assert_eq!(
+            requested_node_name(pem.as_bytes()).as_deref(),
+            Some("worker-3")
+        );
+        let other = Shape {
+            cn: Some("admin".into()),
+            ..Shape::default()
+        };
+        let (pem, _) = make_csr("x", other);
+        assert_eq!(requested_node_name(pem.as_bytes()), None);
+        assert_eq!(requested_node_name(b"not a csr"), None);
     }
 
     #[test]

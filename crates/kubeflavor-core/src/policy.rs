@@ -19,7 +19,7 @@ use crate::csr::{CsrError, KUBELET_CLIENT_SIGNER, KubeletClientCsr, NODE_USER_PR
 use crate::names::NodeName;
 use crate::token::{BOOTSTRAP_USER_PREFIX, TokenId};
 use crate::token_record::{AuthRejection, TokenRecord, TokenRecordError};
-use crate::token_secret::NODE_GROUP;
+use crate::token_secret::{CONTROL_PLANE_GROUP, NODE_GROUP};
 
 /// Reason of every approval kubeflavor writes (P1: the same for every flavor).
 pub const APPROVAL_REASON: &str = "KubeflavorApproved";
@@ -294,7 +294,9 @@ impl Decision {
 /// Who filed a CSR, from its `spec.username` and `spec.groups`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Requester {
-    /// `system:bootstrap:<id>`; `kubeflavor` when the groups hold [`NODE_GROUP`].
+    /// `system:bootstrap:<id>`; `kubeflavor` when the groups hold [`NODE_GROUP`] or
+    /// [`CONTROL_PLANE_GROUP`] (a control-plane node's kubelet bootstraps too, by the same
+    /// binding rules).
     Bootstrap {
         token_id: TokenId,
         kubeflavor: bool,
@@ -313,7 +315,9 @@ pub fn classify_requester(username: &str, groups: &[String]) -> Requester {
     {
         return Requester::Bootstrap {
             token_id,
-            kubeflavor: groups.iter().any(|g| g == NODE_GROUP),
+            kubeflavor: groups
+                .iter()
+                .any(|g| g == NODE_GROUP || g == CONTROL_PLANE_GROUP),
         };
     }
     if let Some(Ok(name)) = username

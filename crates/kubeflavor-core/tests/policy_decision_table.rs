@@ -36,6 +36,19 @@ fn table() -> Vec<Row> {
             Decision::Ignore(IgnoreReason::OtherSigner),
         ),
         (
+            "control-plane token: the same rules as a node token",
+            |f| f.requester_groups = groups("system:bootstrappers:kubeflavor:control-plane"),
+            APPROVE_NEW,
+        ),
+        (
+            "control-plane token taking a bound name",
+            |f| {
+                f.requester_groups = groups("system:bootstrappers:kubeflavor:control-plane");
+                f.binding = binding("zzzzzz", false);
+            },
+            Decision::Deny(NameBoundToOtherToken),
+        ),
+        (
             "kubeadm token, not strict",
             |f| f.requester_groups = groups("system:bootstrappers:kubeadm:default-node-token"),
             Decision::Ignore(IgnoreReason::NotKubeflavorToken),

@@ -73,11 +73,7 @@ async fn uploaded() -> Uploaded {
 async fn a_control_plane_token_downloads_with_discovery_and_a_node_token_cannot() {
     let u = uploaded().await;
     let target = u.tmp.path().join("target");
-    let cp = create_token(
-        &u.env.client,
-        "system:bootstrappers:kubeflavor:control-plane",
-    )
-    .await;
+    let cp = create_token(&u.env, "system:bootstrappers:kubeflavor:control-plane").await;
     let args = |token: &str| {
         vec![
             "certs".to_owned(),
@@ -94,7 +90,7 @@ async fn a_control_plane_token_downloads_with_discovery_and_a_node_token_cannot(
             path(&target).to_owned(),
         ]
     };
-    let node = create_token(&u.env.client, "system:bootstrappers:kubeflavor:node").await;
+    let node = create_token(&u.env, "system:bootstrappers:kubeflavor:node").await;
     let refused = kubeflavor(&args(&node).iter().map(String::as_str).collect::<Vec<_>>()).await;
     assert_eq!(refused.status.code(), Some(6), "{}", text(&refused.stderr));
     assert!(
@@ -115,11 +111,7 @@ async fn a_control_plane_token_downloads_with_discovery_and_a_node_token_cannot(
 #[tokio::test(flavor = "multi_thread")]
 async fn join_control_plane_downloads_the_pki_before_the_kubelet_files() {
     let u = uploaded().await;
-    let cp = create_token(
-        &u.env.client,
-        "system:bootstrappers:kubeflavor:control-plane",
-    )
-    .await;
+    let cp = create_token(&u.env, "system:bootstrappers:kubeflavor:control-plane").await;
     let dir = u.tmp.path().join("etc-kubernetes");
     std::fs::create_dir(&dir).unwrap();
     let join = |key: String| {
@@ -175,4 +167,115 @@ async fn join_control_plane_downloads_the_pki_before_the_kubelet_files() {
         snapshot(&dir.join("pki"))
     );
     assert!(dir.join("bootstrap-kubelet.conf").exists());
+}
+
+/// A controller of this run alone (it serves only names carrying the run id), stopped
+/// when the returned sender is dropped.
+fn run_controller(
+    env: &Env,
+) -> (
+    tokio::sync::oneshot::Sender<()>,
+    tokio::task::JoinHandle<()>,
+) {
+    let mut opts = kubeflavor::controller::Options::new("kube-system", "certs-join");
+    opts.leader_elect = false;
+    opts.scope = Some(format!("-{}", env.run_id));
+    let rt = kubeflavor::controller::Runtime::new(env.client.clone(), opts);
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(async move {
+        kubeflavor::controller::run(rt, async move {
+            let _ = stopped.await;
+        })
+        .await
+        .expect("controller runs");
+    });
+    (stop, task)
+}
+
+/// `join --control-plane --certificate-key K --tls-bootstrap` with a control-plane token of
+/// a flavor goes all the way: certificates, then the kubelet's CSR, decided by kubeflavor
+/// by the same binding rules as a node token's (one name per use, no takeover).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_control_plane_join_completes_its_kubelet_tls_bootstrap() {
+    let u = uploaded().await;
+    u.env.install().await;
+    let flavor = u
+        .env
+        .create_flavor(
+            "cp",
+            &[
+                "--label",
+                "kubeflavor.node-restriction.kubernetes.io/role=control-plane",
+            ],
+        )
+        .await;
+    let mint = || async {
+        u.env
+            .kf(&["token", "create", "--control-plane", "--flavor", &flavor])
+            .await
+            .expect_ok()
+            .trim()
+            .to_string()
+    };
+    let (cp, other) = (mint().await, mint().await);
+    let (stop, controller) = run_controller(&u.env);
+    let node = u.env.name("cp-2");
+    let join = |token: String, name: String, dir: &str| {
+        let (endpoint, pin, key, dir) = (
+            u.endpoint.clone(),
+            u.pin.clone(),
+            u.key.clone(),
+            dir.to_owned(),
+        );
+        async move {
+            std::fs::create_dir_all(&dir).unwrap();
+            kubeflavor(&[
+                "join",
+                &endpoint,
+                "--token",
+                &token,
+                "--discovery-token-ca-cert-hash",
+                &pin,
+                "--node-name",
+                &name,
+                "--kubelet-dir",
+                &dir,
+                "--control-plane",
+                "--certificate-key",
+                &key,
+                "--tls-bootstrap",
+                "--timeout",
+                "60s",
+                "--discovery-retry-interval",
+                "1s",
+            ])
+            .await
+        }
+    };
+    let dir = |n: &str| path(&u.tmp.path().join(n)).to_owned();
+
+    let ok = join(cp.clone(), node.clone(), &dir("first")).await;
+    assert!(ok.status.success(), "{}", text(&ok.stderr));
+    assert!(u.tmp.path().join("first/kubelet.conf").exists());
+    assert!(u.tmp.path().join("first/pki/ca.key").exists());
+    let binding = Api::<kubeflavor::crd::FlavorBinding>::all(u.env.client.clone())
+        .get(&node)
+        .await
+        .expect("the name is bound");
+    assert_eq!(binding.spec.token_id, cp[..6]);
+    assert_eq!(binding.spec.flavor, flavor);
+
+    // Another control-plane token cannot take the bound name over.
+    let takeover = join(other, node.clone(), &dir("takeover")).await;
+    assert_eq!(
+        takeover.status.code(),
+        Some(15),
+        "{}",
+        text(&takeover.stderr)
+    );
+    // The first token's one use is spent.
+    let second = join(cp, u.env.name("cp-3"), &dir("second")).await;
+    assert_eq!(second.status.code(), Some(15), "{}", text(&second.stderr));
+    drop(stop);
+    controller.await.expect("controller stops");
 }

@@ -253,8 +253,7 @@ async fn a_secret_written_by_kubeadm_downloads() {
 #[tokio::test]
 async fn an_upload_failing_half_way_is_finished_by_the_next_run() {
     let env = Env::start_serial().await;
-    let Some(tk) = env.testkube.as_ref() else {
-        eprintln!("SKIPPED on a real cluster: needs testkube's fault injection");
+    let Some(tk) = env.testkube_or_skip("needs testkube's fault injection") else {
         return;
     };
     let tmp = tempfile::tempdir().unwrap();

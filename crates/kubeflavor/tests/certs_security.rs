@@ -32,8 +32,7 @@ async fn assert_cannot_read(client: &kube::Client, name: &str, who: &str) {
 }
 
 async fn client_in_group(env: &Env, group: &str) -> kube::Client {
-    env.token_client(&create_token(&env.client, group).await)
-        .await
+    env.token_client(&create_token(env, group).await).await
 }
 
 #[tokio::test]
@@ -183,7 +182,7 @@ async fn every_stored_entry_opens_with_an_independent_aes_gcm() {
     use sha2::{Digest, Sha256};
     use std::io::Write as _;
     if !python_cryptography() {
-        eprintln!("SKIPPED: python3 with the cryptography package is not installed");
+        certs_support::skip("python3 with the cryptography package is not installed");
         return;
     }
     let env = Env::start_serial().await;

@@ -113,7 +113,9 @@ async fn crash_between_node_patch_and_binding_status_is_finished_by_the_next_run
 /// Faults injected into testkube (skipped on a real cluster, where they cannot be).
 async fn with_fault(inject: impl FnOnce(&testkube::TestCluster)) {
     let h = Harness::start().await;
-    let Some(tk) = h.testkube() else { return };
+    let Some(tk) = h.env.testkube_or_skip("needs testkube's fault injection") else {
+        return;
+    };
     let f = h.name("sweet");
     let (node, csr) = (h.name("node-f"), h.name("csr-f"));
     h.flavor(&f, &[(TIER_KEY, "gold")], &[]).await;
@@ -163,7 +165,9 @@ async fn conflicts_on_node_patch_and_approval_are_retried() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cut_watches_do_not_lose_a_join() {
     let h = Harness::start().await;
-    let Some(tk) = h.testkube() else { return };
+    let Some(tk) = h.env.testkube_or_skip("needs testkube's fault injection") else {
+        return;
+    };
     let f = h.name("sweet");
     h.flavor(&f, &[(TIER_KEY, "gold")], &[]).await;
     let ctl = h.start_controller(h.options("ctl"));

@@ -252,7 +252,7 @@ async fn p1_csr_conditions_are_equal_across_flavors_and_causes() {
     submit_csr_with(
         &h.bootstrap_client(&shape_token).await,
         &shape_n,
-        "system:node:x",
+        &format!("system:node:{}", h.name("node-x")),
         &["system:masters"],
     )
     .await;
@@ -306,23 +306,15 @@ async fn p1_csr_conditions_are_equal_across_flavors_and_causes() {
     ctl.stop().await;
 }
 
-/// The controller runs with exactly the permissions `install` grants its ServiceAccount
-/// (testkube only: a real cluster needs the ServiceAccount's own token).
+/// The controller runs with exactly the permissions `install` grants its ServiceAccount:
+/// on testkube as a client certificate of that ServiceAccount, on a real cluster with a
+/// token the API server issues for it (TokenRequest).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn controller_works_with_the_rbac_install_grants() {
     let h = Harness::start().await;
-    let Some(tk) = h.testkube() else { return };
-    let (cert, key) = tk
-        .issue_client_cert(
-            "system:serviceaccount:kubeflavor:kubeflavor-controller",
-            &[
-                "system:serviceaccounts",
-                "system:serviceaccounts:kubeflavor",
-            ],
-        )
-        .expect("certificate");
-    let sa = client_from(&tk.kubeconfig_for_client_cert(&cert, &key)).await;
-    let mut opts = kubeflavor::controller::Options::new("kubeflavor", "sa-replica");
+    let sa = service_account_client(&h).await;
+    let mut opts = h.options("sa-replica");
+    opts.namespace = "kubeflavor".into();
     opts.leader_elect = true;
     let ctl = ControllerHandle::start(sa, opts, None);
 
@@ -366,7 +358,52 @@ async fn controller_works_with_the_rbac_install_grants() {
     )
     .await
     .expect("watch works");
+    // The admin trail lands (capture 51: in kube-system, as Events about cluster-scoped
+    // CSRs must), written with the ServiceAccount's own grants.
+    trail_names(&h, &bad, &["name_bound_to_other_token"]).await;
+    // P1: the trail names causes, so no token holder and no node may read it.
+    for (who, client) in [
+        ("a token holder", h.bootstrap_client(&t).await),
+        ("the node", h.node_client(&csr).await),
+    ] {
+        let events = Api::<k8s_openapi::api::events::v1::Event>::namespaced(client, "kube-system");
+        let params = Default::default();
+        let err = common::fresh(|| events.list(&params)).await.expect_err(who);
+        assert!(
+            matches!(&err, kube::Error::Api(s) if s.code == 403),
+            "{who}: {err}"
+        );
+    }
     let errors = ctl.metrics.render();
     assert!(!errors.contains("reconcile_errors_total{"), "{errors}");
     ctl.stop().await;
+}
+
+/// The controller's ServiceAccount as a client.
+async fn service_account_client(h: &Harness) -> kube::Client {
+    let user = "system:serviceaccount:kubeflavor:kubeflavor-controller";
+    if let Some(tk) = h.testkube() {
+        let groups = [
+            "system:serviceaccounts",
+            "system:serviceaccounts:kubeflavor",
+        ];
+        let (cert, key) = tk.issue_client_cert(user, &groups).expect("certificate");
+        return client_from(&tk.kubeconfig_for_client_cert(&cert, &key)).await;
+    }
+    use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+    use k8s_openapi::api::core::v1::ServiceAccount;
+    let request = TokenRequest {
+        spec: TokenRequestSpec {
+            audiences: Vec::new(),
+            expiration_seconds: Some(600),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let issued = Api::<ServiceAccount>::namespaced(h.admin.clone(), "kubeflavor")
+        .create_token_request("kubeflavor-controller", &Default::default(), &request)
+        .await
+        .expect("TokenRequest for the controller's ServiceAccount");
+    let token = issued.status.expect("token issued").token;
+    h.env.token_client(&token).await
 }

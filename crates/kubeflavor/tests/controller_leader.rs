@@ -10,7 +10,7 @@ use controller_support::*;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::Api;
 use kube::runtime::wait::await_condition;
-use kubeflavor::controller::{LEASE_NAME, Options};
+use kubeflavor::controller::Options;
 
 fn ha_options(h: &Harness, identity: &str) -> Options {
     let mut o = h.options(identity);
@@ -25,11 +25,15 @@ async fn holder_becomes(h: &Harness, want: &'static str) -> Lease {
     let leases: Api<Lease> = Api::namespaced(h.admin.clone(), "kube-system");
     within(
         &format!("the Lease to be held by {want}"),
-        await_condition(leases, LEASE_NAME, move |l: Option<&Lease>| {
-            l.and_then(|l| l.spec.as_ref())
-                .and_then(|s| s.holder_identity.as_deref())
-                == Some(want)
-        }),
+        await_condition(
+            leases,
+            &h.options("").lease_name,
+            move |l: Option<&Lease>| {
+                l.and_then(|l| l.spec.as_ref())
+                    .and_then(|s| s.holder_identity.as_deref())
+                    == Some(want)
+            },
+        ),
     )
     .await
     .expect("watch works")
@@ -54,7 +58,12 @@ async fn standby_takes_over_after_the_leader_crashes() {
     // MicroTime with exactly six fractional digits (the real server refuses others).
     if let Some(tk) = h.testkube() {
         let raw = tk
-            .get_object("coordination.k8s.io", "leases", "kube-system", LEASE_NAME)
+            .get_object(
+                "coordination.k8s.io",
+                "leases",
+                "kube-system",
+                &h.options("").lease_name,
+            )
             .expect("stored lease");
         let renew = raw["spec"]["renewTime"].as_str().expect("renewTime");
         assert_eq!(renew.split('.').nth(1).map(str::len), Some(7), "{renew}");

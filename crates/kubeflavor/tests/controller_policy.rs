@@ -6,38 +6,11 @@ mod controller_support;
 
 use controller_support::*;
 use k8s_openapi::api::core::v1::{Node, Secret};
-use k8s_openapi::api::events::v1::Event;
 use kube::Api;
 use kube::api::{ListParams, PostParams};
 
 const FLAVOR_KEY: &str = "kubeflavor.node-restriction.kubernetes.io/flavor";
 const TIER_KEY: &str = "tier.node-restriction.kubernetes.io/class";
-
-/// Waits until the admin trail (Events in the controller's namespace) holds a note about
-/// this CSR that names `cause`; returns that note. Events are written right after the
-/// denial, so the wait is on a watch, never a sleep.
-async fn trail_names(h: &Harness, csr: &str, causes: &[&str]) -> String {
-    use futures::StreamExt;
-    use kube::runtime::{WatchStreamExt, watcher};
-    let api = Api::<Event>::namespaced(h.admin.clone(), "kube-system");
-    let stream = watcher(api, watcher::Config::default()).applied_objects();
-    futures::pin_mut!(stream);
-    within(
-        &format!("an Event about {csr} naming one of {causes:?}"),
-        async {
-            while let Some(ev) = stream.next().await {
-                let Ok(ev) = ev else { continue };
-                let about = ev.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(csr);
-                let note = ev.note.unwrap_or_default();
-                if about && causes.iter().any(|c| note.contains(c)) {
-                    return note;
-                }
-            }
-            panic!("event watch ended")
-        },
-    )
-    .await
-}
 
 async fn token_gone(h: &Harness, token: &kubeflavor_core::token::BootstrapToken) {
     let name = format!("bootstrap-token-{}", token.id().as_str());
@@ -179,7 +152,7 @@ async fn missing_flavor_existing_node_and_wrong_shape_are_denied_with_their_caus
     submit_csr_with(
         &h.bootstrap_client(&t2).await,
         &c_shape,
-        "system:node:x",
+        &format!("system:node:{}", h.name("node-x")),
         &["system:masters"],
     )
     .await;
@@ -223,8 +196,9 @@ async fn denials_of_one_token_decided_together_are_all_counted() {
     // them at once: each denial reads the token at the same resourceVersion, and each
     // must still be counted (P4), not lost to the 409 of the one counted first.
     let csrs: Vec<String> = (0..3).map(|i| h.name(&format!("csr-shape-{i}"))).collect();
+    let cn = format!("system:node:{}", h.name("node-x"));
     for csr in &csrs {
-        submit_csr_with(&client, csr, "system:node:x", &["system:masters"]).await;
+        submit_csr_with(&client, csr, &cn, &["system:masters"]).await;
     }
     let ctl = h.start_controller(h.options("ctl"));
     for csr in &csrs {
@@ -312,10 +286,15 @@ async fn token_expiring_mid_join_is_denied_without_spending_a_use() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn revoked_node_loses_its_flavor_gets_the_noexecute_taint_and_no_renewal() {
-    let h = Harness::start().await;
+    let h = Harness::start_serial().await;
     let f = h.name("sweet");
     let (node, csr) = (h.name("node-r"), h.name("csr-r"));
     h.flavor(&f, &[(TIER_KEY, "gold")], &[]).await;
+    // A kubeadm cluster auto-approves renewals (capture 54): hand them to kubeflavor.
+    h.env
+        .kf(&["install", "--apply", "--replicas", "0", "--manage-renewals"])
+        .await
+        .expect_ok();
     let mut opts = h.options("ctl");
     opts.manage_renewals = true;
     let ctl = h.start_controller(opts);
@@ -369,11 +348,14 @@ async fn revoked_node_loses_its_flavor_gets_the_noexecute_taint_and_no_renewal()
 async fn strict_mode_denies_other_tokens_without_deleting_them() {
     use k8s_openapi::api::rbac::v1::{ClusterRoleBinding, RoleRef, Subject};
     let h = Harness::start().await;
-    // A plain kubeadm token and the RBAC kubeadm gives its group.
-    let group = "system:bootstrappers:kubeadm:default-node-token";
+    // A token of another tool, in a group of its own with the RBAC kubeadm gives its
+    // tokens to file CSRs (kubeadm's own group also has the nodeclient auto-approval, so
+    // kube-controller-manager would approve its CSRs before any other approver).
+    let group = format!("system:bootstrappers:other:{}", h.env.run_id);
+    let group = group.as_str();
     let crb = ClusterRoleBinding {
         metadata: kube::api::ObjectMeta {
-            name: Some(h.name("kubeadm-bootstrap")),
+            name: Some(h.name("other-bootstrap")),
             ..Default::default()
         },
         role_ref: RoleRef {
@@ -408,10 +390,11 @@ async fn strict_mode_denies_other_tokens_without_deleting_them() {
         .create(&PostParams::default(), &secret)
         .await
         .expect("kubeadm token");
+    h.env.made.token(&token);
     let mut opts = h.options("ctl");
     opts.strict = true;
     let ctl = h.start_controller(opts);
-    let csr = h.name("csr-kubeadm");
+    let csr = h.name("csr-other");
     h.submit_csr(&h.bootstrap_client(&token).await, &csr, &h.name("node-k"))
         .await;
     assert_eq!(
@@ -419,8 +402,74 @@ async fn strict_mode_denies_other_tokens_without_deleting_them() {
         Some("Denied")
     );
     trail_names(&h, &csr, &["not_kubeflavor_token"]).await;
-    // kubeadm's own tokens are not kubeflavor's to delete or annotate.
+    // Other tools' tokens are not kubeflavor's to delete or annotate.
     let kept = h.token_secret(&token).await.expect("token kept");
     assert!(kept.metadata.annotations.unwrap_or_default().is_empty());
+    ctl.stop().await;
+}
+
+/// On a kubeadm cluster kube-controller-manager approves every renewal before kubeflavor
+/// sees it (capture 54): `--manage-renewals` would silently do nothing, so the controller
+/// refuses to start and names the fix; `install --apply --manage-renewals` hands renewals
+/// over in one step.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn manage_renewals_is_refused_while_renewals_are_auto_approved() {
+    use k8s_openapi::api::rbac::v1::{ClusterRoleBinding, RoleRef, Subject};
+    let h = Harness::start_serial().await;
+    // The auto-approval kubeadm sets up, under a name of this run (a shared cluster may
+    // have had kubeadm's own binding removed by an earlier run).
+    let crb = ClusterRoleBinding {
+        metadata: kube::api::ObjectMeta {
+            name: Some(h.name("renewal-autoapprove")),
+            ..Default::default()
+        },
+        role_ref: RoleRef {
+            api_group: "rbac.authorization.k8s.io".into(),
+            kind: "ClusterRole".into(),
+            name: "system:certificates.k8s.io:certificatesigningrequests:selfnodeclient".into(),
+        },
+        subjects: Some(vec![Subject {
+            kind: "Group".into(),
+            name: "system:nodes".into(),
+            api_group: Some("rbac.authorization.k8s.io".into()),
+            ..Default::default()
+        }]),
+    };
+    let crbs = Api::<ClusterRoleBinding>::all(h.admin.clone());
+    crbs.create(&PostParams::default(), &crb)
+        .await
+        .expect("binding");
+    let mut opts = h.options("ctl");
+    opts.manage_renewals = true;
+    let refused = kubeflavor::controller::run(
+        kubeflavor::controller::Runtime::new(h.admin.clone(), opts.clone()),
+        std::future::pending(),
+    )
+    .await
+    .expect_err("refused while renewals are auto-approved");
+    let msg = refused.to_string();
+    assert!(msg.contains("selfnodeclient"), "{msg}");
+    assert!(msg.contains("install --apply --manage-renewals"), "{msg}");
+    crbs.delete(&h.name("renewal-autoapprove"), &Default::default())
+        .await
+        .expect("binding deleted");
+
+    // One step hands renewals over; then the controller starts.
+    let out = h
+        .env
+        .kf(&["install", "--apply", "--replicas", "0", "--manage-renewals"])
+        .await;
+    assert!(
+        out.expect_ok()
+            .contains("kubeadm:node-autoapprove-certificate-rotation"),
+        "{out:?}"
+    );
+    assert_eq!(
+        kubeflavor::controller::renewals::auto_approved(&h.admin)
+            .await
+            .expect("review"),
+        None
+    );
+    let ctl = h.start_controller(opts);
     ctl.stop().await;
 }

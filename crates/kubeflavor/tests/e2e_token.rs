@@ -145,8 +145,7 @@ async fn token_create_makes_exactly_two_api_calls() {
     let env = Env::start().await;
     env.install().await;
     let flavor = env.create_flavor("count", &[]).await;
-    let Some(cluster) = env.testkube.as_ref() else {
-        eprintln!("real cluster: request counting needs testkube, skipped");
+    let Some(cluster) = env.testkube_or_skip("request counting needs testkube") else {
         cleanup(&env, &[], &[&flavor]).await;
         return;
     };

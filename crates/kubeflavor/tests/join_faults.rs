@@ -18,10 +18,7 @@ use kubeflavor_core::pin::CaPin;
 const PATIENCE: Duration = Duration::from_secs(60);
 
 fn testkube_only(env: &Env) -> Option<&testkube::TestCluster> {
-    if env.testkube.is_none() {
-        eprintln!("skipped: this case injects faults into testkube");
-    }
-    env.testkube.as_ref()
+    env.testkube_or_skip("this case injects faults into testkube")
 }
 
 /// The pin of the test cluster's CA, computed independently of kubeflavor's join code.

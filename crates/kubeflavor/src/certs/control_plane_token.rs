@@ -10,6 +10,7 @@ use kube::Api;
 use kube::api::{ObjectMeta, PostParams};
 use kubeflavor_core::flavor::TokenTtl;
 use kubeflavor_core::token::BootstrapToken;
+use kubeflavor_core::token_meta::FlavorTokenMeta;
 use kubeflavor_core::token_secret::{
     AuthGroup, CONTROL_PLANE_GROUP, TOKEN_SECRET_NAMESPACE, TOKEN_SECRET_TYPE, TokenSecretData,
     format_expiration, secret_name,
@@ -28,6 +29,7 @@ const CREATE_ATTEMPTS: usize = 5;
 
 /// What `token create --control-plane -o json|yaml` prints (it holds the token).
 #[derive(serde::Serialize)]
+#[serde(rename_all = "camelCase")]
 struct ControlPlaneToken<'a> {
     token: &'a str,
     id: &'a str,
@@ -35,11 +37,16 @@ struct ControlPlaneToken<'a> {
     expiration: Option<String>,
     usages: [&'static str; 2],
     groups: [&'static str; 1],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    flavor: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_nodes: Option<u32>,
 }
 
 /// `token create --control-plane`: a bootstrap token in the one group allowed to read
 /// kube-system/kubeadm-certs (P5), with kubeadm's usages so `join --control-plane` can run
-/// discovery with it. It carries no flavor: it is not a node token.
+/// discovery with it. With `--flavor` it also carries the flavor's metadata, as a node
+/// token does, so the controller decides its kubelet's CSR by the same binding rules.
 pub async fn create_control_plane_token(
     cluster: &Cluster,
     args: &crate::cli::TokenCreateArgs,
@@ -49,6 +56,15 @@ pub async fn create_control_plane_token(
     let join_target = match args.print_join_command {
         true => Some(crate::cmd::join::join_target(cluster).await?),
         false => None,
+    };
+    // The flavor (if any) first: no token for a flavor that does not exist.
+    let meta = match &args.flavor {
+        Some(flavor) => {
+            let rules = crate::cmd::token::flavor_rules(cluster, flavor).await?;
+            let max_nodes = crate::cmd::token::max_nodes(args, &rules);
+            Some(FlavorTokenMeta::new(flavor.clone(), max_nodes))
+        }
+        None => None,
     };
     let expiration = args
         .ttl
@@ -73,6 +89,8 @@ pub async fn create_control_plane_token(
             metadata: ObjectMeta {
                 name: Some(secret_name(token.id())),
                 namespace: Some(TOKEN_SECRET_NAMESPACE.to_owned()),
+                labels: meta.as_ref().map(FlavorTokenMeta::labels),
+                annotations: meta.as_ref().map(FlavorTokenMeta::annotations),
                 ..ObjectMeta::default()
             },
             type_: Some(TOKEN_SECRET_TYPE.to_owned()),
@@ -110,6 +128,8 @@ pub async fn create_control_plane_token(
                     expiration: expiration.map(format_expiration),
                     usages: ["authentication", "signing"],
                     groups: [CONTROL_PLANE_GROUP],
+                    flavor: meta.as_ref().map(|m| m.flavor.as_str()),
+                    max_nodes: meta.as_ref().map(|m| m.max_nodes.get()),
                 };
                 let text = match args.output {
                     TokenOutput::Token => exposed.to_string(),

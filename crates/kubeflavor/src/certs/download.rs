@@ -32,7 +32,11 @@ pub struct DownloadOptions {
 /// is what garbage collection guarantees shortly after the token expires.
 pub async fn fetch_secret(client: &Client, now: Timestamp) -> Result<Secret, CertsError> {
     let secrets: Api<Secret> = Api::namespaced(client.clone(), NAMESPACE);
-    let secret = match secrets.get_opt(SECRET_NAME).await {
+    // A token minted a moment ago may not authenticate yet (capture 52).
+    let first_read = crate::cluster::retry_unauthorized(crate::cluster::TOKEN_PROPAGATION, || {
+        secrets.get_opt(SECRET_NAME)
+    });
+    let secret = match first_read.await {
         Ok(Some(s)) => s,
         Ok(None) => return Err(CertsError::SecretGone),
         Err(e) => return Err(objects::api_error("reading kube-system/kubeadm-certs", e)),

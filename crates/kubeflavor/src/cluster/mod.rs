@@ -2,6 +2,7 @@
 //! the kube-rs client built from it, and errors that name the server and the kubeconfig.
 
 mod errors;
+pub mod fresh_token;
 mod resolve;
 
 use std::fmt;
@@ -9,6 +10,7 @@ use std::fmt;
 use kube::Client;
 
 pub use errors::{is_api_reason, is_not_found};
+pub use fresh_token::{TOKEN_PROPAGATION, retry_unauthorized};
 pub use resolve::{ConfigSource, resolve};
 
 use crate::error::{CliError, Result};

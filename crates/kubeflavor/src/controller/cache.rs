@@ -40,6 +40,19 @@ pub fn pending_only(
     }
 }
 
+/// Drops the objects whose names this controller does not serve (`Options::scope`) from
+/// a watch, as if they did not exist. Errors pass through.
+pub fn served<K: kube::Resource>(
+    event: Result<Event<K>, kube::runtime::watcher::Error>,
+    opts: &super::Options,
+) -> Option<Result<Event<K>, kube::runtime::watcher::Error>> {
+    let name_served = |o: &K| opts.serves(o.meta().name.as_deref().unwrap_or_default());
+    match &event {
+        Ok(Event::Apply(o) | Event::InitApply(o) | Event::Delete(o)) if !name_served(o) => None,
+        _ => Some(event),
+    }
+}
+
 /// Keeps a CSR's name, resourceVersion, signer, requester and the type and status of
 /// its conditions: what the CSR loop reads from its cache (which requester, decided yet).
 pub fn slim_csr(csr: &mut CertificateSigningRequest) {

@@ -92,15 +92,16 @@ pub fn error_policy(
     err: &Error,
     ctx: Arc<Context>,
 ) -> Action {
-    ctx.metrics.error("csr", err.metric_label());
-    if matches!(err, Error::Halted(_)) {
-        return Action::await_change();
-    }
     if err.is_conflict() {
         // Someone wrote first (another CSR of the same token, a renewal, a second
         // replica in a split second): re-read and decide again at once.
         tracing::debug!(error = %err, "conflict, deciding again");
+        ctx.metrics.conflict("csr", err.metric_label());
         return Action::requeue(Duration::from_millis(50));
+    }
+    ctx.metrics.error("csr", err.metric_label());
+    if matches!(err, Error::Halted(_)) {
+        return Action::await_change();
     }
     tracing::warn!(error = %err, "CSR reconcile failed, retrying");
     Action::requeue(Duration::from_secs(1))
@@ -147,6 +148,9 @@ async fn decide(name: String, ctx: &Context) -> Result<Action, Error> {
     }
     let _timer = Metrics::measure(&ctx.metrics.decision_duration);
     let view = facts::CsrView::from_object(&csr);
+    if !served(&ctx.opts, &view) {
+        return Ok(Action::await_change());
+    }
     let parsed = policy::validate(&view);
     let node = parsed
         .as_ref()
@@ -194,6 +198,21 @@ async fn decide(name: String, ctx: &Context) -> Result<Action, Error> {
         }
     }
     Ok(Action::await_change())
+}
+
+/// Whether this controller serves the node name the CSR asks for, or else the node that
+/// asks (`Options::scope`). A CSR that names no node is served by unscoped controllers only.
+fn served(opts: &super::Options, view: &facts::CsrView) -> bool {
+    if opts.scope.is_none() {
+        return true;
+    }
+    kubeflavor_core::csr::requested_node_name(&view.request)
+        .or_else(|| {
+            view.username
+                .strip_prefix(facts::NODE_USER_PREFIX)
+                .map(str::to_owned)
+        })
+        .is_some_and(|name| opts.serves(&name))
 }
 
 async fn approve(

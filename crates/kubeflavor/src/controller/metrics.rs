@@ -38,6 +38,7 @@ pub struct Metrics {
     pub flavoring_duration: Histogram,
     pub flavored_nodes: Gauge<i64, AtomicI64>,
     pub errors: Family<ErrorLabels, Counter>,
+    pub conflicts: Family<ErrorLabels, Counter>,
     pub tokens_deleted: Counter,
     pub node_patches: Counter,
     pub leader: Gauge<i64, AtomicI64>,
@@ -90,6 +91,12 @@ impl Metrics {
             "Reconcile failures by controller and stage",
             errors.clone(),
         );
+        let conflicts = Family::<ErrorLabels, Counter>::default();
+        registry.register(
+            "reconcile_conflicts",
+            "Writes that lost an optimistic-concurrency race (409) and were decided again at once, by controller and stage: normal when others write the same objects (kube-controller-manager edits new Nodes), not an error",
+            conflicts.clone(),
+        );
         let tokens_deleted = Counter::default();
         registry.register(
             "tokens_deleted",
@@ -114,6 +121,7 @@ impl Metrics {
             flavoring_duration,
             flavored_nodes,
             errors,
+            conflicts,
             tokens_deleted,
             node_patches,
             leader,
@@ -135,6 +143,15 @@ impl Metrics {
             .get_or_create(&ErrorLabels {
                 controller: controller.to_string(),
                 error: error.to_string(),
+            })
+            .inc();
+    }
+
+    pub fn conflict(&self, controller: &str, stage: &str) {
+        self.conflicts
+            .get_or_create(&ErrorLabels {
+                controller: controller.to_string(),
+                error: stage.to_string(),
             })
             .inc();
     }

@@ -18,6 +18,7 @@ pub mod leader;
 pub mod metrics;
 pub mod node;
 pub mod policy;
+pub mod renewals;
 pub mod trail;
 
 use std::collections::{HashMap, HashSet};
@@ -63,6 +64,13 @@ pub struct Options {
     pub ops_addr: Option<SocketAddr>,
     /// Parallel reconciles per loop (the rest wait their turn, first come first served).
     pub concurrency: u16,
+    /// The Lease the replicas compete for (in `namespace`).
+    pub lease_name: String,
+    /// Serve only node and flavor names that end in this suffix; `None` serves all.
+    /// Several controllers then share one cluster without touching each other's work
+    /// (the end-to-end suites run one controller per test on one real cluster). Every
+    /// controller of a cluster must agree on how names are split between them.
+    pub scope: Option<String>,
 }
 
 impl Options {
@@ -79,7 +87,16 @@ impl Options {
             denial_limit: 5,
             ops_addr: None,
             concurrency: 16,
+            lease_name: LEASE_NAME.to_string(),
+            scope: None,
         }
+    }
+
+    /// Whether a node or flavor name is this controller's to serve (see `scope`).
+    pub fn serves(&self, name: &str) -> bool {
+        self.scope
+            .as_deref()
+            .is_none_or(|suffix| name.ends_with(suffix))
     }
 }
 
@@ -352,6 +369,9 @@ pub async fn run(
     rt: Runtime,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
+    if rt.opts.manage_renewals {
+        renewals::check_handover(&rt.client).await?;
+    }
     let (shut_tx, shut_rx) = watch::channel(false);
     let stopping = stop_when(shut_rx.clone(), true);
     // Nothing is spawned detached: aborting the task that runs this future stops every
@@ -393,7 +413,7 @@ pub async fn run(
             return;
         }
         let (lead_tx, lead_rx) = watch::channel(false);
-        let mut cfg = LeaseConfig::new(&rt.opts.namespace, LEASE_NAME, &rt.opts.identity);
+        let mut cfg = LeaseConfig::new(&rt.opts.namespace, &rt.opts.lease_name, &rt.opts.identity);
         cfg.lease_duration = rt.opts.lease_duration;
         cfg.renew_deadline = rt.opts.renew_deadline;
         cfg.retry_period = rt.opts.retry_period;
@@ -433,9 +453,12 @@ pub async fn run(
 /// One leadership term: both loops (and the bound-node counts) until `until` resolves.
 async fn run_loops(rt: &Runtime, until: Stop) {
     let counts_changed = Arc::new(tokio::sync::Notify::new());
-    let (nodes, node_events) = node::node_metadata_store(rt.client.clone());
-    let (flavors, flavor_events) = node::flavor_store(rt.client.clone(), counts_changed.clone());
-    let (bindings, binding_events) = node::binding_store(rt.client.clone(), counts_changed.clone());
+    let scope = &rt.opts;
+    let (nodes, node_events) = node::node_metadata_store(rt.client.clone(), scope);
+    let (flavors, flavor_events) =
+        node::flavor_store(rt.client.clone(), scope, counts_changed.clone());
+    let (bindings, binding_events) =
+        node::binding_store(rt.client.clone(), scope, counts_changed.clone());
     let ctx = Arc::new(Context::new(rt, nodes, flavors, bindings));
     let csr_loop = csr::run(ctx.clone(), until.clone());
     let node_loop = node::run(

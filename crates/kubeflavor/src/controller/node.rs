@@ -24,7 +24,7 @@ use tokio::sync::Notify;
 use super::cache;
 use super::metrics::Metrics;
 use super::policy;
-use super::{Context, Error, Step, Stop};
+use super::{Context, Error, Options, Step, Stop};
 use crate::crd::{Flavor, FlavorBinding};
 
 type Events<K> = BoxStream<'static, Result<K, watcher::Error>>;
@@ -32,6 +32,7 @@ type Events<K> = BoxStream<'static, Result<K, watcher::Error>>;
 /// A metadata-only reflector of all Nodes and its stream of touched Nodes.
 pub fn node_metadata_store(
     client: Client,
+    opts: &Options,
 ) -> (
     Store<PartialObjectMeta<Node>>,
     Events<PartialObjectMeta<Node>>,
@@ -39,8 +40,10 @@ pub fn node_metadata_store(
     let (reader, writer) = reflector::store();
     // Api<PartialObjectMeta<Node>> lists and watches with the metadata-only Accept header.
     let api: Api<PartialObjectMeta<Node>> = Api::all(client);
+    let opts = opts.clone();
     let stream = watcher(api, watcher::Config::default())
         .default_backoff()
+        .filter_map(move |e| std::future::ready(cache::served(e, &opts)))
         .modify(cache::slim_node)
         .reflect(writer)
         .touched_objects()
@@ -50,10 +53,16 @@ pub fn node_metadata_store(
 
 /// A reflector of all Flavors and its stream of touched Flavors; `changed` is notified
 /// on every change (the bound-node counts may have to be written).
-pub fn flavor_store(client: Client, changed: Arc<Notify>) -> (Store<Flavor>, Events<Flavor>) {
+pub fn flavor_store(
+    client: Client,
+    opts: &Options,
+    changed: Arc<Notify>,
+) -> (Store<Flavor>, Events<Flavor>) {
     let (reader, writer) = reflector::store();
+    let opts = opts.clone();
     let stream = watcher(Api::<Flavor>::all(client), watcher::Config::default())
         .default_backoff()
+        .filter_map(move |e| std::future::ready(cache::served(e, &opts)))
         .reflect(writer)
         .inspect(move |_| changed.notify_one())
         .touched_objects()
@@ -65,14 +74,17 @@ pub fn flavor_store(client: Client, changed: Arc<Notify>) -> (Store<Flavor>, Eve
 /// bindings; `changed` is notified when one appears or goes.
 pub fn binding_store(
     client: Client,
+    opts: &Options,
     changed: Arc<Notify>,
 ) -> (Store<FlavorBinding>, Events<FlavorBinding>) {
     let (reader, writer) = reflector::store();
+    let opts = opts.clone();
     let stream = watcher(
         Api::<FlavorBinding>::all(client),
         watcher::Config::default(),
     )
     .default_backoff()
+    .filter_map(move |e| std::future::ready(cache::served(e, &opts)))
     .modify(cache::slim_binding)
     .reflect(writer)
     .inspect(move |event| {
@@ -196,14 +208,15 @@ pub async fn run(
 }
 
 pub fn error_policy(_b: Arc<FlavorBinding>, err: &Error, ctx: Arc<Context>) -> Action {
+    if err.is_conflict() {
+        // The Node changed between our read and our patch (kubelet heartbeat, an admin,
+        // kube-controller-manager's edits of a new Node): read it again and recompute.
+        ctx.metrics.conflict("node", err.metric_label());
+        return Action::requeue(Duration::from_millis(50));
+    }
     ctx.metrics.error("node", err.metric_label());
     if matches!(err, Error::Halted(_)) {
         return Action::await_change();
-    }
-    if err.is_conflict() {
-        // The Node changed between our read and our patch (kubelet heartbeat, an admin):
-        // read it again and recompute.
-        return Action::requeue(Duration::from_millis(50));
     }
     tracing::warn!(error = %err, "node reconcile failed, retrying");
     Action::requeue(Duration::from_secs(1))

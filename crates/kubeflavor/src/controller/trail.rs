@@ -1,6 +1,11 @@
-//! The admin-only trail of decisions: an events.k8s.io/v1 Event in the controller's own
-//! namespace (a bootstrap identity has no read access there), plus a log line. The exact
-//! cause lives only here, in logs and in metric labels, never in the CSR (P1).
+//! The admin-only trail of decisions: an events.k8s.io/v1 Event in kube-system, plus a log
+//! line. The exact cause lives only here, in logs and in metric labels, never in the CSR
+//! (P1).
+//!
+//! The Events are about cluster-scoped objects (CSRs), and the API server accepts those
+//! only in `default` or `kube-system` (422 elsewhere, capture 51). kube-system it is:
+//! cluster admins read it, while no bootstrap token, node or ordinary namespace viewer
+//! can (the `default` namespace is often readable by every developer).
 
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::events::v1::Event;
@@ -11,6 +16,8 @@ use kube::api::PostParams;
 use super::Context;
 
 pub const REPORTING_CONTROLLER: &str = "kubeflavor.io/controller";
+/// Where the trail's Events live (see the module documentation).
+pub const TRAIL_NAMESPACE: &str = "kube-system";
 
 /// What the Event is about.
 pub struct Regarding<'a> {
@@ -35,7 +42,7 @@ pub async fn record(
     let event = Event {
         metadata: ObjectMeta {
             name: Some(format!("{}.{suffix}", regarding.name)),
-            namespace: Some(ctx.opts.namespace.clone()),
+            namespace: Some(TRAIL_NAMESPACE.to_string()),
             ..ObjectMeta::default()
         },
         // MicroTime: exactly 6 fractional digits (capture 48/47), done by k8s-openapi.
@@ -56,7 +63,7 @@ pub async fn record(
         }),
         ..Event::default()
     };
-    let api: Api<Event> = Api::namespaced(ctx.client.clone(), &ctx.opts.namespace);
+    let api: Api<Event> = Api::namespaced(ctx.client.clone(), TRAIL_NAMESPACE);
     if let Err(e) = api.create(&PostParams::default(), &event).await {
         tracing::warn!(error = %e, reason, "could not record an Event (the log line above has the same facts)");
     }

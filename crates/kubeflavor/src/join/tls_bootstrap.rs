@@ -46,7 +46,7 @@ pub enum TlsBootstrapError {
     )]
     TokenRejected(String),
     #[error(
-        "the bootstrap token may not create CSRs: {0} (bind the token's group to the system:node-bootstrapper ClusterRole, e.g. 'kubeflavor install --apply')"
+        "the bootstrap token may not create CSRs: {0} (the token's group has no binding to the system:node-bootstrapper ClusterRole; the cluster administrator must bind it: 'kubeflavor install --apply' of this version binds kubeflavor's node and control-plane token groups)"
     )]
     Forbidden(String),
     #[error("cannot create the CSR: {0}")]
@@ -118,10 +118,13 @@ pub async fn request_client_certificate(
         .map_err(|e| TlsBootstrapError::Generate(e.to_string()))?;
     let csr = kubelet_csr_object(None, generated.csr_pem());
     let api: Api<CertificateSigningRequest> = Api::all(client);
-    let created = api
-        .create(&PostParams::default(), &csr)
-        .await
-        .map_err(create_error)?;
+    // A token minted a moment ago may not authenticate yet (capture 52).
+    let params = PostParams::default();
+    let created = crate::cluster::retry_unauthorized(crate::cluster::TOKEN_PROPAGATION, || {
+        api.create(&params, &csr)
+    })
+    .await
+    .map_err(create_error)?;
     let csr_name = created.metadata.name.clone().unwrap_or_default();
     let requester = created
         .spec

@@ -6,7 +6,8 @@
 
 #[path = "../common/mod.rs"]
 mod common;
-pub use common::Env;
+#[allow(unused_imports)] // each test binary uses its own subset
+pub use common::{Env, skip};
 
 use std::collections::BTreeMap;
 use std::io;
@@ -155,9 +156,10 @@ pub fn snapshot(dir: &Path) -> BTreeMap<String, (u32, Vec<u8>)> {
 }
 
 /// Creates a bootstrap token in `group` valid for an hour, as `kubeflavor token create`
-/// would (kubeadm's layout), and returns `id.secret`. The Secret is deleted on drop of the
-/// test cluster, or by tokencleaner on a real one.
-pub async fn create_token(admin: &Client, group: &str) -> String {
+/// would (kubeadm's layout), and returns `id.secret`. The Secret goes with the test
+/// cluster, or with the run's sweep on a real one.
+pub async fn create_token(env: &Env, group: &str) -> String {
+    let admin = &env.client;
     use k8s_openapi::api::core::v1::Secret;
     let token = kubeflavor_core::token::BootstrapToken::generate().unwrap();
     let expiration = jiff::Timestamp::now() + jiff::SignedDuration::from_hours(1);
@@ -180,6 +182,7 @@ pub async fn create_token(admin: &Client, group: &str) -> String {
         .create(&Default::default(), &secret)
         .await
         .expect("token Secret created");
+    env.made.token(&token);
     token.expose().to_string()
 }
 
@@ -221,6 +224,7 @@ pub async fn upload(
         unreachable!()
     };
     let mut out = Vec::new();
+    env.made.kubeadm_certs();
     kubeflavor::cmd::certs::upload(&a, &env.client, jiff::Timestamp::now(), &mut out).await?;
     let text = String::from_utf8(out).unwrap();
     let key = text.lines().last().unwrap().to_owned();

@@ -1,11 +1,14 @@
 //! The end-to-end harness. [`Env::start`] connects to the cluster named by
 //! `KUBEFLAVOR_E2E_KUBECONFIG` (a real admin kubeconfig) when it is set, and otherwise
 //! starts a fresh testkube. Every case runs unchanged on both: names carry a per-run
-//! suffix so a real cluster can be reused, and each case deletes what it creates.
+//! suffix so a real cluster can be shared by tests running in parallel and reused across
+//! runs, and when an [`Env`] is dropped (also when its test failed) everything its run
+//! made on a real cluster is deleted (see `sweep`).
 
 #![allow(dead_code)] // each test binary uses its own subset of the helpers
 
 pub mod minted;
+mod sweep;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -32,6 +35,25 @@ pub struct Env {
     dir: tempfile::TempDir,
     /// Held for the whole test by [`Env::start_serial`] on a real cluster.
     _serial: Option<tokio::sync::OwnedMutexGuard<()>>,
+    /// What this run made on a real cluster beyond the names carrying its run id.
+    pub made: sweep::Made,
+}
+
+impl Drop for Env {
+    fn drop(&mut self) {
+        if self.testkube.is_none() {
+            sweep::sweep(&self.kubeconfig, &self.run_id, &self.made);
+        }
+    }
+}
+
+/// Says on the test output (not captured by the test harness) that the running test
+/// skipped its case, and why. It still counts as passed in cargo's summary.
+pub fn skip(why: &str) {
+    use std::io::Write;
+    let thread = std::thread::current();
+    let name = thread.name().unwrap_or("this test");
+    let _ = writeln!(std::io::stderr(), "SKIPPED {name}: {why}");
 }
 
 /// One lock per test binary: the real cluster's turn of [`Env::start_serial`] tests.
@@ -97,6 +119,7 @@ impl Env {
                     run_id,
                     dir,
                     _serial: serial,
+                    made: Default::default(),
                 }
             }
             None => {
@@ -113,6 +136,7 @@ impl Env {
                     run_id,
                     dir,
                     _serial: None,
+                    made: Default::default(),
                 }
             }
         }
@@ -125,6 +149,15 @@ impl Env {
 
     pub fn dir(&self) -> &Path {
         self.dir.path()
+    }
+
+    /// testkube, for a case that injects faults or reads its counters; `None` on a real
+    /// cluster, where the case is reported skipped with `why`.
+    pub fn testkube_or_skip(&self, why: &str) -> Option<&TestCluster> {
+        if self.testkube.is_none() {
+            skip(why);
+        }
+        self.testkube.as_ref()
     }
 
     /// Run kubeflavor in-process with the admin kubeconfig.
@@ -140,9 +173,11 @@ impl Env {
             kubeconfig.display().to_string(),
         ];
         argv.extend(args.iter().map(|a| a.to_string()));
+        self.made.command(args);
         let mut out = Vec::new();
         let result = kubeflavor::run(argv, &mut out).await;
         let stdout = String::from_utf8(out).expect("utf-8 output");
+        self.made.tokens_in(&stdout);
         match result {
             Ok(()) => Outcome {
                 code: ExitCode::Ok,
@@ -165,12 +200,15 @@ impl Env {
             self.kubeconfig.display().to_string(),
         ];
         argv.extend(args.iter().map(|a| a.to_string()));
-        tokio::task::spawn_blocking(move || {
+        self.made.command(args);
+        let outcome = tokio::task::spawn_blocking(move || {
             let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
             bin(env!("CARGO_BIN_EXE_kubeflavor"), &argv)
         })
         .await
-        .expect("binary runner")
+        .expect("binary runner");
+        self.made.tokens_in(&outcome.stdout);
+        outcome
     }
 
     /// `kubeflavor install --apply --replicas 0` (idempotent; on a real cluster it updates
@@ -235,7 +273,9 @@ impl Env {
         path
     }
 
-    /// A client that authenticates with this bearer token.
+    /// A client that authenticates with this bearer token. A bootstrap token made a
+    /// moment ago may get 401 for a while (capture 52): requests that use it first go
+    /// through [`fresh`].
     pub async fn token_client(&self, token: &str) -> kube::Client {
         let text = std::fs::read_to_string(self.token_kubeconfig(token)).expect("token kubeconfig");
         client_from_yaml(&text).await
@@ -257,12 +297,23 @@ pub async fn client_from_yaml(yaml: &str) -> kube::Client {
     kube::Client::try_from(config).expect("client")
 }
 
-/// Who the server says this client is: (username, groups).
+/// Runs the first request of a token made a moment ago: the API server may not know the
+/// token yet and answers 401 until its cache has it (capture 52), so a 401 is retried for
+/// a bounded time, as every client that creates and uses a token must.
+pub async fn fresh<T, F, Fut>(call: F) -> Result<T, kube::Error>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, kube::Error>>,
+{
+    kubeflavor::cluster::retry_unauthorized(kubeflavor::cluster::TOKEN_PROPAGATION, call).await
+}
+
+/// Who the server says this client is: (username, groups). The client's token may be
+/// fresh ([`fresh`]).
 pub async fn whoami(client: &kube::Client) -> Result<(String, Vec<String>), kube::Error> {
     let api: Api<SelfSubjectReview> = Api::all(client.clone());
-    let review = api
-        .create(&PostParams::default(), &SelfSubjectReview::default())
-        .await?;
+    let (params, request) = (PostParams::default(), SelfSubjectReview::default());
+    let review = fresh(|| api.create(&params, &request)).await?;
     let user = review.status.and_then(|s| s.user_info).unwrap_or_default();
     Ok((
         user.username.unwrap_or_default(),

@@ -53,6 +53,16 @@ impl Harness {
     /// testkube (or the cluster of KUBEFLAVOR_E2E_KUBECONFIG) with `kubeflavor install
     /// --apply` done: CRDs and RBAC exactly as a user installs them.
     pub async fn start() -> Harness {
+        Harness::start_with(Env::start().await).await
+    }
+
+    /// Like [`Harness::start`], but on a real cluster the tests of one binary that start
+    /// this way take turns: for tests that change who approves what cluster-wide.
+    pub async fn start_serial() -> Harness {
+        Harness::start_with(Env::start_serial().await).await
+    }
+
+    async fn start_with(env: Env) -> Harness {
         let _ = tracing_subscriber::fmt()
             .with_env_filter(
                 tracing_subscriber::EnvFilter::try_from_env("KUBEFLAVOR_TEST_LOG")
@@ -60,7 +70,6 @@ impl Harness {
             )
             .with_test_writer()
             .try_init();
-        let env = Env::start().await;
         env.install().await;
         let admin = env.client.clone();
         Harness {
@@ -132,6 +141,7 @@ impl Harness {
             .create(&PostParams::default(), &secret)
             .await
             .expect("token Secret created");
+        self.env.made.token(&token);
         token
     }
 
@@ -312,15 +322,47 @@ impl Harness {
         .expect("binding exists")
     }
 
+    /// A controller of this test alone: it serves only the node and flavor names of this
+    /// run, and competes for a Lease of its own, so the tests running in parallel on one
+    /// real cluster each decide their own CSRs.
     pub fn options(&self, identity: &str) -> Options {
         let mut opts = Options::new("kube-system", identity);
         opts.leader_elect = false;
+        opts.scope = Some(format!("-{}", self.env.run_id));
+        opts.lease_name = self.name("kubeflavor-controller");
         opts
     }
 
     pub fn start_controller(&self, opts: Options) -> ControllerHandle {
         ControllerHandle::start(self.admin.clone(), opts, None)
     }
+}
+
+/// Waits until the admin trail (Events in kube-system) holds a note about
+/// this CSR that names `cause`; returns that note. Events are written right after the
+/// denial, so the wait is on a watch, never a sleep.
+pub async fn trail_names(h: &Harness, csr: &str, causes: &[&str]) -> String {
+    use futures::StreamExt;
+    use kube::runtime::{WatchStreamExt, watcher};
+    let api =
+        Api::<k8s_openapi::api::events::v1::Event>::namespaced(h.admin.clone(), "kube-system");
+    let stream = watcher(api, watcher::Config::default()).applied_objects();
+    futures::pin_mut!(stream);
+    within(
+        &format!("an Event about {csr} naming one of {causes:?}"),
+        async {
+            while let Some(ev) = stream.next().await {
+                let Ok(ev) = ev else { continue };
+                let about = ev.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(csr);
+                let note = ev.note.unwrap_or_default();
+                if about && causes.iter().any(|c| note.contains(c)) {
+                    return note;
+                }
+            }
+            panic!("event watch ended")
+        },
+    )
+    .await
 }
 
 pub async fn submit_csr_with(
@@ -343,8 +385,9 @@ pub async fn submit_csr_with(
         .pem()
         .expect("pem");
     let csr = kubeflavor::join::tls_bootstrap::kubelet_csr_object(Some(csr_name), &pem);
-    let created = Api::<CertificateSigningRequest>::all(client.clone())
-        .create(&PostParams::default(), &csr)
+    let api = Api::<CertificateSigningRequest>::all(client.clone());
+    let params = PostParams::default();
+    let created = crate::common::fresh(|| api.create(&params, &csr))
         .await
         .expect("CSR created");
     (created, key.serialize_pem())

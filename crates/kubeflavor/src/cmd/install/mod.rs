@@ -8,8 +8,9 @@ use std::collections::BTreeMap;
 use std::io::Write;
 use std::time::Duration;
 
+use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams};
+use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams};
 use kube::runtime::wait::{await_condition, conditions};
 use serde::Serialize;
 use serde_json::Value;
@@ -20,6 +21,7 @@ pub use workload::{HTTP_PORT, default_image};
 use crate::cli::InstallArgs;
 use crate::cluster::Cluster;
 use crate::cmd::flavor::FIELD_MANAGER;
+use crate::controller::renewals::{self, KUBEADM_RENEWAL_BINDING};
 use crate::crd;
 use crate::error::{CliError, Result};
 use crate::output;
@@ -114,7 +116,12 @@ fn comment(text: &str, indent: &str) -> String {
 
 /// Every object of the install set, in apply order: CRDs, namespace, controller identity
 /// and RBAC, bootstrap-token RBAC, Deployment.
-pub fn documents(namespace: &str, image: &str, replicas: u16) -> Vec<Document> {
+pub fn documents(
+    namespace: &str,
+    image: &str,
+    replicas: u16,
+    manage_renewals: bool,
+) -> Vec<Document> {
     let mut docs: Vec<Document> = crd::crds()
         .into_iter()
         .map(|c| {
@@ -124,9 +131,14 @@ pub fn documents(namespace: &str, image: &str, replicas: u16) -> Vec<Document> {
         .collect();
     docs.push(workload::namespace(namespace));
     docs.push(workload::service_account(namespace));
-    docs.extend(rbac::controller(namespace));
+    docs.extend(rbac::controller(namespace, manage_renewals));
     docs.extend(rbac::bootstrap_tokens());
-    docs.push(workload::deployment(namespace, image, replicas));
+    docs.push(workload::deployment(
+        namespace,
+        image,
+        replicas,
+        manage_renewals,
+    ));
     docs
 }
 
@@ -159,7 +171,20 @@ pub fn render_all(docs: &[Document]) -> Result<String> {
 pub fn print(args: &InstallArgs, out: &mut dyn Write) -> Result<()> {
     validate_namespace(&args.namespace)?;
     let image = args.image.clone().unwrap_or_else(default_image);
-    out.write_all(render_all(&documents(&args.namespace, &image, args.replicas))?.as_bytes())?;
+    let docs = documents(&args.namespace, &image, args.replicas, args.manage_renewals);
+    if args.manage_renewals {
+        out.write_all(
+            comment(
+                &format!(
+                    "--manage-renewals: before applying, delete kubeadm's renewal auto-approval: \
+                     kubectl delete clusterrolebinding {KUBEADM_RENEWAL_BINDING}"
+                ),
+                "",
+            )
+            .as_bytes(),
+        )?;
+    }
+    out.write_all(render_all(&docs)?.as_bytes())?;
     Ok(())
 }
 
@@ -209,7 +234,7 @@ fn resource_of(doc: &Document) -> Result<(ApiResource, bool)> {
 pub async fn apply(cluster: &Cluster, args: &InstallArgs, out: &mut dyn Write) -> Result<()> {
     validate_namespace(&args.namespace)?;
     let image = args.image.clone().unwrap_or_else(default_image);
-    let docs = documents(&args.namespace, &image, args.replicas);
+    let docs = documents(&args.namespace, &image, args.replicas, args.manage_renewals);
     let params = PatchParams::apply(FIELD_MANAGER).force();
     for doc in &docs {
         let (ar, namespaced) = resource_of(doc)?;
@@ -221,6 +246,9 @@ pub async fn apply(cluster: &Cluster, args: &InstallArgs, out: &mut dyn Write) -
             .await
             .map_err(|e| cluster.error(&format!("apply {} {}", doc.kind(), doc.name()), e))?;
         writeln!(out, "{} applied", shown_name(doc))?;
+    }
+    if args.manage_renewals {
+        hand_renewals_over(cluster, out).await?;
     }
     let crds: Api<CustomResourceDefinition> = Api::all(cluster.client.clone());
     for crd in crd::crds() {
@@ -246,6 +274,35 @@ pub async fn apply(cluster: &Cluster, args: &InstallArgs, out: &mut dyn Write) -
         }
     }
     Ok(())
+}
+
+/// `install --apply --manage-renewals`: deletes kubeadm's renewal auto-approval, then asks
+/// the API server whether nodes may still have renewals auto-approved (through another
+/// binding) and refuses if so, naming it.
+async fn hand_renewals_over(cluster: &Cluster, out: &mut dyn Write) -> Result<()> {
+    let bindings: Api<ClusterRoleBinding> = Api::all(cluster.client.clone());
+    let shown = format!("clusterrolebinding.rbac.authorization.k8s.io/{KUBEADM_RENEWAL_BINDING}");
+    match bindings
+        .delete(KUBEADM_RENEWAL_BINDING, &DeleteParams::default())
+        .await
+    {
+        Ok(_) => writeln!(out, "{shown} deleted (renewals are kubeflavor's to decide)")?,
+        Err(e) if crate::cluster::is_not_found(&e) => writeln!(
+            out,
+            "{shown} not present (renewals are kubeflavor's to decide)"
+        )?,
+        Err(e) => return Err(cluster.error(&format!("delete {shown}"), e)),
+    }
+    match renewals::auto_approved_within(&cluster.client, renewals::RBAC_PROPAGATION).await {
+        Ok(None) => Ok(()),
+        Ok(Some(reason)) => Err(CliError::refused(
+            format!(
+                "nodes' renewals are still auto-approved by kube-controller-manager: system:nodes may create certificatesigningrequests/selfnodeclient ({reason})"
+            ),
+            "delete the binding named there, then run install --apply --manage-renewals again",
+        )),
+        Err(e) => Err(cluster.error("ask who approves renewals (SubjectAccessReview)", e)),
+    }
 }
 
 /// kubectl's `<resource>.<group>/<name>` form.

@@ -5,9 +5,10 @@ use k8s_openapi::api::rbac::v1::{
     ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding, RoleRef, Subject,
 };
 use kube::api::ObjectMeta;
-use kubeflavor_core::token_secret::{NODE_GROUP, TOKEN_SECRET_NAMESPACE};
+use kubeflavor_core::token_secret::{CONTROL_PLANE_GROUP, NODE_GROUP, TOKEN_SECRET_NAMESPACE};
 
 use super::{Document, labels};
+use crate::controller::trail::TRAIL_NAMESPACE;
 
 /// The controller's ServiceAccount (in the install namespace).
 pub const CONTROLLER_SA: &str = "kubeflavor-controller";
@@ -108,13 +109,13 @@ fn role_ref(kind: &str, name: &str) -> RoleRef {
     }
 }
 
-fn cluster_role_binding(name: &str, about: &str, role: &str, subject: Subject) -> Document {
+fn cluster_role_binding(name: &str, about: &str, role: &str, subjects: Vec<Subject>) -> Document {
     Document::new(
         about,
         &ClusterRoleBinding {
             metadata: meta(name, None),
             role_ref: role_ref("ClusterRole", role),
-            subjects: Some(vec![subject]),
+            subjects: Some(subjects),
         },
     )
 }
@@ -124,16 +125,25 @@ fn role_binding(
     namespace: &str,
     about: &str,
     role: &str,
-    subject: Subject,
+    subjects: Vec<Subject>,
 ) -> Document {
     Document::new(
         about,
         &RoleBinding {
             metadata: meta(name, Some(namespace)),
             role_ref: role_ref("Role", role),
-            subjects: Some(vec![subject]),
+            subjects: Some(subjects),
         },
     )
+}
+
+/// The groups of kubeflavor's join tokens: node tokens and control-plane tokens. Both
+/// join a kubelet, so both need what `kubeadm join` and the kubelet's TLS bootstrap need.
+fn token_groups() -> Vec<Subject> {
+    vec![
+        group_subject(NODE_GROUP),
+        group_subject(CONTROL_PLANE_GROUP),
+    ]
 }
 
 /// A Role of the controller and the RoleBinding (of the same name) granting it to the
@@ -152,15 +162,15 @@ fn controller_role(
             namespace,
             &format!("Grants {name} to the controller's ServiceAccount."),
             name,
-            sa_subject(sa_namespace),
+            vec![sa_subject(sa_namespace)],
         ),
     ]
 }
 
 /// The controller's permissions: one ClusterRole for cluster-scoped work, and Roles for
 /// token Secrets (kube-system only), leader election and Events.
-pub fn controller(namespace: &str) -> Vec<Document> {
-    let cluster_rules = vec![
+pub fn controller(namespace: &str, manage_renewals: bool) -> Vec<Document> {
+    let mut cluster_rules = vec![
         rule(
             &["certificates.k8s.io"],
             &["certificatesigningrequests"],
@@ -218,6 +228,15 @@ pub fn controller(namespace: &str) -> Vec<Document> {
             "get, list, watch: notice new, changed and re-created Nodes. patch: put the flavor's labels and taints on the Node (and restore them after drift). No update, create or delete.",
         ),
     ];
+    if manage_renewals {
+        cluster_rules.push(rule(
+            &["authorization.k8s.io"],
+            &["subjectaccessreviews"],
+            &["create"],
+            &[],
+            "create: with --manage-renewals the controller first asks whether nodes' renewals are still auto-approved by kube-controller-manager (kubeadm's selfnodeclient binding), and refuses to start if so. It learns only yes or no.",
+        ));
+    }
     let token_rules = vec![
         rule(
             &[""],
@@ -241,28 +260,19 @@ pub fn controller(namespace: &str) -> Vec<Document> {
             "delete: P4, rejection that ends. A denied kubelet files a new CSR about every 32 s for as long as its token authenticates; deleting an exhausted or misused token is what stops it.",
         ),
     ];
-    let election_rules = vec![
-        rule(
-            &["coordination.k8s.io"],
-            &["leases"],
-            &["get", "create", "update"],
-            &[],
-            "get, create, update: leader election among the replicas; only the holder of the Lease writes.",
-        ),
-        rule(
-            &["", "events.k8s.io"],
-            &["events"],
-            &["create", "patch"],
-            &[],
-            "create, patch: the admin-only record of each decision's exact cause, as Events in this namespace.",
-        ),
-    ];
-    let default_event_rules = vec![rule(
-        &["", "events.k8s.io"],
-        &["events"],
-        &["create", "patch"],
+    let election_rules = vec![rule(
+        &["coordination.k8s.io"],
+        &["leases"],
+        &["get", "create", "update"],
         &[],
-        "create, patch: Events about cluster-scoped objects (FlavorBindings, Nodes) are recorded in the default namespace.",
+        "get, create, update: leader election among the replicas; only the holder of the Lease writes.",
+    )];
+    let trail_rules = vec![rule(
+        &["events.k8s.io"],
+        &["events"],
+        &["create"],
+        &[],
+        "create: the admin-only record of each decision's exact cause. The Events are about CSRs, which are cluster-scoped, so the API server accepts them only in default or kube-system; kube-system is readable by cluster admins and by no token holder or node. No read: the controller never reads them back.",
     )];
     [
         cluster_role(
@@ -274,7 +284,7 @@ pub fn controller(namespace: &str) -> Vec<Document> {
             "kubeflavor:controller",
             "Grants kubeflavor:controller to the controller's ServiceAccount.",
             "kubeflavor:controller",
-            sa_subject(namespace),
+            vec![sa_subject(namespace)],
         ),
     ]
     .into_iter()
@@ -288,35 +298,38 @@ pub fn controller(namespace: &str) -> Vec<Document> {
     .chain(controller_role(
         "kubeflavor:controller:leader-election",
         namespace,
-        "Leader election and Events in the controller's own namespace.",
+        "Leader election in the controller's own namespace.",
         election_rules,
         namespace,
     ))
     .chain(controller_role(
-        "kubeflavor:controller:events",
-        "default",
-        "Events about cluster-scoped objects go to the default namespace.",
-        default_event_rules,
+        "kubeflavor:controller:trail",
+        TRAIL_NAMESPACE,
+        "The admin trail: Events about CSR decisions, in kube-system.",
+        trail_rules,
         namespace,
     ))
     .collect()
 }
 
-/// What a kubeflavor node token may do: exactly what `kubeadm join` and the kubelet's TLS
-/// bootstrap need, and deliberately NOT the nodeclient auto-approval.
+/// What kubeflavor's join tokens (node and control-plane) may do: exactly what `kubeadm
+/// join` and the kubelet's TLS bootstrap need, and deliberately NOT the nodeclient
+/// auto-approval.
 pub fn bootstrap_tokens() -> Vec<Document> {
+    let groups = format!("groups {NODE_GROUP} and {CONTROL_PLANE_GROUP}");
     vec![
         cluster_role_binding(
             "kubeflavor:node-bootstrapper",
             &format!(
-                "Lets kubeflavor node tokens (group {NODE_GROUP}) file kubelet CSRs: the built-in \
-                 system:node-bootstrapper role (create/get/list/watch CSRs).\n\
+                "Lets kubeflavor's join tokens ({groups}) file kubelet CSRs: the built-in \
+                 system:node-bootstrapper role (create/get/list/watch CSRs). A control-plane node's \
+                 kubelet bootstraps like any other, by the same binding rules.\n\
                  Deliberately NO binding to system:certificates.k8s.io:certificatesigningrequests:nodeclient: \
                  with it, kube-controller-manager would approve any CSR of these tokens for any node name. \
                  kubeflavor's controller decides instead."
             ),
             "system:node-bootstrapper",
-            group_subject(NODE_GROUP),
+            token_groups(),
         ),
         cluster_role(
             "kubeflavor:get-nodes",
@@ -331,9 +344,9 @@ pub fn bootstrap_tokens() -> Vec<Document> {
         ),
         cluster_role_binding(
             "kubeflavor:get-nodes",
-            &format!("Grants kubeflavor:get-nodes to kubeflavor node tokens (group {NODE_GROUP})."),
+            &format!("Grants kubeflavor:get-nodes to kubeflavor's join tokens ({groups})."),
             "kubeflavor:get-nodes",
-            group_subject(NODE_GROUP),
+            token_groups(),
         ),
         role(
             "kubeflavor:kubeadm-config-reader",
@@ -351,10 +364,10 @@ pub fn bootstrap_tokens() -> Vec<Document> {
             "kubeflavor:kubeadm-config-reader",
             TOKEN_SECRET_NAMESPACE,
             &format!(
-                "Grants kubeflavor:kubeadm-config-reader to kubeflavor node tokens (group {NODE_GROUP})."
+                "Grants kubeflavor:kubeadm-config-reader to kubeflavor's join tokens ({groups})."
             ),
             "kubeflavor:kubeadm-config-reader",
-            group_subject(NODE_GROUP),
+            token_groups(),
         ),
     ]
 }

@@ -3,7 +3,7 @@ use serde_json::Value;
 use super::*;
 
 fn docs() -> Vec<Document> {
-    documents("kubeflavor", "example.com/kubeflavor:test", 2)
+    documents("kubeflavor", "example.com/kubeflavor:test", 2, false)
 }
 
 fn find<'a>(docs: &'a [Document], kind: &str, name: &str) -> &'a Document {
@@ -139,11 +139,19 @@ fn controller_can_delete_tokens_for_p4_but_cannot_delete_bindings() {
 }
 
 #[test]
-fn bootstrap_group_gets_node_bootstrapper_but_never_auto_approval() {
+fn token_groups_get_node_bootstrapper_but_never_auto_approval() {
     let docs = docs();
-    let group = kubeflavor_core::token_secret::NODE_GROUP;
+    for group in [
+        kubeflavor_core::token_secret::NODE_GROUP,
+        kubeflavor_core::token_secret::CONTROL_PLANE_GROUP,
+    ] {
+        check_token_group(&docs, group);
+    }
+}
+
+fn check_token_group(docs: &[Document], group: &str) {
     let mut roles_for_group = Vec::new();
-    for doc in &docs {
+    for doc in docs {
         if !doc.kind().ends_with("Binding") {
             continue;
         }
@@ -167,7 +175,7 @@ fn bootstrap_group_gets_node_bootstrapper_but_never_auto_approval() {
             "system:node-bootstrapper"
         ]
     );
-    let text = render_all(&docs).unwrap();
+    let text = render_all(docs).unwrap();
     assert!(text.contains(
         "NO binding to system:certificates.k8s.io:certificatesigningrequests:nodeclient"
     ));
@@ -216,8 +224,60 @@ fn install_says_how_to_hand_renewals_to_kubeflavor() {
 }
 
 #[test]
+fn manage_renewals_adds_the_flag_and_the_review_grant_and_nothing_else() {
+    let controller_args = |docs: &[Document]| {
+        find(docs, "Deployment", "kubeflavor-controller").object["spec"]["template"]["spec"]
+            ["containers"][0]["args"]
+            .clone()
+    };
+    let reviews = |docs: &[Document]| {
+        find(docs, "ClusterRole", "kubeflavor:controller").object["rules"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|r| r["resources"][0] == "subjectaccessreviews")
+            .count()
+    };
+    let plain = documents("kubeflavor", &default_image(), 2, false);
+    let handed = documents("kubeflavor", &default_image(), 2, true);
+    assert!(
+        !controller_args(&plain)
+            .to_string()
+            .contains("--manage-renewals")
+    );
+    assert!(
+        controller_args(&handed)
+            .to_string()
+            .contains("--manage-renewals")
+    );
+    assert_eq!((reviews(&plain), reviews(&handed)), (0, 1));
+    assert_eq!(plain.len(), handed.len());
+}
+
+#[test]
+fn the_trail_may_only_create_events_in_kube_system() {
+    let docs = docs();
+    let trail = find(&docs, "Role", "kubeflavor:controller:trail");
+    assert_eq!(trail.namespace(), Some("kube-system"));
+    assert_eq!(
+        trail.object["rules"][0]["verbs"],
+        serde_json::json!(["create"])
+    );
+    assert_eq!(
+        trail.object["rules"][0]["apiGroups"],
+        serde_json::json!(["events.k8s.io"])
+    );
+    let events_elsewhere = docs
+        .iter()
+        .filter(|d| d.kind() == "Role" || d.kind() == "ClusterRole")
+        .filter(|d| d.name() != "kubeflavor:controller:trail")
+        .any(|d| d.object["rules"].to_string().contains("\"events\""));
+    assert!(!events_elsewhere);
+}
+
+#[test]
 fn namespaced_objects_follow_the_namespace_flag() {
-    let docs = documents("ops", &default_image(), 2);
+    let docs = documents("ops", &default_image(), 2, false);
     for kind in ["ServiceAccount", "Deployment"] {
         assert!(
             docs.iter()

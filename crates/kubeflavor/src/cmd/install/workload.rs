@@ -18,6 +18,7 @@ use kube::api::ObjectMeta;
 
 use super::rbac::CONTROLLER_SA;
 use super::{Document, labels};
+use crate::controller::renewals::KUBEADM_RENEWAL_BINDING;
 
 /// The controller's HTTP port: /metrics, /healthz, /readyz.
 pub const HTTP_PORT: i32 = 8080;
@@ -101,7 +102,7 @@ fn probe(path: &str, period: i32) -> Probe {
     }
 }
 
-pub fn deployment(namespace: &str, image: &str, replicas: u16) -> Document {
+pub fn deployment(namespace: &str, image: &str, replicas: u16, manage_renewals: bool) -> Document {
     let selector: BTreeMap<String, String> = [
         (
             "app.kubernetes.io/name".to_string(),
@@ -116,12 +117,17 @@ pub fn deployment(namespace: &str, image: &str, replicas: u16) -> Document {
     let container = Container {
         name: "controller".into(),
         image: Some(image.into()),
-        args: Some(vec![
-            "controller".into(),
-            "--leader-elect".into(),
-            "--lease-namespace=$(POD_NAMESPACE)".into(),
-            format!("--http-address=0.0.0.0:{HTTP_PORT}"),
-        ]),
+        args: Some(
+            [
+                "controller".into(),
+                "--leader-elect".into(),
+                "--lease-namespace=$(POD_NAMESPACE)".into(),
+                format!("--http-address=0.0.0.0:{HTTP_PORT}"),
+            ]
+            .into_iter()
+            .chain(manage_renewals.then(|| "--manage-renewals".to_string()))
+            .collect(),
+        ),
         env: Some(vec![
             field_env("POD_NAME", "metadata.name"),
             field_env("POD_NAMESPACE", "metadata.namespace"),
@@ -216,14 +222,26 @@ pub fn deployment(namespace: &str, image: &str, replicas: u16) -> Document {
         }),
         status: None,
     };
+    let renewals = if manage_renewals {
+        format!(
+            "Renewals: kubeflavor decides them (--manage-renewals: only bound, unrevoked nodes). kubeadm binds \
+             system:nodes to the selfnodeclient auto-approval, so delete that binding before this runs: \
+             kubectl delete clusterrolebinding {KUBEADM_RENEWAL_BINDING} (install --apply does); the controller \
+             refuses to start while renewals are still auto-approved."
+        )
+    } else {
+        format!(
+            "Renewals: kubeadm binds system:nodes to the selfnodeclient auto-approval (ClusterRoleBinding \
+             {KUBEADM_RENEWAL_BINDING}), so kube-controller-manager approves every renewal first. To let \
+             kubeflavor decide renewals (only bound, unrevoked nodes), run install --apply --manage-renewals."
+        )
+    };
     Document::new(
-        "The controller, with leader election: only the Lease holder writes, another replica takes over within the lease duration \
-         (`install --replicas N` sets how many run; 0 runs none). \
-         probes on /healthz and /readyz, non-root with a read-only root filesystem and no capabilities.\n\
-         Renewals: kubeadm binds system:nodes to the selfnodeclient auto-approval (ClusterRoleBinding \
-         kubeadm:node-autoapprove-certificate-rotation), so kube-controller-manager approves every \
-         renewal first. To let kubeflavor decide renewals (only bound, unrevoked nodes), delete that \
-         binding and add --manage-renewals to the args below.",
+        &format!(
+            "The controller, with leader election: only the Lease holder writes, another replica takes over within the lease duration \
+             (`install --replicas N` sets how many run; 0 runs none). \
+             probes on /healthz and /readyz, non-root with a read-only root filesystem and no capabilities.\n{renewals}"
+        ),
         &deployment,
     )
 }

@@ -12,7 +12,7 @@ use jiff::Timestamp;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, DeleteParams, ObjectMeta, PostParams};
-use kubeflavor_core::flavor::{DEFAULT_MAX_NODES, FlavorName, TokenTtl};
+use kubeflavor_core::flavor::{DEFAULT_MAX_NODES, FlavorName, FlavorRules, TokenTtl};
 use kubeflavor_core::token::{BootstrapToken, TokenId};
 use kubeflavor_core::token_secret::{
     NODE_GROUP, TOKEN_SECRET_NAMESPACE, TokenSecretObject, flavored_token_secret,
@@ -69,27 +69,19 @@ fn expose_str<S: serde::Serializer>(value: &Zeroizing<String>, s: S) -> Result<S
 }
 
 pub async fn create(cluster: &Cluster, args: &TokenCreateArgs, out: &mut dyn Write) -> Result<()> {
-    let Some(flavor_name) = args.flavor.as_ref() else {
+    if args.control_plane {
         return crate::cmd::certs::create_control_plane_token(cluster, args, out).await;
+    }
+    let Some(flavor_name) = args.flavor.as_ref() else {
+        return Err(CliError::new(
+            ExitCode::Usage,
+            "token create needs --flavor (or --control-plane)",
+            "name a flavor from 'kubeflavor flavor list'",
+        ));
     };
-    let flavors: Api<Flavor> = Api::all(cluster.client.clone());
-    let flavor = match flavors.get(flavor_name.as_str()).await {
-        Ok(f) => f,
-        Err(err) if is_not_found(&err) => return Err(unknown_flavor(cluster, flavor_name).await),
-        Err(err) => return Err(cluster.error(&format!("get flavor {}", flavor_name), err)),
-    };
-    let (_, rules) = rules_from_flavor(&flavor).map_err(|e| {
-        CliError::refused(
-            format!("flavor {} is invalid: {e}", flavor_name),
-            "fix it with 'kubeflavor flavor apply -f FILE' before minting tokens for it",
-        )
-    })?;
+    let rules = flavor_rules(cluster, flavor_name).await?;
     let ttl = args.ttl.or(rules.token_ttl()).unwrap_or(DEFAULT_TTL);
-    let max_nodes = args
-        .max_nodes
-        .map(|m| m.0)
-        .or(rules.max_nodes())
-        .unwrap_or(DEFAULT_MAX_NODES);
+    let max_nodes = max_nodes(args, &rules);
     let expiration = ttl.expiration(Timestamp::now());
 
     // --print-join-command: resolved before the token exists, so a cluster whose server or
@@ -106,6 +98,32 @@ pub async fn create(cluster: &Cluster, args: &TokenCreateArgs, out: &mut dyn Wri
         return super::join::print_join_command(target, &token, out);
     }
     print_created(&token, flavor_name, expiration, max_nodes, args.output, out)
+}
+
+/// The rules of the Flavor a new token is to carry: one GET, and errors that say what to
+/// do when it is missing or invalid.
+pub async fn flavor_rules(cluster: &Cluster, flavor_name: &FlavorName) -> Result<FlavorRules> {
+    let flavors: Api<Flavor> = Api::all(cluster.client.clone());
+    let flavor = match flavors.get(flavor_name.as_str()).await {
+        Ok(f) => f,
+        Err(err) if is_not_found(&err) => return Err(unknown_flavor(cluster, flavor_name).await),
+        Err(err) => return Err(cluster.error(&format!("get flavor {}", flavor_name), err)),
+    };
+    let (_, rules) = rules_from_flavor(&flavor).map_err(|e| {
+        CliError::refused(
+            format!("flavor {} is invalid: {e}", flavor_name),
+            "fix it with 'kubeflavor flavor apply -f FILE' before minting tokens for it",
+        )
+    })?;
+    Ok(rules)
+}
+
+/// `--max-nodes`, else the flavor's default, else 1.
+pub fn max_nodes(args: &TokenCreateArgs, rules: &FlavorRules) -> NonZeroU32 {
+    args.max_nodes
+        .map(|m| m.0)
+        .or(rules.max_nodes())
+        .unwrap_or(DEFAULT_MAX_NODES)
 }
 
 /// Store a new token Secret of `flavor`, drawing tokens from `next` until one's id is

@@ -407,10 +407,13 @@ async fn main() {
                 let node = format!("storm-{i:05}");
                 let boot = client_from(&kubeconfig_with_user(&admin_yaml, &format!("    token: {}\n", t.expose().as_str()))).await;
                 let (csr, key) = csr_for(&node);
-                Api::<CertificateSigningRequest>::all(boot)
-                    .create(&PostParams::default(), &csr)
-                    .await
-                    .expect("CSR created");
+                // A token minted a moment ago may get 401 until the API server's cache has it.
+                let (boot_csrs, params) = (Api::<CertificateSigningRequest>::all(boot), PostParams::default());
+                kubeflavor::cluster::retry_unauthorized(kubeflavor::cluster::TOKEN_PROPAGATION, || {
+                    boot_csrs.create(&params, &csr)
+                })
+                .await
+                .expect("CSR created");
                 // From the moment the CSR exists: the bootstrap client's own TLS handshake
                 // and request are not the controller's latency.
                 created.lock().unwrap().insert(node.clone(), Instant::now());

@@ -150,8 +150,13 @@ async fn main() -> anyhow::Result<()> {
     for line in [&sweet_line, &sour_line] {
         let token = token_of(line)?;
         let client = client_from(&cluster.kubeconfig_for_token(&token.expose())).await?;
-        let review = Api::<SelfSubjectReview>::all(client)
-            .create(&PostParams::default(), &SelfSubjectReview::default())
+        // A token minted a moment ago may get 401 until the API server's cache has it.
+        let (reviews, params) = (Api::<SelfSubjectReview>::all(client), PostParams::default());
+        let request = SelfSubjectReview::default();
+        let review =
+            kubeflavor::cluster::retry_unauthorized(kubeflavor::cluster::TOKEN_PROPAGATION, || {
+                reviews.create(&params, &request)
+            })
             .await?;
         let user = review.status.and_then(|s| s.user_info).unwrap_or_default();
         say(&format!(

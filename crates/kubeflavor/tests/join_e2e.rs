@@ -119,10 +119,26 @@ async fn printed_join_line_discovers_the_cluster_and_writes_the_bootstrap_kubeco
 
     assert_eq!(
         entries(&kubelet_dir),
-        ["bootstrap-kubelet.conf", "kubelet-config.yaml"]
+        ["bootstrap-kubelet.conf", "kubelet-config.yaml", "pki"]
     );
     assert_eq!(mode(&config_path), 0o644);
+    // The cluster CA discovery authenticated, for the kubelet's client authentication.
+    let ca_path = kubelet_dir.join("pki/ca.crt");
+    assert_eq!(entries(&kubelet_dir.join("pki")), ["ca.crt"]);
+    assert_eq!(mode(&ca_path), 0o644);
+    let ca = std::fs::read(&ca_path).unwrap();
+    let ca_der = kubeflavor_core::keys::parse_certificates_pem(&ca).expect("a PEM CA");
+    assert_eq!(
+        kubeflavor_core::pin::CaPin::from_cert_der(&ca_der[0])
+            .unwrap()
+            .to_string(),
+        minted.pin
+    );
     let config = std::fs::read_to_string(&config_path).unwrap();
+    assert!(
+        config.contains(&format!("clientCAFile: \"{}\"", ca_path.display())),
+        "{config}"
+    );
     assert!(config.contains("rotateCertificates: true"), "{config}");
     assert!(config.contains("key: kubeflavor.io/unverified"), "{config}");
     assert!(!config.contains(&minted.token[7..]), "{config}");
@@ -171,7 +187,8 @@ async fn tls_bootstrap_writes_a_kubelet_conf_that_authenticates_as_the_node() {
         [
             "bootstrap-kubelet.conf",
             "kubelet-config.yaml",
-            "kubelet.conf"
+            "kubelet.conf",
+            "pki"
         ]
     );
     let kubelet_conf = kubelet_dir.join("kubelet.conf");

@@ -25,9 +25,12 @@ pub const JOIN_EXIT_CODES: &str = "\
 Files, in --kubelet-dir (default /etc/kubernetes), each written atomically:
   bootstrap-kubelet.conf  the bootstrap kubeconfig, with the token (mode 0600)
   kubelet-config.yaml     a KubeletConfiguration (kubelet.config.k8s.io/v1beta1, mode 0644):
-                          rotateCertificates: true, and registerWithTaints
+                          rotateCertificates: true, registerWithTaints
                           kubeflavor.io/unverified:NoSchedule until the controller
-                          flavors the node
+                          flavors the node, and pki/ca.crt as the CA of the clients the
+                          kubelet accepts (the API server's, for logs and exec)
+  pki/ca.crt              the cluster CA discovery authenticated (mode 0644), unless it
+                          is there already (--control-plane downloads it)
   kubelet.conf            with --tls-bootstrap: the node's client certificate (mode 0600)
 
 Printed: the kubelet flags to start the kubelet with, none of them deprecated in kubelet
@@ -36,8 +39,8 @@ v1.36 (rotation and the taint are config-file fields, so they are in kubelet-con
           --kubeconfig=<dir>/kubelet.conf --hostname-override=<node name>
 With --config the kubelet takes KubeletConfiguration defaults for every other field
 (anonymous authentication off, Webhook authorization). Where the kubelet already has a
-config file (kubeadm's /var/lib/kubelet/config.yaml), add these two fields to that file
-and keep its --config instead.
+config file (kubeadm's /var/lib/kubelet/config.yaml), add these fields to that file and
+keep its --config instead.
 
 Exit codes:
   0   joined

@@ -36,7 +36,7 @@ pub struct WriteError {
 }
 
 impl WriteError {
-    fn at(path: &Path, source: io::Error) -> Self {
+    pub fn at(path: &Path, source: io::Error) -> Self {
         WriteError {
             path: path.to_path_buf(),
             source,

@@ -38,6 +38,9 @@ pub const KUBELET_CONF: &str = "kubelet.conf";
 /// Certificate rotation and the registration taint are KubeletConfiguration fields: their
 /// flags (`--rotate-certificates`, `--register-with-taints`) are deprecated upstream.
 pub const KUBELET_CONFIG: &str = "kubelet-config.yaml";
+/// The cluster CA as discovery authenticated it, where kubeadm keeps it (`pki/ca.crt`):
+/// the kubelet trusts it for the API server's client certificate (`kubectl logs`, `exec`).
+pub const CLUSTER_CA: &str = "pki/ca.crt";
 /// The taint a kubeflavor node registers with, in kubectl's `key=value:Effect` notation:
 /// untrusted until the controller flavors it and removes the taint (issue 4 item 5).
 pub const UNVERIFIED_TAINT: &str = "kubeflavor.io/unverified=:NoSchedule";
@@ -188,18 +191,43 @@ pub async fn run(opts: &JoinOptions, report: &mut dyn Report) -> Result<JoinOutc
     ));
     files::write_secret_file(&bootstrap_path, bootstrap_conf.as_bytes())
         .map_err(JoinError::KubeletDir)?;
+    // The cluster CA for the kubelet's client authentication, unless it is there already
+    // (`--control-plane` just downloaded it with the rest of the PKI).
+    let ca_path = opts.kubelet_dir.join(CLUSTER_CA);
+    let mut written = Written::default();
+    written.files.push(bootstrap_path.clone());
+    if !ca_path.exists() {
+        report.info(&format!(
+            "[kubelet-start] Writing the cluster CA to {:?}",
+            ca_path.display()
+        ));
+        let pki_dir = parent(&ca_path);
+        if !pki_dir.exists() {
+            if let Err(e) = std::fs::create_dir(pki_dir) {
+                written.roll_back(report);
+                return Err(JoinError::KubeletDir(files::WriteError::at(pki_dir, e)));
+            }
+            written.dir = Some(pki_dir.to_path_buf());
+        }
+        if let Err(e) = files::write_file(&ca_path, &cluster.ca_pem, files::PUBLIC_FILE_MODE) {
+            written.roll_back(report);
+            return Err(JoinError::KubeletDir(e));
+        }
+        written.files.push(ca_path.clone());
+    }
     report.info(&format!(
         "[kubelet-start] Writing the kubelet configuration to {:?}",
         config_path.display()
     ));
     if let Err(e) = files::write_file(
         &config_path,
-        kubelet_config().as_bytes(),
+        kubelet_config(&ca_path).as_bytes(),
         files::PUBLIC_FILE_MODE,
     ) {
-        remove_written(&[&bootstrap_path], report);
+        written.roll_back(report);
         return Err(JoinError::KubeletDir(e));
     }
+    written.files.push(config_path.clone());
 
     let mut outcome = JoinOutcome {
         kubelet_flags: kubelet_flags(&opts.kubelet_dir, &opts.node_name),
@@ -228,7 +256,7 @@ pub async fn run(opts: &JoinOptions, report: &mut dyn Report) -> Result<JoinOutc
                 // A refused or failed bootstrap leaves no credentials behind (the token in
                 // bootstrap-kubelet.conf is the one the cluster just refused, or soon will),
                 // and no configuration pointing at them.
-                remove_written(&[&bootstrap_path, &config_path], report);
+                written.roll_back(report);
                 return Err(e);
             }
         }
@@ -239,12 +267,31 @@ pub async fn run(opts: &JoinOptions, report: &mut dyn Report) -> Result<JoinOutc
     Ok(outcome)
 }
 
-/// Rolls back files this run wrote; a file that cannot be removed is reported, not fatal
-/// (the join has already failed for a better reason).
-fn remove_written(paths: &[&Path], report: &mut dyn Report) {
-    for path in paths {
-        if let Err(cleanup) = files::remove_if_present(path) {
-            report.warn(&format!("could not remove {}: {cleanup}", path.display()));
+fn parent(path: &Path) -> &Path {
+    path.parent().unwrap_or(Path::new("."))
+}
+
+/// What this run wrote, to roll back when a later step fails.
+#[derive(Default)]
+struct Written {
+    files: Vec<PathBuf>,
+    /// A directory this run created (removed once empty).
+    dir: Option<PathBuf>,
+}
+
+impl Written {
+    /// Removes the files, then the directory; what cannot be removed is reported, not
+    /// fatal (the join has already failed for a better reason).
+    fn roll_back(&self, report: &mut dyn Report) {
+        for path in &self.files {
+            if let Err(cleanup) = files::remove_if_present(path) {
+                report.warn(&format!("could not remove {}: {cleanup}", path.display()));
+            }
+        }
+        if let Some(dir) = &self.dir
+            && let Err(e) = std::fs::remove_dir(dir)
+        {
+            report.warn(&format!("could not remove {}: {e}", dir.display()));
         }
     }
 }
@@ -292,10 +339,12 @@ pub fn kubelet_flags(kubelet_dir: &Path, node_name: &NodeName) -> Vec<String> {
 }
 
 /// The KubeletConfiguration join writes to [`KUBELET_CONFIG`]: client certificate rotation
-/// (renewals are CSRs kubeflavor's controller decides on) and registration with the
-/// `kubeflavor.io/unverified:NoSchedule` taint. Everything else keeps the kubelet's
+/// (renewals are CSRs kubeflavor's controller decides on), registration with the
+/// `kubeflavor.io/unverified:NoSchedule` taint, and the cluster CA (`client_ca`) as the CA
+/// of clients the kubelet's own API accepts (the API server's, for logs and exec; with a
+/// config file the kubelet refuses anonymous requests). Everything else keeps the kubelet's
 /// KubeletConfiguration defaults. No secret: written with mode 0644.
-pub fn kubelet_config() -> String {
+pub fn kubelet_config(client_ca: &Path) -> String {
     format!(
         "\
 # Written by `kubeflavor join`; the kubelet reads it through --config.
@@ -307,8 +356,13 @@ rotateCertificates: true
 registerWithTaints:
   - key: {key}
     effect: NoSchedule
+# Accept the API server's client certificate (kubectl logs, exec), issued by the cluster CA.
+authentication:
+  x509:
+    clientCAFile: {ca}
 ",
-        key = kubeflavor_core::flavor::UNVERIFIED_TAINT
+        key = kubeflavor_core::flavor::UNVERIFIED_TAINT,
+        ca = serde_json::to_string(&client_ca.display().to_string()).expect("a string serializes"),
     )
 }
 
@@ -443,7 +497,8 @@ mod tests {
     /// file must say so in the kubelet's own schema.
     #[test]
     fn kubelet_config_rotates_certificates_and_registers_untrusted() {
-        let config: serde_json::Value = serde_saphyr::from_str(&kubelet_config()).unwrap();
+        let ca = Path::new("/etc/kubernetes/pki/ca.crt");
+        let config: serde_json::Value = serde_saphyr::from_str(&kubelet_config(ca)).unwrap();
         assert_eq!(
             config,
             serde_json::json!({
@@ -453,6 +508,7 @@ mod tests {
                 "registerWithTaints": [
                     {"key": "kubeflavor.io/unverified", "effect": "NoSchedule"},
                 ],
+                "authentication": {"x509": {"clientCAFile": "/etc/kubernetes/pki/ca.crt"}},
             })
         );
         // The same taint as the flag notation kubeflavor documents elsewhere.

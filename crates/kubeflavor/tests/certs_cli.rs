@@ -20,7 +20,13 @@ async fn kubeflavor(env: Option<&Env>, args: &[&str], envs: &[(&str, &str)]) -> 
     for (k, v) in envs {
         cmd.env(k, v);
     }
-    cmd.output().await.expect("the binary runs")
+    let output = cmd.output().await.expect("the binary runs");
+    if let Some(env) = env {
+        // What it made, for the sweep of a real cluster.
+        env.made.command(args);
+        env.made.tokens_in(&String::from_utf8_lossy(&output.stdout));
+    }
+    output
 }
 
 fn stdout(o: &Output) -> String {
@@ -222,6 +228,7 @@ async fn control_plane_tokens_carry_only_the_control_plane_group() {
     let created = kubeflavor(Some(&env), &["token", "create", "--control-plane"], &[]).await;
     assert!(created.status.success(), "{}", stderr(&created));
     let token = stdout(&created).trim().to_owned();
+    env.until_authenticated(&token).await;
     let client = env.token_client(&token).await;
     let review: SelfSubjectReview = kube::Api::all(client)
         .create(&Default::default(), &SelfSubjectReview::default())
@@ -260,12 +267,55 @@ async fn control_plane_tokens_carry_only_the_control_plane_group() {
         ),
         "{line}"
     );
-    // A flavor and --control-plane exclude each other.
-    let both = kubeflavor(
+    // With a flavor, the token also carries the flavor (its kubelet joins by the node
+    // rules); a flavor that does not exist mints nothing.
+    let missing = kubeflavor(
         Some(&env),
-        &["token", "create", "--control-plane", "--flavor", "sweet"],
+        &[
+            "token",
+            "create",
+            "--control-plane",
+            "--flavor",
+            &env.name("missing"),
+        ],
         &[],
     )
     .await;
-    assert_eq!(failure(&both).0, 2);
+    assert_eq!(failure(&missing).0, 3);
+    env.install().await;
+    let flavor = env.create_flavor("cp", &[]).await;
+    let flavored = kubeflavor(
+        Some(&env),
+        &[
+            "token",
+            "create",
+            "--control-plane",
+            "--flavor",
+            &flavor,
+            "-o",
+            "json",
+        ],
+        &[],
+    )
+    .await;
+    assert!(flavored.status.success(), "{}", stderr(&flavored));
+    let shown: serde_json::Value = serde_json::from_str(&stdout(&flavored)).unwrap();
+    assert_eq!(shown["flavor"], flavor.as_str());
+    assert_eq!(shown["maxNodes"], 1);
+    assert_eq!(
+        shown["groups"],
+        serde_json::json!(["system:bootstrappers:kubeflavor:control-plane"])
+    );
+    let id = shown["id"].as_str().unwrap();
+    let secret = kube::Api::<k8s_openapi::api::core::v1::Secret>::namespaced(
+        env.client.clone(),
+        "kube-system",
+    )
+    .get(&format!("bootstrap-token-{id}"))
+    .await
+    .unwrap();
+    assert_eq!(
+        secret.metadata.labels.unwrap()["kubeflavor.io/flavor"],
+        flavor
+    );
 }

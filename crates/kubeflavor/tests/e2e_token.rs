@@ -448,6 +448,7 @@ async fn forbidden_names_the_missing_permission() {
     env.install().await;
     let flavor = env.create_flavor("perm", &[]).await;
     let token = mint(&env, &flavor, &[]).await;
+    env.until_authenticated(&token).await;
     // The bootstrap identity itself may not list Secrets.
     let as_token = env.token_kubeconfig(&token);
     let out = env.kf_with(&as_token, &["token", "list"]).await;

@@ -25,6 +25,31 @@ pub const TOKEN_SECRET_PREFIX: &str = "bootstrap-token-";
 /// `user.CredentialIDKey`: client-certificate identities carry the certificate's fingerprint.
 pub const CREDENTIAL_ID_KEY: &str = "authentication.kubernetes.io/credential-id";
 
+pub mod informer;
+pub mod service_account;
+
+pub use informer::TokenSecretCache;
+pub use service_account::{API_AUDIENCE, SaTokenOutcome, ServiceAccountIssuer};
+
+/// What the bearer-token authenticators read.
+pub struct TokenAuthenticators<'a> {
+    /// Bearer tokens registered with the test cluster (a `--token-auth-file`).
+    pub static_tokens: &'a BTreeMap<String, UserInfo>,
+    /// Where bootstrap token Secrets are looked up: the authenticator's lagged informer
+    /// view ([`TokenSecretCache`]) or, without lag, the store.
+    pub token_secrets: &'a dyn ObjectReader,
+    /// Service-account tokens, checked against the stored ServiceAccounts of `store`.
+    pub service_accounts: Option<&'a ServiceAccountIssuer>,
+    pub store: &'a dyn ObjectReader,
+}
+
+/// A token's user and the audiences it was accepted for.
+pub type TokenUser = (UserInfo, Vec<String>);
+
+/// `errInvalidToken` of the bearer-token authenticator: no token authenticator took the
+/// token and none had an error to report (TokenReview shows it, capture 53).
+pub const INVALID_BEARER_TOKEN: &str = "invalid bearer token";
+
 /// Decide who made a request.
 ///
 /// - `peer_cert_der`: the client certificate the TLS layer already verified against the
@@ -33,12 +58,30 @@ pub const CREDENTIAL_ID_KEY: &str = "authentication.kubernetes.io/credential-id"
 /// - `static_tokens`: bearer tokens registered with the test cluster.
 ///
 /// A request with no credentials is `system:anonymous` (not a 401). Any credential that fails
-/// is the same uninformative 401 `Unauthorized` Status.
+/// is the same uninformative 401 `Unauthorized` Status. Bootstrap token Secrets are read from
+/// `reader` directly (no lag) and service-account tokens are not accepted; the server uses
+/// [`authenticate_with`].
 pub fn authenticate(
     peer_cert_der: Option<&[u8]>,
     bearer: Option<&str>,
     static_tokens: &BTreeMap<String, UserInfo>,
     reader: &dyn ObjectReader,
+    now: Timestamp,
+) -> Result<UserInfo, ApiError> {
+    let tokens = TokenAuthenticators {
+        static_tokens,
+        token_secrets: reader,
+        service_accounts: None,
+        store: reader,
+    };
+    authenticate_with(peer_cert_der, bearer, &tokens, now)
+}
+
+/// [`authenticate`] with every token authenticator.
+pub fn authenticate_with(
+    peer_cert_der: Option<&[u8]>,
+    bearer: Option<&str>,
+    tokens: &TokenAuthenticators<'_>,
     now: Timestamp,
 ) -> Result<UserInfo, ApiError> {
     // The x509 authenticator runs before the token authenticators; a certificate without a
@@ -51,13 +94,53 @@ pub fn authenticate(
     let Some(token) = bearer.filter(|t| !t.is_empty()) else {
         return Ok(UserInfo::anonymous());
     };
-    if let Some(user) = static_token_user(token, static_tokens) {
-        return Ok(user);
+    let api = [API_AUDIENCE.to_string()];
+    authenticate_token(token, tokens, &api, now)
+        .map(|(user, _)| user)
+        .map_err(|_| unauthorized())
+}
+
+/// The union of kube-apiserver's token authenticators (token file, service-account tokens,
+/// bootstrap tokens) for `audiences`, as a request's bearer token or a TokenReview's
+/// `spec.token` is authenticated: the user (with `system:authenticated` added) and the
+/// audiences it is good for, or the error TokenReview reports. Static and bootstrap
+/// tokens are audience-agnostic: good for the API server's own audience only.
+pub fn authenticate_token(
+    token: &str,
+    tokens: &TokenAuthenticators<'_>,
+    audiences: &[String],
+    now: Timestamp,
+) -> Result<TokenUser, String> {
+    let mut errors = Vec::new();
+    if let Some(issuer) = tokens.service_accounts {
+        match issuer.authenticate(token, tokens.store, audiences, now) {
+            SaTokenOutcome::User(user, auds) => {
+                let groups = with_authenticated(user.groups.clone());
+                return Ok((UserInfo { groups, ..user }, auds));
+            }
+            SaTokenOutcome::Rejected(err) => errors.push(err),
+            SaTokenOutcome::NotMine => {}
+        }
     }
-    if let Some(user) = bootstrap_token_user(token, reader, now) {
-        return Ok(user);
+    // `WrapAudienceAgnosticToken`: only for (an intersection with) the API audiences.
+    let api_audiences: Vec<String> = audiences
+        .iter()
+        .filter(|a| a.as_str() == API_AUDIENCE)
+        .cloned()
+        .collect();
+    if !api_audiences.is_empty() {
+        if let Some(user) = static_token_user(token, tokens.static_tokens) {
+            return Ok((user, api_audiences));
+        }
+        if let Some(user) = bootstrap_token_user(token, tokens.token_secrets, now) {
+            return Ok((user, api_audiences));
+        }
     }
-    Err(unauthorized())
+    Err(match errors.len() {
+        0 => INVALID_BEARER_TOKEN.to_string(),
+        1 => errors.remove(0),
+        _ => format!("[{}]", errors.join(", ")),
+    })
 }
 
 /// The one 401 the real server gives for every failed credential (capture 11): it never says

@@ -16,7 +16,9 @@ use serde_json::{Map, Value, json};
 
 use crate::types::{ApiError, ObjectReader, RequestAttributes, ResourceKey};
 
-pub use bootstrap_policy::KUBEADM_TOKEN_GROUP;
+pub use bootstrap_policy::{
+    AUTOAPPROVE_BOOTSTRAP_BINDING, AUTOAPPROVE_ROTATION_BINDING, KUBEADM_TOKEN_GROUP,
+};
 
 /// The group the privileged-group authorizer lets do anything, before any other authorizer.
 pub const MASTERS_GROUP: &str = "system:masters";
@@ -34,24 +36,50 @@ pub fn is_allowed(attrs: &RequestAttributes, reader: &dyn ObjectReader) -> bool 
     decide(attrs, reader).is_ok()
 }
 
-/// The union authorizer: the first "allow" wins; otherwise the non-empty reasons of every
-/// authorizer, joined by newlines.
-fn decide(attrs: &RequestAttributes, reader: &dyn ObjectReader) -> Result<(), String> {
+/// What the authorizer chain decided, and why (SubjectAccessReview's `status`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Decision {
+    pub allowed: bool,
+    /// The allowing authorizer's reason (only RBAC gives one: `RBAC: allowed by ...`), or
+    /// the non-empty reasons of every authorizer that had no opinion, joined by newlines.
+    pub reason: String,
+}
+
+/// The union authorizer `system:masters`, Node, RBAC: the first "allow" wins; otherwise the
+/// non-empty reasons of every authorizer, joined by newlines. The privileged-group and
+/// Node authorizers allow without a reason.
+pub fn evaluate(attrs: &RequestAttributes, reader: &dyn ObjectReader) -> Decision {
+    let allow = |reason: String| Decision {
+        allowed: true,
+        reason,
+    };
     if attrs.user.in_group(MASTERS_GROUP) {
-        return Ok(());
+        return allow(String::new());
     }
     let mut reasons = Vec::new();
     match node::authorize(attrs) {
-        Some(node::NodeDecision::Allow) => return Ok(()),
+        Some(node::NodeDecision::Allow) => return allow(String::new()),
         Some(node::NodeDecision::NoOpinion(reason)) if !reason.is_empty() => reasons.push(reason),
         _ => {}
     }
     let rbac = rbac::evaluate(attrs, reader);
     if rbac.allowed {
-        return Ok(());
+        return allow(rbac.allowed_by);
     }
     reasons.extend(rbac.reason());
-    Err(reasons.join("\n"))
+    Decision {
+        allowed: false,
+        reason: reasons.join("\n"),
+    }
+}
+
+fn decide(attrs: &RequestAttributes, reader: &dyn ObjectReader) -> Result<(), String> {
+    let decision = evaluate(attrs, reader);
+    if decision.allowed {
+        Ok(())
+    } else {
+        Err(decision.reason)
+    }
 }
 
 /// `responsewriters.Forbidden`: the RBAC-style sentence, `: <reason>` when an authorizer

@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::{Arc, RwLock};
+use std::time::Duration;
 
 use base64::Engine;
 use jiff::Timestamp;
@@ -12,6 +13,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+use crate::authn::{ServiceAccountIssuer, TokenSecretCache};
 use crate::controllers::{self, Duties};
 use crate::counters::Counters;
 use crate::faults::Faults;
@@ -30,11 +32,19 @@ pub enum StartError {
     Serve(#[from] ServeError),
 }
 
+/// How long the bootstrap-token authenticator trails token Secret changes by default
+/// (capture 52): long enough that a client which creates a token and uses it at once meets
+/// the 401 reliably, short enough that a retry loop waits only a moment.
+pub const DEFAULT_TOKEN_AUTH_LAG: Duration = Duration::from_millis(50);
+
 /// Options for [`TestCluster`]; get one from [`TestCluster::builder`].
 #[derive(Clone, Debug)]
 pub struct TestClusterBuilder {
     duties: Duties,
     watch_history: usize,
+    token_auth_lag: Duration,
+    autoapprove_bootstrap: bool,
+    autoapprove_rotation: bool,
 }
 
 impl Default for TestClusterBuilder {
@@ -42,6 +52,9 @@ impl Default for TestClusterBuilder {
         TestClusterBuilder {
             duties: Duties::default(),
             watch_history: 10_000,
+            token_auth_lag: DEFAULT_TOKEN_AUTH_LAG,
+            autoapprove_bootstrap: true,
+            autoapprove_rotation: true,
         }
     }
 }
@@ -50,6 +63,38 @@ impl TestClusterBuilder {
     /// Switch the CSR signer on or off (on by default).
     pub fn csr_signer(mut self, on: bool) -> Self {
         self.duties.csr_signer = on;
+        self
+    }
+
+    /// Switch kube-controller-manager's CSR approver (csrapproving: kubelet client CSRs
+    /// approved after a SubjectAccessReview for `nodeclient`/`selfnodeclient`) on or off
+    /// (on by default).
+    pub fn csr_approver(mut self, on: bool) -> Self {
+        self.duties.csr_approver = on;
+        self
+    }
+
+    /// Seed kubeadm's ClusterRoleBinding `kubeadm:node-autoapprove-bootstrap` (kubeadm's
+    /// token group may have its kubelet client CSRs auto-approved; capture 54). On by
+    /// default.
+    pub fn kubeadm_autoapprove_bootstrap(mut self, on: bool) -> Self {
+        self.autoapprove_bootstrap = on;
+        self
+    }
+
+    /// Seed kubeadm's ClusterRoleBinding `kubeadm:node-autoapprove-certificate-rotation`
+    /// (`system:nodes` may have their renewals auto-approved; capture 54). On by default.
+    pub fn kubeadm_autoapprove_certificate_rotation(mut self, on: bool) -> Self {
+        self.autoapprove_rotation = on;
+        self
+    }
+
+    /// How long after a bootstrap token Secret is created, changed or deleted the
+    /// bootstrap-token authenticator sees it (capture 52: the real one reads an informer
+    /// cache). Default [`DEFAULT_TOKEN_AUTH_LAG`]; `Duration::ZERO` makes it see the store
+    /// at once.
+    pub fn token_auth_lag(mut self, lag: Duration) -> Self {
+        self.token_auth_lag = lag;
         self
     }
 
@@ -100,8 +145,17 @@ impl std::fmt::Debug for TestCluster {
     }
 }
 
-fn seed(st: &mut crate::store::StoreState, now: Timestamp) {
+fn seed(st: &mut crate::store::StoreState, options: &TestClusterBuilder, now: Timestamp) {
     let mut objects = authz::default_objects();
+    objects.retain(|(key, obj)| {
+        let name = obj["metadata"]["name"].as_str().unwrap_or("");
+        key.resource != "clusterrolebindings"
+            || match name {
+                authz::AUTOAPPROVE_BOOTSTRAP_BINDING => options.autoapprove_bootstrap,
+                authz::AUTOAPPROVE_ROTATION_BINDING => options.autoapprove_rotation,
+                _ => true,
+            }
+    });
     for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
         objects.push((
             ResourceKey::new("", "namespaces"),
@@ -160,7 +214,7 @@ impl TestCluster {
         {
             let now = Timestamp::now();
             let mut st = store.lock();
-            seed(&mut st, now);
+            seed(&mut st, &options, now);
             let cm = json!({
                 "kind": "ConfigMap",
                 "apiVersion": "v1",
@@ -178,8 +232,16 @@ impl TestCluster {
             counters: Counters::default(),
             shutdown: shutdown_rx.clone(),
             server_address: addr.to_string(),
+            token_cache: Arc::new(TokenSecretCache::new(options.token_auth_lag)),
+            sa_issuer: ServiceAccountIssuer::generate(),
         });
         let tasks = vec![
+            tokio::spawn(
+                shared
+                    .token_cache
+                    .clone()
+                    .follow(&shared.store, shutdown_rx.clone()),
+            ),
             tokio::spawn(server::accept_loop(listener, tls, shared.clone())),
             tokio::spawn(controllers::run(
                 shared.clone(),
@@ -199,6 +261,12 @@ impl TestCluster {
     /// `https://127.0.0.1:<port>`.
     pub fn server_url(&self) -> &str {
         &self.url
+    }
+
+    /// How long the bootstrap-token authenticator trails token Secret changes (see
+    /// [`TestClusterBuilder::token_auth_lag`]).
+    pub fn token_auth_lag(&self) -> Duration {
+        self.shared.token_cache.lag()
     }
 
     /// The cluster CA certificate (PEM).

@@ -22,6 +22,9 @@ use crate::types::ResourceKey;
 pub struct Duties {
     /// Sign Approved kubelet client CSRs with the cluster CA (`status.certificate`).
     pub csr_signer: bool,
+    /// Approve kubelet client CSRs whose requester a SubjectAccessReview allows to
+    /// (csrapproving, `sarapprove.go`).
+    pub csr_approver: bool,
     /// Keep `jws-kubeconfig-<id>` entries in `kube-public/cluster-info`.
     pub bootstrap_signer: bool,
     /// Delete expired bootstrap token Secrets.
@@ -34,6 +37,7 @@ impl Default for Duties {
     fn default() -> Self {
         Duties {
             csr_signer: true,
+            csr_approver: true,
             bootstrap_signer: true,
             token_cleaner: true,
             garbage_collector: true,
@@ -81,6 +85,40 @@ fn touches_gc(e: &StoredEvent) -> bool {
                         .as_ref()
                         .map_or(Value::Null, |o| o["metadata"]["ownerReferences"].clone())
         }
+    }
+}
+
+/// csrapproving: auto-approve the CSRs among `names` (every CSR when `None`) whose
+/// requester a SubjectAccessReview allows, with the condition the real approver appends
+/// (`Approved`/`True`, reason `AutoApproved`); the server fills the timestamps.
+fn approve_csrs(shared: &Shared, names: Option<&[&str]>, now: Timestamp) {
+    let mut st = shared.store.lock();
+    let names: Vec<String> = match names {
+        None => st
+            .list_objects(&csr_key(), None)
+            .into_iter()
+            .map(|c| meta_str(c, "name").to_string())
+            .collect(),
+        Some(names) => names.iter().map(|n| n.to_string()).collect(),
+    };
+    for name in names {
+        let Some(csr) = st.get_object(&csr_key(), "", &name).cloned() else {
+            continue;
+        };
+        let Some(message) = kcm::auto_approval(&csr, &*st) else {
+            continue;
+        };
+        let t = format_time(now);
+        let approved = json!({
+            "type": "Approved", "status": "True", "reason": kcm::AUTO_APPROVED,
+            "message": message, "lastUpdateTime": t, "lastTransitionTime": t,
+        });
+        let mut updated = csr;
+        match updated["status"]["conditions"].as_array_mut() {
+            Some(conditions) => conditions.push(approved),
+            None => updated["status"]["conditions"] = json!([approved]),
+        }
+        st.replace(&csr_key(), updated);
     }
 }
 
@@ -237,6 +275,13 @@ pub async fn run(shared: Arc<Shared>, duties: Duties, mut shutdown: watch::Recei
             .collect();
         let tokens = all || timer || events.iter().any(|e| touches_tokens(e));
         let garbage = all || events.iter().any(|e| touches_gc(e));
+        if duties.csr_approver && (all || !touched_csrs.is_empty()) {
+            approve_csrs(
+                &shared,
+                (!all).then_some(touched_csrs.as_slice()),
+                Timestamp::now(),
+            );
+        }
         if duties.csr_signer && (all || !touched_csrs.is_empty()) {
             sign_csrs(&shared, (!all).then_some(touched_csrs.as_slice()));
         }

@@ -83,13 +83,19 @@ fn resource_entries(list: &[ResourceInfo]) -> Vec<Value> {
         }
         out.push(entry);
         for sub in &r.subresources {
-            out.push(json!({
+            let (group, version, kind, verbs) = r.subresource_meta(sub);
+            let mut entry = json!({
                 "name": format!("{}/{sub}", r.resource),
                 "singularName": "",
                 "namespaced": r.namespaced,
-                "kind": r.kind,
-                "verbs": ["get", "patch", "update"],
-            }));
+                "kind": kind,
+                "verbs": verbs,
+            });
+            if !group.is_empty() {
+                entry["group"] = json!(group);
+                entry["version"] = json!(version);
+            }
+            out.push(entry);
         }
     }
     out
@@ -171,10 +177,11 @@ fn aggregated_version(reader: &dyn ObjectReader, group: &str, version: &str) -> 
                     r.subresources
                         .iter()
                         .map(|s| {
+                            let (group, version, kind, verbs) = r.subresource_meta(s);
                             json!({
                                 "subresource": s,
-                                "responseKind": {"group": "", "version": "", "kind": r.kind},
-                                "verbs": ["get", "patch", "update"],
+                                "responseKind": {"group": group, "version": version, "kind": kind},
+                                "verbs": verbs,
                             })
                         })
                         .collect(),

@@ -1,7 +1,7 @@
 //! The kube-controller-manager duties, as pure functions over stored objects: the kubelet
-//! client CSR signer (csrsigning), the bootstrap signer of `kube-public/cluster-info`
-//! (bootstrapsigner), and the token cleaner (tokencleaner). The server core runs them and
-//! performs the writes.
+//! client CSR approver (csrapproving) and signer (csrsigning), the bootstrap signer of
+//! `kube-public/cluster-info` (bootstrapsigner), and the token cleaner (tokencleaner). The
+//! server core runs them and performs the writes.
 //!
 //! Only the kubelet client signer is imitated (kcm also signs `kubelet-serving`,
 //! `kube-apiserver-client` and `legacy-unknown` requests); issued certificates carry a
@@ -22,6 +22,7 @@ use crate::authn::{
     Expiration, TOKEN_SECRET_NAMESPACE, TOKEN_SECRET_PREFIX, TOKEN_SECRET_TYPE, secret_data,
     token_expiration, token_has_expired,
 };
+use crate::types::{IdentityKind, ObjectReader, RequestAttributes, UserInfo};
 
 pub const KUBELET_CLIENT_SIGNER: &str = "kubernetes.io/kube-apiserver-client-kubelet";
 /// kcm's `--cluster-signing-duration` default (8760h).
@@ -32,6 +33,118 @@ const BACKDATE: SignedDuration = SignedDuration::from_mins(5);
 const SHORT: SignedDuration = SignedDuration::from_hours(8);
 /// The smallest lifetime `spec.expirationSeconds` can ask for.
 const MIN_TTL: SignedDuration = SignedDuration::from_mins(10);
+
+/// The approver's messages (pkg/controller/certificates/approver/sarapprove.go).
+pub const SELF_NODE_CLIENT_APPROVAL: &str =
+    "Auto approving self kubelet client certificate after SubjectAccessReview.";
+pub const NODE_CLIENT_APPROVAL: &str =
+    "Auto approving kubelet client certificate after SubjectAccessReview.";
+/// The reason of an auto-approval's Approved condition.
+pub const AUTO_APPROVED: &str = "AutoApproved";
+
+/// `sarApprover.handle`: for a CSR that is neither issued, Approved nor Denied and whose
+/// request parses, try the recognizers in order (selfnodeclient: a kubelet client CSR whose
+/// requester is its CommonName; nodeclient: any kubelet client CSR) and return the message
+/// of the first whose SubjectAccessReview allows the requester (`spec.username/uid/groups/
+/// extra`) `create` on `certificatesigningrequests/<selfnodeclient|nodeclient>`. `None`:
+/// leave the CSR alone.
+pub fn auto_approval(csr: &Value, reader: &dyn ObjectReader) -> Option<&'static str> {
+    let status = csr.get("status");
+    let issued = status
+        .and_then(|s| s.get("certificate"))
+        .and_then(Value::as_str)
+        .is_some_and(|c| !c.is_empty());
+    // `GetCertApprovalCondition` looks at the condition types only.
+    let decided = status
+        .and_then(|s| s.get("conditions"))
+        .and_then(Value::as_array)
+        .is_some_and(|cs| {
+            cs.iter()
+                .any(|c| c["type"] == "Approved" || c["type"] == "Denied")
+        });
+    if issued || decided {
+        return None;
+    }
+    let spec = csr.get("spec")?;
+    let der = request_der(spec).ok()?;
+    let (_, request) = X509CertificationRequest::from_der(&der).ok()?;
+    let usages: Vec<&str> = spec
+        .get("usages")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .collect();
+    let is_node_client = spec.get("signerName").and_then(Value::as_str)
+        == Some(KUBELET_CLIENT_SIGNER)
+        && validate_kubelet_client(&request, &usages).is_ok();
+    if !is_node_client {
+        return None;
+    }
+    let username = spec.get("username").and_then(Value::as_str).unwrap_or("");
+    let common_name = request
+        .certification_request_info
+        .subject
+        .iter_common_name()
+        .filter_map(|c| c.as_str().ok())
+        .last()
+        .unwrap_or("");
+    let requester = requester_of(spec);
+    let recognizers = [
+        (
+            username == common_name,
+            "selfnodeclient",
+            SELF_NODE_CLIENT_APPROVAL,
+        ),
+        (true, "nodeclient", NODE_CLIENT_APPROVAL),
+    ];
+    for (recognized, subresource, message) in recognizers {
+        if !recognized {
+            continue;
+        }
+        let review = RequestAttributes {
+            user: requester.clone(),
+            verb: "create".into(),
+            is_resource_request: true,
+            path: String::new(),
+            api_group: "certificates.k8s.io".into(),
+            api_version: "*".into(),
+            resource: "certificatesigningrequests".into(),
+            subresource: subresource.into(),
+            namespace: String::new(),
+            name: String::new(),
+            field_selector: String::new(),
+        };
+        if crate::authz::evaluate(&review, reader).allowed {
+            return Some(message);
+        }
+    }
+    None
+}
+
+/// The user a CSR's spec names (what its SubjectAccessReview asks about).
+fn requester_of(spec: &Value) -> UserInfo {
+    let strings = |v: &Value| -> Vec<String> {
+        v.as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|s| s.as_str().map(String::from))
+            .collect()
+    };
+    let extra = spec
+        .get("extra")
+        .and_then(Value::as_object)
+        .map(|m| m.iter().map(|(k, v)| (k.clone(), strings(v))).collect())
+        .unwrap_or_default();
+    UserInfo {
+        // The kind only feeds request counters; a reviewed subject makes no request.
+        kind: IdentityKind::StaticToken,
+        name: spec["username"].as_str().unwrap_or("").to_string(),
+        uid: spec["uid"].as_str().unwrap_or("").to_string(),
+        groups: strings(&spec["groups"]),
+        extra,
+    }
+}
 
 /// The cluster CA, as PEM, for signing.
 pub struct SigningCa<'a> {

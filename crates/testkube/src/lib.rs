@@ -40,7 +40,7 @@ pub mod validation;
 
 mod cluster;
 
-pub use cluster::{StartError, TestCluster, TestClusterBuilder};
+pub use cluster::{DEFAULT_TOKEN_AUTH_LAG, StartError, TestCluster, TestClusterBuilder};
 pub use controllers::Duties;
 pub use counters::{CounterKey, CounterSnapshot};
 pub use faults::Faults;

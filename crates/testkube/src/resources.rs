@@ -106,6 +106,21 @@ impl ResourceInfo {
         self.subresources.iter().any(|s| s == sub)
     }
 
+    /// What a subresource serves, as discovery lists it: (group, version, kind, verbs).
+    /// `serviceaccounts/token` takes a TokenRequest and only `create` (capture 02); the
+    /// others (`status`, `approval`) are the object itself with get/patch/update.
+    pub fn subresource_meta(&self, sub: &str) -> (&str, &str, &str, Vec<&'static str>) {
+        if !self.custom && self.resource == "serviceaccounts" && sub == "token" {
+            return (
+                "authentication.k8s.io",
+                "v1",
+                "TokenRequest",
+                vec!["create"],
+            );
+        }
+        ("", "", self.kind.as_str(), vec!["get", "patch", "update"])
+    }
+
     /// The internal (hub) version name used in conversion error messages: `core` for the
     /// legacy group, the first DNS label of the group otherwise.
     pub fn internal_group(&self) -> &str {
@@ -253,7 +268,7 @@ fn builtins() -> &'static [ResourceInfo] {
             "ServiceAccount",
             true,
             &["sa"],
-            &[],
+            &["token"],
             &[
                 "secrets",
                 "imagePullSecrets",
@@ -299,6 +314,28 @@ fn builtins() -> &'static [ResourceInfo] {
         });
         ssr.verbs = vec!["create"];
         all.push(ssr);
+        // Reviews: nothing is stored, the answer is computed (capture 53).
+        for (group, resource, kind) in [
+            ("authentication.k8s.io", "tokenreviews", "TokenReview"),
+            (
+                "authorization.k8s.io",
+                "subjectaccessreviews",
+                "SubjectAccessReview",
+            ),
+        ] {
+            let mut review = builtin(Def {
+                group,
+                version: "v1",
+                resource,
+                kind,
+                namespaced: false,
+                short: &[],
+                subs: &[],
+                known: &["spec", "status"],
+            });
+            review.verbs = vec!["create"];
+            all.push(review);
+        }
         let mut csr = builtin(Def {
             group: "certificates.k8s.io",
             version: "v1",
@@ -382,6 +419,7 @@ const GROUP_ORDER: &[&str] = &[
     "apps",
     "events.k8s.io",
     "authentication.k8s.io",
+    "authorization.k8s.io",
     "certificates.k8s.io",
     "rbac.authorization.k8s.io",
     "apiextensions.k8s.io",

@@ -33,7 +33,7 @@ use crate::handlers::watch::{StopSignals, WatchStart};
 use crate::handlers::{self, Cx, Reply};
 use crate::pki::Ca;
 use crate::resources;
-use crate::store::Store;
+use crate::store::{Store, StoreState};
 use crate::types::{ApiError, ObjectReader, UserInfo};
 use crate::{authn, authz, openapi};
 
@@ -49,6 +49,32 @@ pub struct Shared {
     pub shutdown: watch::Receiver<bool>,
     /// `127.0.0.1:<port>`, as `/api` reports it.
     pub server_address: String,
+    /// The bootstrap-token authenticator's lagged view of kube-system Secrets.
+    pub token_cache: Arc<authn::TokenSecretCache>,
+    /// Issues (TokenRequest) and checks service-account tokens.
+    pub sa_issuer: authn::ServiceAccountIssuer,
+}
+
+impl Shared {
+    /// Run `f` with the bearer-token authenticators as they stand, over the locked store.
+    pub fn with_token_authenticators<R>(
+        &self,
+        st: &StoreState,
+        f: impl FnOnce(&authn::TokenAuthenticators<'_>) -> R,
+    ) -> R {
+        let static_tokens = self.static_tokens.read().unwrap_or_else(|p| p.into_inner());
+        let cache = self.token_cache.view();
+        let token_secrets: &dyn ObjectReader = match &cache {
+            Some(view) => view,
+            None => st,
+        };
+        f(&authn::TokenAuthenticators {
+            static_tokens: &static_tokens,
+            token_secrets,
+            service_accounts: Some(&self.sa_issuer),
+            store: st,
+        })
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -280,17 +306,10 @@ async fn respond(
     let now = Timestamp::now();
     let user = {
         let st = shared.store.lock();
-        let tokens = shared
-            .static_tokens
-            .read()
-            .unwrap_or_else(|p| p.into_inner());
-        authn::authenticate(
-            peer,
-            bearer_token(&parts.headers).as_deref(),
-            &tokens,
-            &*st,
-            now,
-        )?
+        let bearer = bearer_token(&parts.headers);
+        shared.with_token_authenticators(&st, |tokens| {
+            authn::authenticate_with(peer, bearer.as_deref(), tokens, now)
+        })?
     };
     let route = parse_route(path);
     let attrs = attributes(&user, method, &route, query, path);
@@ -349,6 +368,7 @@ async fn respond(
                     content_type: header_str(header::CONTENT_TYPE),
                     accept: header_str(header::ACCEPT),
                     now,
+                    shared,
                 };
                 // A bug in a handler answers 500 instead of dropping the connection.
                 let handled = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {

@@ -18,6 +18,8 @@ pub enum IdentityKind {
     BootstrapToken,
     /// A bearer token registered with the test cluster (the "bearer token kubeconfig").
     StaticToken,
+    /// A service-account token from TokenRequest (`serviceaccounts/<name>/token`).
+    ServiceAccountToken,
     /// No credentials at all: `system:anonymous`.
     Anonymous,
 }
@@ -28,6 +30,7 @@ impl IdentityKind {
             IdentityKind::ClientCert => "client-cert",
             IdentityKind::BootstrapToken => "bootstrap-token",
             IdentityKind::StaticToken => "static-token",
+            IdentityKind::ServiceAccountToken => "service-account-token",
             IdentityKind::Anonymous => "anonymous",
         }
     }

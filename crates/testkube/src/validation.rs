@@ -149,6 +149,14 @@ pub fn validate_object(
             errs.extend(qualified_name_errors("metadata.annotations", k));
         }
     }
+    if !info.custom && info.resource == "events" {
+        // The strategy's validation comes first and alone; the generic metadata checks run
+        // after it (k8s.io/apiserver BeforeCreate/BeforeUpdate).
+        let event_errs = event_errors(info, obj, old, &errs);
+        if !event_errs.is_empty() {
+            return Err(invalid("Event", "", name, &event_errs));
+        }
+    }
     if !info.custom && matches!(info.resource.as_str(), "secrets" | "configmaps") {
         for field in ["data", "binaryData"] {
             if let Some(map) = obj[field].as_object() {
@@ -173,43 +181,184 @@ pub fn validate_object(
     }
 }
 
-/// events.k8s.io/v1 Events on create (capture 48): without `eventTime` that is the only
-/// error reported; otherwise the reporting fields, action and reason are required and
-/// `type` must be Normal or Warning.
-pub fn validate_events_v1(info: &ResourceInfo, obj: &Value) -> Result<(), ApiError> {
+/// Event validation (pkg/apis/core/validation/events.go), on the stored (core) form.
+///
+/// Every Event passes `legacyValidateEvent`: its namespace must agree with the namespace of
+/// the object it is about. Without `eventTime` (old-style Events) an Event about a
+/// cluster-scoped object must be in `default` (or have no namespace) and one about a
+/// namespaced object in that object's namespace; with `eventTime` an Event about a
+/// cluster-scoped object must be in `default` or `kube-system` (capture 51: any other
+/// namespace is 422 `involvedObject.namespace: Invalid value: "": does not match
+/// event.namespace`, even for an admin), a namespaced object's namespace is not compared, and
+/// the reporting fields, action and reason are required. events.k8s.io/v1 writes
+/// (`ValidateEventCreate`/`ValidateEventUpdate` for a newer request version) add the strict
+/// checks of capture 48. Field paths name the internal fields (`involvedObject`,
+/// `reportingController`, `message`), whichever API version the request used.
+fn event_errors(
+    info: &ResourceInfo,
+    ev: &Value,
+    old: Option<&Value>,
+    meta_errs: &[FieldError],
+) -> Vec<FieldError> {
+    let mut errs = legacy_event_errors(ev);
     if info.group != "events.k8s.io" {
-        return Ok(());
+        // core/v1 (and events.k8s.io/v1beta1): no further validation, for compatibility.
+        return errs;
     }
-    let name = obj["metadata"]["name"].as_str().unwrap_or("");
-    let text = |f: &str| obj[f].as_str().unwrap_or("").to_string();
+    let text = |f: &str| ev[f].as_str().unwrap_or("").to_string();
+    let Some(old) = old else {
+        errs.extend(meta_errs.iter().cloned());
+        errs.extend(event_series_errors(ev));
+        if is_zero_time(&ev["eventTime"]) {
+            errs.push(FieldError::required("eventTime", ""));
+        }
+        let ty = text("type");
+        if ty != "Normal" && ty != "Warning" {
+            errs.push(FieldError::invalid(
+                "type",
+                "",
+                &format!("has invalid value: {ty}"),
+            ));
+        }
+        for field in ["firstTimestamp", "lastTimestamp"] {
+            if !is_zero_time(&ev[field]) {
+                errs.push(FieldError::invalid(field, "", "needs to be unset"));
+            }
+        }
+        if ev["count"].as_i64().unwrap_or(0) != 0 {
+            errs.push(FieldError::invalid("count", "", "needs to be unset"));
+        }
+        let source = |f: &str| ev["source"][f].as_str().unwrap_or("").to_string();
+        if !source("component").is_empty() || !source("host").is_empty() {
+            errs.push(FieldError::invalid("source", "", "needs to be unset"));
+        }
+        return errs;
+    };
+    // Update: ValidateObjectMetaUpdate is the generic metadata handling's; the series is
+    // checked again only when it changed; then the immutable fields. Only the string and
+    // count fields are compared here (see the README); `reason` is listed twice upstream.
+    if ev["series"] != old["series"] {
+        errs.extend(event_series_errors(ev));
+    }
+    for field in [
+        "reason",
+        "message",
+        "count",
+        "reason",
+        "type",
+        "action",
+        "reportingComponent",
+        "reportingInstance",
+    ] {
+        let (new_v, old_v) = (&ev[field], &old[field]);
+        let same = if field == "count" {
+            new_v.as_i64().unwrap_or(0) == old_v.as_i64().unwrap_or(0)
+        } else {
+            new_v.as_str().unwrap_or("") == old_v.as_str().unwrap_or("")
+        };
+        if same {
+            continue;
+        }
+        let path = if field == "reportingComponent" {
+            "reportingController"
+        } else {
+            field
+        };
+        errs.push(if field == "count" {
+            FieldError::invalid_bare(
+                path,
+                &format!("{}: field is immutable", new_v.as_i64().unwrap_or(0)),
+            )
+        } else {
+            FieldError::invalid(path, new_v.as_str().unwrap_or(""), "field is immutable")
+        });
+    }
+    errs
+}
+
+/// `legacyValidateEvent` (the namespace of the event namespace is always a valid
+/// subdomain here: it exists).
+fn legacy_event_errors(ev: &Value) -> Vec<FieldError> {
     let mut errs = Vec::new();
-    // Validation runs on the internal (core) Event, so the Status names no group.
-    if obj["eventTime"].is_null() {
-        errs.push(FieldError::required("eventTime", ""));
-        return Err(invalid("Event", "", name, &errs));
+    let namespace = ev["metadata"]["namespace"].as_str().unwrap_or("");
+    let involved = ev["involvedObject"]["namespace"].as_str().unwrap_or("");
+    let mismatch = || {
+        FieldError::invalid(
+            "involvedObject.namespace",
+            involved,
+            "does not match event.namespace",
+        )
+    };
+    if is_zero_time(&ev["eventTime"]) {
+        // Old-style Events: an Event about a cluster-scoped object may only be in
+        // `default` (or have no namespace), one about a namespaced object only in its
+        // namespace.
+        let agrees = if involved.is_empty() {
+            namespace.is_empty() || namespace == "default"
+        } else {
+            namespace == involved
+        };
+        if !agrees {
+            errs.push(mismatch());
+        }
+        return errs;
     }
-    let controller = text("reportingController");
+    if involved.is_empty() && namespace != "default" && namespace != "kube-system" {
+        errs.push(mismatch());
+    }
+    let text = |f: &str| ev[f].as_str().unwrap_or("").to_string();
+    let controller = text("reportingComponent");
     if controller.is_empty() {
         errs.push(FieldError::required("reportingController", ""));
     }
     errs.extend(qualified_name_errors("reportingController", &controller));
-    for field in ["reportingInstance", "action", "reason"] {
-        if text(field).is_empty() {
-            errs.push(FieldError::required(field, ""));
+    let limited = [
+        ("reportingInstance", "reportingInstance", 128, true),
+        ("action", "action", 128, true),
+        ("reason", "reason", 128, true),
+        ("message", "message", 1024, false),
+    ];
+    for (stored, path, limit, required) in limited {
+        let value = text(stored);
+        if required && value.is_empty() {
+            errs.push(FieldError::required(path, ""));
+        }
+        if value.len() > limit {
+            errs.push(FieldError::invalid(
+                path,
+                "",
+                &format!("can have at most {limit} characters"),
+            ));
         }
     }
-    let ty = text("type");
-    if ty != "Normal" && ty != "Warning" {
+    errs
+}
+
+/// `validateV1EventSeries`.
+fn event_series_errors(ev: &Value) -> Vec<FieldError> {
+    let series = &ev["series"];
+    if !series.is_object() {
+        return Vec::new();
+    }
+    let mut errs = Vec::new();
+    if series["count"].as_i64().unwrap_or(0) < 2 {
         errs.push(FieldError::invalid(
-            "type",
+            "series.count",
             "",
-            &format!("has invalid value: {ty}"),
+            "should be at least 2",
         ));
     }
-    if errs.is_empty() {
-        Ok(())
-    } else {
-        Err(invalid("Event", "", name, &errs))
+    if is_zero_time(&series["lastObservedTime"]) {
+        errs.push(FieldError::required("series.lastObservedTime", ""));
+    }
+    errs
+}
+
+/// A Time or MicroTime that is unset (Go's zero time: `null`, absent, or the zero instant).
+fn is_zero_time(v: &Value) -> bool {
+    match v.as_str() {
+        None => true,
+        Some(s) => s.is_empty() || s.starts_with("0001-01-01T00:00:00"),
     }
 }
 

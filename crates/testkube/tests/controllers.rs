@@ -190,7 +190,13 @@ async fn approve(csrs: &Api<CertificateSigningRequest>, name: &str) -> Certifica
 
 #[tokio::test]
 async fn approved_kubelet_csrs_are_signed_by_the_cluster_ca() {
-    let cluster = TestCluster::start().await.unwrap();
+    // An admin-filed kubelet CSR would be auto-approved (system:masters passes the
+    // approver's SubjectAccessReview); here the admin approves it, then the signer runs.
+    let cluster = TestCluster::builder()
+        .csr_approver(false)
+        .start()
+        .await
+        .unwrap();
     let csrs: Api<CertificateSigningRequest> = Api::all(admin(&cluster).await);
     csrs.create(
         &PostParams::default(),
@@ -239,7 +245,8 @@ fn owned_by(name: &str, owner: &Secret) -> Secret {
 }
 
 /// The controller loop handles changes in order, and within one round runs the CSR
-/// signer, then the token cleaner, the bootstrap signer and the collector. So once a
+/// approver and signer, then the token cleaner, the bootstrap signer and the collector
+/// (the approver off: tests/csr_approver.rs). So once a
 /// later duty's write is visible, an enabled earlier duty would already have acted.
 #[tokio::test]
 async fn each_duty_can_be_switched_off() {

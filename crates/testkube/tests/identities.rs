@@ -7,7 +7,7 @@ mod common;
 
 use std::collections::BTreeMap;
 
-use common::{admin, client_from};
+use common::{admin, client_from, retry_401, within};
 use k8s_openapi::api::authentication::v1::{SelfSubjectReview, UserInfo};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Secret};
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
@@ -179,6 +179,17 @@ async fn every_bootstrap_token_rejection_is_the_same_401() {
     )
     .await;
 
+    // The good token works once the authenticator has seen its Secret (capture 52); it was
+    // created last, so every Secret above is seen too and each 401 below is the rule's.
+    let good = token_client(&cluster, &format!("abcdef.{SECRET}")).await;
+    assert_eq!(
+        retry_401(|| whoami(good.clone()))
+            .await
+            .unwrap()
+            .username
+            .as_deref(),
+        Some("system:bootstrap:abcdef")
+    );
     for id in [
         "sdo2oc", "z2xwa9", "sad7mk", "76jyn4", "kvuyti", "28gsoi", "tsc23h", "p1p0v9",
     ] {
@@ -194,18 +205,23 @@ async fn every_bootstrap_token_rejection_is_the_same_401() {
     assert_401(whoami(token_client(&cluster, &format!("zzzzzz.{SECRET}")).await).await);
     assert_401(whoami(token_client(&cluster, "not-a-token").await).await);
 
-    // The good token works until its Secret is deleted.
-    let good = token_client(&cluster, &format!("abcdef.{SECRET}")).await;
-    assert_eq!(
-        whoami(good.clone()).await.unwrap().username.as_deref(),
-        Some("system:bootstrap:abcdef")
-    );
+    // It works until its Secret is deleted; the authenticator trails the delete too, so a
+    // client sees the 401 a moment later.
     let secrets: Api<Secret> = Api::namespaced(admin(&cluster).await, "kube-system");
     secrets
         .delete("bootstrap-token-abcdef", &DeleteParams::default())
         .await
         .unwrap();
-    assert_401(whoami(good).await);
+    let rejected = within("the authenticator to see the delete", async {
+        loop {
+            match whoami(good.clone()).await {
+                Ok(_) => tokio::time::sleep(std::time::Duration::from_millis(5)).await,
+                other => return other,
+            }
+        }
+    })
+    .await;
+    assert_401(rejected);
     cluster.shutdown().await;
 }
 
@@ -227,9 +243,8 @@ async fn self_subject_review_reports_each_identity_capture_26() {
         ],
     )
     .await;
-    let token = whoami(token_client(&cluster, &format!("73efe1.{SECRET}")).await)
-        .await
-        .unwrap();
+    let client = token_client(&cluster, &format!("73efe1.{SECRET}")).await;
+    let token = retry_401(|| whoami(client.clone())).await.unwrap();
     assert_eq!(token.username.as_deref(), Some("system:bootstrap:73efe1"));
     assert_eq!(
         token.groups.unwrap(),

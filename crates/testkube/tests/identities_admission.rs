@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 
 use base64::Engine;
 use common::raw::RawClient;
-use common::{admin, client_from, within};
+use common::{admin, client_from, until_authenticated, within};
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::authentication::v1::SelfSubjectReview;
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
@@ -253,7 +253,10 @@ async fn bootstrap_token(cluster: &TestCluster, id: &str, secret: &str) -> kube:
         .create(&PostParams::default(), &token)
         .await
         .unwrap();
-    client_from(&cluster.kubeconfig_for_token(&format!("{id}.{secret}"))).await
+    let client = client_from(&cluster.kubeconfig_for_token(&format!("{id}.{secret}"))).await;
+    // The authenticator trails the new Secret (capture 52): wait until it sees it.
+    until_authenticated(&client).await;
+    client
 }
 
 fn conditions(csr: &CertificateSigningRequest) -> Vec<Value> {
@@ -270,7 +273,13 @@ fn conditions(csr: &CertificateSigningRequest) -> Vec<Value> {
 
 #[tokio::test]
 async fn kubelet_tls_bootstrap_from_token_to_node_certificate() {
-    let cluster = TestCluster::start().await.unwrap();
+    // The captures' cluster (00-setup.txt): kubeadm's RBAC without the auto-approval
+    // binding, so kube-controller-manager leaves the CSR to the admin (captures 17-20, 43).
+    let cluster = TestCluster::builder()
+        .kubeadm_autoapprove_bootstrap(false)
+        .start()
+        .await
+        .unwrap();
     let bootstrap = bootstrap_token(&cluster, "abcdef", "0123456789abcdef").await;
     let as_bootstrap: Api<CertificateSigningRequest> = Api::all(bootstrap);
     let as_admin: Api<CertificateSigningRequest> = Api::all(admin(&cluster).await);
@@ -365,7 +374,14 @@ async fn kubelet_tls_bootstrap_from_token_to_node_certificate() {
 
 #[tokio::test]
 async fn approved_and_denied_are_exclusive_and_permanent_captures_21_to_23() {
-    let cluster = TestCluster::start().await.unwrap();
+    // The CSRs here are filed by the admin, and kube-controller-manager's approver would
+    // approve them at once (its SubjectAccessReview allows system:masters anything); the
+    // captures decided pending CSRs by hand, so the approver is off.
+    let cluster = TestCluster::builder()
+        .csr_approver(false)
+        .start()
+        .await
+        .unwrap();
     let csrs: Api<CertificateSigningRequest> = Api::all(admin(&cluster).await);
     let pp = PostParams::default();
     let with_conditions = |base: &CertificateSigningRequest, conditions: Value| {
@@ -486,7 +502,13 @@ async fn approved_and_denied_are_exclusive_and_permanent_captures_21_to_23() {
 
 #[tokio::test]
 async fn approving_needs_approve_on_the_signer() {
-    let cluster = TestCluster::start().await.unwrap();
+    // An admin-filed kubelet CSR would be auto-approved (system:masters passes the
+    // approver's SubjectAccessReview); this test approves it by hand.
+    let cluster = TestCluster::builder()
+        .csr_approver(false)
+        .start()
+        .await
+        .unwrap();
     let root = admin(&cluster).await;
     let role: ClusterRole = serde_json::from_value(json!({
         "metadata": {"name": "csr-approval-writer"},

@@ -156,8 +156,8 @@ pub fn snapshot(dir: &Path) -> BTreeMap<String, (u32, Vec<u8>)> {
 }
 
 /// Creates a bootstrap token in `group` valid for an hour, as `kubeflavor token create`
-/// would (kubeadm's layout), and returns `id.secret`. The Secret goes with the test
-/// cluster, or with the run's sweep on a real one.
+/// would (kubeadm's layout), and returns `id.secret` once the API server authenticates
+/// it. The Secret goes with the test cluster, or with the run's sweep on a real one.
 pub async fn create_token(env: &Env, group: &str) -> String {
     let admin = &env.client;
     use k8s_openapi::api::core::v1::Secret;
@@ -183,7 +183,9 @@ pub async fn create_token(env: &Env, group: &str) -> String {
         .await
         .expect("token Secret created");
     env.made.token(&token);
-    token.expose().to_string()
+    let token = token.expose().to_string();
+    env.until_authenticated(&token).await;
+    token
 }
 
 #[derive(clap::Parser)]

@@ -273,6 +273,14 @@ impl Env {
         path
     }
 
+    /// Returns once the API server authenticates this bootstrap token, made a moment ago
+    /// (capture 52): before commands that must not retry a 401 themselves use it.
+    pub async fn until_authenticated(&self, token: &str) {
+        whoami(&self.token_client(token).await)
+            .await
+            .expect("the new token authenticates");
+    }
+
     /// A client that authenticates with this bearer token. A bootstrap token made a
     /// moment ago may get 401 for a while (capture 52): requests that use it first go
     /// through [`fresh`].

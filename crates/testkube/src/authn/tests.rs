@@ -363,3 +363,30 @@ fn bootstrap_token_shape() {
         assert_eq!(parse_bootstrap_token(bad), None, "{bad}");
     }
 }
+
+#[test]
+fn token_review_audiences_and_errors() {
+    let reader = valid_token("abcdef", &[]);
+    let tokens = TokenAuthenticators {
+        static_tokens: &BTreeMap::new(),
+        token_secrets: &reader,
+        service_accounts: None,
+        store: &reader,
+    };
+    let api = [API_AUDIENCE.to_string()];
+    let (user, audiences) =
+        authenticate_token(&format!("abcdef.{SECRET}"), &tokens, &api, now()).unwrap();
+    assert_eq!(user.name, "system:bootstrap:abcdef");
+    assert_eq!(audiences, api);
+    // Bootstrap (and static) tokens are audience-agnostic: good for the API audience only.
+    let elsewhere = ["https://elsewhere".to_string()];
+    assert_eq!(
+        authenticate_token(&format!("abcdef.{SECRET}"), &tokens, &elsewhere, now()),
+        Err(INVALID_BEARER_TOKEN.to_string())
+    );
+    // capture 53: garbage is `invalid bearer token`.
+    assert_eq!(
+        authenticate_token("not-a-real-token", &tokens, &api, now()),
+        Err("invalid bearer token".to_string())
+    );
+}

@@ -1,8 +1,9 @@
 //! The objects a fresh kubeadm-made cluster starts with, as far as kubeflavor relies on
 //! them: kube-apiserver's RBAC bootstrap policy (plugin/pkg/auth/authorizer/rbac/
 //! bootstrappolicy), its four namespaces, and the RBAC `kubeadm init` adds for joining
-//! nodes (minus auto-approval, as in the captures' cluster, 00-setup.txt; plus the
-//! kubeadm-config/kubelet-config readers a kubeadm cluster also has, spec section 1).
+//! nodes: the four ClusterRoleBindings of capture 54 (kubelet-bootstrap, get-nodes and the
+//! two auto-approvals, which the test cluster's builder can leave out to get the captures'
+//! 00-setup cluster) and the kubeadm-config/kubelet-config readers (spec section 1).
 
 use serde_json::{Value, json};
 
@@ -12,6 +13,10 @@ use crate::types::ResourceKey;
 
 /// kubeadm's default bootstrap-token group.
 pub const KUBEADM_TOKEN_GROUP: &str = "system:bootstrappers:kubeadm:default-node-token";
+/// kubeadm's binding of its token group to the nodeclient auto-approval (capture 54).
+pub const AUTOAPPROVE_BOOTSTRAP_BINDING: &str = "kubeadm:node-autoapprove-bootstrap";
+/// kubeadm's binding of `system:nodes` to the selfnodeclient auto-approval (capture 54).
+pub const AUTOAPPROVE_ROTATION_BINDING: &str = "kubeadm:node-autoapprove-certificate-rotation";
 
 pub fn objects() -> Vec<(ResourceKey, Value)> {
     let mut out = Vec::new();
@@ -167,6 +172,19 @@ fn default_cluster_roles() -> Vec<Value> {
                 ),
             ],
         ),
+        // For servers that delegate authentication and authorization (TokenReview,
+        // SubjectAccessReview); bootstrappolicy's `system:auth-delegator`.
+        (
+            "system:auth-delegator",
+            vec![
+                rule(&["create"], "authentication.k8s.io", &["tokenreviews"]),
+                rule(
+                    &["create"],
+                    "authorization.k8s.io",
+                    &["subjectaccessreviews"],
+                ),
+            ],
+        ),
         ("system:node", node_rules()),
         (
             "system:node-bootstrapper",
@@ -271,6 +289,17 @@ fn kubeadm_cluster_role_bindings() -> Vec<Value> {
             json!({"name": "kubeadm:get-nodes"}),
             "kubeadm:get-nodes",
             &[("Group", KUBEADM_TOKEN_GROUP)],
+        ),
+        // kube-controller-manager's csrapprover approves what these allow (capture 54).
+        binding(
+            json!({"name": AUTOAPPROVE_BOOTSTRAP_BINDING}),
+            "system:certificates.k8s.io:certificatesigningrequests:nodeclient",
+            &[("Group", KUBEADM_TOKEN_GROUP)],
+        ),
+        binding(
+            json!({"name": AUTOAPPROVE_ROTATION_BINDING}),
+            "system:certificates.k8s.io:certificatesigningrequests:selfnodeclient",
+            &[("Group", "system:nodes")],
         ),
         // Since v1.29 kubeadm's admin.conf is in this group rather than system:masters.
         binding(

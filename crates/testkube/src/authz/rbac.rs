@@ -12,6 +12,10 @@ pub const RBAC_GROUP: &str = "rbac.authorization.k8s.io";
 /// The outcome of evaluating every binding that applies to the user.
 pub struct RbacOutcome {
     pub allowed: bool,
+    /// For an allowed request, the binding that allowed it, as the real authorizer
+    /// describes it (`RBAC: allowed by ClusterRoleBinding "x" of ClusterRole "y" to
+    /// ServiceAccount "name/namespace"`, capture 53); SubjectAccessReview shows it.
+    pub allowed_by: String,
     /// Bindings that applied but whose role is missing, as the real authorizer reports
     /// them in the 403's reason (`RBAC: clusterrole.rbac.authorization.k8s.io "x" not found`).
     pub errors: Vec<String>,
@@ -31,6 +35,7 @@ impl RbacOutcome {
 pub fn evaluate(attrs: &RequestAttributes, reader: &dyn ObjectReader) -> RbacOutcome {
     let mut outcome = RbacOutcome {
         allowed: false,
+        allowed_by: String::new(),
         errors: Vec::new(),
     };
     let cluster_bindings = reader.list(&ResourceKey::new(RBAC_GROUP, "clusterrolebindings"), None);
@@ -68,22 +73,58 @@ fn visit(
         .and_then(Value::as_array)
         .map(Vec::as_slice)
         .unwrap_or(&[]);
-    if !subjects
+    let Some(subject) = subjects
         .iter()
-        .any(|s| applies_to(&attrs.user, s, namespace))
-    {
+        .find(|s| applies_to(&attrs.user, s, namespace))
+    else {
         return false;
-    }
+    };
     match role_rules(reader, binding, namespace) {
         Ok(rules) => {
             if rules.iter().any(|rule| rule_allows(attrs, rule)) {
                 outcome.allowed = true;
+                outcome.allowed_by =
+                    format!("RBAC: allowed by {}", describe(binding, subject, namespace));
                 return true;
             }
         }
         Err(err) => outcome.errors.push(err),
     }
     false
+}
+
+/// `clusterRoleBindingDescriber` / `roleBindingDescriber`: the binding (`name/namespace`
+/// for a RoleBinding), its role, and the first subject that applied (`describeSubject`: a
+/// ServiceAccount as `name/namespace`, its namespace defaulting to the binding's).
+fn describe(binding: &Value, subject: &Value, namespace: &str) -> String {
+    let field = |v: &Value, k: &str| v.get(k).and_then(Value::as_str).unwrap_or("").to_string();
+    let name = field(&binding["metadata"], "name");
+    let (kind, binding_name) = if namespace.is_empty() {
+        ("ClusterRoleBinding", name)
+    } else {
+        ("RoleBinding", format!("{name}/{namespace}"))
+    };
+    let subject_kind = field(subject, "kind");
+    let mut subject_name = field(subject, "name");
+    if subject_kind == "ServiceAccount" {
+        let sa_namespace = match field(subject, "namespace") {
+            ns if ns.is_empty() => namespace.to_string(),
+            ns => ns,
+        };
+        subject_name = format!("{subject_name}/{sa_namespace}");
+    }
+    format!(
+        "{kind} {} of {} {} to {subject_kind} {}",
+        quote(&binding_name),
+        field(&binding["roleRef"], "kind"),
+        quote(&field(&binding["roleRef"], "name")),
+        quote(&subject_name),
+    )
+}
+
+/// Go's `%q` for the plain names RBAC objects have.
+fn quote(s: &str) -> String {
+    serde_json::to_string(s).unwrap_or_default()
 }
 
 /// `appliesToUser`: User by name, Group by membership, ServiceAccount by its username

@@ -528,4 +528,64 @@ fn a_cluster_role_binding_cannot_reference_a_role() {
     );
 }
 
+#[test]
+fn evaluate_names_the_allowing_binding_as_subject_access_review_shows_it() {
+    let reader = team_reader();
+    // A RoleBinding is `name/namespace`; a ServiceAccount subject without a namespace
+    // takes the binding's (`describeSubject`).
+    let robot = user(
+        IdentityKind::StaticToken,
+        "system:serviceaccount:team:robot",
+        &["system:serviceaccounts"],
+    );
+    assert_eq!(
+        evaluate(&req(robot, "get", "", "configmaps", "team", "x"), &reader),
+        Decision {
+            allowed: true,
+            reason: r#"RBAC: allowed by RoleBinding "b/team" of Role "cm-reader" to ServiceAccount "robot/team""#
+                .into()
+        }
+    );
+    let alice = user(IdentityKind::StaticToken, "alice", &[]);
+    assert_eq!(
+        evaluate(
+            &req(alice.clone(), "get", "", "configmaps", "team", "x"),
+            &reader
+        )
+        .reason,
+        r#"RBAC: allowed by RoleBinding "b/team" of Role "cm-reader" to User "alice""#
+    );
+    // Refused: no reason unless an authorizer gave one; masters and nodes allow silently.
+    assert_eq!(
+        evaluate(
+            &req(alice, "delete", "", "configmaps", "team", "x"),
+            &reader
+        ),
+        Decision {
+            allowed: false,
+            reason: String::new()
+        }
+    );
+    assert_eq!(
+        evaluate(
+            &req(admin(), "delete", "", "secrets", "kube-system", "x"),
+            &reader
+        ),
+        Decision {
+            allowed: true,
+            reason: String::new()
+        }
+    );
+    assert_eq!(
+        evaluate(
+            &req(node_user("worker-1"), "get", "", "nodes", "", "worker-1"),
+            &reader
+        ),
+        Decision {
+            allowed: true,
+            reason: String::new()
+        }
+    );
+}
+
 mod kubeadm;

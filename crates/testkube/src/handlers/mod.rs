@@ -4,6 +4,7 @@
 pub mod convert;
 pub mod hooks;
 pub mod read;
+pub mod review;
 pub mod route;
 pub mod watch;
 pub mod write;
@@ -62,6 +63,8 @@ pub struct Cx<'a> {
     pub content_type: Option<&'a str>,
     pub accept: Option<&'a str>,
     pub now: Timestamp,
+    /// The cluster, for handlers that authenticate tokens or issue them.
+    pub shared: &'a crate::server::Shared,
 }
 
 impl Cx<'_> {
@@ -272,11 +275,21 @@ pub fn handle(
     if !info.verbs.contains(&verb) {
         return Err(crate::errors::method_not_allowed(method));
     }
+    if !sub.is_empty() && info.subresource_meta(sub).2 == "TokenRequest" {
+        return match verb {
+            "create" => review::token_request(st, cx, info),
+            _ => Err(crate::errors::method_not_allowed(method)),
+        };
+    }
     match verb {
         "get" => read::get(st, cx, info),
         "list" => read::list(st, cx, info),
         "watch" => watch::start(st, cx, info).map(|w| Reply::Watch(Box::new(w))),
         "create" if info.resource == "selfsubjectreviews" => write::self_subject_review(cx, info),
+        "create" if info.resource == "subjectaccessreviews" => {
+            review::subject_access_review(st, cx, info)
+        }
+        "create" if info.resource == "tokenreviews" => review::token_review(st, cx, info),
         "create" if cx.route.namespace.is_none() && info.namespaced => Err(page_not_found()),
         "create" => write::create(st, cx, info, None),
         "update" => write::update(st, cx, info),

@@ -20,7 +20,7 @@ use crate::types::{ApiError, Operation, ResourceKey};
 use crate::validation::{check_micro_times, check_secret_base64, validate_object};
 
 /// The 400 checks every incoming object goes through before anything else.
-fn decode_checks(info: &ResourceInfo, obj: &Value) -> Result<(), ApiError> {
+pub(super) fn decode_checks(info: &ResourceInfo, obj: &Value) -> Result<(), ApiError> {
     check_shape(info, obj)?;
     check_type_meta(info, obj)?;
     check_secret_base64(info, obj)?;
@@ -157,7 +157,6 @@ pub fn create(
     if meta_str(&obj, "name").is_empty() && !meta_str(&obj, "generateName").is_empty() {
         obj["metadata"]["name"] = json!(generated_name(meta_str(&obj, "generateName")));
     }
-    crate::validation::validate_events_v1(info, &obj)?;
     let mut obj = to_storage(info, obj);
     match &info.status_on_create {
         StatusOnCreate::Keep => {}

@@ -419,3 +419,109 @@ fn invalid_kubelet_client_requests_fail_with_upstream_messages() {
     let garbage = STANDARD.encode("-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n");
     assert!(fail(garbage, &usages).starts_with("unable to parse csr \"csr-worker-1\""));
 }
+
+/// A pending kubelet client CSR for `cn`, filed by `username` in `groups`.
+fn filed_by(cn: &str, username: &str, groups: &[&str]) -> Value {
+    let request = kubelet_request(&["system:nodes"], cn, &[]);
+    let mut c = csr(&request, &["digital signature", "client auth"], json!(null));
+    c["spec"]["username"] = json!(username);
+    c["spec"]["groups"] = json!(groups);
+    c["status"] = json!({});
+    c
+}
+
+const KUBEADM_TOKEN: &[&str] = &[
+    "system:bootstrappers",
+    "system:bootstrappers:kubeadm:default-node-token",
+    "system:authenticated",
+];
+const NODE: &[&str] = &["system:nodes", "system:authenticated"];
+
+#[test]
+fn the_approver_recognizes_node_clients_and_asks_rbac_sarapprove() {
+    use crate::authz::testutil::MemReader;
+    let kubeadm = MemReader::with_defaults();
+    // nodeclient: the kubeadm token group is bound to it (capture 54).
+    let token_csr = filed_by(
+        "system:node:worker-1",
+        "system:bootstrap:abcdef",
+        KUBEADM_TOKEN,
+    );
+    assert_eq!(
+        auto_approval(&token_csr, &kubeadm),
+        Some("Auto approving kubelet client certificate after SubjectAccessReview.")
+    );
+    // selfnodeclient: a node renewing its own certificate; system:nodes is bound to it.
+    let renewal = filed_by("system:node:worker-1", "system:node:worker-1", NODE);
+    assert_eq!(
+        auto_approval(&renewal, &kubeadm),
+        Some("Auto approving self kubelet client certificate after SubjectAccessReview.")
+    );
+    // A node asking for another node's name is only a nodeclient request, which nodes may
+    // not make (NodeRestriction refuses to store it in the first place).
+    let other = filed_by("system:node:worker-2", "system:node:worker-1", NODE);
+    assert_eq!(auto_approval(&other, &kubeadm), None);
+    // A token group bound only to system:node-bootstrapper: not approved.
+    let kubeflavor = filed_by(
+        "system:node:worker-1",
+        "system:bootstrap:ghijkl",
+        &[
+            "system:bootstrappers",
+            "system:bootstrappers:kubeflavor:node",
+            "system:authenticated",
+        ],
+    );
+    assert_eq!(auto_approval(&kubeflavor, &kubeadm), None);
+    // Without kubeadm's bindings (the captures' 00-setup cluster) nothing is approved.
+    let bare = MemReader::new();
+    assert_eq!(auto_approval(&token_csr, &bare), None);
+    assert_eq!(auto_approval(&renewal, &bare), None);
+    // The requester, not the approver, is what the review asks about: system:masters may
+    // do anything, so an admin-filed kubelet CSR is approved too.
+    let admin = filed_by(
+        "system:node:worker-1",
+        "kubernetes-admin",
+        &["system:masters", "system:authenticated"],
+    );
+    assert_eq!(
+        auto_approval(&admin, &bare),
+        Some("Auto approving kubelet client certificate after SubjectAccessReview.")
+    );
+}
+
+#[test]
+fn the_approver_leaves_decided_issued_and_other_csrs_alone() {
+    use crate::authz::testutil::MemReader;
+    let kubeadm = MemReader::with_defaults();
+    let pending = filed_by(
+        "system:node:worker-1",
+        "system:bootstrap:abcdef",
+        KUBEADM_TOKEN,
+    );
+    for decided in ["Approved", "Denied"] {
+        let mut c = pending.clone();
+        // `GetCertApprovalCondition` looks at the type only.
+        c["status"]["conditions"] =
+            json!([{"type": decided, "status": "False", "reason": "R", "message": "m"}]);
+        assert_eq!(auto_approval(&c, &kubeadm), None, "{decided}");
+    }
+    let mut issued = pending.clone();
+    issued["status"]["certificate"] = json!("LS0t");
+    assert_eq!(auto_approval(&issued, &kubeadm), None);
+    let mut serving = pending.clone();
+    serving["spec"]["signerName"] = json!("kubernetes.io/kubelet-serving");
+    assert_eq!(auto_approval(&serving, &kubeadm), None);
+    let mut wrong_usages = pending.clone();
+    wrong_usages["spec"]["usages"] = json!(["digital signature", "server auth"]);
+    assert_eq!(auto_approval(&wrong_usages, &kubeadm), None);
+    let not_nodes = {
+        let request = kubelet_request(&["example"], "system:node:worker-1", &[]);
+        let mut c = pending.clone();
+        c["spec"]["request"] = json!(request);
+        c
+    };
+    assert_eq!(auto_approval(&not_nodes, &kubeadm), None);
+    let mut garbage = pending;
+    garbage["spec"]["request"] = json!("bm90IGEgQ1NS");
+    assert_eq!(auto_approval(&garbage, &kubeadm), None);
+}

@@ -35,18 +35,52 @@ fn default_objects_are_complete_and_named() {
         names,
         ["default", "kube-node-lease", "kube-public", "kube-system"]
     );
-    let unbound = "system:certificates.k8s.io:certificatesigningrequests:nodeclient";
-    assert!(
-        objects
+    // The four ClusterRoleBindings kubeadm creates for tokens and nodes, exactly as
+    // capture 54 (54-kubeadm-bootstrap-rbac.txt) reads them back: name -> (role, group).
+    let kubeadm = [
+        (
+            "kubeadm:kubelet-bootstrap",
+            "system:node-bootstrapper",
+            "system:bootstrappers:kubeadm:default-node-token",
+        ),
+        (
+            "kubeadm:node-autoapprove-bootstrap",
+            "system:certificates.k8s.io:certificatesigningrequests:nodeclient",
+            "system:bootstrappers:kubeadm:default-node-token",
+        ),
+        (
+            "kubeadm:node-autoapprove-certificate-rotation",
+            "system:certificates.k8s.io:certificatesigningrequests:selfnodeclient",
+            "system:nodes",
+        ),
+        (
+            "kubeadm:get-nodes",
+            "kubeadm:get-nodes",
+            "system:bootstrappers:kubeadm:default-node-token",
+        ),
+    ];
+    for (name, role, group) in kubeadm {
+        let (_, binding) = objects
             .iter()
-            .any(|(_, o)| o["metadata"]["name"] == unbound)
-    );
-    assert!(
-        !objects
-            .iter()
-            .any(|(k, o)| k.resource == "clusterrolebindings" && o["roleRef"]["name"] == unbound),
-        "auto-approval is not bound by default"
-    );
+            .find(|(k, o)| k.resource == "clusterrolebindings" && o["metadata"]["name"] == name)
+            .unwrap_or_else(|| panic!("{name} is seeded"));
+        assert_eq!(
+            binding["subjects"],
+            serde_json::json!([{"kind": "Group", "apiGroup": "rbac.authorization.k8s.io", "name": group}]),
+            "{name}"
+        );
+        assert_eq!(
+            binding["roleRef"],
+            serde_json::json!({"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role}),
+            "{name}"
+        );
+        assert!(
+            objects
+                .iter()
+                .any(|(k, o)| k.resource == "clusterroles" && o["metadata"]["name"] == role),
+            "{role} exists"
+        );
+    }
 }
 
 #[test]

@@ -30,24 +30,8 @@ struct Args {
     iterations: u32,
 }
 
-/// `--help` prints the usage and exits 0; any other command-line error is one line on
-/// stderr and exit code 2.
-fn args() -> Args {
-    Args::try_parse().unwrap_or_else(|e| {
-        use clap::error::ErrorKind;
-        if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
-            e.exit();
-        }
-        let rendered = e.render().to_string();
-        let line = rendered
-            .lines()
-            .map(str::trim)
-            .find(|l| !l.is_empty())
-            .unwrap_or("bad arguments");
-        eprintln!("error: {} (see --help)", line.trim_start_matches("error: "));
-        std::process::exit(2);
-    })
-}
+#[path = "support/args.rs"]
+mod args;
 
 fn measure(name: &str, iterations: u32, mut f: impl FnMut()) {
     f(); // warm-up
@@ -79,7 +63,7 @@ fn entries(pki: &[PkiFile]) -> Vec<(PkiEntry, &[u8])> {
 }
 
 fn main() {
-    let iterations = args().iterations;
+    let iterations = args::parse_or_exit::<Args>().iterations;
     let key = CertificateKey::generate().expect("OS randomness");
     let now = Timestamp::now();
 

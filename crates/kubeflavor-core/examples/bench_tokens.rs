@@ -30,24 +30,8 @@ use kubeflavor_core::token_secret::{TokenSecretData, flavored_token_secret};
 )]
 struct Args {}
 
-/// `--help` prints the usage and exits 0; any other command-line error is one line on
-/// stderr and exit code 2.
-fn args() -> Args {
-    Args::try_parse().unwrap_or_else(|e| {
-        use clap::error::ErrorKind;
-        if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
-            e.exit();
-        }
-        let rendered = e.render().to_string();
-        let line = rendered
-            .lines()
-            .map(str::trim)
-            .find(|l| !l.is_empty())
-            .unwrap_or("bad arguments");
-        eprintln!("error: {} (see --help)", line.trim_start_matches("error: "));
-        std::process::exit(2);
-    })
-}
+#[path = "support/args.rs"]
+mod args;
 
 fn bench(name: &str, iterations: u32, mut f: impl FnMut()) {
     for _ in 0..iterations / 10 {
@@ -66,7 +50,7 @@ fn bench(name: &str, iterations: u32, mut f: impl FnMut()) {
 }
 
 fn main() {
-    let Args {} = args();
+    let Args {} = args::parse_or_exit::<Args>();
     let profile = if cfg!(debug_assertions) {
         "dev (core unoptimised)"
     } else {

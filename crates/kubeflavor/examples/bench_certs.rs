@@ -27,36 +27,12 @@ use kubeflavor_core::pki::{KeyAlgorithm, generate_shared_ca_set};
 )]
 struct Args {
     /// Rounds of each measurement.
-    #[arg(value_name = "ROUNDS", default_value_t = 20, value_parser = at_least_one)]
+    #[arg(value_name = "ROUNDS", default_value_t = 20, value_parser = args::at_least_one)]
     rounds: usize,
 }
 
-fn at_least_one(s: &str) -> Result<usize, String> {
-    match s.parse::<usize>() {
-        Ok(0) => Err("must be at least 1".into()),
-        Ok(n) => Ok(n),
-        Err(e) => Err(e.to_string()),
-    }
-}
-
-/// `--help` prints the usage and exits 0; any other command-line error is one line on
-/// stderr and exit code 2.
-fn args() -> Args {
-    Args::try_parse().unwrap_or_else(|e| {
-        use clap::error::ErrorKind;
-        if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
-            e.exit();
-        }
-        let rendered = e.render().to_string();
-        let line = rendered
-            .lines()
-            .map(str::trim)
-            .find(|l| !l.is_empty())
-            .unwrap_or("bad arguments");
-        eprintln!("error: {} (see --help)", line.trim_start_matches("error: "));
-        std::process::exit(2);
-    })
-}
+#[path = "../../kubeflavor-core/examples/support/args.rs"]
+mod args;
 
 fn stats(name: &str, samples: &mut [Duration]) {
     samples.sort();
@@ -75,7 +51,7 @@ fn stats(name: &str, samples: &mut [Duration]) {
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
-    let rounds = args().rounds;
+    let rounds = args::parse_or_exit::<Args>().rounds;
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
 
     for (name, alg) in [

@@ -50,10 +50,10 @@ const CONTROLLER_TOKEN: &str = "storm-controller-token";
 )]
 struct Args {
     /// How many nodes join: one token, one CSR and one Node each.
-    #[arg(long, value_name = "N", default_value_t = 1000, value_parser = at_least_one)]
+    #[arg(long, value_name = "N", default_value_t = 1000, value_parser = args::at_least_one)]
     nodes: usize,
     /// How many joins are in flight at once.
-    #[arg(long, value_name = "N", default_value_t = 64, value_parser = at_least_one)]
+    #[arg(long, value_name = "N", default_value_t = 64, value_parser = args::at_least_one)]
     parallel: usize,
     /// The controller's parallel reconciles per loop (its --concurrency) [default: the
     /// controller's default, 16].
@@ -69,32 +69,8 @@ struct Args {
     controller_child: Option<String>,
 }
 
-fn at_least_one(s: &str) -> Result<usize, String> {
-    match s.parse::<usize>() {
-        Ok(0) => Err("must be at least 1".into()),
-        Ok(n) => Ok(n),
-        Err(e) => Err(e.to_string()),
-    }
-}
-
-/// `--help` prints the usage and exits 0; any other command-line error is one line on
-/// stderr and exit code 2.
-fn args() -> Args {
-    Args::try_parse().unwrap_or_else(|e| {
-        use clap::error::ErrorKind;
-        if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
-            e.exit();
-        }
-        let rendered = e.render().to_string();
-        let line = rendered
-            .lines()
-            .map(str::trim)
-            .find(|l| !l.is_empty())
-            .unwrap_or("bad arguments");
-        eprintln!("error: {} (see --help)", line.trim_start_matches("error: "));
-        std::process::exit(2);
-    })
-}
+#[path = "../../kubeflavor-core/examples/support/args.rs"]
+mod args;
 
 async fn client_from(yaml: &str) -> Client {
     let kc = Kubeconfig::from_yaml(yaml).expect("kubeconfig parses");
@@ -220,7 +196,7 @@ fn kubeconfig_with_user(base: &str, user: &str) -> String {
 #[tokio::main(flavor = "multi_thread")]
 async fn main() {
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
-    let a = args();
+    let a = args::parse_or_exit::<Args>();
     if let Some(path) = &a.controller_child {
         run_child(path, a.concurrency).await;
         return;

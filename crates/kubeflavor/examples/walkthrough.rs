@@ -50,28 +50,12 @@ const PATIENCE: Duration = Duration::from_secs(60);
 )]
 struct Args {}
 
-/// `--help` prints the usage and exits 0; any other command-line error is one line on
-/// stderr and exit code 2.
-fn args() -> Args {
-    Args::try_parse().unwrap_or_else(|e| {
-        use clap::error::ErrorKind;
-        if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
-            e.exit();
-        }
-        let rendered = e.render().to_string();
-        let line = rendered
-            .lines()
-            .map(str::trim)
-            .find(|l| !l.is_empty())
-            .unwrap_or("bad arguments");
-        eprintln!("error: {} (see --help)", line.trim_start_matches("error: "));
-        std::process::exit(2);
-    })
-}
+#[path = "../../kubeflavor-core/examples/support/args.rs"]
+mod args;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let Args {} = args();
+    let Args {} = args::parse_or_exit::<Args>();
     kubeflavor::cluster::install_crypto_provider();
     let work = tempfile::tempdir()?;
 

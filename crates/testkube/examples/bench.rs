@@ -31,24 +31,8 @@ const FANOUT_EVENTS: usize = 10;
 )]
 struct Args {}
 
-/// `--help` prints the usage and exits 0; any other command-line error is one line on
-/// stderr and exit code 2.
-fn args() -> Args {
-    Args::try_parse().unwrap_or_else(|e| {
-        use clap::error::ErrorKind;
-        if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
-            e.exit();
-        }
-        let rendered = e.render().to_string();
-        let line = rendered
-            .lines()
-            .map(str::trim)
-            .find(|l| !l.is_empty())
-            .unwrap_or("bad arguments");
-        eprintln!("error: {} (see --help)", line.trim_start_matches("error: "));
-        std::process::exit(2);
-    })
-}
+#[path = "../../kubeflavor-core/examples/support/args.rs"]
+mod args;
 
 async fn client(cluster: &TestCluster) -> anyhow::Result<kube::Client> {
     let kubeconfig = Kubeconfig::from_yaml(&cluster.admin_kubeconfig())?;
@@ -87,7 +71,7 @@ async fn create_get(api: &Api<ConfigMap>, prefix: &str, n: usize) -> anyhow::Res
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let Args {} = args();
+    let Args {} = args::parse_or_exit::<Args>();
     let cluster = TestCluster::start().await?;
     let kube = client(&cluster).await?;
     let api: Api<ConfigMap> = Api::namespaced(kube.clone(), "default");

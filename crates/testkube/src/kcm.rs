@@ -68,13 +68,7 @@ pub fn auto_approval(csr: &Value, reader: &dyn ObjectReader) -> Option<&'static 
     let spec = csr.get("spec")?;
     let der = request_der(spec).ok()?;
     let (_, request) = X509CertificationRequest::from_der(&der).ok()?;
-    let usages: Vec<&str> = spec
-        .get("usages")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .filter_map(Value::as_str)
-        .collect();
+    let usages = spec_usages(spec);
     let is_node_client = spec.get("signerName").and_then(Value::as_str)
         == Some(KUBELET_CLIENT_SIGNER)
         && validate_kubelet_client(&request, &usages).is_ok();
@@ -194,18 +188,22 @@ pub fn sign_csr(ca: &SigningCa<'_>, csr: &Value, now: Timestamp) -> Option<Resul
         Ok(der) => der,
         Err(err) => return Some(Err(format!("unable to parse csr \"{name}\": {err}"))),
     };
-    let usages: Vec<&str> = spec
-        .get("usages")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .filter_map(Value::as_str)
-        .collect();
+    let usages = spec_usages(spec);
     let expiration_seconds = spec.get("expirationSeconds").and_then(Value::as_i64);
     Some(issue(ca, &der, &usages, expiration_seconds, now))
 }
 
 /// `spec.request` is base64 (on the JSON wire) of a PEM `CERTIFICATE REQUEST` block.
+/// A CSR spec's `usages` (absent: none).
+pub(crate) fn spec_usages(spec: &Value) -> Vec<&str> {
+    spec.get("usages")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .collect()
+}
+
 pub(crate) fn request_der(spec: &Value) -> Result<Vec<u8>, String> {
     let encoded = spec.get("request").and_then(Value::as_str).unwrap_or("");
     let pem_bytes = STANDARD

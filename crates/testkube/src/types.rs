@@ -101,6 +101,25 @@ pub struct RequestAttributes {
     pub field_selector: String,
 }
 
+impl RequestAttributes {
+    /// A request for a non-resource path (`/version`, `/healthz`, discovery).
+    pub fn non_resource(user: UserInfo, verb: String, path: String) -> Self {
+        RequestAttributes {
+            user,
+            verb,
+            is_resource_request: false,
+            path,
+            api_group: String::new(),
+            api_version: String::new(),
+            resource: String::new(),
+            subresource: String::new(),
+            namespace: String::new(),
+            name: String::new(),
+            field_selector: String::new(),
+        }
+    }
+}
+
 /// Read access to the stored objects, as JSON exactly as the API would return them.
 pub trait ObjectReader {
     fn get(&self, key: &ResourceKey, namespace: Option<&str>, name: &str) -> Option<&Value>;

@@ -7,7 +7,7 @@ mod common;
 use std::collections::BTreeMap;
 
 use base64::Engine;
-use common::{admin, client_from, within};
+use common::{admin, client_from, kubelet_csr, within};
 use futures::{StreamExt, TryStreamExt};
 use hmac::{Hmac, Mac};
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
@@ -157,28 +157,6 @@ async fn expired_tokens_are_deleted_and_their_signature_goes_with_them() {
     );
     wait_cluster_info(&cms, |cm| !has_key(cm, "jws-kubeconfig-jgr3j6")).await;
     cluster.shutdown().await;
-}
-
-fn kubelet_csr(name: &str, node: &str) -> CertificateSigningRequest {
-    let key = rcgen::KeyPair::generate().unwrap();
-    let mut params = rcgen::CertificateParams::default();
-    params.distinguished_name = rcgen::DistinguishedName::new();
-    params
-        .distinguished_name
-        .push(rcgen::DnType::OrganizationName, "system:nodes");
-    params
-        .distinguished_name
-        .push(rcgen::DnType::CommonName, format!("system:node:{node}"));
-    let pem = params.serialize_request(&key).unwrap().pem().unwrap();
-    serde_json::from_value(json!({
-        "metadata": {"name": name},
-        "spec": {
-            "signerName": "kubernetes.io/kube-apiserver-client-kubelet",
-            "usages": ["digital signature", "client auth"],
-            "request": base64::engine::general_purpose::STANDARD.encode(pem),
-        },
-    }))
-    .unwrap()
 }
 
 async fn approve(csrs: &Api<CertificateSigningRequest>, name: &str) -> CertificateSigningRequest {

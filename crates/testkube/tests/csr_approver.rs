@@ -6,8 +6,7 @@
 
 mod common;
 
-use base64::Engine;
-use common::{admin, client_from, until_authenticated, within};
+use common::{admin, client_from, kubelet_csr, until_authenticated, within};
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use k8s_openapi::api::core::v1::Secret;
@@ -17,31 +16,16 @@ use serde_json::{Value, json};
 use testkube::TestCluster;
 
 const KUBEADM_GROUP: &str = "system:bootstrappers:kubeadm:default-node-token";
+/// Files the kubelet client CSR `name` for `node` through `api`.
+async fn file(api: &Api<CertificateSigningRequest>, name: &str, node: &str) {
+    api.create(&PostParams::default(), &kubelet_csr(name, node))
+        .await
+        .unwrap();
+}
+
 const NODECLIENT: &str = "Auto approving kubelet client certificate after SubjectAccessReview.";
 const SELFNODECLIENT: &str =
     "Auto approving self kubelet client certificate after SubjectAccessReview.";
-
-fn kubelet_csr(name: &str, node: &str) -> CertificateSigningRequest {
-    let key = rcgen::KeyPair::generate().unwrap();
-    let mut params = rcgen::CertificateParams::default();
-    params.distinguished_name = rcgen::DistinguishedName::new();
-    params
-        .distinguished_name
-        .push(rcgen::DnType::OrganizationName, "system:nodes");
-    params
-        .distinguished_name
-        .push(rcgen::DnType::CommonName, format!("system:node:{node}"));
-    let pem = params.serialize_request(&key).unwrap().pem().unwrap();
-    serde_json::from_value(json!({
-        "metadata": {"name": name},
-        "spec": {
-            "signerName": "kubernetes.io/kube-apiserver-client-kubelet",
-            "usages": ["digital signature", "client auth"],
-            "request": base64::engine::general_purpose::STANDARD.encode(pem),
-        },
-    }))
-    .unwrap()
-}
 
 /// A bootstrap token in `group`, and a client that uses it once the authenticator sees it.
 async fn token_client(cluster: &TestCluster, id: &str, group: &str) -> kube::Client {
@@ -136,13 +120,7 @@ async fn a_kubeadm_token_csr_is_auto_approved_then_signed() {
     let cluster = TestCluster::start().await.unwrap();
     let as_token: Api<CertificateSigningRequest> =
         Api::all(token_client(&cluster, "abcdef", KUBEADM_GROUP).await);
-    as_token
-        .create(
-            &PostParams::default(),
-            &kubelet_csr("csr-worker-1", "worker-1"),
-        )
-        .await
-        .unwrap();
+    file(&as_token, "csr-worker-1", "worker-1").await;
     // The kubelet watches its own CSR: approved, then issued (capture 43's two MODIFIED).
     let approved = wait_for(&as_token, "csr-worker-1", "auto-approval", |c| {
         !conditions(c).is_empty()
@@ -162,13 +140,7 @@ async fn a_node_renewal_is_auto_approved_as_selfnodeclient() {
         .unwrap();
     let node = client_from(&cluster.kubeconfig_for_client_cert(&cert, &key)).await;
     let as_node: Api<CertificateSigningRequest> = Api::all(node);
-    as_node
-        .create(
-            &PostParams::default(),
-            &kubelet_csr("csr-renew-1", "worker-1"),
-        )
-        .await
-        .unwrap();
+    file(&as_node, "csr-renew-1", "worker-1").await;
     let signed = wait_for(&as_node, "csr-renew-1", "the renewal", issued).await;
     assert_auto_approved(&signed, SELFNODECLIENT);
     // A node cannot even file a CSR for another node's name (NodeRestriction), so the
@@ -202,20 +174,8 @@ async fn a_token_group_bound_only_to_node_bootstrapper_stays_pending() {
         Api::all(token_client(&cluster, "kflv01", "system:bootstrappers:kubeflavor:node").await);
     let kubeadm: Api<CertificateSigningRequest> =
         Api::all(token_client(&cluster, "kdm001", KUBEADM_GROUP).await);
-    kubeflavor
-        .create(
-            &PostParams::default(),
-            &kubelet_csr("csr-kubeflavor", "edge-1"),
-        )
-        .await
-        .unwrap();
-    kubeadm
-        .create(
-            &PostParams::default(),
-            &kubelet_csr("csr-kubeadm", "worker-1"),
-        )
-        .await
-        .unwrap();
+    file(&kubeflavor, "csr-kubeflavor", "edge-1").await;
+    file(&kubeadm, "csr-kubeadm", "worker-1").await;
     // The approver takes CSRs in order: once the later one is approved, the earlier one was
     // looked at, and left pending.
     wait_for(&kubeadm, "csr-kubeadm", "the kubeadm CSR", |c| {
@@ -237,20 +197,9 @@ async fn with_the_approver_off_nothing_is_approved() {
         .unwrap();
     let as_token: Api<CertificateSigningRequest> =
         Api::all(token_client(&cluster, "abcdef", KUBEADM_GROUP).await);
-    as_token
-        .create(
-            &PostParams::default(),
-            &kubelet_csr("csr-token", "worker-1"),
-        )
-        .await
-        .unwrap();
+    file(&as_token, "csr-token", "worker-1").await;
     let csrs: Api<CertificateSigningRequest> = Api::all(admin(&cluster).await);
-    csrs.create(
-        &PostParams::default(),
-        &kubelet_csr("csr-admin", "worker-2"),
-    )
-    .await
-    .unwrap();
+    file(&csrs, "csr-admin", "worker-2").await;
     // Synchronise on the signer, which runs in the same loop after the approver: once the
     // CSR approved by hand afterwards is signed, the approver would have acted on the others.
     csrs.create(&PostParams::default(), &kubelet_csr("csr-sync", "worker-3"))
@@ -294,34 +243,17 @@ async fn without_kubeadm_autoapprove_bindings_only_the_binding_less_rules_remain
     }
     let as_token: Api<CertificateSigningRequest> =
         Api::all(token_client(&cluster, "abcdef", KUBEADM_GROUP).await);
-    as_token
-        .create(
-            &PostParams::default(),
-            &kubelet_csr("csr-token", "worker-1"),
-        )
-        .await
-        .unwrap();
+    file(&as_token, "csr-token", "worker-1").await;
     let (cert, key) = cluster
         .issue_client_cert("system:node:worker-2", &["system:nodes"])
         .unwrap();
     let as_node: Api<CertificateSigningRequest> =
         Api::all(client_from(&cluster.kubeconfig_for_client_cert(&cert, &key)).await);
-    as_node
-        .create(
-            &PostParams::default(),
-            &kubelet_csr("csr-renew", "worker-2"),
-        )
-        .await
-        .unwrap();
+    file(&as_node, "csr-renew", "worker-2").await;
     // An admin-filed kubelet CSR is still approved (system:masters passes any review);
     // it comes last, so by then the approver has looked at the two others.
     let csrs: Api<CertificateSigningRequest> = Api::all(root);
-    csrs.create(
-        &PostParams::default(),
-        &kubelet_csr("csr-admin", "worker-3"),
-    )
-    .await
-    .unwrap();
+    file(&csrs, "csr-admin", "worker-3").await;
     let approved = wait_for(&csrs, "csr-admin", "the admin's CSR", |c| {
         !conditions(c).is_empty()
     })

@@ -8,9 +8,8 @@ mod common;
 
 use std::collections::BTreeMap;
 
-use base64::Engine;
 use common::raw::RawClient;
-use common::{admin, client_from, until_authenticated, within};
+use common::{admin, client_from, kubelet_key, until_authenticated, within};
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::authentication::v1::SelfSubjectReview;
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
@@ -207,28 +206,6 @@ async fn node_restriction_labels_and_taints_captures_28_to_30() {
         (403, Some("nosniff"))
     );
     cluster.shutdown().await;
-}
-
-struct KubeletKey {
-    key_pem: String,
-    request_b64: String,
-}
-
-fn kubelet_key(node: &str) -> KubeletKey {
-    let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap();
-    let mut params = rcgen::CertificateParams::default();
-    params.distinguished_name = rcgen::DistinguishedName::new();
-    params
-        .distinguished_name
-        .push(rcgen::DnType::OrganizationName, "system:nodes");
-    params
-        .distinguished_name
-        .push(rcgen::DnType::CommonName, format!("system:node:{node}"));
-    let pem = params.serialize_request(&key).unwrap().pem().unwrap();
-    KubeletKey {
-        key_pem: key.serialize_pem(),
-        request_b64: base64::engine::general_purpose::STANDARD.encode(pem),
-    }
 }
 
 fn csr(name: &str, request_b64: &str, extra_spec: Value) -> CertificateSigningRequest {

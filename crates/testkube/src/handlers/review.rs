@@ -129,19 +129,9 @@ pub fn subject_access_review(
             name: text(r, "name"),
             field_selector: String::new(),
         },
-        (None, Some(nr)) => RequestAttributes {
-            user: subject,
-            verb: text(nr, "verb"),
-            is_resource_request: false,
-            path: text(nr, "path"),
-            api_group: String::new(),
-            api_version: String::new(),
-            resource: String::new(),
-            subresource: String::new(),
-            namespace: String::new(),
-            name: String::new(),
-            field_selector: String::new(),
-        },
+        (None, Some(nr)) => {
+            RequestAttributes::non_resource(subject, text(nr, "verb"), text(nr, "path"))
+        }
         (None, None) => unreachable!("validated above"),
     };
     let decision = crate::authz::evaluate(&attrs, st);

@@ -157,19 +157,11 @@ pub fn attributes(
     query: &Query,
     path: &str,
 ) -> RequestAttributes {
-    let mut attrs = RequestAttributes {
-        user: user.clone(),
-        verb: method.to_ascii_lowercase(),
-        is_resource_request: false,
-        path: path.to_string(),
-        api_group: String::new(),
-        api_version: String::new(),
-        resource: String::new(),
-        subresource: String::new(),
-        namespace: String::new(),
-        name: String::new(),
-        field_selector: String::new(),
-    };
+    let mut attrs = RequestAttributes::non_resource(
+        user.clone(),
+        method.to_ascii_lowercase(),
+        path.to_string(),
+    );
     let Route::Resource(r) = route else {
         return attrs;
     };

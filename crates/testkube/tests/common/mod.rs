@@ -81,3 +81,43 @@ pub async fn until_authenticated(client: &kube::Client) {
         .await
         .expect("the token authenticates once the authenticator sees its Secret");
 }
+
+/// A kubelet's key and its client CSR for `system:node:<node>` (PEM, base64 as in
+/// `spec.request`).
+pub struct KubeletKey {
+    pub key_pem: String,
+    pub request_b64: String,
+}
+
+pub fn kubelet_key(node: &str) -> KubeletKey {
+    let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap();
+    let mut params = rcgen::CertificateParams::default();
+    params.distinguished_name = rcgen::DistinguishedName::new();
+    params
+        .distinguished_name
+        .push(rcgen::DnType::OrganizationName, "system:nodes");
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, format!("system:node:{node}"));
+    let pem = params.serialize_request(&key).unwrap().pem().unwrap();
+    KubeletKey {
+        key_pem: key.serialize_pem(),
+        request_b64: base64::Engine::encode(&base64::engine::general_purpose::STANDARD, pem),
+    }
+}
+
+/// A kubelet client CSR object named `name` for `system:node:<node>`, as a kubelet files it.
+pub fn kubelet_csr(
+    name: &str,
+    node: &str,
+) -> k8s_openapi::api::certificates::v1::CertificateSigningRequest {
+    serde_json::from_value(serde_json::json!({
+        "metadata": {"name": name},
+        "spec": {
+            "signerName": "kubernetes.io/kube-apiserver-client-kubelet",
+            "usages": ["digital signature", "client auth"],
+            "request": kubelet_key(node).request_b64,
+        },
+    }))
+    .unwrap()
+}

@@ -10,7 +10,7 @@ use x509_parser::prelude::FromDer;
 
 use super::{APPROVED, DENIED, FAILED, GROUP, KIND, certificate, cond_str, conditions, name_of};
 use crate::errors::{FieldError, invalid};
-use crate::kcm::request_der;
+use crate::kcm::{request_der, spec_usages};
 use crate::types::ApiError;
 
 /// Every usage the API accepts, sorted as Go's `sets.List` returns them.
@@ -54,13 +54,7 @@ pub(super) fn validate_create(csr: &Value) -> Result<(), ApiError> {
             message: format!("Invalid value: {}: {err}", go_bytes(&raw)),
         });
     }
-    let usages: Vec<&str> = spec
-        .get("usages")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .filter_map(Value::as_str)
-        .collect();
+    let usages = spec_usages(spec);
     if usages.is_empty() {
         causes.push(FieldError::required("spec.usages", ""));
     }

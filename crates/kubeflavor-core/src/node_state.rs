@@ -177,6 +177,26 @@ fn wanted(
     (labels, taints)
 }
 
+/// Where the CSR that created a binding stands, as the node loop finds it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BindingCsr {
+    Approved,
+    /// Pending, or denied.
+    NotApproved,
+    /// Deleted (kube-controller-manager removes decided CSRs after an hour).
+    Gone,
+}
+
+/// P3: whether a Node of a binding's name is the token holder's to flavor. Until the
+/// binding's CSR is approved the holder has no node credentials, so a Node that is there
+/// belongs to someone else (a kubelet that joined another way, an admin) and must not get
+/// the token's flavor. Once the binding has flavored its Node, that Node (and one
+/// re-created under the name) is the holder's. A binding never flavored whose CSR is gone
+/// is not trusted either: the CSR can no longer show it was approved.
+pub fn node_is_the_holders(flavored_before: bool, csr: BindingCsr) -> bool {
+    flavored_before || csr == BindingCsr::Approved
+}
+
 /// The change that gives the node exactly the state its binding and Flavor call for.
 ///
 /// - flavored (Flavor present, not revoked): the flavor's labels, `FLAVOR_LABEL=<name>`,

@@ -44,8 +44,14 @@ pub struct PolicyOptions {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BindingFacts {
     pub token_id: TokenId,
+    /// The uid of the token Secret the name was bound to; `None` on bindings written
+    /// before bindings recorded it.
+    pub token_uid: Option<String>,
+    /// When the binding was made (second precision).
+    pub bound_at: Timestamp,
     pub revoked: bool,
-    /// The CSR that created the binding (admin trail; not used by the rules).
+    /// The CSR that created the binding: until it is approved, no Node of the name can be
+    /// the token holder's.
     pub csr_name: String,
     /// Lowercase hex SHA-256 of the bound key (admin trail; not used by the rules: a
     /// kubelet in rotation mode sends a new key with every retry, spec section 4).
@@ -61,6 +67,35 @@ pub enum TokenLookup {
     /// The Secret exists but kubeflavor's metadata on it is malformed.
     Unreadable(TokenRecordError),
     Found(TokenRecord),
+}
+
+/// Which token Secret a token id names right now: ids are short and can be minted again
+/// once a token is gone, so a binding belongs to a Secret, not to an id.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TokenInstance {
+    /// `metadata.uid` of the token Secret.
+    pub uid: String,
+    /// `metadata.creationTimestamp` (second precision).
+    pub created: Option<Timestamp>,
+}
+
+/// Whether `binding` belongs to the token Secret `instance` of id `id`, not merely to a
+/// token that once had the same id (P3: a recycled id must never inherit names).
+pub fn binding_is_this_token(
+    binding: &BindingFacts,
+    id: &TokenId,
+    instance: Option<&TokenInstance>,
+) -> bool {
+    if binding.token_id != *id {
+        return false;
+    }
+    match (&binding.token_uid, instance) {
+        (Some(uid), Some(token)) => *uid == token.uid,
+        // A binding that predates recorded uids: only a token at least as old as the
+        // binding can be the one it was made for (a re-minted id is newer).
+        (None, Some(token)) => token.created.is_some_and(|c| c <= binding.bound_at),
+        (_, None) => false,
+    }
 }
 
 /// Everything `decide` looks at, gathered by the controller for one CSR.
@@ -79,6 +114,8 @@ pub struct CsrFacts {
     /// The CSR already has an Approved or Denied condition.
     pub already_decided: bool,
     pub token: TokenLookup,
+    /// The token Secret's identity, when it was found.
+    pub token_instance: Option<TokenInstance>,
     /// The token's Flavor object exists.
     pub flavor_exists: bool,
     /// The FlavorBinding named after the CSR's node name, if any.
@@ -104,13 +141,12 @@ pub enum DenyCause {
     NodeExistsWithoutBinding,
     BindingRevoked,
     RenewalRequesterMismatch,
-    RenewalUnbound,
     NotKubeflavorToken,
 }
 
 impl DenyCause {
     /// Every cause, for metrics registration and exhaustive tests.
-    pub const ALL: [DenyCause; 14] = [
+    pub const ALL: [DenyCause; 13] = [
         DenyCause::MalformedCsr,
         DenyCause::NotKubeletClientShape,
         DenyCause::TokenMissing,
@@ -123,7 +159,6 @@ impl DenyCause {
         DenyCause::NodeExistsWithoutBinding,
         DenyCause::BindingRevoked,
         DenyCause::RenewalRequesterMismatch,
-        DenyCause::RenewalUnbound,
         DenyCause::NotKubeflavorToken,
     ];
 
@@ -142,7 +177,6 @@ impl DenyCause {
             DenyCause::NodeExistsWithoutBinding => "node_exists_without_binding",
             DenyCause::BindingRevoked => "binding_revoked",
             DenyCause::RenewalRequesterMismatch => "renewal_requester_mismatch",
-            DenyCause::RenewalUnbound => "renewal_unbound",
             DenyCause::NotKubeflavorToken => "not_kubeflavor_token",
         }
     }
@@ -182,7 +216,6 @@ impl DenyCause {
             DenyCause::RenewalRequesterMismatch => {
                 "a node asked for a certificate for another node's name"
             }
-            DenyCause::RenewalUnbound => "a renewal came from a node that kubeflavor has not bound",
             DenyCause::NotKubeflavorToken => {
                 "strict mode: the bootstrap token is not a kubeflavor token"
             }
@@ -199,7 +232,6 @@ impl DenyCause {
             DenyCause::TokenMissing
                 | DenyCause::TokenUnreadable
                 | DenyCause::RenewalRequesterMismatch
-                | DenyCause::RenewalUnbound
                 | DenyCause::NotKubeflavorToken
         )
     }
@@ -395,11 +427,16 @@ fn decide_bootstrap(f: &CsrFacts, token_id: &TokenId) -> Result<Decision, DenyCa
     }
     // P3: the binding, not the token's list, is the source of truth for the name.
     if let Some(binding) = &f.binding {
-        if binding.token_id != *token_id {
+        if !binding_is_this_token(binding, token_id, f.token_instance.as_ref()) {
             return Err(DenyCause::NameBoundToOtherToken);
         }
         if binding.revoked {
             return Err(DenyCause::BindingRevoked);
+        }
+        // The binding's own CSR is not approved yet, so a Node of the name cannot be the
+        // token holder's: it joined some other way meanwhile (P3, no takeover).
+        if binding.csr_name == f.csr_name && f.node_exists {
+            return Err(DenyCause::NodeExistsWithoutBinding);
         }
         // A retry of the same token for the same name: the use was reserved and the
         // binding written before the first approval, so nothing is spent again.
@@ -428,13 +465,17 @@ fn decide_bootstrap(f: &CsrFacts, token_id: &TokenId) -> Result<Decision, DenyCa
     })
 }
 
+/// A node renewing its own client certificate. Nodes kubeflavor never bound (control-plane
+/// nodes, nodes joined with kubeadm's tokens) renew as kube-controller-manager's
+/// selfnodeclient approval would let them: with `--manage-renewals` kubeflavor takes that
+/// approver's place, and a node cut off from renewals drops out of the cluster when its
+/// certificate expires. Only a revoked binding stops renewals.
 fn decide_renewal(f: &CsrFacts, requester: &NodeName) -> Result<Decision, DenyCause> {
     let csr = f.csr.as_ref().map_err(shape_cause)?;
     if csr.node_name != *requester {
         return Err(DenyCause::RenewalRequesterMismatch);
     }
-    let binding = f.binding.as_ref().ok_or(DenyCause::RenewalUnbound)?;
-    if binding.revoked {
+    if f.binding.as_ref().is_some_and(|b| b.revoked) {
         return Err(DenyCause::BindingRevoked);
     }
     Ok(Decision::Approve {

@@ -377,3 +377,19 @@ proptest! {
         prop_assert!(after.taints.iter().any(|t| t.key == REVOKED_TAINT && t.effect == "NoExecute"));
     }
 }
+
+/// P3: a Node that was there before the binding's CSR was approved is not the holder's.
+#[test]
+fn only_an_approved_binding_makes_a_node_the_holders() {
+    use kubeflavor_core::node_state::{BindingCsr, node_is_the_holders};
+    assert!(node_is_the_holders(false, BindingCsr::Approved));
+    assert!(!node_is_the_holders(false, BindingCsr::NotApproved));
+    assert!(!node_is_the_holders(false, BindingCsr::Gone));
+    for csr in [
+        BindingCsr::Approved,
+        BindingCsr::NotApproved,
+        BindingCsr::Gone,
+    ] {
+        assert!(node_is_the_holders(true, csr), "{csr:?}");
+    }
+}

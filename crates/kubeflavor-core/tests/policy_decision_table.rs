@@ -287,6 +287,56 @@ fn table() -> Vec<Row> {
             Decision::Deny(BindingRevoked),
         ),
         (
+            "recycled id: the name is bound to an earlier token of the same id",
+            |f| {
+                f.binding = binding(ID, false);
+                f.token_instance.as_mut().unwrap().uid = "a-new-secret".into();
+            },
+            Decision::Deny(NameBoundToOtherToken),
+        ),
+        (
+            "recycled id, binding without a uid: the token is newer than the binding",
+            |f| {
+                f.binding = binding(ID, false);
+                f.binding.as_mut().unwrap().token_uid = None;
+                f.token_instance.as_mut().unwrap().created = Some(now());
+            },
+            Decision::Deny(NameBoundToOtherToken),
+        ),
+        (
+            "binding without a uid, token older than the binding: a retry",
+            |f| {
+                f.binding = binding(ID, false);
+                f.binding.as_mut().unwrap().token_uid = None;
+            },
+            APPROVE_RETRY,
+        ),
+        (
+            "token Secret not found: no binding is its",
+            |f| {
+                f.binding = binding(ID, false);
+                f.token_instance = None;
+            },
+            Decision::Deny(NameBoundToOtherToken),
+        ),
+        (
+            "the binding's own CSR, and a Node of the name appeared meanwhile",
+            |f| {
+                f.binding = binding(ID, false);
+                f.binding.as_mut().unwrap().csr_name = f.csr_name.clone();
+                f.node_exists = true;
+            },
+            Decision::Deny(NodeExistsWithoutBinding),
+        ),
+        (
+            "the binding's own CSR, no Node yet: finish the approval",
+            |f| {
+                f.binding = binding(ID, false);
+                f.binding.as_mut().unwrap().csr_name = f.csr_name.clone();
+            },
+            APPROVE_RETRY,
+        ),
+        (
             "takeover of an existing Node without binding",
             |f| f.node_exists = true,
             Decision::Deny(NodeExistsWithoutBinding),
@@ -347,12 +397,12 @@ fn table() -> Vec<Row> {
             Decision::Deny(RenewalRequesterMismatch),
         ),
         (
-            "renewal of an unbound node",
+            "renewal of a node kubeflavor never bound (control plane, kubeadm's joins)",
             |f| {
                 renewal(f);
                 f.binding = None;
             },
-            Decision::Deny(RenewalUnbound),
+            APPROVE_RETRY,
         ),
         (
             "renewal of a revoked node",

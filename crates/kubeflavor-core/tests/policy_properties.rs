@@ -52,7 +52,6 @@ fn tokens_that_are_not_readable_kubeflavor_tokens_are_never_deleted() {
         DenyCause::NotKubeflavorToken,
         DenyCause::TokenMissing,
         DenyCause::TokenUnreadable,
-        DenyCause::RenewalUnbound,
         DenyCause::RenewalRequesterMismatch,
     ] {
         assert!(
@@ -123,6 +122,7 @@ fn arb_facts() -> impl Strategy<Value = CsrFacts> {
             csr: parsed(node),
             already_decided: b[0] && b[1],
             token,
+            token_instance: token_instance(),
             flavor_exists: b[2] || b[1],
             binding,
             node_exists: b[3],
@@ -189,15 +189,25 @@ proptest! {
         }
     }
 
-    /// Renewals are approved only for the requester's own, bound, unrevoked name.
+    /// Renewals are approved only for the requester's own name, never for a revoked
+    /// binding, and only when kubeflavor manages renewals; nodes kubeflavor never bound
+    /// renew too (kubeflavor takes kube-controller-manager's selfnodeclient approval's
+    /// place for them).
     #[test]
-    fn renewals_are_approved_only_for_the_requesters_own_binding(f in arb_facts()) {
+    fn renewals_are_approved_only_for_the_requesters_own_unrevoked_name(f in arb_facts()) {
         prop_assume!(f.requester_username.starts_with("system:node:"));
-        if approved(decide(&f)) {
+        let decision = decide(&f);
+        if approved(decision) {
             let cn = f.csr.as_ref().unwrap().node_name.to_string();
-            prop_assert_eq!(f.requester_username, format!("system:node:{cn}"));
-            prop_assert!(f.binding.as_ref().is_some_and(|b| !b.revoked));
+            prop_assert_eq!(&f.requester_username, &format!("system:node:{cn}"));
+            prop_assert!(!f.binding.as_ref().is_some_and(|b| b.revoked));
             prop_assert!(f.options.manage_renewals);
+        }
+        let own_unrevoked = f.csr.as_ref().is_ok_and(|c| {
+            f.requester_username == format!("system:node:{}", c.node_name)
+        }) && !f.binding.as_ref().is_some_and(|b| b.revoked);
+        if f.options.manage_renewals && !f.already_decided && own_unrevoked {
+            prop_assert!(approved(decision), "{decision:?}");
         }
     }
 

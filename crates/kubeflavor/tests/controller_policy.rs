@@ -347,7 +347,13 @@ async fn revoked_node_loses_its_flavor_gets_the_noexecute_taint_and_no_renewal()
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn strict_mode_denies_other_tokens_without_deleting_them() {
     use k8s_openapi::api::rbac::v1::{ClusterRoleBinding, RoleRef, Subject};
-    let h = Harness::start().await;
+    let h = Harness::start_serial().await;
+    // --strict needs kubeflavor to be the only approver (kubeadm's clusters auto-approve
+    // kubeadm's tokens): the controller refuses to start otherwise.
+    h.env
+        .kf(&["install", "--apply", "--replicas", "0", "--sole-approver"])
+        .await
+        .expect_ok();
     // A token of another tool, in a group of its own with the RBAC kubeadm gives its
     // tokens to file CSRs (kubeadm's own group also has the nodeclient auto-approval, so
     // kube-controller-manager would approve its CSRs before any other approver).
@@ -465,9 +471,12 @@ async fn manage_renewals_is_refused_while_renewals_are_auto_approved() {
         "{out:?}"
     );
     assert_eq!(
-        kubeflavor::controller::renewals::auto_approved(&h.admin)
-            .await
-            .expect("review"),
+        kubeflavor::controller::approvers::auto_approved(
+            &h.admin,
+            kubeflavor::controller::approvers::Kind::Renewals
+        )
+        .await
+        .expect("review"),
         None
     );
     let ctl = h.start_controller(opts);

@@ -266,6 +266,7 @@ async fn delete_is_refused_while_tokens_or_bindings_use_the_flavor() {
             node: node.clone(),
             flavor: name.clone(),
             token_id: token[..6].to_string(),
+            token_uid: None,
             csr_name: "csr-test".into(),
             public_key_sha256: "ab".repeat(32),
             bound_at: jiff::Timestamp::from_second(jiff::Timestamp::now().as_second()).unwrap(),

@@ -141,7 +141,7 @@ async fn p1_tokens_of_two_flavors_look_the_same_to_their_holders() {
 }
 
 #[tokio::test]
-async fn token_create_makes_exactly_two_api_calls() {
+async fn token_create_makes_exactly_three_api_calls() {
     let env = Env::start().await;
     env.install().await;
     let flavor = env.create_flavor("count", &[]).await;
@@ -154,8 +154,9 @@ async fn token_create_makes_exactly_two_api_calls() {
     let snapshot = cluster.counters().snapshot();
     println!("token create API calls: {:?}", snapshot.counts);
     assert_eq!(snapshot.by_verb_resource("get", "flavors"), 1);
+    assert_eq!(snapshot.by_verb_resource("list", "flavorbindings"), 1);
     assert_eq!(snapshot.by_verb_resource("create", "secrets"), 1);
-    assert_eq!(snapshot.total(), 2, "{:?}", snapshot.counts);
+    assert_eq!(snapshot.total(), 3, "{:?}", snapshot.counts);
     cleanup(&env, &[&token], &[&flavor]).await;
 }
 

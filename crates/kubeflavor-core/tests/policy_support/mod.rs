@@ -7,7 +7,9 @@ use std::num::NonZeroU32;
 
 use jiff::Timestamp;
 use kubeflavor_core::csr::{CsrError, KUBELET_CLIENT_SIGNER, KubeletClientCsr};
-use kubeflavor_core::policy::{BindingFacts, CsrFacts, Decision, PolicyOptions, TokenLookup};
+use kubeflavor_core::policy::{
+    BindingFacts, CsrFacts, Decision, PolicyOptions, TokenInstance, TokenLookup,
+};
 use kubeflavor_core::token_record::{SecretView, TokenRecord};
 use kubeflavor_core::token_secret::{
     BOUND_NODES_ANNOTATION, KEY_EXPIRATION, KEY_USAGE_AUTHENTICATION, MAX_NODES_ANNOTATION,
@@ -19,6 +21,17 @@ pub const NODE: &str = "worker-1";
 
 pub fn now() -> Timestamp {
     "2026-11-30T05:00:00Z".parse().unwrap()
+}
+
+/// The uid of the test's token Secret.
+pub const TOKEN_UID: &str = "9c1a1d6e-6b8e-4a55-9f3c-1d0e8a7b2c11";
+
+/// The test's token Secret, created an hour before `now`.
+pub fn token_instance() -> Option<TokenInstance> {
+    Some(TokenInstance {
+        uid: TOKEN_UID.into(),
+        created: Some("2026-11-30T04:00:00Z".parse().unwrap()),
+    })
 }
 
 /// How the token Secret of a test differs from a fresh, valid kubeflavor token.
@@ -96,9 +109,17 @@ pub fn parsed(node: &str) -> Result<KubeletClientCsr, CsrError> {
     })
 }
 
+/// A binding of the name to token `token` (to the test's own token Secret when `token`
+/// is [`ID`]), made half an hour before `now` by another CSR.
 pub fn binding(token: &str, revoked: bool) -> Option<BindingFacts> {
     Some(BindingFacts {
         token_id: token.parse().unwrap(),
+        token_uid: Some(if token == ID {
+            TOKEN_UID.into()
+        } else {
+            "other-uid".into()
+        }),
+        bound_at: "2026-11-30T04:30:00Z".parse().unwrap(),
         revoked,
         csr_name: "csr-earlier".into(),
         public_key_sha256: "07".repeat(32),
@@ -123,6 +144,7 @@ pub fn base() -> CsrFacts {
         csr: parsed(NODE),
         already_decided: false,
         token: TokenLookup::Found(record(&TokenSpec::default())),
+        token_instance: token_instance(),
         flavor_exists: true,
         binding: None,
         node_exists: false,

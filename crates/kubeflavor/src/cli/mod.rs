@@ -288,6 +288,19 @@ pub struct InstallArgs {
     /// approves every renewal first; without --apply the YAML says to.
     #[arg(long)]
     pub manage_renewals: bool,
+    /// Make kubeflavor the only approver of kubelet client CSRs: --manage-renewals, plus
+    /// the controller runs with --strict (other bootstrap tokens' CSRs are denied) and
+    /// --apply deletes kubeadm's kubeadm:node-autoapprove-bootstrap binding. Only then does
+    /// a node name bind to exactly one token whatever other tokens exist; kubeadm's own
+    /// tokens can no longer join nodes.
+    #[arg(long)]
+    pub sole_approver: bool,
+    /// Leave out the grant that lets join tokens read Nodes (kubeflavor:get-nodes).
+    /// kubeadm join needs it to check for an existing Node (it fails without it);
+    /// kubeflavor join does not. Without it a token holder cannot read any Node's
+    /// labels, so no flavor at all.
+    #[arg(long)]
+    pub no_token_node_read: bool,
 }
 
 #[cfg(test)]

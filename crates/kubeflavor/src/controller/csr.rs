@@ -27,10 +27,11 @@ use kube::runtime::{WatchStreamExt, watcher};
 use super::cache;
 use super::facts::{self, CsrFactsRead};
 use super::metrics::Metrics;
-use super::policy::{self, Verdict};
+use super::policy::{self, TokenFate, Verdict};
 use super::trail::{self, Regarding};
 use super::{Context, Error, KUBELET_CLIENT_SIGNER, Step, Stop, TOKEN_NAMESPACE};
 use crate::crd::FlavorBinding;
+use kubeflavor_core::policy::DenyCause;
 
 /// Runs the CSR loop until `until` resolves.
 pub async fn run(ctx: Arc<Context>, until: Stop) {
@@ -170,29 +171,39 @@ async fn decide(name: String, ctx: &Context) -> Result<Action, Error> {
             reserve,
             binding,
         } => {
-            approve(
-                ctx,
-                &csr,
-                node.as_str(),
-                &flavor,
-                &token_id,
+            let last_look = LastLook {
+                node: node.as_str(),
+                csr: &name,
+                token: facts.csr.bootstrap_token_id().map(|id| {
+                    (
+                        id,
+                        facts
+                            .token_secret
+                            .as_ref()
+                            .and_then(|s| s.metadata.uid.as_deref()),
+                    )
+                }),
+            };
+            let approval = Approval {
+                node: node.as_str(),
+                flavor: &flavor,
+                token_id: &token_id,
                 reserve,
                 binding,
-            )
-            .await?;
+                last_look,
+            };
+            approve(ctx, &csr, approval).await?;
         }
         Verdict::Deny {
             cause,
             description,
-            delete_token,
-            count_denial,
+            token,
         } => {
             let deny = Denial {
                 node: node.as_deref(),
                 cause,
                 description: &description,
-                delete_token,
-                count_denial,
+                token,
             };
             deny_csr(ctx, &csr, &facts, deny).await?;
         }
@@ -215,15 +226,29 @@ fn served(opts: &super::Options, view: &facts::CsrView) -> bool {
         .is_some_and(|name| opts.serves(&name))
 }
 
+/// The writes of one approval, in order: reserve a use, bind, last look, approve.
+struct Approval<'a> {
+    node: &'a str,
+    flavor: &'a str,
+    token_id: &'a str,
+    reserve: Option<Secret>,
+    binding: Option<Box<FlavorBinding>>,
+    last_look: LastLook<'a>,
+}
+
 async fn approve(
     ctx: &Context,
     csr: &CertificateSigningRequest,
-    node: &str,
-    flavor: &str,
-    token_id: &str,
-    reserve: Option<Secret>,
-    binding: Option<FlavorBinding>,
+    approval: Approval<'_>,
 ) -> Result<(), Error> {
+    let Approval {
+        node,
+        flavor,
+        token_id,
+        reserve,
+        binding,
+        last_look,
+    } = approval;
     let name = csr.metadata.name.clone().unwrap_or_default();
     let reserved = reserve.is_some();
     if let Some(updated) = reserve {
@@ -247,7 +272,7 @@ async fn approve(
         // the CSR is decided again with that binding in the facts (same token: idempotent
         // approval; another token: denial).
         Api::<FlavorBinding>::all(ctx.client.clone())
-            .create(&PostParams::default(), &binding)
+            .create(&PostParams::default(), &*binding)
             .await
             .map_err(|source| Error::Bind {
                 node: node.to_string(),
@@ -256,6 +281,7 @@ async fn approve(
         ctx.step(&name, Step::Bound)?;
     }
     ctx.may_write(Step::Approved)?;
+    last_look.check(ctx).await?;
     write_condition(
         ctx,
         csr,
@@ -270,15 +296,73 @@ async fn approve(
     Ok(())
 }
 
+/// What an approval rests on, read once more right before the approval is written: the
+/// facts were read before the reservation and the binding, and under load a CSR can wait
+/// a while between the two. A change in between (the binding revoked or gone, a Node of
+/// the name registered by someone else while this CSR's binding waited for its approval)
+/// sends the CSR back to be decided again from fresh facts (P3, and "a revoked binding
+/// never leads to an approval"). What happens after this read happens to a joined node:
+/// a revocation then removes the flavor and taints the Node, as for any joined node.
+struct LastLook<'a> {
+    node: &'a str,
+    csr: &'a str,
+    /// The requesting token's id and Secret uid; `None` for a renewal.
+    token: Option<(&'a str, Option<&'a str>)>,
+}
+
+impl LastLook<'_> {
+    async fn check(&self, ctx: &Context) -> Result<(), Error> {
+        let read = |what: String| move |source| Error::Read { what, source };
+        let bindings = Api::<FlavorBinding>::all(ctx.client.clone());
+        let nodes = Api::<k8s_openapi::api::core::v1::Node>::all(ctx.client.clone());
+        let (binding, node) = tokio::try_join!(
+            async {
+                bindings
+                    .get_opt(self.node)
+                    .await
+                    .map_err(read(format!("FlavorBinding {}", self.node)))
+            },
+            async {
+                nodes
+                    .get_metadata_opt(self.node)
+                    .await
+                    .map_err(read(format!("Node {}", self.node)))
+            },
+        )?;
+        let changed = match (&self.token, binding) {
+            // A renewal: the binding, if any, must not have been revoked.
+            (None, binding) => binding.is_some_and(|b| policy::is_revoked(&b)),
+            (Some(_), None) => true,
+            (Some((id, uid)), Some(b)) => {
+                let other_token = b.spec.token_id != *id
+                    || matches!((&b.spec.token_uid, uid), (Some(a), Some(b)) if a != b);
+                let node_appeared = b.spec.csr_name == self.csr && node.is_some();
+                other_token || policy::is_revoked(&b) || node_appeared
+            }
+        };
+        if changed {
+            return Err(Error::Changed {
+                csr: self.csr.to_string(),
+                node: self.node.to_string(),
+            });
+        }
+        Ok(())
+    }
+}
+
 /// The writes of one denial.
 struct Denial<'a> {
     node: Option<&'a str>,
-    cause: &'static str,
+    cause: DenyCause,
     description: &'a str,
-    delete_token: Option<Secret>,
-    count_denial: Option<Secret>,
+    token: TokenFate,
 }
 
+/// Denies the CSR (P1, P4). The token's fate is settled first, the CSR's Denied condition
+/// last: a decided CSR is never looked at again, so whatever must follow a denial has to
+/// happen before it. A crash in between leaves the CSR pending, and the next run denies it
+/// again, counting that denial a second time: the limit errs towards ending the token,
+/// and no denial goes uncounted.
 async fn deny_csr(
     ctx: &Context,
     csr: &CertificateSigningRequest,
@@ -286,39 +370,14 @@ async fn deny_csr(
     d: Denial<'_>,
 ) -> Result<(), Error> {
     let name = &facts.csr.name;
-    let secrets = Api::<Secret>::namespaced(ctx.client.clone(), TOKEN_NAMESPACE);
-    let deleted = d.delete_token.is_some();
-    if let Some(secret) = d.delete_token {
-        ctx.may_write(Step::TokenDeleted)?;
-        let secret_name = secret.metadata.name.clone().unwrap_or_default();
-        // The uid precondition: never delete a token re-created under the same name.
-        let dp = DeleteParams {
-            preconditions: Some(Preconditions {
-                uid: secret.metadata.uid.clone(),
-                resource_version: None,
-            }),
-            ..DeleteParams::default()
-        };
-        match secrets.delete(&secret_name, &dp).await {
-            Ok(_) => {}
-            Err(kube::Error::Api(s)) if s.is_not_found() => {}
-            Err(source) => {
-                return Err(Error::TokenAfterDenial {
-                    token: secret_name,
-                    source,
-                });
-            }
-        }
-        ctx.metrics.tokens_deleted.inc();
-        ctx.step(name, Step::TokenDeleted)?;
-    }
-    // The cause goes to the trail before the CSR is decided: a decided CSR is never
-    // looked at again, so a crash after the condition would lose it for good (a crash
-    // before it only records the cause twice).
+    let cause = d.cause.as_str();
+    let deleted = settle_token(ctx, name, d.cause, d.token).await?;
+    // The cause goes to the trail before the CSR is decided (a crash before the condition
+    // only records it twice).
     ctx.may_write(Step::Denied)?;
     let token_id = facts.csr.bootstrap_token_id().unwrap_or("-");
     let node = d.node.unwrap_or("-");
-    tracing::info!(csr = %name, node, token = token_id, cause = d.cause, token_deleted = deleted, "denied: {}", d.description);
+    tracing::info!(csr = %name, node, token = token_id, cause, token_deleted = deleted, "denied: {}", d.description);
     trail::record(
         ctx,
         Regarding {
@@ -331,8 +390,7 @@ async fn deny_csr(
         "Deny",
         "CSRDenied",
         &format!(
-            "denied CSR {name} for node {node} (token {token_id}): {}: {}{}",
-            d.cause,
+            "denied CSR {name} for node {node} (token {token_id}): {cause}: {}{}",
             d.description,
             if deleted {
                 "; the token Secret was deleted"
@@ -351,63 +409,84 @@ async fn deny_csr(
         policy::DENIED_MESSAGE,
     )
     .await?;
-    ctx.metrics.decision("denied", d.cause);
+    ctx.metrics.decision("denied", cause);
     ctx.step(name, Step::Denied)?;
-    if let Some(counted) = d.count_denial {
-        ctx.may_write(Step::DenialCounted)?;
-        // Counted after the denial: a crash in between under-counts by one, and the
-        // kubelet's next CSR is counted instead.
-        if count_denial(&secrets, counted).await {
-            ctx.step(name, Step::DenialCounted)?;
-        }
-    }
     Ok(())
 }
 
-/// How often a denial count is retried after losing a resourceVersion race.
-const COUNT_ATTEMPTS: usize = 8;
+/// How often settling a token is tried again after losing a resourceVersion race.
+const SETTLE_ATTEMPTS: usize = 16;
 
-/// Raises the token's denial count (P4, refused too often) with a resourceVersion
-/// precondition. The Secret the decision read may be stale by now: another CSR of the same
-/// token (a kubelet files a new CSR on every retry, and CSRs are decided concurrently) was
-/// denied or reserved a use in between. A 409 then means "count on the current Secret",
-/// never "drop the count": the Secret is read again and the count raised from there. A
-/// token deleted or re-created under the same name (other uid) meanwhile is not counted.
-/// Returns whether the count was written.
-async fn count_denial(secrets: &Api<Secret>, mut counted: Secret) -> bool {
-    let secret_name = counted.metadata.name.clone().unwrap_or_default();
-    let uid = counted.metadata.uid.clone();
-    for _ in 0..COUNT_ATTEMPTS {
-        match secrets
-            .replace(&secret_name, &PostParams::default(), &counted)
-            .await
-        {
-            Ok(_) => return true,
+/// Carries out a denial's fate for the token (P4): delete it, or raise its denial count
+/// with a resourceVersion precondition. The Secret the decision read may be stale by now:
+/// other CSRs of the same token (a kubelet files a new CSR on every retry, and CSRs are
+/// decided concurrently) were denied or reserved a use in between. A 409 then means
+/// "read the current Secret and decide its fate again": the count is raised from the
+/// current value, and the limit is judged on it, so a burst of denials ends the token at
+/// the limit and no count is lost. A token deleted or re-created under the same name
+/// (other uid) meanwhile is left alone. Returns whether the token was deleted.
+async fn settle_token(
+    ctx: &Context,
+    csr: &str,
+    cause: DenyCause,
+    fate: TokenFate,
+) -> Result<bool, Error> {
+    let secrets = Api::<Secret>::namespaced(ctx.client.clone(), TOKEN_NAMESPACE);
+    let mut fate = fate;
+    for _ in 0..SETTLE_ATTEMPTS {
+        let (secret, step) = match &fate {
+            TokenFate::Keep => return Ok(false),
+            TokenFate::Delete(s) => (s, Step::TokenDeleted),
+            TokenFate::Count(s) => (s, Step::DenialCounted),
+        };
+        let secret_name = secret.metadata.name.clone().unwrap_or_default();
+        let uid = secret.metadata.uid.clone();
+        let failed = |source| Error::TokenAfterDenial {
+            token: secret_name.clone(),
+            source,
+        };
+        ctx.may_write(step)?;
+        let written = match &fate {
+            TokenFate::Delete(_) => {
+                // The uid precondition: never delete a token re-created under the same name.
+                let dp = DeleteParams {
+                    preconditions: Some(Preconditions {
+                        uid: uid.clone(),
+                        resource_version: None,
+                    }),
+                    ..DeleteParams::default()
+                };
+                secrets.delete(&secret_name, &dp).await.map(|_| ())
+            }
+            _ => secrets
+                .replace(&secret_name, &PostParams::default(), secret)
+                .await
+                .map(|_| ()),
+        };
+        match written {
+            Ok(()) => {
+                if step == Step::TokenDeleted {
+                    ctx.metrics.tokens_deleted.inc();
+                }
+                ctx.step(csr, step)?;
+                return Ok(step == Step::TokenDeleted);
+            }
+            Err(kube::Error::Api(s)) if s.is_not_found() => return Ok(false),
+            // A delete's uid precondition failing is a 409 too: a new token of that name.
             Err(kube::Error::Api(s)) if s.is_conflict() => {}
-            Err(kube::Error::Api(s)) if s.is_not_found() => return false,
-            Err(e) => {
-                tracing::warn!(error = %e, token = %secret_name, "could not count the denial on the token");
-                return false;
-            }
+            Err(source) => return Err(failed(source)),
         }
-        let fresh = match secrets.get_opt(&secret_name).await {
-            Ok(fresh) => fresh,
-            Err(e) => {
-                tracing::warn!(error = %e, token = %secret_name, "could not re-read the token to count the denial");
-                return false;
-            }
-        };
+        let fresh = secrets.get_opt(&secret_name).await.map_err(failed)?;
         let Some(fresh) = fresh.filter(|s| s.metadata.uid == uid) else {
-            return false;
+            return Ok(false);
         };
-        let Some(next) = policy::with_denial(&fresh) else {
-            return false;
-        };
-        tracing::debug!(token = %secret_name, "token changed since it was read; counting the denial on the current copy");
-        counted = next;
+        tracing::debug!(token = %secret_name, "token changed since it was read; settling the denial on the current copy");
+        fate = policy::token_fate(Some(&fresh), cause, ctx.opts.denial_limit);
     }
-    tracing::warn!(token = %secret_name, attempts = COUNT_ATTEMPTS, "could not count the denial on the token: it kept changing");
-    false
+    Err(Error::Changed {
+        csr: csr.to_string(),
+        node: "-".to_string(),
+    })
 }
 
 /// PUT `/approval` with the whole object and one condition (spec section 4). The

@@ -30,6 +30,11 @@ pub struct ErrorLabels {
     pub error: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KindLabels {
+    pub kind: String,
+}
+
 /// All metrics, cheap to clone (every field is an Arc inside).
 #[derive(Clone)]
 pub struct Metrics {
@@ -42,6 +47,7 @@ pub struct Metrics {
     pub tokens_deleted: Counter,
     pub node_patches: Counter,
     pub leader: Gauge<i64, AtomicI64>,
+    pub competing_approvals: Family<KindLabels, Gauge<i64, AtomicI64>>,
     registry: Arc<Registry>,
 }
 
@@ -115,7 +121,14 @@ impl Metrics {
             "1 while this replica holds the leader Lease",
             leader.clone(),
         );
+        let competing_approvals = Family::<KindLabels, Gauge<i64, AtomicI64>>::default();
+        registry.register(
+            "competing_approvals",
+            "1 when kube-controller-manager auto-approves this kind of kubelet client CSR before kubeflavor decides (kind: other_tokens, renewals), found at start",
+            competing_approvals.clone(),
+        );
         Metrics {
+            competing_approvals,
             decisions,
             decision_duration,
             flavoring_duration,
@@ -145,6 +158,14 @@ impl Metrics {
                 error: error.to_string(),
             })
             .inc();
+    }
+
+    pub fn competing_approval(&self, kind: &str, present: bool) {
+        self.competing_approvals
+            .get_or_create(&KindLabels {
+                kind: kind.to_string(),
+            })
+            .set(i64::from(present));
     }
 
     pub fn conflict(&self, controller: &str, stage: &str) {

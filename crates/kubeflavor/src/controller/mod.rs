@@ -10,6 +10,7 @@
 //! writes is finished by the next run (P6): the token's `bound-nodes` annotation, the
 //! FlavorBinding and the CSR condition are each checked again before the next step.
 
+pub mod approvers;
 pub mod cache;
 pub mod csr;
 pub mod facts;
@@ -18,7 +19,6 @@ pub mod leader;
 pub mod metrics;
 pub mod node;
 pub mod policy;
-pub mod renewals;
 pub mod trail;
 
 use std::collections::{HashMap, HashSet};
@@ -171,6 +171,8 @@ pub enum Error {
         #[source]
         source: kube::Error,
     },
+    #[error("the binding or Node of {node} changed before CSR {csr} was approved; deciding again")]
+    Changed { csr: String, node: String },
     #[error("halted by the step hook after {0:?}")]
     Halted(Step),
 }
@@ -186,6 +188,7 @@ impl Error {
             Error::TokenAfterDenial { .. } => "token_after_denial",
             Error::PatchNode { .. } => "patch_node",
             Error::BindingStatus { .. } => "binding_status",
+            Error::Changed { .. } => "changed_before_approval",
             Error::Halted(_) => "halted",
         }
     }
@@ -199,14 +202,15 @@ impl Error {
             | Error::TokenAfterDenial { source, .. }
             | Error::PatchNode { source, .. }
             | Error::BindingStatus { source, .. } => Some(source),
-            Error::Halted(_) => None,
+            Error::Changed { .. } | Error::Halted(_) => None,
         }
     }
 
-    /// Lost an optimistic-concurrency race (409 Conflict or AlreadyExists): re-read and
-    /// decide again soon.
+    /// Lost an optimistic-concurrency race (409 Conflict or AlreadyExists, or facts that
+    /// changed before an approval): re-read and decide again soon.
     pub fn is_conflict(&self) -> bool {
-        matches!(self.source_kube(), Some(kube::Error::Api(s)) if s.is_conflict() || s.is_already_exists())
+        matches!(self, Error::Changed { .. })
+            || matches!(self.source_kube(), Some(kube::Error::Api(s)) if s.is_conflict() || s.is_already_exists())
     }
 }
 
@@ -369,9 +373,7 @@ pub async fn run(
     rt: Runtime,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    if rt.opts.manage_renewals {
-        renewals::check_handover(&rt.client).await?;
-    }
+    approvers::check(&rt.client, &rt.opts, &rt.metrics).await?;
     let (shut_tx, shut_rx) = watch::channel(false);
     let stopping = stop_when(shut_rx.clone(), true);
     // Nothing is spawned detached: aborting the task that runs this future stops every

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use futures::stream::BoxStream;
+use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use k8s_openapi::api::core::v1::Node;
 use kube::Api;
 use kube::api::{Patch, PatchParams};
@@ -19,6 +20,7 @@ use kube::runtime::controller::{Action, Config, Controller};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
+use kubeflavor_core::node_state::{BindingCsr, node_is_the_holders};
 use tokio::sync::Notify;
 
 use super::cache;
@@ -238,6 +240,44 @@ fn fingerprint(node_rv: &str, binding_rv: &str, flavor: &str) -> u64 {
     h.finish()
 }
 
+/// Whether the binding has flavored its Node before (its status says so).
+fn was_flavored(binding: &FlavorBinding) -> bool {
+    binding.status.as_ref().is_some_and(|s| {
+        !s.applied_labels.is_empty()
+            || !s.applied_taints.is_empty()
+            || s.conditions
+                .iter()
+                .any(|c| c.type_ == crate::crd::CONDITION_FLAVORED && c.status == "True")
+    })
+}
+
+/// Where the CSR that created the binding stands.
+async fn binding_csr(ctx: &Context, binding: &FlavorBinding) -> Result<BindingCsr, Error> {
+    let name = &binding.spec.csr_name;
+    let csr = Api::<CertificateSigningRequest>::all(ctx.client.clone())
+        .get_opt(name)
+        .await
+        .map_err(|source| Error::Read {
+            what: format!("CertificateSigningRequest {name}"),
+            source,
+        })?;
+    Ok(match csr {
+        None => BindingCsr::Gone,
+        Some(csr) if approved(&csr) => BindingCsr::Approved,
+        Some(_) => BindingCsr::NotApproved,
+    })
+}
+
+fn approved(csr: &CertificateSigningRequest) -> bool {
+    csr.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| {
+            cs.iter()
+                .any(|c| c.type_ == "Approved" && c.status == "True")
+        })
+}
+
 /// What of a Flavor its Nodes depend on: which object (uid) and which spec (generation).
 /// Its resourceVersion would also move with the status this controller writes.
 fn flavor_version(flavor: Option<&Flavor>) -> String {
@@ -317,6 +357,15 @@ async fn flavor_node(
         forget(ctx, &name);
         return Ok(Action::await_change());
     };
+    if !policy::is_revoked(&binding) && !was_flavored(&binding) {
+        let csr = binding_csr(ctx, &binding).await?;
+        if !node_is_the_holders(false, csr) {
+            // Not (yet) the token holder's Node: leave it alone. The holder's own
+            // registration comes after the approval and triggers this loop again.
+            tracing::debug!(node = %name, csr = ?csr, "the Node predates its binding's approval; not flavoring it");
+            return Ok(Action::await_change());
+        }
+    }
     let flavor = if binding.spec.flavor == cached_flavor {
         flavor
     } else {

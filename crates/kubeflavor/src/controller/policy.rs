@@ -12,8 +12,8 @@ use kubeflavor_core::flavor::FlavorName;
 use kubeflavor_core::names::NodeName;
 use kubeflavor_core::node_state::{BindingState, NodeFacts, NodeTaint, desired_node_state};
 use kubeflavor_core::policy::{
-    BindingFacts, CsrFacts, Decision, DenyCause, PolicyOptions, TokenLookup, decide as core_decide,
-    should_delete_token,
+    BindingFacts, CsrFacts, Decision, DenyCause, PolicyOptions, TokenInstance, TokenLookup,
+    decide as core_decide, should_delete_token,
 };
 use kubeflavor_core::token_record::{SecretView, TokenRecord, TokenRecordError};
 use kubeflavor_core::token_secret::{FLAVOR_TOKEN_LABEL, FlavorTokenMeta};
@@ -21,8 +21,8 @@ use kubeflavor_core::token_secret::{FLAVOR_TOKEN_LABEL, FlavorTokenMeta};
 use super::Options;
 use super::facts::{CsrFactsRead, CsrView};
 use crate::crd::{
-    CONDITION_FLAVORED, CONDITION_REVOKED, Condition, Flavor, FlavorBinding, FlavorBindingSpec,
-    FlavorBindingStatus, FlavorTaint, rules_from_flavor,
+    BINDING_TOKEN_ID_LABEL, CONDITION_FLAVORED, CONDITION_REVOKED, Condition, Flavor,
+    FlavorBinding, FlavorBindingSpec, FlavorBindingStatus, FlavorTaint, rules_from_flavor,
 };
 
 /// P1: the ONE reason/message pair on every approval and every denial, whatever the
@@ -43,17 +43,14 @@ pub enum Verdict {
         /// resourceVersion it was read at; None when the name is already reserved.
         reserve: Option<Secret>,
         /// The FlavorBinding to create; None when it already binds this token.
-        binding: Option<FlavorBinding>,
+        binding: Option<Box<FlavorBinding>>,
     },
     Deny {
-        /// Metric label of the cause (admin-only surfaces).
-        cause: &'static str,
+        cause: DenyCause,
         /// Human description for the Event and the log (admin-only surfaces).
         description: String,
-        /// The token Secret to delete first (P4), if core says the token must go.
-        delete_token: Option<Secret>,
-        /// The token Secret with its denial count raised, to PUT after the denial.
-        count_denial: Option<Secret>,
+        /// What happens to the token Secret first (P4).
+        token: TokenFate,
     },
     Ignore {
         why: &'static str,
@@ -78,16 +75,22 @@ pub fn token_flavor(secret: &Secret) -> Option<String> {
 /// The binding as core sees it; `None` when its token id is not a valid id (then it
 /// cannot belong to any token, which core reads as "bound to another token").
 fn binding_facts(b: &FlavorBinding) -> BindingFacts {
-    BindingFacts {
-        token_id: b
-            .spec
-            .token_id
-            .parse()
-            .unwrap_or_else(|_| "000000".parse().expect("a valid token id literal")),
+    b.policy_facts().unwrap_or_else(|_| BindingFacts {
+        token_id: "000000".parse().expect("a valid token id literal"),
+        token_uid: None,
+        bound_at: b.spec.bound_at,
         revoked: is_revoked(b),
         csr_name: b.spec.csr_name.clone(),
         public_key_sha256: b.spec.public_key_sha256.clone(),
-    }
+    })
+}
+
+/// The identity of the token Secret read for a CSR.
+fn token_instance(secret: &Secret) -> Option<TokenInstance> {
+    Some(TokenInstance {
+        uid: secret.metadata.uid.clone()?,
+        created: secret.metadata.creation_timestamp.as_ref().map(|t| t.0),
+    })
 }
 
 /// Core's facts for one pending CSR.
@@ -112,6 +115,7 @@ pub fn csr_facts(
         csr: parsed,
         already_decided: facts.csr.decided,
         token,
+        token_instance: facts.token_secret.as_ref().and_then(token_instance),
         flavor_exists: facts.flavor.is_some(),
         binding: facts.binding.as_ref().map(binding_facts),
         node_exists: facts.node_exists,
@@ -133,23 +137,11 @@ pub fn decide(facts: &CsrFactsRead, opts: &Options, now: jiff::Timestamp) -> Ver
     };
     match core_decide(&core_facts) {
         Decision::Ignore(why) => Verdict::Ignore { why: why.as_str() },
-        Decision::Deny(cause) => {
-            let secret = facts.token_secret.as_ref().filter(|_| meta.is_some());
-            let denials_after = meta.as_ref().map_or(1, |m| m.denials.saturating_add(1));
-            let limit = NonZeroU32::new(opts.denial_limit);
-            let delete = secret.is_some() && should_delete_token(cause, denials_after, limit);
-            let count = secret.is_some() && !delete && cause.counts_against_token();
-            Verdict::Deny {
-                cause: cause.as_str(),
-                description: describe(cause, &core_facts),
-                delete_token: secret.filter(|_| delete).cloned(),
-                count_denial: if count {
-                    secret.and_then(with_denial)
-                } else {
-                    None
-                },
-            }
-        }
+        Decision::Deny(cause) => Verdict::Deny {
+            cause,
+            description: describe(cause, &core_facts),
+            token: token_fate(facts.token_secret.as_ref(), cause, opts.denial_limit),
+        },
         Decision::Approve {
             reserve_use,
             create_binding,
@@ -186,20 +178,31 @@ pub fn decide(facts: &CsrFactsRead, opts: &Options, now: jiff::Timestamp) -> Ver
             } else {
                 None
             };
-            let binding = create_binding.then(|| FlavorBinding {
-                metadata: ObjectMeta {
-                    name: Some(node.as_str().to_string()),
-                    ..ObjectMeta::default()
-                },
-                spec: FlavorBindingSpec {
-                    node: node.as_str().to_string(),
-                    flavor: flavor.clone(),
-                    token_id: token_id.clone(),
-                    csr_name: facts.csr.name.clone(),
-                    public_key_sha256: p.public_key_sha256_hex(),
-                    bound_at: whole_seconds(now),
-                },
-                status: None,
+            let binding = create_binding.then(|| {
+                Box::new(FlavorBinding {
+                    metadata: ObjectMeta {
+                        name: Some(node.as_str().to_string()),
+                        // `token create` looks bindings up by id, so it never mints an id a
+                        // binding still names.
+                        labels: Some(
+                            [(BINDING_TOKEN_ID_LABEL.to_string(), token_id.clone())].into(),
+                        ),
+                        ..ObjectMeta::default()
+                    },
+                    spec: FlavorBindingSpec {
+                        node: node.as_str().to_string(),
+                        flavor: flavor.clone(),
+                        token_id: token_id.clone(),
+                        token_uid: facts
+                            .token_secret
+                            .as_ref()
+                            .and_then(|s| s.metadata.uid.clone()),
+                        csr_name: facts.csr.name.clone(),
+                        public_key_sha256: p.public_key_sha256_hex(),
+                        bound_at: whole_seconds(now),
+                    },
+                    status: None,
+                })
             });
             Verdict::Approve {
                 node,
@@ -270,6 +273,35 @@ fn kubeflavor_meta(secret: &Secret) -> Option<FlavorTokenMeta> {
 pub fn with_reservation(secret: &Secret, node: &NodeName) -> Option<Secret> {
     let meta = kubeflavor_meta(secret)?;
     Some(with_meta(secret, &meta.with_bound_node(node)))
+}
+
+/// What a denial does to the requester's token Secret (P4).
+#[derive(Clone, Debug, PartialEq)]
+pub enum TokenFate {
+    /// Nothing: not a kubeflavor token, or a cause that does not count against it.
+    Keep,
+    /// Delete it (uid precondition): exhausted, misused, or refused too often.
+    Delete(Secret),
+    /// PUT it with its denial count raised (resourceVersion precondition).
+    Count(Secret),
+}
+
+/// What to do with `secret` (as read) for one more denial for `cause`, with the
+/// configured denial limit (0: none). Core decides (`should_delete_token`); this only
+/// builds the objects. Called again on a fresh copy when a count loses a race, so the
+/// limit is judged on the count as it is, not as it was read.
+pub fn token_fate(secret: Option<&Secret>, cause: DenyCause, denial_limit: u32) -> TokenFate {
+    let Some((secret, meta)) = secret.and_then(|s| Some((s, kubeflavor_meta(s)?))) else {
+        return TokenFate::Keep;
+    };
+    let denials_after = meta.denials.saturating_add(1);
+    if should_delete_token(cause, denials_after, NonZeroU32::new(denial_limit)) {
+        return TokenFate::Delete(secret.clone());
+    }
+    match cause.counts_against_token() {
+        true => with_denial(secret).map_or(TokenFate::Keep, TokenFate::Count),
+        false => TokenFate::Keep,
+    }
 }
 
 /// The Secret with its denial count raised by one.

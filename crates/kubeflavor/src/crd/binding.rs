@@ -22,6 +22,8 @@ impl FlavorBinding {
     pub fn policy_facts(&self) -> Result<BindingFacts, TokenParseError> {
         Ok(BindingFacts {
             token_id: self.spec.token_id.parse::<TokenId>()?,
+            token_uid: self.spec.token_uid.clone(),
+            bound_at: self.spec.bound_at,
             revoked: self.is_revoked(),
             csr_name: self.spec.csr_name.clone(),
             public_key_sha256: self.spec.public_key_sha256.clone(),
@@ -57,6 +59,7 @@ mod tests {
                 node: "node-1".into(),
                 flavor: "sweet".into(),
                 token_id: "abcdef".into(),
+                token_uid: Some("uid-1".into()),
                 csr_name: "csr-1".into(),
                 public_key_sha256: "ab".repeat(32),
                 bound_at: "2026-11-30T04:00:00Z".parse().unwrap(),

@@ -157,6 +157,11 @@ pub struct FlavorBindingSpec {
     /// The bootstrap token id (the 6 characters before the dot).
     #[schemars(schema_with = "schema::token_id")]
     pub token_id: String,
+    /// The uid of the token Secret: ids can be minted again once a token is gone, and a
+    /// new token of an old id must not inherit its names. Absent on bindings written by
+    /// kubeflavor before 0.2.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token_uid: Option<String>,
     /// The CertificateSigningRequest approved for this node.
     pub csr_name: String,
     /// SHA-256 over the DER SubjectPublicKeyInfo of the CSR's key, lowercase hex.
@@ -185,6 +190,9 @@ pub struct FlavorBindingStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
 }
+
+/// The label of a FlavorBinding naming its token id (for lookups by id).
+pub const BINDING_TOKEN_ID_LABEL: &str = "kubeflavor.io/token-id";
 
 /// The condition types of a FlavorBinding.
 pub const CONDITION_FLAVORED: &str = "Flavored";

@@ -293,6 +293,7 @@ fn binding_names_its_node_and_serializes_camel_case() {
             node: "node-1".into(),
             flavor: "sweet".into(),
             token_id: "abcdef".into(),
+            token_uid: None,
             csr_name: "csr-x".into(),
             public_key_sha256: "0".repeat(64),
             bound_at: "2026-11-30T04:00:00Z".parse().unwrap(),

@@ -118,6 +118,17 @@ impl Harness {
         expiration: Option<jiff::Timestamp>,
     ) -> BootstrapToken {
         let token = BootstrapToken::generate().expect("randomness");
+        self.token_as(token, flavor, max_nodes, expiration).await
+    }
+
+    /// Like [`Harness::token`], with the token given (to re-use an id).
+    pub async fn token_as(
+        &self,
+        token: BootstrapToken,
+        flavor: &str,
+        max_nodes: u32,
+        expiration: Option<jiff::Timestamp>,
+    ) -> BootstrapToken {
         let flavor: FlavorName = flavor.parse().expect("flavor name");
         let obj = flavored_token_secret(
             &token,
@@ -501,4 +512,32 @@ pub fn freeze_after(at: Step) -> (StepHook, oneshot::Receiver<String>) {
         std::ops::ControlFlow::Continue(())
     });
     (hook, rx)
+}
+
+/// A step hook that runs `act` (blocking the reconcile, on a multi-thread runtime) right
+/// after the first time `at` happens, then lets the controller go on: to make something
+/// happen exactly between two writes of the controller.
+pub fn act_after<F, Fut>(at: Step, act: F) -> StepHook
+where
+    F: Fn() -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = ()>,
+{
+    let done = AtomicBool::new(false);
+    let handle = tokio::runtime::Handle::current();
+    Arc::new(move |_name: &str, step: Step| {
+        if step == at && !done.swap(true, Ordering::SeqCst) {
+            tokio::task::block_in_place(|| handle.block_on(act()));
+        }
+        std::ops::ControlFlow::Continue(())
+    })
+}
+
+/// A Node created by the admin, as one that joined some other way.
+pub async fn create_node(admin: &Client, name: &str) {
+    let node: Node = serde_json::from_value(serde_json::json!({"metadata": {"name": name}}))
+        .expect("node object");
+    Api::<Node>::all(admin.clone())
+        .create(&PostParams::default(), &node)
+        .await
+        .expect("admin creates a node");
 }

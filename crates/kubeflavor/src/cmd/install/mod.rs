@@ -21,7 +21,7 @@ pub use workload::{HTTP_PORT, default_image};
 use crate::cli::InstallArgs;
 use crate::cluster::Cluster;
 use crate::cmd::flavor::FIELD_MANAGER;
-use crate::controller::renewals::{self, KUBEADM_RENEWAL_BINDING};
+use crate::controller::approvers::{self, KUBEADM_RENEWAL_BINDING};
 use crate::crd;
 use crate::error::{CliError, Result};
 use crate::output;
@@ -116,12 +116,50 @@ fn comment(text: &str, indent: &str) -> String {
 
 /// Every object of the install set, in apply order: CRDs, namespace, controller identity
 /// and RBAC, bootstrap-token RBAC, Deployment.
-pub fn documents(
-    namespace: &str,
-    image: &str,
-    replicas: u16,
-    manage_renewals: bool,
-) -> Vec<Document> {
+/// Who approves what, and what tokens may read: the choices of `install` beyond where
+/// and what to run.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Mode {
+    /// The controller decides renewals (`--manage-renewals`).
+    pub manage_renewals: bool,
+    /// The controller also denies other tokens' CSRs (`--strict`): with
+    /// `install --sole-approver`.
+    pub strict: bool,
+    /// Bootstrap tokens may read Nodes (kubeadm join's check for an existing Node).
+    pub token_node_read: bool,
+}
+
+impl Mode {
+    pub fn of(args: &InstallArgs) -> Mode {
+        Mode {
+            manage_renewals: args.manage_renewals || args.sole_approver,
+            strict: args.sole_approver,
+            token_node_read: !args.no_token_node_read,
+        }
+    }
+
+    /// What `install` does without flags.
+    pub fn default_install() -> Mode {
+        Mode {
+            token_node_read: true,
+            ..Mode::default()
+        }
+    }
+
+    /// kubeadm's auto-approval bindings this mode removes.
+    fn bindings_to_remove(self) -> Vec<&'static str> {
+        let mut names = Vec::new();
+        if self.strict {
+            names.push(approvers::KUBEADM_BOOTSTRAP_BINDING);
+        }
+        if self.manage_renewals {
+            names.push(KUBEADM_RENEWAL_BINDING);
+        }
+        names
+    }
+}
+
+pub fn documents(namespace: &str, image: &str, replicas: u16, mode: Mode) -> Vec<Document> {
     let mut docs: Vec<Document> = crd::crds()
         .into_iter()
         .map(|c| {
@@ -131,14 +169,9 @@ pub fn documents(
         .collect();
     docs.push(workload::namespace(namespace));
     docs.push(workload::service_account(namespace));
-    docs.extend(rbac::controller(namespace, manage_renewals));
-    docs.extend(rbac::bootstrap_tokens());
-    docs.push(workload::deployment(
-        namespace,
-        image,
-        replicas,
-        manage_renewals,
-    ));
+    docs.extend(rbac::controller(namespace));
+    docs.extend(rbac::bootstrap_tokens(mode.token_node_read));
+    docs.push(workload::deployment(namespace, image, replicas, mode));
     docs
 }
 
@@ -171,13 +204,19 @@ pub fn render_all(docs: &[Document]) -> Result<String> {
 pub fn print(args: &InstallArgs, out: &mut dyn Write) -> Result<()> {
     validate_namespace(&args.namespace)?;
     let image = args.image.clone().unwrap_or_else(default_image);
-    let docs = documents(&args.namespace, &image, args.replicas, args.manage_renewals);
-    if args.manage_renewals {
+    let mode = Mode::of(args);
+    let docs = documents(&args.namespace, &image, args.replicas, mode);
+    let mut remove = mode.bindings_to_remove();
+    if !mode.token_node_read {
+        remove.push(rbac::GET_NODES);
+    }
+    if !remove.is_empty() {
         out.write_all(
             comment(
                 &format!(
-                    "--manage-renewals: before applying, delete kubeadm's renewal auto-approval: \
-                     kubectl delete clusterrolebinding {KUBEADM_RENEWAL_BINDING}"
+                    "Before applying, delete what this mode removes (install --apply does): \
+                     kubectl delete clusterrolebinding {}",
+                    remove.join(" ")
                 ),
                 "",
             )
@@ -234,7 +273,8 @@ fn resource_of(doc: &Document) -> Result<(ApiResource, bool)> {
 pub async fn apply(cluster: &Cluster, args: &InstallArgs, out: &mut dyn Write) -> Result<()> {
     validate_namespace(&args.namespace)?;
     let image = args.image.clone().unwrap_or_else(default_image);
-    let docs = documents(&args.namespace, &image, args.replicas, args.manage_renewals);
+    let mode = Mode::of(args);
+    let docs = documents(&args.namespace, &image, args.replicas, mode);
     let params = PatchParams::apply(FIELD_MANAGER).force();
     for doc in &docs {
         let (ar, namespaced) = resource_of(doc)?;
@@ -247,9 +287,11 @@ pub async fn apply(cluster: &Cluster, args: &InstallArgs, out: &mut dyn Write) -
             .map_err(|e| cluster.error(&format!("apply {} {}", doc.kind(), doc.name()), e))?;
         writeln!(out, "{} applied", shown_name(doc))?;
     }
-    if args.manage_renewals {
-        hand_renewals_over(cluster, out).await?;
+    if !mode.token_node_read {
+        // A grant an earlier install made: apply does not remove what it no longer lists.
+        delete_binding(cluster, rbac::GET_NODES, "tokens cannot read Nodes", out).await?;
     }
+    hand_approvals_over(cluster, mode, out).await?;
     let crds: Api<CustomResourceDefinition> = Api::all(cluster.client.clone());
     for crd in crd::crds() {
         let name = crd.metadata.name.clone().unwrap_or_default();
@@ -276,33 +318,70 @@ pub async fn apply(cluster: &Cluster, args: &InstallArgs, out: &mut dyn Write) -
     Ok(())
 }
 
-/// `install --apply --manage-renewals`: deletes kubeadm's renewal auto-approval, then asks
-/// the API server whether nodes may still have renewals auto-approved (through another
-/// binding) and refuses if so, naming it.
-async fn hand_renewals_over(cluster: &Cluster, out: &mut dyn Write) -> Result<()> {
-    let bindings: Api<ClusterRoleBinding> = Api::all(cluster.client.clone());
-    let shown = format!("clusterrolebinding.rbac.authorization.k8s.io/{KUBEADM_RENEWAL_BINDING}");
-    match bindings
-        .delete(KUBEADM_RENEWAL_BINDING, &DeleteParams::default())
-        .await
-    {
-        Ok(_) => writeln!(out, "{shown} deleted (renewals are kubeflavor's to decide)")?,
-        Err(e) if crate::cluster::is_not_found(&e) => writeln!(
+/// `install --apply --manage-renewals` / `--sole-approver`: deletes kubeadm's
+/// auto-approval bindings the mode hands over, then asks the API server (waiting out its
+/// RBAC cache) whether such CSRs are still auto-approved through another binding, and
+/// refuses if so, naming it.
+async fn hand_approvals_over(cluster: &Cluster, mode: Mode, out: &mut dyn Write) -> Result<()> {
+    let mut kinds = Vec::new();
+    if mode.strict {
+        delete_binding(
+            cluster,
+            approvers::KUBEADM_BOOTSTRAP_BINDING,
+            "bootstrap CSRs are kubeflavor's to decide",
             out,
-            "{shown} not present (renewals are kubeflavor's to decide)"
-        )?,
+        )
+        .await?;
+        kinds.push(approvers::Kind::OtherTokens);
+    }
+    if mode.manage_renewals {
+        delete_binding(
+            cluster,
+            KUBEADM_RENEWAL_BINDING,
+            "renewals are kubeflavor's to decide",
+            out,
+        )
+        .await?;
+        kinds.push(approvers::Kind::Renewals);
+    }
+    for kind in kinds {
+        let answer =
+            approvers::auto_approved_within(&cluster.client, kind, approvers::RBAC_PROPAGATION)
+                .await
+                .map_err(|e| {
+                    cluster.error("ask who approves kubelet CSRs (SubjectAccessReview)", e)
+                })?;
+        if let Some(reason) = answer {
+            return Err(CliError::refused(
+                format!(
+                    "kube-controller-manager still auto-approves {}: {reason}",
+                    match kind {
+                        approvers::Kind::Renewals => "nodes' renewals",
+                        _ => "other bootstrap tokens' CSRs",
+                    }
+                ),
+                "delete the binding named there, then run install --apply again",
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Deletes a ClusterRoleBinding (absent is fine) and says so.
+async fn delete_binding(
+    cluster: &Cluster,
+    name: &str,
+    why: &str,
+    out: &mut dyn Write,
+) -> Result<()> {
+    let bindings: Api<ClusterRoleBinding> = Api::all(cluster.client.clone());
+    let shown = format!("clusterrolebinding.rbac.authorization.k8s.io/{name}");
+    match bindings.delete(name, &DeleteParams::default()).await {
+        Ok(_) => writeln!(out, "{shown} deleted ({why})")?,
+        Err(e) if crate::cluster::is_not_found(&e) => writeln!(out, "{shown} not present ({why})")?,
         Err(e) => return Err(cluster.error(&format!("delete {shown}"), e)),
     }
-    match renewals::auto_approved_within(&cluster.client, renewals::RBAC_PROPAGATION).await {
-        Ok(None) => Ok(()),
-        Ok(Some(reason)) => Err(CliError::refused(
-            format!(
-                "nodes' renewals are still auto-approved by kube-controller-manager: system:nodes may create certificatesigningrequests/selfnodeclient ({reason})"
-            ),
-            "delete the binding named there, then run install --apply --manage-renewals again",
-        )),
-        Err(e) => Err(cluster.error("ask who approves renewals (SubjectAccessReview)", e)),
-    }
+    Ok(())
 }
 
 /// kubectl's `<resource>.<group>/<name>` form.

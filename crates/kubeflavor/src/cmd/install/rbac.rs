@@ -169,8 +169,8 @@ fn controller_role(
 
 /// The controller's permissions: one ClusterRole for cluster-scoped work, and Roles for
 /// token Secrets (kube-system only), leader election and Events.
-pub fn controller(namespace: &str, manage_renewals: bool) -> Vec<Document> {
-    let mut cluster_rules = vec![
+pub fn controller(namespace: &str) -> Vec<Document> {
+    let cluster_rules = vec![
         rule(
             &["certificates.k8s.io"],
             &["certificatesigningrequests"],
@@ -227,16 +227,14 @@ pub fn controller(namespace: &str, manage_renewals: bool) -> Vec<Document> {
             &[],
             "get, list, watch: notice new, changed and re-created Nodes. patch: put the flavor's labels and taints on the Node (and restore them after drift). No update, create or delete.",
         ),
-    ];
-    if manage_renewals {
-        cluster_rules.push(rule(
+        rule(
             &["authorization.k8s.io"],
             &["subjectaccessreviews"],
             &["create"],
             &[],
-            "create: with --manage-renewals the controller first asks whether nodes' renewals are still auto-approved by kube-controller-manager (kubeadm's selfnodeclient binding), and refuses to start if so. It learns only yes or no.",
-        ));
-    }
+            "create: at start the controller asks whether kube-controller-manager auto-approves kubelet CSRs (kubeadm's nodeclient and selfnodeclient bindings) before it can decide them, warns, and refuses --strict or --manage-renewals while it does. It learns only yes or no, and which binding.",
+        ),
+    ];
     let token_rules = vec![
         rule(
             &[""],
@@ -315,9 +313,9 @@ pub fn controller(namespace: &str, manage_renewals: bool) -> Vec<Document> {
 /// What kubeflavor's join tokens (node and control-plane) may do: exactly what `kubeadm
 /// join` and the kubelet's TLS bootstrap need, and deliberately NOT the nodeclient
 /// auto-approval.
-pub fn bootstrap_tokens() -> Vec<Document> {
+pub fn bootstrap_tokens(token_node_read: bool) -> Vec<Document> {
     let groups = format!("groups {NODE_GROUP} and {CONTROL_PLANE_GROUP}");
-    vec![
+    let mut docs = vec![
         cluster_role_binding(
             "kubeflavor:node-bootstrapper",
             &format!(
@@ -329,23 +327,6 @@ pub fn bootstrap_tokens() -> Vec<Document> {
                  kubeflavor's controller decides instead."
             ),
             "system:node-bootstrapper",
-            token_groups(),
-        ),
-        cluster_role(
-            "kubeflavor:get-nodes",
-            "kubeadm join reads the Node of its own name (to refuse joining over an existing node).",
-            vec![rule(
-                &[""],
-                &["nodes"],
-                &["get"],
-                &[],
-                "get: kubeadm join checks whether a Node of its name already exists. No list, watch or write.",
-            )],
-        ),
-        cluster_role_binding(
-            "kubeflavor:get-nodes",
-            &format!("Grants kubeflavor:get-nodes to kubeflavor's join tokens ({groups})."),
-            "kubeflavor:get-nodes",
             token_groups(),
         ),
         role(
@@ -369,5 +350,30 @@ pub fn bootstrap_tokens() -> Vec<Document> {
             "kubeflavor:kubeadm-config-reader",
             token_groups(),
         ),
-    ]
+    ];
+    if token_node_read {
+        docs.push(cluster_role(
+            GET_NODES,
+            "kubeadm join reads the Node of its own name (to refuse joining over an existing node).",
+            vec![rule(
+                &[""],
+                &["nodes"],
+                &["get"],
+                &[],
+                "get: kubeadm join checks whether a Node of its name already exists. No list, watch or write. \
+                 It also lets a token holder read the labels (the flavor) of any Node whose name it knows; \
+                 install --no-token-node-read leaves this grant out (kubeflavor join does not need it, kubeadm join does).",
+            )],
+        ));
+        docs.push(cluster_role_binding(
+            GET_NODES,
+            &format!("Grants {GET_NODES} to kubeflavor's join tokens ({groups})."),
+            GET_NODES,
+            token_groups(),
+        ));
+    }
+    docs
 }
+
+/// The ClusterRole and ClusterRoleBinding that let join tokens read Nodes.
+pub const GET_NODES: &str = "kubeflavor:get-nodes";

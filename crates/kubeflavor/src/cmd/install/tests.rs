@@ -3,7 +3,12 @@ use serde_json::Value;
 use super::*;
 
 fn docs() -> Vec<Document> {
-    documents("kubeflavor", "example.com/kubeflavor:test", 2, false)
+    documents(
+        "kubeflavor",
+        "example.com/kubeflavor:test",
+        2,
+        Mode::default_install(),
+    )
 }
 
 fn find<'a>(docs: &'a [Document], kind: &str, name: &str) -> &'a Document {
@@ -224,34 +229,42 @@ fn install_says_how_to_hand_renewals_to_kubeflavor() {
 }
 
 #[test]
-fn manage_renewals_adds_the_flag_and_the_review_grant_and_nothing_else() {
-    let controller_args = |docs: &[Document]| {
+fn modes_change_the_controller_flags_and_the_token_grants_only() {
+    let args = |docs: &[Document]| {
         find(docs, "Deployment", "kubeflavor-controller").object["spec"]["template"]["spec"]
             ["containers"][0]["args"]
-            .clone()
+            .to_string()
     };
-    let reviews = |docs: &[Document]| {
-        find(docs, "ClusterRole", "kubeflavor:controller").object["rules"]
-            .as_array()
-            .unwrap()
+    let plain = documents("kubeflavor", &default_image(), 2, Mode::default_install());
+    let renewals = Mode {
+        manage_renewals: true,
+        ..Mode::default_install()
+    };
+    let sole = Mode {
+        manage_renewals: true,
+        strict: true,
+        ..Mode::default_install()
+    };
+    let hidden = Mode {
+        token_node_read: false,
+        ..Mode::default_install()
+    };
+    assert!(!args(&plain).contains("--manage-renewals") && !args(&plain).contains("--strict"));
+    let r = documents("kubeflavor", &default_image(), 2, renewals);
+    assert!(args(&r).contains("--manage-renewals") && !args(&r).contains("--strict"));
+    let s = documents("kubeflavor", &default_image(), 2, sole);
+    assert!(args(&s).contains("--manage-renewals") && args(&s).contains("--strict"));
+    assert_eq!(plain.len(), r.len());
+    assert_eq!(plain.len(), s.len());
+    // The SubjectAccessReview grant is always there: the start-up check runs always.
+    assert!(
+        rules(find(&plain, "ClusterRole", "kubeflavor:controller"))
             .iter()
-            .filter(|r| r["resources"][0] == "subjectaccessreviews")
-            .count()
-    };
-    let plain = documents("kubeflavor", &default_image(), 2, false);
-    let handed = documents("kubeflavor", &default_image(), 2, true);
-    assert!(
-        !controller_args(&plain)
-            .to_string()
-            .contains("--manage-renewals")
+            .any(|r| r["resources"][0] == "subjectaccessreviews")
     );
-    assert!(
-        controller_args(&handed)
-            .to_string()
-            .contains("--manage-renewals")
-    );
-    assert_eq!((reviews(&plain), reviews(&handed)), (0, 1));
-    assert_eq!(plain.len(), handed.len());
+    let h = documents("kubeflavor", &default_image(), 2, hidden);
+    assert!(h.iter().all(|d| d.name() != "kubeflavor:get-nodes"));
+    assert_eq!(h.len() + 2, plain.len());
 }
 
 #[test]
@@ -277,7 +290,7 @@ fn the_trail_may_only_create_events_in_kube_system() {
 
 #[test]
 fn namespaced_objects_follow_the_namespace_flag() {
-    let docs = documents("ops", &default_image(), 2, false);
+    let docs = documents("ops", &default_image(), 2, Mode::default_install());
     for kind in ["ServiceAccount", "Deployment"] {
         assert!(
             docs.iter()

@@ -18,7 +18,7 @@ use kube::api::ObjectMeta;
 
 use super::rbac::CONTROLLER_SA;
 use super::{Document, labels};
-use crate::controller::renewals::KUBEADM_RENEWAL_BINDING;
+use crate::controller::approvers::KUBEADM_RENEWAL_BINDING;
 
 /// The controller's HTTP port: /metrics, /healthz, /readyz.
 pub const HTTP_PORT: i32 = 8080;
@@ -102,7 +102,7 @@ fn probe(path: &str, period: i32) -> Probe {
     }
 }
 
-pub fn deployment(namespace: &str, image: &str, replicas: u16, manage_renewals: bool) -> Document {
+pub fn deployment(namespace: &str, image: &str, replicas: u16, mode: super::Mode) -> Document {
     let selector: BTreeMap<String, String> = [
         (
             "app.kubernetes.io/name".to_string(),
@@ -125,7 +125,11 @@ pub fn deployment(namespace: &str, image: &str, replicas: u16, manage_renewals: 
                 format!("--http-address=0.0.0.0:{HTTP_PORT}"),
             ]
             .into_iter()
-            .chain(manage_renewals.then(|| "--manage-renewals".to_string()))
+            .chain(
+                mode.manage_renewals
+                    .then(|| "--manage-renewals".to_string()),
+            )
+            .chain(mode.strict.then(|| "--strict".to_string()))
             .collect(),
         ),
         env: Some(vec![
@@ -222,7 +226,7 @@ pub fn deployment(namespace: &str, image: &str, replicas: u16, manage_renewals: 
         }),
         status: None,
     };
-    let renewals = if manage_renewals {
+    let renewals = if mode.manage_renewals {
         format!(
             "Renewals: kubeflavor decides them (--manage-renewals: only bound, unrevoked nodes). kubeadm binds \
              system:nodes to the selfnodeclient auto-approval, so delete that binding before this runs: \

@@ -3,7 +3,8 @@
 //! A token is a `kube-system/bootstrap-token-<id>` Secret in kubeadm's exact layout, built
 //! by kubeflavor-core: the same auth group and description for every flavor (P1), the
 //! flavor and use count in the Secret's label and annotations. `token create` makes exactly
-//! two API calls when all goes well: GET the Flavor, POST the Secret.
+//! three API calls when all goes well: GET the Flavor, LIST the bindings still naming the
+//! new id (none), POST the Secret.
 
 use std::io::Write;
 use std::num::NonZeroU32;
@@ -11,7 +12,7 @@ use std::num::NonZeroU32;
 use jiff::Timestamp;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::{Api, DeleteParams, ObjectMeta, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, PostParams};
 use kubeflavor_core::flavor::{DEFAULT_MAX_NODES, FlavorName, FlavorRules, TokenTtl};
 use kubeflavor_core::token::{BootstrapToken, TokenId};
 use kubeflavor_core::token_secret::{
@@ -24,7 +25,7 @@ use zeroize::{Zeroize, Zeroizing};
 use crate::cli::{TokenCreateArgs, TokenDeleteArgs, TokenOutput};
 use crate::cluster::{Cluster, is_api_reason, is_not_found};
 use crate::cmd::flavor::unknown_flavor;
-use crate::crd::{Flavor, rules_from_flavor};
+use crate::crd::{BINDING_TOKEN_ID_LABEL, Flavor, FlavorBinding, rules_from_flavor};
 use crate::error::{CliError, Result};
 use crate::exit::ExitCode;
 use crate::output;
@@ -139,6 +140,10 @@ pub async fn mint(
     let secrets: Api<Secret> = Api::namespaced(cluster.client.clone(), TOKEN_SECRET_NAMESPACE);
     for _ in 0..CREATE_ATTEMPTS {
         let token = next()?;
+        if id_still_bound(cluster, token.id()).await? {
+            tracing::info!(id = %token.id(), "token id still named by a FlavorBinding, drawing another");
+            continue;
+        }
         let mut secret = to_secret(&flavored_token_secret(
             &token, flavor, expiration, max_nodes,
         ));
@@ -159,6 +164,22 @@ pub async fn mint(
         format!("{CREATE_ATTEMPTS} freshly generated token ids were all taken"),
         "this should not happen with random ids; check the system's random number generator",
     ))
+}
+
+/// Whether a FlavorBinding still names token id `id`: the id of a token that is gone is
+/// not minted again, so a binding's token id always means one token (the binding also
+/// records the Secret's uid, so a re-used id could not take the name over anyway). One
+/// list call, by the binding's token-id label.
+pub async fn id_still_bound(cluster: &Cluster, id: &TokenId) -> Result<bool> {
+    let bindings: Api<FlavorBinding> = Api::all(cluster.client.clone());
+    let params = ListParams::default()
+        .labels(&format!("{BINDING_TOKEN_ID_LABEL}={id}"))
+        .limit(1);
+    let found = bindings
+        .list_metadata(&params)
+        .await
+        .map_err(|e| cluster.error("list FlavorBindings by token id", e))?;
+    Ok(!found.items.is_empty())
 }
 
 fn print_created(

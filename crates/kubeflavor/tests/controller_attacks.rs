@@ -15,20 +15,6 @@ use kubeflavor_core::token::BootstrapToken;
 const FLAVOR_KEY: &str = "kubeflavor.node-restriction.kubernetes.io/flavor";
 const TIER_KEY: &str = "tier.node-restriction.kubernetes.io/class";
 
-async fn token_gone(h: &Harness, token: &BootstrapToken) {
-    let name = format!("bootstrap-token-{}", token.id().as_str());
-    within(
-        "the token Secret to be deleted",
-        kube::runtime::wait::await_condition(
-            Api::<Secret>::namespaced(h.admin.clone(), "kube-system"),
-            &name,
-            |s: Option<&Secret>| s.is_none(),
-        ),
-    )
-    .await
-    .expect("watch works");
-}
-
 /// Item: a token id can be minted again once its token is gone (random collision, or an
 /// admin choosing it). The new token must not inherit the old one's names, nor be taken
 /// for it by `token create`.
@@ -57,7 +43,7 @@ async fn a_recycled_token_id_inherits_no_name() {
         )
         .await
         .expect("old token deleted");
-    token_gone(&h, &old).await;
+    h.token_gone(&old).await;
     let secret = BootstrapToken::generate().expect("randomness");
     let same_id: BootstrapToken = format!("{}.{}", old.id().as_str(), secret.secret().expose())
         .parse()
@@ -71,7 +57,7 @@ async fn a_recycled_token_id_inherits_no_name() {
         Some("Denied")
     );
     trail_names(&h, &takeover, &["name_bound_to_other_token"]).await;
-    token_gone(&h, &new).await;
+    h.token_gone(&new).await;
     let binding = h.bindings().get(&victim).await.expect("binding kept");
     assert_eq!(binding.spec.csr_name, first);
 
@@ -182,23 +168,12 @@ async fn the_denial_limit_holds_under_a_burst() {
     let f = h.name("sweet");
     h.flavor(&f, &[(TIER_KEY, "gold")], &[]).await;
     let t = h.token(&f, 1, None).await;
-    let client = h.bootstrap_client(&t).await;
-    let cn = format!("system:node:{}", h.name("node-x"));
-    let csrs: Vec<String> = (0..12).map(|i| h.name(&format!("burst-{i}"))).collect();
-    for csr in &csrs {
-        submit_csr_with(&client, csr, &cn, &["system:masters"]).await;
-    }
+    let csrs = h.wrong_shape_csrs(&t, "burst", 12).await;
     let mut opts = h.options("ctl");
     opts.denial_limit = 3;
     let ctl = h.start_controller(opts);
-    for csr in &csrs {
-        assert_eq!(
-            condition_type(&h.decided(csr).await).as_deref(),
-            Some("Denied"),
-            "{csr}"
-        );
-    }
-    token_gone(&h, &t).await;
+    h.all_denied(&csrs).await;
+    h.token_gone(&t).await;
     let metrics = ctl.metrics.clone();
     ctl.stop().await;
     assert!(

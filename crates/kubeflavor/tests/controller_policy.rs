@@ -12,21 +12,6 @@ use kube::api::{ListParams, PostParams};
 const FLAVOR_KEY: &str = "kubeflavor.node-restriction.kubernetes.io/flavor";
 const TIER_KEY: &str = "tier.node-restriction.kubernetes.io/class";
 
-async fn token_gone(h: &Harness, token: &kubeflavor_core::token::BootstrapToken) {
-    let name = format!("bootstrap-token-{}", token.id().as_str());
-    // Not `conditions::is_deleted("")`: with an empty uid it holds for any existing object.
-    within(
-        "the token Secret to be deleted",
-        kube::runtime::wait::await_condition(
-            Api::<Secret>::namespaced(h.admin.clone(), "kube-system"),
-            &name,
-            |s: Option<&Secret>| s.is_none(),
-        ),
-    )
-    .await
-    .expect("watch works");
-}
-
 /// Waits until the token Secret's denial count reads `count`.
 async fn denials_counted(h: &Harness, token: &kubeflavor_core::token::BootstrapToken, count: &str) {
     let name = format!("bootstrap-token-{}", token.id().as_str());
@@ -73,7 +58,7 @@ async fn name_takeover_is_denied_and_the_token_deleted() {
     let binding = h.bindings().get(&node).await.expect("binding");
     assert_eq!(binding.spec.token_id, sweet.id().as_str());
     // P4: a takeover attempt is misuse: the token goes, the kubelet's retries end.
-    token_gone(&h, &sour).await;
+    h.token_gone(&sour).await;
     trail_names(&h, &bad, &["name_bound_to_other_token"]).await;
     // The metric follows the CSR write; a stopped controller has finished its reconciles.
     let metrics = ctl.metrics.clone();
@@ -104,7 +89,7 @@ async fn exhausted_token_is_denied_and_deleted() {
         condition_type(&h.decided(&c2).await).as_deref(),
         Some("Denied")
     );
-    token_gone(&h, &t).await;
+    h.token_gone(&t).await;
     assert!(
         h.bindings()
             .get_opt(&h.name("node-2"))
@@ -191,23 +176,12 @@ async fn denials_of_one_token_decided_together_are_all_counted() {
     let f = h.name("sweet");
     h.flavor(&f, &[(TIER_KEY, "gold")], &[]).await;
     let t = h.token(&f, 1, None).await;
-    let client = h.bootstrap_client(&t).await;
     // Wrong-shape CSRs of one token, all filed before the controller starts so it decides
     // them at once: each denial reads the token at the same resourceVersion, and each
     // must still be counted (P4), not lost to the 409 of the one counted first.
-    let csrs: Vec<String> = (0..3).map(|i| h.name(&format!("csr-shape-{i}"))).collect();
-    let cn = format!("system:node:{}", h.name("node-x"));
-    for csr in &csrs {
-        submit_csr_with(&client, csr, &cn, &["system:masters"]).await;
-    }
+    let csrs = h.wrong_shape_csrs(&t, "csr-shape", 3).await;
     let ctl = h.start_controller(h.options("ctl"));
-    for csr in &csrs {
-        assert_eq!(
-            condition_type(&h.decided(csr).await).as_deref(),
-            Some("Denied"),
-            "{csr}"
-        );
-    }
+    h.all_denied(&csrs).await;
     denials_counted(&h, &t, "3").await;
     ctl.stop().await;
 }

@@ -541,3 +541,49 @@ pub async fn create_node(admin: &Client, name: &str) {
         .await
         .expect("admin creates a node");
 }
+
+impl Harness {
+    /// Waits until the token's Secret is gone.
+    pub async fn token_gone(&self, token: &BootstrapToken) {
+        let name = format!("bootstrap-token-{}", token.id().as_str());
+        // Not `conditions::is_deleted("")`: with an empty uid it holds for any existing object.
+        within(
+            "the token Secret to be deleted",
+            await_condition(
+                Api::<Secret>::namespaced(self.admin.clone(), "kube-system"),
+                &name,
+                |s: Option<&Secret>| s.is_none(),
+            ),
+        )
+        .await
+        .expect("watch works");
+    }
+
+    /// Files `n` CSRs of the wrong shape (organization system:masters) with `token`, for
+    /// one node name of this run; returns their names.
+    pub async fn wrong_shape_csrs(
+        &self,
+        token: &BootstrapToken,
+        base: &str,
+        n: usize,
+    ) -> Vec<String> {
+        let client = self.bootstrap_client(token).await;
+        let cn = format!("system:node:{}", self.name("node-x"));
+        let csrs: Vec<String> = (0..n).map(|i| self.name(&format!("{base}-{i}"))).collect();
+        for csr in &csrs {
+            submit_csr_with(&client, csr, &cn, &["system:masters"]).await;
+        }
+        csrs
+    }
+
+    /// Waits until each CSR is decided, and checks it was denied.
+    pub async fn all_denied(&self, csrs: &[String]) {
+        for csr in csrs {
+            assert_eq!(
+                condition_type(&self.decided(csr).await).as_deref(),
+                Some("Denied"),
+                "{csr}"
+            );
+        }
+    }
+}

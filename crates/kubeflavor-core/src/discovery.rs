@@ -69,6 +69,17 @@ impl DiscoveryError {
 
 /// Verifies cluster-info for token `token_id.token_secret`: the token's signature over the
 /// kubeconfig bytes, the kubeconfig's shape, and the CA against the pins.
+///
+/// The returned CA bundle holds ONLY the pinned certificates (each certificate matching one
+/// of the pins, in the bundle's order), re-encoded from DER so no text around them comes
+/// along. A token that leaked lets anyone sign a cluster-info; one whose bundle holds the
+/// real, pinned CA next to the signer's own must not get the signer's CA trusted for the
+/// CA-verified read, nor written into the kubelet's files. Several pins (a CA rotation,
+/// one `--discovery-token-ca-cert-hash` per CA) keep several certificates.
+///
+/// Without pins ([`CaVerification::UnsafeSkip`]) nothing can choose among the certificates:
+/// the whole signed bundle is returned, as kubeadm trusts it. Whoever holds the token could
+/// have signed any CA anyway; that is what "unsafe" means.
 pub fn verify_cluster_info(
     data: &BTreeMap<String, String>,
     token_id: &str,
@@ -84,12 +95,18 @@ pub fn verify_cluster_info(
                 token_id: token_id.to_string(),
             })?;
     jws::verify(token_id, token_secret, kubeconfig.as_bytes(), signature)?;
-    let info = ClusterInfo::from_kubeconfig(kubeconfig)?;
+    let mut info = ClusterInfo::from_kubeconfig(kubeconfig)?;
     match ca {
         CaVerification::UnsafeSkip => {}
         CaVerification::Pins([]) => return Err(DiscoveryError::NoPins),
         CaVerification::Pins(pins) => {
-            if !pins.iter().any(|pin| pin.matches_any(&info.ca_certs_der)) {
+            let pinned: Vec<Vec<u8>> = info
+                .ca_certs_der
+                .iter()
+                .filter(|der| CaPin::from_cert_der(der).is_ok_and(|pin| pins.contains(&pin)))
+                .cloned()
+                .collect();
+            if pinned.is_empty() {
                 let list = |pins: &mut dyn Iterator<Item = CaPin>| {
                     pins.map(|p| p.to_string()).collect::<Vec<_>>().join(", ")
                 };
@@ -102,8 +119,18 @@ pub fn verify_cluster_info(
                     found: list(&mut { found }),
                 });
             }
+            info.ca_certs_der = pinned;
         }
     }
+    info.ca_pem = info
+        .ca_certs_der
+        .iter()
+        .flat_map(|der| {
+            crate::keys::encode_pem("CERTIFICATE", der)
+                .as_bytes()
+                .to_vec()
+        })
+        .collect();
     Ok(info)
 }
 

@@ -133,7 +133,7 @@ pub fn classify_pem(text: &[u8]) -> Result<PemKind, PemError> {
     Ok(kind_of_label(&blocks[0].label))
 }
 
-fn kind_of_label(label: &str) -> PemKind {
+pub(crate) fn kind_of_label(label: &str) -> PemKind {
     match label {
         LABEL_CERTIFICATE => PemKind::Certificate,
         LABEL_PKCS1 => PemKind::PrivateKey(PrivateKeyForm::Pkcs1),

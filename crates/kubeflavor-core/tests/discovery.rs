@@ -73,6 +73,58 @@ fn any_of_several_pins_may_match() {
     assert!(verify_cluster_info(&data, ID, SECRET, CaVerification::Pins(&pins)).is_ok());
 }
 
+fn der_of(pem: &[u8]) -> Vec<u8> {
+    kubeflavor_core::keys::parse_certificates_pem(pem)
+        .unwrap()
+        .remove(0)
+}
+
+/// With a leaked token, an attacker can sign a bundle holding the real, pinned CA next to
+/// its own. One matching certificate must not vouch for the rest: only pinned certificates
+/// are trusted (and so written, and used for TLS).
+#[test]
+fn only_the_pinned_certificates_of_a_bundle_are_trusted() {
+    let (real, attacker) = (ca_pem(), ca_pem());
+    let bundle = [real.clone(), attacker.clone()].concat();
+    let data = cluster_info(&kubeconfig(&bundle));
+    let info =
+        verify_cluster_info(&data, ID, SECRET, CaVerification::Pins(&[pin_of(&real)])).unwrap();
+    assert_eq!(info.ca_certs_der, [der_of(&real)]);
+    assert_eq!(info.ca_pem, real);
+    // The attacker's CA first in the bundle changes nothing.
+    let reversed = [attacker.clone(), real.clone()].concat();
+    let data = cluster_info(&kubeconfig(&reversed));
+    let info =
+        verify_cluster_info(&data, ID, SECRET, CaVerification::Pins(&[pin_of(&real)])).unwrap();
+    assert_eq!(info.ca_certs_der, [der_of(&real)]);
+}
+
+/// During a CA rotation cluster-info holds the old and the new CA and the join line pins
+/// both (one flag per CA): both are kept, in the bundle's order.
+#[test]
+fn every_pinned_certificate_is_kept_in_bundle_order() {
+    let (old, new) = (ca_pem(), ca_pem());
+    let bundle = [old.clone(), new.clone()].concat();
+    let data = cluster_info(&kubeconfig(&bundle));
+    let pins = [pin_of(&new), pin_of(&old)];
+    let info = verify_cluster_info(&data, ID, SECRET, CaVerification::Pins(&pins)).unwrap();
+    assert_eq!(info.ca_certs_der, [der_of(&old), der_of(&new)]);
+    assert_eq!(info.ca_pem, bundle);
+}
+
+/// Without a pin nothing can choose among the certificates: the whole signed bundle is
+/// what the unsafe skip trusts (as kubeadm's), only ever its certificates, never text
+/// around them.
+#[test]
+fn the_unsafe_skip_trusts_the_whole_signed_bundle_and_only_its_certificates() {
+    let (a, b) = (ca_pem(), ca_pem());
+    let commented = [b"# a comment\n".as_slice(), &a, b"junk between\n", &b].concat();
+    let data = cluster_info(&kubeconfig(&commented));
+    let info = verify_cluster_info(&data, ID, SECRET, CaVerification::UnsafeSkip).unwrap();
+    assert_eq!(info.ca_certs_der, [der_of(&a), der_of(&b)]);
+    assert_eq!(info.ca_pem, [a, b].concat());
+}
+
 #[test]
 fn a_ca_swapped_by_an_attacker_who_knows_the_token_fails_the_pin() {
     // The attacker can re-sign (it knows the token) but cannot make its CA match the pin.

@@ -26,15 +26,17 @@ pub enum ExitCode {
     JoinMalformedPin = 11,
     /// `join`: no CA pin, and the unsafe skip was not asked for.
     JoinPinRequired = 12,
-    /// `join`: the cluster CA does not match the pin, or the CA-verified re-read of
-    /// cluster-info failed or differed: possibly an attack.
+    /// `join`: the cluster CA does not match the pin, the CA-verified re-read of
+    /// cluster-info failed or differed, or cluster-info's signature for the token's id does
+    /// not verify with its secret (a wrong secret, or tampering): possibly an attack.
     JoinCaMismatch = 13,
-    /// `join`: the token is invalid or expired (no valid signature in cluster-info, or the
-    /// API server refused it).
+    /// `join`: the token is invalid or expired (no signature for its id in cluster-info, or
+    /// the API server refused it).
     JoinTokenInvalid = 14,
     /// `join`: the cluster refused this node (its CSR was denied).
     JoinNodeRefused = 15,
-    /// `join`: the kubelet directory is not writable, or the node already joined.
+    /// `join`: the kubelet directory is not writable, or the node already joined (or is
+    /// joining: a bootstrap-kubelet.conf is there).
     JoinKubeletDir = 16,
     // `certs` (issue 6): each P5/P6 failure of the certificate hand-off has its own code.
     /// `--certificate-key` is not 64 hexadecimal characters.
@@ -43,17 +45,19 @@ pub enum ExitCode {
     CertificateKeyWrong = 21,
     /// An entry of kubeadm-certs was changed after the upload.
     CertsTampered = 22,
-    /// Entries of kubeadm-certs were swapped, replaced, or do not match each other.
+    /// Entries of kubeadm-certs were swapped, replaced, do not match each other, or cannot
+    /// serve their use (a ca.crt that is no CA, expired, or holds a second certificate).
     CertsSwapped = 23,
     /// An entry of kubeadm-certs is missing.
     CertsEntryMissing = 24,
     /// kube-system/kubeadm-certs is missing or expired.
     CertsSecretGone = 25,
-    /// A file of the PKI directory cannot be read.
+    /// A file of the PKI directory cannot be read, or is a symbolic link inside it.
     PkiUnreadable = 26,
-    /// The PKI files are not a consistent set (a key that does not match its certificate).
+    /// The PKI files are not a consistent, usable set (a key that does not match its
+    /// certificate, a ca.crt that is no CA).
     PkiInconsistent = 27,
-    /// The target PKI directory cannot be written.
+    /// The target PKI directory cannot be written, or holds a symbolic link.
     PkiUnwritable = 28,
     /// Existing PKI files differ from the downloaded ones (use --force).
     PkiConflict = 29,

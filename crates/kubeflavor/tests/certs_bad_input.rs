@@ -190,9 +190,9 @@ async fn an_expired_secret_says_run_upload_again() {
 async fn an_unreadable_pki_file_uploads_nothing() {
     let s = setup().await;
     let before = secret_version(&s.env).await;
-    // A symlink loop cannot be read by anyone, root included.
+    // A directory where the file must be cannot be read as one by anyone, root included.
     std::fs::remove_file(s.source.join("sa.key")).unwrap();
-    std::os::unix::fs::symlink("sa.key", s.source.join("sa.key")).unwrap();
+    std::fs::create_dir(s.source.join("sa.key")).unwrap();
     let err = upload(&s.env, &["--pki-dir", s.source.to_str().unwrap()])
         .await
         .unwrap_err();
@@ -261,4 +261,190 @@ async fn a_secret_that_never_expires_is_refused() {
     }
     let after = secret_version(&s.env).await;
     assert_eq!(before, after, "the Secret was rewritten");
+}
+
+/// A certificate with `key_pem`'s key (PKCS#8, as rcgen writes it), changed by `tweak`: a
+/// consistent pair, so only a check of what the file is for can refuse it.
+fn reissued(tweak: impl FnOnce(&mut rcgen::CertificateParams)) -> (String, String) {
+    let key = rcgen::KeyPair::generate().unwrap();
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "kubernetes");
+    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    tweak(&mut params);
+    let cert = params.self_signed(&key).unwrap();
+    (cert.pem(), key.serialize_pem())
+}
+
+/// Replaces the whole Secret with a consistent kubeflavor upload of `source`'s files with
+/// `changes` applied (what someone who knows the key, or a broken control plane, can
+/// upload).
+async fn reupload(s: &Setup, changes: &[(&str, &[u8])]) {
+    use kubeflavor_core::copycerts::{EtcdMode, PkiEntry, seal_secret_data};
+    let mut files: Vec<(PkiEntry, Vec<u8>)> = PkiEntry::set(EtcdMode::Local)
+        .iter()
+        .map(|e| (*e, std::fs::read(s.source.join(e.rel_path())).unwrap()))
+        .collect();
+    for (rel, contents) in changes {
+        let slot = files
+            .iter_mut()
+            .find(|(e, _)| e.rel_path() == *rel)
+            .unwrap();
+        slot.1 = contents.to_vec();
+    }
+    let borrowed: Vec<(PkiEntry, &[u8])> = files.iter().map(|(e, c)| (*e, c.as_slice())).collect();
+    let key = s.key.parse().unwrap();
+    let data = seal_secret_data(&key, EtcdMode::Local, &borrowed).unwrap();
+    edit_secret(&s.env, |d| {
+        *d = data.into_iter().map(|(k, v)| (k, ByteString(v))).collect();
+    })
+    .await;
+}
+
+/// kubeflavor's own checks pass (the key decrypts everything, the manifest matches, each
+/// key belongs to its certificate), but what a control plane would use the files for does
+/// not: a ca.crt that is no CA, one with a second certificate the API server would trust
+/// too, an expired CA, a key with a PEM block appended. Refused, nothing written.
+#[tokio::test]
+async fn a_download_of_unusable_ca_material_writes_nothing() {
+    let s = setup().await;
+    let (not_ca, not_ca_key) = reissued(|p| p.is_ca = rcgen::IsCa::ExplicitNoCa);
+    let (expired, expired_key) = reissued(|p| {
+        p.not_before = rcgen::date_time_ymd(1999, 1, 1);
+        p.not_after = rcgen::date_time_ymd(2000, 1, 1);
+    });
+    let (other, _) = reissued(|_| {});
+    let ca = std::fs::read_to_string(s.source.join("ca.crt")).unwrap();
+    let ca_key = std::fs::read_to_string(s.source.join("ca.key")).unwrap();
+    let cases: [(Vec<(&str, String)>, &str); 4] = [
+        (
+            vec![("ca.crt", not_ca), ("ca.key", not_ca_key)],
+            "ca.crt cannot serve as the cluster CA certificate: it is not a CA certificate",
+        ),
+        (
+            vec![("ca.crt", format!("{ca}{other}"))],
+            "it holds 2 certificates",
+        ),
+        (
+            vec![("ca.crt", expired), ("ca.key", expired_key)],
+            "it expired at 2000-01-01T00:00:00Z",
+        ),
+        (
+            vec![("ca.key", format!("{ca_key}{other}"))],
+            "ca.key cannot serve as a private key: it holds a PEM block 'CERTIFICATE' besides the key",
+        ),
+    ];
+    for (changes, says) in cases {
+        let changes: Vec<(&str, &[u8])> = changes.iter().map(|(p, c)| (*p, c.as_bytes())).collect();
+        reupload(&s, &changes).await;
+        let err = failing_download(&s, &s.key).await;
+        assert!(matches!(err, CertsError::Swapped(_)), "{err}");
+        assert_one_clear_line(&err, 23, says);
+    }
+}
+
+/// The same files are refused where they come from: `certs upload` stores nothing.
+#[tokio::test]
+async fn an_upload_of_unusable_ca_material_stores_nothing() {
+    let s = setup().await;
+    let before = secret_version(&s.env).await;
+    let original = std::fs::read_to_string(s.source.join("ca.crt")).unwrap();
+    let (other, _) = reissued(|_| {});
+    let (not_ca, not_ca_key) = reissued(|p| p.is_ca = rcgen::IsCa::NoCa);
+    let ca_key = std::fs::read_to_string(s.source.join("front-proxy-ca.key")).unwrap();
+    let cases: [(Vec<(&str, String)>, &str); 3] = [
+        (
+            vec![("ca.crt", format!("{original}{other}"))],
+            "ca.crt cannot serve as the cluster CA certificate: it holds 2 certificates",
+        ),
+        (
+            vec![("ca.crt", not_ca), ("ca.key", not_ca_key)],
+            "it has no basicConstraints extension",
+        ),
+        (
+            vec![("front-proxy-ca.key", format!("{ca_key}{ca_key}"))],
+            "front-proxy-ca.key cannot serve as a private key",
+        ),
+    ];
+    for (i, (changes, says)) in cases.into_iter().enumerate() {
+        let dir = s._tmp.path().join(format!("bad-{i}"));
+        for e in
+            kubeflavor_core::copycerts::PkiEntry::set(kubeflavor_core::copycerts::EtcdMode::Local)
+        {
+            let to = dir.join(e.rel_path());
+            std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+            std::fs::copy(s.source.join(e.rel_path()), &to).unwrap();
+        }
+        for (rel, contents) in &changes {
+            std::fs::write(dir.join(rel), contents).unwrap();
+        }
+        let err = upload(&s.env, &["--pki-dir", dir.to_str().unwrap()])
+            .await
+            .unwrap_err();
+        assert!(matches!(err, CertsError::PkiInvalid(_)), "{err}");
+        assert_one_clear_line(&err, 27, says);
+        assert!(err.to_string().contains("nothing was uploaded"), "{err}");
+    }
+    assert_eq!(
+        before,
+        secret_version(&s.env).await,
+        "the Secret was rewritten"
+    );
+}
+
+/// A directory inside the PKI directory that is a symbolic link (`etcd -> /elsewhere`) is
+/// not followed: a download would put the etcd CA key wherever the link points, an upload
+/// would send whatever is there. Both refuse, naming the link.
+#[tokio::test]
+async fn a_symlink_inside_the_pki_dir_is_refused_both_ways() {
+    let s = setup().await;
+    let elsewhere = s._tmp.path().join("elsewhere");
+    std::fs::create_dir(&elsewhere).unwrap();
+    std::os::unix::fs::symlink(&elsewhere, s.target.join("etcd")).unwrap();
+    let err = failing_download(&s, &s.key).await;
+    assert!(matches!(err, CertsError::Unwritable(_)), "{err}");
+    assert_one_clear_line(&err, 28, "etcd is a symbolic link");
+    assert!(std::fs::read_dir(&elsewhere).unwrap().next().is_none());
+
+    let before = secret_version(&s.env).await;
+    std::fs::rename(s.source.join("etcd"), elsewhere.join("etcd")).unwrap();
+    std::os::unix::fs::symlink(elsewhere.join("etcd"), s.source.join("etcd")).unwrap();
+    let err = upload(&s.env, &["--pki-dir", s.source.to_str().unwrap()])
+        .await
+        .unwrap_err();
+    assert!(matches!(err, CertsError::PkiUnreadable(_)), "{err}");
+    assert_one_clear_line(&err, 26, "etcd is a symbolic link");
+    assert_eq!(
+        before,
+        secret_version(&s.env).await,
+        "the Secret was rewritten"
+    );
+}
+
+/// A kubeadm-certs Secret without an owner token never expires (nothing deletes it), which
+/// the README promises it does. The download still works (the material is the cluster's)
+/// but says so, with what to do.
+#[tokio::test]
+async fn a_secret_that_never_expires_is_downloaded_with_a_warning() {
+    let s = setup().await;
+    let api: Api<Secret> = Api::namespaced(s.env.client.clone(), "kube-system");
+    let mut secret = api.get("kubeadm-certs").await.unwrap();
+    secret.metadata.owner_references = None;
+    api.replace("kubeadm-certs", &PostParams::default(), &secret)
+        .await
+        .unwrap();
+    let out = download_to(&s.env, &s.key, &s.target, &[]).await.unwrap();
+    let warning = out
+        .lines()
+        .find(|l| l.contains("Warning"))
+        .unwrap_or_else(|| panic!("no warning: {out}"));
+    assert!(
+        warning.contains("has no owner token, so it never expires"),
+        "{warning}"
+    );
+    assert!(
+        warning.contains("kubectl -n kube-system delete secret kubeadm-certs"),
+        "{warning}"
+    );
 }

@@ -29,6 +29,28 @@ async fn kubeflavor(env: Option<&Env>, args: &[&str], envs: &[(&str, &str)]) -> 
     output
 }
 
+/// Like [`kubeflavor`], with `stdin` piped to the command.
+async fn kubeflavor_stdin(env: Option<&Env>, args: &[&str], stdin: Option<&str>) -> Output {
+    use tokio::io::AsyncWriteExt as _;
+    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_kubeflavor"));
+    if let Some(env) = env {
+        cmd.arg("--kubeconfig").arg(&env.kubeconfig);
+    }
+    cmd.args(args)
+        .env_remove("KUBEFLAVOR_CERTIFICATE_KEY")
+        .env_remove("KUBECONFIG")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let mut child = cmd.spawn().expect("the binary runs");
+    let mut pipe = child.stdin.take().unwrap();
+    if let Some(text) = stdin {
+        pipe.write_all(text.as_bytes()).await.unwrap();
+    }
+    drop(pipe);
+    child.wait_with_output().await.unwrap()
+}
+
 fn stdout(o: &Output) -> String {
     String::from_utf8(o.stdout.clone()).unwrap()
 }
@@ -142,6 +164,12 @@ async fn upload_download_inspect_through_the_binary() {
     let key = lines[lines.len() - 1].to_owned();
     assert_eq!(key.len(), 64);
     assert!(!stderr(&up).contains(&key), "the key reached stderr");
+    // Before them, how to hand the key over without a command line showing it.
+    assert!(
+        lines[lines.len() - 3].contains("--certificate-key-file")
+            && lines[lines.len() - 3].contains("KUBEFLAVOR_CERTIFICATE_KEY"),
+        "{text}"
+    );
 
     // A wrong key: exit 21, one plain line, nothing written.
     let wrong = kubeflavor(
@@ -191,6 +219,46 @@ async fn upload_download_inspect_through_the_binary() {
         stdout(&down)
     );
     assert_eq!(snapshot(&source), snapshot(&target));
+
+    // The key from a file, and from stdin (`-`): again nothing on the command line.
+    let key_file = tmp.path().join("certificate-key");
+    std::fs::write(&key_file, format!("{key}\n")).unwrap();
+    for (from, stdin) in [(path(&key_file), None), ("-", Some(key.as_str()))] {
+        let again = tmp.path().join(format!("again-{}", from.len()));
+        let down = kubeflavor_stdin(
+            Some(&env),
+            &[
+                "certs",
+                "download",
+                "--pki-dir",
+                path(&again),
+                "--certificate-key-file",
+                from,
+            ],
+            stdin,
+        )
+        .await;
+        assert!(down.status.success(), "{from}: {}", stderr(&down));
+        assert_eq!(snapshot(&source), snapshot(&again), "{from}");
+    }
+    // Two sources of one secret are a usage error, not a guess.
+    let both = kubeflavor(
+        Some(&env),
+        &[
+            "certs",
+            "download",
+            "--pki-dir",
+            path(&target),
+            "--certificate-key",
+            &key,
+            "--certificate-key-file",
+            path(&key_file),
+        ],
+        &[],
+    )
+    .await;
+    assert_eq!(both.status.code(), Some(2), "{}", stderr(&both));
+    assert!(!stderr(&both).contains(&key), "{}", stderr(&both));
 
     let inspect = kubeflavor(Some(&env), &["certs", "inspect"], &[]).await;
     assert!(inspect.status.success(), "{}", stderr(&inspect));
@@ -256,14 +324,16 @@ async fn control_plane_tokens_carry_only_the_control_plane_group() {
     .await;
     assert!(line.status.success(), "{}", stderr(&line));
     let line = stdout(&line);
-    assert!(line.starts_with("kubeadm join "), "{line}");
+    assert!(line.starts_with("kubeflavor join "), "{line}");
     assert!(
         line.contains(" --discovery-token-ca-cert-hash sha256:"),
         "{line}"
     );
+    // The key goes in a file (kubeflavor join reads it there; on a command line every
+    // user of the node would see it in the process list).
     assert!(
         line.trim_end().ends_with(
-            "--control-plane --certificate-key <key printed by 'kubeflavor certs upload'>"
+            "--control-plane --certificate-key-file <file holding the key printed by 'kubeflavor certs upload'>"
         ),
         "{line}"
     );
@@ -318,4 +388,55 @@ async fn control_plane_tokens_carry_only_the_control_plane_group() {
         secret.metadata.labels.unwrap()["kubeflavor.io/flavor"],
         flavor
     );
+}
+
+/// `certs download --server` waits for cluster-info as join does, for `--timeout` (default
+/// 5m) rather than a fixed five minutes.
+#[tokio::test(flavor = "multi_thread")]
+async fn download_with_discovery_gives_up_after_its_timeout() {
+    let tmp = tempfile::tempdir().unwrap();
+    let pin = format!("sha256:{}", "0".repeat(64));
+    let key = "a".repeat(64);
+    let started = std::time::Instant::now();
+    let out = kubeflavor(
+        None,
+        &[
+            "certs",
+            "download",
+            "--server",
+            "127.0.0.1:1",
+            "--token",
+            "abcdef.0123456789abcdef",
+            "--discovery-token-ca-cert-hash",
+            &pin,
+            "--certificate-key",
+            &key,
+            "--pki-dir",
+            path(&tmp.path().join("pki")),
+            "--timeout",
+            "1s",
+        ],
+        &[],
+    )
+    .await;
+    let (code, line) = failure(&out);
+    assert_eq!(code, 5, "{line}");
+    assert!(line.contains("within 1s"), "{line}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(60));
+    assert!(!tmp.path().join("pki").exists());
+}
+
+/// The exit codes `certs` uses are listed where the README says: `certs --help`.
+#[tokio::test(flavor = "multi_thread")]
+async fn certs_help_lists_the_exit_codes() {
+    let out = kubeflavor(None, &["certs", "--help"], &[]).await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    let help = stdout(&out);
+    assert!(help.contains("Exit codes:"), "{help}");
+    for code in 20..=31 {
+        assert!(
+            help.contains(&format!("  {code}  ")),
+            "{code} missing: {help}"
+        );
+    }
 }

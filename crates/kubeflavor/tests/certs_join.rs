@@ -13,6 +13,10 @@ use kubeflavor_core::kubeconfig::ClusterInfo;
 use kubeflavor_core::pin::CaPin;
 
 use certs_support::{Env, create_token, generate, snapshot, upload};
+use futures::StreamExt;
+use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
+use kube::api::{Patch, PatchParams};
+use kube::runtime::{WatchStreamExt, watcher};
 
 async fn kubeflavor(args: &[&str]) -> Output {
     tokio::process::Command::new(env!("CARGO_BIN_EXE_kubeflavor"))
@@ -22,6 +26,27 @@ async fn kubeflavor(args: &[&str]) -> Output {
         .output()
         .await
         .expect("the binary runs")
+}
+
+/// Like [`kubeflavor`], with extra environment variables and `stdin` piped to the command.
+async fn kubeflavor_with(args: &[&str], envs: &[(&str, &str)], stdin: Option<&str>) -> Output {
+    use tokio::io::AsyncWriteExt as _;
+    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_kubeflavor"));
+    cmd.args(args)
+        .env_remove("KUBEFLAVOR_CERTIFICATE_KEY")
+        .env_remove("KUBEFLAVOR_JOIN_TOKEN")
+        .env_remove("KUBECONFIG")
+        .envs(envs.iter().copied())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let mut child = cmd.spawn().expect("the binary runs");
+    let mut pipe = child.stdin.take().unwrap();
+    if let Some(text) = stdin {
+        pipe.write_all(text.as_bytes()).await.unwrap();
+    }
+    drop(pipe);
+    child.wait_with_output().await.unwrap()
 }
 
 fn text(b: &[u8]) -> String {
@@ -278,4 +303,206 @@ async fn a_control_plane_join_completes_its_kubelet_tls_bootstrap() {
     assert_eq!(second.status.code(), Some(15), "{}", text(&second.stderr));
     drop(stop);
     controller.await.expect("controller stops");
+}
+
+/// Waits for the kubelet client CSR of `node` and denies it as the admin; returns its name.
+async fn deny_csr_of(admin: kube::Client, node: String) -> String {
+    let api: Api<CertificateSigningRequest> = Api::all(admin);
+    let mut events = watcher(api.clone(), watcher::Config::default())
+        .applied_objects()
+        .default_backoff()
+        .boxed();
+    let csr = tokio::time::timeout(std::time::Duration::from_secs(60), async {
+        loop {
+            let csr = events
+                .next()
+                .await
+                .expect("watch ended")
+                .expect("watch failed");
+            let parsed = kubeflavor_core::csr::validate_kubelet_client_csr(
+                &csr.spec.signer_name,
+                &csr.spec.request.0,
+                csr.spec.usages.as_deref().unwrap_or_default(),
+            );
+            if parsed.is_ok_and(|p| p.node_name.as_str() == node) {
+                return csr;
+            }
+        }
+    })
+    .await
+    .expect("the node's CSR appeared");
+    let name = csr.metadata.name.clone().unwrap();
+    let patch = serde_json::json!({"status": {"conditions": [{
+        "type": "Denied", "status": "True", "reason": "TestDenied", "message": "denied by the certs join test",
+    }]}});
+    api.patch_approval(&name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .expect("admin may decide CSRs");
+    name
+}
+
+/// `join --control-plane --certificate-key K --tls-bootstrap` whose CSR is then refused:
+/// the CA keys it downloaded go with everything else it wrote, and what was in the
+/// directory before (an unrelated file, a file identical to a downloaded one, the pki
+/// directory itself) stays as it was.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_refused_control_plane_join_leaves_no_key_behind() {
+    let u = uploaded().await;
+    // The binding that lets control-plane tokens file CSRs.
+    u.env.install().await;
+    let cp = create_token(&u.env, "system:bootstrappers:kubeflavor:control-plane").await;
+    let dir = u.tmp.path().join("refused");
+    std::fs::create_dir_all(dir.join("pki")).unwrap();
+    std::fs::write(dir.join("pki/unrelated"), b"keep me").unwrap();
+    std::fs::copy(u.tmp.path().join("source/sa.pub"), dir.join("pki/sa.pub")).unwrap();
+    let before = snapshot(&dir);
+    let node = u.env.name("cp-refused");
+    let denier = tokio::spawn(deny_csr_of(u.env.client.clone(), node.clone()));
+    let out = kubeflavor(&[
+        "join",
+        &u.endpoint,
+        "--token",
+        &cp,
+        "--discovery-token-ca-cert-hash",
+        &u.pin,
+        "--node-name",
+        &node,
+        "--kubelet-dir",
+        path(&dir),
+        "--control-plane",
+        "--certificate-key",
+        &u.key,
+        "--tls-bootstrap",
+        "--timeout",
+        "60s",
+        "--discovery-retry-interval",
+        "1s",
+    ])
+    .await;
+    // The join ends once its CSR is denied; if it ended otherwise, its output says why.
+    let denied = tokio::time::timeout(std::time::Duration::from_secs(5), denier).await;
+    if let Ok(Ok(csr)) = &denied {
+        let _ = Api::<CertificateSigningRequest>::all(u.env.client.clone())
+            .delete(csr, &Default::default())
+            .await;
+    }
+    assert_eq!(
+        out.status.code(),
+        Some(15),
+        "{}\n{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    let said = text(&out.stdout);
+    assert!(said.contains("[download-certs] Wrote"), "{said}");
+    assert!(said.contains("[download-certs] Kept identical"), "{said}");
+    let after = snapshot(&dir);
+    assert_eq!(
+        after.keys().collect::<Vec<_>>(),
+        before.keys().collect::<Vec<_>>(),
+        "left behind"
+    );
+    assert!(after == before, "a file that was there before changed");
+}
+
+/// Every secret has a way in that no process list shows: the token from a file, from stdin
+/// or from KUBEFLAVOR_JOIN_TOKEN, the certificate key from a file or from stdin (or
+/// KUBEFLAVOR_CERTIFICATE_KEY), for `certs download --server` and `join --control-plane`.
+#[tokio::test(flavor = "multi_thread")]
+async fn secrets_stay_off_the_command_line() {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let u = uploaded().await;
+    let cp = create_token(&u.env, "system:bootstrappers:kubeflavor:control-plane").await;
+    let secret_file = |name: &str, content: &str| {
+        let p = u.tmp.path().join(name);
+        let mut f = std::fs::OpenOptions::new()
+            .create_new(true)
+            .write(true)
+            .mode(0o600)
+            .open(&p)
+            .unwrap();
+        std::io::Write::write_all(&mut f, format!("{content}\n").as_bytes()).unwrap();
+        p
+    };
+    let (token_file, key_file) = (secret_file("token", &cp), secret_file("key", &u.key));
+    let source = snapshot(&u.tmp.path().join("source"));
+    /// One way in for the token and the key: flags, environment, what stdin carries.
+    struct Run<'a> {
+        flags: Vec<&'a str>,
+        envs: Vec<(&'a str, &'a str)>,
+        stdin: Option<&'a str>,
+    }
+    let runs = [
+        Run {
+            flags: vec![
+                "--token-file",
+                path(&token_file),
+                "--certificate-key-file",
+                "-",
+            ],
+            envs: vec![],
+            stdin: Some(&u.key),
+        },
+        Run {
+            flags: vec![
+                "--token-file",
+                "-",
+                "--certificate-key-file",
+                path(&key_file),
+            ],
+            envs: vec![],
+            stdin: Some(&cp),
+        },
+        Run {
+            flags: vec![],
+            envs: vec![
+                ("KUBEFLAVOR_JOIN_TOKEN", &cp),
+                ("KUBEFLAVOR_CERTIFICATE_KEY", &u.key),
+            ],
+            stdin: None,
+        },
+    ];
+    for (i, run) in runs.into_iter().enumerate() {
+        let target = u.tmp.path().join(format!("target-{i}"));
+        let mut args = vec![
+            "certs",
+            "download",
+            "--server",
+            &u.endpoint,
+            "--discovery-token-ca-cert-hash",
+            &u.pin,
+            "--pki-dir",
+            path(&target),
+        ];
+        args.extend(run.flags.iter().copied());
+        let out = kubeflavor_with(&args, &run.envs, run.stdin).await;
+        assert!(out.status.success(), "run {i}: {}", text(&out.stderr));
+        assert_eq!(snapshot(&target), source, "run {i}");
+    }
+
+    let dir = u.tmp.path().join("etc-kubernetes");
+    let out = kubeflavor_with(
+        &[
+            "join",
+            &u.endpoint,
+            "--token-file",
+            path(&token_file),
+            "--discovery-token-ca-cert-hash",
+            &u.pin,
+            "--node-name",
+            "cp-files",
+            "--kubelet-dir",
+            path(&dir),
+            "--control-plane",
+            "--certificate-key-file",
+            "-",
+            "--discovery-retry-interval",
+            "1s",
+        ],
+        &[],
+        Some(&u.key),
+    )
+    .await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(snapshot(&dir.join("pki")), source);
 }

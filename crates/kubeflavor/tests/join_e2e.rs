@@ -248,6 +248,14 @@ async fn unsafe_skip_joins_without_a_pin_and_warns() {
         "{:#?}",
         report.lines
     );
+    // Without a pin every CA of the signed bundle is trusted: each is named by its pin,
+    // so the administrator can check it afterwards and pin it next time.
+    let trusted = report
+        .lines
+        .iter()
+        .find(|l| l.contains("trusting the CA certificates cluster-info names"))
+        .unwrap_or_else(|| panic!("{:#?}", report.lines));
+    assert!(trusted.contains(&minted.pin), "{trusted}");
     // The CA it learned is still the one the pin names: the signature covered it.
     assert!(
         minted

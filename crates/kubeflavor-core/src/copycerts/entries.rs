@@ -164,6 +164,23 @@ impl PkiEntry {
         }
     }
 
+    /// What the file is used for on a control-plane node, for error messages.
+    pub fn purpose(self) -> &'static str {
+        match self {
+            Self::CaCert => "the cluster CA certificate",
+            Self::FrontProxyCaCert => "the front-proxy CA certificate",
+            Self::EtcdCaCert => "the etcd CA certificate",
+            Self::ExternalEtcdCaCert => "the external etcd's CA certificates",
+            Self::ExternalEtcdCert => "the API server's etcd client certificate",
+            Self::ServiceAccountPublicKey => "the service-account public key",
+            Self::CaKey
+            | Self::FrontProxyCaKey
+            | Self::ServiceAccountKey
+            | Self::EtcdCaKey
+            | Self::ExternalEtcdKey => "a private key",
+        }
+    }
+
     /// For a private key, the certificate or public key it must match.
     pub fn partner(self) -> Option<PkiEntry> {
         match self {

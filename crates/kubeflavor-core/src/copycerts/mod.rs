@@ -15,9 +15,14 @@
 //!
 //! Secrets written by kubeadm have neither; they are still opened, with the weaker checks
 //! (kind of each entry, each key against its certificate).
+//!
+//! What is written or uploaded must also be able to serve its use on a control plane
+//! ([`open_for_use`], [`check_usable`]): a CA file that is one valid CA certificate and
+//! nothing more, key files with nothing appended.
 
 mod entries;
 mod open;
+mod usable;
 
 use aes_gcm::aead::{Aead, KeyInit};
 use aes_gcm::{Aes256Gcm, Nonce};
@@ -28,9 +33,10 @@ use crate::random::{RandomnessError, os_fill};
 
 pub use entries::{EtcdMode, PkiEntry, PkiEntryKind};
 pub use open::{
-    CopyCertsError, OpenedCerts, Provenance, open_all, open_all_with, seal_secret_data,
-    seal_secret_data_with,
+    CopyCertsError, OpenedCerts, Provenance, open_all, open_all_with, open_for_use,
+    seal_secret_data, seal_secret_data_with,
 };
+pub use usable::{Unusable, check_usable};
 
 /// Name of the Secret (namespace [`SECRET_NAMESPACE`]).
 pub const SECRET_NAME: &str = "kubeadm-certs";

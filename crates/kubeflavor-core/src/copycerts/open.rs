@@ -6,6 +6,7 @@ use sha2::{Digest, Sha256};
 use zeroize::Zeroizing;
 
 use super::entries::{EtcdMode, PkiEntry, PkiEntryKind};
+use super::usable::{Unusable, check_all_usable};
 use super::{
     KEY_CHECK_ENTRY, KEY_CHECK_PLAINTEXT, MANIFEST_ENTRY, NONCE_LEN, OpenError, open,
     seal_with_nonce,
@@ -60,6 +61,11 @@ pub enum CopyCertsError {
     KeyDoesNotMatch { key: PkiEntry, partner: PkiEntry },
     #[error("entry {entry} is not usable: {reason}; {UPLOAD_AGAIN}")]
     Unreadable { entry: PkiEntry, reason: KeyError },
+    #[error(
+        "entry {entry} cannot serve as {}: {reason}; fix the file on the control-plane node it came from, then {UPLOAD_AGAIN}",
+        .entry.purpose()
+    )]
+    Unusable { entry: PkiEntry, reason: Unusable },
     #[error(
         "the Secret has no kubeflavor key check: it was written by kubeadm, or the key check \
          was removed; accept kubeadm-written Secrets explicitly to open it with weaker checks, \
@@ -301,6 +307,21 @@ pub fn open_all_with(
         manifest_verified: manifest.is_some(),
         ignored,
     })
+}
+
+/// Opens a whole Secret as [`open_all_with`] does, then checks that every file can serve
+/// what it is used for at `now` ([`check_usable`](super::usable::check_usable)): what a
+/// download writes, and what an upload stores, must be usable CA material, not merely
+/// well-formed.
+pub fn open_for_use(
+    key: &CertificateKey,
+    data: &BTreeMap<String, Vec<u8>>,
+    provenance: Provenance,
+    now: jiff::Timestamp,
+) -> Result<OpenedCerts, CopyCertsError> {
+    let opened = open_all_with(key, data, provenance)?;
+    check_all_usable(&opened, now)?;
+    Ok(opened)
 }
 
 /// Every entry must hold exactly the bytes uploaded under its name: this is what binds

@@ -3,7 +3,7 @@
 
 use std::io::Write;
 
-use crate::cmd::certs::{BootstrapArgs, SecretText};
+use crate::cmd::certs::{BootstrapArgs, TOKEN_ENV};
 use crate::cmd::join::{WriterReport, exit_code, parse_pins, parse_token};
 use crate::error::CliError;
 use crate::exit::ExitCode;
@@ -18,11 +18,17 @@ pub async fn bootstrap_client(
     out: &mut dyn Write,
 ) -> Result<kube::Client, CliError> {
     let endpoint = join::parse_endpoint(server).map_err(|m| CliError::bare(ExitCode::Usage, m))?;
+    let Some(token) = args.token()? else {
+        return Err(CliError::new(
+            ExitCode::Usage,
+            "--server needs a bootstrap token",
+            format_args!(
+                "pass --token-file with a file holding a token from 'kubeflavor token create --control-plane', or set {TOKEN_ENV}"
+            ),
+        ));
+    };
     let token = parse_token(
-        args.token
-            .as_ref()
-            .map(SecretText::expose)
-            .unwrap_or_default(),
+        token.expose(),
         "use a token from 'kubeflavor token create --control-plane'",
     )?;
     let pins = parse_pins(
@@ -33,7 +39,7 @@ pub async fn bootstrap_client(
         endpoint,
         token: token.clone(),
         ca_check: CaCheck::Pinned(pins),
-        timeout: std::time::Duration::from_secs(300),
+        timeout: args.timeout,
         retry_interval: std::time::Duration::from_secs(5),
     };
     let cluster = discovery::discover(&config, &mut WriterReport { out })

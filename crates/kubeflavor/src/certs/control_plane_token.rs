@@ -112,13 +112,19 @@ pub async fn create_control_plane_token(
         match result {
             Ok(_) => {
                 if let Some(target) = &join_target {
-                    // kubeadm's control-plane join line; the key comes from `certs upload`.
+                    // The control-plane join line, with the certificate key in a file: on a
+                    // command line every user of the node would read it in the process list,
+                    // and kubeadm has no flag for a file, so the line is kubeflavor's (with
+                    // kubeadm: `kubeadm join ... --control-plane --certificate-key KEY`).
                     let line = crate::cmd::join::join_command_line(target, &token);
-                    writeln!(
-                        out,
-                        "{} --control-plane --certificate-key <key printed by 'kubeflavor certs upload'>",
-                        line.trim_end()
-                    )?;
+                    let args = line
+                        .trim_end()
+                        .strip_prefix("kubeadm join ")
+                        .unwrap_or(line.trim_end());
+                    let line = zeroize::Zeroizing::new(format!(
+                        "kubeflavor join {args} --control-plane --certificate-key-file <file holding the key printed by 'kubeflavor certs upload'>"
+                    ));
+                    writeln!(out, "{}", line.as_str())?;
                     return Ok(());
                 }
                 let exposed = token.expose();

@@ -27,10 +27,48 @@ pub struct DownloadOptions {
     pub provenance: Provenance,
 }
 
+/// What a download did.
+#[derive(Debug)]
+pub struct Downloaded {
+    pub written: WriteReport,
+    /// Why the Secret never expires, when it does not: the README promises that it does
+    /// (P5), so the download says so. It still proceeds: the material is the cluster's,
+    /// and refusing would not remove it from the cluster.
+    pub never_expires: Option<NeverExpires>,
+}
+
+/// Why a kubeadm-certs Secret is never deleted by garbage collection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NeverExpires {
+    /// No ownerReference to a token Secret (created by hand, or its owner was removed).
+    NoOwner,
+    /// Its owner token has no expiration.
+    OwnerHasNoExpiration,
+}
+
+impl NeverExpires {
+    /// The warning line, with what to do.
+    pub fn warning(self) -> String {
+        let why = match self {
+            NeverExpires::NoOwner => "has no owner token, so it never expires",
+            NeverExpires::OwnerHasNoExpiration => {
+                "is owned by a token without an expiration, so it never expires"
+            }
+        };
+        format!(
+            "Warning: {NAMESPACE}/{SECRET_NAME} {why} and the encrypted CA keys stay in the cluster (delete it once the control-plane nodes have joined: kubectl -n kube-system delete secret kubeadm-certs; 'kubeflavor certs upload' stores one that expires)"
+        )
+    }
+}
+
 /// Fetches the Secret and makes sure it has not outlived its proxy token. A bootstrap
 /// identity may not read token Secrets (403): then only the Secret's presence counts, which
-/// is what garbage collection guarantees shortly after the token expires.
-pub async fn fetch_secret(client: &Client, now: Timestamp) -> Result<Secret, CertsError> {
+/// is what garbage collection guarantees shortly after the token expires. Also says when
+/// the Secret never expires at all.
+pub async fn fetch_secret(
+    client: &Client,
+    now: Timestamp,
+) -> Result<(Secret, Option<NeverExpires>), CertsError> {
     let secrets: Api<Secret> = Api::namespaced(client.clone(), NAMESPACE);
     // A token minted a moment ago may not authenticate yet (capture 52).
     let first_read = crate::cluster::retry_unauthorized(crate::cluster::TOKEN_PROPAGATION, || {
@@ -44,17 +82,23 @@ pub async fn fetch_secret(client: &Client, now: Timestamp) -> Result<Secret, Cer
     if secret.metadata.deletion_timestamp.is_some() {
         return Err(CertsError::SecretGone);
     }
-    for owner in secret.metadata.owner_references.iter().flatten() {
-        if owner.kind != "Secret" {
-            continue;
-        }
+    let owners: Vec<_> = secret
+        .metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .filter(|o| o.kind == "Secret")
+        .collect();
+    let mut never_expires = owners.is_empty().then_some(NeverExpires::NoOwner);
+    for owner in owners {
         match secrets.get_opt(&owner.name).await {
             Ok(Some(token)) if token.metadata.uid.as_deref() == Some(owner.uid.as_str()) => {
                 match objects::token_expiration(&token) {
                     Ok(Some(exp)) if exp <= now => return Err(CertsError::SecretGone),
+                    Ok(Some(_)) => {}
+                    Ok(None) => never_expires = Some(NeverExpires::OwnerHasNoExpiration),
                     // An expiration that does not parse counts as expired (spec section 1).
                     Err(_) => return Err(CertsError::SecretGone),
-                    _ => {}
                 }
             }
             // The owner is gone (or was replaced by a namesake): GC is about to delete it.
@@ -63,7 +107,7 @@ pub async fn fetch_secret(client: &Client, now: Timestamp) -> Result<Secret, Cer
             Err(e) => return Err(objects::api_error("reading the Secret's owner token", e)),
         }
     }
-    Ok(secret)
+    Ok((secret, never_expires))
 }
 
 /// The Secret's data as plain bytes.
@@ -89,7 +133,8 @@ pub fn open_error(e: CopyCertsError) -> CertsError {
         CopyCertsError::SwappedEntry { .. }
         | CopyCertsError::NotAsUploaded { .. }
         | CopyCertsError::KeyDoesNotMatch { .. }
-        | CopyCertsError::Unreadable { .. } => CertsError::Swapped(e.to_string()),
+        | CopyCertsError::Unreadable { .. }
+        | CopyCertsError::Unusable { .. } => CertsError::Swapped(e.to_string()),
         CopyCertsError::NotFromKubeflavor => CertsError::NotFromKubeflavor(e.to_string()),
         CopyCertsError::NotInSet { .. } | CopyCertsError::Randomness(_) => {
             CertsError::Other(e.to_string())
@@ -97,12 +142,15 @@ pub fn open_error(e: CopyCertsError) -> CertsError {
     }
 }
 
-/// Decrypts and verifies everything, then writes the files (all or none).
+/// Decrypts and verifies everything (each file usable for what it is used for at `now`),
+/// then writes the files (all or none).
 pub fn decrypt_and_write(
     data: &BTreeMap<String, Vec<u8>>,
     opts: &DownloadOptions,
+    now: Timestamp,
 ) -> Result<WriteReport, CertsError> {
-    let opened = copycerts::open_all_with(&opts.key, data, opts.provenance).map_err(open_error)?;
+    let opened =
+        copycerts::open_for_use(&opts.key, data, opts.provenance, now).map_err(open_error)?;
     Ok(pki_files::write_all(
         &opts.pki_dir,
         &opened.files,
@@ -115,9 +163,13 @@ pub async fn download(
     client: &Client,
     opts: &DownloadOptions,
     now: Timestamp,
-) -> Result<WriteReport, CertsError> {
-    let secret = fetch_secret(client, now).await?;
-    decrypt_and_write(&secret_data(&secret), opts)
+) -> Result<Downloaded, CertsError> {
+    let (secret, never_expires) = fetch_secret(client, now).await?;
+    let written = decrypt_and_write(&secret_data(&secret), opts, now)?;
+    Ok(Downloaded {
+        written,
+        never_expires,
+    })
 }
 
 /// A client that authenticates as a bootstrap token against `server`, trusting only the
@@ -156,11 +208,14 @@ pub async fn for_join(
         "[download-certs] Downloading the certificates in Secret {SECRET_NAME:?} in the {NAMESPACE:?} Namespace"
     ));
     let client = bootstrap_client(&cluster.server, &cluster.ca_certs_der, token)?;
-    let written = download(&client, opts, Timestamp::now()).await?;
-    for line in report_lines("[download-certs]", &opts.pki_dir, &written) {
+    let downloaded = download(&client, opts, Timestamp::now()).await?;
+    if let Some(never) = downloaded.never_expires {
+        report.warn(&format!("[download-certs] {}", never.warning()));
+    }
+    for line in report_lines("[download-certs]", &opts.pki_dir, &downloaded.written) {
         report.info(&line);
     }
-    Ok(written)
+    Ok(downloaded.written)
 }
 
 /// The lines that tell the user what a write did, one per file, then a summary.

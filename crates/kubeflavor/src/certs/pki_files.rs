@@ -7,6 +7,12 @@
 //! renames puts back what was there and removes what was created. A crash mid-way leaves at
 //! most a stale staging directory, which the next run removes, and a subset of files whose
 //! content equals what the next run writes, so that run finishes the job.
+//!
+//! Symbolic links inside the PKI directory are refused, both ways: a link `etcd ->
+//! /elsewhere` would send the etcd CA key wherever it points on a download, and send
+//! whatever is there on an upload. The PKI directory itself may be a link (kubeadm's
+//! /etc/kubernetes/pki on another disk), and so may its parents: the administrator named
+//! that directory; what is below it is the set.
 
 use std::fs::{self, DirBuilder, File, OpenOptions};
 use std::io::{self, Write};
@@ -51,6 +57,9 @@ pub struct WriteReport {
     pub files: Vec<(String, FileOutcome)>,
     /// Unchanged files whose mode differs from kubeadm's (left alone, reported).
     pub mode_warnings: Vec<(String, u32, u32)>,
+    /// Directories the write created (the target, `etcd/`), parents first: a caller that
+    /// fails later (`join --control-plane`) removes them with the files it created.
+    pub created_dirs: Vec<PathBuf>,
 }
 
 impl WriteReport {
@@ -82,6 +91,11 @@ pub enum WriteError {
     ReadExisting { path: PathBuf, source: io::Error },
     #[error("{} exists and is not a regular file; nothing was written (move it away)", .path.display())]
     NotAFile { path: PathBuf },
+    #[error(
+        "{} is a symbolic link, and kubeflavor does not follow links inside the PKI directory; nothing was written (replace the link with the directory or file it points to, or pass the real directory as the target)",
+        .path.display()
+    )]
+    Symlink { path: PathBuf },
     #[error("invalid relative path {path:?} in the plan: {why}")]
     BadPath { path: String, why: &'static str },
 }
@@ -96,6 +110,46 @@ pub enum ReadError {
     Unreadable { path: PathBuf, source: io::Error },
     #[error("{} is not a regular file (point --pki-dir at kubeadm's PKI directory)", .path.display())]
     NotAFile { path: PathBuf },
+    #[error(
+        "{} is a symbolic link, and kubeflavor does not follow links inside --pki-dir (replace the link with the directory or file it points to)",
+        .path.display()
+    )]
+    Symlink { path: PathBuf },
+}
+
+/// Reads the file `rel` below the PKI directory `root` as [`read_optional`] does, refusing
+/// a symbolic link at `rel` or at any directory between `root` and it.
+pub fn read_optional_below(
+    root: &Path,
+    rel: &str,
+) -> Result<Option<Zeroizing<Vec<u8>>>, ReadError> {
+    let mut path = root.to_path_buf();
+    for component in Path::new(rel).components() {
+        path.push(component);
+        match fs::symlink_metadata(&path) {
+            Ok(m) if m.file_type().is_symlink() => return Err(ReadError::Symlink { path }),
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(source) => return Err(ReadError::Unreadable { path, source }),
+        }
+    }
+    read_optional(&path)
+}
+
+/// Refuses a symbolic link at `rel` below `target` or at any directory between them (what
+/// does not exist yet is no link).
+fn check_no_symlink_below(target: &Path, rel: &Path) -> Result<(), WriteError> {
+    let mut path = target.to_path_buf();
+    for component in rel.components() {
+        path.push(component);
+        match fs::symlink_metadata(&path) {
+            Ok(m) if m.file_type().is_symlink() => return Err(WriteError::Symlink { path }),
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+            Err(source) => return Err(WriteError::Unwritable { path, source }),
+        }
+    }
+    Ok(())
 }
 
 /// Reads one PKI file. A missing file is `Ok(None)`: kubeadm stores it as an empty value
@@ -163,6 +217,7 @@ pub fn write_all(target: &Path, plan: &[PkiFile], force: bool) -> Result<WriteRe
     let mut rels = Vec::with_capacity(plan.len());
     for f in plan {
         let rel = check_rel_path(&f.rel_path)?;
+        check_no_symlink_below(target, &rel)?;
         let dest = target.join(&rel);
         let outcome = match fs::symlink_metadata(&dest) {
             Err(e) if e.kind() == io::ErrorKind::NotFound => FileOutcome::Created,
@@ -195,13 +250,14 @@ pub fn write_all(target: &Path, plan: &[PkiFile], force: bool) -> Result<WriteRe
     if !conflicts.is_empty() && !force {
         return Err(WriteError::Conflict { paths: conflicts });
     }
-    let report = WriteReport {
+    let mut report = WriteReport {
         files: plan
             .iter()
             .zip(&outcomes)
             .map(|(f, o)| (f.rel_path.clone(), *o))
             .collect(),
         mode_warnings,
+        created_dirs: Vec::new(),
     };
     if report.written() == 0 {
         return Ok(report);
@@ -215,6 +271,7 @@ pub fn write_all(target: &Path, plan: &[PkiFile], force: bool) -> Result<WriteRe
             let _ = fs::remove_dir(d);
         }
     }
+    report.created_dirs = created_dirs;
     result.map(|()| report)
 }
 

@@ -16,7 +16,7 @@ use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::api::PostParams;
 use kube::{Api, Client};
 use kubeflavor_core::certkey::CertificateKey;
-use kubeflavor_core::copycerts::{self, CopyCertsError, EtcdMode, PkiEntry};
+use kubeflavor_core::copycerts::{self, CopyCertsError, EtcdMode, PkiEntry, Provenance};
 use kubeflavor_core::token::BootstrapToken;
 use zeroize::Zeroizing;
 
@@ -56,6 +56,12 @@ pub struct Source {
     pub contents: Option<Zeroizing<Vec<u8>>>,
 }
 
+type Read = (PathBuf, Option<Zeroizing<Vec<u8>>>);
+
+fn explicit(path: &Path) -> Result<Read, CertsError> {
+    Ok((path.to_path_buf(), pki_files::read_optional(path)?))
+}
+
 /// Reads every file the Secret carries, local-etcd or external-etcd set (spec section 3).
 pub fn read_sources(
     pki_dir: &Path,
@@ -68,13 +74,17 @@ pub fn read_sources(
     };
     let mut sources = Vec::new();
     for &entry in PkiEntry::set(mode) {
-        let path = match (external_etcd, entry) {
-            (Some(ext), PkiEntry::ExternalEtcdCaCert) => ext.ca.clone(),
-            (Some(ext), PkiEntry::ExternalEtcdCert) => ext.cert.clone(),
-            (Some(ext), PkiEntry::ExternalEtcdKey) => ext.key.clone(),
-            _ => pki_dir.join(entry.rel_path()),
+        // The external etcd files are named one by one on the command line: read where
+        // they are. The rest is the PKI directory's, links inside it refused.
+        let (path, contents) = match (external_etcd, entry) {
+            (Some(ext), PkiEntry::ExternalEtcdCaCert) => explicit(&ext.ca)?,
+            (Some(ext), PkiEntry::ExternalEtcdCert) => explicit(&ext.cert)?,
+            (Some(ext), PkiEntry::ExternalEtcdKey) => explicit(&ext.key)?,
+            _ => (
+                pki_dir.join(entry.rel_path()),
+                pki_files::read_optional_below(pki_dir, entry.rel_path())?,
+            ),
         };
-        let contents = pki_files::read_optional(&path)?;
         sources.push(Source {
             entry,
             path,
@@ -92,12 +102,14 @@ pub fn read_sources(
 
 /// Encrypts every source (with the key-check and manifest entries), then opens the result
 /// again: that proves the data decrypts, and runs the same checks a download runs (each
-/// certificate parses, each key matches its certificate or public key) before anything
-/// leaves the machine. A broken set would otherwise only fail on the joining node.
+/// certificate parses, each key matches its certificate or public key, each file can serve
+/// what it is used for at `now`) before anything leaves the machine. A broken set would
+/// otherwise only fail on the joining node.
 pub fn seal_sources(
     key: &CertificateKey,
     mode: EtcdMode,
     sources: &[Source],
+    now: Timestamp,
 ) -> Result<BTreeMap<String, Vec<u8>>, CertsError> {
     let present: Vec<(PkiEntry, &[u8])> = sources
         .iter()
@@ -116,8 +128,13 @@ pub fn seal_sources(
             "{what}; nothing was uploaded (fix the PKI directory, or restore the file from a backup)"
         ))
     };
-    match copycerts::open_all(key, &data) {
+    match copycerts::open_for_use(key, &data, Provenance::KubeflavorOrKubeadm, now) {
         Ok(_) => Ok(data),
+        Err(CopyCertsError::Unusable { entry, reason }) => Err(invalid(format!(
+            "{} cannot serve as {}: {reason}",
+            path_of(entry),
+            entry.purpose()
+        ))),
         Err(CopyCertsError::SwappedEntry {
             entry,
             expected,
@@ -165,7 +182,7 @@ pub async fn upload(
         Some(k) => k,
         None => CertificateKey::generate().map_err(|e| CertsError::Other(e.to_string()))?,
     };
-    let data = seal_sources(&key, mode, &sources)?;
+    let data = seal_sources(&key, mode, &sources, now)?;
     let expiration = now
         .checked_add(opts.ttl)
         .and_then(|t| {

@@ -1,8 +1,11 @@
 //! `kubeflavor certs ...`: the command line of the certificate hand-off (issue 6). The work
 //! is in `crate::certs`; this file parses flags, connects, and prints.
 
+pub mod secret_input;
+
 use std::io::Write;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use clap::{Args, Subcommand, ValueEnum};
 use jiff::{SignedDuration, Timestamp};
@@ -19,6 +22,7 @@ use crate::certs::{self, CertsError, DEFAULT_PKI_DIR, ExternalEtcd, inspect};
 use crate::cli::GlobalArgs;
 use crate::cluster::{Cluster, ClusterArgs};
 use crate::error::CliError;
+use secret_input::{SecretFlags, read_key, secret_input_error};
 
 /// A secret flag value as typed (`--certificate-key`, `--token`): zeroized on drop and never
 /// shown by Debug (the parsed arguments are Debug). Validated where it is used, so a
@@ -41,6 +45,10 @@ impl std::fmt::Debug for SecretText {
 }
 
 impl SecretText {
+    pub fn new(s: &str) -> Self {
+        SecretText(zeroize::Zeroizing::new(s.to_owned()))
+    }
+
     pub fn expose(&self) -> &str {
         &self.0
     }
@@ -55,7 +63,45 @@ impl SecretText {
 /// (where every user of the machine can read it in the process list).
 pub const KEY_ENV: &str = "KUBEFLAVOR_CERTIFICATE_KEY";
 
+/// Environment variable that may carry the bootstrap token (`join`, `certs download
+/// --server`).
+pub const TOKEN_ENV: &str = "KUBEFLAVOR_JOIN_TOKEN";
+
+/// The exit codes of `certs`, shown in its `--help`.
+pub const CERTS_EXIT_CODES: &str = "\
+Secrets stay off the command line: --certificate-key-file FILE (or - for stdin), or the
+KUBEFLAVOR_CERTIFICATE_KEY environment variable, instead of --certificate-key; for
+download --server also --token-file FILE (or -) or KUBEFLAVOR_JOIN_TOKEN instead of --token.
+A value on the command line shows in the process list (/proc/<pid>/cmdline) of the machine.
+
+Exit codes:
+  0   done
+  1   any other failure (a secret file that cannot be read included)
+  2   usage: bad flags, two sources for one secret
+  4   refused input (e.g. a --ttl that is not positive)
+  5   the API server could not be reached (download --server: before --timeout)
+  6   the API server refused the caller (403 or 401)
+  10-14  download --server: as 'kubeflavor join --help' says (token, pin, discovery)
+  20  the certificate key is malformed (not 64 hexadecimal characters)
+  21  the certificate key is wrong (the Secret was not encrypted with it)
+  22  an entry of kubeadm-certs was changed after the upload
+  23  entries were swapped or replaced, do not match each other, or cannot serve their
+      use (a ca.crt that is no CA, expired or not yet valid, with a second certificate;
+      a key file with another PEM block appended)
+  24  an entry of kubeadm-certs is missing
+  25  kube-system/kubeadm-certs is missing or expired
+  26  a PKI file cannot be read, or is a symbolic link inside --pki-dir
+  27  the PKI files are not a consistent, usable set (upload refuses what download would)
+  28  the target cannot be written, or holds a symbolic link inside --pki-dir
+  29  existing files differ from the downloaded ones (--force replaces them)
+  30  a Secret written by kubeadm (no kubeflavor key check) did not decrypt: wrong key or
+      tampered entry
+  31  a Secret without kubeflavor's key check (--accept-kubeadm-secret accepts it)
+
+Every failure is one line on stderr: error: <what> (<what to do>).";
+
 #[derive(Debug, Subcommand)]
+#[command(after_long_help = CERTS_EXIT_CODES)]
 pub enum CertsCommand {
     /// Print a new certificate key (64 hex characters), like `kubeadm certs certificate-key`.
     Key,
@@ -105,10 +151,14 @@ pub struct UploadArgs {
     /// kubeadm's PKI directory.
     #[arg(long, value_name = "DIR", default_value = DEFAULT_PKI_DIR)]
     pub pki_dir: PathBuf,
-    /// Encrypt with this key (64 hex characters) instead of a fresh one. Also read from
-    /// the KUBEFLAVOR_CERTIFICATE_KEY environment variable.
-    #[arg(long, value_name = "KEY", env = KEY_ENV, hide_env_values = true)]
+    /// Encrypt with this key (64 hex characters) instead of a fresh one. Shows in the
+    /// process list: prefer --certificate-key-file or KUBEFLAVOR_CERTIFICATE_KEY.
+    #[arg(long, value_name = "KEY")]
     pub certificate_key: Option<SecretText>,
+    /// Read the key to encrypt with from this file (`-`: stdin). The
+    /// KUBEFLAVOR_CERTIFICATE_KEY environment variable is read when neither flag is given.
+    #[arg(long, value_name = "FILE", conflicts_with = "certificate_key")]
+    pub certificate_key_file: Option<PathBuf>,
     /// External etcd: its CA certificate (instead of etcd/ca.* from the PKI directory).
     #[arg(long, value_name = "FILE", requires_all = ["external_etcd_cert", "external_etcd_key"])]
     pub external_etcd_ca: Option<PathBuf>,
@@ -131,24 +181,59 @@ pub struct UploadArgs {
 
 #[derive(Debug, Args)]
 pub struct KeyArgs {
-    /// The key printed by `kubeflavor certs upload` (64 hex characters). Also read from
-    /// the KUBEFLAVOR_CERTIFICATE_KEY environment variable.
-    #[arg(long, value_name = "KEY", env = KEY_ENV, hide_env_values = true)]
+    /// The key printed by `kubeflavor certs upload` (64 hex characters). Shows in the
+    /// process list: prefer --certificate-key-file or KUBEFLAVOR_CERTIFICATE_KEY.
+    #[arg(long, value_name = "KEY")]
     pub certificate_key: Option<SecretText>,
+    /// Read the key from this file (`-`: stdin). The KUBEFLAVOR_CERTIFICATE_KEY environment
+    /// variable is read when neither flag is given.
+    #[arg(long, value_name = "FILE", conflicts_with = "certificate_key")]
+    pub certificate_key_file: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
 pub struct BootstrapArgs {
     /// Read the Secret as a bootstrap token identity on this API server (host:port),
     /// discovering and pinning its CA as `kubeadm join` does, instead of a kubeconfig.
-    #[arg(long, value_name = "HOST:PORT", requires_all = ["token", "discovery_token_ca_cert_hash"])]
+    #[arg(
+        long,
+        value_name = "HOST:PORT",
+        requires = "discovery_token_ca_cert_hash"
+    )]
     pub server: Option<String>,
-    /// Bootstrap token (from `kubeflavor token create --control-plane`).
+    /// Bootstrap token (from `kubeflavor token create --control-plane`). Shows in the
+    /// process list: prefer --token-file or KUBEFLAVOR_JOIN_TOKEN.
     #[arg(long, value_name = "TOKEN", requires = "server")]
     pub token: Option<SecretText>,
+    /// Read the bootstrap token from this file (`-`: stdin). The KUBEFLAVOR_JOIN_TOKEN
+    /// environment variable is read when neither flag is given.
+    #[arg(
+        long,
+        value_name = "FILE",
+        requires = "server",
+        conflicts_with = "token"
+    )]
+    pub token_file: Option<PathBuf>,
     /// Pin of the cluster CA, `sha256:<hex>` (repeatable).
     #[arg(long, value_name = "sha256:HEX", requires = "server")]
     pub discovery_token_ca_cert_hash: Vec<String>,
+    /// Give up discovery after this long (e.g. 30s, 5m, 1m30s).
+    #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = crate::cmd::join::parse_duration)]
+    pub timeout: Duration,
+}
+
+impl BootstrapArgs {
+    /// The token, from --token, --token-file or KUBEFLAVOR_JOIN_TOKEN.
+    pub fn token(&self) -> Result<Option<SecretText>, CliError> {
+        SecretFlags {
+            value: self.token.as_ref(),
+            file: self.token_file.as_deref(),
+            file_flag: "--token-file",
+            env: TOKEN_ENV,
+        }
+        .read()
+        .map_err(secret_input_error)
+    }
 }
 
 #[derive(Debug, Args)]
@@ -191,19 +276,18 @@ fn parse_ttl(s: &str) -> Result<SignedDuration, String> {
 
 impl KeyArgs {
     fn required(&self) -> Result<CertificateKey, CertsError> {
-        match &self.certificate_key {
-            Some(k) => k.certificate_key(),
-            None => Err(CertsError::MalformedKey(format!(
-                "no certificate key given (pass --certificate-key with the key 'kubeflavor certs upload' printed, or set {KEY_ENV})"
-            ))),
-        }
+        self.optional()?.ok_or_else(|| {
+            CertsError::MalformedKey(format!(
+                "no certificate key given (pass --certificate-key-file with a file holding the key 'kubeflavor certs upload' printed, or set {KEY_ENV})"
+            ))
+        })
     }
 
     fn optional(&self) -> Result<Option<CertificateKey>, CertsError> {
-        self.certificate_key
-            .as_ref()
-            .map(SecretText::certificate_key)
-            .transpose()
+        read_key(
+            self.certificate_key.as_ref(),
+            self.certificate_key_file.as_deref(),
+        )
     }
 }
 
@@ -234,11 +318,10 @@ pub async fn upload(
     now: Timestamp,
     out: &mut dyn Write,
 ) -> Result<Uploaded, CertsError> {
-    let key = args
-        .certificate_key
-        .as_ref()
-        .map(SecretText::certificate_key)
-        .transpose()?;
+    let key = read_key(
+        args.certificate_key.as_ref(),
+        args.certificate_key_file.as_deref(),
+    )?;
     let external_etcd = match (
         &args.external_etcd_ca,
         &args.external_etcd_cert,
@@ -270,6 +353,12 @@ pub async fn upload(
         up.expiration,
         up.proxy_token_id,
         up.readable_by.group()
+    )
+    .map_err(output_error)?;
+    // How to hand the key over without it showing in a process list on either machine.
+    writeln!(
+        out,
+        "[upload-certs] Give the key to the joining node in a file only root can read: 'kubeflavor join --control-plane --certificate-key-file FILE' (or 'certs download --certificate-key-file FILE', '-' for stdin, or {KEY_ENV}); on a command line every user of the node sees it"
     )
     .map_err(output_error)?;
     // kubeadm's exact two lines: scripts take the key from the last line.
@@ -306,9 +395,12 @@ pub async fn download_with(
         "[download-certs] Downloading the certificates in Secret \"kubeadm-certs\" in the \"kube-system\" Namespace"
     )
     .map_err(output_error)?;
-    let report = certs::download::download(client, opts, now).await?;
-    print_report(out, "[download-certs]", &opts.pki_dir, &report)?;
-    Ok(report)
+    let downloaded = certs::download::download(client, opts, now).await?;
+    if let Some(never) = downloaded.never_expires {
+        writeln!(out, "[download-certs] {}", never.warning()).map_err(output_error)?;
+    }
+    print_report(out, "[download-certs]", &opts.pki_dir, &downloaded.written)?;
+    Ok(downloaded.written)
 }
 
 /// `certs inspect`, given a client.
@@ -382,6 +474,14 @@ pub async fn execute(
             Ok(())
         }
         CertsCommand::Download(args) => {
+            secret_input::one_stdin(&[
+                (
+                    "--certificate-key-file",
+                    args.key.certificate_key_file.as_deref(),
+                ),
+                ("--token-file", args.bootstrap.token_file.as_deref()),
+            ])
+            .map_err(secret_input_error)?;
             // Parse the key before any network traffic: a typo fails fast (exit 20).
             let key = args.key.required()?;
             let client = match &args.bootstrap.server {
@@ -421,15 +521,19 @@ async fn connect(global: &GlobalArgs) -> Result<Cluster, CliError> {
 pub fn join_download_options(
     args: &crate::cmd::join::JoinArgs,
 ) -> Result<Option<DownloadOptions>, CliError> {
-    match (&args.certificate_key, args.control_plane) {
-        (Some(key), true) => Ok(Some(DownloadOptions {
-            pki_dir: args.kubelet_dir.join("pki"),
-            key: key.certificate_key()?,
-            force: false,
-            provenance: provenance(args.accept_kubeadm_secret),
-        })),
-        _ => Ok(None),
+    if !args.control_plane {
+        return Ok(None);
     }
+    let key = read_key(
+        args.certificate_key.as_ref(),
+        args.certificate_key_file.as_deref(),
+    )?;
+    Ok(key.map(|key| DownloadOptions {
+        pki_dir: args.kubelet_dir.join("pki"),
+        key,
+        force: false,
+        provenance: provenance(args.accept_kubeadm_secret),
+    }))
 }
 
 #[cfg(test)]

@@ -32,6 +32,25 @@ Files, in --kubelet-dir (default /etc/kubernetes), each written atomically:
   pki/ca.crt              the cluster CA discovery authenticated (mode 0644), unless it
                           is there already (--control-plane downloads it)
   kubelet.conf            with --tls-bootstrap: the node's client certificate (mode 0600)
+  pki/...                 with --control-plane --certificate-key-file: the CA set of
+                          'kubeflavor certs upload' (keys 0600)
+An existing bootstrap-kubelet.conf or kubelet.conf (a dangling symlink included) stops the
+join before any network traffic, as kubeadm's preflight does; so does a kubelet-config.yaml
+with other content. A failed join removes every file and directory it created (the
+downloaded CA keys included) and leaves what was there before untouched.
+
+The CA: with --discovery-token-ca-cert-hash, only the certificates of cluster-info's CA
+bundle that match a given pin are trusted (for the CA-verified read and the certificate
+download) and written (bootstrap-kubelet.conf, kubelet.conf, pki/ca.crt): anyone who signs
+a cluster-info with a leaked token can put a CA of their own next to the pinned one.
+Without a pin (--discovery-token-unsafe-skip-ca-verification) every CA in the signed bundle
+is trusted, as kubeadm does; join names each by its pin in a warning.
+
+Secrets: --token-file FILE and --certificate-key-file FILE ('-' for stdin, one of them at
+most), or KUBEFLAVOR_JOIN_TOKEN and KUBEFLAVOR_CERTIFICATE_KEY, keep the token and the key
+off the command line, where every user of the node can read them (/proc/<pid>/cmdline).
+--token and --certificate-key (kubeadm's flags) still work. Discovery reads at most 1 MiB
+of cluster-info (a real one is a few KiB).
 
 Printed: the kubelet flags to start the kubelet with, none of them deprecated in kubelet
 v1.36 (rotation and the taint are config-file fields, so they are in kubelet-config.yaml):
@@ -44,19 +63,26 @@ keep its --config instead.
 
 Exit codes:
   0   joined
-  1   any other failure
-  2   usage: bad flags, endpoint or node name
+  1   any other failure (among them a cluster-info answer over 1 MiB, or a secret file
+      that cannot be read)
+  2   usage: bad flags, endpoint or node name, no token, two secrets from stdin
   5   the API server could not be reached before --timeout
   6   cluster-info is not readable anonymously, or the token may not create CSRs
   10  the token is malformed (not <6 a-z0-9>.<16 a-z0-9>)
   11  a --discovery-token-ca-cert-hash is malformed (not sha256:<64 hex>)
   12  no --discovery-token-ca-cert-hash and no --discovery-token-unsafe-skip-ca-verification
-  13  the cluster CA does not match the pin, or the cluster failed the CA-verified re-read:
-      this may be an attack
-  14  the token is invalid or expired (cluster-info carries no valid signature for it,
-      or the API server refused it)
+  13  this may be an attack: the cluster CA does not match the pin, the cluster failed the
+      CA-verified re-read, or cluster-info's signature for the token's id does not verify
+      with its secret (a wrong secret gives the same signature failure as a cluster-info
+      changed by someone without the token; a mistyped secret under the right id is rare,
+      tampering is what matters, so it is reported as that: check the token first)
+  14  the token is invalid or expired (cluster-info carries no signature for its id, or
+      the API server refused it)
   15  the cluster refused this node (its certificate signing request was denied)
-  16  the kubelet directory is not writable, or this node already has a kubelet.conf
+  16  the kubelet directory is not writable, or this node already has a kubelet.conf or
+      bootstrap-kubelet.conf (or a kubelet-config.yaml with other content)
+  20-31  with --control-plane: the certificate download failed, as 'kubeflavor certs
+      --help' lists (e.g. 21 wrong certificate key)
 
 The token secret is never printed. A failed join leaves no file behind.";
 
@@ -66,9 +92,15 @@ pub struct JoinArgs {
     /// The API server to discover the cluster from, as host:port (e.g. 192.0.2.10:6443).
     pub endpoint: String,
 
-    /// The bootstrap token, <id>.<secret> (from 'kubeflavor token create').
-    #[arg(long, env = "KUBEFLAVOR_JOIN_TOKEN", hide_env_values = true)]
-    pub token: String,
+    /// The bootstrap token, <id>.<secret> (from 'kubeflavor token create'). Shows in the
+    /// process list: prefer --token-file or KUBEFLAVOR_JOIN_TOKEN.
+    #[arg(long, value_name = "TOKEN")]
+    pub token: Option<crate::cmd::certs::SecretText>,
+
+    /// Read the bootstrap token from this file (`-`: stdin). The KUBEFLAVOR_JOIN_TOKEN
+    /// environment variable is read when neither flag is given.
+    #[arg(long, value_name = "FILE", conflicts_with = "token")]
+    pub token_file: Option<PathBuf>,
 
     /// Pin of the cluster CA's public key, sha256:<hex> (repeatable: any match passes).
     #[arg(long = "discovery-token-ca-cert-hash", value_name = "sha256:HEX")]
@@ -101,15 +133,22 @@ pub struct JoinArgs {
     #[arg(long, default_value = "5s", value_parser = parse_duration, hide = true)]
     pub discovery_retry_interval: Duration,
 
-    /// Join as a control-plane node. With --certificate-key, download the cluster's CA
-    /// material (uploaded by 'kubeflavor certs upload') into <kubelet-dir>/pki.
+    /// Join as a control-plane node. With a certificate key (--certificate-key-file,
+    /// KUBEFLAVOR_CERTIFICATE_KEY or --certificate-key), download the cluster's CA material
+    /// (uploaded by 'kubeflavor certs upload') into <kubelet-dir>/pki.
     #[arg(long)]
     pub control_plane: bool,
 
     /// With --control-plane: the key printed by 'kubeflavor certs upload' (64 hex
-    /// characters). Also read from the KUBEFLAVOR_CERTIFICATE_KEY environment variable.
-    #[arg(long, value_name = "KEY", env = crate::cmd::certs::KEY_ENV, hide_env_values = true)]
+    /// characters). Shows in the process list: prefer --certificate-key-file or
+    /// KUBEFLAVOR_CERTIFICATE_KEY.
+    #[arg(long, value_name = "KEY")]
     pub certificate_key: Option<crate::cmd::certs::SecretText>,
+
+    /// With --control-plane: read the key from this file (`-`: stdin). The
+    /// KUBEFLAVOR_CERTIFICATE_KEY environment variable is read when neither flag is given.
+    #[arg(long, value_name = "FILE", conflicts_with = "certificate_key")]
+    pub certificate_key_file: Option<PathBuf>,
 
     /// With --control-plane: also accept certificates uploaded by kubeadm (no kubeflavor
     /// key check).
@@ -117,7 +156,7 @@ pub struct JoinArgs {
     pub accept_kubeadm_secret: bool,
 }
 
-fn parse_duration(s: &str) -> Result<Duration, String> {
+pub(crate) fn parse_duration(s: &str) -> Result<Duration, String> {
     let d: jiff::SignedDuration = s
         .parse()
         .map_err(|e| format!("{s:?} is not a duration ({e}); use e.g. 30s, 5m, 1m30s"))?;
@@ -159,8 +198,34 @@ pub(crate) fn parse_pins(hashes: &[String], fix: &str) -> Result<Vec<CaPin>, Cli
 pub fn options(args: &JoinArgs) -> Result<JoinOptions, CliError> {
     let endpoint =
         join::parse_endpoint(&args.endpoint).map_err(|m| CliError::bare(ExitCode::Usage, m))?;
+    crate::cmd::certs::secret_input::one_stdin(&[
+        ("--token-file", args.token_file.as_deref()),
+        (
+            "--certificate-key-file",
+            args.certificate_key_file.as_deref(),
+        ),
+    ])
+    .map_err(|e| CliError::bare(ExitCode::Usage, e.to_string()))?;
+    let token = crate::cmd::certs::secret_input::SecretFlags {
+        value: args.token.as_ref(),
+        file: args.token_file.as_deref(),
+        file_flag: "--token-file",
+        env: crate::cmd::certs::TOKEN_ENV,
+    }
+    .read()
+    .map_err(|e| CliError::bare(ExitCode::Error, e.to_string()))?
+    .ok_or_else(|| {
+        CliError::new(
+            ExitCode::Usage,
+            "no bootstrap token given",
+            format_args!(
+                "pass --token-file with a file holding the token from 'kubeflavor token create', --token, or set {}",
+                crate::cmd::certs::TOKEN_ENV
+            ),
+        )
+    })?;
     let token = parse_token(
-        &args.token,
+        token.expose(),
         "copy the whole token from 'kubeflavor token create', e.g. abcdef.0123456789abcdef",
     )?;
     let pins = parse_pins(
@@ -255,18 +320,23 @@ pub async fn run_with(
 pub fn exit_code(err: &JoinError) -> ExitCode {
     match err {
         JoinError::Certs(e) => e.exit(),
-        JoinError::KubeletDir(_) | JoinError::AlreadyJoined(_) => ExitCode::JoinKubeletDir,
+        JoinError::KubeletDir(_)
+        | JoinError::AlreadyJoined(_)
+        | JoinError::BootstrapPending(_)
+        | JoinError::KubeletConfigExists(_) => ExitCode::JoinKubeletDir,
         JoinError::Discovery(d) => match d {
             DiscoveryError::Unreachable { .. } => ExitCode::Unreachable,
             DiscoveryError::ClusterInfoForbidden { .. } => ExitCode::Forbidden,
-            DiscoveryError::NoSignature { .. } | DiscoveryError::BadSignature { .. } => {
-                ExitCode::JoinTokenInvalid
-            }
-            DiscoveryError::PinMismatch { .. }
+            DiscoveryError::NoSignature { .. } => ExitCode::JoinTokenInvalid,
+            // A signature for the token's id that does not verify: a wrong secret or a
+            // cluster-info changed by someone without the token (see JOIN_EXIT_CODES).
+            DiscoveryError::BadSignature { .. }
+            | DiscoveryError::PinMismatch { .. }
             | DiscoveryError::VerifiedFetchFailed { .. }
             | DiscoveryError::ClusterInfoChanged => ExitCode::JoinCaMismatch,
             DiscoveryError::NoClusterInfo { .. }
             | DiscoveryError::BadKubeconfig(_)
+            | DiscoveryError::ClusterInfoTooLarge { .. }
             | DiscoveryError::Client { .. } => ExitCode::Error,
         },
         JoinError::TlsBootstrap(t) => match t {
@@ -434,7 +504,8 @@ mod tests {
     fn malformed_token_and_pin_have_their_own_exit_codes_and_never_echo_the_secret() {
         let args = |token: &str, pin: &str| JoinArgs {
             endpoint: "192.0.2.10:6443".into(),
-            token: token.into(),
+            token: Some(crate::cmd::certs::SecretText::new(token)),
+            token_file: None,
             ca_cert_hashes: vec![pin.into()],
             unsafe_skip_ca_verification: false,
             node_name: Some("worker-1".into()),
@@ -444,6 +515,7 @@ mod tests {
             discovery_retry_interval: Duration::from_secs(1),
             control_plane: false,
             certificate_key: None,
+            certificate_key_file: None,
             accept_kubeadm_secret: false,
         };
         let good_pin = format!("sha256:{}", "a".repeat(64));
@@ -463,5 +535,25 @@ mod tests {
             options(&no_pin).unwrap().ca_check,
             CaCheck::UnsafeSkip
         ));
+
+        // The token from a file, without its newline; none at all is a usage error
+        // (KUBEFLAVOR_JOIN_TOKEN is not set in the test environment).
+        let dir = tempfile::tempdir().unwrap();
+        let token_file = dir.path().join("token");
+        std::fs::write(&token_file, "abcdef.0123456789abcdef\n").unwrap();
+        let mut from_file = args("unused", &good_pin);
+        from_file.token = None;
+        from_file.token_file = Some(token_file.clone());
+        assert_eq!(options(&from_file).unwrap().token.id().as_str(), "abcdef");
+        from_file.token_file = None;
+        if std::env::var_os(crate::cmd::certs::TOKEN_ENV).is_none() {
+            let err = options(&from_file).unwrap_err();
+            assert_eq!(err.code, ExitCode::Usage);
+            assert!(err.message.contains("--token-file"), "{}", err.message);
+        }
+        // Two secrets cannot both come from stdin.
+        from_file.token_file = Some("-".into());
+        from_file.certificate_key_file = Some("-".into());
+        assert_eq!(options(&from_file).unwrap_err().code, ExitCode::Usage);
     }
 }

@@ -7,9 +7,15 @@
 //! 2. Verify that detached JWS with the token secret: only someone holding the token (the
 //!    cluster) could have signed this kubeconfig.
 //! 3. Check the pin (`--discovery-token-ca-cert-hash`) against the CA certificates the
-//!    kubeconfig names: the JWS alone proves nothing to a node whose token leaked.
-//! 4. Fetch cluster-info again over TLS verified by that CA and require the very same
-//!    `kubeconfig` bytes.
+//!    kubeconfig names: the JWS alone proves nothing to a node whose token leaked. From
+//!    here on only the pinned certificates exist: whoever signed with a leaked token may
+//!    have put its own CA next to the real one.
+//! 4. Fetch cluster-info again over TLS verified by those certificates and require the very
+//!    same `kubeconfig` bytes.
+//!
+//! The first read is unauthenticated, so what it may cost is bounded: a cluster-info
+//! answer larger than [`MAX_CLUSTER_INFO_BYTES`](super::fetch::MAX_CLUSTER_INFO_BYTES) is
+//! refused as it streams in.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -54,7 +60,9 @@ pub struct DiscoveredCluster {
     /// The API server URL cluster-info names (not necessarily the join endpoint: behind a
     /// load balancer they differ, and the kubelet must use this one).
     pub server: String,
-    /// `certificate-authority-data` exactly as published (a PEM bundle).
+    /// The CA certificates to trust, as a PEM bundle: with pins, only the certificates of
+    /// `certificate-authority-data` that match a pin; without, all of them. This is what
+    /// bootstrap-kubelet.conf, kubelet.conf and pki/ca.crt hold.
     pub ca_pem: Vec<u8>,
     /// The same certificates as DER, to verify TLS with.
     pub ca_certs_der: Vec<Vec<u8>>,
@@ -92,10 +100,17 @@ pub enum DiscoveryError {
     },
     #[error("cannot set up the HTTPS client for {endpoint}: {cause}")]
     Client { endpoint: String, cause: String },
+    /// A signature for the token's id exists but does not verify with its secret: the
+    /// secret part of the token is wrong, or someone without the token changed
+    /// cluster-info. Nothing tells the two apart; the second is the one that matters.
     #[error(
-        "the token is invalid: cluster-info's signature for token id {token_id} does not verify with this token's secret, so this API server cannot be trusted (check the token; create a new one if it was mistyped)"
+        "cluster-info's signature for token id {token_id} does not verify with this token's secret: either the token's secret is wrong, or cluster-info was changed by someone who does not hold the token; this may be an attack (compare the token with the one you were given; if it is exactly that, do not join through this endpoint and tell the cluster's administrator)"
     )]
     BadSignature { token_id: TokenId },
+    #[error(
+        "the cluster-info answer is larger than {limit} (a real one is a few KiB), so it was not read further; the endpoint {endpoint} is not a Kubernetes API server serving kubeadm's cluster-info, or someone is in the way (check the endpoint)"
+    )]
+    ClusterInfoTooLarge { endpoint: String, limit: String },
     #[error(
         "cluster-info's kubeconfig is not usable: {0} (the cluster's kube-public/cluster-info is damaged; ask its administrator)"
     )]
@@ -145,6 +160,18 @@ pub async fn discover(
 
     match &cfg.ca_check {
         CaCheck::UnsafeSkip => {
+            // Nothing chose these CAs but whoever signed with the token: name each by its
+            // pin, so the administrator can check them and pin them next time.
+            let pins: Vec<String> = cluster
+                .ca_certs_der
+                .iter()
+                .filter_map(|der| CaPin::from_cert_der(der).ok())
+                .map(|pin| pin.to_string())
+                .collect();
+            report.warn(&format!(
+                "WARNING: without a pin, trusting the CA certificates cluster-info names: {} (check them with the cluster's administrator; pass them as --discovery-token-ca-cert-hash next time)",
+                pins.join(", ")
+            ));
             report.info(&format!(
                 "[discovery] Cluster info signature and contents are valid and no TLS pinning was specified, will use API Server {endpoint:?}"
             ));
@@ -163,10 +190,7 @@ pub async fn discover(
                 report,
             )
             .await
-            .map_err(|f| DiscoveryError::VerifiedFetchFailed {
-                endpoint: endpoint.clone(),
-                cause: f.describe(),
-            })?;
+            .map_err(|f| f.into_verified_error(&endpoint))?;
             require_same_kubeconfig(&kubeconfig_text, &second)?;
             report.info(&format!(
                 "[discovery] Cluster info signature and contents are valid and TLS certificate validates against pinned roots, will use API Server {endpoint:?}"
@@ -180,7 +204,8 @@ pub async fn discover(
 /// [`verify_cluster_info`](kubeflavor_core::discovery::verify_cluster_info): the token's
 /// detached JWS over the kubeconfig bytes, the kubeconfig's shape, and (with pins) at least
 /// one CA certificate carrying a pinned key (kubeadm's `CheckAny`: during a CA rotation
-/// cluster-info carries old and new CA). Returns the signed kubeconfig text and the cluster.
+/// cluster-info carries old and new CA). Returns the signed kubeconfig text and the cluster,
+/// whose CA certificates are the pinned ones only.
 pub fn authenticate(
     data: &BTreeMap<String, String>,
     token: &BootstrapToken,
@@ -301,12 +326,18 @@ mod tests {
     }
 
     #[test]
-    fn signature_by_another_secret_is_an_invalid_token() {
+    fn signature_by_another_secret_is_a_wrong_secret_or_an_attack() {
         let (ca, _) = two_cas();
         let data = cluster_info(&[&ca], "fedcba9876543210");
         let err = authenticate(&data, &token(), &pinned(&ca), "e").unwrap_err();
         assert!(matches!(err, DiscoveryError::BadSignature { .. }), "{err}");
-        assert!(err.to_string().starts_with("the token is invalid"), "{err}");
+        let text = err.to_string();
+        assert!(
+            text.contains("either the token's secret is wrong"),
+            "{text}"
+        );
+        assert!(text.contains("this may be an attack"), "{text}");
+        assert!(!text.contains("0123456789abcdef"), "{text}");
     }
 
     #[test]
@@ -366,13 +397,17 @@ mod tests {
     }
 
     #[test]
-    fn any_pinned_ca_in_the_bundle_passes_as_during_a_rotation() {
+    fn any_pinned_ca_in_the_bundle_passes_and_only_it_is_kept() {
         let (ca, other) = two_cas();
         let data = cluster_info(&[&ca, &other], "0123456789abcdef");
         let unrelated: CaPin = format!("sha256:{}", "0".repeat(64)).parse().unwrap();
         let pins = CaCheck::Pinned(vec![unrelated, CaPin::from_cert_der(&other).unwrap()]);
         let (_, cluster) = authenticate(&data, &token(), &pins, "e").unwrap();
-        assert_eq!(cluster.ca_certs_der.len(), 2);
+        assert_eq!(cluster.ca_certs_der, std::slice::from_ref(&other));
+        assert_eq!(
+            kubeflavor_core::keys::parse_certificates_pem(&cluster.ca_pem).unwrap(),
+            [other]
+        );
     }
 
     #[test]

@@ -1,17 +1,32 @@
 //! Reading `kube-public/cluster-info` during discovery: the two clients (unverified, then
 //! verified by the discovered CA) and kubeadm's retry loop around them.
+//!
+//! The first read is answered by whatever listens at the endpoint, before anything is
+//! verified: its body is read as it streams in and abandoned past
+//! [`MAX_CLUSTER_INFO_BYTES`], so a server sending hundreds of megabytes costs this process
+//! one megabyte.
 
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::time::Duration;
 
+use http_body_util::BodyExt as _;
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube::{Api, Client};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Status;
+use kube::Client;
 use kubeflavor_core::token::TokenId;
 use tokio::time::Instant;
 
 use super::Report;
 use super::discovery::{CLUSTER_INFO_NAME, CLUSTER_INFO_NAMESPACE, DiscoveryError, JWS_KEY_PREFIX};
+
+/// The most a cluster-info answer may hold (1 MiB). kubeadm's cluster-info is a kubeconfig
+/// with one CA bundle plus one signature per signing token: a few KiB. Anything near this
+/// bound is not a cluster-info, and is not read further.
+pub const MAX_CLUSTER_INFO_BYTES: usize = 1 << 20;
+
+/// [`MAX_CLUSTER_INFO_BYTES`] as the error message says it.
+pub const MAX_CLUSTER_INFO: &str = "1 MiB";
 
 /// One failed read of cluster-info.
 #[derive(Debug)]
@@ -20,6 +35,8 @@ pub enum FetchError {
     Forbidden(String),
     /// 404: the ConfigMap is not there (yet).
     NotFound,
+    /// The answer grew past [`MAX_CLUSTER_INFO_BYTES`]: retrying will not help.
+    TooLarge,
     /// Anything else (connection refused, TLS, 5xx): retried.
     Failed(String),
 }
@@ -28,6 +45,8 @@ pub enum FetchError {
 #[derive(Debug)]
 pub enum PollFailure {
     Forbidden(String),
+    /// An answer past [`MAX_CLUSTER_INFO_BYTES`].
+    TooLarge,
     /// The deadline passed; the last problem seen.
     TimedOut(LastProblem),
 }
@@ -52,6 +71,7 @@ impl PollFailure {
                 endpoint: endpoint.to_string(),
                 message,
             },
+            PollFailure::TooLarge => too_large(endpoint),
             PollFailure::TimedOut(LastProblem::Unreachable(cause)) => DiscoveryError::Unreachable {
                 endpoint: endpoint.to_string(),
                 timeout,
@@ -68,9 +88,22 @@ impl PollFailure {
         }
     }
 
+    /// The error of the CA-verified read: the server could not show it holds the pinned
+    /// CA, except for an oversized answer, which is that whatever the server.
+    pub(super) fn into_verified_error(self, endpoint: &str) -> DiscoveryError {
+        match self {
+            PollFailure::TooLarge => too_large(endpoint),
+            other => DiscoveryError::VerifiedFetchFailed {
+                endpoint: endpoint.to_string(),
+                cause: other.describe(),
+            },
+        }
+    }
+
     pub(super) fn describe(&self) -> String {
         match self {
             PollFailure::Forbidden(m) => m.clone(),
+            PollFailure::TooLarge => format!("an answer larger than {MAX_CLUSTER_INFO}"),
             PollFailure::TimedOut(LastProblem::Unreachable(cause)) => cause.clone(),
             PollFailure::TimedOut(LastProblem::NoClusterInfo) => "cluster-info disappeared".into(),
             PollFailure::TimedOut(LastProblem::NoSignature) => {
@@ -107,6 +140,7 @@ where
                 LastProblem::NoSignature
             }
             Ok(Err(FetchError::Forbidden(message))) => return Err(PollFailure::Forbidden(message)),
+            Ok(Err(FetchError::TooLarge)) => return Err(PollFailure::TooLarge),
             Ok(Err(FetchError::NotFound)) => {
                 report.info(
                     "[discovery] The cluster-info ConfigMap does not exist yet, will try again",
@@ -129,18 +163,64 @@ where
     }
 }
 
+fn too_large(endpoint: &str) -> DiscoveryError {
+    DiscoveryError::ClusterInfoTooLarge {
+        endpoint: endpoint.to_string(),
+        limit: MAX_CLUSTER_INFO.to_string(),
+    }
+}
+
+/// One GET of cluster-info, its body read up to [`MAX_CLUSTER_INFO_BYTES`] (error answers
+/// included: kube-rs would read those whole too).
 pub(super) async fn fetch_cluster_info(
     client: Client,
 ) -> Result<BTreeMap<String, String>, FetchError> {
-    let api: Api<ConfigMap> = Api::namespaced(client, CLUSTER_INFO_NAMESPACE);
-    match api.get(CLUSTER_INFO_NAME).await {
-        Ok(cm) => Ok(cm.data.unwrap_or_default()),
-        Err(kube::Error::Api(status)) if status.code == 401 || status.code == 403 => {
-            Err(FetchError::Forbidden(status.message.clone()))
-        }
-        Err(kube::Error::Api(status)) if status.code == 404 => Err(FetchError::NotFound),
-        Err(e) => Err(FetchError::Failed(error_chain(&e))),
+    let path =
+        format!("/api/v1/namespaces/{CLUSTER_INFO_NAMESPACE}/configmaps/{CLUSTER_INFO_NAME}");
+    let request = http::Request::get(path)
+        .header(http::header::ACCEPT, "application/json")
+        .body(kube::client::Body::empty())
+        .map_err(|e| FetchError::Failed(e.to_string()))?;
+    let response = client
+        .send(request)
+        .await
+        .map_err(|e| FetchError::Failed(error_chain(&e)))?;
+    let status = response.status();
+    let body = read_capped(response.into_body(), MAX_CLUSTER_INFO_BYTES).await?;
+    if status.is_success() {
+        let cm: ConfigMap = serde_json::from_slice(&body)
+            .map_err(|e| FetchError::Failed(format!("the answer is not a ConfigMap: {e}")))?;
+        return Ok(cm.data.unwrap_or_default());
     }
+    // The message of the API server's Status, or the start of whatever else came back.
+    let message = serde_json::from_slice::<Status>(&body)
+        .ok()
+        .and_then(|s| s.message)
+        .unwrap_or_else(|| String::from_utf8_lossy(&body[..body.len().min(200)]).into_owned());
+    match status.as_u16() {
+        401 | 403 => Err(FetchError::Forbidden(message)),
+        404 => Err(FetchError::NotFound),
+        code => Err(FetchError::Failed(format!("HTTP {code}: {message}"))),
+    }
+}
+
+/// Reads a response body frame by frame, giving up as soon as it exceeds `limit` bytes (a
+/// declared Content-Length above it ends the read before any of the body).
+async fn read_capped(mut body: kube::client::Body, limit: usize) -> Result<Vec<u8>, FetchError> {
+    if hyper::body::Body::size_hint(&body).lower() > limit as u64 {
+        return Err(FetchError::TooLarge);
+    }
+    let mut read = Vec::new();
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|e| FetchError::Failed(error_chain(&e)))?;
+        if let Some(data) = frame.data_ref() {
+            if read.len() + data.len() > limit {
+                return Err(FetchError::TooLarge);
+            }
+            read.extend_from_slice(data);
+        }
+    }
+    Ok(read)
 }
 
 /// Anonymous, and the ONLY client in kubeflavor that accepts any server certificate: the
@@ -333,7 +413,17 @@ mod tests {
         assert_eq!(calls, 1);
     }
 
-    /// Two unrelated CA certificates (DER): the cluster CA and, say, the front-proxy CA.
+    #[tokio::test]
+    async fn a_body_past_the_cap_is_refused_and_one_at_the_cap_read() {
+        let at_cap = kube::client::Body::from(vec![b'a'; 1024]);
+        assert_eq!(read_capped(at_cap, 1024).await.unwrap().len(), 1024);
+        let past = kube::client::Body::from(vec![b'a'; 1025]);
+        assert!(matches!(
+            read_capped(past, 1024).await,
+            Err(FetchError::TooLarge)
+        ));
+    }
+
     #[test]
     fn durations_read_like_the_flag() {
         assert_eq!(human_duration(Duration::from_secs(300)), "5m");

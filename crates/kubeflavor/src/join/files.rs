@@ -81,10 +81,27 @@ pub fn remove_if_present(path: &Path) -> Result<(), WriteError> {
     }
 }
 
+/// Whether anything exists at `path`, a dangling symbolic link included (`Path::exists`
+/// follows links and says no to one): for the checks that must not miss a file.
+pub fn is_present(path: &Path) -> bool {
+    fs::symlink_metadata(path).is_ok()
+}
+
+/// The content of `path`, or `None` when nothing is there.
+pub fn read_if_present(path: &Path) -> Result<Option<Vec<u8>>, WriteError> {
+    match fs::read(path) {
+        Ok(bytes) => Ok(Some(bytes)),
+        Err(e) if e.kind() == io::ErrorKind::NotFound && !is_present(path) => Ok(None),
+        Err(e) => Err(WriteError::at(path, e)),
+    }
+}
+
 /// Checks, before any network traffic, that files can be created in `dir` (creating the
-/// directory if it does not exist): a join that would fail at the very end after using
-/// the token is worse than one that fails at once.
-pub fn ensure_writable_dir(dir: &Path) -> Result<(), WriteError> {
+/// directory and its missing parents if it does not exist): a join that would fail at the
+/// very end after using the token is worse than one that fails at once. Returns the
+/// directories it created, parents first, for a failed join to remove again.
+pub fn ensure_writable_dir(dir: &Path) -> Result<Vec<PathBuf>, WriteError> {
+    let mut created = Vec::new();
     match fs::metadata(dir) {
         Ok(meta) if !meta.is_dir() => {
             return Err(WriteError::at(
@@ -97,18 +114,34 @@ pub fn ensure_writable_dir(dir: &Path) -> Result<(), WriteError> {
         }
         Ok(_) => {}
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
-            fs::DirBuilder::new()
-                .recursive(true)
-                .mode(DIR_MODE)
-                .create(dir)
-                .map_err(|e| WriteError::at(dir, e))?;
+            let missing: Vec<&Path> = dir.ancestors().take_while(|a| !is_present(a)).collect();
+            for d in missing.into_iter().rev() {
+                if let Err(e) = fs::DirBuilder::new().mode(DIR_MODE).create(d) {
+                    remove_dirs(&created);
+                    return Err(WriteError::at(d, e));
+                }
+                created.push(d.to_path_buf());
+            }
         }
         Err(e) => return Err(WriteError::at(dir, e)),
     }
     let probe = dir.join(".kubeflavor-write-check");
-    let (tmp_path, file) = create_temp_in(dir, &probe).map_err(|e| WriteError::at(dir, e))?;
-    drop(file);
-    fs::remove_file(&tmp_path).map_err(|e| WriteError::at(dir, e))
+    let checked = create_temp_in(dir, &probe).and_then(|(tmp_path, file)| {
+        drop(file);
+        fs::remove_file(&tmp_path)
+    });
+    if let Err(e) = checked {
+        remove_dirs(&created);
+        return Err(WriteError::at(dir, e));
+    }
+    Ok(created)
+}
+
+/// Removes directories this run created, deepest first, if they are empty.
+fn remove_dirs(created: &[PathBuf]) {
+    for d in created.iter().rev() {
+        let _ = fs::remove_dir(d);
+    }
 }
 
 fn parent_dir(path: &Path) -> &Path {
@@ -220,15 +253,32 @@ mod tests {
     }
 
     #[test]
-    fn missing_kubelet_dir_is_created() {
+    fn missing_kubelet_dir_is_created_and_said_so() {
         let dir = tempfile::tempdir().unwrap();
         let kubelet_dir = dir.path().join("etc").join("kubernetes");
-        ensure_writable_dir(&kubelet_dir).unwrap();
+        let created = ensure_writable_dir(&kubelet_dir).unwrap();
         assert!(kubelet_dir.is_dir());
+        assert_eq!(created, [dir.path().join("etc"), kubelet_dir.clone()]);
         assert!(
             entries(&kubelet_dir).is_empty(),
             "the write probe must be cleaned up"
         );
+        assert_eq!(
+            ensure_writable_dir(&kubelet_dir).unwrap(),
+            Vec::<PathBuf>::new()
+        );
+    }
+
+    #[test]
+    fn a_dangling_symlink_is_present() {
+        let dir = tempfile::tempdir().unwrap();
+        let link = dir.path().join("kubelet.conf");
+        assert!(!is_present(&link));
+        std::os::unix::fs::symlink("/nonexistent", &link).unwrap();
+        assert!(!link.exists(), "Path::exists follows the link");
+        assert!(is_present(&link));
+        assert!(read_if_present(&link).is_err());
+        assert_eq!(read_if_present(&dir.path().join("none")).unwrap(), None);
     }
 
     #[test]

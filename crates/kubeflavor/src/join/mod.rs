@@ -6,17 +6,20 @@
 //! - `[discovery]` ([`discovery`]): an authenticated view of the cluster from
 //!   `kube-public/cluster-info`;
 //! - `[kubelet-start]`: bootstrap-kubelet.conf and a KubeletConfiguration for the kubelet,
-//!   and the flags to start it with;
+//!   and the flags to start it with ([`kubelet`]);
 //! - `[tls-bootstrap]` ([`tls_bootstrap`], with `--tls-bootstrap`): the kubelet's CSR done
 //!   here, ending in kubelet.conf.
 //!
 //! Every file is written atomically ([`files`]), the kubeconfigs with mode 0600, the
-//! kubelet configuration (no secret in it) with 0644; a failure after bootstrap-kubelet.conf
-//! was written removes what this run wrote, so a failed join leaves nothing.
+//! kubelet configuration (no secret in it) with 0644. A failure at any step removes every
+//! file and directory this run created (the control-plane CA keys `--control-plane`
+//! downloaded above all), and touches nothing that was there before, so a failed join
+//! leaves the node as it found it.
 
 pub mod discovery;
 pub mod fetch;
 pub mod files;
+pub mod kubelet;
 pub mod tls_bootstrap;
 
 use std::path::{Path, PathBuf};
@@ -28,6 +31,7 @@ use kubeflavor_core::token::BootstrapToken;
 
 pub use discovery::{CaCheck, DiscoveredCluster, DiscoveryError};
 pub use files::WriteError;
+pub use kubelet::{kubelet_config, kubelet_flags};
 pub use tls_bootstrap::TlsBootstrapError;
 
 /// The file the kubelet bootstraps with (`--bootstrap-kubeconfig`).
@@ -113,6 +117,18 @@ pub enum JoinError {
         .0.display()
     )]
     AlreadyJoined(PathBuf),
+    /// kubeadm's preflight refuses it too (FileAvailable): a kubelet may be bootstrapping
+    /// with it, and it holds someone's token.
+    #[error(
+        "{} already exists: this node is joining a cluster, or has joined one (remove it first, e.g. with 'kubeadm reset', to join again)",
+        .0.display()
+    )]
+    BootstrapPending(PathBuf),
+    #[error(
+        "{} already exists with other content (move it away, or merge kubeflavor's fields into the kubelet's own configuration file; 'kubeflavor join --help' lists them)",
+        .0.display()
+    )]
+    KubeletConfigExists(PathBuf),
     #[error(transparent)]
     Discovery(#[from] DiscoveryError),
     #[error(transparent)]
@@ -149,17 +165,51 @@ pub fn parse_endpoint(endpoint: &str) -> Result<http::Uri, String> {
     }
 }
 
-/// Runs the join. On error, no file this run created is left behind.
+/// Runs the join. On error, no file or directory this run created is left behind, and
+/// nothing that was there before has changed.
 pub async fn run(opts: &JoinOptions, report: &mut dyn Report) -> Result<JoinOutcome, JoinError> {
+    report.info("[preflight] Running pre-flight checks");
+    let mut written = Written {
+        dirs: files::ensure_writable_dir(&opts.kubelet_dir).map_err(JoinError::KubeletDir)?,
+        files: Vec::new(),
+    };
+    let result = join_steps(opts, report, &mut written).await;
+    if result.is_err() {
+        // A refused or failed join leaves no credentials behind (the token in
+        // bootstrap-kubelet.conf is the one the cluster just refused, or soon will; the CA
+        // keys of --control-plane belong on a control plane only), and no configuration
+        // pointing at them.
+        written.roll_back(report);
+    }
+    result
+}
+
+/// Everything after the kubelet directory exists; every file and directory it creates goes
+/// into `written` the moment it exists.
+async fn join_steps(
+    opts: &JoinOptions,
+    report: &mut dyn Report,
+    written: &mut Written,
+) -> Result<JoinOutcome, JoinError> {
     let bootstrap_path = opts.kubelet_dir.join(BOOTSTRAP_KUBELET_CONF);
     let config_path = opts.kubelet_dir.join(KUBELET_CONFIG);
     let kubelet_path = opts.kubelet_dir.join(KUBELET_CONF);
+    let ca_path = opts.kubelet_dir.join(CLUSTER_CA);
+    let config = kubelet_config(&ca_path);
 
-    report.info("[preflight] Running pre-flight checks");
-    files::ensure_writable_dir(&opts.kubelet_dir).map_err(JoinError::KubeletDir)?;
-    if kubelet_path.exists() {
+    // kubeadm's FileAvailable checks, before any network traffic. A dangling symlink is
+    // still there: whatever it points at is not this join's to write.
+    if files::is_present(&kubelet_path) {
         return Err(JoinError::AlreadyJoined(kubelet_path));
     }
+    if files::is_present(&bootstrap_path) {
+        return Err(JoinError::BootstrapPending(bootstrap_path));
+    }
+    let write_config = match files::read_if_present(&config_path).map_err(JoinError::KubeletDir)? {
+        None => true,
+        Some(existing) if existing == config.as_bytes() => false,
+        Some(_) => return Err(JoinError::KubeletConfigExists(config_path)),
+    };
     if let CaCheck::UnsafeSkip = opts.ca_check {
         report.warn(
             "WARNING: --discovery-token-unsafe-skip-ca-verification: the cluster CA is NOT verified. \
@@ -181,7 +231,10 @@ pub async fn run(opts: &JoinOptions, report: &mut dyn Report) -> Result<JoinOutc
     .await?;
 
     if let Some(download) = &opts.control_plane {
-        crate::certs::download::for_join(&cluster, &opts.token, download, report).await?;
+        // All or nothing by itself; what it created is this run's to remove later.
+        let downloaded =
+            crate::certs::download::for_join(&cluster, &opts.token, download, report).await?;
+        written.add_download(&download.pki_dir, &downloaded);
     }
 
     let bootstrap_conf = bootstrap_kubeconfig(&cluster, &opts.token)?;
@@ -191,75 +244,54 @@ pub async fn run(opts: &JoinOptions, report: &mut dyn Report) -> Result<JoinOutc
     ));
     files::write_secret_file(&bootstrap_path, bootstrap_conf.as_bytes())
         .map_err(JoinError::KubeletDir)?;
+    written.files.push(bootstrap_path.clone());
     // The cluster CA for the kubelet's client authentication, unless it is there already
     // (`--control-plane` just downloaded it with the rest of the PKI).
-    let ca_path = opts.kubelet_dir.join(CLUSTER_CA);
-    let mut written = Written::default();
-    written.files.push(bootstrap_path.clone());
-    if !ca_path.exists() {
+    if !files::is_present(&ca_path) {
         report.info(&format!(
             "[kubelet-start] Writing the cluster CA to {:?}",
             ca_path.display()
         ));
         let pki_dir = parent(&ca_path);
-        if !pki_dir.exists() {
-            if let Err(e) = std::fs::create_dir(pki_dir) {
-                written.roll_back(report);
-                return Err(JoinError::KubeletDir(files::WriteError::at(pki_dir, e)));
-            }
-            written.dir = Some(pki_dir.to_path_buf());
+        if !files::is_present(pki_dir) {
+            std::fs::create_dir(pki_dir)
+                .map_err(|e| JoinError::KubeletDir(files::WriteError::at(pki_dir, e)))?;
+            written.dirs.push(pki_dir.to_path_buf());
         }
-        if let Err(e) = files::write_file(&ca_path, &cluster.ca_pem, files::PUBLIC_FILE_MODE) {
-            written.roll_back(report);
-            return Err(JoinError::KubeletDir(e));
-        }
+        files::write_file(&ca_path, &cluster.ca_pem, files::PUBLIC_FILE_MODE)
+            .map_err(JoinError::KubeletDir)?;
         written.files.push(ca_path.clone());
     }
-    report.info(&format!(
-        "[kubelet-start] Writing the kubelet configuration to {:?}",
-        config_path.display()
-    ));
-    if let Err(e) = files::write_file(
-        &config_path,
-        kubelet_config(&ca_path).as_bytes(),
-        files::PUBLIC_FILE_MODE,
-    ) {
-        written.roll_back(report);
-        return Err(JoinError::KubeletDir(e));
+    if write_config {
+        report.info(&format!(
+            "[kubelet-start] Writing the kubelet configuration to {:?}",
+            config_path.display()
+        ));
+        files::write_file(&config_path, config.as_bytes(), files::PUBLIC_FILE_MODE)
+            .map_err(JoinError::KubeletDir)?;
+        written.files.push(config_path.clone());
     }
-    written.files.push(config_path.clone());
 
     let mut outcome = JoinOutcome {
         kubelet_flags: kubelet_flags(&opts.kubelet_dir, &opts.node_name),
         cluster,
-        bootstrap_kubeconfig: bootstrap_path.clone(),
-        kubelet_config: config_path.clone(),
+        bootstrap_kubeconfig: bootstrap_path,
+        kubelet_config: config_path,
         kubelet_kubeconfig: None,
         csr_name: None,
     };
 
     if opts.tls_bootstrap {
-        let result = tls_bootstrap_phase(
+        let csr_name = tls_bootstrap_phase(
             opts,
             &outcome.cluster,
             &bootstrap_conf,
             &kubelet_path,
             report,
         )
-        .await;
-        match result {
-            Ok(csr_name) => {
-                outcome.kubelet_kubeconfig = Some(kubelet_path);
-                outcome.csr_name = Some(csr_name);
-            }
-            Err(e) => {
-                // A refused or failed bootstrap leaves no credentials behind (the token in
-                // bootstrap-kubelet.conf is the one the cluster just refused, or soon will),
-                // and no configuration pointing at them.
-                written.roll_back(report);
-                return Err(e);
-            }
-        }
+        .await?;
+        outcome.kubelet_kubeconfig = Some(kubelet_path);
+        outcome.csr_name = Some(csr_name);
     }
 
     report.info("[kubelet-start] Start the kubelet with these flags (the node registers untrusted until kubeflavor flavors it):");
@@ -271,16 +303,30 @@ fn parent(path: &Path) -> &Path {
     path.parent().unwrap_or(Path::new("."))
 }
 
-/// What this run wrote, to roll back when a later step fails.
+/// What this run created, to remove when a later step fails. Only what it created: a file
+/// that was there before (an identical PKI file the download kept, an identical kubelet
+/// configuration) is never listed.
 #[derive(Default)]
 struct Written {
     files: Vec<PathBuf>,
-    /// A directory this run created (removed once empty).
-    dir: Option<PathBuf>,
+    /// Directories this run created, parents first (removed deepest first, once empty).
+    dirs: Vec<PathBuf>,
 }
 
 impl Written {
-    /// Removes the files, then the directory; what cannot be removed is reported, not
+    /// The files and directories a `--control-plane` download created.
+    fn add_download(&mut self, pki_dir: &Path, report: &crate::certs::pki_files::WriteReport) {
+        self.dirs.extend(report.created_dirs.iter().cloned());
+        self.files.extend(
+            report
+                .files
+                .iter()
+                .filter(|(_, outcome)| *outcome == crate::certs::pki_files::FileOutcome::Created)
+                .map(|(rel, _)| pki_dir.join(rel)),
+        );
+    }
+
+    /// Removes the files, then the directories; what cannot be removed is reported, not
     /// fatal (the join has already failed for a better reason).
     fn roll_back(&self, report: &mut dyn Report) {
         for path in &self.files {
@@ -288,10 +334,12 @@ impl Written {
                 report.warn(&format!("could not remove {}: {cleanup}", path.display()));
             }
         }
-        if let Some(dir) = &self.dir
-            && let Err(e) = std::fs::remove_dir(dir)
-        {
-            report.warn(&format!("could not remove {}: {e}", dir.display()));
+        for dir in self.dirs.iter().rev() {
+            if let Err(e) = std::fs::remove_dir(dir)
+                && e.kind() != std::io::ErrorKind::NotFound
+            {
+                report.warn(&format!("could not remove {}: {e}", dir.display()));
+            }
         }
     }
 }
@@ -320,50 +368,6 @@ async fn tls_bootstrap_phase(
     files::write_secret_file(kubelet_path, kubelet_conf.as_bytes())
         .map_err(JoinError::KubeletDir)?;
     Ok(issued.csr_name)
-}
-
-/// The flags that make the kubelet use what join wrote. Only flags upstream's kubelet
-/// keeps as flags (its `KubeletFlags`, none deprecated as of v1.36); what is a
-/// KubeletConfiguration field (certificate rotation, the registration taint) is in the
-/// file `--config` names, [`kubelet_config`].
-pub fn kubelet_flags(kubelet_dir: &Path, node_name: &NodeName) -> Vec<String> {
-    vec![
-        format!("--config={}", kubelet_dir.join(KUBELET_CONFIG).display()),
-        format!(
-            "--bootstrap-kubeconfig={}",
-            kubelet_dir.join(BOOTSTRAP_KUBELET_CONF).display()
-        ),
-        format!("--kubeconfig={}", kubelet_dir.join(KUBELET_CONF).display()),
-        format!("--hostname-override={node_name}"),
-    ]
-}
-
-/// The KubeletConfiguration join writes to [`KUBELET_CONFIG`]: client certificate rotation
-/// (renewals are CSRs kubeflavor's controller decides on), registration with the
-/// `kubeflavor.io/unverified:NoSchedule` taint, and the cluster CA (`client_ca`) as the CA
-/// of clients the kubelet's own API accepts (the API server's, for logs and exec; with a
-/// config file the kubelet refuses anonymous requests). Everything else keeps the kubelet's
-/// KubeletConfiguration defaults. No secret: written with mode 0644.
-pub fn kubelet_config(client_ca: &Path) -> String {
-    format!(
-        "\
-# Written by `kubeflavor join`; the kubelet reads it through --config.
-apiVersion: kubelet.config.k8s.io/v1beta1
-kind: KubeletConfiguration
-# Renew the node's client certificate with CSRs (kubeflavor's controller decides on them).
-rotateCertificates: true
-# Register the Node untrusted; the controller removes the taint when it flavors the node.
-registerWithTaints:
-  - key: {key}
-    effect: NoSchedule
-# Accept the API server's client certificate (kubectl logs, exec), issued by the cluster CA.
-authentication:
-  x509:
-    clientCAFile: {ca}
-",
-        key = kubeflavor_core::flavor::UNVERIFIED_TAINT,
-        ca = serde_json::to_string(&client_ca.display().to_string()).expect("a string serializes"),
-    )
 }
 
 /// A kube client from kubeconfig text (what the kubelet would load from the file).
@@ -477,197 +481,5 @@ mod tests {
             kc.clusters[0].cluster.as_ref().unwrap().server.as_deref(),
             Some("https://127.0.0.1:6443")
         );
-    }
-
-    #[test]
-    fn kubelet_flags_use_what_join_wrote() {
-        let flags = kubelet_flags(Path::new("/etc/kubernetes"), &"worker-1".parse().unwrap());
-        assert_eq!(
-            flags,
-            [
-                "--config=/etc/kubernetes/kubelet-config.yaml",
-                "--bootstrap-kubeconfig=/etc/kubernetes/bootstrap-kubelet.conf",
-                "--kubeconfig=/etc/kubernetes/kubelet.conf",
-                "--hostname-override=worker-1",
-            ]
-        );
-    }
-
-    /// Rotation and the untrusted registration moved from flags to the config file: the
-    /// file must say so in the kubelet's own schema.
-    #[test]
-    fn kubelet_config_rotates_certificates_and_registers_untrusted() {
-        let ca = Path::new("/etc/kubernetes/pki/ca.crt");
-        let config: serde_json::Value = serde_saphyr::from_str(&kubelet_config(ca)).unwrap();
-        assert_eq!(
-            config,
-            serde_json::json!({
-                "apiVersion": "kubelet.config.k8s.io/v1beta1",
-                "kind": "KubeletConfiguration",
-                "rotateCertificates": true,
-                "registerWithTaints": [
-                    {"key": "kubeflavor.io/unverified", "effect": "NoSchedule"},
-                ],
-                "authentication": {"x509": {"clientCAFile": "/etc/kubernetes/pki/ca.crt"}},
-            })
-        );
-        // The same taint as the flag notation kubeflavor documents elsewhere.
-        assert_eq!(UNVERIFIED_TAINT, "kubeflavor.io/unverified=:NoSchedule");
-    }
-
-    /// Flags a v1.36 kubelet warns about, from upstream kubernetes/kubernetes
-    /// cmd/kubelet/app/options/options.go (read at commit 6785e9ed401a, a version with
-    /// --config-dir): every flag `AddKubeletConfigFlags` registers is marked deprecated
-    /// ("This parameter should be set via the config file specified by the Kubelet's
-    /// --config flag") except v, vmodule, log-flush-frequency and provider-id; the
-    /// remaining ones are `KubeletFlags` with an explicit `fs.MarkDeprecated`.
-    const UPSTREAM_DEPRECATED_KUBELET_FLAGS: &[&str] = &[
-        // AddKubeletConfigFlags: KubeletConfiguration fields.
-        "enable-server",
-        "fail-swap-on",
-        "pod-manifest-path",
-        "sync-frequency",
-        "file-check-frequency",
-        "http-check-frequency",
-        "manifest-url",
-        "manifest-url-header",
-        "address",
-        "port",
-        "read-only-port",
-        "container-runtime-endpoint",
-        "image-service-endpoint",
-        "anonymous-auth",
-        "authentication-token-webhook",
-        "authentication-token-webhook-cache-ttl",
-        "client-ca-file",
-        "authorization-mode",
-        "authorization-webhook-cache-authorized-ttl",
-        "authorization-webhook-cache-unauthorized-ttl",
-        "tls-cert-file",
-        "tls-private-key-file",
-        "rotate-server-certificates",
-        "tls-cipher-suites",
-        "tls-min-version",
-        "rotate-certificates",
-        "registry-qps",
-        "registry-burst",
-        "event-qps",
-        "event-burst",
-        "enable-debugging-handlers",
-        "contention-profiling",
-        "healthz-port",
-        "healthz-bind-address",
-        "oom-score-adj",
-        "cluster-domain",
-        "volume-plugin-dir",
-        "cluster-dns",
-        "streaming-connection-idle-timeout",
-        "node-status-update-frequency",
-        "minimum-image-ttl-duration",
-        "image-gc-high-threshold",
-        "image-gc-low-threshold",
-        "volume-stats-agg-period",
-        "feature-gates",
-        "kubelet-cgroups",
-        "system-cgroups",
-        "cgroups-per-qos",
-        "cgroup-driver",
-        "cgroup-root",
-        "cpu-manager-policy",
-        "cpu-manager-policy-options",
-        "cpu-manager-reconcile-period",
-        "qos-reserved",
-        "topology-manager-policy",
-        "runtime-request-timeout",
-        "hairpin-mode",
-        "max-pods",
-        "pod-cidr",
-        "pod-max-pids",
-        "resolv-conf",
-        "runonce",
-        "cpu-cfs-quota",
-        "cpu-cfs-quota-period",
-        "enable-controller-attach-detach",
-        "make-iptables-util-chains",
-        "iptables-masquerade-bit",
-        "iptables-drop-bit",
-        "container-log-max-size",
-        "container-log-max-files",
-        "allowed-unsafe-sysctls",
-        "node-status-max-images",
-        "kernel-memcg-notification",
-        "local-storage-capacity-isolation",
-        "max-open-files",
-        "kube-api-content-type",
-        "kube-api-qps",
-        "kube-api-burst",
-        "serialize-image-pulls",
-        "eviction-hard",
-        "eviction-soft",
-        "eviction-soft-grace-period",
-        "eviction-pressure-transition-period",
-        "eviction-max-pod-grace-period",
-        "eviction-minimum-reclaim",
-        "pods-per-core",
-        "protect-kernel-defaults",
-        "reserved-cpus",
-        "topology-manager-scope",
-        "topology-manager-policy-options",
-        "system-reserved",
-        "kube-reserved",
-        "enforce-node-allocatable",
-        "system-reserved-cgroup",
-        "kube-reserved-cgroup",
-        "logging-format",
-        "memory-manager-policy",
-        "reserved-memory",
-        "register-node",
-        "register-with-taints",
-        // KubeletFlags.AddFlags: explicit fs.MarkDeprecated.
-        "minimum-container-ttl-duration",
-        "maximum-dead-containers-per-container",
-        "maximum-dead-containers",
-        "register-schedulable",
-        "keep-terminated-pod-volumes",
-        "experimental-mounter-path",
-        "cloud-config",
-        "experimental-allocatable-ignore-eviction",
-    ];
-
-    /// The undeprecated `KubeletFlags` of the same file (flags whose value is per node or
-    /// fixed for the node's life, which upstream keeps off the shared config file).
-    const UPSTREAM_KUBELET_FLAGS: &[&str] = &[
-        "config",
-        "config-dir",
-        "kubeconfig",
-        "bootstrap-kubeconfig",
-        "hostname-override",
-        "node-ip",
-        "cert-dir",
-        "cloud-provider",
-        "root-dir",
-        "seccomp-default",
-        "node-labels",
-        "lock-file",
-        "exit-on-lock-contention",
-    ];
-
-    #[test]
-    fn no_printed_kubelet_flag_is_deprecated_upstream() {
-        let flags = kubelet_flags(Path::new("/etc/kubernetes"), &"worker-1".parse().unwrap());
-        for flag in &flags {
-            let name = flag
-                .strip_prefix("--")
-                .and_then(|f| f.split('=').next())
-                .unwrap_or_else(|| panic!("{flag:?} is not a long flag"));
-            assert!(
-                !UPSTREAM_DEPRECATED_KUBELET_FLAGS.contains(&name),
-                "--{name} is deprecated in the kubelet: put it in the --config file"
-            );
-            assert!(
-                UPSTREAM_KUBELET_FLAGS.contains(&name),
-                "--{name} is not one of the kubelet's undeprecated KubeletFlags"
-            );
-        }
     }
 }

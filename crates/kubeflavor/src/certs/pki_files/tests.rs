@@ -226,3 +226,84 @@ fn reading_distinguishes_missing_from_unreadable() {
     let err = read_optional(&tmp.path().join("dir")).unwrap_err();
     assert!(matches!(err, ReadError::NotAFile { .. }), "{err:?}");
 }
+
+#[test]
+fn a_symlinked_directory_below_the_target_is_refused_and_nothing_written() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (target, elsewhere) = (tmp.path().join("pki"), tmp.path().join("elsewhere"));
+    fs::create_dir_all(&target).unwrap();
+    fs::create_dir(&elsewhere).unwrap();
+    std::os::unix::fs::symlink(&elsewhere, target.join("etcd")).unwrap();
+    let err = write_all(&target, &kubeadm_like_plan(), true).unwrap_err();
+    assert!(
+        matches!(&err, WriteError::Symlink { path } if *path == target.join("etcd")),
+        "{err:?}"
+    );
+    assert_eq!(tree(&target), ["etcd"]);
+    assert!(tree(&elsewhere).is_empty());
+}
+
+#[test]
+fn a_symlinked_file_below_the_target_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let target = tmp.path().join("pki");
+    fs::create_dir(&target).unwrap();
+    fs::write(tmp.path().join("outside"), b"ca key").unwrap();
+    std::os::unix::fs::symlink(tmp.path().join("outside"), target.join("ca.key")).unwrap();
+    let err = write_all(&target, &kubeadm_like_plan(), true).unwrap_err();
+    assert!(matches!(err, WriteError::Symlink { .. }), "{err:?}");
+    assert_eq!(fs::read(tmp.path().join("outside")).unwrap(), b"ca key");
+}
+
+#[test]
+fn the_target_itself_may_be_a_symlink_and_created_directories_are_reported() {
+    let tmp = tempfile::tempdir().unwrap();
+    let disk = tmp.path().join("other-disk");
+    fs::create_dir(&disk).unwrap();
+    let target = tmp.path().join("pki");
+    std::os::unix::fs::symlink(&disk, &target).unwrap();
+    let report = write_all(&target, &kubeadm_like_plan(), false).unwrap();
+    assert_eq!(report.created_dirs, [target.join("etcd")]);
+    assert!(disk.join("etcd/ca.key").is_file());
+
+    let fresh = tmp.path().join("new").join("pki");
+    let report = write_all(&fresh, &kubeadm_like_plan(), false).unwrap();
+    assert_eq!(
+        report.created_dirs,
+        [tmp.path().join("new"), fresh.clone(), fresh.join("etcd")]
+    );
+    // Nothing to write: nothing created.
+    let again = write_all(&fresh, &kubeadm_like_plan(), false).unwrap();
+    assert!(again.created_dirs.is_empty());
+}
+
+#[test]
+fn reading_below_the_pki_dir_refuses_links_and_tolerates_absence() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (root, elsewhere) = (tmp.path().join("pki"), tmp.path().join("elsewhere"));
+    fs::create_dir_all(elsewhere.join("etcd")).unwrap();
+    fs::write(elsewhere.join("etcd/ca.key"), b"key").unwrap();
+    fs::create_dir(&root).unwrap();
+    assert!(read_optional_below(&root, "etcd/ca.key").unwrap().is_none());
+    std::os::unix::fs::symlink(elsewhere.join("etcd"), root.join("etcd")).unwrap();
+    let err = read_optional_below(&root, "etcd/ca.key").unwrap_err();
+    assert!(
+        matches!(&err, ReadError::Symlink { path } if *path == root.join("etcd")),
+        "{err:?}"
+    );
+    std::os::unix::fs::symlink(elsewhere.join("etcd/ca.key"), root.join("ca.key")).unwrap();
+    assert!(matches!(
+        read_optional_below(&root, "ca.key"),
+        Err(ReadError::Symlink { .. })
+    ));
+    // The PKI directory itself may be a link.
+    let linked = tmp.path().join("linked");
+    std::os::unix::fs::symlink(&elsewhere, &linked).unwrap();
+    assert_eq!(
+        read_optional_below(&linked, "etcd/ca.key")
+            .unwrap()
+            .unwrap()
+            .as_slice(),
+        b"key"
+    );
+}

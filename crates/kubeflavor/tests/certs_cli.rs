@@ -10,45 +10,12 @@ use std::process::Output;
 use certs_support::{Env, snapshot};
 
 async fn kubeflavor(env: Option<&Env>, args: &[&str], envs: &[(&str, &str)]) -> Output {
-    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_kubeflavor"));
-    if let Some(env) = env {
-        cmd.arg("--kubeconfig").arg(&env.kubeconfig);
-    }
-    cmd.args(args)
-        .env_remove("KUBEFLAVOR_CERTIFICATE_KEY")
-        .env_remove("KUBECONFIG");
-    for (k, v) in envs {
-        cmd.env(k, v);
-    }
-    let output = cmd.output().await.expect("the binary runs");
-    if let Some(env) = env {
-        // What it made, for the sweep of a real cluster.
-        env.made.command(args);
-        env.made.tokens_in(&String::from_utf8_lossy(&output.stdout));
-    }
-    output
+    certs_support::run_binary(env, args, envs, None).await
 }
 
 /// Like [`kubeflavor`], with `stdin` piped to the command.
 async fn kubeflavor_stdin(env: Option<&Env>, args: &[&str], stdin: Option<&str>) -> Output {
-    use tokio::io::AsyncWriteExt as _;
-    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_kubeflavor"));
-    if let Some(env) = env {
-        cmd.arg("--kubeconfig").arg(&env.kubeconfig);
-    }
-    cmd.args(args)
-        .env_remove("KUBEFLAVOR_CERTIFICATE_KEY")
-        .env_remove("KUBECONFIG")
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped());
-    let mut child = cmd.spawn().expect("the binary runs");
-    let mut pipe = child.stdin.take().unwrap();
-    if let Some(text) = stdin {
-        pipe.write_all(text.as_bytes()).await.unwrap();
-    }
-    drop(pipe);
-    child.wait_with_output().await.unwrap()
+    certs_support::run_binary(env, args, &[], stdin).await
 }
 
 fn stdout(o: &Output) -> String {

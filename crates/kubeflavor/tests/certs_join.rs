@@ -13,40 +13,15 @@ use kubeflavor_core::kubeconfig::ClusterInfo;
 use kubeflavor_core::pin::CaPin;
 
 use certs_support::{Env, create_token, generate, snapshot, upload};
-use futures::StreamExt;
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
-use kube::api::{Patch, PatchParams};
-use kube::runtime::{WatchStreamExt, watcher};
 
 async fn kubeflavor(args: &[&str]) -> Output {
-    tokio::process::Command::new(env!("CARGO_BIN_EXE_kubeflavor"))
-        .args(args)
-        .env_remove("KUBEFLAVOR_CERTIFICATE_KEY")
-        .env_remove("KUBECONFIG")
-        .output()
-        .await
-        .expect("the binary runs")
+    certs_support::run_binary(None, args, &[], None).await
 }
 
 /// Like [`kubeflavor`], with extra environment variables and `stdin` piped to the command.
 async fn kubeflavor_with(args: &[&str], envs: &[(&str, &str)], stdin: Option<&str>) -> Output {
-    use tokio::io::AsyncWriteExt as _;
-    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_kubeflavor"));
-    cmd.args(args)
-        .env_remove("KUBEFLAVOR_CERTIFICATE_KEY")
-        .env_remove("KUBEFLAVOR_JOIN_TOKEN")
-        .env_remove("KUBECONFIG")
-        .envs(envs.iter().copied())
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped());
-    let mut child = cmd.spawn().expect("the binary runs");
-    let mut pipe = child.stdin.take().unwrap();
-    if let Some(text) = stdin {
-        pipe.write_all(text.as_bytes()).await.unwrap();
-    }
-    drop(pipe);
-    child.wait_with_output().await.unwrap()
+    certs_support::run_binary(None, args, envs, stdin).await
 }
 
 fn text(b: &[u8]) -> String {
@@ -305,42 +280,6 @@ async fn a_control_plane_join_completes_its_kubelet_tls_bootstrap() {
     controller.await.expect("controller stops");
 }
 
-/// Waits for the kubelet client CSR of `node` and denies it as the admin; returns its name.
-async fn deny_csr_of(admin: kube::Client, node: String) -> String {
-    let api: Api<CertificateSigningRequest> = Api::all(admin);
-    let mut events = watcher(api.clone(), watcher::Config::default())
-        .applied_objects()
-        .default_backoff()
-        .boxed();
-    let csr = tokio::time::timeout(std::time::Duration::from_secs(60), async {
-        loop {
-            let csr = events
-                .next()
-                .await
-                .expect("watch ended")
-                .expect("watch failed");
-            let parsed = kubeflavor_core::csr::validate_kubelet_client_csr(
-                &csr.spec.signer_name,
-                &csr.spec.request.0,
-                csr.spec.usages.as_deref().unwrap_or_default(),
-            );
-            if parsed.is_ok_and(|p| p.node_name.as_str() == node) {
-                return csr;
-            }
-        }
-    })
-    .await
-    .expect("the node's CSR appeared");
-    let name = csr.metadata.name.clone().unwrap();
-    let patch = serde_json::json!({"status": {"conditions": [{
-        "type": "Denied", "status": "True", "reason": "TestDenied", "message": "denied by the certs join test",
-    }]}});
-    api.patch_approval(&name, &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-        .expect("admin may decide CSRs");
-    name
-}
-
 /// `join --control-plane --certificate-key K --tls-bootstrap` whose CSR is then refused:
 /// the CA keys it downloaded go with everything else it wrote, and what was in the
 /// directory before (an unrelated file, a file identical to a downloaded one, the pki
@@ -357,7 +296,11 @@ async fn a_refused_control_plane_join_leaves_no_key_behind() {
     std::fs::copy(u.tmp.path().join("source/sa.pub"), dir.join("pki/sa.pub")).unwrap();
     let before = snapshot(&dir);
     let node = u.env.name("cp-refused");
-    let denier = tokio::spawn(deny_csr_of(u.env.client.clone(), node.clone()));
+    let denier = tokio::spawn(certs_support::decide_csr(
+        u.env.client.clone(),
+        node.clone(),
+        false,
+    ));
     let out = kubeflavor(&[
         "join",
         &u.endpoint,

@@ -10,11 +10,9 @@ use std::path::Path;
 use std::time::Duration;
 
 use common::minted::{Minted, cleanup, mint_with_join_line};
-use common::{Env, client_from_yaml, entries, whoami};
-use futures::StreamExt;
+use common::{Env, client_from_yaml, decide_csr, entries, whoami};
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
-use kube::api::{Api, DeleteParams, Patch, PatchParams};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::api::{Api, DeleteParams};
 use kubeflavor::join::{self, CaCheck, JoinOptions, RecordedReport};
 use kubeflavor_core::pin::CaPin;
 
@@ -37,44 +35,6 @@ fn options(minted: &Minted, node: &str, kubelet_dir: &Path, tls_bootstrap: bool)
 
 fn mode(path: &Path) -> u32 {
     std::fs::metadata(path).unwrap().permissions().mode() & 0o777
-}
-
-/// Acts as the approver: waits for the kubelet client CSR for `node`, then approves or
-/// denies it through `/approval` as the admin.
-async fn decide_csr(admin: kube::Client, node: String, approve: bool) -> String {
-    let api: Api<CertificateSigningRequest> = Api::all(admin);
-    let mut events = watcher(api.clone(), watcher::Config::default())
-        .applied_objects()
-        .default_backoff()
-        .boxed();
-    let csr = tokio::time::timeout(PATIENCE, async {
-        loop {
-            let csr = events
-                .next()
-                .await
-                .expect("watch ended")
-                .expect("watch failed");
-            let parsed = kubeflavor_core::csr::validate_kubelet_client_csr(
-                &csr.spec.signer_name,
-                &csr.spec.request.0,
-                csr.spec.usages.as_deref().unwrap_or_default(),
-            );
-            if parsed.is_ok_and(|p| p.node_name.as_str() == node) {
-                return csr;
-            }
-        }
-    })
-    .await
-    .expect("the node's CSR appeared");
-    let name = csr.metadata.name.clone().unwrap();
-    let kind = if approve { "Approved" } else { "Denied" };
-    let patch = serde_json::json!({"status": {"conditions": [{
-        "type": kind, "status": "True", "reason": format!("Test{kind}"), "message": "decided by the join e2e test",
-    }]}});
-    api.patch_approval(&name, &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-        .expect("admin may decide CSRs");
-    name
 }
 
 #[tokio::test]

@@ -7,7 +7,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 #[allow(unused_imports)] // each test binary uses its own subset
-pub use common::{Env, skip};
+pub use common::{Env, decide_csr, skip};
 
 use std::collections::BTreeMap;
 use std::io;
@@ -271,4 +271,40 @@ pub async fn proxy_token_ref(
         .owner_references
         .unwrap()
         .remove(0)
+}
+
+/// Runs the real binary (with the admin kubeconfig of `env`, if given), with extra
+/// environment variables and `stdin` piped to it; the secret variables of the test's own
+/// environment are removed. What it made is noted for the sweep of a real cluster.
+pub async fn run_binary(
+    env: Option<&Env>,
+    args: &[&str],
+    envs: &[(&str, &str)],
+    stdin: Option<&str>,
+) -> std::process::Output {
+    use tokio::io::AsyncWriteExt as _;
+    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_kubeflavor"));
+    if let Some(env) = env {
+        cmd.arg("--kubeconfig").arg(&env.kubeconfig);
+    }
+    cmd.args(args)
+        .env_remove("KUBEFLAVOR_CERTIFICATE_KEY")
+        .env_remove("KUBEFLAVOR_JOIN_TOKEN")
+        .env_remove("KUBECONFIG")
+        .envs(envs.iter().copied())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let mut child = cmd.spawn().expect("the binary runs");
+    let mut pipe = child.stdin.take().expect("stdin piped");
+    if let Some(text) = stdin {
+        pipe.write_all(text.as_bytes()).await.expect("write stdin");
+    }
+    drop(pipe);
+    let output = child.wait_with_output().await.expect("the binary ends");
+    if let Some(env) = env {
+        env.made.command(args);
+        env.made.tokens_in(&String::from_utf8_lossy(&output.stdout));
+    }
+    output
 }

@@ -389,3 +389,47 @@ pub fn entries(dir: &Path) -> Vec<String> {
     names.sort();
     names
 }
+
+/// Acts as the approver: waits for the kubelet client CSR for `node`, then approves or
+/// denies it through `/approval` as the admin.
+pub async fn decide_csr(admin: kube::Client, node: String, approve: bool) -> String {
+    use futures::StreamExt;
+    use kube::runtime::WatchStreamExt;
+    let api: Api<k8s_openapi::api::certificates::v1::CertificateSigningRequest> = Api::all(admin);
+    let mut events = kube::runtime::watcher(api.clone(), kube::runtime::watcher::Config::default())
+        .applied_objects()
+        .default_backoff()
+        .boxed();
+    let csr = tokio::time::timeout(std::time::Duration::from_secs(60), async {
+        loop {
+            let csr = events
+                .next()
+                .await
+                .expect("watch ended")
+                .expect("watch failed");
+            let parsed = kubeflavor_core::csr::validate_kubelet_client_csr(
+                &csr.spec.signer_name,
+                &csr.spec.request.0,
+                csr.spec.usages.as_deref().unwrap_or_default(),
+            );
+            if parsed.is_ok_and(|p| p.node_name.as_str() == node) {
+                return csr;
+            }
+        }
+    })
+    .await
+    .expect("the node's CSR appeared");
+    let name = csr.metadata.name.clone().unwrap();
+    let kind = if approve { "Approved" } else { "Denied" };
+    let patch = serde_json::json!({"status": {"conditions": [{
+        "type": kind, "status": "True", "reason": format!("Test{kind}"), "message": "decided by a join test",
+    }]}});
+    api.patch_approval(
+        &name,
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(&patch),
+    )
+    .await
+    .expect("admin may decide CSRs");
+    name
+}

@@ -476,3 +476,38 @@ async fn an_existing_kubelet_config_is_never_overwritten_nor_removed() {
     assert_eq!(entries(&kubelet_dir), ["kubelet-config.yaml"]);
     assert_eq!(std::fs::read_to_string(&config).unwrap(), same);
 }
+
+/// The kubelet trusts pki/ca.crt for client authentication: a join must not adopt one
+/// that holds another CA (kubeadm's preflight refuses any). The file stays as it was and
+/// the join writes nothing.
+#[tokio::test]
+async fn a_ca_file_of_another_ca_is_refused_and_kept() {
+    let env = Env::start().await;
+    let minted = mint_with_join_line(&env, "cafile").await;
+    let dir = tempfile::tempdir().unwrap();
+    let kubelet_dir = dir.path().join("kubernetes");
+    std::fs::create_dir_all(kubelet_dir.join("pki")).unwrap();
+    let other = join_support::TestCa::new("someone-else");
+    std::fs::write(kubelet_dir.join("pki/ca.crt"), other.pem()).unwrap();
+    env.until_authenticated(&minted.token).await;
+    let out = join_bin(
+        &kubelet_dir,
+        &[
+            &minted.endpoint,
+            "--token",
+            &minted.token,
+            "--discovery-token-ca-cert-hash",
+            &minted.pin,
+        ],
+    )
+    .await;
+    assert_eq!(out.0, 16, "{out:?}");
+    assert!(out.2.contains("pki/ca.crt already exists"), "{}", out.2);
+    assert_eq!(entries(&kubelet_dir), ["pki"]);
+    assert_eq!(entries(&kubelet_dir.join("pki")), ["ca.crt"]);
+    assert_eq!(
+        std::fs::read_to_string(kubelet_dir.join("pki/ca.crt")).unwrap(),
+        other.pem()
+    );
+    cleanup(&env, &minted).await;
+}

@@ -30,7 +30,9 @@ Files, in --kubelet-dir (default /etc/kubernetes), each written atomically:
                           flavors the node, and pki/ca.crt as the CA of the clients the
                           kubelet accepts (the API server's, for logs and exec)
   pki/ca.crt              the cluster CA discovery authenticated (mode 0644), unless it
-                          is there already (--control-plane downloads it)
+                          is there already (--control-plane downloads it); without
+                          --control-plane, one that holds any other certificate stops
+                          the join (exit 16)
   kubelet.conf            with --tls-bootstrap: the node's client certificate (mode 0600)
   pki/...                 with --control-plane --certificate-key-file: the CA set of
                           'kubeflavor certs upload' (keys 0600)
@@ -323,7 +325,8 @@ pub fn exit_code(err: &JoinError) -> ExitCode {
         JoinError::KubeletDir(_)
         | JoinError::AlreadyJoined(_)
         | JoinError::BootstrapPending(_)
-        | JoinError::KubeletConfigExists(_) => ExitCode::JoinKubeletDir,
+        | JoinError::KubeletConfigExists(_)
+        | JoinError::ForeignCaFile(_) => ExitCode::JoinKubeletDir,
         JoinError::Discovery(d) => match d {
             DiscoveryError::Unreachable { .. } => ExitCode::Unreachable,
             DiscoveryError::ClusterInfoForbidden { .. } => ExitCode::Forbidden,

@@ -129,6 +129,13 @@ pub enum JoinError {
         .0.display()
     )]
     KubeletConfigExists(PathBuf),
+    /// The kubelet would trust the CA file for client authentication: it must hold the
+    /// cluster's pinned CA and nothing else.
+    #[error(
+        "{} already exists and holds a certificate other than the cluster CA this join authenticated (remove it, e.g. with 'kubeadm reset', or check where it came from)",
+        .0.display()
+    )]
+    ForeignCaFile(PathBuf),
     #[error(transparent)]
     Discovery(#[from] DiscoveryError),
     #[error(transparent)]
@@ -245,9 +252,24 @@ async fn join_steps(
     files::write_secret_file(&bootstrap_path, bootstrap_conf.as_bytes())
         .map_err(JoinError::KubeletDir)?;
     written.files.push(bootstrap_path.clone());
-    // The cluster CA for the kubelet's client authentication, unless it is there already
-    // (`--control-plane` just downloaded it with the rest of the PKI).
-    if !files::is_present(&ca_path) {
+    // The cluster CA for the kubelet's client authentication, unless it is there already:
+    // `--control-plane` just downloaded it with the rest of the PKI (the CA set the
+    // cluster's admin uploaded), or else it was there before this join, and then it must be
+    // the CA this join authenticated, and nothing more, since the kubelet will trust it.
+    if files::is_present(&ca_path) {
+        if opts.control_plane.is_none() {
+            let existing = files::read_if_present(&ca_path)
+                .map_err(JoinError::KubeletDir)?
+                .unwrap_or_default();
+            let ours =
+                kubeflavor_core::keys::parse_certificates_pem(&existing).is_ok_and(|certs| {
+                    !certs.is_empty() && certs.iter().all(|c| cluster.ca_certs_der.contains(c))
+                });
+            if !ours {
+                return Err(JoinError::ForeignCaFile(ca_path));
+            }
+        }
+    } else {
         report.info(&format!(
             "[kubelet-start] Writing the cluster CA to {:?}",
             ca_path.display()

@@ -269,6 +269,14 @@ impl TestCluster {
         self.shared.token_cache.lag()
     }
 
+    /// Resolves once the bootstrap-token authenticator sees every token Secret change made
+    /// so far: after it, a token created (or deleted) before the call authenticates (or
+    /// gets 401). What a test waits on instead of retrying a 401.
+    pub async fn token_auth_caught_up(&self) {
+        let rv = self.shared.store.lock().current_rv();
+        self.shared.token_cache.caught_up(rv).await;
+    }
+
     /// The cluster CA certificate (PEM).
     pub fn ca_pem(&self) -> &str {
         self.shared.ca.cert_pem()

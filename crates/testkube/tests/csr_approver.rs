@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{admin, client_from, kubelet_csr, until_authenticated, within};
+use common::{admin, client_from, kubelet_csr, within};
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use k8s_openapi::api::core::v1::Secret;
@@ -40,10 +40,9 @@ async fn token_client(cluster: &TestCluster, id: &str, group: &str) -> kube::Cli
         .create(&PostParams::default(), &secret)
         .await
         .unwrap();
-    let client =
-        client_from(&cluster.kubeconfig_for_token(&format!("{id}.0123456789abcdef"))).await;
-    until_authenticated(&client).await;
-    client
+    // The authenticator trails the new Secret (capture 52): wait until it sees it.
+    cluster.token_auth_caught_up().await;
+    client_from(&cluster.kubeconfig_for_token(&format!("{id}.0123456789abcdef"))).await
 }
 
 fn conditions(csr: &CertificateSigningRequest) -> Vec<Value> {

@@ -7,7 +7,7 @@ mod common;
 
 use std::collections::BTreeMap;
 
-use common::{admin, client_from, retry_401, within};
+use common::{admin, client_from, within};
 use k8s_openapi::api::authentication::v1::{SelfSubjectReview, UserInfo};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Secret};
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
@@ -181,13 +181,10 @@ async fn every_bootstrap_token_rejection_is_the_same_401() {
 
     // The good token works once the authenticator has seen its Secret (capture 52); it was
     // created last, so every Secret above is seen too and each 401 below is the rule's.
+    cluster.token_auth_caught_up().await;
     let good = token_client(&cluster, &format!("abcdef.{SECRET}")).await;
     assert_eq!(
-        retry_401(|| whoami(good.clone()))
-            .await
-            .unwrap()
-            .username
-            .as_deref(),
+        whoami(good.clone()).await.unwrap().username.as_deref(),
         Some("system:bootstrap:abcdef")
     );
     for id in [
@@ -212,16 +209,12 @@ async fn every_bootstrap_token_rejection_is_the_same_401() {
         .delete("bootstrap-token-abcdef", &DeleteParams::default())
         .await
         .unwrap();
-    let rejected = within("the authenticator to see the delete", async {
-        loop {
-            match whoami(good.clone()).await {
-                Ok(_) => tokio::time::sleep(std::time::Duration::from_millis(5)).await,
-                other => return other,
-            }
-        }
-    })
+    within(
+        "the authenticator to see the delete",
+        cluster.token_auth_caught_up(),
+    )
     .await;
-    assert_401(rejected);
+    assert_401(whoami(good.clone()).await);
     cluster.shutdown().await;
 }
 
@@ -243,8 +236,9 @@ async fn self_subject_review_reports_each_identity_capture_26() {
         ],
     )
     .await;
+    cluster.token_auth_caught_up().await;
     let client = token_client(&cluster, &format!("73efe1.{SECRET}")).await;
-    let token = retry_401(|| whoami(client.clone())).await.unwrap();
+    let token = whoami(client.clone()).await.unwrap();
     assert_eq!(token.username.as_deref(), Some("system:bootstrap:73efe1"));
     assert_eq!(
         token.groups.unwrap(),

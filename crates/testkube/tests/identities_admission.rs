@@ -9,7 +9,7 @@ mod common;
 use std::collections::BTreeMap;
 
 use common::raw::RawClient;
-use common::{admin, client_from, kubelet_key, until_authenticated, within};
+use common::{admin, client_from, kubelet_key, within};
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::authentication::v1::SelfSubjectReview;
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
@@ -230,10 +230,9 @@ async fn bootstrap_token(cluster: &TestCluster, id: &str, secret: &str) -> kube:
         .create(&PostParams::default(), &token)
         .await
         .unwrap();
-    let client = client_from(&cluster.kubeconfig_for_token(&format!("{id}.{secret}"))).await;
     // The authenticator trails the new Secret (capture 52): wait until it sees it.
-    until_authenticated(&client).await;
-    client
+    cluster.token_auth_caught_up().await;
+    client_from(&cluster.kubeconfig_for_token(&format!("{id}.{secret}"))).await
 }
 
 fn conditions(csr: &CertificateSigningRequest) -> Vec<Value> {

@@ -174,15 +174,11 @@ async fn decide(name: String, ctx: &Context) -> Result<Action, Error> {
             let last_look = LastLook {
                 node: node.as_str(),
                 csr: &name,
-                token: facts.csr.bootstrap_token_id().map(|id| {
-                    (
-                        id,
-                        facts
-                            .token_secret
-                            .as_ref()
-                            .and_then(|s| s.metadata.uid.as_deref()),
-                    )
-                }),
+                binding_version: facts
+                    .binding
+                    .as_ref()
+                    .and_then(|b| b.metadata.resource_version.clone()),
+                node_exists: facts.node_exists,
             };
             let approval = Approval {
                 node: node.as_str(),
@@ -247,7 +243,7 @@ async fn approve(
         token_id,
         reserve,
         binding,
-        last_look,
+        mut last_look,
     } = approval;
     let name = csr.metadata.name.clone().unwrap_or_default();
     let reserved = reserve.is_some();
@@ -271,13 +267,14 @@ async fn approve(
         // AlreadyExists: someone bound the name since we read. It counts as a conflict:
         // the CSR is decided again with that binding in the facts (same token: idempotent
         // approval; another token: denial).
-        Api::<FlavorBinding>::all(ctx.client.clone())
+        let created = Api::<FlavorBinding>::all(ctx.client.clone())
             .create(&PostParams::default(), &*binding)
             .await
             .map_err(|source| Error::Bind {
                 node: node.to_string(),
                 source,
             })?;
+        last_look.binding_version = created.metadata.resource_version;
         ctx.step(&name, Step::Bound)?;
     }
     ctx.may_write(Step::Approved)?;
@@ -298,16 +295,17 @@ async fn approve(
 
 /// What an approval rests on, read once more right before the approval is written: the
 /// facts were read before the reservation and the binding, and under load a CSR can wait
-/// a while between the two. A change in between (the binding revoked or gone, a Node of
-/// the name registered by someone else while this CSR's binding waited for its approval)
-/// sends the CSR back to be decided again from fresh facts (P3, and "a revoked binding
-/// never leads to an approval"). What happens after this read happens to a joined node:
-/// a revocation then removes the flavor and taints the Node, as for any joined node.
+/// a while between the two. If the binding changed since (revoked, re-made, another
+/// token's) or the Node of the name appeared or went, the CSR goes back to be decided
+/// again from fresh facts: core decides, this only notices the change (P3, and "a revoked
+/// binding never leads to an approval"). What happens after this read happens to a joined
+/// node: a revocation then removes the flavor and taints the Node, as for any joined node.
 struct LastLook<'a> {
     node: &'a str,
     csr: &'a str,
-    /// The requesting token's id and Secret uid; `None` for a renewal.
-    token: Option<(&'a str, Option<&'a str>)>,
+    /// The binding's resourceVersion as read, or as this reconcile created it.
+    binding_version: Option<String>,
+    node_exists: bool,
 }
 
 impl LastLook<'_> {
@@ -318,7 +316,7 @@ impl LastLook<'_> {
         let (binding, node) = tokio::try_join!(
             async {
                 bindings
-                    .get_opt(self.node)
+                    .get_metadata_opt(self.node)
                     .await
                     .map_err(read(format!("FlavorBinding {}", self.node)))
             },
@@ -329,18 +327,8 @@ impl LastLook<'_> {
                     .map_err(read(format!("Node {}", self.node)))
             },
         )?;
-        let changed = match (&self.token, binding) {
-            // A renewal: the binding, if any, must not have been revoked.
-            (None, binding) => binding.is_some_and(|b| policy::is_revoked(&b)),
-            (Some(_), None) => true,
-            (Some((id, uid)), Some(b)) => {
-                let other_token = b.spec.token_id != *id
-                    || matches!((&b.spec.token_uid, uid), (Some(a), Some(b)) if a != b);
-                let node_appeared = b.spec.csr_name == self.csr && node.is_some();
-                other_token || policy::is_revoked(&b) || node_appeared
-            }
-        };
-        if changed {
+        let binding_version = binding.and_then(|b| b.metadata.resource_version);
+        if binding_version != self.binding_version || node.is_some() != self.node_exists {
             return Err(Error::Changed {
                 csr: self.csr.to_string(),
                 node: self.node.to_string(),

@@ -23,6 +23,9 @@ use crate::types::{ObjectReader, ResourceKey};
 pub struct TokenSecretCache {
     lag: Duration,
     secrets: RwLock<BTreeMap<String, Value>>,
+    /// The store revision up to which every change is in the copy (tests wait on it
+    /// instead of retrying a 401: [`TokenSecretCache::caught_up`]).
+    applied: watch::Sender<u64>,
 }
 
 /// A read view of the cache (an [`ObjectReader`] of kube-system Secrets only).
@@ -37,7 +40,18 @@ impl TokenSecretCache {
         TokenSecretCache {
             lag,
             secrets: RwLock::new(BTreeMap::new()),
+            applied: watch::Sender::new(0),
         }
+    }
+
+    /// Resolves once every change the store made up to revision `rv` is in the copy the
+    /// authenticator reads (at once without lag).
+    pub async fn caught_up(&self, rv: u64) {
+        if self.lag.is_zero() {
+            return;
+        }
+        let mut applied = self.applied.subscribe();
+        let _ = applied.wait_for(|done| *done >= rv).await;
     }
 
     pub fn lag(&self) -> Duration {
@@ -82,17 +96,22 @@ impl TokenSecretCache {
             for secret in st.list_objects(&secrets_key(), Some(TOKEN_SECRET_NAMESPACE)) {
                 secrets.insert(meta_str(secret, "name").to_string(), secret.clone());
             }
+            // Everything up to now is in the copy.
+            self.applied.send_replace(st.current_rv());
             // The controllers' kind of feed: it does not count as an open watch.
             st.subscribe_all()
         });
         async move {
             let Some(mut feed) = feed else { return };
             let mut pending: VecDeque<(Instant, Arc<StoredEvent>)> = VecDeque::new();
+            // The newest revision seen: once nothing is pending, the copy has it all.
+            let mut seen = *self.applied.borrow();
             loop {
                 let due = pending.front().map(|(at, _)| *at);
                 tokio::select! {
                     event = feed.recv() => match event {
                         Some(e) => {
+                            seen = seen.max(e.rv);
                             if e.key == secrets_key()
                                 && meta_str(&e.object, "namespace") == TOKEN_SECRET_NAMESPACE
                             {
@@ -100,6 +119,8 @@ impl TokenSecretCache {
                                 // window is at least `lag` (longer when this task is slow,
                                 // as the real cache is under load).
                                 pending.push_back((Instant::now() + self.lag, e));
+                            } else if pending.is_empty() {
+                                self.applied.send_replace(seen);
                             }
                         }
                         None => return,
@@ -109,7 +130,11 @@ impl TokenSecretCache {
                         while pending.front().is_some_and(|(at, _)| *at <= now) {
                             if let Some((_, e)) = pending.pop_front() {
                                 self.apply(&e);
+                                self.applied.send_replace(e.rv);
                             }
+                        }
+                        if pending.is_empty() {
+                            self.applied.send_replace(seen);
                         }
                     }
                     _ = shutdown.changed() => return,

@@ -52,36 +52,6 @@ pub async fn within<T>(what: &str, fut: impl std::future::Future<Output = T>) ->
         .unwrap_or_else(|_| panic!("timed out waiting for {what}"))
 }
 
-/// Retry `call` while it fails with 401 Unauthorized, as a client must that uses a
-/// bootstrap token right after creating its Secret: the authenticator trails the Secret
-/// (capture 52, surprise 20). Bounded by the safety timeout.
-pub async fn retry_401<T, F, Fut>(mut call: F) -> kube::Result<T>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = kube::Result<T>>,
-{
-    let deadline = tokio::time::Instant::now() + PATIENCE;
-    loop {
-        match call().await {
-            Err(kube::Error::Api(s)) if s.code == 401 && tokio::time::Instant::now() < deadline => {
-                tokio::time::sleep(Duration::from_millis(5)).await;
-            }
-            other => return other,
-        }
-    }
-}
-
-/// Wait until `client`'s credential authenticates (a SelfSubjectReview, which every
-/// authenticated identity may create, stops answering 401).
-pub async fn until_authenticated(client: &kube::Client) {
-    use k8s_openapi::api::authentication::v1::SelfSubjectReview;
-    let reviews: kube::Api<SelfSubjectReview> = kube::Api::all(client.clone());
-    let (params, review) = (Default::default(), SelfSubjectReview::default());
-    retry_401(|| reviews.create(&params, &review))
-        .await
-        .expect("the token authenticates once the authenticator sees its Secret");
-}
-
 /// A kubelet's key and its client CSR for `system:node:<node>` (PEM, base64 as in
 /// `spec.request`).
 pub struct KubeletKey {

@@ -325,10 +325,7 @@ async fn controller_works_with_the_rbac_install_grants() {
     let t = h.token(&f, 1, None).await;
     h.submit_csr(&h.bootstrap_client(&t).await, &csr, &node)
         .await;
-    assert_eq!(
-        condition_type(&h.decided(&csr).await).as_deref(),
-        Some("Approved")
-    );
+    assert_eq!(h.decision(&csr).await, "Approved");
     h.register_node(
         &csr,
         &node,
@@ -344,10 +341,7 @@ async fn controller_works_with_the_rbac_install_grants() {
     let sour = h.token(&other, 1, None).await;
     h.submit_csr(&h.bootstrap_client(&sour).await, &bad, &node)
         .await;
-    assert_eq!(
-        condition_type(&h.decided(&bad).await).as_deref(),
-        Some("Denied")
-    );
+    assert_eq!(h.decision(&bad).await, "Denied");
     within(
         "the misused token to be deleted",
         await_condition(

@@ -1,7 +1,7 @@
 //! A bootstrap token is not usable the moment its Secret exists: the API server
 //! authenticates bootstrap tokens from an informer cache of kube-system Secrets, so a
 //! request made right after `token create` can get the ordinary 401 Unauthorized for a
-//! moment, longer on a busy server (capture 52). Whoever creates a token and uses it at
+//! moment, longer on a busy server (seen on a real v1.36 API server). Whoever creates a token and uses it at
 //! once retries a 401 here, for a short, bounded time; a token that is really wrong still
 //! fails, only later.
 

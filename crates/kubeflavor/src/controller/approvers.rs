@@ -2,8 +2,8 @@
 //! (sarapprove.go) approves a kubelet client CSR when its requester may create
 //! `certificatesigningrequests/nodeclient` (a bootstrap CSR) or `.../selfnodeclient` (a
 //! node renewing its own certificate), within milliseconds, before kubeflavor sees it.
-//! kubeadm grants both (capture 54): `kubeadm:node-autoapprove-bootstrap` to its token
-//! group, `kubeadm:node-autoapprove-certificate-rotation` to `system:nodes`.
+//! `kubeadm init` grants both: `kubeadm:node-autoapprove-bootstrap` to its token group,
+//! `kubeadm:node-autoapprove-certificate-rotation` to `system:nodes`.
 //!
 //! The controller asks the API server (SubjectAccessReviews) at start whether such grants
 //! exist, and:

@@ -3,8 +3,8 @@
 //! (P1).
 //!
 //! The Events are about cluster-scoped objects (CSRs), and the API server accepts those
-//! only in `default` or `kube-system` (422 elsewhere, capture 51). kube-system it is:
-//! cluster admins read it, while no bootstrap token, node or ordinary namespace viewer
+//! only in `default` or `kube-system` (422 elsewhere, even for an admin). kube-system it
+//! is: cluster admins read it, while no bootstrap token, node or ordinary namespace viewer
 //! can (the `default` namespace is often readable by every developer).
 
 use k8s_openapi::api::core::v1::ObjectReference;

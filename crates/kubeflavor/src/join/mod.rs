@@ -46,7 +46,7 @@ pub const KUBELET_CONFIG: &str = "kubelet-config.yaml";
 /// the kubelet trusts it for the API server's client certificate (`kubectl logs`, `exec`).
 pub const CLUSTER_CA: &str = "pki/ca.crt";
 /// The taint a kubeflavor node registers with, in kubectl's `key=value:Effect` notation:
-/// untrusted until the controller flavors it and removes the taint (issue 4 item 5).
+/// untrusted until the controller flavors it and removes the taint.
 pub const UNVERIFIED_TAINT: &str = "kubeflavor.io/unverified=:NoSchedule";
 
 /// Default retry interval of discovery, as kubeadm's.

@@ -118,7 +118,7 @@ pub async fn request_client_certificate(
         .map_err(|e| TlsBootstrapError::Generate(e.to_string()))?;
     let csr = kubelet_csr_object(None, generated.csr_pem());
     let api: Api<CertificateSigningRequest> = Api::all(client);
-    // A token minted a moment ago may not authenticate yet (capture 52).
+    // A token minted a moment ago may not authenticate yet (see `cluster::fresh_token`).
     let params = PostParams::default();
     let created = crate::cluster::retry_unauthorized(crate::cluster::TOKEN_PROPAGATION, || {
         api.create(&params, &csr)

@@ -576,6 +576,11 @@ impl Harness {
         csrs
     }
 
+    /// Waits until the CSR is decided: "Approved" or "Denied".
+    pub async fn decision(&self, csr: &str) -> String {
+        condition_type(&self.decided(csr).await).expect("decided")
+    }
+
     /// Waits until each CSR is decided, and checks it was denied.
     pub async fn all_denied(&self, csrs: &[String]) {
         for csr in csrs {

@@ -12,9 +12,6 @@ use kube::Api;
 use kubeflavor::controller::Step;
 use kubeflavor_core::token::BootstrapToken;
 
-const FLAVOR_KEY: &str = "kubeflavor.node-restriction.kubernetes.io/flavor";
-const TIER_KEY: &str = "tier.node-restriction.kubernetes.io/class";
-
 /// Item: a token id can be minted again once its token is gone (random collision, or an
 /// admin choosing it). The new token must not inherit the old one's names, nor be taken
 /// for it by `token create`.
@@ -88,8 +85,7 @@ async fn a_recycled_token_id_inherits_no_name() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_appearing_before_the_approval_is_not_taken_over() {
     let h = Harness::start().await;
-    let f = h.name("sweet");
-    h.flavor(&f, &[(TIER_KEY, "gold")], &[]).await;
+    let f = h.gold_flavor("sweet").await;
     let node = h.name("node-late");
     let (admin, name) = (h.admin.clone(), node.clone());
     let hook = act_after(Step::Bound, move || {
@@ -118,8 +114,7 @@ async fn a_node_appearing_before_the_approval_is_not_taken_over() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_revocation_before_the_approval_is_not_ignored() {
     let h = Harness::start().await;
-    let f = h.name("sweet");
-    h.flavor(&f, &[(TIER_KEY, "gold")], &[]).await;
+    let f = h.gold_flavor("sweet").await;
     let node = h.name("node-rev");
     let (kubeconfig, name) = (h.env.kubeconfig.clone(), node.clone());
     let hook = act_after(Step::Bound, move || {
@@ -153,8 +148,7 @@ async fn a_revocation_before_the_approval_is_not_ignored() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_denial_limit_holds_under_a_burst() {
     let h = Harness::start().await;
-    let f = h.name("sweet");
-    h.flavor(&f, &[(TIER_KEY, "gold")], &[]).await;
+    let f = h.gold_flavor("sweet").await;
     let t = h.token(&f, 1, None).await;
     let csrs = h.wrong_shape_csrs(&t, "burst", 12).await;
     let mut opts = h.options("ctl");
@@ -264,8 +258,7 @@ async fn kubeadm_tokens_cannot_take_a_bound_name_once_kubeflavor_is_the_sole_app
     );
     strict.manage_renewals = true;
     let ctl = h.start_controller(strict);
-    let f = h.name("sweet");
-    h.flavor(&f, &[(TIER_KEY, "gold")], &[]).await;
+    let f = h.gold_flavor("sweet").await;
     let node = h.name("node-bound");
     let t = h.token(&f, 1, None).await;
     let bound = h.name("csr-bound");

@@ -8,8 +8,6 @@ mod controller_support;
 use controller_support::*;
 use kubeflavor::controller::Step;
 
-const TIER_KEY: &str = "tier.node-restriction.kubernetes.io/class";
-
 /// The end state every scenario must reach for one join.
 async fn assert_joined_once(
     h: &Harness,
@@ -165,8 +163,7 @@ async fn cut_watches_do_not_lose_a_join() {
     let Some(tk) = h.env.testkube_or_skip("needs testkube's fault injection") else {
         return;
     };
-    let f = h.name("sweet");
-    h.flavor(&f, &[(TIER_KEY, "gold")], &[]).await;
+    let f = h.gold_flavor("sweet").await;
     let ctl = h.start_controller(h.options("ctl"));
     let t = h.token(&f, 2, None).await;
     let client = h.bootstrap_client(&t).await;

@@ -10,9 +10,6 @@ use kube::Api;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::wait::{await_condition, conditions};
 
-const FLAVOR_KEY: &str = "kubeflavor.node-restriction.kubernetes.io/flavor";
-const TIER_KEY: &str = "tier.node-restriction.kubernetes.io/class";
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn happy_path_two_flavors_are_bound_and_flavored() {
     let h = Harness::start().await;

@@ -9,9 +9,6 @@ use k8s_openapi::api::core::v1::{Node, Secret};
 use kube::Api;
 use kube::api::{ListParams, PostParams};
 
-const FLAVOR_KEY: &str = "kubeflavor.node-restriction.kubernetes.io/flavor";
-const TIER_KEY: &str = "tier.node-restriction.kubernetes.io/class";
-
 /// Waits until the token Secret's denial count reads `count`.
 async fn denials_counted(h: &Harness, token: &kubeflavor_core::token::BootstrapToken, count: &str) {
     let name = format!("bootstrap-token-{}", token.id().as_str());
@@ -67,8 +64,7 @@ async fn name_takeover_is_denied_and_the_token_deleted() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn exhausted_token_is_denied_and_deleted() {
     let h = Harness::start().await;
-    let f = h.name("sweet");
-    h.flavor(&f, &[(TIER_KEY, "gold")], &[]).await;
+    let f = h.gold_flavor("sweet").await;
     let ctl = h.start_controller(h.options("ctl"));
     let t = h.token(&f, 1, None).await;
     let client = h.bootstrap_client(&t).await;
@@ -92,8 +88,7 @@ async fn exhausted_token_is_denied_and_deleted() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn missing_flavor_existing_node_and_wrong_shape_are_denied_with_their_causes() {
     let h = Harness::start().await;
-    let f = h.name("sweet");
-    h.flavor(&f, &[(TIER_KEY, "gold")], &[]).await;
+    let f = h.gold_flavor("sweet").await;
     let ctl = h.start_controller(h.options("ctl"));
 
     // A token whose Flavor does not exist.
@@ -161,8 +156,7 @@ async fn missing_flavor_existing_node_and_wrong_shape_are_denied_with_their_caus
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn denials_of_one_token_decided_together_are_all_counted() {
     let h = Harness::start().await;
-    let f = h.name("sweet");
-    h.flavor(&f, &[(TIER_KEY, "gold")], &[]).await;
+    let f = h.gold_flavor("sweet").await;
     let t = h.token(&f, 1, None).await;
     // Wrong-shape CSRs of one token, all filed before the controller starts so it decides
     // them at once: each denial reads the token at the same resourceVersion, and each
@@ -177,8 +171,7 @@ async fn denials_of_one_token_decided_together_are_all_counted() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_csrs_racing_for_a_single_use_token_get_exactly_one_approval() {
     let h = Harness::start().await;
-    let f = h.name("sweet");
-    h.flavor(&f, &[(TIER_KEY, "gold")], &[]).await;
+    let f = h.gold_flavor("sweet").await;
     let t = h.token(&f, 1, None).await;
     let client = h.bootstrap_client(&t).await;
     let (c1, c2) = (h.name("race-1"), h.name("race-2"));
@@ -207,8 +200,7 @@ async fn two_csrs_racing_for_a_single_use_token_get_exactly_one_approval() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn token_expiring_mid_join_is_denied_without_spending_a_use() {
     let h = Harness::start().await;
-    let f = h.name("sweet");
-    h.flavor(&f, &[(TIER_KEY, "gold")], &[]).await;
+    let f = h.gold_flavor("sweet").await;
     let t = h.token(&f, 1, None).await;
     let csr = h.name("csr-late");
     h.submit_csr(&h.bootstrap_client(&t).await, &csr, &h.name("node-late"))

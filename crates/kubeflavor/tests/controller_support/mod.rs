@@ -28,6 +28,11 @@ use tokio::sync::oneshot;
 
 use crate::common::{Env, client_from_yaml};
 
+/// The flavor label kubeflavor puts on a Node.
+pub const FLAVOR_KEY: &str = "kubeflavor.node-restriction.kubernetes.io/flavor";
+/// A label the tests' flavors carry (a key no kubelet may set).
+pub const TIER_KEY: &str = "tier.node-restriction.kubernetes.io/class";
+
 /// A generous safety net for waits on watches; never a synchronisation tool.
 pub const WAIT: Duration = Duration::from_secs(30);
 
@@ -108,6 +113,13 @@ impl Harness {
             .create(&PostParams::default(), &flavor)
             .await
             .expect("flavor created");
+    }
+
+    /// The Flavor `base-<run id>` with the label `TIER_KEY=gold`; returns its name.
+    pub async fn gold_flavor(&self, base: &str) -> String {
+        let name = self.name(base);
+        self.flavor(&name, &[(TIER_KEY, "gold")], &[]).await;
+        name
     }
 
     /// Creates a flavored token Secret as `token create` writes it; returns the token.

@@ -510,6 +510,16 @@ async fn halt_at_term_end(ctx: &Context, until: Stop) {
 mod tests {
     use super::*;
 
+    #[test]
+    fn a_scoped_controller_serves_only_its_names() {
+        let mut opts = Options::new("ns", "me");
+        assert!(opts.serves("anything"), "unscoped: every name");
+        opts.scope = Some("-abc123".into());
+        assert!(opts.serves("node-1-abc123"));
+        assert!(!opts.serves("node-1-zzz999"));
+        assert!(!opts.serves("abc123-node"));
+    }
+
     #[tokio::test]
     async fn turns_are_served_in_arrival_order() {
         let turns = Arc::new(Turns::new(1));

@@ -7,7 +7,8 @@
 //! (this same program, re-executed), so the controller's peak RSS is its own and its API
 //! requests are counted apart (it authenticates with its own bearer token). Prints
 //! approvals/s, p50/p99 CSR->Approved, p50/p99 Node registered->flavored, controller API
-//! writes per join by verb and resource, and the controller's peak RSS (VmHWM).
+//! writes per join by verb and resource, the controller's CPU time per join and its peak
+//! RSS (VmHWM).
 //!
 //! With `--kubeconfig FILE` it runs against that cluster instead (the controller in-process
 //! with that kubeconfig; request counters are testkube-only and are skipped). It creates
@@ -41,8 +42,8 @@ const CONTROLLER_TOKEN: &str = "storm-controller-token";
 /// join_storm: N kubeflavor joins against one controller, the controller as it ships.
 ///
 /// Prints approvals/s, p50/p99 CSR->Approved, p50/p99 Node registered->flavored, the
-/// controller's API writes and reads per join by verb and resource, and its peak RSS
-/// (VmHWM). By default against an in-process testkube, the controller a child process.
+/// controller's API writes and reads per join by verb and resource, its CPU time per join
+/// and its peak RSS (VmHWM). By default against an in-process testkube, the controller a child process.
 #[derive(Debug, Parser)]
 #[command(
     name = "join_storm",
@@ -129,6 +130,18 @@ fn vm_hwm_kib(pid: u32) -> Option<u64> {
         .nth(1)?
         .parse()
         .ok()
+}
+
+/// CPU time (user + system) the process has used so far, all its threads included, from
+/// `/proc/PID/stat` fields 14 and 15, in clock ticks of USER_HZ (100 per second on Linux).
+fn cpu_time(pid: u32) -> Option<Duration> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) is in parentheses and may hold spaces: count from the
+    // last ')', after which field 3 is the first.
+    let mut fields = stat.rsplit_once(')')?.1.split_whitespace();
+    let utime: u64 = fields.nth(11)?.parse().ok()?;
+    let stime: u64 = fields.next()?.parse().ok()?;
+    Some(Duration::from_millis((utime + stime) * 10))
 }
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
@@ -295,6 +308,7 @@ async fn main() {
 
     // The controller: a child process on testkube (own token, own counters, own RSS).
     let mut child = None;
+    let mut cpu_at_start = None;
     let mut in_process = None;
     match &cluster {
         Some(c) => {
@@ -330,6 +344,7 @@ async fn main() {
             .expect("reader")
             .expect("read the child's ready line");
             assert_eq!(line.trim(), "ready", "the controller child did not start");
+            cpu_at_start = cpu_time(started.id());
             child = Some(started);
             c.counters().reset();
         }
@@ -492,6 +507,14 @@ async fn main() {
         }
     }
     if let Some(mut ch) = child {
+        if let (Some(before), Some(after)) = (cpu_at_start, cpu_time(ch.id())) {
+            let used = after.saturating_sub(before);
+            println!(
+                "  controller CPU/join     {:.2} ms (user+system of the controller process during the storm: {:.2} s)",
+                used.as_secs_f64() * 1000.0 / n as f64,
+                used.as_secs_f64()
+            );
+        }
         if let Some(kib) = vm_hwm_kib(ch.id()) {
             println!(
                 "  controller peak RSS     {:.1} MiB (VmHWM of the controller process, {n} flavored nodes)",

@@ -1,6 +1,7 @@
-//! The copy-certs certificate key (spec section 3): 32 random bytes, printed as 64 lowercase
-//! hex characters. It encrypts the cluster's CA keys and is never stored on the cluster
-//! (P5), so it is zeroized on drop and no Debug/Display prints it.
+//! The copy-certs certificate key (`kubeadm certs certificate-key`): 32 random bytes, printed
+//! as 64 lowercase hex characters. It encrypts the cluster's CA keys and is never stored on
+//! the cluster (P5, certificate hand-off), so it is zeroized on drop and no Debug/Display
+//! prints it.
 
 use std::fmt;
 use std::str::FromStr;

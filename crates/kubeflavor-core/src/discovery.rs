@@ -1,6 +1,6 @@
-//! kubeadm's token discovery decision (spec section 2) as one pure function: given the data
-//! of `kube-public/cluster-info` read anonymously, the token, and the CA pins, either trust
-//! the cluster's server and CA or say exactly why not.
+//! kubeadm's token discovery decision (cmd/kubeadm/app/discovery/token) as one pure
+//! function: given the data of `kube-public/cluster-info` read anonymously, the token, and
+//! the CA pins, either trust the cluster's server and CA or say exactly why not.
 //!
 //! The binary does the I/O around it: it retries while [`DiscoveryError::is_retryable`]
 //! (the bootstrapsigner adds a token's signature within seconds of the token's creation),

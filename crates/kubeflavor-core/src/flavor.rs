@@ -1,8 +1,8 @@
 //! What a flavor means for a node: `FlavorRules` (labels, taints, trust level, token
 //! defaults), validated once so the controller and the CLI never see an unchecked value.
 //!
-//! Every flavor label key must be one a kubelet cannot write (P2, spec section 5); see
-//! [`crate::labels::check_flavor_label_key`].
+//! Every flavor label key must be one NodeRestriction forbids a kubelet to write (P2, trusted
+//! labels); see [`crate::labels::check_flavor_label_key`].
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -26,7 +26,8 @@ pub const TRUST_LEVEL_LABEL: &str = "kubeflavor.node-restriction.kubernetes.io/t
 pub const UNVERIFIED_TAINT: &str = "kubeflavor.io/unverified";
 /// NoExecute taint kubeflavor puts on a node whose binding is revoked.
 pub const REVOKED_TAINT: &str = "kubeflavor.io/revoked";
-/// `max_nodes` when neither the token nor its flavor sets one (DESIGN P3).
+/// `max_nodes` when neither the token nor its flavor sets one: one token, one node name
+/// (P3, binding).
 pub const DEFAULT_MAX_NODES: NonZeroU32 = NonZeroU32::MIN;
 /// The highest trust level.
 pub const MAX_TRUST_LEVEL: u8 = 100;
@@ -181,8 +182,9 @@ pub enum FlavorError {
     MaxNodes(i64),
 }
 
-/// A validated flavor: every label key is one a kubelet cannot write (P2), no label
-/// collides with kubeflavor's own, taints are well-formed and unique per key and effect.
+/// A validated flavor: every label key is one a kubelet cannot write (P2, trusted labels),
+/// no label collides with kubeflavor's own, taints are well-formed and unique per key and
+/// effect.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FlavorRules {
     labels: BTreeMap<LabelKey, LabelValue>,
@@ -442,8 +444,8 @@ mod tests {
             prop_assert_eq!(TrustLevel::try_from(n).is_ok(), (0..=100).contains(&n));
         }
 
-        /// P2: whatever labels a spec asks for, every key of an accepted flavor is one the
-        /// kubelet cannot write.
+        /// P2 (trusted labels): whatever labels a spec asks for, every key of an accepted
+        /// flavor is one the kubelet cannot write.
         #[test]
         fn accepted_flavors_never_carry_kubelet_writable_labels(
             keys in proptest::collection::vec(

@@ -1,5 +1,6 @@
 //! The detached HS256 JWS that kube-controller-manager's bootstrapsigner puts next to the
-//! kubeconfig in `kube-public/cluster-info` (spec section 2).
+//! kubeconfig in `kube-public/cluster-info`, as `jws-kubeconfig-<token-id>` for every token
+//! with `usage-bootstrap-signing: "true"`.
 //!
 //! The value is `b64url(header) + ".." + b64url(signature)`, header bytes exactly
 //! `{"alg":"HS256","kid":"<token-id>"}`, signature = HMAC-SHA256 keyed with the token
@@ -78,7 +79,7 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    // The three vectors of upstream jws_test.go (spec section 2).
+    // The three vectors of upstream's jws_test.go (k8s.io/cluster-bootstrap/token/jws).
     const ID: &str = "joshua";
     const SECRET: &str = "my voice is my passcode";
     const CONTENT: &str = "Hello from the other side. I must have called a thousand times.";

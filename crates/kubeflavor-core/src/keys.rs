@@ -2,9 +2,10 @@
 //! private key belongs to a certificate or a public key.
 //!
 //! kubeadm writes PKCS#1 (`RSA PRIVATE KEY`) and SEC1 (`EC PRIVATE KEY`); PKIs made with
-//! openssl or other tools often hold PKCS#8 (`PRIVATE KEY`); `sa.pub` is PKIX `PUBLIC KEY`
-//! (spec section 3). The private key is loaded into aws-lc (through rcgen), which validates
-//! it and derives its public key; matching then compares public keys.
+//! openssl or other tools often hold PKCS#8 (`PRIVATE KEY`); `sa.pub` is PKIX `PUBLIC KEY`.
+//! kubeadm's upload-certs stores each form unchanged. The private key is loaded into aws-lc
+//! (through rcgen), which validates it and derives its public key; matching then compares
+//! public keys.
 
 use std::fmt;
 

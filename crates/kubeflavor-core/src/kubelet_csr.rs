@@ -1,5 +1,5 @@
 //! The kubelet's part of TLS bootstrap, for `kubeflavor join --tls-bootstrap`: an ECDSA P-256
-//! key and a CSR shaped exactly like the kubelet's (spec section 4).
+//! key and a CSR shaped exactly like the kubelet's.
 //!
 //! Like the kubelet's `certutil.MakeCSR`, the PEM carries only the subject
 //! (`O=system:nodes, CN=system:node:<name>`) and the public key: no SANs and no requested
@@ -19,7 +19,7 @@ pub use crate::csr::{KUBELET_CLIENT_SIGNER, NODE_USER_PREFIX, NODES_GROUP};
 use crate::csr::{USAGE_CLIENT_AUTH, USAGE_DIGITAL_SIGNATURE, USAGE_KEY_ENCIPHERMENT};
 
 /// `spec.usages` of the CSR: what the kubelet itself sends (one of the two sets the
-/// kube-controller-manager approver accepts, spec section 4).
+/// kube-controller-manager approver accepts: with or without key encipherment).
 pub const KUBELET_CLIENT_USAGES: [&str; 3] = [
     USAGE_DIGITAL_SIGNATURE,
     USAGE_KEY_ENCIPHERMENT,

@@ -1,8 +1,8 @@
 //! Label keys and values, and the NodeRestriction rule that decides which Node labels a
-//! kubelet can write on its own Node (spec section 5).
+//! kubelet can write on its own Node (plugin/pkg/admission/noderestriction).
 //!
-//! P2 rests on [`kubelet_may_set`]: a flavor label the kubelet could write would be a claim
-//! by the node, not a fact assigned by the cluster owner.
+//! P2 (trusted labels) rests on [`kubelet_may_set`]: a flavor label the kubelet could write
+//! would be a claim by the node, not a fact assigned by the cluster owner.
 
 use std::fmt;
 use std::str::FromStr;
@@ -139,8 +139,8 @@ fn is_or_under(namespace: &str, domain: &str) -> bool {
 }
 
 /// Whether a kubelet (`system:node:<name>`) may add, change or remove this label on its own
-/// Node, as the NodeRestriction admission plugin decides on update (spec section 5,
-/// `getForbiddenLabels` in plugin/pkg/admission/noderestriction).
+/// Node, as the NodeRestriction admission plugin decides on update (`getForbiddenLabels` in
+/// plugin/pkg/admission/noderestriction).
 pub fn kubelet_may_set(key: &str) -> bool {
     let ns = label_namespace(key);
     if is_or_under(ns, NODE_RESTRICTION_NAMESPACE) {
@@ -154,8 +154,8 @@ pub fn kubelet_may_set(key: &str) -> bool {
 }
 
 /// Checks that `key` is a valid label key that a kubelet can NOT write on its own Node, so
-/// it can carry a flavor (P2). The error explains NodeRestriction and suggests a key under
-/// `kubeflavor.node-restriction.kubernetes.io/`.
+/// it can carry a flavor (P2, trusted labels). The error explains NodeRestriction and
+/// suggests a key under `kubeflavor.node-restriction.kubernetes.io/`.
 pub fn check_flavor_label_key(key: &str) -> Result<(), LabelKeyError> {
     check_label_key(key)?;
     if kubelet_may_set(key) {
@@ -264,7 +264,7 @@ mod tests {
 
     #[test]
     fn kubelet_may_not_set_node_restriction_labels() {
-        // Capture 29: both the bare namespace and a subdomain of it are refused.
+        // A real API server refuses both the bare namespace and a subdomain of it.
         assert!(!kubelet_may_set(
             "kubeflavor.node-restriction.kubernetes.io/flavor"
         ));
@@ -273,7 +273,7 @@ mod tests {
 
     #[test]
     fn kubelet_may_set_labels_outside_kubernetes_namespaces() {
-        // Capture 29: example.com/flavor was accepted from the node.
+        // A real API server accepts example.com/flavor from the node itself.
         assert!(kubelet_may_set("example.com/flavor"));
         assert!(kubelet_may_set("flavor"));
         // Look-alikes of the restricted namespace are ordinary domains.
@@ -356,7 +356,8 @@ mod tests {
     }
 
     proptest! {
-        /// P2: no key under a node-restriction namespace is ever kubelet-writable.
+        /// P2 (trusted labels): no key under a node-restriction namespace is ever
+        /// kubelet-writable.
         #[test]
         fn node_restriction_keys_are_never_kubelet_writable(
             sub in "([a-z0-9]{1,10}\\.){0,2}",

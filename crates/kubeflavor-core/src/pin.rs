@@ -1,5 +1,6 @@
-//! The CA pin of `kubeadm join --discovery-token-ca-cert-hash` (spec section 2):
-//! `sha256:` + lowercase hex of SHA-256 over the certificate's DER SubjectPublicKeyInfo.
+//! The CA pin of `kubeadm join --discovery-token-ca-cert-hash`
+//! (cmd/kubeadm/app/util/pubkeypin): `sha256:` + lowercase hex of SHA-256 over the
+//! certificate's DER SubjectPublicKeyInfo.
 //!
 //! The hash covers the public key, not the whole certificate, so a CA re-issued with the same
 //! key keeps its pin (that is kubeadm's choice, and join commands in the wild depend on it).

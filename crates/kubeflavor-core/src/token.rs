@@ -1,5 +1,6 @@
 //! Bootstrap tokens: `TokenId`, `TokenSecret`, `BootstrapToken`, and their generation with
-//! kubeadm's algorithm (spec section 1).
+//! kubeadm's algorithm (cluster-bootstrap's `GenerateBootstrapToken`: one CSPRNG byte per
+//! character of `[0-9a-z]`, bytes >= 252 discarded so each character is uniform).
 //!
 //! The secret half is the bearer credential of a joining node: it is zeroized on drop,
 //! compared in constant time, never printed by `Debug`, never echoed in parse errors, and
@@ -218,7 +219,7 @@ impl BootstrapToken {
         s
     }
 
-    /// A fresh token from the OS CSPRNG, with kubeadm's algorithm (spec section 1).
+    /// A fresh token from the OS CSPRNG, with kubeadm's algorithm.
     pub fn generate() -> Result<Self, RandomnessError> {
         let mut failure = None;
         let token = Self::generate_with(|buf| {

@@ -1,7 +1,8 @@
 //! kubeflavor's own fields on a token Secret: the flavor (a label) and max nodes, bound
 //! node names and denials (annotations). Secret data keys cannot hold `/`, and the data is
-//! kubeadm's; a bootstrap identity cannot read the Secret at all (capture 12), so the
-//! flavor is safe here (P1).
+//! kubeadm's; a bootstrap identity cannot read the Secret at all (RBAC gives it no `get` on
+//! token Secrets, the API server answers 403), so the flavor is safe here (P1, hidden
+//! flavor).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::num::NonZeroU32;
@@ -23,9 +24,10 @@ pub const DENIALS_ANNOTATION: &str = "kubeflavor.io/denials";
 pub struct FlavorTokenMeta {
     pub flavor: FlavorName,
     pub max_nodes: NonZeroU32,
-    /// Distinct node names bound to this token so far (P3: at most `max_nodes`).
+    /// Distinct node names bound to this token so far (P3, binding: at most `max_nodes`).
     pub bound_nodes: BTreeSet<NodeName>,
-    /// CSRs of this token denied so far (P4).
+    /// CSRs of this token denied so far (P4, rejection that ends: the count decides when
+    /// the token is deleted).
     pub denials: u32,
 }
 

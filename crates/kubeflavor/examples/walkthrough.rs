@@ -218,7 +218,7 @@ async fn main() -> anyhow::Result<()> {
     .await
     .with_context(|| format!("{sour_secret} was not deleted within {PATIENCE:?}"))??;
     say(&format!(
-        "The controller deleted {sour_secret}: a misused token ends (P4), so a retrying kubelet stops."
+        "The controller deleted {sour_secret}: a misused token ends (P4, rejection that ends), so a retrying kubelet stops."
     ));
     let bound = nodes.get("sour-node-1").await?;
     say(&format!(
@@ -371,7 +371,8 @@ async fn node_client(kubelet_dir: &Path) -> anyhow::Result<kube::Client> {
 
 /// What a kubelet started with the flags `join` printed sends (its `--config` file has
 /// `registerWithTaints` kubeflavor.io/unverified:NoSchedule): its Node, with the hostname
-/// label and the taint (taints are only allowed at creation, spec section 5).
+/// label and the taint (NodeRestriction lets a kubelet set taints only when it creates its
+/// Node).
 async fn register_node(node_client: &kube::Client, name: &str) -> anyhow::Result<()> {
     let node = Node {
         metadata: ObjectMeta {

@@ -38,7 +38,8 @@ pub enum ExitCode {
     /// `join`: the kubelet directory is not writable, or the node already joined (or is
     /// joining: a bootstrap-kubelet.conf is there).
     JoinKubeletDir = 16,
-    // `certs` (issue 6): each P5/P6 failure of the certificate hand-off has its own code.
+    // `certs`: each failure of the certificate hand-off (P5) or of writing the PKI all or
+    // nothing (P6, nothing lost) has its own code.
     /// `--certificate-key` is not 64 hexadecimal characters.
     CertificateKeyMalformed = 20,
     /// The key check entry did not decrypt: not the key of this upload.

@@ -47,7 +47,7 @@ pub struct TokenAuthenticators<'a> {
 pub type TokenUser = (UserInfo, Vec<String>);
 
 /// `errInvalidToken` of the bearer-token authenticator: no token authenticator took the
-/// token and none had an error to report (TokenReview shows it, capture 53).
+/// token and none had an error to report (TokenReview shows it in `status.error`).
 pub const INVALID_BEARER_TOKEN: &str = "invalid bearer token";
 
 /// Decide who made a request.
@@ -143,8 +143,8 @@ pub fn authenticate_token(
     })
 }
 
-/// The one 401 the real server gives for every failed credential (capture 11): it never says
-/// which part was wrong.
+/// The one 401 the real server gives for every failed credential (wrong secret, unknown
+/// token id, garbage bearer): it never says which part was wrong.
 pub fn unauthorized() -> ApiError {
     ApiError::new(401, "Unauthorized", "Unauthorized")
 }
@@ -195,8 +195,11 @@ fn static_token_user(token: &str, static_tokens: &BTreeMap<String, UserInfo>) ->
     })
 }
 
-/// plugin/pkg/auth/authenticator/token/bootstrap: every check of spec section 1, each
-/// failure silently "not authenticated" (the caller turns that into the generic 401).
+/// plugin/pkg/auth/authenticator/token/bootstrap: the token's form, a live Secret
+/// `kube-system/bootstrap-token-<id>` of the bootstrap type, its secret (compared in
+/// constant time) and id, its expiration, `usage-bootstrap-authentication: "true"` and valid
+/// extra groups; each failure silently "not authenticated" (the caller turns that into the
+/// generic 401).
 fn bootstrap_token_user(
     token: &str,
     reader: &dyn ObjectReader,

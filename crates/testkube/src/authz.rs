@@ -83,7 +83,8 @@ fn decide(attrs: &RequestAttributes, reader: &dyn ObjectReader) -> Result<(), St
 }
 
 /// `responsewriters.Forbidden`: the RBAC-style sentence, `: <reason>` when an authorizer
-/// gave one, wrapped by `NewForbidden`. Authorizer 403s carry `nosniff` (capture 12).
+/// gave one, wrapped by `NewForbidden`. Authorizer 403s carry
+/// `X-Content-Type-Options: nosniff`; admission 403s do not.
 pub fn forbidden(attrs: &RequestAttributes, reason: &str) -> ApiError {
     let user = &attrs.user.name;
     let mut sentence = if !attrs.is_resource_request {

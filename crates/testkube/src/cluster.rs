@@ -32,9 +32,10 @@ pub enum StartError {
     Serve(#[from] ServeError),
 }
 
-/// How long the bootstrap-token authenticator trails token Secret changes by default
-/// (capture 52): long enough that a client which creates a token and uses it at once meets
-/// the 401 reliably, short enough that a retry loop waits only a moment.
+/// How long the bootstrap-token authenticator trails token Secret changes by default (the
+/// real one reads an informer cache, a millisecond or two behind, longer under load): long
+/// enough that a client which creates a token and uses it at once meets the 401 reliably,
+/// short enough that a retry loop waits only a moment.
 pub const DEFAULT_TOKEN_AUTH_LAG: Duration = Duration::from_millis(50);
 
 /// Options for [`TestCluster`]; get one from [`TestCluster::builder`].
@@ -75,23 +76,22 @@ impl TestClusterBuilder {
     }
 
     /// Seed kubeadm's ClusterRoleBinding `kubeadm:node-autoapprove-bootstrap` (kubeadm's
-    /// token group may have its kubelet client CSRs auto-approved; capture 54). On by
-    /// default.
+    /// token group may have its kubelet client CSRs auto-approved). On by default.
     pub fn kubeadm_autoapprove_bootstrap(mut self, on: bool) -> Self {
         self.autoapprove_bootstrap = on;
         self
     }
 
     /// Seed kubeadm's ClusterRoleBinding `kubeadm:node-autoapprove-certificate-rotation`
-    /// (`system:nodes` may have their renewals auto-approved; capture 54). On by default.
+    /// (`system:nodes` may have their renewals auto-approved). On by default.
     pub fn kubeadm_autoapprove_certificate_rotation(mut self, on: bool) -> Self {
         self.autoapprove_rotation = on;
         self
     }
 
     /// How long after a bootstrap token Secret is created, changed or deleted the
-    /// bootstrap-token authenticator sees it (capture 52: the real one reads an informer
-    /// cache). Default [`DEFAULT_TOKEN_AUTH_LAG`]; `Duration::ZERO` makes it see the store
+    /// bootstrap-token authenticator sees it (the real one reads an informer cache).
+    /// Default [`DEFAULT_TOKEN_AUTH_LAG`]; `Duration::ZERO` makes it see the store
     /// at once.
     pub fn token_auth_lag(mut self, lag: Duration) -> Self {
         self.token_auth_lag = lag;
@@ -182,7 +182,7 @@ fn seed(st: &mut crate::store::StoreState, options: &TestClusterBuilder, now: Ti
     }
 }
 
-/// kubeadm's cluster-info kubeconfig: one cluster with an empty name (capture 27).
+/// kubeadm's cluster-info kubeconfig: one cluster with an empty name.
 fn cluster_info_kubeconfig(server: &str, ca_pem: &str) -> String {
     let ca = base64::engine::general_purpose::STANDARD.encode(ca_pem);
     format!(

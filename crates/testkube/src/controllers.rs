@@ -17,7 +17,7 @@ use crate::server::Shared;
 use crate::store::{EventType, StoreState, StoredEvent, format_time, meta_str};
 use crate::types::ResourceKey;
 
-/// Which controller duties run (each on by default; issue 2 item 7).
+/// Which controller duties run (each on by default).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Duties {
     /// Sign Approved kubelet client CSRs with the cluster CA (`status.certificate`).
@@ -248,7 +248,7 @@ pub async fn run(shared: Arc<Shared>, duties: Duties, mut shutdown: watch::Recei
             let sleep = match next_expiry {
                 Some(t) => {
                     let ms = (t.as_millisecond() - Timestamp::now().as_millisecond()).max(0) as u64;
-                    // The real tokencleaner acts about 0.1 s after expiry (capture 46).
+                    // The real tokencleaner acts about 0.1 s after expiry.
                     Duration::from_millis(ms + 100)
                 }
                 None => Duration::from_secs(3600),

@@ -1,5 +1,5 @@
-//! Request counters by identity kind, verb and resource (issue 2, item 9), so tests and
-//! benchmarks can report API calls per operation.
+//! Request counters by identity kind, verb and resource, so tests and benchmarks can report
+//! API calls per operation.
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;

@@ -1,5 +1,6 @@
 //! Discovery documents: legacy `/api`, `/api/v1`, `/apis`, `/apis/<g>`, `/apis/<g>/<v>`
-//! (captures 01-04), aggregated discovery v2 for kubectl (capture 06), and `/version` (05).
+//! (APIVersions, APIResourceList, APIGroupList, APIGroup), aggregated discovery v2 for
+//! kubectl, and `/version`.
 
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
@@ -237,7 +238,7 @@ pub fn document(
     })
 }
 
-/// `GET /version`: the Kubernetes version testkube imitates (the captures' v1.36).
+/// `GET /version`: the Kubernetes version testkube imitates (v1.36).
 pub fn version() -> Value {
     json!({
         "major": "1",

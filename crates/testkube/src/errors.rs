@@ -1,12 +1,13 @@
 //! `metav1.Status` errors with the real server's codes, reasons, messages and `details`
-//! quirks (see the captures 07-16 and README "Surprises" 1-3).
+//! quirks: `details.kind` is sometimes the resource, sometimes the Kind; some errors are not
+//! JSON Status at all; some client mistakes are a 500.
 
 use serde_json::{Value, json};
 
 use crate::resources::ResourceInfo;
 use crate::types::ApiError;
 
-/// `details` for errors that name the resource: `kind` is the plural resource (surprise 1),
+/// `details` for errors that name the resource: `kind` is the plural resource (`secrets`),
 /// `group` only for non-core groups.
 fn resource_details(info: &ResourceInfo, name: &str) -> Value {
     let mut details = serde_json::Map::new();
@@ -88,7 +89,7 @@ pub fn conflict_stale_plain(resource: &str, name: &str) -> ApiError {
     .with_details(json!({"name": name, "kind": resource}))
 }
 
-/// A DELETE whose body preconditions do not match (capture 14): the message and `details`
+/// A DELETE whose body preconditions do not match (a 409): the message and `details`
 /// name the Kind, not the resource.
 pub fn precondition_failed(info: &ResourceInfo, name: &str, what: &str) -> ApiError {
     ApiError::new(
@@ -121,7 +122,7 @@ pub fn bad_request(message: impl Into<String>) -> ApiError {
 }
 
 /// A 500 without a `reason` field, as the real server answers some client mistakes
-/// (resourceVersion set on create, a non-numeric resourceVersion; surprise 3).
+/// (resourceVersion set on create, a non-numeric resourceVersion).
 pub fn internal_without_reason(message: impl Into<String>) -> ApiError {
     ApiError::new(500, "", message)
 }
@@ -158,7 +159,8 @@ pub fn not_acceptable() -> ApiError {
     )
 }
 
-/// The text/plain 404 of the Go mux, for paths no handler serves (surprise 2).
+/// The text/plain 404 of the Go mux, for paths no handler serves (a group or CRD resource
+/// that does not exist yet).
 pub fn page_not_found() -> ApiError {
     let mut err = ApiError::new(404, "NotFound", "404 page not found");
     err.plain_text = Some("404 page not found\n".into());
@@ -302,7 +304,8 @@ pub fn status_body(err: &ApiError) -> Value {
     Value::Object(status)
 }
 
-/// The Status of a successful DELETE (capture 14, 50).
+/// The Status of a successful DELETE (`status: Success`, `details` with name, plural kind,
+/// group for non-core types, and uid).
 pub fn delete_success(info: &ResourceInfo, name: &str, uid: &str) -> Value {
     let mut details = resource_details(info, name);
     details["uid"] = json!(uid);

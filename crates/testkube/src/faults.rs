@@ -1,5 +1,5 @@
-//! Fault injection for tests (issue 2, item 8): make the next N matching requests fail with
-//! a given status or wait a given time, and cut every open watch stream.
+//! Fault injection for tests: make the next N matching requests fail with a given status or
+//! wait a given time, and cut every open watch stream.
 
 use std::sync::Mutex;
 use std::time::Duration;

@@ -1,6 +1,6 @@
 //! Garbage collection and namespace cleanup, as kube-controller-manager's garbagecollector
 //! and namespace controllers do them: dependents whose owners are all gone are deleted
-//! (also when the owner uid never existed, capture 49 case B); foreground deletion deletes
+//! (also when the owner uid never existed); foreground deletion deletes
 //! the dependents before the owner; a terminating namespace is emptied and then removed.
 
 use std::collections::HashSet;

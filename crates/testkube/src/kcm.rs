@@ -27,7 +27,7 @@ use crate::types::{IdentityKind, ObjectReader, RequestAttributes, UserInfo};
 pub const KUBELET_CLIENT_SIGNER: &str = "kubernetes.io/kube-apiserver-client-kubelet";
 /// kcm's `--cluster-signing-duration` default (8760h).
 const DEFAULT_TTL: SignedDuration = SignedDuration::from_hours(8760);
-/// The signer backdates notBefore against clock skew (capture 20).
+/// The signer backdates notBefore by 5 minutes against clock skew.
 const BACKDATE: SignedDuration = SignedDuration::from_mins(5);
 /// Below this lifetime the backdate is not taken out of the requested duration.
 const SHORT: SignedDuration = SignedDuration::from_hours(8);
@@ -450,8 +450,9 @@ fn is_token_secret(secret: &Value) -> bool {
             .is_none_or(|ns| ns == TOKEN_SECRET_NAMESPACE)
 }
 
-/// A compact HS256 JWS with detached payload (spec section 2): header
-/// `{"alg":"HS256","kid":"<id>"}`, key = the token secret, output `header..signature`.
+/// A compact HS256 JWS with detached payload, as kube-controller-manager's bootstrapsigner
+/// writes it: header `{"alg":"HS256","kid":"<id>"}`, key = the token secret, output
+/// `header..signature`.
 pub fn detached_jws(content: &str, token_id: &str, token_secret: &str) -> String {
     let header = URL_SAFE_NO_PAD.encode(format!("{{\"alg\":\"HS256\",\"kid\":\"{token_id}\"}}"));
     let payload = URL_SAFE_NO_PAD.encode(content);

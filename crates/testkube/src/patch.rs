@@ -24,7 +24,7 @@ pub enum PatchType {
 
 impl PatchType {
     /// The patch type of a Content-Type, ignoring parameters such as `charset`; anything
-    /// else is the bare 415 of capture 13.
+    /// else is a bare 415 `Unsupported Media Type` with empty `details`.
     pub fn from_content_type(content_type: Option<&str>) -> Result<PatchType, ApiError> {
         let media = content_type
             .unwrap_or("")
@@ -43,7 +43,7 @@ impl PatchType {
     }
 }
 
-/// The 422 for a server-side apply without `?fieldManager=` (capture 34).
+/// The 422 (kind PatchOptions, not a 400) for a server-side apply without `?fieldManager=`.
 pub fn field_manager_required() -> ApiError {
     invalid_options(
         "PatchOptions",

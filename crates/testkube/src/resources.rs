@@ -107,7 +107,7 @@ impl ResourceInfo {
     }
 
     /// What a subresource serves, as discovery lists it: (group, version, kind, verbs).
-    /// `serviceaccounts/token` takes a TokenRequest and only `create` (capture 02); the
+    /// `serviceaccounts/token` takes a TokenRequest and only `create`; the
     /// others (`status`, `approval`) are the object itself with get/patch/update.
     pub fn subresource_meta(&self, sub: &str) -> (&str, &str, &str, Vec<&'static str>) {
         if !self.custom && self.resource == "serviceaccounts" && sub == "token" {
@@ -314,7 +314,7 @@ fn builtins() -> &'static [ResourceInfo] {
         });
         ssr.verbs = vec!["create"];
         all.push(ssr);
-        // Reviews: nothing is stored, the answer is computed (capture 53).
+        // Reviews: nothing is stored, the answer is computed.
         for (group, resource, kind) in [
             ("authentication.k8s.io", "tokenreviews", "TokenReview"),
             (
@@ -414,7 +414,8 @@ fn builtins() -> &'static [ResourceInfo] {
     })
 }
 
-/// The built-in groups in the real server's priority order (capture 03), then CRD groups.
+/// The built-in groups in the real server's priority order (as `GET /apis` lists them),
+/// then CRD groups.
 const GROUP_ORDER: &[&str] = &[
     "apps",
     "events.k8s.io",

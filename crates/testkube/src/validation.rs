@@ -1,4 +1,4 @@
-//! Generic validation with the real messages (capture 10, 15, 47): object names, label keys
+//! Generic validation with the real server's messages: object names, label keys
 //! and values, annotation keys, Secret/ConfigMap data keys, Secret base64, MicroTime fields.
 
 use base64::Engine;
@@ -187,12 +187,13 @@ pub fn validate_object(
 /// the object it is about. Without `eventTime` (old-style Events) an Event about a
 /// cluster-scoped object must be in `default` (or have no namespace) and one about a
 /// namespaced object in that object's namespace; with `eventTime` an Event about a
-/// cluster-scoped object must be in `default` or `kube-system` (capture 51: any other
+/// cluster-scoped object must be in `default` or `kube-system` (any other
 /// namespace is 422 `involvedObject.namespace: Invalid value: "": does not match
 /// event.namespace`, even for an admin), a namespaced object's namespace is not compared, and
 /// the reporting fields, action and reason are required. events.k8s.io/v1 writes
 /// (`ValidateEventCreate`/`ValidateEventUpdate` for a newer request version) add the strict
-/// checks of capture 48. Field paths name the internal fields (`involvedObject`,
+/// checks (`eventTime` required, `type` Normal or Warning, the deprecated fields unset,
+/// fixed fields immutable). Field paths name the internal fields (`involvedObject`,
 /// `reportingController`, `message`), whichever API version the request used.
 fn event_errors(
     info: &ResourceInfo,
@@ -390,7 +391,7 @@ fn crd_name_errors(obj: &Value, name: &str) -> Vec<FieldError> {
     errs
 }
 
-/// Secret data must decode as standard base64 (a 400 from the JSON decoder, capture 15).
+/// Secret data must decode as standard base64 (a 400 from the JSON decoder, not a 422).
 pub fn check_secret_base64(info: &ResourceInfo, obj: &Value) -> Result<(), ApiError> {
     if info.custom || info.resource != "secrets" {
         return Ok(());

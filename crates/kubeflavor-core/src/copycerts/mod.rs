@@ -1,4 +1,6 @@
-//! kubeadm's copy-certs codec (spec section 3) and kubeflavor's hardening of it (P5).
+//! kubeadm's copy-certs codec (`kubeadm init phase upload-certs`,
+//! cmd/kubeadm/app/phases/copycerts) and kubeflavor's hardening of it for P5 (certificate
+//! hand-off).
 //!
 //! Wire format (must stay byte-compatible with kubeadm's `app/util/crypto`): each file is
 //! sealed with AES-256-GCM under the certificate key, a fresh 12-byte random nonce, no AAD,

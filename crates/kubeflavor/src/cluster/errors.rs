@@ -80,8 +80,8 @@ fn status_error(origin: &Origin, doing: &str, status: &Status) -> CliError {
     }
 }
 
-/// An RBAC 403 names the user, verb, resource, group and scope (capture 12): turn that
-/// into the permission to ask for.
+/// An RBAC 403 names the user, verb, resource, group and scope: turn that into the
+/// permission to ask for.
 fn forbidden(status: &Status) -> CliError {
     match Denial::parse(&status.message) {
         Some(d) => {
@@ -190,7 +190,7 @@ mod tests {
 
     #[test]
     fn namespaced_rbac_denial_names_the_permission() {
-        // Message exactly as capture 12 shows it.
+        // Message exactly as kube-apiserver's RBAC authorizer words it.
         let err = status(
             403,
             "Forbidden",

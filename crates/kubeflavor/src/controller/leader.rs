@@ -8,8 +8,9 @@
 //! decision independent of clock skew between replicas. A leader that cannot renew for
 //! `renew_deadline` (shorter than `lease_duration`) steps down before anyone may take over.
 //!
-//! Lease times are MicroTime: the API server requires exactly 6 fractional digits (capture
-//! 47); k8s-openapi's `MicroTime` serialises with `%.6f`, checked by a test below.
+//! Lease times are MicroTime: the API server requires exactly 6 fractional digits (`.123Z`
+//! or no fraction is a 400); k8s-openapi's `MicroTime` serialises with `%.6f`, checked by a
+//! test below.
 
 use std::time::Duration;
 
@@ -367,7 +368,7 @@ mod tests {
 
     #[test]
     fn micro_time_has_exactly_six_fractional_digits() {
-        // Capture 47: `.123Z` or no fraction is a 400 from the real API server.
+        // `.123Z` or no fraction is a 400 from the real API server.
         for ts in [
             "2026-11-30T04:27:03Z",
             "2026-11-30T04:27:03.123Z",

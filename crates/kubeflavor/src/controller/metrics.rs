@@ -1,7 +1,7 @@
 //! Prometheus metrics of the controller (prometheus-client, OpenMetrics text on /metrics).
 //!
 //! The exact denial cause is a label here on purpose: /metrics is an admin-only surface,
-//! unlike the CSR conditions a bootstrap identity can read (P1).
+//! unlike the CSR conditions a bootstrap identity can read (P1, hidden flavor).
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicI64;

@@ -1,6 +1,6 @@
 //! The admin-only trail of decisions: an events.k8s.io/v1 Event in kube-system, plus a log
 //! line. The exact cause lives only here, in logs and in metric labels, never in the CSR
-//! (P1).
+//! (P1, hidden flavor).
 //!
 //! The Events are about cluster-scoped objects (CSRs), and the API server accepts those
 //! only in `default` or `kube-system` (422 elsewhere, even for an admin). kube-system it
@@ -45,7 +45,8 @@ pub async fn record(
             namespace: Some(TRAIL_NAMESPACE.to_string()),
             ..ObjectMeta::default()
         },
-        // MicroTime: exactly 6 fractional digits (capture 48/47), done by k8s-openapi.
+        // MicroTime: exactly 6 fractional digits or the API server answers 400; k8s-openapi
+        // writes them.
         event_time: Some(MicroTime(now)),
         reporting_controller: Some(REPORTING_CONTROLLER.into()),
         reporting_instance: Some(ctx.opts.identity.clone()),

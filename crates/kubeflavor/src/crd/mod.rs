@@ -2,7 +2,8 @@
 //! - `Flavor` (`flavors.kubeflavor.io`): what a flavor means for a node (labels the kubelet
 //!   cannot write, taints, a trust level) and the defaults of its tokens.
 //! - `FlavorBinding` (`flavorbindings.kubeflavor.io`, named after the node): which token a
-//!   node joined with, written by the controller before it approves the node's CSR (P3).
+//!   node joined with, written by the controller before it approves the node's CSR (P3,
+//!   binding).
 //!
 //! Both are cluster-scoped, `v1alpha1`, with a status subresource and printer columns. The
 //! schema rules (including the CEL rules of [`schema`]) make the API server refuse what
@@ -125,7 +126,7 @@ pub struct FlavorStatus {
 
 /// The record that a node name is bound to one token (and so to one flavor). Named after
 /// the node. Created by the controller BEFORE it approves the node's CSR, so every approved
-/// kubeflavor node has one (P3).
+/// kubeflavor node has one (P3, binding).
 #[derive(CustomResource, Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[kube(
     group = "kubeflavor.io",

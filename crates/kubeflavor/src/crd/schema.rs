@@ -1,11 +1,11 @@
 //! Schema pieces of the CRDs that the derive cannot express: patterns, bounds, list types,
 //! and the CEL (`x-kubernetes-validations`) rules.
 //!
-//! The label-key rule is the one that matters for security (P2): the API server itself
-//! must refuse a Flavor whose labels a kubelet could set on its own Node, so that a Flavor
-//! written with `kubectl apply` is held to the same rule as `kubeflavor flavor create`. It
-//! restates NodeRestriction (kubernetes-wire.md section 5; plugin/pkg/admission/noderestriction
-//! and k8s.io/kubelet's `IsKubeletLabel`) in CEL:
+//! The label-key rule is the one that matters for security (P2, trusted labels): the API
+//! server itself must refuse a Flavor whose labels a kubelet could set on its own Node, so
+//! that a Flavor written with `kubectl apply` is held to the same rule as
+//! `kubeflavor flavor create`. It restates NodeRestriction
+//! (plugin/pkg/admission/noderestriction and k8s.io/kubelet's `IsKubeletLabel`) in CEL:
 //!
 //! A key is accepted iff it has a prefix (`<prefix>/<name>`) and either
 //! - the prefix is `node-restriction.kubernetes.io` or ends with `.node-restriction.kubernetes.io`, or
@@ -183,8 +183,8 @@ pub fn conditions(generator: &mut SchemaGenerator) -> Schema {
     })
 }
 
-/// Rules on FlavorBinding.spec: what the binding records may never be rewritten (P3: a
-/// binding cannot be moved to another token); revoking is a status change.
+/// Rules on FlavorBinding.spec: what the binding records may never be rewritten (P3,
+/// binding: a binding cannot be moved to another token); revoking is a status change.
 pub fn binding_spec_rules() -> Value {
     json!([rule(
         "self.node == oldSelf.node && self.tokenId == oldSelf.tokenId && self.flavor == oldSelf.flavor",

@@ -61,7 +61,7 @@ fn core_accepts(key: &str) -> bool {
     FlavorRules::from_spec(&spec).is_ok()
 }
 
-/// Keys around every edge of the NodeRestriction rule (spec section 5).
+/// Keys around every edge of the NodeRestriction rule on which Node labels a kubelet may set.
 const KEY_TABLE: &[(&str, bool)] = &[
     ("kubeflavor.node-restriction.kubernetes.io/tier", true),
     ("node-restriction.kubernetes.io/tier", true),

@@ -4,11 +4,11 @@
 //! admission plugins (plugin/pkg/admission/certificates).
 //!
 //! - create: the requester's identity overwrites `spec.username/uid/groups/extra`, and a
-//!   client-set status is dropped (capture 17);
+//!   client-set status is dropped;
 //! - update of the main resource: spec and status stay as stored (conditions sent there
-//!   are silently dropped, capture 25);
+//!   are silently dropped, with a 200);
 //! - `/approval`: only the conditions change; Approved and Denied are exclusive and
-//!   permanent, but their reason and message may be edited (captures 22-24); the caller
+//!   permanent, but their reason and message may still be edited later; the caller
 //!   needs `approve` on the signer;
 //! - `/status`: the spec and the Approved/Denied conditions stay; changing the certificate
 //!   or the conditions needs `sign` on the signer.

@@ -1,10 +1,13 @@
 //! NodeRestriction (plugin/pkg/admission/noderestriction) for the resources testkube
 //! serves: a kubelet may create or modify only its own Node, may not touch restricted
-//! labels (spec section 5), may set taints only when it creates its Node, may use only its
-//! own Lease, and may file kubelet CSRs only for its own name.
+//! labels (`node-restriction.kubernetes.io`, `*.node-restriction.kubernetes.io`, and the
+//! `kubernetes.io`/`k8s.io` keys outside the kubelet's own set), may set taints only when it
+//! creates its Node, may use only its own Lease, and may file kubelet CSRs only for its own
+//! name.
 //!
 //! Its 403s are `admission.NewForbidden`: no `nosniff` header, and the create and update
-//! messages differ (captures 28-30).
+//! messages differ (`node "x" is not allowed to set the following labels: ...` on create,
+//! `nodes "x" is forbidden: is not allowed to modify labels: ...` on update).
 
 use std::collections::{BTreeMap, BTreeSet};
 

@@ -1,7 +1,8 @@
 //! The bootstrap-token authenticator's view of `kube-system` Secrets.
 //!
 //! The real authenticator reads token Secrets from an informer cache, so a token used right
-//! after its Secret's 201 can get the ordinary 401 for a moment (capture 52, surprise 20);
+//! after its Secret's 201 can get the ordinary 401 for a millisecond or two (longer under
+//! load);
 //! the cache trails deletions and updates the same way. This cache imitates that: a task
 //! follows the store's changes and applies each to the authenticator's copy `lag` after it
 //! happened. Request handling never sleeps; it just reads a copy that is a little behind.

@@ -1,5 +1,5 @@
 //! Service-account tokens: what TokenRequest (`POST .../serviceaccounts/<name>/token`)
-//! issues and the service-account token authenticator accepts (capture 53).
+//! issues and the service-account token authenticator accepts.
 //!
 //! The claims are the real ones (pkg/serviceaccount/claims.go: `aud`, `exp`, `iat`, `iss`,
 //! `jti`, `kubernetes.io.{namespace, serviceaccount.{name, uid}}`, `nbf`, `sub`), the
@@ -23,7 +23,7 @@ use crate::types::{IdentityKind, ObjectReader, ResourceKey, UserInfo};
 
 /// kubeadm's `--service-account-issuer`, which is also the API server's audience
 /// (`--api-audiences` defaults to the issuer): the default audience of TokenRequest and
-/// the audience TokenReview checks when the review names none (capture 53).
+/// the audience TokenReview checks when the review names none.
 pub const API_AUDIENCE: &str = "https://kubernetes.default.svc.cluster.local";
 pub const SERVICE_ACCOUNTS_GROUP: &str = "system:serviceaccounts";
 pub const SERVICE_ACCOUNT_USER_PREFIX: &str = "system:serviceaccount:";

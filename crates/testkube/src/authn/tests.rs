@@ -384,7 +384,8 @@ fn token_review_audiences_and_errors() {
         authenticate_token(&format!("abcdef.{SECRET}"), &tokens, &elsewhere, now()),
         Err(INVALID_BEARER_TOKEN.to_string())
     );
-    // capture 53: garbage is `invalid bearer token`.
+    // A string no token authenticator recognizes is `invalid bearer token`, as TokenReview
+    // reports it.
     assert_eq!(
         authenticate_token("not-a-real-token", &tokens, &api, now()),
         Err("invalid bearer token".to_string())

@@ -1,9 +1,10 @@
 //! The objects a fresh kubeadm-made cluster starts with, as far as kubeflavor relies on
 //! them: kube-apiserver's RBAC bootstrap policy (plugin/pkg/auth/authorizer/rbac/
 //! bootstrappolicy), its four namespaces, and the RBAC `kubeadm init` adds for joining
-//! nodes: the four ClusterRoleBindings of capture 54 (kubelet-bootstrap, get-nodes and the
-//! two auto-approvals, which the test cluster's builder can leave out to get the captures'
-//! 00-setup cluster) and the kubeadm-config/kubelet-config readers (spec section 1).
+//! nodes: its four ClusterRoleBindings for tokens and nodes (kubelet-bootstrap, get-nodes and
+//! the two auto-approvals, which the test cluster's builder can leave out to get a cluster
+//! without auto-approval) and the kubeadm-config/kubelet-config readers that `kubeadm join`
+//! needs.
 
 use serde_json::{Value, json};
 
@@ -13,9 +14,9 @@ use crate::types::ResourceKey;
 
 /// kubeadm's default bootstrap-token group.
 pub const KUBEADM_TOKEN_GROUP: &str = "system:bootstrappers:kubeadm:default-node-token";
-/// kubeadm's binding of its token group to the nodeclient auto-approval (capture 54).
+/// kubeadm's binding of its token group to the nodeclient auto-approval.
 pub const AUTOAPPROVE_BOOTSTRAP_BINDING: &str = "kubeadm:node-autoapprove-bootstrap";
-/// kubeadm's binding of `system:nodes` to the selfnodeclient auto-approval (capture 54).
+/// kubeadm's binding of `system:nodes` to the selfnodeclient auto-approval.
 pub const AUTOAPPROVE_ROTATION_BINDING: &str = "kubeadm:node-autoapprove-certificate-rotation";
 
 pub fn objects() -> Vec<(ResourceKey, Value)> {
@@ -290,7 +291,7 @@ fn kubeadm_cluster_role_bindings() -> Vec<Value> {
             "kubeadm:get-nodes",
             &[("Group", KUBEADM_TOKEN_GROUP)],
         ),
-        // kube-controller-manager's csrapprover approves what these allow (capture 54).
+        // kube-controller-manager's csrapprover approves what these allow.
         binding(
             json!({"name": AUTOAPPROVE_BOOTSTRAP_BINDING}),
             "system:certificates.k8s.io:certificatesigningrequests:nodeclient",

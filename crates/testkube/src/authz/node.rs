@@ -2,7 +2,8 @@
 //! AuthorizeNodeWithSelectors): a kubelet reads only its own Node, its own Lease, and the
 //! objects the node graph relates to it; everything else it may do is the static
 //! `system:node` rule set. Its denials are "no opinion" plus a reason that RBAC may still
-//! override and that otherwise ends up in the 403 message (capture 31).
+//! override and that otherwise ends up in the 403 message (a 403, not a 404, even for a
+//! Node that does not exist).
 
 use std::sync::LazyLock;
 

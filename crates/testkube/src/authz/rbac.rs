@@ -14,7 +14,7 @@ pub struct RbacOutcome {
     pub allowed: bool,
     /// For an allowed request, the binding that allowed it, as the real authorizer
     /// describes it (`RBAC: allowed by ClusterRoleBinding "x" of ClusterRole "y" to
-    /// ServiceAccount "name/namespace"`, capture 53); SubjectAccessReview shows it.
+    /// ServiceAccount "name/namespace"`); SubjectAccessReview shows it.
     pub allowed_by: String,
     /// Bindings that applied but whose role is missing, as the real authorizer reports
     /// them in the 403's reason (`RBAC: clusterrole.rbac.authorization.k8s.io "x" not found`).

@@ -1,7 +1,7 @@
 //! Custom resources against their CRD version's structural schema, as apiextensions-apiserver
-//! does it (capture 40): unknown fields pruned and defaults applied when a body is decoded,
-//! then on create/update the OpenAPI v3 keywords (kube-openapi's validator, with its message
-//! texts) and the `x-kubernetes-validations` CEL rules, all reported in one 422.
+//! does it: unknown fields pruned and defaults applied when a body is decoded, then on
+//! create/update the OpenAPI v3 keywords (kube-openapi's validator, with its message texts)
+//! and the `x-kubernetes-validations` CEL rules, all reported in one 422.
 //!
 //! On update, errors under a value that did not change are dropped (CRD validation
 //! ratcheting, on by default since v1.30), except those of transition rules (`oldSelf`).

@@ -1,6 +1,7 @@
 //! Between the wire form of a request's group/version and the stored form: Secret
 //! `stringData` folding, per-type defaults, and events.k8s.io/v1 Events, which share the
-//! storage of core v1 Events with renamed fields (capture 48).
+//! storage of core v1 Events with renamed fields (`regarding` is `involvedObject`, `note` is
+//! `message`, ...).
 
 use base64::Engine;
 use serde_json::{Value, json};
@@ -127,8 +128,8 @@ pub fn present(info: &ResourceInfo, stored: &Value) -> Value {
     obj
 }
 
-/// As a list item: built-in types drop kind/apiVersion in lists (capture 18); custom
-/// resources, being unstructured, keep them (capture 38).
+/// As a list item: built-in types drop kind/apiVersion in lists; custom resources, being
+/// unstructured, keep them.
 pub fn present_item(info: &ResourceInfo, stored: &Value) -> Value {
     let mut obj = present(info, stored);
     if !info.custom

@@ -1,6 +1,6 @@
 //! What the real server does around a write of particular types, synchronously: the
 //! apiextensions controller establishing a new CRD (its resource is served at once; the
-//! real server needs under 0.4 s, capture 38), and dropping the custom resources of a
+//! real server needs under 0.4 s), and dropping the custom resources of a
 //! deleted CRD.
 
 use jiff::Timestamp;

@@ -132,7 +132,7 @@ fn unknown_body_format() -> ApiError {
     )
 }
 
-/// Parse a request body as a JSON object, with the real decoder's 400 (capture 15).
+/// Parse a request body as a JSON object, with the real decoder's 400.
 pub fn decode_object(info: &ResourceInfo, body: &[u8]) -> Result<Value, ApiError> {
     match serde_json::from_slice::<Value>(body) {
         Ok(v @ Value::Object(_)) => Ok(v),
@@ -157,8 +157,8 @@ pub fn decode_object(info: &ResourceInfo, body: &[u8]) -> Result<Value, ApiError
     }
 }
 
-/// A body whose kind or apiVersion names another type is refused with 400 (capture 15);
-/// a body without them is accepted (capture 16).
+/// A body whose kind or apiVersion names another type is refused with 400; a body without
+/// them is accepted.
 pub fn check_type_meta(info: &ResourceInfo, obj: &Value) -> Result<(), ApiError> {
     let kind = obj["kind"].as_str().unwrap_or("");
     let api_version = obj["apiVersion"].as_str().unwrap_or("");
@@ -185,7 +185,7 @@ pub fn check_type_meta(info: &ResourceInfo, obj: &Value) -> Result<(), ApiError>
     Ok(())
 }
 
-/// Built-in types drop unknown top-level fields with a `Warning: 299` (capture 16), or refuse
+/// Built-in types drop unknown top-level fields with a `Warning: 299` header, or refuse
 /// them with `?fieldValidation=Strict`; only their top-level fields are checked. Custom
 /// resources with a schema are pruned by it (any depth) and get its defaults.
 pub fn strip_unknown_fields(

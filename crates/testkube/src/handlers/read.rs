@@ -182,7 +182,7 @@ pub fn list(st: &mut StoreState, cx: &Cx<'_>, info: &ResourceInfo) -> Result<Rep
 const NAME_COLUMN_DESCRIPTION: &str = "Name must be unique within a namespace. Is required when creating resources, although some resources may allow a client to request the generation of an appropriate name automatically. Name is primarily intended for creation idempotence and configuration definition. Cannot be updated. More info: https://kubernetes.io/docs/concepts/overview/working-with-objects/names#names";
 
 /// `kubectl get`'s age rendering (`0s`, `5m`, `3h`, `2d`), which the server puts in date
-/// cells itself (capture 41).
+/// cells itself.
 fn human_age(created: &str, now: Timestamp) -> Value {
     let Ok(t) = created.parse::<Timestamp>() else {
         return Value::Null;

@@ -1,4 +1,4 @@
-//! The create-only resources whose answer is computed, never stored (capture 53):
+//! The create-only resources whose answer is computed, never stored:
 //! SubjectAccessReview (the authorizer chain on a described request), TokenReview (the
 //! token authenticators on a token) and TokenRequest (a service-account token).
 
@@ -56,7 +56,7 @@ fn echo(from: &Value, fields: &[&str]) -> Map<String, Value> {
 
 /// POST /apis/authorization.k8s.io/v1/subjectaccessreviews: `ValidateSubjectAccessReview`,
 /// then the authorizer chain (`system:masters`, Node, RBAC) on the user of `spec` exactly as
-/// given (no `system:authenticated` is added) and `status.allowed`/`reason` (capture 53).
+/// given (no `system:authenticated` is added) and `status.allowed`/`reason`.
 pub fn subject_access_review(
     st: &StoreState,
     cx: &Cx<'_>,
@@ -172,7 +172,7 @@ pub fn subject_access_review(
 
 /// POST /apis/authentication.k8s.io/v1/tokenreviews (tokenreview/storage.go): the token
 /// authenticators on `spec.token` for `spec.audiences` (the API server's own by default);
-/// `status.authenticated`, `user`, `audiences`, or `error` (capture 53). Bootstrap tokens
+/// `status.authenticated`, `user`, `audiences`, or `error`. Bootstrap tokens
 /// are read through the authenticator's lagged view, as for requests.
 pub fn token_review(st: &StoreState, cx: &Cx<'_>, info: &ResourceInfo) -> Result<Reply, ApiError> {
     let (obj, warnings) = decode_review(info, cx)?;
@@ -224,7 +224,7 @@ const DEFAULT_TOKEN_SECONDS: i64 = 60 * 60;
 
 /// POST /api/v1/namespaces/<ns>/serviceaccounts/<name>/token (TokenREST.Create): a
 /// service-account token for the API server's audience by default, one hour by default
-/// (capture 53). Binding to an object (`spec.boundObjectRef`) is not supported.
+/// Binding to an object (`spec.boundObjectRef`) is not supported.
 pub fn token_request(st: &StoreState, cx: &Cx<'_>, info: &ResourceInfo) -> Result<Reply, ApiError> {
     // The body is a TokenRequest, not a ServiceAccount.
     let mut request_info = info.clone();

@@ -261,7 +261,7 @@ pub fn update(st: &mut StoreState, cx: &Cx<'_>, info: &ResourceInfo) -> Result<R
 
 /// Merge what a subresource may change into the stored object: the main resource cannot
 /// change `status` (when there is a status subresource), `/status` changes only status,
-/// `/approval` only the CSR conditions (capture 25, 39).
+/// `/approval` only the CSR conditions; what else the body says is dropped without error.
 fn merge_subresource(info: &ResourceInfo, sub: &str, old: &Value, mut new: Value) -> Value {
     match sub {
         "" if info.has_subresource("status") => {
@@ -424,8 +424,8 @@ pub fn patch(st: &mut StoreState, cx: &Cx<'_>, info: &ResourceInfo) -> Result<Re
     finish_update(st, cx, info, old, new, warnings)
 }
 
-/// `DeleteOptions` from the body; the real server ignores preconditions in the query
-/// (capture 14) but reads `propagationPolicy` and `dryRun` there too.
+/// `DeleteOptions` from the body; the real server silently ignores preconditions in the
+/// query but reads `propagationPolicy` and `dryRun` there too.
 struct DeleteOptions {
     uid: Option<String>,
     resource_version: Option<String>,
@@ -490,7 +490,8 @@ pub fn delete(st: &mut StoreState, cx: &Cx<'_>, info: &ResourceInfo) -> Result<R
 }
 
 /// Remove an object, or mark it deleted when finalizers (or foreground deletion, or a
-/// namespace's own finalizer) keep it until they are done (capture 49, case C).
+/// namespace's own finalizer) keep it until they are done; then the DELETE answers with the
+/// object itself, `deletionTimestamp` set.
 fn delete_object(
     st: &mut StoreState,
     cx: &Cx<'_>,
@@ -565,7 +566,7 @@ pub fn delete_collection(
     })))
 }
 
-/// SelfSubjectReview: nothing is stored; the answer is the caller's own identity (capture 26).
+/// SelfSubjectReview: nothing is stored; the answer is the caller's own identity.
 pub fn self_subject_review(cx: &Cx<'_>, info: &ResourceInfo) -> Result<Reply, ApiError> {
     // The request carries nothing the answer depends on; kubectl sends it as protobuf,
     // which testkube does not decode, so only JSON and YAML bodies are checked.

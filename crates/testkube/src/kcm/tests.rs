@@ -441,7 +441,7 @@ const NODE: &[&str] = &["system:nodes", "system:authenticated"];
 fn the_approver_recognizes_node_clients_and_asks_rbac_sarapprove() {
     use crate::authz::testutil::MemReader;
     let kubeadm = MemReader::with_defaults();
-    // nodeclient: the kubeadm token group is bound to it (capture 54).
+    // nodeclient: kubeadm binds its token group to it.
     let token_csr = filed_by(
         "system:node:worker-1",
         "system:bootstrap:abcdef",
@@ -472,7 +472,7 @@ fn the_approver_recognizes_node_clients_and_asks_rbac_sarapprove() {
         ],
     );
     assert_eq!(auto_approval(&kubeflavor, &kubeadm), None);
-    // Without kubeadm's bindings (the captures' 00-setup cluster) nothing is approved.
+    // Without kubeadm's auto-approval bindings nothing is approved.
     let bare = MemReader::new();
     assert_eq!(auto_approval(&token_csr, &bare), None);
     assert_eq!(auto_approval(&renewal, &bare), None);

@@ -1,5 +1,5 @@
-//! The RBAC objects of `kubeflavor install`: least privilege for the controller (issue 4's
-//! needs, each verb with its reason) and the permissions of kubeflavor's bootstrap tokens.
+//! The RBAC objects of `kubeflavor install`: least privilege for the controller (each verb
+//! with its reason) and the permissions of kubeflavor's bootstrap tokens.
 
 use k8s_openapi::api::rbac::v1::{
     ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding, RoleRef, Subject,
@@ -211,7 +211,7 @@ pub fn controller(namespace: &str) -> Vec<Document> {
             &["flavorbindings"],
             &["get", "list", "watch", "create", "update", "patch"],
             &[],
-            "get, list, watch: know which token each node name is bound to. create: write the binding BEFORE approving the CSR (P3). update, patch: record revocation. No delete: bindings are the audit trail.",
+            "get, list, watch: know which token each node name is bound to. create: write the binding BEFORE approving the CSR (P3, binding). update, patch: record revocation. No delete: bindings are the audit trail.",
         ),
         rule(
             &["kubeflavor.io"],

@@ -1,6 +1,6 @@
 //! `pkg/apis/certificates/validation` for what testkube lets a request change: the
 //! request itself on create, the conditions and the certificate on update. Field paths and
-//! messages are those of the captures (22, 23) and of upstream.
+//! messages are those kube-apiserver puts in its 422s.
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
@@ -137,7 +137,7 @@ pub(super) enum Subresource {
 }
 
 /// `validateCertificateSigningRequestUpdate` for what an update can change: the conditions
-/// and the certificate. The field paths and messages are those of the captures (22, 23).
+/// and the certificate. The field paths and messages are those of kube-apiserver's 422s.
 pub(super) fn validate_update(old: &Value, new: &Value, via: Subresource) -> Result<(), ApiError> {
     let old_conditions = conditions(old);
     let new_conditions = conditions(new);

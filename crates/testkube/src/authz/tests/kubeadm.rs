@@ -35,8 +35,8 @@ fn default_objects_are_complete_and_named() {
         names,
         ["default", "kube-node-lease", "kube-public", "kube-system"]
     );
-    // The four ClusterRoleBindings kubeadm creates for tokens and nodes, exactly as
-    // capture 54 (54-kubeadm-bootstrap-rbac.txt) reads them back: name -> (role, group).
+    // The four ClusterRoleBindings kubeadm creates for tokens and nodes, exactly as a real
+    // kubeadm cluster reads them back: name -> (role, group).
     let kubeadm = [
         (
             "kubeadm:kubelet-bootstrap",

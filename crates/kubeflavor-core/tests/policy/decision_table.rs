@@ -1,15 +1,13 @@
 //! The CSR policy's decision table: every DenyCause and the combinations that matter,
 //! each row asserting the exact Decision, plus the named P1/P3 cases.
 
-mod policy_support;
-
+use crate::support::*;
 use kubeflavor_core::csr::CsrError;
 use kubeflavor_core::policy::{
     APPROVED_CONDITION, CsrFacts, DENIED_CONDITION, Decision, DenyCause, IgnoreReason,
     PolicyOptions, TokenLookup, decide,
 };
 use kubeflavor_core::token_record::TokenRecordError;
-use policy_support::*;
 
 type Row = (&'static str, fn(&mut CsrFacts), Decision);
 

@@ -1,17 +1,15 @@
 //! Properties of the CSR policy over arbitrary facts (P1, P3) and the token deletion rule
 //! (P4).
 
-mod policy_support;
-
 use std::collections::BTreeMap;
 use std::num::NonZeroU32;
 
+use crate::support::*;
 use kubeflavor_core::csr::KUBELET_CLIENT_SIGNER;
 use kubeflavor_core::policy::{
     APPROVED_CONDITION, CsrFacts, DENIED_CONDITION, Decision, DenyCause, PolicyOptions,
     TokenLookup, decide, should_delete_token,
 };
-use policy_support::*;
 use proptest::prelude::*;
 
 #[test]

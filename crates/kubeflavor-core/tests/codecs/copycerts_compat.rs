@@ -22,7 +22,7 @@ use kubeflavor_core::pki::{KeyAlgorithm, generate_shared_ca_set};
 use sha2::{Digest, Sha256};
 
 fn vectors() -> serde_json::Value {
-    let text = include_str!("data/copycerts_vectors.json");
+    let text = include_str!("../data/copycerts_vectors.json");
     serde_json::from_str(text).unwrap()
 }
 

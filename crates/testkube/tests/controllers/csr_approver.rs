@@ -4,9 +4,7 @@
 //! selfnodeclient` or `/nodeclient` are approved (`AutoApproved`) and then signed; kubeadm's
 //! bindings grant that to its token group and to every node's renewal.
 
-mod common;
-
-use common::{admin, client_from, kubelet_csr, within};
+use crate::support::{admin, client_from, kubelet_csr, within};
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use k8s_openapi::api::core::v1::Secret;

@@ -2,10 +2,8 @@
 //! established, status subresource semantics, generation, Table output, deletion with the
 //! CRD, and discovery through kube::Discovery (captures 37-41).
 
-mod common;
-
-use common::raw::RawClient;
-use common::{admin, within};
+use crate::support::raw::RawClient;
+use crate::support::{admin, within};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{
     Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams,

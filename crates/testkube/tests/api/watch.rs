@@ -2,9 +2,7 @@
 //! label-selection transitions, kube-runtime's watcher (list+watch and streaming lists),
 //! cut_watches and shutdown.
 
-mod common;
-
-use common::{admin, watch_from_now, within};
+use crate::support::{admin, watch_from_now, within};
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{

@@ -1,11 +1,9 @@
 //! Create, get, list, update, patch and delete through kube-rs, compared with the real
 //! server's behaviour in the captures.
 
-mod common;
-
 use std::collections::BTreeMap;
 
-use common::admin;
+use crate::support::admin;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::core::Status;

@@ -1,5 +1,5 @@
-//! Helpers shared by testkube's integration tests: kube-rs clients from the cluster's
-//! kubeconfigs, and waiting on watches with a generous safety timeout.
+//! Helpers shared by testkube's integration test binaries (api, auth, controllers): kube-rs
+//! clients, and waiting on watches with a generous safety timeout.
 
 #![allow(dead_code)]
 
@@ -7,22 +7,21 @@ pub mod raw;
 
 use std::time::Duration;
 
-use kube::config::{KubeConfigOptions, Kubeconfig};
 use testkube::TestCluster;
 
 /// Safety net for waits on events; never a timing assertion.
 pub const PATIENCE: Duration = Duration::from_secs(20);
 
+/// A client from a kubeconfig (YAML text), e.g. `cluster.kubeconfig_for_token(..)`.
 pub async fn client_from(kubeconfig_yaml: &str) -> kube::Client {
-    let kubeconfig = Kubeconfig::from_yaml(kubeconfig_yaml).expect("kubeconfig parses");
-    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+    testkube::client_from_kubeconfig(kubeconfig_yaml)
         .await
-        .expect("kubeconfig is usable");
-    kube::Client::try_from(config).expect("client builds")
+        .expect("a usable kubeconfig")
 }
 
+/// A client as the cluster administrator.
 pub async fn admin(cluster: &TestCluster) -> kube::Client {
-    client_from(&cluster.admin_kubeconfig()).await
+    cluster.client().await.expect("admin client")
 }
 
 /// A raw watch of `api` from now on, with `params`: a list gives the current

@@ -4,12 +4,10 @@
 //! exclusive and permanent, `approve` needed on the signer; and a kubelet's whole TLS
 //! bootstrap, from bootstrap token to a working node certificate, observed by watch.
 
-mod common;
-
 use std::collections::BTreeMap;
 
-use common::raw::RawClient;
-use common::{admin, client_from, kubelet_key, within};
+use crate::support::raw::RawClient;
+use crate::support::{admin, client_from, kubelet_key, within};
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::authentication::v1::SelfSubjectReview;
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;

@@ -2,10 +2,8 @@
 //! and watch option errors, verbs a resource does not serve, Tables of built-in types, and
 //! the kubeconfig accessors.
 
-mod common;
-
-use common::raw::RawClient;
-use common::{admin, client_from};
+use crate::support::raw::RawClient;
+use crate::support::{admin, client_from};
 use k8s_openapi::api::authentication::v1::SelfSubjectReview;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::{Api, PostParams};

@@ -3,9 +3,7 @@
 //! `default` or `kube-system`, one about a namespaced object in that object's namespace,
 //! for events.k8s.io/v1 and core/v1 alike; and the strict events.k8s.io/v1 checks.
 
-mod common;
-
-use common::raw::{RawClient, RawResponse};
+use crate::support::raw::{RawClient, RawResponse};
 use serde_json::{Value, json};
 use testkube::TestCluster;
 

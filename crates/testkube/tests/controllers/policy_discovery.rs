@@ -3,10 +3,8 @@
 //! against the kubeconfig bytes; when the token expires, the token cleaner deletes it and
 //! the signature disappears with it (capture 46). Every wait is on a watch.
 
-mod common;
-
+use crate::support::{admin, client_from, within};
 use base64::Engine;
-use common::{admin, client_from, within};
 use futures::{StreamExt, TryStreamExt};
 use hmac::{Hmac, Mac};
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};

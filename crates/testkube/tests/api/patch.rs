@@ -2,9 +2,7 @@
 //! merge patch, server-side apply (fieldManager required, create-if-missing), no-op
 //! patches, dry run.
 
-mod common;
-
-use common::admin;
+use crate::support::admin;
 use k8s_openapi::api::core::v1::{ConfigMap, Node};
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::json;

@@ -3,11 +3,9 @@
 //! identities (SelfSubjectReview, capture 26), RBAC allow and deny, the Node authorizer
 //! (capture 31) and anonymous discovery of cluster-info (capture 27).
 
-mod common;
-
 use std::collections::BTreeMap;
 
-use common::{admin, client_from, within};
+use crate::support::{admin, client_from, within};
 use k8s_openapi::api::authentication::v1::{SelfSubjectReview, UserInfo};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Secret};
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};

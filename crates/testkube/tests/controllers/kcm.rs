@@ -2,12 +2,10 @@
 //! bootstrap signer, the token cleaner, the kubelet client CSR signer, and each of them
 //! (and the garbage collector) switched off. Tests wait on watches, never on sleeps.
 
-mod common;
-
 use std::collections::BTreeMap;
 
+use crate::support::{admin, client_from, kubelet_csr, within};
 use base64::Engine;
-use common::{admin, client_from, kubelet_csr, within};
 use futures::{StreamExt, TryStreamExt};
 use hmac::{Hmac, Mac};
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;

@@ -2,9 +2,7 @@
 //! dangling owner uids, foreground deletion, orphaning, finalizers, namespace cleanup, and
 //! the collector switched off.
 
-mod common;
-
-use common::{admin, watch_from_now, within};
+use crate::support::{admin, watch_from_now, within};
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
 use kube::api::{

@@ -3,10 +3,8 @@
 //! real chain (`system:masters`, Node, RBAC) with RBAC's reason, and the 403 for a caller
 //! without `create` on the review.
 
-mod common;
-
+use crate::support::raw::{RawClient, RawResponse};
 use base64::Engine;
-use common::raw::{RawClient, RawResponse};
 use serde_json::{Value, json};
 use testkube::TestCluster;
 

@@ -2,9 +2,7 @@
 //! captures (07, 08, 10, 13, 14, 15, 16, 38, 47): status line, Content-Type, and the exact
 //! Status body.
 
-mod common;
-
-use common::raw::{RawClient, RawResponse};
+use crate::support::raw::{RawClient, RawResponse};
 use serde_json::{Value, json};
 use testkube::TestCluster;
 

@@ -2,11 +2,9 @@
 //! one reads an informer cache, so a token used right after its Secret's 201 gets the
 //! ordinary 401 for a moment; deletions and updates trail the same way.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::raw::{RawClient, RawResponse};
+use crate::support::raw::{RawClient, RawResponse};
 use serde_json::json;
 use testkube::TestCluster;
 
@@ -162,11 +160,12 @@ async fn the_default_lag_makes_a_client_that_uses_its_token_at_once_meet_a_401()
     assert_eq!(cluster.token_auth_lag(), lag);
     // Two kube-rs clients with their connections already open, as a tool that creates a
     // token and then uses it has.
-    let secrets: Api<Secret> = Api::namespaced(common::admin(&cluster).await, "kube-system");
+    let secrets: Api<Secret> =
+        Api::namespaced(crate::support::admin(&cluster).await, "kube-system");
     secrets.list(&Default::default()).await.unwrap();
     let token = format!("g02m5j.{SECRET}");
     let reviews: Api<SelfSubjectReview> =
-        Api::all(common::client_from(&cluster.kubeconfig_for_token(&token)).await);
+        Api::all(crate::support::client_from(&cluster.kubeconfig_for_token(&token)).await);
     let (params, review) = (PostParams::default(), SelfSubjectReview::default());
     assert!(
         reviews.create(&params, &review).await.is_err(),

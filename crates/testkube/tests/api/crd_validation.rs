@@ -2,12 +2,8 @@
 //! real server's 422s (capture 40; messages as kube-openapi and apiextensions-apiserver word
 //! them), pruning of unknown fields, defaults, transition rules and ratcheting.
 
-#![recursion_limit = "256"]
-
-mod common;
-
-use common::admin;
-use common::raw::RawClient;
+use crate::support::admin;
+use crate::support::raw::RawClient;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{
     Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams,

@@ -1,12 +1,10 @@
 //! Fault injection (fail_next with 500/409/429, delay_next) and the request counters, through
 //! kube-rs and plain HTTP. cut_watches is covered in watch.rs.
 
-mod common;
-
 use std::time::Duration;
 
-use common::raw::RawClient;
-use common::{admin, client_from, within};
+use crate::support::raw::RawClient;
+use crate::support::{admin, client_from, within};
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::{Api, PostParams};
 use serde_json::json;

@@ -3,10 +3,7 @@
 //! against the denial limit, and renewals of nodes kubeflavor never bound. On testkube or
 //! a real cluster, through real kube-rs clients.
 
-mod common;
-mod controller_support;
-
-use controller_support::*;
+use crate::harness::*;
 use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
 use kubeflavor::controller::Step;
@@ -31,10 +28,7 @@ async fn a_recycled_token_id_inherits_no_name() {
 
     // The old token goes; a new one of another flavor gets the same id.
     Api::<Secret>::namespaced(h.admin.clone(), "kube-system")
-        .delete(
-            &format!("bootstrap-token-{}", old.id().as_str()),
-            &Default::default(),
-        )
+        .delete(&name_of(&old), &Default::default())
         .await
         .expect("old token deleted");
     h.token_gone(&old).await;
@@ -267,22 +261,9 @@ async fn kubeadm_tokens_cannot_take_a_bound_name_once_kubeflavor_is_the_sole_app
     assert_eq!(h.decision(&bound).await, "Approved");
     // A kubeadm token (kubeadm's group may still file CSRs) asks for the bound name.
     let kubeadm = BootstrapToken::generate().unwrap();
-    let secret: Secret = serde_json::from_value(serde_json::json!({
-        "metadata": {"name": format!("bootstrap-token-{}", kubeadm.id().as_str()), "namespace": "kube-system"},
-        "type": "bootstrap.kubernetes.io/token",
-        "stringData": {
-            "token-id": kubeadm.id().as_str(),
-            "token-secret": kubeadm.secret().expose(),
-            "usage-bootstrap-authentication": "true",
-            "auth-extra-groups": approvers::KUBEADM_TOKEN_GROUP,
-        },
-    }))
-    .unwrap();
-    Api::<Secret>::namespaced(h.admin.clone(), "kube-system")
-        .create(&Default::default(), &secret)
-        .await
-        .expect("kubeadm token");
-    h.env.made.token(&kubeadm);
+    TokenSecret::plain(&kubeadm, approvers::KUBEADM_TOKEN_GROUP)
+        .create(&h.env)
+        .await;
     ensure_kubeadm_can_file_csrs(&h).await;
     let takeover = h.name("csr-kubeadm");
     h.submit_csr(&h.bootstrap_client(&kubeadm).await, &takeover, &node)

@@ -2,20 +2,18 @@
 //! stderr, kubeadm's output, and `token create --control-plane`.
 //! Runs on testkube, or on a real cluster with KUBEFLAVOR_E2E_KUBECONFIG.
 
-mod certs_support;
-
 use std::path::Path;
 use std::process::Output;
 
-use certs_support::{Env, snapshot};
+use crate::helpers::{Env, snapshot};
 
 async fn kubeflavor(env: Option<&Env>, args: &[&str], envs: &[(&str, &str)]) -> Output {
-    certs_support::run_binary(env, args, envs, None).await
+    crate::helpers::run_binary(env, args, envs, None).await
 }
 
 /// Like [`kubeflavor`], with `stdin` piped to the command.
 async fn kubeflavor_stdin(env: Option<&Env>, args: &[&str], stdin: Option<&str>) -> Output {
-    certs_support::run_binary(env, args, &[], stdin).await
+    crate::helpers::run_binary(env, args, &[], stdin).await
 }
 
 fn stdout(o: &Output) -> String {

@@ -2,9 +2,7 @@
 //! Flavor or FlavorBinding written with kubectl is held to what the CLI checks (P2, P3).
 //! Runs on testkube, or on the real cluster named by `KUBEFLAVOR_E2E_KUBECONFIG`.
 
-mod common;
-
-use common::Env;
+use crate::support::Env;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kubeflavor::crd::{Flavor, FlavorBinding, FlavorSpec};
 use serde_json::json;

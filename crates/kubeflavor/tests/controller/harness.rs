@@ -5,14 +5,11 @@
 
 use std::collections::BTreeMap;
 use std::future::Future;
-use std::num::NonZeroU32;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use k8s_openapi::api::core::v1::{Node, Secret};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::PostParams;
 use kube::config::Kubeconfig;
 use kube::runtime::wait::await_condition;
@@ -21,37 +18,25 @@ use kube::{Api, Client, ResourceExt};
 use kubeflavor::controller::Options as _Options;
 use kubeflavor::controller::{self, Options, Runtime, Step, StepHook};
 use kubeflavor::crd::{Flavor, FlavorBinding};
-use kubeflavor_core::flavor::FlavorName;
 use kubeflavor_core::token::BootstrapToken;
-use kubeflavor_core::token_secret::flavored_token_secret;
 use tokio::sync::oneshot;
 
-use crate::common::{Env, client_from_yaml};
+// The controller suites take these through `use crate::harness::*`.
+pub use crate::support::token_secret::{TokenSecret, name_of};
+pub use crate::support::{client_from, within};
+
+use crate::support::Env;
 
 /// The flavor label kubeflavor puts on a Node.
 pub const FLAVOR_KEY: &str = "kubeflavor.node-restriction.kubernetes.io/flavor";
 /// A label the tests' flavors carry (a key no kubelet may set).
 pub const TIER_KEY: &str = "tier.node-restriction.kubernetes.io/class";
 
-/// A generous safety net for waits on watches; never a synchronisation tool.
-pub const WAIT: Duration = Duration::from_secs(30);
-
 pub struct Harness {
     pub env: Env,
     pub admin: Client,
     /// Keys of the CSRs filed by `submit_csr`, to build node identities once issued.
     keys: Mutex<BTreeMap<String, String>>,
-}
-
-pub async fn client_from(kubeconfig: &str) -> Client {
-    client_from_yaml(kubeconfig).await
-}
-
-/// Waits for `fut` with the safety-net timeout, naming what was awaited on failure.
-pub async fn within<T>(what: &str, fut: impl Future<Output = T>) -> T {
-    tokio::time::timeout(WAIT, fut)
-        .await
-        .unwrap_or_else(|_| panic!("timed out after {WAIT:?} waiting for {what}"))
 }
 
 impl Harness {
@@ -141,36 +126,16 @@ impl Harness {
         max_nodes: u32,
         expiration: Option<jiff::Timestamp>,
     ) -> BootstrapToken {
-        let flavor: FlavorName = flavor.parse().expect("flavor name");
-        let obj = flavored_token_secret(
-            &token,
-            &flavor,
-            expiration,
-            NonZeroU32::new(max_nodes).unwrap(),
-        );
-        let secret = Secret {
-            metadata: ObjectMeta {
-                name: Some(obj.name.clone()),
-                namespace: Some(obj.namespace.to_string()),
-                labels: Some(obj.labels.clone()),
-                annotations: Some(obj.annotations.clone()),
-                ..ObjectMeta::default()
-            },
-            type_: Some(obj.type_.to_string()),
-            string_data: Some(obj.string_data.clone()),
-            ..Secret::default()
-        };
-        Api::<Secret>::namespaced(self.admin.clone(), "kube-system")
-            .create(&PostParams::default(), &secret)
-            .await
-            .expect("token Secret created");
-        self.env.made.token(&token);
+        TokenSecret::flavored(&token, flavor, max_nodes)
+            .expires(expiration)
+            .create(&self.env)
+            .await;
         token
     }
 
     pub async fn token_secret(&self, token: &BootstrapToken) -> Option<Secret> {
         Api::<Secret>::namespaced(self.admin.clone(), "kube-system")
-            .get_opt(&format!("bootstrap-token-{}", token.id().as_str()))
+            .get_opt(&name_of(token))
             .await
             .expect("read token Secret")
     }
@@ -410,7 +375,7 @@ pub async fn submit_csr_with(
     let csr = kubeflavor::join::tls_bootstrap::kubelet_csr_object(Some(csr_name), &pem);
     let api = Api::<CertificateSigningRequest>::all(client.clone());
     let params = PostParams::default();
-    let created = crate::common::fresh(|| api.create(&params, &csr))
+    let created = crate::support::fresh(|| api.create(&params, &csr))
         .await
         .expect("CSR created");
     (created, key.serialize_pem())
@@ -557,7 +522,7 @@ pub async fn create_node(admin: &Client, name: &str) {
 impl Harness {
     /// Waits until the token's Secret is gone.
     pub async fn token_gone(&self, token: &BootstrapToken) {
-        let name = format!("bootstrap-token-{}", token.id().as_str());
+        let name = name_of(token);
         // Not `conditions::is_deleted("")`: with an empty uid it holds for any existing object.
         within(
             "the token Secret to be deleted",

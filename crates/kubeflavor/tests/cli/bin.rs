@@ -1,8 +1,6 @@
 //! The real binaries: exit codes and stderr exactly as a user sees them.
 
-mod common;
-
-use common::{Env, assert_one_line_error, bin, bin_with_env};
+use crate::support::{Env, assert_one_line_error, bin, bin_with_env};
 use kubeflavor::ExitCode;
 
 const KUBEFLAVOR: &str = env!("CARGO_BIN_EXE_kubeflavor");

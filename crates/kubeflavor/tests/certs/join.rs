@@ -2,8 +2,6 @@
 //! --discovery-token-ca-cert-hash` and `join --control-plane --certificate-key`, through the
 //! real binary. Runs on testkube, or on a real cluster with KUBEFLAVOR_E2E_KUBECONFIG.
 
-mod certs_support;
-
 use std::path::Path;
 use std::process::Output;
 
@@ -12,16 +10,16 @@ use kube::Api;
 use kubeflavor_core::kubeconfig::ClusterInfo;
 use kubeflavor_core::pin::CaPin;
 
-use certs_support::{Env, create_token, generate, snapshot, upload};
+use crate::helpers::{Env, create_token, generate, snapshot, upload};
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 
 async fn kubeflavor(args: &[&str]) -> Output {
-    certs_support::run_binary(None, args, &[], None).await
+    crate::helpers::run_binary(None, args, &[], None).await
 }
 
 /// Like [`kubeflavor`], with extra environment variables and `stdin` piped to the command.
 async fn kubeflavor_with(args: &[&str], envs: &[(&str, &str)], stdin: Option<&str>) -> Output {
-    certs_support::run_binary(None, args, envs, stdin).await
+    crate::helpers::run_binary(None, args, envs, stdin).await
 }
 
 fn text(b: &[u8]) -> String {
@@ -296,7 +294,7 @@ async fn a_refused_control_plane_join_leaves_no_key_behind() {
     std::fs::copy(u.tmp.path().join("source/sa.pub"), dir.join("pki/sa.pub")).unwrap();
     let before = snapshot(&dir);
     let node = u.env.name("cp-refused");
-    let denier = tokio::spawn(certs_support::decide_csr(
+    let denier = tokio::spawn(crate::helpers::decide_csr(
         u.env.client.clone(),
         node.clone(),
         false,

@@ -2,8 +2,6 @@
 //! written (neither files nor objects). Runs on testkube, or on a real cluster with
 //! KUBEFLAVOR_E2E_KUBECONFIG.
 
-mod certs_support;
-
 use std::path::{Path, PathBuf};
 
 use k8s_openapi::ByteString;
@@ -12,7 +10,7 @@ use kube::Api;
 use kube::api::PostParams;
 use kubeflavor::certs::CertsError;
 
-use certs_support::{Env, download_to, generate, proxy_token_ref, snapshot, upload};
+use crate::helpers::{Env, download_to, generate, proxy_token_ref, snapshot, upload};
 
 struct Setup {
     env: Env,

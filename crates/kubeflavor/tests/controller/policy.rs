@@ -1,17 +1,14 @@
 //! Denials and their admin trail (P1, P3, P4), the single-use race, token expiry mid-join,
 //! and revocation, on testkube (or a real cluster) through real kube-rs clients.
 
-mod common;
-mod controller_support;
-
-use controller_support::*;
+use crate::harness::*;
 use k8s_openapi::api::core::v1::{Node, Secret};
 use kube::Api;
 use kube::api::{ListParams, PostParams};
 
 /// Waits until the token Secret's denial count reads `count`.
 async fn denials_counted(h: &Harness, token: &kubeflavor_core::token::BootstrapToken, count: &str) {
-    let name = format!("bootstrap-token-{}", token.id().as_str());
+    let name = name_of(token);
     within(
         &format!("the token's denial count to read {count}"),
         kube::runtime::wait::await_condition(
@@ -207,7 +204,7 @@ async fn token_expiring_mid_join_is_denied_without_spending_a_use() {
         .await;
     // The token expires after the CSR was filed and before the controller decides.
     let secrets: Api<Secret> = Api::namespaced(h.admin.clone(), "kube-system");
-    let name = format!("bootstrap-token-{}", t.id().as_str());
+    let name = name_of(&t);
     let patch = serde_json::json!({"stringData": {"expiration": "2000-01-01T00:00:00Z"}});
     secrets
         .patch(
@@ -326,22 +323,7 @@ async fn strict_mode_denies_other_tokens_without_deleting_them() {
         .await
         .expect("binding");
     let token = kubeflavor_core::token::BootstrapToken::generate().unwrap();
-    let secret: Secret = serde_json::from_value(serde_json::json!({
-        "metadata": {"name": format!("bootstrap-token-{}", token.id().as_str()), "namespace": "kube-system"},
-        "type": "bootstrap.kubernetes.io/token",
-        "stringData": {
-            "token-id": token.id().as_str(),
-            "token-secret": token.secret().expose(),
-            "usage-bootstrap-authentication": "true",
-            "auth-extra-groups": group,
-        },
-    }))
-    .unwrap();
-    Api::<Secret>::namespaced(h.admin.clone(), "kube-system")
-        .create(&PostParams::default(), &secret)
-        .await
-        .expect("kubeadm token");
-    h.env.made.token(&token);
+    TokenSecret::plain(&token, group).create(&h.env).await;
     let mut opts = h.options("ctl");
     opts.strict = true;
     let ctl = h.start_controller(opts);

@@ -1,9 +1,7 @@
 //! End-to-end: `kubeflavor flavor ...` against testkube, or the cluster named by
 //! KUBEFLAVOR_E2E_KUBECONFIG.
 
-mod common;
-
-use common::{Env, assert_one_line_error};
+use crate::support::{Env, assert_one_line_error};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kubeflavor::ExitCode;
 use kubeflavor::crd::{Flavor, FlavorBinding, FlavorBindingSpec};

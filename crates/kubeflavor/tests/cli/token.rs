@@ -1,11 +1,10 @@
 //! End-to-end: `kubeflavor token ...` against testkube, or the cluster named by
 //! KUBEFLAVOR_E2E_KUBECONFIG.
 
-mod common;
-
 use std::collections::BTreeMap;
 
-use common::{Env, assert_one_line_error, whoami};
+use crate::support::token_secret::{KUBEADM_DEFAULT_GROUP, TokenSecret};
+use crate::support::{Env, assert_one_line_error, whoami};
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kubeflavor::ExitCode;
@@ -168,14 +167,7 @@ async fn token_create_draws_a_new_id_when_the_id_is_taken() {
     // Occupy an id, then make the first draw hit it.
     let taken = env.run_id.clone();
     let occupant: BootstrapToken = format!("{taken}.0123456789abcdef").parse().unwrap();
-    let plain = Secret {
-        metadata: kube::api::ObjectMeta {
-            name: Some(format!("bootstrap-token-{taken}")),
-            ..Default::default()
-        },
-        type_: Some("bootstrap.kubernetes.io/token".into()),
-        ..Default::default()
-    };
+    let plain = TokenSecret::plain(&occupant, KUBEADM_DEFAULT_GROUP).build();
     secrets(&env)
         .await
         .create(&PostParams::default(), &plain)
@@ -283,28 +275,8 @@ async fn token_list_shows_flavors_and_never_a_secret() {
 
     // A plain kubeadm token next to it.
     let plain_id = &env.run_id;
-    let plain = Secret {
-        metadata: kube::api::ObjectMeta {
-            name: Some(format!("bootstrap-token-{plain_id}")),
-            ..Default::default()
-        },
-        type_: Some("bootstrap.kubernetes.io/token".into()),
-        string_data: Some(
-            [
-                ("token-id", plain_id.as_str()),
-                ("token-secret", "0123456789abcdef"),
-                ("usage-bootstrap-authentication", "true"),
-                (
-                    "auth-extra-groups",
-                    "system:bootstrappers:kubeadm:default-node-token",
-                ),
-            ]
-            .into_iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect(),
-        ),
-        ..Default::default()
-    };
+    let plain_token: BootstrapToken = format!("{plain_id}.0123456789abcdef").parse().unwrap();
+    let plain = TokenSecret::plain(&plain_token, KUBEADM_DEFAULT_GROUP).build();
     secrets(&env)
         .await
         .create(&PostParams::default(), &plain)

@@ -1,12 +1,9 @@
 //! High availability: replicas compete for a coordination.k8s.io/v1 Lease; one leads, a
 //! standby takes over when the leader stops (cleanly or by crashing).
 
-mod common;
-mod controller_support;
-
 use std::time::Duration;
 
-use controller_support::*;
+use crate::harness::*;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::Api;
 use kube::runtime::wait::await_condition;

@@ -3,14 +3,12 @@
 //! the test itself approves or denies the node's CSR as the admin, so what is tested is the
 //! node side (discovery, files, TLS bootstrap) and nothing else.
 
-mod common;
-
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::time::Duration;
 
-use common::minted::{Minted, cleanup, mint_with_join_line};
-use common::{Env, client_from_yaml, decide_csr, entries, whoami};
+use crate::support::minted::{Minted, cleanup, mint_with_join_line};
+use crate::support::{Env, client_from, decide_csr, entries, whoami};
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use kube::api::{Api, DeleteParams};
 use kubeflavor::join::{self, CaCheck, JoinOptions, RecordedReport};
@@ -105,7 +103,7 @@ async fn printed_join_line_discovers_the_cluster_and_writes_the_bootstrap_kubeco
     let conf_path = kubelet_dir.join("bootstrap-kubelet.conf");
     assert_eq!(mode(&conf_path), 0o600);
     // The kubelet would authenticate with it as the token's bootstrap identity.
-    let client = client_from_yaml(&std::fs::read_to_string(&conf_path).unwrap()).await;
+    let client = client_from(&std::fs::read_to_string(&conf_path).unwrap()).await;
     let (user, groups) = whoami(&client)
         .await
         .expect("bootstrap-kubelet.conf authenticates");
@@ -153,7 +151,7 @@ async fn tls_bootstrap_writes_a_kubelet_conf_that_authenticates_as_the_node() {
     );
     let kubelet_conf = kubelet_dir.join("kubelet.conf");
     assert_eq!(mode(&kubelet_conf), 0o600);
-    let client = client_from_yaml(&std::fs::read_to_string(&kubelet_conf).unwrap()).await;
+    let client = client_from(&std::fs::read_to_string(&kubelet_conf).unwrap()).await;
     let (user, groups) = whoami(&client).await.expect("kubelet.conf authenticates");
     assert_eq!(user, format!("system:node:{node}"));
     assert!(groups.contains(&"system:nodes".to_string()), "{groups:?}");

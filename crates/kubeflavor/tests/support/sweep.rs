@@ -108,7 +108,7 @@ async fn sweep_async(
     certs_since: Option<jiff::Timestamp>,
 ) -> Result<(), String> {
     let text = std::fs::read_to_string(kubeconfig).map_err(|e| e.to_string())?;
-    let client = super::client_from_yaml(&text).await;
+    let client = super::client_from(&text).await;
     let named = |name: &str| name.contains(run_id);
     delete_where(Api::<FlavorBinding>::all(client.clone()), |o| {
         named(&o.name_any())

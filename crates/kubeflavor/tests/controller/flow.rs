@@ -1,10 +1,7 @@
 //! The controller's main flow on testkube through real kube-rs clients: approval, binding,
 //! flavoring, and what a bootstrap identity can see (P1, P2, P3).
 
-mod common;
-mod controller_support;
-
-use controller_support::*;
+use crate::harness::*;
 use k8s_openapi::api::core::v1::Node;
 use kube::Api;
 use kube::api::{Patch, PatchParams};
@@ -343,7 +340,7 @@ async fn controller_works_with_the_rbac_install_grants() {
         "the misused token to be deleted",
         await_condition(
             Api::<k8s_openapi::api::core::v1::Secret>::namespaced(h.admin.clone(), "kube-system"),
-            &format!("bootstrap-token-{}", sour.id().as_str()),
+            &name_of(&sour),
             conditions::is_deleted(""),
         ),
     )
@@ -359,7 +356,9 @@ async fn controller_works_with_the_rbac_install_grants() {
     ] {
         let events = Api::<k8s_openapi::api::events::v1::Event>::namespaced(client, "kube-system");
         let params = Default::default();
-        let err = common::fresh(|| events.list(&params)).await.expect_err(who);
+        let err = crate::support::fresh(|| events.list(&params))
+            .await
+            .expect_err(who);
         assert!(
             matches!(&err, kube::Error::Api(s) if s.code == 403),
             "{who}: {err}"

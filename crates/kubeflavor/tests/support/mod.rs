@@ -9,14 +9,17 @@
 
 pub mod minted;
 mod sweep;
+pub mod token_secret;
 
+use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
 use k8s_openapi::api::authentication::v1::SelfSubjectReview;
 use kube::api::{Api, PostParams};
-use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::config::Kubeconfig;
 use kubeflavor::ExitCode;
 use testkube::TestCluster;
 
@@ -56,7 +59,8 @@ pub fn skip(why: &str) {
     let _ = writeln!(std::io::stderr(), "SKIPPED {name}: {why}");
 }
 
-/// One lock per test binary: the real cluster's turn of [`Env::start_serial`] tests.
+/// One lock per test binary (cargo runs the binaries one after the other): the real
+/// cluster's turn of [`Env::start_serial`] tests.
 fn real_cluster_lock() -> Arc<tokio::sync::Mutex<()>> {
     static LOCK: OnceLock<Arc<tokio::sync::Mutex<()>>> = OnceLock::new();
     LOCK.get_or_init(Default::default).clone()
@@ -111,7 +115,7 @@ impl Env {
                 let kubeconfig = PathBuf::from(path);
                 let text =
                     std::fs::read_to_string(&kubeconfig).expect("read KUBEFLAVOR_E2E_KUBECONFIG");
-                let client = client_from_yaml(&text).await;
+                let client = client_from(&text).await;
                 Env {
                     kubeconfig,
                     client,
@@ -128,7 +132,7 @@ impl Env {
                 cluster
                     .write_admin_kubeconfig(&kubeconfig)
                     .expect("write admin kubeconfig");
-                let client = client_from_yaml(&cluster.admin_kubeconfig()).await;
+                let client = client_from(&cluster.admin_kubeconfig()).await;
                 Env {
                     kubeconfig,
                     client,
@@ -286,7 +290,7 @@ impl Env {
     /// through [`fresh`].
     pub async fn token_client(&self, token: &str) -> kube::Client {
         let text = std::fs::read_to_string(self.token_kubeconfig(token)).expect("token kubeconfig");
-        client_from_yaml(&text).await
+        client_from(&text).await
     }
 
     /// Number of requests the server has seen (testkube only; `None` on a real cluster).
@@ -297,12 +301,28 @@ impl Env {
     }
 }
 
-pub async fn client_from_yaml(yaml: &str) -> kube::Client {
-    let kubeconfig = Kubeconfig::from_yaml(yaml).expect("kubeconfig parses");
-    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+/// A client for the current context of a kubeconfig (YAML text): testkube's or a real
+/// cluster's, an admin's, a token's or a node's.
+pub async fn client_from(kubeconfig_yaml: &str) -> kube::Client {
+    testkube::client_from_kubeconfig(kubeconfig_yaml)
         .await
-        .expect("kubeconfig loads");
-    kube::Client::try_from(config).expect("client")
+        .expect("a usable kubeconfig")
+}
+
+/// A generous safety net for waits on watches; never a synchronisation tool.
+pub const WAIT: Duration = Duration::from_secs(30);
+
+/// Waits for `fut` with the safety-net timeout [`WAIT`], naming what was awaited on failure.
+pub async fn within<T>(what: &str, fut: impl Future<Output = T>) -> T {
+    within_for(WAIT, what, fut).await
+}
+
+/// [`within`] with another safety net: for waits on a whole command (a join) rather than
+/// one event.
+pub async fn within_for<T>(limit: Duration, what: &str, fut: impl Future<Output = T>) -> T {
+    tokio::time::timeout(limit, fut)
+        .await
+        .unwrap_or_else(|_| panic!("timed out after {limit:?} waiting for {what}"))
 }
 
 /// Runs the first request of a token made a moment ago: the API server may not know the
@@ -400,7 +420,7 @@ pub async fn decide_csr(admin: kube::Client, node: String, approve: bool) -> Str
         .applied_objects()
         .default_backoff()
         .boxed();
-    let csr = tokio::time::timeout(std::time::Duration::from_secs(60), async {
+    let csr = within_for(Duration::from_secs(60), "the node's CSR", async {
         loop {
             let csr = events
                 .next()
@@ -417,8 +437,7 @@ pub async fn decide_csr(admin: kube::Client, node: String, approve: bool) -> Str
             }
         }
     })
-    .await
-    .expect("the node's CSR appeared");
+    .await;
     let name = csr.metadata.name.clone().unwrap();
     let kind = if approve { "Approved" } else { "Denied" };
     let patch = serde_json::json!({"status": {"conditions": [{

@@ -2,16 +2,13 @@
 //! exit code, no file written. Runs on testkube or on the cluster named by
 //! KUBEFLAVOR_E2E_KUBECONFIG (the cluster only supplies a real cluster-info).
 
-mod common;
-mod join_support;
-
 use std::path::Path;
 use std::process::Command;
 
-use common::Env;
-use common::entries;
-use common::minted::{cleanup, mint_with_join_line};
-use join_support::{Answer, FakeApiServer, TestCa, cluster_info_json, kubeconfig};
+use crate::fake_api::{Answer, FakeApiServer, TestCa, cluster_info_json, kubeconfig};
+use crate::support::Env;
+use crate::support::entries;
+use crate::support::minted::{cleanup, mint_with_join_line};
 use kubeflavor_core::token::BootstrapToken;
 
 /// Runs the binary on a blocking thread (an in-process testkube must keep serving).
@@ -487,7 +484,7 @@ async fn a_ca_file_of_another_ca_is_refused_and_kept() {
     let dir = tempfile::tempdir().unwrap();
     let kubelet_dir = dir.path().join("kubernetes");
     std::fs::create_dir_all(kubelet_dir.join("pki")).unwrap();
-    let other = join_support::TestCa::new("someone-else");
+    let other = crate::fake_api::TestCa::new("someone-else");
     std::fs::write(kubelet_dir.join("pki/ca.crt"), other.pem()).unwrap();
     env.until_authenticated(&minted.token).await;
     let out = join_bin(

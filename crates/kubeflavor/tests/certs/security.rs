@@ -2,12 +2,10 @@
 //! join tokens may read the ciphertext. Runs on testkube, or on a real cluster with
 //! KUBEFLAVOR_E2E_KUBECONFIG.
 
-mod certs_support;
-
 use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
 
-use certs_support::{
+use crate::helpers::{
     Env, create_token, every_object, find_leaks, generate, proxy_token_ref, upload,
 };
 
@@ -37,7 +35,7 @@ async fn client_in_group(env: &Env, group: &str) -> kube::Client {
 
 #[tokio::test]
 async fn no_object_and_no_log_line_contains_the_key() {
-    let (logs, _guard) = certs_support::capture_logs();
+    let (logs, _guard) = crate::helpers::capture_logs();
     let env = Env::start_serial().await;
     let tmp = tempfile::tempdir().unwrap();
     let key = generate_and_upload(&env, &tmp.path().join("pki"), &[]).await;
@@ -59,7 +57,7 @@ async fn no_object_and_no_log_line_contains_the_key() {
     let leaks: Vec<&str> = text
         .lines()
         .filter(|l| {
-            certs_support::key_forms(&key)
+            crate::helpers::key_forms(&key)
                 .iter()
                 .any(|f| l.contains(f.as_str()))
         })
@@ -182,7 +180,7 @@ async fn every_stored_entry_opens_with_an_independent_aes_gcm() {
     use sha2::{Digest, Sha256};
     use std::io::Write as _;
     if !python_cryptography() {
-        certs_support::skip("python3 with the cryptography package is not installed");
+        crate::helpers::skip("python3 with the cryptography package is not installed");
         return;
     }
     let env = Env::start_serial().await;

@@ -1,13 +1,12 @@
-//! Helpers shared by the certs e2e tests, on top of the e2e harness of tests/common ([`Env`],
+//! Helpers shared by the certs e2e tests, on top of the e2e harness of tests/support ([`Env`],
 //! started with `Env::start_serial`: the tests share kube-system/kubeadm-certs): scanning
 //! every object on the server, capturing tracing output, and comparing PKI directories.
 
 #![allow(dead_code)]
 
-#[path = "../common/mod.rs"]
-mod common;
-#[allow(unused_imports)] // each test binary uses its own subset
-pub use common::{Env, decide_csr, skip};
+pub use crate::support::{Env, decide_csr, skip};
+
+use crate::support::token_secret::TokenSecret;
 
 use std::collections::BTreeMap;
 use std::io;
@@ -159,30 +158,13 @@ pub fn snapshot(dir: &Path) -> BTreeMap<String, (u32, Vec<u8>)> {
 /// would (kubeadm's layout), and returns `id.secret` once the API server authenticates
 /// it. The Secret goes with the test cluster, or with the run's sweep on a real one.
 pub async fn create_token(env: &Env, group: &str) -> String {
-    let admin = &env.client;
-    use k8s_openapi::api::core::v1::Secret;
     let token = kubeflavor_core::token::BootstrapToken::generate().unwrap();
     let expiration = jiff::Timestamp::now() + jiff::SignedDuration::from_hours(1);
-    let secret: Secret = serde_json::from_value(serde_json::json!({
-        "apiVersion": "v1",
-        "kind": "Secret",
-        "metadata": {"name": format!("bootstrap-token-{}", token.id().as_str()), "namespace": "kube-system"},
-        "type": "bootstrap.kubernetes.io/token",
-        "stringData": {
-            "token-id": token.id().as_str(),
-            "token-secret": token.secret().expose(),
-            "expiration": format!("{:.0}", expiration.round(jiff::Unit::Second).unwrap()),
-            "usage-bootstrap-authentication": "true",
-            "usage-bootstrap-signing": "true",
-            "auth-extra-groups": group,
-        }
-    }))
-    .unwrap();
-    Api::<Secret>::namespaced(admin.clone(), "kube-system")
-        .create(&Default::default(), &secret)
-        .await
-        .expect("token Secret created");
-    env.made.token(&token);
+    TokenSecret::plain(&token, group)
+        .expires(Some(expiration))
+        .signing()
+        .create(env)
+        .await;
     let token = token.expose().to_string();
     env.until_authenticated(&token).await;
     token

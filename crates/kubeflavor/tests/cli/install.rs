@@ -1,9 +1,7 @@
 //! End-to-end: `kubeflavor install` against testkube, or the cluster named by
 //! KUBEFLAVOR_E2E_KUBECONFIG.
 
-mod common;
-
-use common::Env;
+use crate::support::Env;
 use k8s_openapi::api::rbac::v1::ClusterRole;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, ApiResource, DynamicObject};

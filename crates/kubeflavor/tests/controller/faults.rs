@@ -2,10 +2,7 @@
 //! and cut watches. The next run (or the retry) finishes the job: no token use lost or
 //! doubled, no approved node without a binding, no approved node left unflavored.
 
-mod common;
-mod controller_support;
-
-use controller_support::*;
+use crate::harness::*;
 use kubeflavor::controller::Step;
 
 /// The end state every scenario must reach for one join.

@@ -2,11 +2,9 @@
 //! cluster-info. These inject faults into testkube, or remove kube-public/cluster-info, so
 //! they run on testkube only (skipped, with a note, when KUBEFLAVOR_E2E_KUBECONFIG is set).
 
-mod common;
-
 use std::time::Duration;
 
-use common::Env;
+use crate::support::{Env, within_for};
 use futures::StreamExt;
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -68,9 +66,8 @@ async fn approve_next_csr(admin: kube::Client) {
         .applied_objects()
         .default_backoff()
         .boxed();
-    let csr = tokio::time::timeout(PATIENCE, csrs.next())
+    let csr = within_for(PATIENCE, "a CSR", csrs.next())
         .await
-        .expect("a CSR appeared")
         .unwrap()
         .unwrap();
     let patch = serde_json::json!({"status": {"conditions": [{
@@ -177,9 +174,7 @@ async fn waiting_for_the_certificate_survives_cut_watches() {
             .applied_objects()
             .default_backoff()
             .boxed();
-        tokio::time::timeout(PATIENCE, csrs.next())
-            .await
-            .expect("a CSR appeared");
+        within_for(PATIENCE, "a CSR", csrs.next()).await;
         drop(csrs);
         cluster.faults().cut_watches();
         approve_next_csr(admin.clone()).await;

@@ -3,11 +3,11 @@
 //! `install --no-token-node-read` takes that away. A binary of its own: it changes what
 //! every test's install applies, and test binaries run one at a time.
 
-mod common;
+mod support;
 
 use std::time::Duration;
 
-use common::{Env, fresh};
+use crate::support::{Env, fresh};
 use k8s_openapi::api::core::v1::Node;
 use kube::Api;
 use kube::api::PostParams;

@@ -1,5 +1,5 @@
 //! Facts builders shared by the policy tests: a valid kubeflavor bootstrap CSR and small
-//! modifiers. Each test crate uses a subset, hence the dead-code allowance.
+//! modifiers. Each test module uses a subset, hence the dead-code allowance.
 #![allow(dead_code)]
 
 use std::collections::BTreeMap;

@@ -4,6 +4,11 @@
 //! suffix so a real cluster can be shared by tests running in parallel and reused across
 //! runs, and when an [`Env`] is dropped (also when its test failed) everything its run
 //! made on a real cluster is deleted (see `sweep`).
+//!
+//! Every test binary of this crate includes this module (`#[path = "../support/mod.rs"]`):
+//! besides [`Env`], it is the one place for clients from a kubeconfig ([`client_from`]),
+//! safety-net timeouts ([`within`], [`within_for`]) and token Secrets a test plants itself
+//! ([`token_secret::TokenSecret`]).
 
 #![allow(dead_code)] // each test binary uses its own subset of the helpers
 

@@ -478,7 +478,7 @@ async fn main() {
         let mut writes: BTreeMap<String, u64> = BTreeMap::new();
         let mut reads: BTreeMap<String, u64> = BTreeMap::new();
         for (k, v) in &snap.counts {
-            if k.identity != testkube::types::IdentityKind::StaticToken {
+            if k.identity != testkube::IdentityKind::StaticToken {
                 continue;
             }
             let key = format!("{} {}", k.verb, k.resource);

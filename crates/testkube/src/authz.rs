@@ -16,9 +16,7 @@ use serde_json::{Map, Value, json};
 
 use crate::types::{ApiError, ObjectReader, RequestAttributes, ResourceKey};
 
-pub use bootstrap_policy::{
-    AUTOAPPROVE_BOOTSTRAP_BINDING, AUTOAPPROVE_ROTATION_BINDING, KUBEADM_TOKEN_GROUP,
-};
+pub use bootstrap_policy::{AUTOAPPROVE_BOOTSTRAP_BINDING, AUTOAPPROVE_ROTATION_BINDING};
 
 /// The group the privileged-group authorizer lets do anything, before any other authorizer.
 pub const MASTERS_GROUP: &str = "system:masters";

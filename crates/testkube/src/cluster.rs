@@ -24,10 +24,13 @@ use crate::store::Store;
 use crate::types::{IdentityKind, ObjectReader, ResourceKey, UserInfo};
 use crate::{authz, resources};
 
+/// Why a [`TestCluster`] did not start.
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
+    /// The CA or the admin certificate could not be made.
     #[error(transparent)]
     Pki(#[from] PkiError),
+    /// The server could not start serving.
     #[error(transparent)]
     Serve(#[from] ServeError),
 }
@@ -123,6 +126,7 @@ impl TestClusterBuilder {
         self
     }
 
+    /// Start the cluster with these options.
     pub async fn start(self) -> Result<TestCluster, StartError> {
         TestCluster::start_with(self).await
     }
@@ -197,6 +201,7 @@ impl TestCluster {
         Self::builder().start().await
     }
 
+    /// Options to start a cluster with: every duty on, the default token lag.
     pub fn builder() -> TestClusterBuilder {
         TestClusterBuilder::default()
     }
@@ -311,6 +316,7 @@ impl TestCluster {
         self.kubeconfig_for_client_cert(&self.admin.cert_pem, &self.admin.key_pem)
     }
 
+    /// Write [`TestCluster::admin_kubeconfig`] to `path`, for programs that take a file.
     pub fn write_admin_kubeconfig(&self, path: impl AsRef<Path>) -> std::io::Result<()> {
         std::fs::write(path, self.admin_kubeconfig())
     }
@@ -367,10 +373,12 @@ impl TestCluster {
         self.shared.ca.key_pem()
     }
 
+    /// Fault injection: failing or delayed requests, cut watches.
     pub fn faults(&self) -> &Faults {
         &self.shared.faults
     }
 
+    /// Request counters by identity kind, verb and resource.
     pub fn counters(&self) -> &Counters {
         &self.shared.counters
     }

@@ -10,18 +10,23 @@ use crate::types::IdentityKind;
 /// non-resource requests (discovery, `/version`) it is the path.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct CounterKey {
+    /// How the caller authenticated.
     pub identity: IdentityKind,
+    /// The request verb: `get`, `list`, `watch`, `create`, `update`, `patch`, `delete`...
     pub verb: String,
+    /// The resource plural (`secrets`, `certificatesigningrequests/approval`) or the path.
     pub resource: String,
 }
 
 /// A copy of the counters at one moment.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct CounterSnapshot {
+    /// Requests per key; keys never seen are absent.
     pub counts: BTreeMap<CounterKey, u64>,
 }
 
 impl CounterSnapshot {
+    /// Requests with exactly this identity kind, verb and resource.
     pub fn get(&self, identity: IdentityKind, verb: &str, resource: &str) -> u64 {
         let key = CounterKey {
             identity,
@@ -49,11 +54,13 @@ impl CounterSnapshot {
             .sum()
     }
 
+    /// Every request counted.
     pub fn total(&self) -> u64 {
         self.counts.values().sum()
     }
 }
 
+/// The request counters of one cluster (`TestCluster::counters()`).
 #[derive(Debug, Default)]
 pub struct Counters {
     counts: Mutex<BTreeMap<CounterKey, u64>>,
@@ -69,12 +76,14 @@ impl Counters {
         *self.lock().entry(key).or_insert(0) += 1;
     }
 
+    /// A copy of the counts so far.
     pub fn snapshot(&self) -> CounterSnapshot {
         CounterSnapshot {
             counts: self.lock().clone(),
         }
     }
 
+    /// Start counting from zero.
     pub fn reset(&self) {
         self.lock().clear();
     }

@@ -10,14 +10,17 @@ use rcgen::{
 /// group is written under the same OID spelled as a custom type (it encodes identically).
 const ORGANIZATION_OID: [u64; 4] = [2, 5, 4, 10];
 
+/// Why a certificate could not be made.
 #[derive(Debug, thiserror::Error)]
 pub enum PkiError {
+    /// rcgen refused to generate or sign it.
     #[error("generating or signing a certificate failed: {0}")]
     Rcgen(#[from] rcgen::Error),
     #[error(
         "a client certificate can carry at most 2 groups here (rcgen keeps one value per attribute \
          type); got {0}. Bind RBAC to fewer groups, or use a static token for this identity"
     )]
+    /// More groups (organizations) than a client certificate here can carry.
     TooManyGroups(usize),
 }
 

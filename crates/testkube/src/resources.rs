@@ -545,13 +545,6 @@ pub fn resolve(
     from_crd(crd).into_iter().find(|r| r.version == version)
 }
 
-/// Whether `/apis/<group>/<version>` is served (for the 404 of an unknown group).
-pub fn group_version_served(reader: &dyn ObjectReader, group: &str, version: &str) -> bool {
-    all(reader)
-        .iter()
-        .any(|r| r.group == group && r.version == version)
-}
-
 /// Groups with their versions, in discovery order: built-ins by priority, then CRD groups
 /// alphabetically.
 pub fn groups(reader: &dyn ObjectReader) -> Vec<(String, Vec<String>)> {

@@ -91,10 +91,6 @@ impl LabelSelector {
         Ok(LabelSelector(reqs))
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
-
     pub fn matches(&self, obj: &Value) -> bool {
         let labels = &obj["metadata"]["labels"];
         let get = |k: &str| labels[k].as_str();

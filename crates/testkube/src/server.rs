@@ -77,10 +77,13 @@ impl Shared {
     }
 }
 
+/// Why the server could not start serving.
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
+    /// The serving certificate or TLS configuration could not be built.
     #[error("building the TLS configuration failed: {0}")]
     Tls(String),
+    /// No port on 127.0.0.1 could be bound.
     #[error("binding 127.0.0.1 failed: {0}")]
     Bind(#[from] std::io::Error),
 }

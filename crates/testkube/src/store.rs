@@ -22,16 +22,6 @@ pub enum EventType {
     Deleted,
 }
 
-impl EventType {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            EventType::Added => "ADDED",
-            EventType::Modified => "MODIFIED",
-            EventType::Deleted => "DELETED",
-        }
-    }
-}
-
 /// One change, as watchers and the controllers receive it.
 #[derive(Debug)]
 pub struct StoredEvent {
@@ -139,10 +129,6 @@ fn metadata_mut(obj: &mut Value) -> &mut serde_json::Map<String, Value> {
 impl StoreState {
     pub fn current_rv(&self) -> u64 {
         self.rv
-    }
-
-    pub fn history_floor(&self) -> u64 {
-        self.history_floor
     }
 
     pub fn get_object(&self, key: &ResourceKey, namespace: &str, name: &str) -> Option<&Value> {

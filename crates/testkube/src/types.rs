@@ -25,6 +25,7 @@ pub enum IdentityKind {
 }
 
 impl IdentityKind {
+    /// A short name of the kind, e.g. `bootstrap-token`, for reports.
     pub fn as_str(self) -> &'static str {
         match self {
             IdentityKind::ClientCert => "client-cert",

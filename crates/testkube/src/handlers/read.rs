@@ -36,7 +36,6 @@ pub struct ListOptions {
     pub labels: LabelSelector,
     pub fields: FieldSelector,
     pub resource_version: Option<u64>,
-    pub raw_resource_version: String,
 }
 
 pub fn list_options(cx: &Cx<'_>, info: &ResourceInfo) -> Result<ListOptions, ApiError> {
@@ -75,7 +74,6 @@ pub fn list_options(cx: &Cx<'_>, info: &ResourceInfo) -> Result<ListOptions, Api
         labels,
         fields,
         resource_version,
-        raw_resource_version: raw,
     })
 }
 

@@ -1,0 +1,11 @@
+//! The core's formats: the kubeadm-certs Secret and its encryption, cluster-info discovery,
+//! kubeconfigs, and the shared PKI.
+//!
+//! `cargo test -p kubeflavor-core --test codecs [name filter]`
+
+mod copycerts_compat;
+mod copycerts_secret;
+mod copycerts_usable;
+mod discovery;
+mod kubeconfig;
+mod pki;

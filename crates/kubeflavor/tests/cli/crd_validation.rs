@@ -1,0 +1,167 @@
+//! The API server itself enforces kubeflavor's CRD rules (schema keywords and CEL), so a
+//! Flavor or FlavorBinding written with kubectl is held to what the CLI checks (P2, P3).
+//! Runs on testkube, or on the real cluster named by `KUBEFLAVOR_E2E_KUBECONFIG`.
+
+use crate::support::Env;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kubeflavor::crd::{Flavor, FlavorBinding, FlavorSpec};
+use serde_json::json;
+
+fn causes(err: kube::Error) -> Vec<(String, String)> {
+    let kube::Error::Api(status) = err else {
+        panic!("not an API error: {err:?}")
+    };
+    assert_eq!(status.code, 422, "{status:?}");
+    status
+        .details
+        .expect("details")
+        .causes
+        .into_iter()
+        .map(|c| (c.field, c.message))
+        .collect()
+}
+
+fn flavor(name: &str, spec: serde_json::Value) -> Flavor {
+    serde_json::from_value(json!({
+        "apiVersion": "kubeflavor.io/v1alpha1", "kind": "Flavor",
+        "metadata": {"name": name}, "spec": spec,
+    }))
+    .expect("a Flavor")
+}
+
+#[tokio::test]
+async fn the_api_server_refuses_a_kubelet_writable_label_key_and_accepts_a_restricted_one() {
+    let env = Env::start().await;
+    env.install().await;
+    let flavors: Api<Flavor> = Api::all(env.client.clone());
+    let pp = PostParams::default();
+
+    let sneaky = env.name("sneaky");
+    let bad = flavor(&sneaky, json!({"labels": {"example.com/tier": "gold"}}));
+    let got = causes(flavors.create(&pp, &bad).await.unwrap_err());
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert_eq!(got[0].0, "spec.labels");
+    assert!(
+        got[0]
+            .1
+            .starts_with("Invalid value: every label key must be one a kubelet cannot set"),
+        "{got:?}"
+    );
+    assert!(got[0].1.contains("(NodeRestriction)"), "{got:?}");
+
+    let reserved = flavor(
+        &sneaky,
+        json!({"labels": {"kubeflavor.node-restriction.kubernetes.io/flavor": "x"}}),
+    );
+    let got = causes(flavors.create(&pp, &reserved).await.unwrap_err());
+    assert_eq!(got[0].0, "spec.labels");
+    assert!(
+        got[0]
+            .1
+            .contains("kubeflavor sets the flavor and trust-level labels itself"),
+        "{got:?}"
+    );
+
+    let bounds = flavor(
+        &sneaky,
+        json!({"trustLevel": 101, "taints": [
+        {"key": "a.example.com/x", "effect": "NoSchedule"},
+        {"key": "a.example.com/x", "effect": "NoSchedule"}]}),
+    );
+    let got = causes(flavors.create(&pp, &bounds).await.unwrap_err());
+    assert_eq!(
+        got,
+        vec![
+            (
+                "spec.trustLevel".to_string(),
+                "Invalid value: 101: spec.trustLevel in body should be less than or equal to 100"
+                    .to_string()
+            ),
+            (
+                "spec.taints".to_string(),
+                "Invalid value: a taint key may appear only once per effect".to_string()
+            ),
+        ]
+    );
+
+    let good_name = env.name("gold");
+    let mut spec = FlavorSpec::default();
+    spec.labels.insert(
+        "tier.node-restriction.kubernetes.io/gold".into(),
+        "true".into(),
+    );
+    spec.labels
+        .insert("node-role.kubernetes.io/edge".into(), "".into());
+    spec.trust_level = Some(80);
+    let created = flavors
+        .create(&pp, &Flavor::new(&good_name, spec))
+        .await
+        .expect("a Flavor with NodeRestriction-protected keys is accepted");
+    assert_eq!(created.spec.trust_level, Some(80));
+
+    let patch = Patch::Merge(json!({"spec": {"labels": {"kubernetes.io/hostname": "x"}}}));
+    let got = causes(
+        flavors
+            .patch(&good_name, &PatchParams::default(), &patch)
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(got[0].0, "spec.labels", "{got:?}");
+
+    flavors
+        .delete(&good_name, &DeleteParams::default())
+        .await
+        .unwrap();
+}
+
+/// A FlavorBinding's node, token and flavor are fixed once written (a transition rule with
+/// `oldSelf`), and it must be named after its node (a rule on the object root).
+#[tokio::test]
+async fn a_flavor_binding_cannot_move_to_another_token() {
+    let env = Env::start().await;
+    env.install().await;
+    let bindings: Api<FlavorBinding> = Api::all(env.client.clone());
+    let node = env.name("node");
+    let binding = |name: &str| -> FlavorBinding {
+        serde_json::from_value(json!({
+            "apiVersion": "kubeflavor.io/v1alpha1", "kind": "FlavorBinding",
+            "metadata": {"name": name},
+            "spec": {"node": node, "flavor": "gold", "tokenId": "abcdef", "csrName": "csr-1",
+                     "publicKeySha256": "0".repeat(64), "boundAt": "2026-11-30T04:22:19Z"},
+        }))
+        .expect("a FlavorBinding")
+    };
+    let pp = PostParams::default();
+    let got = causes(
+        bindings
+            .create(&pp, &binding(&env.name("other")))
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(
+        got,
+        vec![("<nil>".to_string(), "Invalid value: a FlavorBinding is named after its node: metadata.name must equal spec.node".to_string())]
+    );
+    bindings
+        .create(&pp, &binding(&node))
+        .await
+        .expect("a well-formed binding");
+    let moved = Patch::Merge(json!({"spec": {"tokenId": "zzzzzz"}}));
+    let got = causes(
+        bindings
+            .patch(&node, &PatchParams::default(), &moved)
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(got[0].0, "spec");
+    assert!(
+        got[0]
+            .1
+            .contains("node, tokenId and flavor of a FlavorBinding cannot change"),
+        "{got:?}"
+    );
+    bindings
+        .delete(&node, &DeleteParams::default())
+        .await
+        .unwrap();
+}

@@ -1,0 +1,453 @@
+//! End-to-end: `kubeflavor token ...` against testkube, or the cluster named by
+//! KUBEFLAVOR_E2E_KUBECONFIG.
+
+use std::collections::BTreeMap;
+
+use crate::support::token_secret::{KUBEADM_DEFAULT_GROUP, TokenSecret};
+use crate::support::{Env, assert_one_line_error, whoami};
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use kubeflavor::ExitCode;
+use kubeflavor_core::token::BootstrapToken;
+use serde_json::Value;
+
+/// Create a flavor and a token of it; returns the token string.
+async fn mint(env: &Env, flavor: &str, extra: &[&str]) -> String {
+    let mut args = vec!["token", "create", "--flavor", flavor];
+    args.extend_from_slice(extra);
+    let out = env.kf(&args).await;
+    let token = out.expect_ok().trim().to_string();
+    token
+        .parse::<BootstrapToken>()
+        .unwrap_or_else(|e| panic!("token create printed {token:?}: {e}"));
+    token
+}
+
+async fn secrets(env: &Env) -> Api<Secret> {
+    Api::namespaced(env.client.clone(), "kube-system")
+}
+
+async fn cleanup(env: &Env, tokens: &[&str], flavors: &[&str]) {
+    let api = secrets(env).await;
+    for t in tokens {
+        let _ = api
+            .delete(
+                &format!("bootstrap-token-{}", &t[..6]),
+                &DeleteParams::default(),
+            )
+            .await;
+    }
+    for f in flavors {
+        let _ = env.kf(&["flavor", "delete", f, "--force"]).await;
+    }
+}
+
+/// Decoded `data` of a token Secret.
+async fn secret_data(env: &Env, token: &str) -> BTreeMap<String, String> {
+    let secret = secrets(env)
+        .await
+        .get(&format!("bootstrap-token-{}", &token[..6]))
+        .await
+        .unwrap();
+    secret
+        .data
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(k, v)| (k, String::from_utf8(v.0).unwrap()))
+        .collect()
+}
+
+#[tokio::test]
+async fn created_token_authenticates_as_a_kubeflavor_bootstrap_identity() {
+    let env = Env::start().await;
+    env.install().await;
+    let flavor = env.create_flavor("sweet", &["--trust-level", "80"]).await;
+    let token = mint(&env, &flavor, &[]).await;
+
+    let (user, groups) = whoami(&env.token_client(&token).await)
+        .await
+        .expect("SelfSubjectReview as the token");
+    assert_eq!(user, format!("system:bootstrap:{}", &token[..6]));
+    assert_eq!(
+        groups,
+        [
+            "system:bootstrappers",
+            "system:bootstrappers:kubeflavor:node",
+            "system:authenticated"
+        ]
+    );
+    cleanup(&env, &[&token], &[&flavor]).await;
+}
+
+#[tokio::test]
+async fn p1_tokens_of_two_flavors_look_the_same_to_their_holders() {
+    let env = Env::start().await;
+    env.install().await;
+    let sweet = env
+        .create_flavor(
+            "sweet",
+            &[
+                "--trust-level",
+                "90",
+                "--label",
+                "kubeflavor.node-restriction.kubernetes.io/tier=gold",
+            ],
+        )
+        .await;
+    let sour = env
+        .create_flavor(
+            "sour",
+            &[
+                "--trust-level",
+                "10",
+                "--taint",
+                "example.com/untrusted=yes:NoSchedule",
+            ],
+        )
+        .await;
+    let a = mint(&env, &sweet, &["--ttl", "2h"]).await;
+    let b = mint(&env, &sour, &["--ttl", "2h"]).await;
+
+    // What the holder can see about itself.
+    let (user_a, groups_a) = whoami(&env.token_client(&a).await).await.unwrap();
+    let (user_b, groups_b) = whoami(&env.token_client(&b).await).await.unwrap();
+    assert_eq!(groups_a, groups_b);
+    assert_eq!(
+        user_a.trim_end_matches(&a[..6]),
+        user_b.trim_end_matches(&b[..6])
+    );
+
+    // The Secret's authentication fields, apart from id, secret and expiry.
+    let strip = |mut d: BTreeMap<String, String>| {
+        for k in ["token-id", "token-secret", "expiration"] {
+            assert!(d.remove(k).is_some(), "{k} missing");
+        }
+        d
+    };
+    let (data_a, data_b) = (
+        strip(secret_data(&env, &a).await),
+        strip(secret_data(&env, &b).await),
+    );
+    assert_eq!(data_a, data_b);
+    assert_eq!(
+        data_a["auth-extra-groups"],
+        "system:bootstrappers:kubeflavor:node"
+    );
+    assert_eq!(data_a["usage-bootstrap-authentication"], "true");
+    assert_eq!(data_a["usage-bootstrap-signing"], "true");
+    assert!(!data_a["description"].contains(&sweet) && !data_a["description"].contains(&sour));
+    cleanup(&env, &[&a, &b], &[&sweet, &sour]).await;
+}
+
+#[tokio::test]
+async fn token_create_makes_exactly_three_api_calls() {
+    let env = Env::start().await;
+    env.install().await;
+    let flavor = env.create_flavor("count", &[]).await;
+    let Some(cluster) = env.testkube_or_skip("request counting needs testkube") else {
+        cleanup(&env, &[], &[&flavor]).await;
+        return;
+    };
+    cluster.counters().reset();
+    let token = mint(&env, &flavor, &[]).await;
+    let snapshot = cluster.counters().snapshot();
+    println!("token create API calls: {:?}", snapshot.counts);
+    assert_eq!(snapshot.by_verb_resource("get", "flavors"), 1);
+    assert_eq!(snapshot.by_verb_resource("list", "flavorbindings"), 1);
+    assert_eq!(snapshot.by_verb_resource("create", "secrets"), 1);
+    assert_eq!(snapshot.total(), 3, "{:?}", snapshot.counts);
+    cleanup(&env, &[&token], &[&flavor]).await;
+}
+
+#[tokio::test]
+async fn token_create_draws_a_new_id_when_the_id_is_taken() {
+    let env = Env::start().await;
+    env.install().await;
+    let flavor = env.create_flavor("retry", &[]).await;
+    // Occupy an id, then make the first draw hit it.
+    let taken = env.run_id.clone();
+    let occupant: BootstrapToken = format!("{taken}.0123456789abcdef").parse().unwrap();
+    let plain = TokenSecret::plain(&occupant, KUBEADM_DEFAULT_GROUP).build();
+    secrets(&env)
+        .await
+        .create(&PostParams::default(), &plain)
+        .await
+        .unwrap();
+
+    let cluster = kubeflavor::cluster::Cluster::connect(&kubeflavor::cluster::ClusterArgs {
+        kubeconfig: Some(env.kubeconfig.clone()),
+        context: None,
+    })
+    .await
+    .unwrap();
+    let mut draws = vec![BootstrapToken::generate().unwrap(), occupant]
+        .into_iter()
+        .rev();
+    let before = env.testkube.as_ref().map(|c| {
+        c.counters()
+            .snapshot()
+            .by_verb_resource("create", "secrets")
+    });
+    let minted = kubeflavor::cmd::token::mint(
+        &cluster,
+        &flavor.parse().unwrap(),
+        None,
+        std::num::NonZeroU32::MIN,
+        || Ok(draws.next().expect("at most two draws")),
+    )
+    .await
+    .expect("second draw succeeds");
+    assert_ne!(minted.id().as_str(), taken);
+    assert!(draws.next().is_none(), "both draws were used");
+    if let (Some(cluster), Some(before)) = (env.testkube.as_ref(), before) {
+        assert_eq!(
+            cluster
+                .counters()
+                .snapshot()
+                .by_verb_resource("create", "secrets")
+                - before,
+            2
+        );
+    }
+    let _ = secrets(&env)
+        .await
+        .delete(
+            &format!("bootstrap-token-{taken}"),
+            &DeleteParams::default(),
+        )
+        .await;
+    let minted = minted.expose();
+    cleanup(&env, &[minted.as_str()], &[&flavor]).await;
+}
+
+#[tokio::test]
+async fn token_create_uses_flavor_defaults_and_flags_override_them() {
+    let env = Env::start().await;
+    env.install().await;
+    let flavor = env
+        .create_flavor("defaults", &["--ttl", "90m", "--max-nodes", "3"])
+        .await;
+
+    let out = env
+        .kf(&["token", "create", "--flavor", &flavor, "-o", "json"])
+        .await;
+    let view: Value = serde_json::from_str(out.expect_ok()).unwrap();
+    assert_eq!(view["maxNodes"], 3);
+    assert_eq!(view["flavor"], flavor.as_str());
+    let expires: jiff::Timestamp = view["expiration"].as_str().unwrap().parse().unwrap();
+    let left = expires.duration_since(jiff::Timestamp::now()).as_secs();
+    assert!((80 * 60..=90 * 60).contains(&left), "{left}s left");
+    let first = view["token"].as_str().unwrap().to_string();
+
+    let out = env
+        .kf(&[
+            "token",
+            "create",
+            "--flavor",
+            &flavor,
+            "--ttl",
+            "0",
+            "--max-nodes",
+            "5",
+            "-o",
+            "yaml",
+        ])
+        .await;
+    let view: Value = serde_saphyr::from_str(out.expect_ok()).unwrap();
+    assert_eq!(view["maxNodes"], 5);
+    assert!(
+        view.get("expiration").is_none(),
+        "ttl 0 never expires: {view}"
+    );
+    let second = view["token"].as_str().unwrap().to_string();
+    assert!(!secret_data(&env, &second).await.contains_key("expiration"));
+    cleanup(&env, &[&first, &second], &[&flavor]).await;
+}
+
+#[tokio::test]
+async fn token_list_shows_flavors_and_never_a_secret() {
+    let env = Env::start().await;
+    env.install().await;
+    let flavor = env.create_flavor("listed", &["--max-nodes", "2"]).await;
+    let token = mint(&env, &flavor, &[]).await;
+    let id = &token[..6];
+    let secret = &token[7..];
+
+    // A plain kubeadm token next to it.
+    let plain_id = &env.run_id;
+    let plain_token: BootstrapToken = format!("{plain_id}.0123456789abcdef").parse().unwrap();
+    let plain = TokenSecret::plain(&plain_token, KUBEADM_DEFAULT_GROUP).build();
+    secrets(&env)
+        .await
+        .create(&PostParams::default(), &plain)
+        .await
+        .unwrap();
+
+    let table = env.kf(&["token", "list"]).await;
+    let table = table.expect_ok();
+    assert!(table.starts_with("ID "), "{table}");
+    let row = table
+        .lines()
+        .find(|l| l.starts_with(id))
+        .unwrap_or_else(|| panic!("{id} not listed:\n{table}"));
+    assert!(row.contains(&flavor) && row.contains("0/2"), "{row}");
+    let plain_row = table
+        .lines()
+        .find(|l| l.starts_with(plain_id.as_str()))
+        .expect("kubeadm token listed");
+    assert!(plain_row.contains("<none>"), "{plain_row}");
+
+    for format in [
+        &["-o", "wide"][..],
+        &["-o", "json"],
+        &["-o", "yaml"],
+        &["--flavor", &flavor],
+    ] {
+        let mut args = vec!["token", "list"];
+        args.extend_from_slice(format);
+        let out = env.kf(&args).await;
+        assert!(
+            !out.expect_ok().contains(secret),
+            "secret printed by token list {format:?}"
+        );
+        assert!(
+            !out.stdout.contains("0123456789abcdef"),
+            "kubeadm secret printed by {format:?}"
+        );
+    }
+    let only = env
+        .kf(&["token", "list", "--flavor", &flavor, "-o", "name"])
+        .await;
+    assert_eq!(only.expect_ok(), format!("token/{id}\n"));
+    let _ = secrets(&env)
+        .await
+        .delete(
+            &format!("bootstrap-token-{plain_id}"),
+            &DeleteParams::default(),
+        )
+        .await;
+    cleanup(&env, &[&token], &[&flavor]).await;
+}
+
+#[tokio::test]
+async fn token_delete_removes_tokens_and_reports_missing_ones() {
+    let env = Env::start().await;
+    env.install().await;
+    let flavor = env.create_flavor("deleted", &[]).await;
+    let a = mint(&env, &flavor, &[]).await;
+    let b = mint(&env, &flavor, &[]).await;
+    // By id and by whole token.
+    let out = env.kf(&["token", "delete", &a[..6], &b]).await;
+    assert_eq!(
+        out.expect_ok(),
+        format!("token {} deleted\ntoken {} deleted\n", &a[..6], &b[..6])
+    );
+    let left = secrets(&env)
+        .await
+        .list(&ListParams::default().labels(&format!("kubeflavor.io/flavor={flavor}")))
+        .await
+        .unwrap();
+    assert!(left.items.is_empty());
+    let again = env.kf(&["token", "delete", &a[..6]]).await;
+    assert_one_line_error(&again, ExitCode::NotFound);
+    assert!(again.stderr.contains(&a[..6]));
+    cleanup(&env, &[], &[&flavor]).await;
+}
+
+/// Bad input: one clear line, a non-zero exit, and nothing created.
+#[tokio::test]
+async fn bad_token_input_is_refused_and_creates_nothing() {
+    let env = Env::start().await;
+    env.install().await;
+    let flavor = env.create_flavor("strict", &[]).await;
+    let missing = env.name("nosuch");
+    // Only this test's flavors: on a shared real cluster other tests mint tokens meanwhile.
+    let selector =
+        ListParams::default().labels(&format!("kubeflavor.io/flavor in ({flavor},{missing})"));
+
+    let cases: Vec<(Vec<&str>, ExitCode, &str)> = vec![
+        (
+            vec!["token", "create", "--flavor", &missing],
+            ExitCode::NotFound,
+            &flavor,
+        ),
+        (
+            vec!["token", "create", "--flavor", &flavor, "--ttl", "soon"],
+            ExitCode::Refused,
+            "does not parse",
+        ),
+        (
+            vec!["token", "create", "--flavor", &flavor, "--ttl", "-1h"],
+            ExitCode::Refused,
+            "negative",
+        ),
+        (
+            vec!["token", "create", "--flavor", &flavor, "--max-nodes", "0"],
+            ExitCode::Refused,
+            "at least 1",
+        ),
+        (
+            vec!["token", "create", "--flavor", "Not_A_Name"],
+            ExitCode::Refused,
+            "flavor name",
+        ),
+        (
+            vec!["token", "delete", "abc"],
+            ExitCode::Refused,
+            "6 characters",
+        ),
+    ];
+    for (args, code, needle) in cases {
+        let out = env.kf(&args).await;
+        assert_one_line_error(&out, code);
+        assert!(
+            out.stderr.contains(needle),
+            "{args:?}: {:?} lacks {needle:?}",
+            out.stderr
+        );
+    }
+    let created = secrets(&env).await.list(&selector).await.unwrap().items;
+    let names: Vec<_> = created.iter().map(|s| s.metadata.name.clone()).collect();
+    assert!(
+        names.is_empty(),
+        "a refused command created a token: {names:?}"
+    );
+    cleanup(&env, &[], &[&flavor]).await;
+}
+
+#[tokio::test]
+async fn forbidden_names_the_missing_permission() {
+    let env = Env::start().await;
+    env.install().await;
+    let flavor = env.create_flavor("perm", &[]).await;
+    let token = mint(&env, &flavor, &[]).await;
+    env.until_authenticated(&token).await;
+    // The bootstrap identity itself may not list Secrets.
+    let as_token = env.token_kubeconfig(&token);
+    let out = env.kf_with(&as_token, &["token", "list"]).await;
+    assert_one_line_error(&out, ExitCode::Forbidden);
+    assert!(
+        out.stderr
+            .contains(&format!("system:bootstrap:{}", &token[..6])),
+        "{}",
+        out.stderr
+    );
+    assert!(
+        out.stderr.contains("'list' on 'secrets'") && out.stderr.contains("kube-system"),
+        "{}",
+        out.stderr
+    );
+    cleanup(&env, &[&token], &[&flavor]).await;
+}
+
+#[tokio::test]
+async fn generate_touches_no_cluster_and_follows_the_format() {
+    let env = Env::start().await;
+    let before = env.request_count();
+    let out = env.kf(&["token", "generate"]).await;
+    let token = out.expect_ok().trim();
+    token
+        .parse::<BootstrapToken>()
+        .expect("kubeadm token format");
+    assert_eq!(env.request_count(), before);
+}

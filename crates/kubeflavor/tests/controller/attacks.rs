@@ -1,0 +1,292 @@
+//! Attacks on the binding rules (P3, P4): a recycled token id, a Node or a revocation
+//! that appears between the controller's read and its approval, a burst of bad CSRs
+//! against the denial limit, and renewals of nodes kubeflavor never bound. On testkube or
+//! a real cluster, through real kube-rs clients.
+
+use crate::harness::*;
+use k8s_openapi::api::core::v1::Secret;
+use kube::Api;
+use kubeflavor::controller::Step;
+use kubeflavor_core::token::BootstrapToken;
+
+/// Item: a token id can be minted again once its token is gone (random collision, or an
+/// admin choosing it). The new token must not inherit the old one's names, nor be taken
+/// for it by `token create`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recycled_token_id_inherits_no_name() {
+    let h = Harness::start().await;
+    let (sweet, sour) = (h.name("sweet"), h.name("sour"));
+    h.flavor(&sweet, &[(TIER_KEY, "gold")], &[]).await;
+    h.flavor(&sour, &[(TIER_KEY, "bronze")], &[]).await;
+    let ctl = h.start_controller(h.options("ctl"));
+    let victim = h.name("victim");
+    let old = h.token(&sweet, 1, None).await;
+    let first = h.name("csr-old");
+    h.submit_csr(&h.bootstrap_client(&old).await, &first, &victim)
+        .await;
+    assert_eq!(h.decision(&first).await, "Approved");
+
+    // The old token goes; a new one of another flavor gets the same id.
+    Api::<Secret>::namespaced(h.admin.clone(), "kube-system")
+        .delete(&name_of(&old), &Default::default())
+        .await
+        .expect("old token deleted");
+    h.token_gone(&old).await;
+    let secret = BootstrapToken::generate().expect("randomness");
+    let same_id: BootstrapToken = format!("{}.{}", old.id().as_str(), secret.secret().expose())
+        .parse()
+        .expect("token");
+    let new = h.token_as(same_id, &sour, 1, None).await;
+    let takeover = h.name("csr-new");
+    h.submit_csr(&h.bootstrap_client(&new).await, &takeover, &victim)
+        .await;
+    assert_eq!(h.decision(&takeover).await, "Denied");
+    trail_names(&h, &takeover, &["name_bound_to_other_token"]).await;
+    h.token_gone(&new).await;
+    let binding = h.bindings().get(&victim).await.expect("binding kept");
+    assert_eq!(binding.spec.csr_name, first);
+
+    // token create never mints an id a binding still names.
+    let cluster = kubeflavor::cluster::Cluster::connect(&kubeflavor::cluster::ClusterArgs {
+        kubeconfig: Some(h.env.kubeconfig.clone()),
+        context: None,
+    })
+    .await
+    .expect("cluster");
+    let bound_id: BootstrapToken = format!("{}.0123456789abcdef", old.id().as_str())
+        .parse()
+        .expect("token");
+    let mut draws = vec![BootstrapToken::generate().unwrap(), bound_id]
+        .into_iter()
+        .rev();
+    let minted = kubeflavor::cmd::token::mint(
+        &cluster,
+        &sour.parse().unwrap(),
+        None,
+        std::num::NonZeroU32::MIN,
+        || Ok(draws.next().expect("at most two draws")),
+    )
+    .await
+    .expect("the second draw is minted");
+    h.env.made.token(&minted);
+    assert_ne!(minted.id(), old.id());
+    ctl.stop().await;
+}
+
+/// Item: a Node of the name that appears after the facts were read (a kubelet that joined
+/// another way, an admin) must not be taken over: the CSR is denied, and the Node does
+/// not get the token's flavor.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_appearing_before_the_approval_is_not_taken_over() {
+    let h = Harness::start().await;
+    let f = h.gold_flavor("sweet").await;
+    let node = h.name("node-late");
+    let (admin, name) = (h.admin.clone(), node.clone());
+    let hook = act_after(Step::Bound, move || {
+        let (admin, name) = (admin.clone(), name.clone());
+        async move { create_node(&admin, &name).await }
+    });
+    let ctl = ControllerHandle::start(h.admin.clone(), h.options("ctl"), Some(hook));
+    let t = h.token(&f, 1, None).await;
+    let csr = h.name("csr-late");
+    h.submit_csr(&h.bootstrap_client(&t).await, &csr, &node)
+        .await;
+    assert_eq!(h.decision(&csr).await, "Denied");
+    trail_names(&h, &csr, &["node_exists_without_binding"]).await;
+    ctl.stop().await;
+    let after = h.nodes().get(&node).await.expect("node kept");
+    assert_eq!(
+        label(&after, FLAVOR_KEY),
+        None,
+        "flavored someone else's Node"
+    );
+    assert_eq!(label(&after, TIER_KEY), None);
+}
+
+/// Item: a revocation between the binding and the approval: the revoked binding must not
+/// lead to an approval.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revocation_before_the_approval_is_not_ignored() {
+    let h = Harness::start().await;
+    let f = h.gold_flavor("sweet").await;
+    let node = h.name("node-rev");
+    let (kubeconfig, name) = (h.env.kubeconfig.clone(), node.clone());
+    let hook = act_after(Step::Bound, move || {
+        let argv = [
+            "kubeflavor".to_string(),
+            "--kubeconfig".into(),
+            kubeconfig.display().to_string(),
+            "node".into(),
+            "revoke".into(),
+            name.clone(),
+        ];
+        async move {
+            let mut out = Vec::new();
+            kubeflavor::run(argv.to_vec(), &mut out)
+                .await
+                .expect("node revoke");
+        }
+    });
+    let ctl = ControllerHandle::start(h.admin.clone(), h.options("ctl"), Some(hook));
+    let t = h.token(&f, 1, None).await;
+    let csr = h.name("csr-rev");
+    h.submit_csr(&h.bootstrap_client(&t).await, &csr, &node)
+        .await;
+    assert_eq!(h.decision(&csr).await, "Denied");
+    trail_names(&h, &csr, &["binding_revoked"]).await;
+    ctl.stop().await;
+}
+
+/// Item: a burst of bad CSRs from one token, decided at once, against a denial limit of
+/// 3: the limit holds (the token is deleted) and no CSR of it is approved afterwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_denial_limit_holds_under_a_burst() {
+    let h = Harness::start().await;
+    let f = h.gold_flavor("sweet").await;
+    let t = h.token(&f, 1, None).await;
+    let csrs = h.wrong_shape_csrs(&t, "burst", 12).await;
+    let mut opts = h.options("ctl");
+    opts.denial_limit = 3;
+    let ctl = h.start_controller(opts);
+    h.all_denied(&csrs).await;
+    h.token_gone(&t).await;
+    let metrics = ctl.metrics.clone();
+    ctl.stop().await;
+    assert!(
+        metrics
+            .render()
+            .contains("kubeflavor_tokens_deleted_total 1"),
+        "{}",
+        metrics.render()
+    );
+}
+
+/// Item: with `--manage-renewals`, nodes kubeflavor never bound (control-plane nodes,
+/// nodes joined with kubeadm's tokens) keep renewing: kube-controller-manager's
+/// selfnodeclient approval is gone, and kubeflavor takes its place for them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nodes_kubeflavor_never_bound_keep_renewing() {
+    let h = Harness::start_serial().await;
+    h.env
+        .kf(&["install", "--apply", "--replicas", "0", "--manage-renewals"])
+        .await
+        .expect_ok();
+    let mut opts = h.options("ctl");
+    opts.manage_renewals = true;
+    let ctl = h.start_controller(opts);
+    // A node identity kubeflavor never bound: the admin files its first CSR, which
+    // kube-controller-manager approves (system:masters passes the nodeclient review).
+    let node = h.name("kubeadm-node");
+    let first = h.name("csr-admin");
+    h.submit_csr(&h.admin, &first, &node).await;
+    let node_client = h.node_client(&first).await;
+    let renewal = h.name("renew-unbound");
+    h.submit_csr(&node_client, &renewal, &node).await;
+    let decided = h.decided(&renewal).await;
+    assert_eq!(condition_type(&decided).as_deref(), Some("Approved"));
+    assert_eq!(
+        visible_conditions(&decided)[0].2.as_deref(),
+        Some(kubeflavor::controller::policy::APPROVED_REASON)
+    );
+    ctl.stop().await;
+}
+
+/// Item: with kubeadm's nodeclient auto-approval, a kubeadm token could take a name bound
+/// to a kubeflavor token (kube-controller-manager approves first). The controller says so
+/// at start, refuses `--strict` while it holds, and `install --sole-approver` hands the
+/// approval over in one step; then such a CSR is denied.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubeadm_tokens_cannot_take_a_bound_name_once_kubeflavor_is_the_sole_approver() {
+    use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
+    use kubeflavor::controller::approvers::{self, Kind};
+    let h = Harness::start_serial().await;
+    // kubeadm's auto-approval of its token group, under a name of this run (a shared
+    // cluster may have had kubeadm's own binding removed by an earlier run).
+    let crb: ClusterRoleBinding = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": h.name("bootstrap-autoapprove")},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                    "name": "system:certificates.k8s.io:certificatesigningrequests:nodeclient"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group",
+                      "name": approvers::KUBEADM_TOKEN_GROUP}],
+    }))
+    .unwrap();
+    let crbs = Api::<ClusterRoleBinding>::all(h.admin.clone());
+    crbs.create(&Default::default(), &crb)
+        .await
+        .expect("binding");
+    // Not strict: the controller's start-up check lets it run, and publishes it.
+    let metrics = kubeflavor::controller::metrics::Metrics::new();
+    approvers::check(&h.admin, &h.options("warned"), &metrics)
+        .await
+        .expect("not strict: the controller runs");
+    assert!(
+        metrics
+            .render()
+            .contains("kubeflavor_competing_approvals{kind=\"other_tokens\"} 1"),
+        "{}",
+        metrics.render()
+    );
+    // Strict: refused, naming the one step that fixes it.
+    let mut strict = h.options("strict");
+    strict.strict = true;
+    let refused = kubeflavor::controller::run(
+        kubeflavor::controller::Runtime::new(h.admin.clone(), strict.clone()),
+        std::future::pending(),
+    )
+    .await
+    .expect_err("--strict refused while kubeadm tokens are auto-approved");
+    assert!(refused.to_string().contains("--sole-approver"), "{refused}");
+    crbs.delete(&h.name("bootstrap-autoapprove"), &Default::default())
+        .await
+        .expect("binding deleted");
+
+    h.env
+        .kf(&["install", "--apply", "--replicas", "0", "--sole-approver"])
+        .await
+        .expect_ok();
+    assert_eq!(
+        approvers::auto_approved(&h.admin, Kind::OtherTokens)
+            .await
+            .expect("review"),
+        None
+    );
+    strict.manage_renewals = true;
+    let ctl = h.start_controller(strict);
+    let f = h.gold_flavor("sweet").await;
+    let node = h.name("node-bound");
+    let t = h.token(&f, 1, None).await;
+    let bound = h.name("csr-bound");
+    h.submit_csr(&h.bootstrap_client(&t).await, &bound, &node)
+        .await;
+    assert_eq!(h.decision(&bound).await, "Approved");
+    // A kubeadm token (kubeadm's group may still file CSRs) asks for the bound name.
+    let kubeadm = BootstrapToken::generate().unwrap();
+    TokenSecret::plain(&kubeadm, approvers::KUBEADM_TOKEN_GROUP)
+        .create(&h.env)
+        .await;
+    ensure_kubeadm_can_file_csrs(&h).await;
+    let takeover = h.name("csr-kubeadm");
+    h.submit_csr(&h.bootstrap_client(&kubeadm).await, &takeover, &node)
+        .await;
+    assert_eq!(h.decision(&takeover).await, "Denied");
+    trail_names(&h, &takeover, &["not_kubeflavor_token"]).await;
+    ctl.stop().await;
+}
+
+/// kubeadm's `kubeadm:kubelet-bootstrap` (its token group may create CSRs), under a name of
+/// this run in case the cluster lacks it.
+async fn ensure_kubeadm_can_file_csrs(h: &Harness) {
+    use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
+    let crb: ClusterRoleBinding = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": h.name("kubeadm-kubelet-bootstrap")},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                    "name": "system:node-bootstrapper"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group",
+                      "name": kubeflavor::controller::approvers::KUBEADM_TOKEN_GROUP}],
+    }))
+    .unwrap();
+    Api::<ClusterRoleBinding>::all(h.admin.clone())
+        .create(&Default::default(), &crb)
+        .await
+        .expect("binding");
+}

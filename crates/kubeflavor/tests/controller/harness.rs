@@ -1,0 +1,571 @@
+//! Shared helpers of the controller tests: a testkube cluster with kubeflavor's CRDs, real
+//! kube-rs clients for the admin, bootstrap tokens and node identities, and an in-process
+//! controller that can be stopped at a chosen step.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
+use k8s_openapi::api::core::v1::{Node, Secret};
+use kube::api::PostParams;
+use kube::config::Kubeconfig;
+use kube::runtime::wait::await_condition;
+use kube::{Api, Client, ResourceExt};
+#[allow(unused_imports)]
+use kubeflavor::controller::Options as _Options;
+use kubeflavor::controller::{self, Options, Runtime, Step, StepHook};
+use kubeflavor::crd::{Flavor, FlavorBinding};
+use kubeflavor_core::token::BootstrapToken;
+use tokio::sync::oneshot;
+
+// The controller suites take these through `use crate::harness::*`.
+pub use crate::support::token_secret::{TokenSecret, name_of};
+pub use crate::support::{client_from, within};
+
+use crate::support::Env;
+
+/// The flavor label kubeflavor puts on a Node.
+pub const FLAVOR_KEY: &str = "kubeflavor.node-restriction.kubernetes.io/flavor";
+/// A label the tests' flavors carry (a key no kubelet may set).
+pub const TIER_KEY: &str = "tier.node-restriction.kubernetes.io/class";
+
+pub struct Harness {
+    pub env: Env,
+    pub admin: Client,
+    /// Keys of the CSRs filed by `submit_csr`, to build node identities once issued.
+    keys: Mutex<BTreeMap<String, String>>,
+}
+
+impl Harness {
+    /// testkube (or the cluster of KUBEFLAVOR_E2E_KUBECONFIG) with `kubeflavor install
+    /// --apply` done: CRDs and RBAC exactly as a user installs them.
+    pub async fn start() -> Harness {
+        Harness::start_with(Env::start().await).await
+    }
+
+    /// Like [`Harness::start`], but on a real cluster the tests of one binary that start
+    /// this way take turns: for tests that change who approves what cluster-wide.
+    pub async fn start_serial() -> Harness {
+        Harness::start_with(Env::start_serial().await).await
+    }
+
+    async fn start_with(env: Env) -> Harness {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(
+                tracing_subscriber::EnvFilter::try_from_env("KUBEFLAVOR_TEST_LOG")
+                    .unwrap_or_else(|_| "warn".into()),
+            )
+            .with_test_writer()
+            .try_init();
+        env.install().await;
+        let admin = env.client.clone();
+        Harness {
+            env,
+            admin,
+            keys: Mutex::new(BTreeMap::new()),
+        }
+    }
+
+    /// A name unique to this run (a real cluster is shared between runs).
+    pub fn name(&self, base: &str) -> String {
+        self.env.name(base)
+    }
+
+    /// testkube itself, for fault injection and request counters (None on a real cluster).
+    pub fn testkube(&self) -> Option<&testkube::TestCluster> {
+        self.env.testkube.as_ref()
+    }
+
+    pub async fn flavor(&self, name: &str, labels: &[(&str, &str)], taints: &[(&str, &str, &str)]) {
+        let mut spec = serde_json::json!({
+            "labels": labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect::<BTreeMap<_, _>>(),
+            "taints": taints.iter().map(|(k, v, e)| serde_json::json!({"key": k, "value": v, "effect": e})).collect::<Vec<_>>(),
+        });
+        if spec["taints"].as_array().is_some_and(|a| a.is_empty()) {
+            spec.as_object_mut().unwrap().remove("taints");
+        }
+        let flavor: Flavor = serde_json::from_value(serde_json::json!({
+            "apiVersion": "kubeflavor.io/v1alpha1",
+            "kind": "Flavor",
+            "metadata": {"name": name},
+            "spec": spec,
+        }))
+        .expect("flavor object");
+        Api::<Flavor>::all(self.admin.clone())
+            .create(&PostParams::default(), &flavor)
+            .await
+            .expect("flavor created");
+    }
+
+    /// The Flavor `base-<run id>` with the label `TIER_KEY=gold`; returns its name.
+    pub async fn gold_flavor(&self, base: &str) -> String {
+        let name = self.name(base);
+        self.flavor(&name, &[(TIER_KEY, "gold")], &[]).await;
+        name
+    }
+
+    /// Creates a flavored token Secret as `token create` writes it; returns the token.
+    pub async fn token(
+        &self,
+        flavor: &str,
+        max_nodes: u32,
+        expiration: Option<jiff::Timestamp>,
+    ) -> BootstrapToken {
+        let token = BootstrapToken::generate().expect("randomness");
+        self.token_as(token, flavor, max_nodes, expiration).await
+    }
+
+    /// Like [`Harness::token`], with the token given (to re-use an id).
+    pub async fn token_as(
+        &self,
+        token: BootstrapToken,
+        flavor: &str,
+        max_nodes: u32,
+        expiration: Option<jiff::Timestamp>,
+    ) -> BootstrapToken {
+        TokenSecret::flavored(&token, flavor, max_nodes)
+            .expires(expiration)
+            .create(&self.env)
+            .await;
+        token
+    }
+
+    pub async fn token_secret(&self, token: &BootstrapToken) -> Option<Secret> {
+        Api::<Secret>::namespaced(self.admin.clone(), "kube-system")
+            .get_opt(&name_of(token))
+            .await
+            .expect("read token Secret")
+    }
+
+    /// The node names bound to a token, from its Secret's annotation.
+    pub async fn bound_nodes(&self, token: &BootstrapToken) -> Vec<String> {
+        self.token_secret(token)
+            .await
+            .and_then(|s| s.annotations().get("kubeflavor.io/bound-nodes").cloned())
+            .map(|v| {
+                v.split(',')
+                    .filter(|s| !s.is_empty())
+                    .map(str::to_string)
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    pub async fn bootstrap_client(&self, token: &BootstrapToken) -> Client {
+        self.env.token_client(&token.expose()).await
+    }
+
+    /// The node identity `system:node:<node>`, from the certificate the cluster issued for
+    /// the CSR `csr_name` (filed with `submit_csr`) and its key: what the kubelet gets.
+    pub async fn node_client(&self, csr_name: &str) -> Client {
+        let cond = |obj: Option<&CertificateSigningRequest>| {
+            obj.and_then(|c| c.status.as_ref())
+                .and_then(|s| s.certificate.as_ref())
+                .is_some()
+        };
+        let csr = within(
+            &format!("CSR {csr_name} to be issued"),
+            await_condition(self.csrs(), csr_name, cond),
+        )
+        .await
+        .expect("watch works")
+        .expect("CSR exists");
+        let cert = String::from_utf8(csr.status.unwrap().certificate.unwrap().0).expect("PEM");
+        let key = self
+            .keys
+            .lock()
+            .unwrap()
+            .get(csr_name)
+            .cloned()
+            .expect("key of a CSR filed here");
+        let admin = Kubeconfig::read_from(&self.env.kubeconfig).expect("admin kubeconfig");
+        let cluster = admin.clusters[0].cluster.clone().expect("cluster");
+        use base64::Engine;
+        let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+        let yaml = format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: {}\n    certificate-authority-data: {}\ncontexts:\n- name: c\n  context:\n    cluster: c\n    user: u\ncurrent-context: c\nusers:\n- name: u\n  user:\n    client-certificate-data: {}\n    client-key-data: {}\n",
+            cluster.server.expect("server"),
+            cluster.certificate_authority_data.expect("CA data"),
+            b64(&cert),
+            b64(&key),
+        );
+        client_from(&yaml).await
+    }
+
+    /// Files a kubelet client CSR for `node` as `client` (a bootstrap identity).
+    pub async fn submit_csr(
+        &self,
+        client: &Client,
+        csr_name: &str,
+        node: &str,
+    ) -> CertificateSigningRequest {
+        let (csr, key) = submit_csr_with(
+            client,
+            csr_name,
+            &format!("system:node:{node}"),
+            &["system:nodes"],
+        )
+        .await;
+        self.keys.lock().unwrap().insert(csr_name.to_string(), key);
+        csr
+    }
+
+    pub fn csrs(&self) -> Api<CertificateSigningRequest> {
+        Api::all(self.admin.clone())
+    }
+
+    pub fn bindings(&self) -> Api<FlavorBinding> {
+        Api::all(self.admin.clone())
+    }
+
+    pub fn nodes(&self) -> Api<Node> {
+        Api::all(self.admin.clone())
+    }
+
+    /// Waits until the CSR is Approved or Denied and returns it.
+    pub async fn decided(&self, csr: &str) -> CertificateSigningRequest {
+        let cond = |obj: Option<&CertificateSigningRequest>| {
+            obj.is_some_and(|c| condition_type(c).is_some())
+        };
+        within(
+            &format!("CSR {csr} to be decided"),
+            await_condition(self.csrs(), csr, cond),
+        )
+        .await
+        .expect("watch works")
+        .expect("CSR exists")
+    }
+
+    /// Registers the Node as its own node identity would (the kubelet's first write).
+    pub async fn register_node(
+        &self,
+        csr_name: &str,
+        node: &str,
+        labels: &[(&str, &str)],
+        taints: &[(&str, &str)],
+    ) -> Node {
+        let client = self.node_client(csr_name).await;
+        let node_obj: Node = serde_json::from_value(serde_json::json!({
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {
+                "name": node,
+                "labels": labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect::<BTreeMap<_, _>>(),
+            },
+            "spec": {
+                "taints": taints.iter().map(|(k, e)| serde_json::json!({"key": k, "effect": e})).collect::<Vec<_>>(),
+            },
+        }))
+        .unwrap();
+        Api::<Node>::all(client)
+            .create(&PostParams::default(), &node_obj)
+            .await
+            .expect("node registers itself")
+    }
+
+    /// Waits until the Node satisfies `pred`.
+    pub async fn node_until(&self, node: &str, what: &str, pred: impl Fn(&Node) -> bool) -> Node {
+        let cond = move |obj: Option<&Node>| obj.is_some_and(&pred);
+        within(
+            &format!("Node {node}: {what}"),
+            await_condition(self.nodes(), node, cond),
+        )
+        .await
+        .expect("watch works")
+        .expect("node exists")
+    }
+
+    pub async fn flavor_until(
+        &self,
+        flavor: &str,
+        what: &str,
+        pred: impl Fn(&Flavor) -> bool,
+    ) -> Flavor {
+        let cond = move |obj: Option<&Flavor>| obj.is_some_and(&pred);
+        within(
+            &format!("Flavor {flavor}: {what}"),
+            await_condition(Api::<Flavor>::all(self.admin.clone()), flavor, cond),
+        )
+        .await
+        .expect("watch works")
+        .expect("flavor exists")
+    }
+
+    pub async fn binding_until(
+        &self,
+        node: &str,
+        what: &str,
+        pred: impl Fn(&FlavorBinding) -> bool,
+    ) -> FlavorBinding {
+        let cond = move |obj: Option<&FlavorBinding>| obj.is_some_and(&pred);
+        within(
+            &format!("FlavorBinding {node}: {what}"),
+            await_condition(self.bindings(), node, cond),
+        )
+        .await
+        .expect("watch works")
+        .expect("binding exists")
+    }
+
+    /// A controller of this test alone: it serves only the node and flavor names of this
+    /// run, and competes for a Lease of its own, so the tests running in parallel on one
+    /// real cluster each decide their own CSRs.
+    pub fn options(&self, identity: &str) -> Options {
+        let mut opts = Options::new("kube-system", identity);
+        opts.leader_elect = false;
+        opts.scope = Some(format!("-{}", self.env.run_id));
+        opts.lease_name = self.name("kubeflavor-controller");
+        opts
+    }
+
+    pub fn start_controller(&self, opts: Options) -> ControllerHandle {
+        ControllerHandle::start(self.admin.clone(), opts, None)
+    }
+}
+
+/// Waits until the admin trail (Events in kube-system) holds a note about
+/// this CSR that names `cause`; returns that note. Events are written right after the
+/// denial, so the wait is on a watch, never a sleep.
+pub async fn trail_names(h: &Harness, csr: &str, causes: &[&str]) -> String {
+    use futures::StreamExt;
+    use kube::runtime::{WatchStreamExt, watcher};
+    let api =
+        Api::<k8s_openapi::api::events::v1::Event>::namespaced(h.admin.clone(), "kube-system");
+    let stream = watcher(api, watcher::Config::default()).applied_objects();
+    futures::pin_mut!(stream);
+    within(
+        &format!("an Event about {csr} naming one of {causes:?}"),
+        async {
+            while let Some(ev) = stream.next().await {
+                let Ok(ev) = ev else { continue };
+                let about = ev.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(csr);
+                let note = ev.note.unwrap_or_default();
+                if about && causes.iter().any(|c| note.contains(c)) {
+                    return note;
+                }
+            }
+            panic!("event watch ended")
+        },
+    )
+    .await
+}
+
+pub async fn submit_csr_with(
+    client: &Client,
+    csr_name: &str,
+    cn: &str,
+    orgs: &[&str],
+) -> (CertificateSigningRequest, String) {
+    let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).expect("key");
+    let mut params = rcgen::CertificateParams::default();
+    let mut dn = rcgen::DistinguishedName::new();
+    for o in orgs {
+        dn.push(rcgen::DnType::OrganizationName, *o);
+    }
+    dn.push(rcgen::DnType::CommonName, cn);
+    params.distinguished_name = dn;
+    let pem = params
+        .serialize_request(&key)
+        .expect("csr")
+        .pem()
+        .expect("pem");
+    let csr = kubeflavor::join::tls_bootstrap::kubelet_csr_object(Some(csr_name), &pem);
+    let api = Api::<CertificateSigningRequest>::all(client.clone());
+    let params = PostParams::default();
+    let created = crate::support::fresh(|| api.create(&params, &csr))
+        .await
+        .expect("CSR created");
+    (created, key.serialize_pem())
+}
+
+/// "Approved" or "Denied" when decided.
+pub fn condition_type(csr: &CertificateSigningRequest) -> Option<String> {
+    csr.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| (c.type_ == "Approved" || c.type_ == "Denied") && c.status == "True")
+        .map(|c| c.type_.clone())
+}
+
+/// The conditions a bootstrap identity can read, without timestamps.
+pub fn visible_conditions(
+    csr: &CertificateSigningRequest,
+) -> Vec<(String, String, Option<String>, Option<String>)> {
+    csr.status
+        .as_ref()
+        .and_then(|s| s.conditions.clone())
+        .unwrap_or_default()
+        .into_iter()
+        .map(|c| (c.type_, c.status, c.reason, c.message))
+        .collect()
+}
+
+pub fn label<'a>(node: &'a Node, key: &str) -> Option<&'a str> {
+    node.metadata.labels.as_ref()?.get(key).map(String::as_str)
+}
+
+pub fn has_taint(node: &Node, key: &str) -> bool {
+    node.spec
+        .as_ref()
+        .and_then(|s| s.taints.as_ref())
+        .is_some_and(|ts| ts.iter().any(|t| t.key == key))
+}
+
+/// A controller running in-process until stopped.
+pub struct ControllerHandle {
+    stop: Option<oneshot::Sender<()>>,
+    task: Option<tokio::task::JoinHandle<()>>,
+    pub metrics: kubeflavor::controller::metrics::Metrics,
+    pub health: Arc<kubeflavor::controller::http::Health>,
+}
+
+impl ControllerHandle {
+    pub fn start(client: Client, opts: Options, hook: Option<StepHook>) -> ControllerHandle {
+        let mut rt = Runtime::new(client, opts);
+        rt.hook = hook;
+        let metrics = rt.metrics.clone();
+        let health = rt.health.clone();
+        let (tx, rx) = oneshot::channel::<()>();
+        let task = tokio::spawn(async move {
+            controller::run(rt, async move {
+                let _ = rx.await;
+            })
+            .await
+            .expect("controller runs");
+        });
+        ControllerHandle {
+            stop: Some(tx),
+            task: Some(task),
+            metrics,
+            health,
+        }
+    }
+
+    /// Asks for a clean shutdown and waits for it.
+    pub async fn stop(mut self) {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+        if let Some(task) = self.task.take() {
+            within("the controller to stop", task)
+                .await
+                .expect("controller task");
+        }
+    }
+
+    /// Kills the controller as a crash would: no release of the Lease, nothing flushed.
+    pub fn kill(mut self) {
+        if let Some(task) = self.task.take() {
+            task.abort();
+        }
+        // Dropping the sender would read as a shutdown request: keep it alive.
+        std::mem::forget(self.stop.take());
+    }
+}
+
+/// A step hook that freezes the controller right after the first time `at` happens:
+/// every later step is refused too, as if the process had died there. `fired` resolves
+/// when it froze.
+pub fn freeze_after(at: Step) -> (StepHook, oneshot::Receiver<String>) {
+    let (tx, rx) = oneshot::channel();
+    let tx = Mutex::new(Some(tx));
+    let frozen = AtomicBool::new(false);
+    let hook: StepHook = Arc::new(move |name: &str, step: Step| {
+        if frozen.load(Ordering::SeqCst) {
+            return std::ops::ControlFlow::Break(());
+        }
+        if step == at {
+            frozen.store(true, Ordering::SeqCst);
+            if let Some(tx) = tx.lock().unwrap().take() {
+                let _ = tx.send(name.to_string());
+            }
+            return std::ops::ControlFlow::Break(());
+        }
+        std::ops::ControlFlow::Continue(())
+    });
+    (hook, rx)
+}
+
+/// A step hook that runs `act` (blocking the reconcile, on a multi-thread runtime) right
+/// after the first time `at` happens, then lets the controller go on: to make something
+/// happen exactly between two writes of the controller.
+pub fn act_after<F, Fut>(at: Step, act: F) -> StepHook
+where
+    F: Fn() -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = ()>,
+{
+    let done = AtomicBool::new(false);
+    let handle = tokio::runtime::Handle::current();
+    Arc::new(move |_name: &str, step: Step| {
+        if step == at && !done.swap(true, Ordering::SeqCst) {
+            tokio::task::block_in_place(|| handle.block_on(act()));
+        }
+        std::ops::ControlFlow::Continue(())
+    })
+}
+
+/// A Node created by the admin, as one that joined some other way.
+pub async fn create_node(admin: &Client, name: &str) {
+    let node: Node = serde_json::from_value(serde_json::json!({"metadata": {"name": name}}))
+        .expect("node object");
+    Api::<Node>::all(admin.clone())
+        .create(&PostParams::default(), &node)
+        .await
+        .expect("admin creates a node");
+}
+
+impl Harness {
+    /// Waits until the token's Secret is gone.
+    pub async fn token_gone(&self, token: &BootstrapToken) {
+        let name = name_of(token);
+        // Not `conditions::is_deleted("")`: with an empty uid it holds for any existing object.
+        within(
+            "the token Secret to be deleted",
+            await_condition(
+                Api::<Secret>::namespaced(self.admin.clone(), "kube-system"),
+                &name,
+                |s: Option<&Secret>| s.is_none(),
+            ),
+        )
+        .await
+        .expect("watch works");
+    }
+
+    /// Files `n` CSRs of the wrong shape (organization system:masters) with `token`, for
+    /// one node name of this run; returns their names.
+    pub async fn wrong_shape_csrs(
+        &self,
+        token: &BootstrapToken,
+        base: &str,
+        n: usize,
+    ) -> Vec<String> {
+        let client = self.bootstrap_client(token).await;
+        let cn = format!("system:node:{}", self.name("node-x"));
+        let csrs: Vec<String> = (0..n).map(|i| self.name(&format!("{base}-{i}"))).collect();
+        for csr in &csrs {
+            submit_csr_with(&client, csr, &cn, &["system:masters"]).await;
+        }
+        csrs
+    }
+
+    /// Waits until the CSR is decided: "Approved" or "Denied".
+    pub async fn decision(&self, csr: &str) -> String {
+        condition_type(&self.decided(csr).await).expect("decided")
+    }
+
+    /// Waits until each CSR is decided, and checks it was denied.
+    pub async fn all_denied(&self, csrs: &[String]) {
+        for csr in csrs {
+            assert_eq!(
+                condition_type(&self.decided(csr).await).as_deref(),
+                Some("Denied"),
+                "{csr}"
+            );
+        }
+    }
+}

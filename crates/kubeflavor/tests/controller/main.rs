@@ -1,0 +1,15 @@
+//! The controller, run in-process against a cluster: the join flow from CSR to flavored
+//! Node, the CSR policy as the API sees it, attacks on it, API faults, and leader election.
+//!
+//! `cargo test -p kubeflavor --test controller [name filter]`
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod harness;
+
+mod attacks;
+mod faults;
+mod flow;
+mod leader;
+mod policy;

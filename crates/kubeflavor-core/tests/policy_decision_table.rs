@@ -4,14 +4,16 @@
 mod policy_support;
 
 use kubeflavor_core::csr::CsrError;
+use std::num::NonZeroU32;
+
 use kubeflavor_core::policy::{
-    APPROVED_CONDITION, CsrFacts, DENIED_CONDITION, Decision, DenyCause, IgnoreReason,
-    PolicyOptions, TokenLookup, decide,
+    APPROVED_CONDITION, BindingStep, CsrFacts, DENIED_CONDITION, Decision, DenyCause, IgnoreReason,
+    PolicyOptions, TokenFate, TokenLookup, decide,
 };
 use kubeflavor_core::token_record::TokenRecordError;
 use policy_support::*;
 
-type Row = (&'static str, fn(&mut CsrFacts), Decision);
+type Row = (&'static str, fn(&mut CsrFacts), Want);
 
 fn table() -> Vec<Row> {
     use DenyCause::*;
@@ -28,12 +30,12 @@ fn table() -> Vec<Row> {
                 f.already_decided = true;
                 f.binding = binding("zzzzzz", false);
             },
-            Decision::Ignore(IgnoreReason::AlreadyDecided),
+            Want::Ignore(IgnoreReason::AlreadyDecided),
         ),
         (
             "other signer",
             |f| f.signer_name = "kubernetes.io/kubelet-serving".into(),
-            Decision::Ignore(IgnoreReason::OtherSigner),
+            Want::Ignore(IgnoreReason::OtherSigner),
         ),
         (
             "control-plane token: the same rules as a node token",
@@ -46,12 +48,12 @@ fn table() -> Vec<Row> {
                 f.requester_groups = groups("system:bootstrappers:kubeflavor:control-plane");
                 f.binding = binding("zzzzzz", false);
             },
-            Decision::Deny(NameBoundToOtherToken),
+            Want::Deny(NameBoundToOtherToken),
         ),
         (
             "kubeadm token, not strict",
             |f| f.requester_groups = groups("system:bootstrappers:kubeadm:default-node-token"),
-            Decision::Ignore(IgnoreReason::NotKubeflavorToken),
+            Want::Ignore(IgnoreReason::NotKubeflavorToken),
         ),
         (
             "kubeadm token, strict",
@@ -59,27 +61,27 @@ fn table() -> Vec<Row> {
                 f.requester_groups = groups("system:bootstrappers:kubeadm:default-node-token");
                 f.options.strict = true;
             },
-            Decision::Deny(NotKubeflavorToken),
+            Want::Deny(NotKubeflavorToken),
         ),
         (
             "other requester",
             |f| f.requester_username = "kubernetes-admin".into(),
-            Decision::Ignore(IgnoreReason::OtherRequester),
+            Want::Ignore(IgnoreReason::OtherRequester),
         ),
         (
             "malformed request",
             |f| f.csr = Err(CsrError::NotPem),
-            Decision::Deny(MalformedCsr),
+            Want::Deny(MalformedCsr),
         ),
         (
             "bad signature",
             |f| f.csr = Err(CsrError::BadSignature),
-            Decision::Deny(MalformedCsr),
+            Want::Deny(MalformedCsr),
         ),
         (
             "wrong shape",
             |f| f.csr = Err(CsrError::SubjectAltNames),
-            Decision::Deny(NotKubeletClientShape),
+            Want::Deny(NotKubeletClientShape),
         ),
         (
             "wrong shape beats a missing token",
@@ -87,12 +89,12 @@ fn table() -> Vec<Row> {
                 f.csr = Err(CsrError::Organization(vec![]));
                 f.token = TokenLookup::Missing;
             },
-            Decision::Deny(NotKubeletClientShape),
+            Want::Deny(NotKubeletClientShape),
         ),
         (
             "token Secret gone: still recognised by the CSR's groups",
             |f| f.token = TokenLookup::Missing,
-            Decision::Deny(TokenMissing),
+            Want::Deny(TokenMissing),
         ),
         (
             "token Secret being deleted",
@@ -105,7 +107,7 @@ fn table() -> Vec<Row> {
                     },
                 )
             },
-            Decision::Deny(TokenMissing),
+            Want::Deny(TokenMissing),
         ),
         (
             "token record of another id",
@@ -118,12 +120,12 @@ fn table() -> Vec<Row> {
                     },
                 )
             },
-            Decision::Deny(TokenMissing),
+            Want::Deny(TokenMissing),
         ),
         (
             "token metadata unreadable",
             |f| f.token = TokenLookup::Unreadable(TokenRecordError::NotATokenSecret("x".into())),
-            Decision::Deny(TokenUnreadable),
+            Want::Deny(TokenUnreadable),
         ),
         (
             "token expired",
@@ -136,7 +138,7 @@ fn table() -> Vec<Row> {
                     },
                 )
             },
-            Decision::Deny(TokenExpired),
+            Want::Deny(TokenExpired),
         ),
         (
             "token expires exactly now",
@@ -149,7 +151,7 @@ fn table() -> Vec<Row> {
                     },
                 )
             },
-            Decision::Deny(TokenExpired),
+            Want::Deny(TokenExpired),
         ),
         (
             "expiration unreadable counts as expired",
@@ -162,7 +164,7 @@ fn table() -> Vec<Row> {
                     },
                 )
             },
-            Decision::Deny(TokenExpired),
+            Want::Deny(TokenExpired),
         ),
         (
             "expired token beats a takeover",
@@ -176,7 +178,7 @@ fn table() -> Vec<Row> {
                 );
                 f.binding = binding("zzzzzz", false);
             },
-            Decision::Deny(TokenExpired),
+            Want::Deny(TokenExpired),
         ),
         (
             "token without authentication usage",
@@ -189,7 +191,7 @@ fn table() -> Vec<Row> {
                     },
                 )
             },
-            Decision::Deny(TokenNotForAuthentication),
+            Want::Deny(TokenNotForAuthentication),
         ),
         (
             "token in the kubeflavor group but without a flavor",
@@ -202,12 +204,12 @@ fn table() -> Vec<Row> {
                     },
                 )
             },
-            Decision::Deny(FlavorMissing),
+            Want::Deny(FlavorMissing),
         ),
         (
             "Flavor object deleted",
             |f| f.flavor_exists = false,
-            Decision::Deny(FlavorMissing),
+            Want::Deny(FlavorMissing),
         ),
         (
             "single-use token already used for another name",
@@ -220,7 +222,7 @@ fn table() -> Vec<Row> {
                     },
                 )
             },
-            Decision::Deny(TokenExhausted),
+            Want::Deny(TokenExhausted),
         ),
         (
             "two-use token with one name bound",
@@ -239,12 +241,12 @@ fn table() -> Vec<Row> {
         (
             "name takeover: bound to another token",
             |f| f.binding = binding("zzzzzz", false),
-            Decision::Deny(NameBoundToOtherToken),
+            Want::Deny(NameBoundToOtherToken),
         ),
         (
             "name takeover: bound to another, revoked token",
             |f| f.binding = binding("zzzzzz", true),
-            Decision::Deny(NameBoundToOtherToken),
+            Want::Deny(NameBoundToOtherToken),
         ),
         (
             "name takeover: bound to another token and the Node exists",
@@ -252,7 +254,7 @@ fn table() -> Vec<Row> {
                 f.binding = binding("zzzzzz", false);
                 f.node_exists = true;
             },
-            Decision::Deny(NameBoundToOtherToken),
+            Want::Deny(NameBoundToOtherToken),
         ),
         (
             "retry: binding to this token",
@@ -284,7 +286,7 @@ fn table() -> Vec<Row> {
         (
             "binding to this token revoked",
             |f| f.binding = binding(ID, true),
-            Decision::Deny(BindingRevoked),
+            Want::Deny(BindingRevoked),
         ),
         (
             "recycled id: the name is bound to an earlier token of the same id",
@@ -292,7 +294,7 @@ fn table() -> Vec<Row> {
                 f.binding = binding(ID, false);
                 f.token_instance.as_mut().unwrap().uid = "a-new-secret".into();
             },
-            Decision::Deny(NameBoundToOtherToken),
+            Want::Deny(NameBoundToOtherToken),
         ),
         (
             "recycled id, binding without a uid: the token is newer than the binding",
@@ -301,7 +303,7 @@ fn table() -> Vec<Row> {
                 f.binding.as_mut().unwrap().token_uid = None;
                 f.token_instance.as_mut().unwrap().created = Some(now());
             },
-            Decision::Deny(NameBoundToOtherToken),
+            Want::Deny(NameBoundToOtherToken),
         ),
         (
             "binding without a uid, token older than the binding: a retry",
@@ -317,7 +319,7 @@ fn table() -> Vec<Row> {
                 f.binding = binding(ID, false);
                 f.token_instance = None;
             },
-            Decision::Deny(NameBoundToOtherToken),
+            Want::Deny(NameBoundToOtherToken),
         ),
         (
             "the binding's own CSR, and a Node of the name appeared meanwhile",
@@ -326,7 +328,7 @@ fn table() -> Vec<Row> {
                 f.binding.as_mut().unwrap().csr_name = f.csr_name.clone();
                 f.node_exists = true;
             },
-            Decision::Deny(NodeExistsWithoutBinding),
+            Want::Deny(NodeExistsWithoutBinding),
         ),
         (
             "the binding's own CSR, no Node yet: finish the approval",
@@ -339,7 +341,7 @@ fn table() -> Vec<Row> {
         (
             "takeover of an existing Node without binding",
             |f| f.node_exists = true,
-            Decision::Deny(NodeExistsWithoutBinding),
+            Want::Deny(NodeExistsWithoutBinding),
         ),
         (
             "existing Node without binding, even if the token listed the name",
@@ -353,7 +355,7 @@ fn table() -> Vec<Row> {
                 );
                 f.node_exists = true;
             },
-            Decision::Deny(NodeExistsWithoutBinding),
+            Want::Deny(NodeExistsWithoutBinding),
         ),
         (
             "crash after reserving, before the binding: finish without a second use",
@@ -374,7 +376,7 @@ fn table() -> Vec<Row> {
                 renewal(f);
                 f.options.manage_renewals = false;
             },
-            Decision::Ignore(IgnoreReason::RenewalsNotManaged),
+            Want::Ignore(IgnoreReason::RenewalsNotManaged),
         ),
         (
             "renewal, not managed, strict",
@@ -383,9 +385,10 @@ fn table() -> Vec<Row> {
                 f.options = PolicyOptions {
                     strict: true,
                     manage_renewals: false,
+                    denial_limit: None,
                 };
             },
-            Decision::Ignore(IgnoreReason::RenewalsNotManaged),
+            Want::Ignore(IgnoreReason::RenewalsNotManaged),
         ),
         ("renewal of a bound node", renewal, APPROVE_RETRY),
         (
@@ -394,7 +397,7 @@ fn table() -> Vec<Row> {
                 renewal(f);
                 f.csr = parsed("worker-2");
             },
-            Decision::Deny(RenewalRequesterMismatch),
+            Want::Deny(RenewalRequesterMismatch),
         ),
         (
             "renewal of a node kubeflavor never bound (control plane, kubeadm's joins)",
@@ -410,7 +413,7 @@ fn table() -> Vec<Row> {
                 renewal(f);
                 f.binding = binding(ID, true);
             },
-            Decision::Deny(BindingRevoked),
+            Want::Deny(BindingRevoked),
         ),
         (
             "renewal with a malformed request",
@@ -418,7 +421,7 @@ fn table() -> Vec<Row> {
                 renewal(f);
                 f.csr = Err(CsrError::NotPkcs10("x".into()));
             },
-            Decision::Deny(MalformedCsr),
+            Want::Deny(MalformedCsr),
         ),
         (
             "renewal does not depend on the token",
@@ -438,7 +441,7 @@ fn decision_table() {
     for (name, modify, expected) in table() {
         let mut facts = base();
         modify(&mut facts);
-        let got = decide(&facts);
+        let got = want(&decide(&facts));
         if got != expected {
             failures.push(format!("{name}: expected {expected:?}, got {got:?}"));
         }
@@ -451,7 +454,7 @@ fn decision_table_covers_every_deny_cause() {
     let denied: Vec<DenyCause> = table()
         .into_iter()
         .filter_map(|(_, _, d)| match d {
-            Decision::Deny(c) => Some(c),
+            Want::Deny(c) => Some(c),
             _ => None,
         })
         .collect();
@@ -478,7 +481,10 @@ fn name_takeover_is_denied() {
     f.requester_username = "system:bootstrap:s0urs0".into();
     f.binding = binding(ID, false);
     f.node_exists = true;
-    assert_eq!(decide(&f), Decision::Deny(DenyCause::NameBoundToOtherToken));
+    assert_eq!(
+        want(&decide(&f)),
+        Want::Deny(DenyCause::NameBoundToOtherToken)
+    );
 }
 
 #[test]
@@ -486,15 +492,15 @@ fn takeover_of_a_node_that_joined_otherwise_is_denied() {
     let mut f = base();
     f.node_exists = true;
     assert_eq!(
-        decide(&f),
-        Decision::Deny(DenyCause::NodeExistsWithoutBinding)
+        want(&decide(&f)),
+        Want::Deny(DenyCause::NodeExistsWithoutBinding)
     );
 }
 
 #[test]
 fn retry_of_the_same_token_for_the_same_name_uses_nothing_twice() {
     let mut f = base();
-    assert_eq!(decide(&f), APPROVE_NEW);
+    assert_eq!(want(&decide(&f)), APPROVE_NEW);
     // The controller reserved the use and wrote the binding; the kubelet retries.
     with_token(
         &mut f,
@@ -505,7 +511,7 @@ fn retry_of_the_same_token_for_the_same_name_uses_nothing_twice() {
     );
     f.binding = binding(ID, false);
     f.csr_name = "csr-retry".into();
-    assert_eq!(decide(&f), APPROVE_RETRY);
+    assert_eq!(want(&decide(&f)), APPROVE_RETRY);
 }
 
 #[test]
@@ -533,7 +539,11 @@ fn approval_message_is_the_same_for_every_flavor() {
 #[test]
 fn denial_message_is_the_same_for_every_cause() {
     for cause in DenyCause::ALL {
-        let c = Decision::Deny(cause).condition().unwrap();
+        let denial = Decision::Deny {
+            cause,
+            token_fate: TokenFate::Keep,
+        };
+        let c = denial.condition().unwrap();
         assert_eq!(c, DENIED_CONDITION);
         for word in [
             cause.as_str(),
@@ -567,4 +577,90 @@ fn cause_labels_are_distinct_snake_case() {
     labels.dedup();
     assert_eq!(labels.len(), DenyCause::ALL.len());
     assert!(DenyCause::ALL.iter().all(|c| !c.description().is_empty()));
+}
+
+#[test]
+fn an_approval_names_the_node_token_and_flavor() {
+    let token = || ID.parse().unwrap();
+    let sweet = || "sweet".parse().unwrap();
+    let node = || NODE.parse().unwrap();
+    let mut f = base();
+    assert_eq!(
+        decide(&f),
+        Decision::Approve {
+            node: node(),
+            binding: BindingStep::Create {
+                token: token(),
+                flavor: sweet(),
+                reserve_use: true,
+            },
+        }
+    );
+    // A retry: the binding's token and flavor.
+    f.binding = binding(ID, false);
+    assert_eq!(
+        decide(&f),
+        Decision::Approve {
+            node: node(),
+            binding: BindingStep::Existing {
+                token: Some(token()),
+                flavor: Some(sweet()),
+            },
+        }
+    );
+    // A renewal of a node kubeflavor never bound: no token, no flavor.
+    renewal(&mut f);
+    f.binding = None;
+    assert_eq!(
+        decide(&f),
+        Decision::Approve {
+            node: node(),
+            binding: BindingStep::Existing {
+                token: None,
+                flavor: None,
+            },
+        }
+    );
+}
+
+/// P4 (rejection that ends): what each denial does to the requester's token Secret.
+#[test]
+fn a_denial_settles_the_token_fate() {
+    let fate = |modify: fn(&mut CsrFacts), limit: Option<u32>| {
+        let mut f = base();
+        f.options.denial_limit = limit.and_then(NonZeroU32::new);
+        modify(&mut f);
+        match decide(&f) {
+            Decision::Deny { token_fate, .. } => token_fate,
+            other => panic!("not a denial: {other:?}"),
+        }
+    };
+    let exhausted: fn(&mut CsrFacts) = |f| {
+        with_token(
+            f,
+            TokenSpec {
+                bound: vec!["worker-0".into()],
+                ..TokenSpec::default()
+            },
+        )
+    };
+    let taken: fn(&mut CsrFacts) = |f| f.binding = binding("zzzzzz", false);
+    let flavor_gone: fn(&mut CsrFacts) = |f| f.flavor_exists = false;
+    let malformed: fn(&mut CsrFacts) = |f| f.csr = Err(CsrError::NotPem);
+    let missing: fn(&mut CsrFacts) = |f| f.token = TokenLookup::Missing;
+    let kubeadm: fn(&mut CsrFacts) = |f| {
+        f.requester_groups = groups("system:bootstrappers:kubeadm:default-node-token");
+        f.options.strict = true;
+    };
+    // Misuse ends the token at once.
+    assert_eq!(fate(exhausted, None), TokenFate::Delete);
+    assert_eq!(fate(taken, None), TokenFate::Delete);
+    // Other causes count, and end the token at the limit.
+    assert_eq!(fate(flavor_gone, None), TokenFate::Count);
+    assert_eq!(fate(flavor_gone, Some(2)), TokenFate::Count);
+    assert_eq!(fate(flavor_gone, Some(1)), TokenFate::Delete);
+    assert_eq!(fate(malformed, Some(1)), TokenFate::Delete);
+    // Nothing to count on a token that is gone or not kubeflavor's.
+    assert_eq!(fate(missing, Some(1)), TokenFate::Keep);
+    assert_eq!(fate(kubeadm, Some(1)), TokenFate::Keep);
 }

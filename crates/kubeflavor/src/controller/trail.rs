@@ -45,7 +45,7 @@ pub async fn record(
             namespace: Some(TRAIL_NAMESPACE.to_string()),
             ..ObjectMeta::default()
         },
-        // MicroTime: exactly 6 fractional digits (capture 48/47), done by k8s-openapi.
+        // MicroTime: the API server wants exactly 6 fractional digits; k8s-openapi writes them.
         event_time: Some(MicroTime(now)),
         reporting_controller: Some(REPORTING_CONTROLLER.into()),
         reporting_instance: Some(ctx.opts.identity.clone()),

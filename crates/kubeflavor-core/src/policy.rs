@@ -27,13 +27,13 @@ use crate::token_record::{AuthRejection, TokenRecord, TokenRecordError};
 use crate::token_secret::{CONTROL_PLANE_GROUP, NODE_GROUP};
 
 /// Reason of every approval kubeflavor writes (P1: the same for every flavor).
-pub const APPROVAL_REASON: &str = "KubeflavorApproved";
+const APPROVAL_REASON: &str = "KubeflavorApproved";
 /// Message of every approval kubeflavor writes (P1).
-pub const APPROVAL_MESSAGE: &str = "Approved by kubeflavor.";
+const APPROVAL_MESSAGE: &str = "Approved by kubeflavor.";
 /// Reason of every denial kubeflavor writes (P1: the same for every flavor and cause).
-pub const DENIAL_REASON: &str = "KubeflavorDenied";
+const DENIAL_REASON: &str = "KubeflavorDenied";
 /// Message of every denial kubeflavor writes (P1). The exact cause is in the admin trail.
-pub const DENIAL_MESSAGE: &str = "Denied by kubeflavor. Ask the cluster administrator.";
+const DENIAL_MESSAGE: &str = "Denied by kubeflavor. Ask the cluster administrator.";
 
 /// Switches of the controller that change decisions.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -94,7 +94,7 @@ pub struct TokenInstance {
 
 /// Whether `binding` belongs to the token Secret `instance` of id `id`, not merely to a
 /// token that once had the same id (P3: a recycled id must never inherit names).
-pub fn binding_is_this_token(
+fn binding_is_this_token(
     binding: &BindingFacts,
     id: &TokenId,
     instance: Option<&TokenInstance>,
@@ -376,7 +376,7 @@ impl Decision {
 
 /// Who filed a CSR, from its `spec.username` and `spec.groups`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Requester {
+enum Requester {
     /// `system:bootstrap:<id>`; `kubeflavor` when the groups hold [`NODE_GROUP`] or
     /// [`CONTROL_PLANE_GROUP`] (a control-plane node's kubelet bootstraps too, by the same
     /// binding rules).
@@ -391,7 +391,7 @@ pub enum Requester {
     Other,
 }
 
-pub fn classify_requester(username: &str, groups: &[String]) -> Requester {
+fn classify_requester(username: &str, groups: &[String]) -> Requester {
     if let Some(Ok(token_id)) = username
         .strip_prefix(BOOTSTRAP_USER_PREFIX)
         .map(str::parse::<TokenId>)

@@ -1,6 +1,6 @@
 //! Kubelet client CSRs: parse the PEM request and validate it exactly as Kubernetes'
-//! `ValidateKubeletClientCSR` does (spec section 4), yielding the node name and the SHA-256
-//! of the public key the certificate will carry.
+//! `ValidateKubeletClientCSR` (pkg/apis/certificates/v1) does, yielding the node name and
+//! the SHA-256 of the public key the certificate will carry.
 //!
 //! The name comes from the request's common name, never from anything the requester can
 //! choose separately, so the policy compares one value everywhere (P3).

@@ -1,11 +1,11 @@
-//! The labels and taints a bound node must carry, computed from its binding and Flavor
-//! (DESIGN flow 4, issue 4 items 5 and 7).
+//! The labels and taints a bound node must carry, computed from its binding and Flavor,
+//! and the binding's Flavored condition that says how it went.
 //!
 //! kubeflavor touches only what it owns: the flavor's labels and taints, its own keys
 //! ([`FLAVOR_LABEL`], [`TRUST_LEVEL_LABEL`], [`UNVERIFIED_TAINT`], [`REVOKED_TAINT`]) and
 //! whatever it applied before (recorded in the binding's status). Everything else on the
 //! Node is left exactly as it is. The flavor labels live under keys NodeRestriction denies
-//! the kubelet (P2), so the kubelet cannot undo them; an admin's edit or a re-created Node
+//! the kubelet (P2 (trusted labels)), so the kubelet cannot undo them; an admin's edit or a re-created Node
 //! is drift that the next computation repairs.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -78,11 +78,55 @@ pub struct NodeChange {
     /// Taints (key, effect) kubeflavor owns after the change (store in the binding's
     /// status).
     pub applied_taints: Vec<(String, String)>,
-    /// The node carries its flavor after the change (the binding's Flavored condition).
-    pub flavored: bool,
+    /// Where the node stands after the change (the binding's Flavored condition).
+    pub outcome: FlavorOutcome,
+}
+
+/// Where a bound node stands once its change is applied: the binding's Flavored condition.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum FlavorOutcome {
+    /// The node carries the flavor's labels and taints.
+    Applied,
+    /// The binding is revoked: the flavor is gone and the node is tainted NoExecute.
+    Revoked,
+    /// The Flavor does not exist or is invalid: nothing can be asserted about the node.
+    #[default]
+    FlavorMissing,
+}
+
+impl FlavorOutcome {
+    /// The node carries its flavor: the Flavored condition's status is True.
+    pub fn is_flavored(self) -> bool {
+        self == FlavorOutcome::Applied
+    }
+
+    /// The Flavored condition's reason.
+    pub fn reason(self) -> &'static str {
+        match self {
+            FlavorOutcome::Applied => "Applied",
+            FlavorOutcome::Revoked => "Revoked",
+            FlavorOutcome::FlavorMissing => "FlavorMissing",
+        }
+    }
+
+    /// The Flavored condition's message.
+    pub fn message(self) -> &'static str {
+        match self {
+            FlavorOutcome::Applied => "the Node carries the flavor's labels and taints",
+            FlavorOutcome::Revoked => {
+                "the binding is revoked: flavor labels removed, NoExecute taint set"
+            }
+            FlavorOutcome::FlavorMissing => "the Flavor does not exist or is invalid",
+        }
+    }
 }
 
 impl NodeChange {
+    /// The node carries its flavor after the change.
+    pub fn flavored(&self) -> bool {
+        self.outcome.is_flavored()
+    }
+
     /// Nothing to patch on the Node.
     pub fn is_empty(&self) -> bool {
         self.set_labels.is_empty() && self.remove_labels.is_empty() && self.taints.is_none()
@@ -187,7 +231,7 @@ pub enum BindingCsr {
     Gone,
 }
 
-/// P3: whether a Node of a binding's name is the token holder's to flavor. Until the
+/// P3 (binding): whether a Node of a binding's name is the token holder's to flavor. Until the
 /// binding's CSR is approved the holder has no node credentials, so a Node that is there
 /// belongs to someone else (a kubelet that joined another way, an admin) and must not get
 /// the token's flavor. Once the binding has flavored its Node, that Node (and one
@@ -213,31 +257,65 @@ pub fn desired_node_state(
     node: &NodeFacts,
 ) -> NodeChange {
     let (want_labels, want_taints) = wanted(flavor, flavor_name, binding.revoked);
-    let flavored = !binding.revoked && flavor.is_some();
+    let outcome = match (binding.revoked, flavor) {
+        (true, _) => FlavorOutcome::Revoked,
+        (false, Some(_)) => FlavorOutcome::Applied,
+        (false, None) => FlavorOutcome::FlavorMissing,
+    };
+    let (set_labels, remove_labels) = label_change(&want_labels, binding, node);
+    NodeChange {
+        set_labels,
+        remove_labels,
+        taints: taint_change(&want_taints, outcome.is_flavored(), binding, node),
+        applied_labels: want_labels.keys().cloned().collect(),
+        applied_taints: want_taints
+            .iter()
+            .map(|t| (t.key.clone(), t.effect.clone()))
+            .collect(),
+        outcome,
+    }
+}
 
-    let set_labels: BTreeMap<String, String> = want_labels
+/// The labels to set (wanted, and missing or different on the node) and to remove (owned
+/// by kubeflavor, on the node, and no longer wanted).
+fn label_change(
+    want: &BTreeMap<String, String>,
+    binding: &BindingState,
+    node: &NodeFacts,
+) -> (BTreeMap<String, String>, BTreeSet<String>) {
+    let set: BTreeMap<String, String> = want
         .iter()
         .filter(|(k, v)| node.labels.get(*k) != Some(*v))
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
-    let owned_labels = binding
+    let owned = binding
         .applied_labels
         .iter()
         .map(String::as_str)
         .chain([FLAVOR_LABEL, TRUST_LEVEL_LABEL]);
-    let remove_labels: BTreeSet<String> = owned_labels
-        .filter(|k| !want_labels.contains_key(*k) && node.labels.contains_key(*k))
+    let remove: BTreeSet<String> = owned
+        .filter(|k| !want.contains_key(*k) && node.labels.contains_key(*k))
         .map(str::to_owned)
         .collect();
+    (set, remove)
+}
 
-    // Taints kubeflavor owns but does not want any more.
+/// The node's full new taint list, or `None` when it is right already: taints kubeflavor
+/// owns but no longer wants are dropped, wanted ones added or given their value; the rest
+/// keep their order and `timeAdded`.
+fn taint_change(
+    want: &[NodeTaint],
+    flavored: bool,
+    binding: &BindingState,
+    node: &NodeFacts,
+) -> Option<Vec<NodeTaint>> {
     let drop_taint = |t: &NodeTaint| {
         let previously_applied = binding
             .applied_taints
             .iter()
             .any(|(k, e)| t.same_slot(k, e));
         let own_key = t.key == REVOKED_TAINT || (flavored && t.key == UNVERIFIED_TAINT);
-        let still_wanted = want_taints.iter().any(|w| t.same_slot(&w.key, &w.effect));
+        let still_wanted = want.iter().any(|w| t.same_slot(&w.key, &w.effect));
         (previously_applied || own_key) && !still_wanted
     };
     let mut taints: Vec<NodeTaint> = node
@@ -246,24 +324,12 @@ pub fn desired_node_state(
         .filter(|t| !drop_taint(t))
         .cloned()
         .collect();
-    for w in &want_taints {
+    for w in want {
         match taints.iter_mut().find(|t| t.same_slot(&w.key, &w.effect)) {
             Some(t) if t.value_str() == w.value_str() => {}
             Some(t) => t.value = w.value.clone(),
             None => taints.push(w.clone()),
         }
     }
-    let taints = (taints != node.taints).then_some(taints);
-
-    NodeChange {
-        set_labels,
-        remove_labels,
-        taints,
-        applied_labels: want_labels.keys().cloned().collect(),
-        applied_taints: want_taints
-            .iter()
-            .map(|t| (t.key.clone(), t.effect.clone()))
-            .collect(),
-        flavored,
-    }
+    (taints != node.taints).then_some(taints)
 }

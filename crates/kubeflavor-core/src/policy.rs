@@ -1,14 +1,17 @@
 //! The CSR policy: `decide(&CsrFacts) -> Decision`, a plain function over plain facts the
-//! controller gathers (DESIGN flow 3, issue 4 item 1).
+//! controller gathers for one CSR. The decision is complete: which node, which token and
+//! flavor, which writes come before an approval, what a denial does to the token. The
+//! controller only turns it into API objects.
 //!
-//! - P1: the condition written on a CSR ([`Decision::condition`]) is one of two constants,
-//!   whatever the flavor or the cause; the cause goes only to the admin trail
-//!   ([`DenyCause::as_str`], [`DenyCause::description`]).
-//! - P3: a node name binds to one token; a name bound to another token, or the name of an
-//!   existing Node with no binding to this token, is denied (no takeover); a token binds at
-//!   most `max_nodes` distinct names; a retry of the same token for the same name uses
-//!   nothing twice.
-//! - P4: [`should_delete_token`] says when the token must go so the kubelet stops retrying.
+//! - P1 (hidden flavor): the condition written on a CSR ([`Decision::condition`]) is one of
+//!   two constants, whatever the flavor or the cause; the cause goes only to the admin
+//!   trail ([`DenyCause::as_str`], [`DenyCause::description`]).
+//! - P3 (binding): a node name binds to one token; a name bound to another token, or the
+//!   name of an existing Node with no binding to this token, is denied (no takeover); a
+//!   token binds at most `max_nodes` distinct names; a retry of the same token for the same
+//!   name uses nothing twice.
+//! - P4 (rejection that ends): a denial's [`TokenFate`] ([`token_fate`]) deletes the token
+//!   when the kubelet must stop retrying.
 
 use std::fmt;
 use std::num::NonZeroU32;
@@ -16,19 +19,21 @@ use std::num::NonZeroU32;
 use jiff::Timestamp;
 
 use crate::csr::{CsrError, KUBELET_CLIENT_SIGNER, KubeletClientCsr, NODE_USER_PREFIX};
+use crate::flavor::FlavorName;
 use crate::names::NodeName;
 use crate::token::{BOOTSTRAP_USER_PREFIX, TokenId};
+use crate::token_meta::FlavorTokenMeta;
 use crate::token_record::{AuthRejection, TokenRecord, TokenRecordError};
 use crate::token_secret::{CONTROL_PLANE_GROUP, NODE_GROUP};
 
 /// Reason of every approval kubeflavor writes (P1: the same for every flavor).
-pub const APPROVAL_REASON: &str = "KubeflavorApproved";
+const APPROVAL_REASON: &str = "KubeflavorApproved";
 /// Message of every approval kubeflavor writes (P1).
-pub const APPROVAL_MESSAGE: &str = "Approved by kubeflavor.";
+const APPROVAL_MESSAGE: &str = "Approved by kubeflavor.";
 /// Reason of every denial kubeflavor writes (P1: the same for every flavor and cause).
-pub const DENIAL_REASON: &str = "KubeflavorDenied";
+const DENIAL_REASON: &str = "KubeflavorDenied";
 /// Message of every denial kubeflavor writes (P1). The exact cause is in the admin trail.
-pub const DENIAL_MESSAGE: &str = "Denied by kubeflavor. Ask the cluster administrator.";
+const DENIAL_MESSAGE: &str = "Denied by kubeflavor. Ask the cluster administrator.";
 
 /// Switches of the controller that change decisions.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -38,12 +43,20 @@ pub struct PolicyOptions {
     pub strict: bool,
     /// Decide renewal CSRs (requester `system:node:<name>`).
     pub manage_renewals: bool,
+    /// Denials of one kubeflavor token after which its Secret is deleted (P4 (rejection
+    /// that ends)); `None`: no limit.
+    pub denial_limit: Option<NonZeroU32>,
 }
 
 /// The FlavorBinding of the CSR's node name, as far as the policy cares.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BindingFacts {
-    pub token_id: TokenId,
+    /// `None` when the stored id is not a valid token id (the CRD's schema refuses those):
+    /// such a binding belongs to no token.
+    pub token_id: Option<TokenId>,
+    /// The flavor the binding gave the name; `None` when it is not a valid flavor name (the
+    /// schema refuses those too).
+    pub flavor: Option<FlavorName>,
     /// The uid of the token Secret the name was bound to; `None` on bindings written
     /// before bindings recorded it.
     pub token_uid: Option<String>,
@@ -54,7 +67,7 @@ pub struct BindingFacts {
     /// the token holder's.
     pub csr_name: String,
     /// Lowercase hex SHA-256 of the bound key (admin trail; not used by the rules: a
-    /// kubelet in rotation mode sends a new key with every retry, spec section 4).
+    /// kubelet in rotation mode sends a new key with every retry).
     pub public_key_sha256: String,
 }
 
@@ -81,12 +94,12 @@ pub struct TokenInstance {
 
 /// Whether `binding` belongs to the token Secret `instance` of id `id`, not merely to a
 /// token that once had the same id (P3: a recycled id must never inherit names).
-pub fn binding_is_this_token(
+fn binding_is_this_token(
     binding: &BindingFacts,
     id: &TokenId,
     instance: Option<&TokenInstance>,
 ) -> bool {
-    if binding.token_id != *id {
+    if binding.token_id.as_ref() != Some(id) {
         return false;
     }
     match (&binding.token_uid, instance) {
@@ -104,7 +117,7 @@ pub struct CsrFacts {
     /// `metadata.name` (admin trail; not used by the rules).
     pub csr_name: String,
     pub signer_name: String,
-    /// `spec.username`, filled in by the API server (capture 17).
+    /// `spec.username`, filled in by the API server from the requester's credentials.
     pub requester_username: String,
     /// `spec.groups`, filled in by the API server. Kubeflavor-ness comes from here, so a
     /// CSR is still recognised after its token Secret is gone.
@@ -276,17 +289,55 @@ impl fmt::Display for IgnoreReason {
     }
 }
 
-/// What to do with a CSR. For `Approve`, the controller does, in this order: reserve a use
-/// on the token (if `reserve_use`), create the FlavorBinding (if `create_binding`), then
-/// approve, so an approved kubeflavor CSR always has a binding (P3, P6).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What to do with a CSR, in full: the shell only turns it into API writes.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Decision {
+    /// Approve the CSR for `node`, after the writes `binding` calls for: an approved
+    /// kubeflavor CSR always has its binding first (P3 (binding), P6 (nothing lost)).
     Approve {
-        reserve_use: bool,
-        create_binding: bool,
+        node: NodeName,
+        binding: BindingStep,
     },
-    Deny(DenyCause),
+    /// Deny the CSR. `token_fate` is what happens to the requester's token Secret first
+    /// (P4 (rejection that ends)); `cause` goes to the admin trail only (P1 (hidden flavor)).
+    Deny {
+        cause: DenyCause,
+        token_fate: TokenFate,
+    },
+    /// Not kubeflavor's to decide: write nothing.
     Ignore(IgnoreReason),
+}
+
+/// The binding writes that come before an approval, in this order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BindingStep {
+    /// The name is new to the token: reserve a use on the token Secret when `reserve_use`
+    /// (it is false when the name is in the token's bound names already, because a crash
+    /// came between the reservation and the binding), then create the FlavorBinding of the
+    /// name to `token` with `flavor`.
+    Create {
+        token: TokenId,
+        flavor: FlavorName,
+        reserve_use: bool,
+    },
+    /// Nothing to write first: the name is bound to this token already (a retry), or a
+    /// node renews its certificate. The binding's token and flavor are for the admin
+    /// trail; `None` for a node kubeflavor never bound.
+    Existing {
+        token: Option<TokenId>,
+        flavor: Option<FlavorName>,
+    },
+}
+
+/// What a denial does to the requester's token Secret (P4 (rejection that ends)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TokenFate {
+    /// Nothing: not a readable kubeflavor token, or a cause that is not the token's.
+    Keep,
+    /// Raise the token's denial count by one.
+    Count,
+    /// Delete the token Secret, so the kubelet's retries end.
+    Delete,
 }
 
 /// A CSR condition as written to `.../approval`.
@@ -298,13 +349,13 @@ pub struct CsrCondition {
     pub message: &'static str,
 }
 
-/// The condition of every approval (P1).
+/// The condition of every approval (P1 (hidden flavor)).
 pub const APPROVED_CONDITION: CsrCondition = CsrCondition {
     type_: "Approved",
     reason: APPROVAL_REASON,
     message: APPROVAL_MESSAGE,
 };
-/// The condition of every denial (P1).
+/// The condition of every denial (P1 (hidden flavor)).
 pub const DENIED_CONDITION: CsrCondition = CsrCondition {
     type_: "Denied",
     reason: DENIAL_REASON,
@@ -313,11 +364,11 @@ pub const DENIED_CONDITION: CsrCondition = CsrCondition {
 
 impl Decision {
     /// The condition to write on the CSR; `None` for `Ignore`. It depends on nothing but
-    /// approve-or-deny (P1): a bootstrap identity can read every CSR.
+    /// approve-or-deny (P1 (hidden flavor)): a bootstrap identity can read every CSR.
     pub fn condition(&self) -> Option<CsrCondition> {
         match self {
             Decision::Approve { .. } => Some(APPROVED_CONDITION),
-            Decision::Deny(_) => Some(DENIED_CONDITION),
+            Decision::Deny { .. } => Some(DENIED_CONDITION),
             Decision::Ignore(_) => None,
         }
     }
@@ -325,7 +376,7 @@ impl Decision {
 
 /// Who filed a CSR, from its `spec.username` and `spec.groups`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Requester {
+enum Requester {
     /// `system:bootstrap:<id>`; `kubeflavor` when the groups hold [`NODE_GROUP`] or
     /// [`CONTROL_PLANE_GROUP`] (a control-plane node's kubelet bootstraps too, by the same
     /// binding rules).
@@ -340,7 +391,7 @@ pub enum Requester {
     Other,
 }
 
-pub fn classify_requester(username: &str, groups: &[String]) -> Requester {
+fn classify_requester(username: &str, groups: &[String]) -> Requester {
     if let Some(Ok(token_id)) = username
         .strip_prefix(BOOTSTRAP_USER_PREFIX)
         .map(str::parse::<TokenId>)
@@ -371,44 +422,78 @@ fn shape_cause(e: &CsrError) -> DenyCause {
 
 /// The policy. Pure: same facts, same decision.
 pub fn decide(f: &CsrFacts) -> Decision {
+    match judge(f) {
+        Ok(decision) => decision,
+        Err(cause) => Decision::Deny {
+            cause,
+            token_fate: held_token_fate(f, cause),
+        },
+    }
+}
+
+/// The decision, or the cause of a denial.
+fn judge(f: &CsrFacts) -> Result<Decision, DenyCause> {
     if f.already_decided {
-        return Decision::Ignore(IgnoreReason::AlreadyDecided);
+        return Ok(Decision::Ignore(IgnoreReason::AlreadyDecided));
     }
     if f.signer_name != KUBELET_CLIENT_SIGNER {
-        return Decision::Ignore(IgnoreReason::OtherSigner);
+        return Ok(Decision::Ignore(IgnoreReason::OtherSigner));
     }
     match classify_requester(&f.requester_username, &f.requester_groups) {
         Requester::Bootstrap {
             kubeflavor: false, ..
-        } => {
-            if f.options.strict {
-                Decision::Deny(DenyCause::NotKubeflavorToken)
-            } else {
-                Decision::Ignore(IgnoreReason::NotKubeflavorToken)
-            }
-        }
+        } if f.options.strict => Err(DenyCause::NotKubeflavorToken),
+        Requester::Bootstrap {
+            kubeflavor: false, ..
+        } => Ok(Decision::Ignore(IgnoreReason::NotKubeflavorToken)),
         Requester::Bootstrap {
             token_id,
             kubeflavor: true,
-        } => match decide_bootstrap(f, &token_id) {
-            Ok(approve) => approve,
-            Err(cause) => Decision::Deny(cause),
-        },
-        Requester::Node { name } => {
-            if !f.options.manage_renewals {
-                return Decision::Ignore(IgnoreReason::RenewalsNotManaged);
-            }
-            match decide_renewal(f, &name) {
-                Ok(approve) => approve,
-                Err(cause) => Decision::Deny(cause),
-            }
+        } => decide_bootstrap(f, &token_id),
+        Requester::Node { .. } if !f.options.manage_renewals => {
+            Ok(Decision::Ignore(IgnoreReason::RenewalsNotManaged))
         }
-        Requester::Other => Decision::Ignore(IgnoreReason::OtherRequester),
+        Requester::Node { name } => decide_renewal(f, &name),
+        Requester::Other => Ok(Decision::Ignore(IgnoreReason::OtherRequester)),
     }
 }
 
 fn decide_bootstrap(f: &CsrFacts, token_id: &TokenId) -> Result<Decision, DenyCause> {
     let csr = f.csr.as_ref().map_err(shape_cause)?;
+    let meta = usable_token(f, token_id)?;
+    let node = csr.node_name.clone();
+    // P3 (binding): the binding, not the token's list, is the source of truth for the name.
+    if let Some(binding) = &f.binding {
+        binding_admits(f, binding, token_id)?;
+        // A retry of the same token for the same name: the use was reserved and the
+        // binding written before the first approval, so nothing is spent again.
+        let binding = BindingStep::Existing {
+            token: binding.token_id.clone(),
+            flavor: binding.flavor.clone(),
+        };
+        return Ok(Decision::Approve { node, binding });
+    }
+    // P3 (binding): no takeover of a Node that joined some other way (or whose binding
+    // is gone).
+    if f.node_exists {
+        return Err(DenyCause::NodeExistsWithoutBinding);
+    }
+    // A name already in the token's list had its use reserved, and a crash came before
+    // the binding was written (P6 (nothing lost)): finish without a second use.
+    let reserve_use = !meta.bound_nodes.contains(&node);
+    if reserve_use && !meta.has_room() {
+        return Err(DenyCause::TokenExhausted);
+    }
+    let binding = BindingStep::Create {
+        token: token_id.clone(),
+        flavor: meta.flavor.clone(),
+        reserve_use,
+    };
+    Ok(Decision::Approve { node, binding })
+}
+
+/// The requester's token, if it would authenticate now and names an existing Flavor.
+fn usable_token<'f>(f: &'f CsrFacts, token_id: &TokenId) -> Result<&'f FlavorTokenMeta, DenyCause> {
     let record = match &f.token {
         TokenLookup::Missing => return Err(DenyCause::TokenMissing),
         TokenLookup::Unreadable(_) => return Err(DenyCause::TokenUnreadable),
@@ -425,44 +510,28 @@ fn decide_bootstrap(f: &CsrFacts, token_id: &TokenId) -> Result<Decision, DenyCa
     if !f.flavor_exists {
         return Err(DenyCause::FlavorMissing);
     }
-    // P3: the binding, not the token's list, is the source of truth for the name.
-    if let Some(binding) = &f.binding {
-        if !binding_is_this_token(binding, token_id, f.token_instance.as_ref()) {
-            return Err(DenyCause::NameBoundToOtherToken);
-        }
-        if binding.revoked {
-            return Err(DenyCause::BindingRevoked);
-        }
-        // The binding's own CSR is not approved yet, so a Node of the name cannot be the
-        // token holder's: it joined some other way meanwhile (P3, no takeover).
-        if binding.csr_name == f.csr_name && f.node_exists {
-            return Err(DenyCause::NodeExistsWithoutBinding);
-        }
-        // A retry of the same token for the same name: the use was reserved and the
-        // binding written before the first approval, so nothing is spent again.
-        return Ok(Decision::Approve {
-            reserve_use: false,
-            create_binding: false,
-        });
+    Ok(meta)
+}
+
+/// Whether the name's existing binding lets the requesting token have the name
+/// (P3 (binding)).
+fn binding_admits(
+    f: &CsrFacts,
+    binding: &BindingFacts,
+    token_id: &TokenId,
+) -> Result<(), DenyCause> {
+    if !binding_is_this_token(binding, token_id, f.token_instance.as_ref()) {
+        return Err(DenyCause::NameBoundToOtherToken);
     }
-    // P3: no takeover of a Node that joined some other way (or whose binding is gone).
-    if f.node_exists {
+    if binding.revoked {
+        return Err(DenyCause::BindingRevoked);
+    }
+    // The binding's own CSR is not approved yet, so a Node of the name cannot be the token
+    // holder's: it joined some other way meanwhile (no takeover).
+    if binding.csr_name == f.csr_name && f.node_exists {
         return Err(DenyCause::NodeExistsWithoutBinding);
     }
-    if meta.bound_nodes.contains(&csr.node_name) {
-        // The use was reserved but the binding not yet written (a crash in between, P6).
-        return Ok(Decision::Approve {
-            reserve_use: false,
-            create_binding: true,
-        });
-    }
-    if !meta.has_room() {
-        return Err(DenyCause::TokenExhausted);
-    }
-    Ok(Decision::Approve {
-        reserve_use: true,
-        create_binding: true,
-    })
+    Ok(())
 }
 
 /// A node renewing its own client certificate. Nodes kubeflavor never bound (control-plane
@@ -478,25 +547,38 @@ fn decide_renewal(f: &CsrFacts, requester: &NodeName) -> Result<Decision, DenyCa
     if f.binding.as_ref().is_some_and(|b| b.revoked) {
         return Err(DenyCause::BindingRevoked);
     }
+    let binding = BindingStep::Existing {
+        token: f.binding.as_ref().and_then(|b| b.token_id.clone()),
+        flavor: f.binding.as_ref().and_then(|b| b.flavor.clone()),
+    };
     Ok(Decision::Approve {
-        reserve_use: false,
-        create_binding: false,
+        node: csr.node_name.clone(),
+        binding,
     })
 }
 
-/// P4: whether to delete the requester's token Secret after denying its CSR for `cause`,
-/// so the kubelet's retry loop ends (spec section 4). `denials_after_this` counts this
-/// denial; `limit` is the configured number of denials after which any token goes (`None`:
-/// no limit). Exhausted tokens and name takeover attempts go at once. Causes that are not
-/// about a kubeflavor token ([`DenyCause::counts_against_token`]) never delete anything:
-/// kubeadm's own tokens are not kubeflavor's to remove.
-pub fn should_delete_token(
-    cause: DenyCause,
-    denials_after_this: u32,
-    limit: Option<NonZeroU32>,
-) -> bool {
+/// The fate of the token Secret the facts hold, for a denial for `cause`.
+fn held_token_fate(f: &CsrFacts, cause: DenyCause) -> TokenFate {
+    match &f.token {
+        TokenLookup::Found(TokenRecord {
+            kubeflavor: Some(meta),
+            ..
+        }) => token_fate(cause, meta.denials, f.options.denial_limit),
+        _ => TokenFate::Keep,
+    }
+}
+
+/// P4 (rejection that ends): what one more denial for `cause` does to a kubeflavor token
+/// that was denied `denials_before` times already, so the kubelet's retry loop ends.
+/// `limit` is the configured number of denials after which any token goes (`None`: no
+/// limit). Exhausted tokens and name takeover attempts go at once. Causes that are not
+/// about a kubeflavor token ([`DenyCause::counts_against_token`]) leave it alone: kubeadm's
+/// own tokens are not kubeflavor's to remove. The controller asks again with the current
+/// count when the Secret changed under it, so a burst of denials ends the token at the
+/// limit.
+pub fn token_fate(cause: DenyCause, denials_before: u32, limit: Option<NonZeroU32>) -> TokenFate {
     if !cause.counts_against_token() {
-        return false;
+        return TokenFate::Keep;
     }
     let misused = matches!(
         cause,
@@ -504,5 +586,10 @@ pub fn should_delete_token(
             | DenyCause::NameBoundToOtherToken
             | DenyCause::NodeExistsWithoutBinding
     );
-    misused || limit.is_some_and(|l| denials_after_this >= l.get())
+    let denials_after = denials_before.saturating_add(1);
+    if misused || limit.is_some_and(|l| denials_after >= l.get()) {
+        TokenFate::Delete
+    } else {
+        TokenFate::Count
+    }
 }

@@ -3,13 +3,15 @@
 
 use crate::support::*;
 use kubeflavor_core::csr::CsrError;
+use std::num::NonZeroU32;
+
 use kubeflavor_core::policy::{
-    APPROVED_CONDITION, CsrFacts, DENIED_CONDITION, Decision, DenyCause, IgnoreReason,
-    PolicyOptions, TokenLookup, decide,
+    APPROVED_CONDITION, BindingStep, CsrFacts, DENIED_CONDITION, Decision, DenyCause, IgnoreReason,
+    PolicyOptions, TokenFate, TokenLookup, decide,
 };
 use kubeflavor_core::token_record::TokenRecordError;
 
-type Row = (&'static str, fn(&mut CsrFacts), Decision);
+type Row = (&'static str, fn(&mut CsrFacts), Want);
 
 fn table() -> Vec<Row> {
     use DenyCause::*;
@@ -26,12 +28,12 @@ fn table() -> Vec<Row> {
                 f.already_decided = true;
                 f.binding = binding("zzzzzz", false);
             },
-            Decision::Ignore(IgnoreReason::AlreadyDecided),
+            Want::Ignore(IgnoreReason::AlreadyDecided),
         ),
         (
             "other signer",
             |f| f.signer_name = "kubernetes.io/kubelet-serving".into(),
-            Decision::Ignore(IgnoreReason::OtherSigner),
+            Want::Ignore(IgnoreReason::OtherSigner),
         ),
         (
             "control-plane token: the same rules as a node token",
@@ -44,12 +46,12 @@ fn table() -> Vec<Row> {
                 f.requester_groups = groups("system:bootstrappers:kubeflavor:control-plane");
                 f.binding = binding("zzzzzz", false);
             },
-            Decision::Deny(NameBoundToOtherToken),
+            Want::Deny(NameBoundToOtherToken),
         ),
         (
             "kubeadm token, not strict",
             |f| f.requester_groups = groups("system:bootstrappers:kubeadm:default-node-token"),
-            Decision::Ignore(IgnoreReason::NotKubeflavorToken),
+            Want::Ignore(IgnoreReason::NotKubeflavorToken),
         ),
         (
             "kubeadm token, strict",
@@ -57,27 +59,27 @@ fn table() -> Vec<Row> {
                 f.requester_groups = groups("system:bootstrappers:kubeadm:default-node-token");
                 f.options.strict = true;
             },
-            Decision::Deny(NotKubeflavorToken),
+            Want::Deny(NotKubeflavorToken),
         ),
         (
             "other requester",
             |f| f.requester_username = "kubernetes-admin".into(),
-            Decision::Ignore(IgnoreReason::OtherRequester),
+            Want::Ignore(IgnoreReason::OtherRequester),
         ),
         (
             "malformed request",
             |f| f.csr = Err(CsrError::NotPem),
-            Decision::Deny(MalformedCsr),
+            Want::Deny(MalformedCsr),
         ),
         (
             "bad signature",
             |f| f.csr = Err(CsrError::BadSignature),
-            Decision::Deny(MalformedCsr),
+            Want::Deny(MalformedCsr),
         ),
         (
             "wrong shape",
             |f| f.csr = Err(CsrError::SubjectAltNames),
-            Decision::Deny(NotKubeletClientShape),
+            Want::Deny(NotKubeletClientShape),
         ),
         (
             "wrong shape beats a missing token",
@@ -85,12 +87,12 @@ fn table() -> Vec<Row> {
                 f.csr = Err(CsrError::Organization(vec![]));
                 f.token = TokenLookup::Missing;
             },
-            Decision::Deny(NotKubeletClientShape),
+            Want::Deny(NotKubeletClientShape),
         ),
         (
             "token Secret gone: still recognised by the CSR's groups",
             |f| f.token = TokenLookup::Missing,
-            Decision::Deny(TokenMissing),
+            Want::Deny(TokenMissing),
         ),
         (
             "token Secret being deleted",
@@ -103,7 +105,7 @@ fn table() -> Vec<Row> {
                     },
                 )
             },
-            Decision::Deny(TokenMissing),
+            Want::Deny(TokenMissing),
         ),
         (
             "token record of another id",
@@ -116,12 +118,12 @@ fn table() -> Vec<Row> {
                     },
                 )
             },
-            Decision::Deny(TokenMissing),
+            Want::Deny(TokenMissing),
         ),
         (
             "token metadata unreadable",
             |f| f.token = TokenLookup::Unreadable(TokenRecordError::NotATokenSecret("x".into())),
-            Decision::Deny(TokenUnreadable),
+            Want::Deny(TokenUnreadable),
         ),
         (
             "token expired",
@@ -134,7 +136,7 @@ fn table() -> Vec<Row> {
                     },
                 )
             },
-            Decision::Deny(TokenExpired),
+            Want::Deny(TokenExpired),
         ),
         (
             "token expires exactly now",
@@ -147,7 +149,7 @@ fn table() -> Vec<Row> {
                     },
                 )
             },
-            Decision::Deny(TokenExpired),
+            Want::Deny(TokenExpired),
         ),
         (
             "expiration unreadable counts as expired",
@@ -160,7 +162,7 @@ fn table() -> Vec<Row> {
                     },
                 )
             },
-            Decision::Deny(TokenExpired),
+            Want::Deny(TokenExpired),
         ),
         (
             "expired token beats a takeover",
@@ -174,7 +176,7 @@ fn table() -> Vec<Row> {
                 );
                 f.binding = binding("zzzzzz", false);
             },
-            Decision::Deny(TokenExpired),
+            Want::Deny(TokenExpired),
         ),
         (
             "token without authentication usage",
@@ -187,7 +189,7 @@ fn table() -> Vec<Row> {
                     },
                 )
             },
-            Decision::Deny(TokenNotForAuthentication),
+            Want::Deny(TokenNotForAuthentication),
         ),
         (
             "token in the kubeflavor group but without a flavor",
@@ -200,12 +202,12 @@ fn table() -> Vec<Row> {
                     },
                 )
             },
-            Decision::Deny(FlavorMissing),
+            Want::Deny(FlavorMissing),
         ),
         (
             "Flavor object deleted",
             |f| f.flavor_exists = false,
-            Decision::Deny(FlavorMissing),
+            Want::Deny(FlavorMissing),
         ),
         (
             "single-use token already used for another name",
@@ -218,7 +220,7 @@ fn table() -> Vec<Row> {
                     },
                 )
             },
-            Decision::Deny(TokenExhausted),
+            Want::Deny(TokenExhausted),
         ),
         (
             "two-use token with one name bound",
@@ -237,12 +239,12 @@ fn table() -> Vec<Row> {
         (
             "name takeover: bound to another token",
             |f| f.binding = binding("zzzzzz", false),
-            Decision::Deny(NameBoundToOtherToken),
+            Want::Deny(NameBoundToOtherToken),
         ),
         (
             "name takeover: bound to another, revoked token",
             |f| f.binding = binding("zzzzzz", true),
-            Decision::Deny(NameBoundToOtherToken),
+            Want::Deny(NameBoundToOtherToken),
         ),
         (
             "name takeover: bound to another token and the Node exists",
@@ -250,7 +252,7 @@ fn table() -> Vec<Row> {
                 f.binding = binding("zzzzzz", false);
                 f.node_exists = true;
             },
-            Decision::Deny(NameBoundToOtherToken),
+            Want::Deny(NameBoundToOtherToken),
         ),
         (
             "retry: binding to this token",
@@ -282,7 +284,7 @@ fn table() -> Vec<Row> {
         (
             "binding to this token revoked",
             |f| f.binding = binding(ID, true),
-            Decision::Deny(BindingRevoked),
+            Want::Deny(BindingRevoked),
         ),
         (
             "recycled id: the name is bound to an earlier token of the same id",
@@ -290,7 +292,7 @@ fn table() -> Vec<Row> {
                 f.binding = binding(ID, false);
                 f.token_instance.as_mut().unwrap().uid = "a-new-secret".into();
             },
-            Decision::Deny(NameBoundToOtherToken),
+            Want::Deny(NameBoundToOtherToken),
         ),
         (
             "recycled id, binding without a uid: the token is newer than the binding",
@@ -299,7 +301,7 @@ fn table() -> Vec<Row> {
                 f.binding.as_mut().unwrap().token_uid = None;
                 f.token_instance.as_mut().unwrap().created = Some(now());
             },
-            Decision::Deny(NameBoundToOtherToken),
+            Want::Deny(NameBoundToOtherToken),
         ),
         (
             "binding without a uid, token older than the binding: a retry",
@@ -315,7 +317,7 @@ fn table() -> Vec<Row> {
                 f.binding = binding(ID, false);
                 f.token_instance = None;
             },
-            Decision::Deny(NameBoundToOtherToken),
+            Want::Deny(NameBoundToOtherToken),
         ),
         (
             "the binding's own CSR, and a Node of the name appeared meanwhile",
@@ -324,7 +326,7 @@ fn table() -> Vec<Row> {
                 f.binding.as_mut().unwrap().csr_name = f.csr_name.clone();
                 f.node_exists = true;
             },
-            Decision::Deny(NodeExistsWithoutBinding),
+            Want::Deny(NodeExistsWithoutBinding),
         ),
         (
             "the binding's own CSR, no Node yet: finish the approval",
@@ -337,7 +339,7 @@ fn table() -> Vec<Row> {
         (
             "takeover of an existing Node without binding",
             |f| f.node_exists = true,
-            Decision::Deny(NodeExistsWithoutBinding),
+            Want::Deny(NodeExistsWithoutBinding),
         ),
         (
             "existing Node without binding, even if the token listed the name",
@@ -351,7 +353,7 @@ fn table() -> Vec<Row> {
                 );
                 f.node_exists = true;
             },
-            Decision::Deny(NodeExistsWithoutBinding),
+            Want::Deny(NodeExistsWithoutBinding),
         ),
         (
             "crash after reserving, before the binding: finish without a second use",
@@ -372,7 +374,7 @@ fn table() -> Vec<Row> {
                 renewal(f);
                 f.options.manage_renewals = false;
             },
-            Decision::Ignore(IgnoreReason::RenewalsNotManaged),
+            Want::Ignore(IgnoreReason::RenewalsNotManaged),
         ),
         (
             "renewal, not managed, strict",
@@ -381,9 +383,10 @@ fn table() -> Vec<Row> {
                 f.options = PolicyOptions {
                     strict: true,
                     manage_renewals: false,
+                    denial_limit: None,
                 };
             },
-            Decision::Ignore(IgnoreReason::RenewalsNotManaged),
+            Want::Ignore(IgnoreReason::RenewalsNotManaged),
         ),
         ("renewal of a bound node", renewal, APPROVE_RETRY),
         (
@@ -392,7 +395,7 @@ fn table() -> Vec<Row> {
                 renewal(f);
                 f.csr = parsed("worker-2");
             },
-            Decision::Deny(RenewalRequesterMismatch),
+            Want::Deny(RenewalRequesterMismatch),
         ),
         (
             "renewal of a node kubeflavor never bound (control plane, kubeadm's joins)",
@@ -408,7 +411,7 @@ fn table() -> Vec<Row> {
                 renewal(f);
                 f.binding = binding(ID, true);
             },
-            Decision::Deny(BindingRevoked),
+            Want::Deny(BindingRevoked),
         ),
         (
             "renewal with a malformed request",
@@ -416,7 +419,7 @@ fn table() -> Vec<Row> {
                 renewal(f);
                 f.csr = Err(CsrError::NotPkcs10("x".into()));
             },
-            Decision::Deny(MalformedCsr),
+            Want::Deny(MalformedCsr),
         ),
         (
             "renewal does not depend on the token",
@@ -436,7 +439,7 @@ fn decision_table() {
     for (name, modify, expected) in table() {
         let mut facts = base();
         modify(&mut facts);
-        let got = decide(&facts);
+        let got = want(&decide(&facts));
         if got != expected {
             failures.push(format!("{name}: expected {expected:?}, got {got:?}"));
         }
@@ -449,7 +452,7 @@ fn decision_table_covers_every_deny_cause() {
     let denied: Vec<DenyCause> = table()
         .into_iter()
         .filter_map(|(_, _, d)| match d {
-            Decision::Deny(c) => Some(c),
+            Want::Deny(c) => Some(c),
             _ => None,
         })
         .collect();
@@ -476,7 +479,10 @@ fn name_takeover_is_denied() {
     f.requester_username = "system:bootstrap:s0urs0".into();
     f.binding = binding(ID, false);
     f.node_exists = true;
-    assert_eq!(decide(&f), Decision::Deny(DenyCause::NameBoundToOtherToken));
+    assert_eq!(
+        want(&decide(&f)),
+        Want::Deny(DenyCause::NameBoundToOtherToken)
+    );
 }
 
 #[test]
@@ -484,15 +490,15 @@ fn takeover_of_a_node_that_joined_otherwise_is_denied() {
     let mut f = base();
     f.node_exists = true;
     assert_eq!(
-        decide(&f),
-        Decision::Deny(DenyCause::NodeExistsWithoutBinding)
+        want(&decide(&f)),
+        Want::Deny(DenyCause::NodeExistsWithoutBinding)
     );
 }
 
 #[test]
 fn retry_of_the_same_token_for_the_same_name_uses_nothing_twice() {
     let mut f = base();
-    assert_eq!(decide(&f), APPROVE_NEW);
+    assert_eq!(want(&decide(&f)), APPROVE_NEW);
     // The controller reserved the use and wrote the binding; the kubelet retries.
     with_token(
         &mut f,
@@ -503,7 +509,7 @@ fn retry_of_the_same_token_for_the_same_name_uses_nothing_twice() {
     );
     f.binding = binding(ID, false);
     f.csr_name = "csr-retry".into();
-    assert_eq!(decide(&f), APPROVE_RETRY);
+    assert_eq!(want(&decide(&f)), APPROVE_RETRY);
 }
 
 #[test]
@@ -531,7 +537,11 @@ fn approval_message_is_the_same_for_every_flavor() {
 #[test]
 fn denial_message_is_the_same_for_every_cause() {
     for cause in DenyCause::ALL {
-        let c = Decision::Deny(cause).condition().unwrap();
+        let denial = Decision::Deny {
+            cause,
+            token_fate: TokenFate::Keep,
+        };
+        let c = denial.condition().unwrap();
         assert_eq!(c, DENIED_CONDITION);
         for word in [
             cause.as_str(),
@@ -565,4 +575,90 @@ fn cause_labels_are_distinct_snake_case() {
     labels.dedup();
     assert_eq!(labels.len(), DenyCause::ALL.len());
     assert!(DenyCause::ALL.iter().all(|c| !c.description().is_empty()));
+}
+
+#[test]
+fn an_approval_names_the_node_token_and_flavor() {
+    let token = || ID.parse().unwrap();
+    let sweet = || "sweet".parse().unwrap();
+    let node = || NODE.parse().unwrap();
+    let mut f = base();
+    assert_eq!(
+        decide(&f),
+        Decision::Approve {
+            node: node(),
+            binding: BindingStep::Create {
+                token: token(),
+                flavor: sweet(),
+                reserve_use: true,
+            },
+        }
+    );
+    // A retry: the binding's token and flavor.
+    f.binding = binding(ID, false);
+    assert_eq!(
+        decide(&f),
+        Decision::Approve {
+            node: node(),
+            binding: BindingStep::Existing {
+                token: Some(token()),
+                flavor: Some(sweet()),
+            },
+        }
+    );
+    // A renewal of a node kubeflavor never bound: no token, no flavor.
+    renewal(&mut f);
+    f.binding = None;
+    assert_eq!(
+        decide(&f),
+        Decision::Approve {
+            node: node(),
+            binding: BindingStep::Existing {
+                token: None,
+                flavor: None,
+            },
+        }
+    );
+}
+
+/// P4 (rejection that ends): what each denial does to the requester's token Secret.
+#[test]
+fn a_denial_settles_the_token_fate() {
+    let fate = |modify: fn(&mut CsrFacts), limit: Option<u32>| {
+        let mut f = base();
+        f.options.denial_limit = limit.and_then(NonZeroU32::new);
+        modify(&mut f);
+        match decide(&f) {
+            Decision::Deny { token_fate, .. } => token_fate,
+            other => panic!("not a denial: {other:?}"),
+        }
+    };
+    let exhausted: fn(&mut CsrFacts) = |f| {
+        with_token(
+            f,
+            TokenSpec {
+                bound: vec!["worker-0".into()],
+                ..TokenSpec::default()
+            },
+        )
+    };
+    let taken: fn(&mut CsrFacts) = |f| f.binding = binding("zzzzzz", false);
+    let flavor_gone: fn(&mut CsrFacts) = |f| f.flavor_exists = false;
+    let malformed: fn(&mut CsrFacts) = |f| f.csr = Err(CsrError::NotPem);
+    let missing: fn(&mut CsrFacts) = |f| f.token = TokenLookup::Missing;
+    let kubeadm: fn(&mut CsrFacts) = |f| {
+        f.requester_groups = groups("system:bootstrappers:kubeadm:default-node-token");
+        f.options.strict = true;
+    };
+    // Misuse ends the token at once.
+    assert_eq!(fate(exhausted, None), TokenFate::Delete);
+    assert_eq!(fate(taken, None), TokenFate::Delete);
+    // Other causes count, and end the token at the limit.
+    assert_eq!(fate(flavor_gone, None), TokenFate::Count);
+    assert_eq!(fate(flavor_gone, Some(2)), TokenFate::Count);
+    assert_eq!(fate(flavor_gone, Some(1)), TokenFate::Delete);
+    assert_eq!(fate(malformed, Some(1)), TokenFate::Delete);
+    // Nothing to count on a token that is gone or not kubeflavor's.
+    assert_eq!(fate(missing, Some(1)), TokenFate::Keep);
+    assert_eq!(fate(kubeadm, Some(1)), TokenFate::Keep);
 }

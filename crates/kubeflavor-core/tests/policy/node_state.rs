@@ -8,7 +8,7 @@ use kubeflavor_core::flavor::{
     UNVERIFIED_TAINT,
 };
 use kubeflavor_core::node_state::{
-    BindingState, NodeChange, NodeFacts, NodeTaint, desired_node_state,
+    BindingState, FlavorOutcome, NodeChange, NodeFacts, NodeTaint, desired_node_state,
 };
 use proptest::prelude::*;
 use serde_json::json;
@@ -89,7 +89,7 @@ fn flavored_node_gets_the_flavor_labels_and_taints() {
             taint("edge", Some("partner"), "NoSchedule"),
         ])
     );
-    assert!(change.flavored);
+    assert!(change.flavored());
     assert_eq!(
         change.applied_labels,
         expected_set.keys().cloned().collect::<BTreeSet<_>>()
@@ -111,7 +111,7 @@ fn unverified_taint_is_removed_once_flavored() {
 fn unverified_taint_stays_while_the_flavor_is_missing() {
     let (change, after) = converge(None, &BindingState::default(), &fresh_node());
     assert!(change.is_empty(), "{change:?}");
-    assert!(!change.flavored);
+    assert!(!change.flavored());
     assert!(after.taints.iter().any(|t| t.key == UNVERIFIED_TAINT));
 }
 
@@ -161,6 +161,43 @@ fn recreated_node_gets_its_labels_back() {
 }
 
 #[test]
+fn the_flavored_condition_says_why() {
+    let revoked = BindingState {
+        revoked: true,
+        ..BindingState::default()
+    };
+    let cases = [
+        (
+            Some(sweet()),
+            BindingState::default(),
+            FlavorOutcome::Applied,
+            "Applied",
+        ),
+        (
+            None,
+            BindingState::default(),
+            FlavorOutcome::FlavorMissing,
+            "FlavorMissing",
+        ),
+        // Revocation wins over a missing Flavor.
+        (
+            Some(sweet()),
+            revoked.clone(),
+            FlavorOutcome::Revoked,
+            "Revoked",
+        ),
+        (None, revoked, FlavorOutcome::Revoked, "Revoked"),
+    ];
+    for (flavor, binding, outcome, reason) in cases {
+        let change = desired_node_state(flavor.as_ref(), &name(), &binding, &fresh_node());
+        assert_eq!(change.outcome, outcome);
+        assert_eq!(change.outcome.reason(), reason);
+        assert_eq!(change.flavored(), outcome == FlavorOutcome::Applied);
+        assert!(!change.outcome.message().is_empty());
+    }
+}
+
+#[test]
 fn revoked_node_loses_flavor_labels_and_gets_a_noexecute_taint() {
     let (first, flavored) = converge(Some(&sweet()), &BindingState::default(), &fresh_node());
     let binding = BindingState {
@@ -169,7 +206,7 @@ fn revoked_node_loses_flavor_labels_and_gets_a_noexecute_taint() {
         applied_taints: first.applied_taints.clone(),
     };
     let (change, after) = converge(Some(&sweet()), &binding, &flavored);
-    assert!(!change.flavored);
+    assert!(!change.flavored());
     assert!(change.set_labels.is_empty());
     assert_eq!(change.remove_labels, first.applied_labels);
     assert_eq!(

@@ -7,8 +7,8 @@ use std::num::NonZeroU32;
 use crate::support::*;
 use kubeflavor_core::csr::KUBELET_CLIENT_SIGNER;
 use kubeflavor_core::policy::{
-    APPROVED_CONDITION, CsrFacts, DENIED_CONDITION, Decision, DenyCause, PolicyOptions,
-    TokenLookup, decide, should_delete_token,
+    APPROVED_CONDITION, BindingStep, CsrFacts, DENIED_CONDITION, Decision, DenyCause,
+    PolicyOptions, TokenFate, TokenLookup, decide, token_fate,
 };
 use proptest::prelude::*;
 
@@ -19,29 +19,22 @@ fn exhausted_and_misused_tokens_are_deleted_at_once() {
         DenyCause::NameBoundToOtherToken,
         DenyCause::NodeExistsWithoutBinding,
     ] {
-        assert!(should_delete_token(cause, 1, None), "{cause:?}");
+        assert_eq!(token_fate(cause, 0, None), TokenFate::Delete, "{cause:?}");
     }
 }
 
 #[test]
 fn tokens_refused_too_often_are_deleted() {
     let limit = NonZeroU32::new(3);
-    assert!(!should_delete_token(
-        DenyCause::NotKubeletClientShape,
-        2,
-        limit
-    ));
-    assert!(should_delete_token(
-        DenyCause::NotKubeletClientShape,
-        3,
-        limit
-    ));
-    assert!(should_delete_token(DenyCause::BindingRevoked, 4, limit));
-    assert!(!should_delete_token(
-        DenyCause::NotKubeletClientShape,
-        1000,
-        None
-    ));
+    let shape = DenyCause::NotKubeletClientShape;
+    assert_eq!(token_fate(shape, 1, limit), TokenFate::Count);
+    assert_eq!(token_fate(shape, 2, limit), TokenFate::Delete);
+    assert_eq!(
+        token_fate(DenyCause::BindingRevoked, 3, limit),
+        TokenFate::Delete
+    );
+    assert_eq!(token_fate(shape, 999, None), TokenFate::Count);
+    assert_eq!(token_fate(shape, u32::MAX, None), TokenFate::Count);
 }
 
 #[test]
@@ -52,8 +45,9 @@ fn tokens_that_are_not_readable_kubeflavor_tokens_are_never_deleted() {
         DenyCause::TokenUnreadable,
         DenyCause::RenewalRequesterMismatch,
     ] {
-        assert!(
-            !should_delete_token(cause, u32::MAX, NonZeroU32::new(1)),
+        assert_eq!(
+            token_fate(cause, u32::MAX, NonZeroU32::new(1)),
+            TokenFate::Keep,
             "{cause:?}"
         );
     }
@@ -127,13 +121,14 @@ fn arb_facts() -> impl Strategy<Value = CsrFacts> {
             options: PolicyOptions {
                 strict: b[4],
                 manage_renewals: b[1] || b[4],
+                denial_limit: NonZeroU32::new(u32::from(b[2] && b[3])),
             },
             now: now(),
         },
     )
 }
 
-fn approved(d: Decision) -> bool {
+fn approved(d: &Decision) -> bool {
     matches!(d, Decision::Approve { .. })
 }
 
@@ -146,7 +141,7 @@ proptest! {
     fn name_bound_to_another_token_is_never_approved(mut f in arb_facts()) {
         f.binding = binding("zzzzzz", false);
         prop_assume!(f.requester_username.starts_with("system:bootstrap:"));
-        prop_assert!(!approved(decide(&f)));
+        prop_assert!(!approved(&decide(&f)));
     }
 
     /// P3: a bootstrap CSR for an existing Node is approved only with a binding to the
@@ -155,9 +150,9 @@ proptest! {
     fn existing_node_needs_a_binding_to_this_token(mut f in arb_facts()) {
         f.node_exists = true;
         prop_assume!(f.requester_username.starts_with("system:bootstrap:"));
-        if approved(decide(&f)) {
+        if approved(&decide(&f)) {
             let b = f.binding.as_ref().expect("approved without a binding");
-            prop_assert_eq!(b.token_id.as_str(), ID);
+            prop_assert_eq!(b.token_id.as_ref().map(|t| t.as_str()), Some(ID));
             prop_assert!(!b.revoked);
         }
     }
@@ -171,19 +166,20 @@ proptest! {
             _ => false,
         };
         if !authenticates {
-            prop_assert!(!approved(decide(&f)));
+            prop_assert!(!approved(&decide(&f)));
         }
     }
 
     /// P3: reserving a use happens only for a new name on a token with room.
     #[test]
     fn a_use_is_reserved_only_for_a_new_name_with_room(f in arb_facts()) {
-        if let Decision::Approve { reserve_use: true, create_binding } = decide(&f) {
-            prop_assert!(create_binding);
+        let decision = decide(&f);
+        if let Decision::Approve { node, binding: BindingStep::Create { reserve_use: true, .. } } = &decision {
             let TokenLookup::Found(r) = &f.token else { panic!("reserved without a token") };
             let meta = r.kubeflavor.as_ref().unwrap();
             prop_assert!(meta.has_room());
-            prop_assert!(!meta.bound_nodes.contains(&f.csr.as_ref().unwrap().node_name));
+            prop_assert!(!meta.bound_nodes.contains(node));
+            prop_assert_eq!(node, &f.csr.as_ref().unwrap().node_name);
         }
     }
 
@@ -195,7 +191,7 @@ proptest! {
     fn renewals_are_approved_only_for_the_requesters_own_unrevoked_name(f in arb_facts()) {
         prop_assume!(f.requester_username.starts_with("system:node:"));
         let decision = decide(&f);
-        if approved(decision) {
+        if approved(&decision) {
             let cn = f.csr.as_ref().unwrap().node_name.to_string();
             prop_assert_eq!(&f.requester_username, &format!("system:node:{cn}"));
             prop_assert!(!f.binding.as_ref().is_some_and(|b| b.revoked));
@@ -205,7 +201,7 @@ proptest! {
             f.requester_username == format!("system:node:{}", c.node_name)
         }) && !f.binding.as_ref().is_some_and(|b| b.revoked);
         if f.options.manage_renewals && !f.already_decided && own_unrevoked {
-            prop_assert!(approved(decision), "{decision:?}");
+            prop_assert!(approved(&decision), "{decision:?}");
         }
     }
 
@@ -222,10 +218,28 @@ proptest! {
         r2.kubeflavor = Some(m2);
         other.token = TokenLookup::Found(r2);
         let (a, b) = (decide(&f), decide(&other));
-        prop_assert_eq!(a, b);
+        prop_assert_eq!(want(&a), want(&b));
         prop_assert_eq!(a.condition(), b.condition());
+        // The flavor only goes into the binding an approval creates.
+        if let Decision::Approve { binding: BindingStep::Create { flavor, .. }, .. } = &a {
+            prop_assert_eq!(flavor, &meta.flavor);
+        }
         if let Some(c) = a.condition() {
             prop_assert!(c == APPROVED_CONDITION || c == DENIED_CONDITION);
+        }
+    }
+
+    /// P4 (rejection that ends): a denial never touches a token that is not a readable
+    /// kubeflavor token, nor one whose denial is not the token's doing.
+    #[test]
+    fn only_a_kubeflavor_tokens_own_denials_touch_it(f in arb_facts()) {
+        if let Decision::Deny { cause, token_fate } = decide(&f) {
+            let kubeflavor_token = matches!(&f.token, TokenLookup::Found(r) if r.kubeflavor.is_some());
+            if !kubeflavor_token || !cause.counts_against_token() {
+                prop_assert_eq!(token_fate, TokenFate::Keep);
+            } else {
+                prop_assert_ne!(token_fate, TokenFate::Keep);
+            }
         }
     }
 
@@ -245,9 +259,9 @@ proptest! {
             f.csr = parsed(&node);
             f.binding = bindings.contains_key(&node).then(|| binding(ID, false)).flatten();
             f.node_exists = bindings.contains_key(&node);
-            if let Decision::Approve { reserve_use, create_binding } = decide(&f) {
+            if let Decision::Approve { binding: BindingStep::Create { reserve_use, .. }, .. } = decide(&f) {
                 if reserve_use { bound.push(node.clone()); }
-                if create_binding { bindings.insert(node.clone(), ()); }
+                bindings.insert(node.clone(), ());
             }
             prop_assert!(bound.len() <= max_nodes as usize);
             prop_assert!(bindings.len() <= max_nodes as usize);
@@ -276,7 +290,10 @@ fn name_takeover_with_a_real_csr_is_denied() {
     );
     let mut f = base();
     f.csr = csr;
-    assert_eq!(decide(&f), APPROVE_NEW);
+    assert_eq!(want(&decide(&f)), APPROVE_NEW);
     f.binding = binding("zzzzzz", false);
-    assert_eq!(decide(&f), Decision::Deny(DenyCause::NameBoundToOtherToken));
+    assert_eq!(
+        want(&decide(&f)),
+        Want::Deny(DenyCause::NameBoundToOtherToken)
+    );
 }

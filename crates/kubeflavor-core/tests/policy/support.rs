@@ -8,7 +8,8 @@ use std::num::NonZeroU32;
 use jiff::Timestamp;
 use kubeflavor_core::csr::{CsrError, KUBELET_CLIENT_SIGNER, KubeletClientCsr};
 use kubeflavor_core::policy::{
-    BindingFacts, CsrFacts, Decision, PolicyOptions, TokenInstance, TokenLookup,
+    BindingFacts, BindingStep, CsrFacts, Decision, DenyCause, IgnoreReason, PolicyOptions,
+    TokenInstance, TokenLookup,
 };
 use kubeflavor_core::token_record::{SecretView, TokenRecord};
 use kubeflavor_core::token_secret::{
@@ -113,7 +114,8 @@ pub fn parsed(node: &str) -> Result<KubeletClientCsr, CsrError> {
 /// is [`ID`]), made half an hour before `now` by another CSR.
 pub fn binding(token: &str, revoked: bool) -> Option<BindingFacts> {
     Some(BindingFacts {
-        token_id: token.parse().unwrap(),
+        token_id: Some(token.parse().unwrap()),
+        flavor: Some("sweet".parse().unwrap()),
         token_uid: Some(if token == ID {
             TOKEN_UID.into()
         } else {
@@ -165,15 +167,46 @@ pub fn renewal(f: &mut CsrFacts) {
     f.node_exists = true;
 }
 
-pub const APPROVE_NEW: Decision = Decision::Approve {
+/// A decision as the decision table states it: approve with which writes first, deny for
+/// which cause, or ignore why. The node, token, flavor and token fate of a decision have
+/// their own tests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Want {
+    Approve {
+        reserve_use: bool,
+        create_binding: bool,
+    },
+    Deny(DenyCause),
+    Ignore(IgnoreReason),
+}
+
+/// The table's view of a decision.
+pub fn want(d: &Decision) -> Want {
+    match d {
+        Decision::Approve { binding, .. } => match binding {
+            BindingStep::Create { reserve_use, .. } => Want::Approve {
+                reserve_use: *reserve_use,
+                create_binding: true,
+            },
+            BindingStep::Existing { .. } => Want::Approve {
+                reserve_use: false,
+                create_binding: false,
+            },
+        },
+        Decision::Deny { cause, .. } => Want::Deny(*cause),
+        Decision::Ignore(why) => Want::Ignore(*why),
+    }
+}
+
+pub const APPROVE_NEW: Want = Want::Approve {
     reserve_use: true,
     create_binding: true,
 };
-pub const APPROVE_RETRY: Decision = Decision::Approve {
+pub const APPROVE_RETRY: Want = Want::Approve {
     reserve_use: false,
     create_binding: false,
 };
-pub const APPROVE_FINISH_BINDING: Decision = Decision::Approve {
+pub const APPROVE_FINISH_BINDING: Want = Want::Approve {
     reserve_use: false,
     create_binding: true,
 };

@@ -175,43 +175,51 @@ pub async fn check(client: &kube::Client, opts: &Options, metrics: &Metrics) -> 
             }
         };
         metrics.competing_approval(kind.as_str(), reason.is_some());
-        let Some(reason) = reason else { continue };
-        match kind {
-            Kind::KubeflavorTokens => {
-                return Err(anyhow::anyhow!(
-                    "kube-controller-manager approves every CSR of kubeflavor's tokens, for any node name, \
-                     because their group may create certificatesigningrequests/nodeclient ({reason}) \
-                     (delete that binding: kubeflavor's tokens must never be auto-approved)"
-                ));
-            }
-            Kind::OtherTokens if opts.strict => {
-                return Err(anyhow::anyhow!(
-                    "--strict has no effect here: kube-controller-manager approves other tokens' CSRs first, \
-                     because they may create certificatesigningrequests/nodeclient ({reason}) \
-                     (run 'kubeflavor install --apply --sole-approver', or delete that binding, e.g. \
-                     'kubectl delete clusterrolebinding {KUBEADM_BOOTSTRAP_BINDING}')"
-                ));
-            }
-            Kind::OtherTokens => tracing::warn!(
+        if let Some(reason) = reason {
+            competing(kind, opts, &reason)?;
+        }
+    }
+    Ok(())
+}
+
+/// What to do when kube-controller-manager auto-approves CSRs of `kind` (`reason`: the
+/// authorizer's): refuse to start where that defeats kubeflavor or the options asked for,
+/// warn otherwise.
+fn competing(kind: Kind, opts: &Options, reason: &str) -> anyhow::Result<()> {
+    match kind {
+        Kind::KubeflavorTokens => Err(anyhow::anyhow!(
+            "kube-controller-manager approves every CSR of kubeflavor's tokens, for any node name, \
+             because their group may create certificatesigningrequests/nodeclient ({reason}) \
+             (delete that binding: kubeflavor's tokens must never be auto-approved)"
+        )),
+        Kind::OtherTokens if opts.strict => Err(anyhow::anyhow!(
+            "--strict has no effect here: kube-controller-manager approves other tokens' CSRs first, \
+             because they may create certificatesigningrequests/nodeclient ({reason}) \
+             (run 'kubeflavor install --apply --sole-approver', or delete that binding, e.g. \
+             'kubectl delete clusterrolebinding {KUBEADM_BOOTSTRAP_BINDING}')"
+        )),
+        Kind::OtherTokens => {
+            tracing::warn!(
                 reason,
                 "kube-controller-manager auto-approves the CSRs of other bootstrap tokens (kubeadm's): such a token \
                  can take a node name bound to a kubeflavor token. Make kubeflavor the only approver with \
                  'kubeflavor install --apply --sole-approver'"
-            ),
-            Kind::Renewals if opts.manage_renewals => {
-                return Err(anyhow::anyhow!(
-                    "--manage-renewals has no effect here: kube-controller-manager approves every node's renewal first, \
-                     because system:nodes may create certificatesigningrequests/selfnodeclient ({reason}) \
-                     (run 'kubeflavor install --apply --manage-renewals', or delete that binding, e.g. \
-                     'kubectl delete clusterrolebinding {KUBEADM_RENEWAL_BINDING}', then start the controller again)"
-                ));
-            }
-            Kind::Renewals => tracing::info!(
+            );
+            Ok(())
+        }
+        Kind::Renewals if opts.manage_renewals => Err(anyhow::anyhow!(
+            "--manage-renewals has no effect here: kube-controller-manager approves every node's renewal first, \
+             because system:nodes may create certificatesigningrequests/selfnodeclient ({reason}) \
+             (run 'kubeflavor install --apply --manage-renewals', or delete that binding, e.g. \
+             'kubectl delete clusterrolebinding {KUBEADM_RENEWAL_BINDING}', then start the controller again)"
+        )),
+        Kind::Renewals => {
+            tracing::info!(
                 reason,
                 "kube-controller-manager approves nodes' renewals (a revoked node keeps renewing); \
                  'kubeflavor install --apply --manage-renewals' hands them to kubeflavor"
-            ),
+            );
+            Ok(())
         }
     }
-    Ok(())
 }

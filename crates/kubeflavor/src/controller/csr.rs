@@ -1,14 +1,18 @@
 //! The CSR loop: gather facts -> decide (core) -> apply, for kubelet client CSRs.
 //!
-//! Apply order for an approval (P3, P6): reserve a use on the token Secret (PUT with the
+//! Core decides everything: approve (with the writes that come first), deny (with the
+//! token's fate) or ignore. This module only reads the facts and writes the answer.
+//!
+//! Apply order for an approval (P3 (binding), P6 (nothing lost)): reserve a use on the token Secret (PUT with the
 //! resourceVersion read), create the FlavorBinding, approve. Each step is visible in API
 //! state, and the next reconcile re-reads it: a name already in `bound-nodes` is not
 //! reserved twice, an existing binding to the same token is not created twice. So a crash
 //! between two steps is finished by the next run, and a lost race (409) is decided again.
 //!
-//! Denials (P1, P4): one generic reason/message on the CSR; the cause goes to the trail.
-//! When core says the token must go, the Secret is deleted BEFORE the denial is written so
-//! a crash in between still ends with the token gone (the retry then finds it missing).
+//! Denials (P1 (hidden flavor), P4 (rejection that ends)): one generic reason/message on
+//! the CSR; the cause goes to the trail. When core says the token must go, the Secret is
+//! deleted BEFORE the denial is written so a crash in between still ends with the token
+//! gone (the retry then finds it missing).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,22 +25,29 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
 use kube::api::{DeleteParams, PostParams, Preconditions};
 use kube::runtime::controller::{Action, Config, Controller};
-use kube::runtime::reflector::{self, ObjectRef};
+use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
+
+use kubeflavor_core::csr::{CsrError, KubeletClientCsr};
+use kubeflavor_core::flavor::FlavorName;
+use kubeflavor_core::names::NodeName;
+use kubeflavor_core::policy::{
+    APPROVED_CONDITION, BindingStep, CsrCondition, DENIED_CONDITION, Decision, DenyCause, TokenFate,
+};
+use kubeflavor_core::token::TokenId;
 
 use super::cache;
 use super::facts::{self, CsrFactsRead};
 use super::metrics::Metrics;
-use super::policy::{self, TokenFate, Verdict};
+use super::policy;
 use super::trail::{self, Regarding};
 use super::{Context, Error, KUBELET_CLIENT_SIGNER, Step, Stop, TOKEN_NAMESPACE};
 use crate::crd::FlavorBinding;
-use kubeflavor_core::policy::DenyCause;
 
 /// Runs the CSR loop until `until` resolves.
 pub async fn run(ctx: Arc<Context>, until: Stop) {
     let csrs: Api<CertificateSigningRequest> = Api::all(ctx.client.clone());
-    // Server-side filter: only kubelet client CSRs reach this controller (spec section 4).
+    // Server-side filter: only kubelet client CSRs reach this controller.
     let wc = watcher::Config::default().fields(&format!("spec.signerName={KUBELET_CLIENT_SIGNER}"));
     let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), TOKEN_NAMESPACE);
     let token_events = watcher(
@@ -61,21 +72,7 @@ pub async fn run(ctx: Arc<Context>, until: Stop) {
     // A token Secret that changes (created late in a cache, a use released, deleted) may
     // change the fate of CSRs still pending from that token: decide them again.
     let controller = controller.watches_stream(token_events, move |secret: Secret| {
-        let Some(user) = secret
-            .metadata
-            .name
-            .as_deref()
-            .and_then(|n| n.strip_prefix("bootstrap-token-"))
-            .map(|id| format!("{}{id}", facts::BOOTSTRAP_USER_PREFIX))
-        else {
-            return Vec::new();
-        };
-        store
-            .state()
-            .into_iter()
-            .filter(|csr| csr.spec.username.as_ref() == Some(&user) && !facts::is_decided(csr))
-            .map(|csr| ObjectRef::from_obj(&*csr))
-            .collect::<Vec<_>>()
+        pending_csrs_of_token(&store, &secret)
     });
     let fut = controller
         .graceful_shutdown_on(until.clone())
@@ -86,6 +83,28 @@ pub async fn run(ctx: Arc<Context>, until: Stop) {
             }
         });
     super::with_grace(fut, until, ready_store).await;
+}
+
+/// The pending CSRs filed with the token of `secret`, a bootstrap token Secret.
+fn pending_csrs_of_token(
+    store: &Store<CertificateSigningRequest>,
+    secret: &Secret,
+) -> Vec<ObjectRef<CertificateSigningRequest>> {
+    let Some(user) = secret
+        .metadata
+        .name
+        .as_deref()
+        .and_then(|n| n.strip_prefix("bootstrap-token-"))
+        .map(|id| format!("{}{id}", facts::BOOTSTRAP_USER_PREFIX))
+    else {
+        return Vec::new();
+    };
+    store
+        .state()
+        .into_iter()
+        .filter(|csr| csr.spec.username.as_ref() == Some(&user) && !facts::is_decided(csr))
+        .map(|csr| ObjectRef::from_obj(&*csr))
+        .collect()
 }
 
 pub fn error_policy(
@@ -129,91 +148,69 @@ pub async fn reconcile(
     .await
 }
 
-/// Reads the CSR and its facts, decides, and writes the decision.
+/// Reads the CSR and its facts, lets core decide, and writes the decision.
 async fn decide(name: String, ctx: &Context) -> Result<Action, Error> {
-    // The cache may lag our own approval (a re-run queued while it was written): read the
-    // CSR itself, so a decided CSR is never decided twice and the /approval PUT carries a
-    // current resourceVersion.
-    let csr = match Api::<CertificateSigningRequest>::all(ctx.client.clone())
-        .get_opt(&name)
-        .await
-        .map_err(|source| Error::Read {
-            what: format!("CertificateSigningRequest {name}"),
-            source,
-        })? {
-        Some(csr) => csr,
-        None => return Ok(Action::await_change()),
-    };
-    if facts::is_decided(&csr) {
+    let Some(csr) = read_pending(ctx, &name).await? else {
         return Ok(Action::await_change());
-    }
+    };
     let _timer = Metrics::measure(&ctx.metrics.decision_duration);
     let view = facts::CsrView::from_object(&csr);
-    if !served(&ctx.opts, &view) {
+    let parsed = policy::validate(&view);
+    if !served(&ctx.opts, &view, &parsed) {
         return Ok(Action::await_change());
     }
-    let parsed = policy::validate(&view);
-    let node = parsed
-        .as_ref()
-        .ok()
-        .map(|p| p.node_name.as_str().to_string());
-    let facts = facts::gather(ctx, view, node.as_deref(), policy::token_flavor).await?;
-    let verdict = policy::decide(&facts, &ctx.opts, jiff::Timestamp::now());
-    match verdict {
-        Verdict::Ignore { why } => {
-            tracing::debug!(csr = %name, why, "not kubeflavor's to decide");
-            ctx.metrics.decision("ignored", why);
+    let facts = facts::gather(ctx, view, parsed, policy::token_flavor).await?;
+    let now = jiff::Timestamp::now();
+    match policy::decide(&facts, &ctx.opts, now) {
+        Decision::Ignore(why) => {
+            tracing::debug!(csr = %name, why = why.as_str(), "not kubeflavor's to decide");
+            ctx.metrics.decision("ignored", why.as_str());
         }
-        Verdict::Approve {
-            node,
-            flavor,
-            token_id,
-            reserve,
-            binding,
-        } => {
-            let last_look = LastLook {
-                node: node.as_str(),
-                csr: &name,
-                binding_version: facts
-                    .binding
-                    .as_ref()
-                    .and_then(|b| b.metadata.resource_version.clone()),
-                node_exists: facts.node_exists,
-            };
-            let approval = Approval {
-                node: node.as_str(),
-                flavor: &flavor,
-                token_id: &token_id,
-                reserve,
-                binding,
-                last_look,
-            };
-            approve(ctx, &csr, approval).await?;
+        Decision::Approve { node, binding } => {
+            approve(ctx, &csr, &facts, &node, binding, now).await?;
         }
-        Verdict::Deny {
-            cause,
-            description,
-            token,
-        } => {
-            let deny = Denial {
-                node: node.as_deref(),
-                cause,
-                description: &description,
-                token,
-            };
-            deny_csr(ctx, &csr, &facts, deny).await?;
+        Decision::Deny { cause, token_fate } => {
+            deny(ctx, &csr, &facts, cause, token_fate).await?;
         }
     }
     Ok(Action::await_change())
 }
 
+/// The CSR as the API server has it now, if it is still pending. The cache may lag our
+/// own approval (a re-run queued while it was written): reading the CSR itself means a
+/// decided CSR is never decided twice, and the /approval PUT carries a current
+/// resourceVersion.
+async fn read_pending(
+    ctx: &Context,
+    name: &str,
+) -> Result<Option<CertificateSigningRequest>, Error> {
+    let csr = Api::<CertificateSigningRequest>::all(ctx.client.clone())
+        .get_opt(name)
+        .await
+        .map_err(|source| Error::Read {
+            what: format!("CertificateSigningRequest {name}"),
+            source,
+        })?;
+    Ok(csr.filter(|csr| !facts::is_decided(csr)))
+}
+
 /// Whether this controller serves the node name the CSR asks for, or else the node that
 /// asks (`Options::scope`). A CSR that names no node is served by unscoped controllers only.
-fn served(opts: &super::Options, view: &facts::CsrView) -> bool {
+fn served(
+    opts: &super::Options,
+    view: &facts::CsrView,
+    parsed: &Result<KubeletClientCsr, CsrError>,
+) -> bool {
     if opts.scope.is_none() {
         return true;
     }
-    kubeflavor_core::csr::requested_node_name(&view.request)
+    let asked = match parsed {
+        Ok(csr) => Some(csr.node_name.to_string()),
+        // Routing only: an invalid CSR goes to the controller of the name it asks for,
+        // which denies it.
+        Err(_) => kubeflavor_core::csr::requested_node_name(&view.request),
+    };
+    asked
         .or_else(|| {
             view.username
                 .strip_prefix(facts::NODE_USER_PREFIX)
@@ -222,84 +219,110 @@ fn served(opts: &super::Options, view: &facts::CsrView) -> bool {
         .is_some_and(|name| opts.serves(&name))
 }
 
-/// The writes of one approval, in order: reserve a use, bind, last look, approve.
-struct Approval<'a> {
-    node: &'a str,
-    flavor: &'a str,
-    token_id: &'a str,
-    reserve: Option<Secret>,
-    binding: Option<Box<FlavorBinding>>,
-    last_look: LastLook<'a>,
-}
-
+/// Approves the CSR for `node` (P3 (binding), P6 (nothing lost)). First the writes core
+/// asked for, each visible in API state so the next run finishes a half-done approval:
+/// reserve a use on the token, create the binding. Then a last look at what the approval
+/// rests on, and the Approved condition.
 async fn approve(
     ctx: &Context,
     csr: &CertificateSigningRequest,
-    approval: Approval<'_>,
+    facts: &CsrFactsRead,
+    node: &NodeName,
+    binding: BindingStep,
+    now: jiff::Timestamp,
 ) -> Result<(), Error> {
-    let Approval {
-        node,
-        flavor,
-        token_id,
-        reserve,
-        binding,
-        mut last_look,
-    } = approval;
-    let name = csr.metadata.name.clone().unwrap_or_default();
-    let reserved = reserve.is_some();
-    if let Some(updated) = reserve {
-        ctx.may_write(Step::Reserved)?;
-        let secret_name = updated.metadata.name.clone().unwrap_or_default();
-        // The resourceVersion of the read is in `updated`: a concurrent reservation of the
-        // same token makes this a 409 and the CSR is decided again with the new count.
+    let name = facts.csr.name.as_str();
+    let mut last_look = LastLook::new(facts, node);
+    let (token, flavor, reserved) = match &binding {
+        BindingStep::Create {
+            token,
+            flavor,
+            reserve_use,
+        } => {
+            if *reserve_use {
+                reserve(ctx, facts, node, token).await?;
+            }
+            let created = bind(ctx, facts, node, token, flavor, now);
+            last_look.binding_version = ctx.write(name, Step::Bound, created).await?;
+            (Some(token), Some(flavor), *reserve_use)
+        }
+        BindingStep::Existing { token, flavor } => (token.as_ref(), flavor.as_ref(), false),
+    };
+    let approval = async {
+        last_look.check(ctx).await?;
+        write_condition(ctx, csr, APPROVED_CONDITION).await?;
+        ctx.metrics.decision("approved", "ok");
+        let flavor = flavor.map_or("", FlavorName::as_str);
+        let token = token.map_or("", TokenId::as_str);
+        tracing::info!(csr = %name, node = %node, flavor, token, reserved, "approved");
+        Ok(())
+    };
+    ctx.write(name, Step::Approved, approval).await
+}
+
+/// Reserves a use of `token` for `node`: the token Secret with the name added to its bound
+/// names, PUT with the resourceVersion it was read at, so a concurrent reservation of the
+/// same token makes this a 409 and the CSR is decided again with the new count.
+async fn reserve(
+    ctx: &Context,
+    facts: &CsrFactsRead,
+    node: &NodeName,
+    token: &TokenId,
+) -> Result<(), Error> {
+    // Core reserves only on the readable kubeflavor token the facts hold.
+    let updated = facts
+        .token_secret
+        .as_ref()
+        .and_then(|s| policy::with_reservation(s, node))
+        .ok_or_else(|| Error::Changed {
+            csr: facts.csr.name.clone(),
+            node: node.to_string(),
+        })?;
+    let secret_name = updated.metadata.name.clone().unwrap_or_default();
+    let put = async {
         Api::<Secret>::namespaced(ctx.client.clone(), TOKEN_NAMESPACE)
             .replace(&secret_name, &PostParams::default(), &updated)
             .await
+            .map(|_| ())
             .map_err(|source| Error::Reserve {
-                token: token_id.to_string(),
+                token: token.to_string(),
                 node: node.to_string(),
                 source,
-            })?;
-        ctx.step(&name, Step::Reserved)?;
-    }
-    if let Some(binding) = binding {
-        ctx.may_write(Step::Bound)?;
-        // AlreadyExists: someone bound the name since we read. It counts as a conflict:
-        // the CSR is decided again with that binding in the facts (same token: idempotent
-        // approval; another token: denial).
-        let created = Api::<FlavorBinding>::all(ctx.client.clone())
-            .create(&PostParams::default(), &*binding)
-            .await
-            .map_err(|source| Error::Bind {
-                node: node.to_string(),
-                source,
-            })?;
-        last_look.binding_version = created.metadata.resource_version;
-        ctx.step(&name, Step::Bound)?;
-    }
-    ctx.may_write(Step::Approved)?;
-    last_look.check(ctx).await?;
-    write_condition(
-        ctx,
-        csr,
-        "Approved",
-        policy::APPROVED_REASON,
-        policy::APPROVED_MESSAGE,
-    )
-    .await?;
-    ctx.metrics.decision("approved", "ok");
-    tracing::info!(csr = %name, node, flavor, token = token_id, reserved, "approved");
-    ctx.step(&name, Step::Approved)?;
-    Ok(())
+            })
+    };
+    ctx.write(&facts.csr.name, Step::Reserved, put).await
+}
+
+/// Creates the FlavorBinding of `node` and returns its resourceVersion. AlreadyExists:
+/// someone bound the name since we read. It counts as a conflict: the CSR is decided again
+/// with that binding in the facts (same token: idempotent approval; another token: denial).
+async fn bind(
+    ctx: &Context,
+    facts: &CsrFactsRead,
+    node: &NodeName,
+    token: &TokenId,
+    flavor: &FlavorName,
+    now: jiff::Timestamp,
+) -> Result<Option<String>, Error> {
+    let binding = policy::new_binding(facts, node, token, flavor, now);
+    let created = Api::<FlavorBinding>::all(ctx.client.clone())
+        .create(&PostParams::default(), &binding)
+        .await
+        .map_err(|source| Error::Bind {
+            node: node.to_string(),
+            source,
+        })?;
+    Ok(created.metadata.resource_version)
 }
 
 /// What an approval rests on, read once more right before the approval is written: the
 /// facts were read before the reservation and the binding, and under load a CSR can wait
 /// a while between the two. If the binding changed since (revoked, re-made, another
 /// token's) or the Node of the name appeared or went, the CSR goes back to be decided
-/// again from fresh facts: core decides, this only notices the change (P3, and "a revoked
-/// binding never leads to an approval"). What happens after this read happens to a joined
-/// node: a revocation then removes the flavor and taints the Node, as for any joined node.
+/// again from fresh facts: core decides, this only notices the change (P3 (binding), and
+/// "a revoked binding never leads to an approval"). What happens after this read happens
+/// to a joined node: a revocation then removes the flavor and taints the Node, as for any
+/// joined node.
 struct LastLook<'a> {
     node: &'a str,
     csr: &'a str,
@@ -308,7 +331,19 @@ struct LastLook<'a> {
     node_exists: bool,
 }
 
-impl LastLook<'_> {
+impl<'a> LastLook<'a> {
+    fn new(facts: &'a CsrFactsRead, node: &'a NodeName) -> Self {
+        LastLook {
+            node: node.as_str(),
+            csr: &facts.csr.name,
+            binding_version: facts
+                .binding
+                .as_ref()
+                .and_then(|b| b.metadata.resource_version.clone()),
+            node_exists: facts.node_exists,
+        }
+    }
+
     async fn check(&self, ctx: &Context) -> Result<(), Error> {
         let read = |what: String| move |source| Error::Read { what, source };
         let bindings = Api::<FlavorBinding>::all(ctx.client.clone());
@@ -338,105 +373,145 @@ impl LastLook<'_> {
     }
 }
 
-/// The writes of one denial.
-struct Denial<'a> {
-    node: Option<&'a str>,
-    cause: DenyCause,
-    description: &'a str,
-    token: TokenFate,
-}
-
-/// Denies the CSR (P1, P4). The token's fate is settled first, the CSR's Denied condition
-/// last: a decided CSR is never looked at again, so whatever must follow a denial has to
-/// happen before it. A crash in between leaves the CSR pending, and the next run denies it
-/// again, counting that denial a second time: the limit errs towards ending the token,
-/// and no denial goes uncounted.
-async fn deny_csr(
+/// Denies the CSR (P1 (hidden flavor), P4 (rejection that ends)). The token's fate is
+/// settled first, the CSR's Denied condition last: a decided CSR is never looked at again,
+/// so whatever must follow a denial has to happen before it. A crash in between leaves the
+/// CSR pending, and the next run denies it again, counting that denial a second time: the
+/// limit errs towards ending the token, and no denial goes uncounted.
+async fn deny(
     ctx: &Context,
     csr: &CertificateSigningRequest,
     facts: &CsrFactsRead,
-    d: Denial<'_>,
+    cause: DenyCause,
+    fate: TokenFate,
 ) -> Result<(), Error> {
-    let name = &facts.csr.name;
-    let cause = d.cause.as_str();
-    let deleted = settle_token(ctx, name, d.cause, d.token).await?;
+    let deleted = settle_token(ctx, facts, cause, fate).await?;
     // The cause goes to the trail before the CSR is decided (a crash before the condition
     // only records it twice).
     ctx.may_write(Step::Denied)?;
+    record_denial(ctx, csr, facts, cause, deleted).await;
+    let denial = async {
+        write_condition(ctx, csr, DENIED_CONDITION).await?;
+        ctx.metrics.decision("denied", cause.as_str());
+        Ok(())
+    };
+    ctx.write(&facts.csr.name, Step::Denied, denial).await
+}
+
+/// The denial's admin trail: a log line and an Event carry the exact cause, which never
+/// goes on the CSR (P1 (hidden flavor)).
+async fn record_denial(
+    ctx: &Context,
+    csr: &CertificateSigningRequest,
+    facts: &CsrFactsRead,
+    cause: DenyCause,
+    deleted: bool,
+) {
+    let name = facts.csr.name.as_str();
+    let description = policy::describe(cause, facts);
     let token_id = facts.csr.bootstrap_token_id().unwrap_or("-");
-    let node = d.node.unwrap_or("-");
-    tracing::info!(csr = %name, node, token = token_id, cause, token_deleted = deleted, "denied: {}", d.description);
-    trail::record(
-        ctx,
-        Regarding {
-            api_version: "certificates.k8s.io/v1",
-            kind: "CertificateSigningRequest",
-            name,
-            uid: csr.metadata.uid.as_deref(),
-        },
-        "Warning",
-        "Deny",
-        "CSRDenied",
-        &format!(
-            "denied CSR {name} for node {node} (token {token_id}): {cause}: {}{}",
-            d.description,
-            if deleted {
-                "; the token Secret was deleted"
-            } else {
-                ""
-            }
-        ),
-    )
-    .await;
-    ctx.may_write(Step::Denied)?;
-    write_condition(
-        ctx,
-        csr,
-        "Denied",
-        policy::DENIED_REASON,
-        policy::DENIED_MESSAGE,
-    )
-    .await?;
-    ctx.metrics.decision("denied", cause);
-    ctx.step(name, Step::Denied)?;
-    Ok(())
+    let node = facts.parsed.as_ref().map_or("-", |p| p.node_name.as_str());
+    let cause = cause.as_str();
+    tracing::info!(csr = %name, node, token = token_id, cause, token_deleted = deleted, "denied: {description}");
+    let deleted = if deleted {
+        "; the token Secret was deleted"
+    } else {
+        ""
+    };
+    let regarding = Regarding {
+        api_version: "certificates.k8s.io/v1",
+        kind: "CertificateSigningRequest",
+        name,
+        uid: csr.metadata.uid.as_deref(),
+    };
+    let note = format!(
+        "denied CSR {name} for node {node} (token {token_id}): {cause}: {description}{deleted}"
+    );
+    trail::record(ctx, regarding, "Warning", "Deny", "CSRDenied", &note).await;
 }
 
 /// How often settling a token is tried again after losing a resourceVersion race.
 const SETTLE_ATTEMPTS: usize = 16;
 
-/// Carries out a denial's fate for the token (P4): delete it, or raise its denial count
-/// with a resourceVersion precondition. The Secret the decision read may be stale by now:
-/// other CSRs of the same token (a kubelet files a new CSR on every retry, and CSRs are
-/// decided concurrently) were denied or reserved a use in between. A 409 then means
-/// "read the current Secret and decide its fate again": the count is raised from the
-/// current value, and the limit is judged on it, so a burst of denials ends the token at
-/// the limit and no count is lost. A token deleted or re-created under the same name
-/// (other uid) meanwhile is left alone. Returns whether the token was deleted.
+/// Carries out a denial's fate for the token (P4 (rejection that ends)): delete it, or
+/// raise its denial count with a resourceVersion precondition. The Secret the decision read
+/// may be stale by now: other CSRs of the same token (a kubelet files a new CSR on every
+/// retry, and CSRs are decided concurrently) were denied or reserved a use in between. A
+/// 409 then means "read the current Secret and let core judge its fate again": the count
+/// is raised from the current value, and the limit is judged on it, so a burst of denials
+/// ends the token at the limit and no count is lost. A token deleted or re-created under
+/// the same name (other uid) meanwhile is left alone. Returns whether the token was
+/// deleted.
 async fn settle_token(
     ctx: &Context,
-    csr: &str,
+    facts: &CsrFactsRead,
     cause: DenyCause,
     fate: TokenFate,
 ) -> Result<bool, Error> {
-    let secrets = Api::<Secret>::namespaced(ctx.client.clone(), TOKEN_NAMESPACE);
+    let Some(mut secret) = facts.token_secret.clone() else {
+        return Ok(false);
+    };
     let mut fate = fate;
     for _ in 0..SETTLE_ATTEMPTS {
-        let (secret, step) = match &fate {
-            TokenFate::Keep => return Ok(false),
-            TokenFate::Delete(s) => (s, Step::TokenDeleted),
-            TokenFate::Count(s) => (s, Step::DenialCounted),
+        let Some(write) = TokenWrite::of(&secret, fate) else {
+            return Ok(false);
         };
-        let secret_name = secret.metadata.name.clone().unwrap_or_default();
-        let uid = secret.metadata.uid.clone();
-        let failed = |source| Error::TokenAfterDenial {
-            token: secret_name.clone(),
-            source,
+        let deleted = matches!(write, TokenWrite::Delete { .. });
+        match ctx
+            .write(&facts.csr.name, write.step(), write.send(ctx))
+            .await
+        {
+            Ok(()) => return Ok(deleted),
+            Err(e) if e.is_not_found() => return Ok(false),
+            // A delete's uid precondition failing is a 409 too: a new token of that name.
+            Err(e) if e.is_conflict() => {}
+            Err(e) => return Err(e),
+        }
+        let Some(fresh) = reread(ctx, &secret).await? else {
+            return Ok(false);
         };
-        ctx.may_write(step)?;
-        let written = match &fate {
-            TokenFate::Delete(_) => {
-                // The uid precondition: never delete a token re-created under the same name.
+        tracing::debug!(token = ?fresh.metadata.name, "token changed since it was read; settling the denial on the current copy");
+        fate = policy::current_token_fate(&fresh, cause, &ctx.opts);
+        secret = fresh;
+    }
+    Err(Error::Changed {
+        csr: facts.csr.name.clone(),
+        node: "-".to_string(),
+    })
+}
+
+/// The write that carries out a token fate.
+enum TokenWrite {
+    /// Delete the Secret, with a uid precondition: never a token re-created under the
+    /// same name.
+    Delete { name: String, uid: Option<String> },
+    /// PUT the Secret with its denial count raised (resourceVersion precondition).
+    Count(Box<Secret>),
+}
+
+impl TokenWrite {
+    fn of(secret: &Secret, fate: TokenFate) -> Option<TokenWrite> {
+        match fate {
+            TokenFate::Keep => None,
+            TokenFate::Delete => Some(TokenWrite::Delete {
+                name: secret.metadata.name.clone().unwrap_or_default(),
+                uid: secret.metadata.uid.clone(),
+            }),
+            TokenFate::Count => policy::with_denial(secret).map(|s| TokenWrite::Count(Box::new(s))),
+        }
+    }
+
+    fn step(&self) -> Step {
+        match self {
+            TokenWrite::Delete { .. } => Step::TokenDeleted,
+            TokenWrite::Count(_) => Step::DenialCounted,
+        }
+    }
+
+    async fn send(&self, ctx: &Context) -> Result<(), Error> {
+        let secrets = Api::<Secret>::namespaced(ctx.client.clone(), TOKEN_NAMESPACE);
+        let (name, written) = match self {
+            TokenWrite::Delete { name, uid } => {
                 let dp = DeleteParams {
                     preconditions: Some(Preconditions {
                         uid: uid.clone(),
@@ -444,47 +519,45 @@ async fn settle_token(
                     }),
                     ..DeleteParams::default()
                 };
-                secrets.delete(&secret_name, &dp).await.map(|_| ())
+                (name.clone(), secrets.delete(name, &dp).await.map(|_| ()))
             }
-            _ => secrets
-                .replace(&secret_name, &PostParams::default(), secret)
-                .await
-                .map(|_| ()),
+            TokenWrite::Count(secret) => {
+                let name = secret.metadata.name.clone().unwrap_or_default();
+                let put = secrets.replace(&name, &PostParams::default(), secret).await;
+                (name, put.map(|_| ()))
+            }
         };
-        match written {
-            Ok(()) => {
-                if step == Step::TokenDeleted {
-                    ctx.metrics.tokens_deleted.inc();
-                }
-                ctx.step(csr, step)?;
-                return Ok(step == Step::TokenDeleted);
-            }
-            Err(kube::Error::Api(s)) if s.is_not_found() => return Ok(false),
-            // A delete's uid precondition failing is a 409 too: a new token of that name.
-            Err(kube::Error::Api(s)) if s.is_conflict() => {}
-            Err(source) => return Err(failed(source)),
+        written.map_err(|source| Error::TokenAfterDenial {
+            token: name,
+            source,
+        })?;
+        if let TokenWrite::Delete { .. } = self {
+            ctx.metrics.tokens_deleted.inc();
         }
-        let fresh = secrets.get_opt(&secret_name).await.map_err(failed)?;
-        let Some(fresh) = fresh.filter(|s| s.metadata.uid == uid) else {
-            return Ok(false);
-        };
-        tracing::debug!(token = %secret_name, "token changed since it was read; settling the denial on the current copy");
-        fate = policy::token_fate(Some(&fresh), cause, ctx.opts.denial_limit);
+        Ok(())
     }
-    Err(Error::Changed {
-        csr: csr.to_string(),
-        node: "-".to_string(),
-    })
 }
 
-/// PUT `/approval` with the whole object and one condition (spec section 4). The
-/// resourceVersion of the object read guards it; Approved and Denied are permanent.
+/// The token Secret as it is now, if it is still the one that was read (same uid).
+async fn reread(ctx: &Context, secret: &Secret) -> Result<Option<Secret>, Error> {
+    let name = secret.metadata.name.clone().unwrap_or_default();
+    let fresh = Api::<Secret>::namespaced(ctx.client.clone(), TOKEN_NAMESPACE)
+        .get_opt(&name)
+        .await
+        .map_err(|source| Error::TokenAfterDenial {
+            token: name.clone(),
+            source,
+        })?;
+    Ok(fresh.filter(|s| s.metadata.uid == secret.metadata.uid))
+}
+
+/// PUT `/approval` with the whole object and one condition: core's, the same for every
+/// approval or every denial (P1 (hidden flavor)). The resourceVersion of the object read
+/// guards it; Approved and Denied are permanent.
 async fn write_condition(
     ctx: &Context,
     csr: &CertificateSigningRequest,
-    type_: &str,
-    reason: &str,
-    message: &str,
+    condition: CsrCondition,
 ) -> Result<(), Error> {
     let name = csr.metadata.name.clone().unwrap_or_default();
     let mut updated = csr.clone();
@@ -495,10 +568,10 @@ async fn write_condition(
         .conditions
         .get_or_insert_with(Vec::new)
         .push(CertificateSigningRequestCondition {
-            type_: type_.into(),
+            type_: condition.type_.into(),
             status: "True".into(),
-            reason: Some(reason.into()),
-            message: Some(message.into()),
+            reason: Some(condition.reason.into()),
+            message: Some(condition.message.into()),
             ..CertificateSigningRequestCondition::default()
         });
     Api::<CertificateSigningRequest>::all(ctx.client.clone())

@@ -11,12 +11,15 @@ use k8s_openapi::api::core::v1::{Node, Secret};
 use kube::Api;
 use kube::core::PartialObjectMeta;
 
+use kubeflavor_core::csr::{CsrError, KubeletClientCsr};
+use kubeflavor_core::policy::{APPROVED_CONDITION, DENIED_CONDITION};
+
 use super::{Context, Error, TOKEN_NAMESPACE};
 use crate::crd::{Flavor, FlavorBinding};
 
-/// Node identities (renewals) are `system:node:<name>` (spec section 4).
+/// Node identities (renewals) are `system:node:<name>`.
 pub use kubeflavor_core::csr::NODE_USER_PREFIX;
-/// Bootstrap identities are `system:bootstrap:<token-id>` (spec section 1).
+/// Bootstrap token identities are `system:bootstrap:<token-id>`.
 pub use kubeflavor_core::token::BOOTSTRAP_USER_PREFIX;
 
 /// The CSR fields a decision reads, copied out of the object.
@@ -35,13 +38,15 @@ pub struct CsrView {
 
 /// Already Approved or Denied: both are permanent, nothing left to decide.
 pub fn is_decided(csr: &CertificateSigningRequest) -> bool {
+    has_condition(csr, APPROVED_CONDITION.type_) || has_condition(csr, DENIED_CONDITION.type_)
+}
+
+/// The CSR has a condition of `type_` with status True.
+pub fn has_condition(csr: &CertificateSigningRequest, type_: &str) -> bool {
     csr.status
         .as_ref()
         .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|cs| {
-            cs.iter()
-                .any(|c| (c.type_ == "Approved" || c.type_ == "Denied") && c.status == "True")
-        })
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == type_ && c.status == "True"))
 }
 
 impl CsrView {
@@ -68,6 +73,8 @@ impl CsrView {
 #[derive(Clone, Debug)]
 pub struct CsrFactsRead {
     pub csr: CsrView,
+    /// The request validated as a kubelet client CSR (once per decision).
+    pub parsed: Result<KubeletClientCsr, CsrError>,
     /// The token Secret of a bootstrap requester, as read (its resourceVersion guards the
     /// reservation write).
     pub token_secret: Option<Secret>,
@@ -84,65 +91,74 @@ fn read_err(what: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
     move |source| Error::Read { what, source }
 }
 
-/// Reads, for the CSR seen as `view`, the token Secret, its Flavor, and the binding and
-/// Node of `node_name` (the CN's node name, when the CSR parsed far enough to have one).
+/// Reads, for the CSR seen as `view` and validated as `parsed`, the token Secret, its
+/// Flavor, and the binding and Node of the node name the valid CSR asks for.
 pub async fn gather(
     ctx: &Context,
     view: CsrView,
-    node_name: Option<&str>,
+    parsed: Result<KubeletClientCsr, CsrError>,
     flavor_of: impl Fn(&Secret) -> Option<String>,
 ) -> Result<CsrFactsRead, Error> {
+    let node_name = parsed.as_ref().ok().map(|p| p.node_name.as_str());
     // The token (then its Flavor) and the name's binding and Node are independent reads:
     // issue them together so a decision waits for one round trip, not four.
-    let token_and_flavor = async {
-        let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), TOKEN_NAMESPACE);
-        let token_secret = match view.bootstrap_token_id() {
-            Some(id) => {
-                let name = format!("bootstrap-token-{id}");
-                secrets
-                    .get_opt(&name)
-                    .await
-                    .map_err(read_err(format!("Secret {TOKEN_NAMESPACE}/{name}")))?
-            }
-            None => None,
-        };
-        let flavor = match token_secret.as_ref().and_then(&flavor_of) {
-            Some(name) => Api::<Flavor>::all(ctx.client.clone())
-                .get_opt(&name)
-                .await
-                .map_err(read_err(format!("Flavor {name}")))?,
-            None => None,
-        };
-        Ok::<_, Error>((token_secret, flavor))
-    };
-    let binding = async {
-        match node_name {
-            Some(node) => Api::<FlavorBinding>::all(ctx.client.clone())
-                .get_opt(node)
-                .await
-                .map_err(read_err(format!("FlavorBinding {node}"))),
-            None => Ok(None),
-        }
-    };
-    let node_exists = async {
-        match node_name {
-            Some(node) => {
-                let meta: Option<PartialObjectMeta<Node>> = Api::<Node>::all(ctx.client.clone())
-                    .get_metadata_opt(node)
-                    .await
-                    .map_err(read_err(format!("Node {node}")))?;
-                Ok(meta.is_some())
-            }
-            None => Ok(false),
-        }
-    };
-    let ((token_secret, flavor), binding, node_exists) =
-        tokio::try_join!(token_and_flavor, binding, node_exists)?;
+    let ((token_secret, flavor), binding, node_exists) = tokio::try_join!(
+        read_token_and_flavor(ctx, view.bootstrap_token_id(), flavor_of),
+        read_binding(ctx, node_name),
+        node_exists(ctx, node_name),
+    )?;
     Ok(CsrFactsRead {
         csr: view,
+        parsed,
         token_secret,
         flavor,
         binding,
         node_exists,
     })
+}
+
+/// The token Secret of a bootstrap requester (token id `id`), and the Flavor it names.
+async fn read_token_and_flavor(
+    ctx: &Context,
+    id: Option<&str>,
+    flavor_of: impl Fn(&Secret) -> Option<String>,
+) -> Result<(Option<Secret>, Option<Flavor>), Error> {
+    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), TOKEN_NAMESPACE);
+    let token_secret = match id {
+        Some(id) => {
+            let name = format!("bootstrap-token-{id}");
+            secrets
+                .get_opt(&name)
+                .await
+                .map_err(read_err(format!("Secret {TOKEN_NAMESPACE}/{name}")))?
+        }
+        None => None,
+    };
+    let flavor = match token_secret.as_ref().and_then(&flavor_of) {
+        Some(name) => Api::<Flavor>::all(ctx.client.clone())
+            .get_opt(&name)
+            .await
+            .map_err(read_err(format!("Flavor {name}")))?,
+        None => None,
+    };
+    Ok((token_secret, flavor))
+}
+
+/// The FlavorBinding of the node name, if the CSR names one.
+async fn read_binding(ctx: &Context, node: Option<&str>) -> Result<Option<FlavorBinding>, Error> {
+    let Some(node) = node else { return Ok(None) };
+    Api::<FlavorBinding>::all(ctx.client.clone())
+        .get_opt(node)
+        .await
+        .map_err(read_err(format!("FlavorBinding {node}")))
+}
+
+/// Whether a Node of the node name exists (a metadata-only read).
+async fn node_exists(ctx: &Context, node: Option<&str>) -> Result<bool, Error> {
+    let Some(node) = node else { return Ok(false) };
+    let meta: Option<PartialObjectMeta<Node>> = Api::<Node>::all(ctx.client.clone())
+        .get_metadata_opt(node)
+        .await
+        .map_err(read_err(format!("Node {node}")))?;
+    Ok(meta.is_some())
 }

@@ -167,55 +167,17 @@ impl LeaderElector {
             .get_opt(&self.cfg.name)
             .await
             .map_err(|e| self.read_err(e))?;
-        let now = Instant::now();
-        let unchanged_for = match &current {
-            Some(lease) => {
-                let spec = lease.spec.clone().unwrap_or_default();
-                let key = (spec.holder_identity.clone(), spec.renew_time.clone());
-                match &self.observed {
-                    Some((seen, since)) if *seen == key => now.duration_since(*since),
-                    _ => {
-                        self.observed = Some((key, now));
-                        Duration::ZERO
-                    }
-                }
-            }
-            None => Duration::ZERO,
-        };
+        let unchanged_for = self.observe(current.as_ref());
         let step = lease_step(
             current.as_ref().and_then(|l| l.spec.as_ref()),
             &self.cfg.identity,
             unchanged_for,
         );
         tracing::debug!(identity = %self.cfg.identity, ?step, ?unchanged_for, "lease round");
-        let result = match step {
-            LeaseStep::Wait { .. } => return Ok(false),
-            LeaseStep::Create => {
-                let lease = Lease {
-                    metadata: ObjectMeta {
-                        name: Some(self.cfg.name.clone()),
-                        namespace: Some(self.cfg.namespace.clone()),
-                        ..ObjectMeta::default()
-                    },
-                    spec: Some(self.spec_now(None, 0)),
-                };
-                self.api.create(&PostParams::default(), &lease).await
-            }
-            LeaseStep::Renew | LeaseStep::TakeOver => {
-                let mut lease = current.expect("a Lease was read for renew/take-over");
-                let old = lease.spec.take().unwrap_or_default();
-                let transitions = old.lease_transitions.unwrap_or(0);
-                lease.spec = Some(if step == LeaseStep::Renew {
-                    self.spec_now(old.acquire_time, transitions)
-                } else {
-                    self.spec_now(None, transitions + 1)
-                });
-                // metadata.resourceVersion from the read makes this PUT fail with 409 if
-                // anyone wrote in between: the optimistic lock of the election.
-                self.api
-                    .replace(&self.cfg.name, &PostParams::default(), &lease)
-                    .await
-            }
+        let result = match (step, current) {
+            (LeaseStep::Wait { .. }, _) => return Ok(false),
+            (LeaseStep::Create, _) | (_, None) => self.create().await,
+            (step, Some(lease)) => self.hold(lease, step == LeaseStep::TakeOver).await,
         };
         match result {
             Ok(lease) => {
@@ -226,6 +188,54 @@ impl LeaderElector {
             Err(kube::Error::Api(s)) if s.is_conflict() || s.is_already_exists() => Ok(false),
             Err(e) => Err(self.write_err(e)),
         }
+    }
+
+    /// How long (local clock) the Lease has been seen with the same holder and renew time;
+    /// zero when it just changed or there is none.
+    fn observe(&mut self, current: Option<&Lease>) -> Duration {
+        let Some(lease) = current else {
+            return Duration::ZERO;
+        };
+        let now = Instant::now();
+        let spec = lease.spec.clone().unwrap_or_default();
+        let key = (spec.holder_identity, spec.renew_time);
+        match &self.observed {
+            Some((seen, since)) if *seen == key => now.duration_since(*since),
+            _ => {
+                self.observed = Some((key, now));
+                Duration::ZERO
+            }
+        }
+    }
+
+    /// Creates the Lease, held by this candidate.
+    async fn create(&self) -> Result<Lease, kube::Error> {
+        let lease = Lease {
+            metadata: ObjectMeta {
+                name: Some(self.cfg.name.clone()),
+                namespace: Some(self.cfg.namespace.clone()),
+                ..ObjectMeta::default()
+            },
+            spec: Some(self.spec_now(None, 0)),
+        };
+        self.api.create(&PostParams::default(), &lease).await
+    }
+
+    /// Renews the Lease read as `lease`, or takes it over (a new acquire time, one more
+    /// transition).
+    async fn hold(&self, mut lease: Lease, take_over: bool) -> Result<Lease, kube::Error> {
+        let old = lease.spec.take().unwrap_or_default();
+        let transitions = old.lease_transitions.unwrap_or(0);
+        lease.spec = Some(if take_over {
+            self.spec_now(None, transitions + 1)
+        } else {
+            self.spec_now(old.acquire_time, transitions)
+        });
+        // metadata.resourceVersion from the read makes this PUT fail with 409 if anyone
+        // wrote in between: the optimistic lock of the election.
+        self.api
+            .replace(&self.cfg.name, &PostParams::default(), &lease)
+            .await
     }
 
     /// Gives the Lease up so a standby takes over at its next round instead of waiting for

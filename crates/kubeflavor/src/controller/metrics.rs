@@ -12,7 +12,18 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
-use prometheus_client::registry::Registry;
+use prometheus_client::registry::{Metric, Registry};
+
+/// Registers `metric` under `name` and hands back a handle to it.
+fn registered<M: Metric + Clone>(registry: &mut Registry, name: &str, help: &str, metric: M) -> M {
+    registry.register(name, help, metric.clone());
+    metric
+}
+
+/// Buckets from 1 ms to about 16 s.
+fn duration_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(0.001, 2.0, 15))
+}
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct DecisionLabels {
@@ -65,80 +76,70 @@ impl std::fmt::Debug for Metrics {
 
 impl Metrics {
     pub fn new() -> Self {
-        let mut registry = Registry::with_prefix("kubeflavor");
-        let decisions = Family::<DecisionLabels, Counter>::default();
-        registry.register(
-            "csr_decisions",
-            "CSR decisions by outcome and exact cause",
-            decisions.clone(),
-        );
-        // 1 ms .. ~16 s
-        let decision_duration = Histogram::new(exponential_buckets(0.001, 2.0, 15));
-        registry.register(
-            "csr_decision_duration_seconds",
-            "Time to decide and apply one CSR decision (reads and writes included)",
-            decision_duration.clone(),
-        );
-        let flavoring_duration = Histogram::new(exponential_buckets(0.001, 2.0, 15));
-        registry.register(
-            "node_flavoring_duration_seconds",
-            "Time to bring one Node to its binding's desired labels and taints",
-            flavoring_duration.clone(),
-        );
-        let flavored_nodes = Gauge::<i64, AtomicI64>::default();
-        registry.register(
-            "flavored_nodes",
-            "Nodes whose labels and taints match their binding",
-            flavored_nodes.clone(),
-        );
-        let errors = Family::<ErrorLabels, Counter>::default();
-        registry.register(
-            "reconcile_errors",
-            "Reconcile failures by controller and stage",
-            errors.clone(),
-        );
-        let conflicts = Family::<ErrorLabels, Counter>::default();
-        registry.register(
-            "reconcile_conflicts",
-            "Writes that lost an optimistic-concurrency race (409) and were decided again at once, by controller and stage: normal when others write the same objects (kube-controller-manager edits new Nodes), not an error",
-            conflicts.clone(),
-        );
-        let tokens_deleted = Counter::default();
-        registry.register(
-            "tokens_deleted",
-            "Token Secrets deleted after a denial so the kubelet stops retrying",
-            tokens_deleted.clone(),
-        );
-        let node_patches = Counter::default();
-        registry.register(
-            "node_patches",
-            "Node patches written to restore or apply a flavor",
-            node_patches.clone(),
-        );
-        let leader = Gauge::<i64, AtomicI64>::default();
-        registry.register(
-            "leader",
-            "1 while this replica holds the leader Lease",
-            leader.clone(),
-        );
-        let competing_approvals = Family::<KindLabels, Gauge<i64, AtomicI64>>::default();
-        registry.register(
-            "competing_approvals",
-            "1 when kube-controller-manager auto-approves this kind of kubelet client CSR before kubeflavor decides (kind: other_tokens, renewals), found at start",
-            competing_approvals.clone(),
-        );
+        let mut r = Registry::with_prefix("kubeflavor");
+        // In registration order, which is the order of /metrics.
         Metrics {
-            competing_approvals,
-            decisions,
-            decision_duration,
-            flavoring_duration,
-            flavored_nodes,
-            errors,
-            conflicts,
-            tokens_deleted,
-            node_patches,
-            leader,
-            registry: Arc::new(registry),
+            decisions: registered(
+                &mut r,
+                "csr_decisions",
+                "CSR decisions by outcome and exact cause",
+                Family::default(),
+            ),
+            decision_duration: registered(
+                &mut r,
+                "csr_decision_duration_seconds",
+                "Time to decide and apply one CSR decision (reads and writes included)",
+                duration_histogram(),
+            ),
+            flavoring_duration: registered(
+                &mut r,
+                "node_flavoring_duration_seconds",
+                "Time to bring one Node to its binding's desired labels and taints",
+                duration_histogram(),
+            ),
+            flavored_nodes: registered(
+                &mut r,
+                "flavored_nodes",
+                "Nodes whose labels and taints match their binding",
+                Gauge::default(),
+            ),
+            errors: registered(
+                &mut r,
+                "reconcile_errors",
+                "Reconcile failures by controller and stage",
+                Family::default(),
+            ),
+            conflicts: registered(
+                &mut r,
+                "reconcile_conflicts",
+                "Writes that lost an optimistic-concurrency race (409) and were decided again at once, by controller and stage: normal when others write the same objects (kube-controller-manager edits new Nodes), not an error",
+                Family::default(),
+            ),
+            tokens_deleted: registered(
+                &mut r,
+                "tokens_deleted",
+                "Token Secrets deleted after a denial so the kubelet stops retrying",
+                Counter::default(),
+            ),
+            node_patches: registered(
+                &mut r,
+                "node_patches",
+                "Node patches written to restore or apply a flavor",
+                Counter::default(),
+            ),
+            leader: registered(
+                &mut r,
+                "leader",
+                "1 while this replica holds the leader Lease",
+                Gauge::default(),
+            ),
+            competing_approvals: registered(
+                &mut r,
+                "competing_approvals",
+                "1 when kube-controller-manager auto-approves this kind of kubelet client CSR before kubeflavor decides (kind: other_tokens, renewals), found at start",
+                Family::default(),
+            ),
+            registry: Arc::new(r),
         }
     }
 

@@ -35,9 +35,10 @@ use self::http::Health;
 use self::leader::{LeaderElector, LeaseConfig};
 use self::metrics::Metrics;
 
-/// The signer of kubelet client certificates (spec section 4).
+/// The signer of kubelet client certificates.
 pub use kubeflavor_core::csr::KUBELET_CLIENT_SIGNER;
-/// Where bootstrap token Secrets live (spec section 1).
+/// Where bootstrap token Secrets live: kube-apiserver's bootstrap token authenticator
+/// reads them from kube-system only.
 pub use kubeflavor_core::token_secret::TOKEN_SECRET_NAMESPACE as TOKEN_NAMESPACE;
 /// The Lease the replicas compete for.
 pub const LEASE_NAME: &str = "kubeflavor-controller";
@@ -206,6 +207,11 @@ impl Error {
         }
     }
 
+    /// The object the write was for is gone (404).
+    pub fn is_not_found(&self) -> bool {
+        matches!(self.source_kube(), Some(kube::Error::Api(s)) if s.is_not_found())
+    }
+
     /// Lost an optimistic-concurrency race (409 Conflict or AlreadyExists, or facts that
     /// changed before an approval): re-read and decide again soon.
     pub fn is_conflict(&self) -> bool {
@@ -309,6 +315,21 @@ impl Context {
             Ok(())
         }
     }
+
+    /// One write of a reconcile, bracketed: refused once this context may write no more
+    /// (see [`Context::may_write`]), and recorded as `step` of object `name` once done (see
+    /// [`Context::step`]). `write` is not started when refused.
+    pub async fn write<T>(
+        &self,
+        name: &str,
+        step: Step,
+        write: impl std::future::Future<Output = Result<T, Error>>,
+    ) -> Result<T, Error> {
+        self.may_write(step)?;
+        let written = write.await?;
+        self.step(name, step)?;
+        Ok(written)
+    }
 }
 
 type Stop = Shared<BoxFuture<'static, ()>>;
@@ -383,16 +404,7 @@ pub async fn run(
         let _ = shut_tx.send(true);
     };
 
-    let listener = match rt.opts.ops_addr {
-        Some(addr) => {
-            let listener = http::bind(addr).await.map_err(|e| {
-                anyhow::anyhow!("cannot listen on {addr} for /metrics and probes: {e} (choose another --http-address)")
-            })?;
-            tracing::info!(addr = %listener.local_addr()?, "serving /metrics /healthz /readyz");
-            Some(listener)
-        }
-        None => None,
-    };
+    let listener = bind_ops(&rt.opts).await?;
     let ops = async {
         let Some(listener) = listener else { return };
         let served = http::serve(
@@ -405,51 +417,74 @@ pub async fn run(
             tracing::warn!(error = %e, "operations endpoint failed");
         }
     };
-
     let work = async {
-        if !rt.opts.leader_elect {
-            rt.health.set_leading(true);
-            rt.metrics.leader.set(1);
-            run_loops(&rt, stopping.clone()).await;
-            rt.health.set_stopping();
+        if rt.opts.leader_elect {
+            lead(&rt, stopping.clone(), shut_rx).await;
             return;
         }
-        let (lead_tx, lead_rx) = watch::channel(false);
-        let mut cfg = LeaseConfig::new(&rt.opts.namespace, &rt.opts.lease_name, &rt.opts.identity);
-        cfg.lease_duration = rt.opts.lease_duration;
-        cfg.renew_deadline = rt.opts.renew_deadline;
-        cfg.retry_period = rt.opts.retry_period;
-        let election = LeaderElector::new(rt.client.clone(), cfg).run(lead_tx, stopping.clone());
-        let terms = async {
-            loop {
-                let mut rx = lead_rx.clone();
-                tokio::select! {
-                    _ = stopping.clone() => break,
-                    r = rx.wait_for(|v| *v) => if r.is_err() { break },
-                }
-                rt.health.set_leading(true);
-                rt.metrics.leader.set(1);
-                let lost = stop_when(lead_rx.clone(), false);
-                let until = futures::future::select(lost, stopping.clone())
-                    .map(|_| ())
-                    .boxed()
-                    .shared();
-                run_loops(&rt, until).await;
-                tracing::debug!(identity = %rt.opts.identity, "leadership term ended");
-                rt.health.set_leading(false);
-                rt.health.set_synced(false);
-                rt.metrics.leader.set(0);
-                if *shut_rx.borrow() {
-                    break;
-                }
-            }
-            rt.health.set_stopping();
-        };
-        tokio::join!(election, terms);
+        rt.health.set_leading(true);
+        rt.metrics.leader.set(1);
+        run_loops(&rt, stopping.clone()).await;
+        rt.health.set_stopping();
     };
     tokio::join!(forward, ops, work);
     tracing::info!(identity = %rt.opts.identity, "controller stopped");
     Ok(())
+}
+
+/// Binds the address for /metrics and the probes, if one was asked for.
+async fn bind_ops(opts: &Options) -> anyhow::Result<Option<tokio::net::TcpListener>> {
+    let Some(addr) = opts.ops_addr else {
+        return Ok(None);
+    };
+    let listener = http::bind(addr).await.map_err(|e| {
+        anyhow::anyhow!(
+            "cannot listen on {addr} for /metrics and probes: {e} (choose another --http-address)"
+        )
+    })?;
+    tracing::info!(addr = %listener.local_addr()?, "serving /metrics /healthz /readyz");
+    Ok(Some(listener))
+}
+
+/// Competes for the Lease until `stopping` resolves, and runs the loops for each
+/// leadership term won. Not ready from the moment the last term ended.
+async fn lead(rt: &Runtime, stopping: Stop, shut_rx: watch::Receiver<bool>) {
+    let (lead_tx, lead_rx) = watch::channel(false);
+    let mut cfg = LeaseConfig::new(&rt.opts.namespace, &rt.opts.lease_name, &rt.opts.identity);
+    cfg.lease_duration = rt.opts.lease_duration;
+    cfg.renew_deadline = rt.opts.renew_deadline;
+    cfg.retry_period = rt.opts.retry_period;
+    let election = LeaderElector::new(rt.client.clone(), cfg).run(lead_tx, stopping.clone());
+    let terms = async {
+        loop {
+            let mut rx = lead_rx.clone();
+            tokio::select! {
+                _ = stopping.clone() => break,
+                r = rx.wait_for(|v| *v) => if r.is_err() { break },
+            }
+            term(rt, stop_when(lead_rx.clone(), false), stopping.clone()).await;
+            if *shut_rx.borrow() {
+                break;
+            }
+        }
+        rt.health.set_stopping();
+    };
+    tokio::join!(election, terms);
+}
+
+/// One leadership term, until leadership is `lost` or the controller is `stopping`.
+async fn term(rt: &Runtime, lost: Stop, stopping: Stop) {
+    rt.health.set_leading(true);
+    rt.metrics.leader.set(1);
+    let until = futures::future::select(lost, stopping)
+        .map(|_| ())
+        .boxed()
+        .shared();
+    run_loops(rt, until).await;
+    tracing::debug!(identity = %rt.opts.identity, "leadership term ended");
+    rt.health.set_leading(false);
+    rt.health.set_synced(false);
+    rt.metrics.leader.set(0);
 }
 
 /// One leadership term: both loops (and the bound-node counts) until `until` resolves.

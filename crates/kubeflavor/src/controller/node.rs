@@ -21,13 +21,13 @@ use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use kubeflavor_core::node_state::{BindingCsr, node_is_the_holders};
+use kubeflavor_core::policy::APPROVED_CONDITION;
 use tokio::sync::Notify;
 
-use super::cache;
 use super::metrics::Metrics;
-use super::policy;
 use super::{Context, Error, Options, Step, Stop};
-use crate::crd::{Flavor, FlavorBinding};
+use super::{cache, facts, policy};
+use crate::crd::{Flavor, FlavorBinding, FlavorBindingStatus};
 
 type Events<K> = BoxStream<'static, Result<K, watcher::Error>>;
 
@@ -115,36 +115,8 @@ pub async fn keep_bound_counts(ctx: Arc<Context>, changed: Arc<Notify>, until: S
         loop {
             changed.notified().await;
             tokio::time::sleep(COUNT_SETTLE).await;
-            let flavors = ctx.flavors.state();
-            let bindings = ctx.bindings.state();
-            let updates = policy::bound_node_updates(
-                flavors.iter().map(|f| {
-                    (
-                        f.metadata.name.as_deref().unwrap_or_default(),
-                        f.status.as_ref().and_then(|s| s.bound_nodes),
-                    )
-                }),
-                bindings.iter().map(|b| b.spec.flavor.as_str()),
-            );
-            let api: Api<Flavor> = Api::all(ctx.client.clone());
-            for (name, count) in updates {
-                if ctx.may_write(Step::StatusWritten).is_err() {
-                    return;
-                }
-                let body = serde_json::json!({ "status": { "boundNodes": count } });
-                match api
-                    .patch_status(&name, &PatchParams::default(), &Patch::Merge(&body))
-                    .await
-                {
-                    Ok(_) => tracing::debug!(flavor = %name, count, "bound nodes counted"),
-                    // Deleted meanwhile: nothing to count.
-                    Err(kube::Error::Api(s)) if s.is_not_found() => {}
-                    Err(e) => {
-                        ctx.metrics.error("flavor", "bound_count");
-                        tracing::warn!(flavor = %name, error = %e, "could not write the bound-node count; retrying");
-                        changed.notify_one();
-                    }
-                }
+            if write_bound_counts(&ctx, &changed).await.is_err() {
+                return;
             }
         }
     };
@@ -152,6 +124,42 @@ pub async fn keep_bound_counts(ctx: Arc<Context>, changed: Arc<Notify>, until: S
         _ = work => {}
         _ = until => {}
     }
+}
+
+/// Writes each Flavor's `status.boundNodes` that differs from the cached bindings; a
+/// failed write notifies `changed` so it is tried again. Fails once this context may
+/// write no more.
+async fn write_bound_counts(ctx: &Context, changed: &Notify) -> Result<(), Error> {
+    let flavors = ctx.flavors.state();
+    let bindings = ctx.bindings.state();
+    let updates = policy::bound_node_updates(
+        flavors.iter().map(|f| {
+            (
+                f.metadata.name.as_deref().unwrap_or_default(),
+                f.status.as_ref().and_then(|s| s.bound_nodes),
+            )
+        }),
+        bindings.iter().map(|b| b.spec.flavor.as_str()),
+    );
+    let api: Api<Flavor> = Api::all(ctx.client.clone());
+    for (name, count) in updates {
+        ctx.may_write(Step::StatusWritten)?;
+        let body = serde_json::json!({ "status": { "boundNodes": count } });
+        match api
+            .patch_status(&name, &PatchParams::default(), &Patch::Merge(&body))
+            .await
+        {
+            Ok(_) => tracing::debug!(flavor = %name, count, "bound nodes counted"),
+            // Deleted meanwhile: nothing to count.
+            Err(kube::Error::Api(s)) if s.is_not_found() => {}
+            Err(e) => {
+                ctx.metrics.error("flavor", "bound_count");
+                tracing::warn!(flavor = %name, error = %e, "could not write the bound-node count; retrying");
+                changed.notify_one();
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Runs the node loop until `until` resolves.
@@ -163,41 +171,21 @@ pub async fn run(
     until: Stop,
 ) {
     let store = ctx.bindings.clone();
-    let flavors = ctx.flavors.clone();
-    let seen_specs: std::sync::Mutex<std::collections::HashMap<String, String>> =
-        Default::default();
+    let routes = FlavorRoutes {
+        flavors: ctx.flavors.clone(),
+        bindings: store.clone(),
+        seen: Default::default(),
+    };
     let controller = Controller::for_stream(binding_events, store.clone())
         // Unbounded here: the fair limit is `Context::node_turns` (see `Turns`).
         .with_config(Config::default().concurrency(0));
-    let ready_store = store.clone();
     let fut = controller
         // The binding is named after its Node.
         .watches_stream(node_events, |node| {
             Some(ObjectRef::<FlavorBinding>::new(&node.name_any()))
         })
         .watches_stream(flavor_events, move |flavor| {
-            let name = flavor.name_any();
-            // Only a new spec (generation), a new Flavor under the name (uid) or a deleted
-            // one changes what its Nodes must carry; the bound-node count this controller
-            // writes into the status must not re-run every binding of the Flavor.
-            let now = flavors
-                .get(&ObjectRef::from_obj(&flavor))
-                .map(|f| flavor_version(Some(&f)));
-            let mut seen = seen_specs.lock().expect("seen specs lock");
-            let unchanged = now.is_some() && seen.get(&name) == now.as_ref();
-            match now {
-                Some(v) => seen.insert(name.clone(), v),
-                None => seen.remove(&name),
-            };
-            if unchanged {
-                return Vec::new();
-            }
-            store
-                .state()
-                .into_iter()
-                .filter(|b| b.spec.flavor == name)
-                .map(|b| ObjectRef::from_obj(&*b))
-                .collect::<Vec<_>>()
+            routes.bindings_to_redo(&flavor)
         })
         .graceful_shutdown_on(until.clone())
         .run(reconcile, error_policy, ctx.clone())
@@ -206,7 +194,44 @@ pub async fn run(
                 tracing::debug!(error = %e, "node loop");
             }
         });
-    super::with_grace(fut, until, ready_store).await;
+    super::with_grace(fut, until, store).await;
+}
+
+/// Routes Flavor events to the bindings of the Flavor.
+struct FlavorRoutes {
+    flavors: Store<Flavor>,
+    bindings: Store<FlavorBinding>,
+    /// Per Flavor name, the version (see `flavor_version`) last routed.
+    seen: std::sync::Mutex<std::collections::HashMap<String, String>>,
+}
+
+impl FlavorRoutes {
+    /// The bindings to reconcile after an event of `flavor`. Only a new spec (generation),
+    /// a new Flavor under the name (uid) or a deleted one changes what its Nodes must
+    /// carry; the bound-node count this controller writes into the status must not re-run
+    /// every binding of the Flavor.
+    fn bindings_to_redo(&self, flavor: &Flavor) -> Vec<ObjectRef<FlavorBinding>> {
+        let name = flavor.name_any();
+        let now = self
+            .flavors
+            .get(&ObjectRef::from_obj(flavor))
+            .map(|f| flavor_version(Some(&f)));
+        let mut seen = self.seen.lock().expect("seen specs lock");
+        let unchanged = now.is_some() && seen.get(&name) == now.as_ref();
+        match now {
+            Some(v) => seen.insert(name.clone(), v),
+            None => seen.remove(&name),
+        };
+        if unchanged {
+            return Vec::new();
+        }
+        self.bindings
+            .state()
+            .into_iter()
+            .filter(|b| b.spec.flavor == name)
+            .map(|b| ObjectRef::from_obj(&*b))
+            .collect()
+    }
 }
 
 pub fn error_policy(_b: Arc<FlavorBinding>, err: &Error, ctx: Arc<Context>) -> Action {
@@ -269,13 +294,7 @@ async fn binding_csr(ctx: &Context, binding: &FlavorBinding) -> Result<BindingCs
 }
 
 fn approved(csr: &CertificateSigningRequest) -> bool {
-    csr.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|cs| {
-            cs.iter()
-                .any(|c| c.type_ == "Approved" && c.status == "True")
-        })
+    facts::has_condition(csr, APPROVED_CONDITION.type_)
 }
 
 /// What of a Flavor its Nodes depend on: which object (uid) and which spec (generation).
@@ -333,103 +352,154 @@ async fn flavor_node(
     ctx: &Context,
 ) -> Result<Action, Error> {
     let _timer = Metrics::measure(&ctx.metrics.flavoring_duration);
-    // The caches keep neither the binding's status nor the Node's labels and taints: read
-    // both, together. A fresh binding is also the only safe base for the status write (a
-    // cache may lag the status written a moment ago).
-    let nodes: Api<Node> = Api::all(ctx.client.clone());
-    let bindings: Api<FlavorBinding> = Api::all(ctx.client.clone());
-    let (binding, node) = tokio::try_join!(
-        async {
-            bindings.get_opt(&name).await.map_err(|source| Error::Read {
-                what: format!("FlavorBinding {name}"),
-                source,
-            })
-        },
-        async {
-            nodes.get_opt(&name).await.map_err(|source| Error::Read {
-                what: format!("Node {name}"),
-                source,
-            })
-        },
-    )?;
-    let (Some(binding), Some(node)) = (binding, node) else {
+    let Some((binding, node)) = read_binding_and_node(ctx, &name).await? else {
         // Deleted meanwhile: the watch event that follows ends the story.
         forget(ctx, &name);
         return Ok(Action::await_change());
     };
-    if !policy::is_revoked(&binding) && !was_flavored(&binding) {
-        let csr = binding_csr(ctx, &binding).await?;
-        if !node_is_the_holders(false, csr) {
-            // Not (yet) the token holder's Node: leave it alone. The holder's own
-            // registration comes after the approval and triggers this loop again.
-            tracing::debug!(node = %name, csr = ?csr, "the Node predates its binding's approval; not flavoring it");
-            return Ok(Action::await_change());
-        }
+    if !is_the_holders(ctx, &binding).await? {
+        return Ok(Action::await_change());
     }
     let flavor = if binding.spec.flavor == cached_flavor {
         flavor
     } else {
         ctx.flavors.get(&ObjectRef::new(&binding.spec.flavor))
     };
-
-    // Build (pure).
     let plan = policy::plan_node(&binding, flavor.as_deref(), &node);
+    let node_rv = patch_node(ctx, &binding, &node, plan.patch.as_ref()).await?;
+    let binding_rv = write_status(ctx, &binding, &plan.status).await?;
+    let read_rv = binding.resource_version().unwrap_or_default();
+    remember(
+        ctx,
+        name,
+        plan.flavored,
+        &flavor_version(flavor.as_deref()),
+        [
+            (node_rv.as_str(), binding_rv.as_str()),
+            // The binding cache may still hold the version read above while the status write
+            // travels back on the watch: that version, with this status written, is also done.
+            (node_rv.as_str(), read_rv.as_str()),
+        ],
+    );
+    Ok(Action::await_change())
+}
 
-    // Apply: only when the Node differs; the patch carries the Node's resourceVersion.
-    let mut node_rv = node.resource_version().unwrap_or_default();
-    if let Some(patch) = &plan.patch {
-        ctx.may_write(Step::NodePatched)?;
-        let patched = nodes
+/// The binding and the Node of `name`, read together; `None` when either is gone. The
+/// caches keep neither the binding's status nor the Node's labels and taints, and a fresh
+/// binding is the only safe base for the status write (a cache may lag the status written
+/// a moment ago).
+async fn read_binding_and_node(
+    ctx: &Context,
+    name: &str,
+) -> Result<Option<(FlavorBinding, Node)>, Error> {
+    let read = |what: String| move |source| Error::Read { what, source };
+    let bindings: Api<FlavorBinding> = Api::all(ctx.client.clone());
+    let nodes: Api<Node> = Api::all(ctx.client.clone());
+    let (binding, node) = tokio::try_join!(
+        async {
+            bindings
+                .get_opt(name)
+                .await
+                .map_err(read(format!("FlavorBinding {name}")))
+        },
+        async {
+            nodes
+                .get_opt(name)
+                .await
+                .map_err(read(format!("Node {name}")))
+        },
+    )?;
+    Ok(binding.zip(node))
+}
+
+/// P3 (binding): whether the Node of the binding's name is the token holder's to flavor
+/// (core's `node_is_the_holders`). A revoked binding always acts on its Node.
+async fn is_the_holders(ctx: &Context, binding: &FlavorBinding) -> Result<bool, Error> {
+    if binding.is_revoked() || was_flavored(binding) {
+        return Ok(true);
+    }
+    let csr = binding_csr(ctx, binding).await?;
+    if node_is_the_holders(false, csr) {
+        return Ok(true);
+    }
+    // Not (yet) the token holder's Node: leave it alone. The holder's own registration
+    // comes after the approval and triggers this loop again.
+    tracing::debug!(node = %binding.spec.node, csr = ?csr, "the Node predates its binding's approval; not flavoring it");
+    Ok(false)
+}
+
+/// Applies the planned patch, if any (it carries the Node's resourceVersion), and returns
+/// the Node's resourceVersion after it.
+async fn patch_node(
+    ctx: &Context,
+    binding: &FlavorBinding,
+    node: &Node,
+    patch: Option<&serde_json::Value>,
+) -> Result<String, Error> {
+    let Some(patch) = patch else {
+        return Ok(node.resource_version().unwrap_or_default());
+    };
+    let name = node.name_any();
+    let patched = async {
+        let patched = Api::<Node>::all(ctx.client.clone())
             .patch(&name, &PatchParams::default(), &Patch::Merge(patch))
             .await
             .map_err(|source| Error::PatchNode {
                 node: name.clone(),
                 source,
             })?;
-        node_rv = patched.resource_version().unwrap_or_default();
         ctx.metrics.node_patches.inc();
         tracing::info!(node = %name, flavor = %binding.spec.flavor, "node flavored");
-        ctx.step(&name, Step::NodePatched)?;
-    }
+        Ok(patched.resource_version().unwrap_or_default())
+    };
+    ctx.write(&name, Step::NodePatched, patched).await
+}
 
-    // Status: only when it differs.
+/// Writes the binding's status when it differs (guarded by the resourceVersion read), and
+/// returns the binding's resourceVersion after it.
+async fn write_status(
+    ctx: &Context,
+    binding: &FlavorBinding,
+    status: &FlavorBindingStatus,
+) -> Result<String, Error> {
     let read_rv = binding.resource_version().unwrap_or_default();
-    let mut binding_rv = read_rv.clone();
-    if binding.status.as_ref() != Some(&plan.status) {
-        ctx.may_write(Step::StatusWritten)?;
+    if binding.status.as_ref() == Some(status) {
+        return Ok(read_rv);
+    }
+    let name = binding.name_any();
+    let written = async {
         let body = serde_json::json!({
-            "metadata": {"resourceVersion": binding_rv},
-            "status": plan.status,
+            "metadata": {"resourceVersion": read_rv},
+            "status": status,
         });
-        let written = bindings
+        let written = Api::<FlavorBinding>::all(ctx.client.clone())
             .patch_status(&name, &PatchParams::default(), &Patch::Merge(&body))
             .await
             .map_err(|source| Error::BindingStatus {
                 node: name.clone(),
                 source,
             })?;
-        binding_rv = written.resource_version().unwrap_or_default();
-        ctx.step(&name, Step::StatusWritten)?;
-    }
+        Ok(written.resource_version().unwrap_or_default())
+    };
+    ctx.write(&name, Step::StatusWritten, written).await
+}
 
+/// Records what the reconcile left: whether the Node carries its flavor (the
+/// `flavored_nodes` gauge), and the (Node, binding) resourceVersions with the Flavor's
+/// version that need nothing more.
+fn remember(ctx: &Context, name: String, flavored: bool, flavor: &str, done: [(&str, &str); 2]) {
     {
-        let mut flavored = ctx.flavored.lock().expect("flavored lock");
-        if plan.flavored {
-            flavored.insert(name.clone());
+        let mut nodes = ctx.flavored.lock().expect("flavored lock");
+        if flavored {
+            nodes.insert(name.clone());
         } else {
-            flavored.remove(&name);
+            nodes.remove(&name);
         }
-        ctx.metrics.flavored_nodes.set(flavored.len() as i64);
+        ctx.metrics.flavored_nodes.set(nodes.len() as i64);
     }
-    // The binding cache may still hold the version read above while the status write
-    // travels back on the watch: that version, with this status written, is also done.
-    let flavor = flavor_version(flavor.as_deref());
-    ctx.verified.lock().expect("verified lock").insert(
-        name,
-        [
-            fingerprint(&node_rv, &binding_rv, &flavor),
-            fingerprint(&node_rv, &read_rv, &flavor),
-        ],
-    );
-    Ok(Action::await_change())
+    let done = done.map(|(node_rv, binding_rv)| fingerprint(node_rv, binding_rv, flavor));
+    ctx.verified
+        .lock()
+        .expect("verified lock")
+        .insert(name, done);
 }

@@ -8,13 +8,14 @@ use std::num::NonZeroU32;
 use k8s_openapi::api::core::v1::{Node, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kubeflavor_core::csr::{CsrError, KubeletClientCsr, validate_kubelet_client_csr};
-use kubeflavor_core::flavor::FlavorName;
+use kubeflavor_core::flavor::{FlavorName, FlavorRules};
 use kubeflavor_core::names::NodeName;
-use kubeflavor_core::node_state::{BindingState, NodeFacts, NodeTaint, desired_node_state};
+use kubeflavor_core::node_state::{NodeChange, NodeFacts, NodeTaint, desired_node_state};
 use kubeflavor_core::policy::{
-    BindingFacts, CsrFacts, Decision, DenyCause, PolicyOptions, TokenInstance, TokenLookup,
-    decide as core_decide, should_delete_token,
+    CsrFacts, Decision, DenyCause, PolicyOptions, TokenFate, TokenInstance, TokenLookup,
+    decide as core_decide, token_fate,
 };
+use kubeflavor_core::token::TokenId;
 use kubeflavor_core::token_record::{SecretView, TokenRecord, TokenRecordError};
 use kubeflavor_core::token_secret::{FLAVOR_TOKEN_LABEL, FlavorTokenMeta};
 
@@ -25,39 +26,8 @@ use crate::crd::{
     FlavorBinding, FlavorBindingSpec, FlavorBindingStatus, FlavorTaint, rules_from_flavor,
 };
 
-/// P1: the ONE reason/message pair on every approval and every denial, whatever the
-/// flavor or the cause (core's constants): a bootstrap identity can read every CSR.
-pub use kubeflavor_core::policy::{
-    APPROVAL_MESSAGE as APPROVED_MESSAGE, APPROVAL_REASON as APPROVED_REASON,
-    DENIAL_MESSAGE as DENIED_MESSAGE, DENIAL_REASON as DENIED_REASON,
-};
-
-/// A pending CSR's fate, as the writes the apply stage performs (in this order).
-#[derive(Clone, Debug)]
-pub enum Verdict {
-    Approve {
-        node: NodeName,
-        flavor: String,
-        token_id: String,
-        /// The token Secret with the node name added to `bound-nodes`, to PUT with the
-        /// resourceVersion it was read at; None when the name is already reserved.
-        reserve: Option<Secret>,
-        /// The FlavorBinding to create; None when it already binds this token.
-        binding: Option<Box<FlavorBinding>>,
-    },
-    Deny {
-        cause: DenyCause,
-        /// Human description for the Event and the log (admin-only surfaces).
-        description: String,
-        /// What happens to the token Secret first (P4).
-        token: TokenFate,
-    },
-    Ignore {
-        why: &'static str,
-    },
-}
-
-/// The CSR validated as a kubelet client CSR (spec section 4), by core.
+/// The CSR validated as a kubelet client CSR by core, as Kubernetes' own
+/// `ValidateKubeletClientCSR` does. Done once per decision: the facts carry the result.
 pub fn validate(csr: &CsrView) -> Result<KubeletClientCsr, CsrError> {
     validate_kubelet_client_csr(&csr.signer_name, &csr.request, &csr.usages)
 }
@@ -72,19 +42,6 @@ pub fn token_flavor(secret: &Secret) -> Option<String> {
         .cloned()
 }
 
-/// The binding as core sees it; `None` when its token id is not a valid id (then it
-/// cannot belong to any token, which core reads as "bound to another token").
-fn binding_facts(b: &FlavorBinding) -> BindingFacts {
-    b.policy_facts().unwrap_or_else(|_| BindingFacts {
-        token_id: "000000".parse().expect("a valid token id literal"),
-        token_uid: None,
-        bound_at: b.spec.bound_at,
-        revoked: is_revoked(b),
-        csr_name: b.spec.csr_name.clone(),
-        public_key_sha256: b.spec.public_key_sha256.clone(),
-    })
-}
-
 /// The identity of the token Secret read for a CSR.
 fn token_instance(secret: &Secret) -> Option<TokenInstance> {
     Some(TokenInstance {
@@ -93,13 +50,17 @@ fn token_instance(secret: &Secret) -> Option<TokenInstance> {
     })
 }
 
+/// The controller's switches that change decisions.
+pub fn policy_options(opts: &Options) -> PolicyOptions {
+    PolicyOptions {
+        strict: opts.strict,
+        manage_renewals: opts.manage_renewals,
+        denial_limit: NonZeroU32::new(opts.denial_limit),
+    }
+}
+
 /// Core's facts for one pending CSR.
-pub fn csr_facts(
-    facts: &CsrFactsRead,
-    parsed: Result<KubeletClientCsr, CsrError>,
-    opts: &Options,
-    now: jiff::Timestamp,
-) -> CsrFacts {
+pub fn csr_facts(facts: &CsrFactsRead, opts: &Options, now: jiff::Timestamp) -> CsrFacts {
     let token = match &facts.token_secret {
         None => TokenLookup::Missing,
         Some(s) => match token_record(s) {
@@ -112,120 +73,70 @@ pub fn csr_facts(
         signer_name: facts.csr.signer_name.clone(),
         requester_username: facts.csr.username.clone(),
         requester_groups: facts.csr.groups.clone(),
-        csr: parsed,
+        csr: facts.parsed.clone(),
         already_decided: facts.csr.decided,
         token,
         token_instance: facts.token_secret.as_ref().and_then(token_instance),
         flavor_exists: facts.flavor.is_some(),
-        binding: facts.binding.as_ref().map(binding_facts),
+        binding: facts.binding.as_ref().map(FlavorBinding::policy_facts),
         node_exists: facts.node_exists,
-        options: PolicyOptions {
-            strict: opts.strict,
-            manage_renewals: opts.manage_renewals,
-        },
+        options: policy_options(opts),
         now,
     }
 }
 
-/// Decides a pending CSR with core and turns the decision into the writes to perform.
-pub fn decide(facts: &CsrFactsRead, opts: &Options, now: jiff::Timestamp) -> Verdict {
-    let parsed = validate(&facts.csr);
-    let core_facts = csr_facts(facts, parsed.clone(), opts, now);
-    let meta = match &core_facts.token {
-        TokenLookup::Found(r) => r.kubeflavor.clone(),
-        _ => None,
-    };
-    match core_decide(&core_facts) {
-        Decision::Ignore(why) => Verdict::Ignore { why: why.as_str() },
-        Decision::Deny(cause) => Verdict::Deny {
-            cause,
-            description: describe(cause, &core_facts),
-            token: token_fate(facts.token_secret.as_ref(), cause, opts.denial_limit),
+/// Core's decision on a pending CSR.
+pub fn decide(facts: &CsrFactsRead, opts: &Options, now: jiff::Timestamp) -> Decision {
+    core_decide(&csr_facts(facts, opts, now))
+}
+
+/// The FlavorBinding of `node` to `token` with `flavor` that an approval creates first.
+pub fn new_binding(
+    facts: &CsrFactsRead,
+    node: &NodeName,
+    token: &TokenId,
+    flavor: &FlavorName,
+    now: jiff::Timestamp,
+) -> FlavorBinding {
+    FlavorBinding {
+        metadata: ObjectMeta {
+            name: Some(node.to_string()),
+            // `token create` looks bindings up by id, so it never mints an id a binding
+            // still names.
+            labels: Some([(BINDING_TOKEN_ID_LABEL.to_string(), token.to_string())].into()),
+            ..ObjectMeta::default()
         },
-        Decision::Approve {
-            reserve_use,
-            create_binding,
-        } => {
-            let Ok(p) = parsed else {
-                // Core approves only a valid CSR; never approve what did not parse.
-                return Verdict::Ignore { why: "invalid_csr" };
-            };
-            let node = p.node_name.clone();
-            let (flavor, token_id) = match (&facts.binding, &meta) {
-                (Some(b), _) => (b.spec.flavor.clone(), b.spec.token_id.clone()),
-                (None, Some(m)) => (
-                    m.flavor.to_string(),
-                    facts
-                        .csr
-                        .bootstrap_token_id()
-                        .unwrap_or_default()
-                        .to_string(),
-                ),
-                (None, None) => (String::new(), String::new()),
-            };
-            let reserve = if reserve_use {
-                let updated = facts
-                    .token_secret
-                    .as_ref()
-                    .and_then(|s| with_reservation(s, &node));
-                // Core reserves only on a readable kubeflavor token.
-                let Some(updated) = updated else {
-                    return Verdict::Ignore {
-                        why: "token_unreadable",
-                    };
-                };
-                Some(updated)
-            } else {
-                None
-            };
-            let binding = create_binding.then(|| {
-                Box::new(FlavorBinding {
-                    metadata: ObjectMeta {
-                        name: Some(node.as_str().to_string()),
-                        // `token create` looks bindings up by id, so it never mints an id a
-                        // binding still names.
-                        labels: Some(
-                            [(BINDING_TOKEN_ID_LABEL.to_string(), token_id.clone())].into(),
-                        ),
-                        ..ObjectMeta::default()
-                    },
-                    spec: FlavorBindingSpec {
-                        node: node.as_str().to_string(),
-                        flavor: flavor.clone(),
-                        token_id: token_id.clone(),
-                        token_uid: facts
-                            .token_secret
-                            .as_ref()
-                            .and_then(|s| s.metadata.uid.clone()),
-                        csr_name: facts.csr.name.clone(),
-                        public_key_sha256: p.public_key_sha256_hex(),
-                        bound_at: whole_seconds(now),
-                    },
-                    status: None,
-                })
-            });
-            Verdict::Approve {
-                node,
-                flavor,
-                token_id,
-                reserve,
-                binding,
-            }
-        }
+        spec: FlavorBindingSpec {
+            node: node.to_string(),
+            flavor: flavor.to_string(),
+            token_id: token.to_string(),
+            token_uid: facts
+                .token_secret
+                .as_ref()
+                .and_then(|s| s.metadata.uid.clone()),
+            csr_name: facts.csr.name.clone(),
+            public_key_sha256: facts
+                .parsed
+                .as_ref()
+                .map(KubeletClientCsr::public_key_sha256_hex)
+                .unwrap_or_default(),
+            bound_at: whole_seconds(now),
+        },
+        status: None,
     }
 }
 
 /// Core's description of the cause plus the particulars, for the admin trail only.
-fn describe(cause: DenyCause, f: &CsrFacts) -> String {
-    let node = f
-        .csr
+pub fn describe(cause: DenyCause, facts: &CsrFactsRead) -> String {
+    let node = facts
+        .parsed
         .as_ref()
-        .map(|c| c.node_name.as_str().to_string())
+        .map(|c| c.node_name.to_string())
         .unwrap_or_else(|e| format!("? ({e})"));
     format!(
         "{} (requester {}, node {node})",
         cause.description(),
-        f.requester_username
+        facts.csr.username
     )
 }
 
@@ -275,48 +186,19 @@ pub fn with_reservation(secret: &Secret, node: &NodeName) -> Option<Secret> {
     Some(with_meta(secret, &meta.with_bound_node(node)))
 }
 
-/// What a denial does to the requester's token Secret (P4).
-#[derive(Clone, Debug, PartialEq)]
-pub enum TokenFate {
-    /// Nothing: not a kubeflavor token, or a cause that does not count against it.
-    Keep,
-    /// Delete it (uid precondition): exhausted, misused, or refused too often.
-    Delete(Secret),
-    /// PUT it with its denial count raised (resourceVersion precondition).
-    Count(Secret),
-}
-
-/// What to do with `secret` (as read) for one more denial for `cause`, with the
-/// configured denial limit (0: none). Core decides (`should_delete_token`); this only
-/// builds the objects. Called again on a fresh copy when a count loses a race, so the
-/// limit is judged on the count as it is, not as it was read.
-pub fn token_fate(secret: Option<&Secret>, cause: DenyCause, denial_limit: u32) -> TokenFate {
-    let Some((secret, meta)) = secret.and_then(|s| Some((s, kubeflavor_meta(s)?))) else {
-        return TokenFate::Keep;
-    };
-    let denials_after = meta.denials.saturating_add(1);
-    if should_delete_token(cause, denials_after, NonZeroU32::new(denial_limit)) {
-        return TokenFate::Delete(secret.clone());
-    }
-    match cause.counts_against_token() {
-        true => with_denial(secret).map_or(TokenFate::Keep, TokenFate::Count),
-        false => TokenFate::Keep,
-    }
+/// Core's fate for a token Secret as it is now, for one more denial for `cause`: the
+/// controller asks again on a fresh copy when a count loses a race, so the limit is judged
+/// on the count as it is, not as it was read. Only a readable kubeflavor token has one.
+pub fn current_token_fate(secret: &Secret, cause: DenyCause, opts: &Options) -> TokenFate {
+    kubeflavor_meta(secret).map_or(TokenFate::Keep, |meta| {
+        token_fate(cause, meta.denials, policy_options(opts).denial_limit)
+    })
 }
 
 /// The Secret with its denial count raised by one.
 pub fn with_denial(secret: &Secret) -> Option<Secret> {
     let meta = kubeflavor_meta(secret)?;
     Some(with_meta(secret, &meta.with_denial()))
-}
-
-/// Whether the binding was revoked (`node revoke` / `token revoke --nodes`).
-pub fn is_revoked(binding: &FlavorBinding) -> bool {
-    binding.status.as_ref().is_some_and(|s| {
-        s.conditions
-            .iter()
-            .any(|c| c.type_ == CONDITION_REVOKED && c.status == "True")
-    })
 }
 
 /// What the node flow should write for one binding.
@@ -349,19 +231,8 @@ fn node_facts(node: &Node) -> NodeFacts {
     }
 }
 
-fn binding_state(binding: &FlavorBinding) -> BindingState {
-    let status = binding.status.clone().unwrap_or_default();
-    BindingState {
-        revoked: is_revoked(binding),
-        applied_labels: status.applied_labels.keys().cloned().collect(),
-        applied_taints: status
-            .applied_taints
-            .iter()
-            .map(|t| (t.key.clone(), crate::crd::effect_str(t.effect).to_string()))
-            .collect(),
-    }
-}
-
+/// A binding condition of `type_`, keeping the previous transition time while the status
+/// holds, so an unchanged status compares equal and is not written again.
 fn condition(
     type_: &str,
     ok: bool,
@@ -371,8 +242,6 @@ fn condition(
 ) -> Condition {
     let status = if ok { "True" } else { "False" };
     let old = prev.and_then(|p| p.conditions.iter().find(|c| c.type_ == type_));
-    // Keep the old transition time while the status holds, so an unchanged status compares
-    // equal and is not written again.
     let last_transition_time = match old {
         Some(c) if c.status == status => c.last_transition_time,
         _ => whole_seconds(jiff::Timestamp::now()),
@@ -387,17 +256,20 @@ fn condition(
     }
 }
 
-/// Computes, with core's `desired_node_state`, the Node patch and the binding status.
-pub fn plan_node(binding: &FlavorBinding, flavor: Option<&Flavor>, node: &Node) -> NodePlan {
-    let prev = binding.status.as_ref();
-    let rules = flavor.and_then(|f| match rules_from_flavor(f) {
+/// The Flavor's rules; `None` when it is missing or invalid (both mean: no flavor).
+fn flavor_rules(binding: &FlavorBinding, flavor: Option<&Flavor>) -> Option<FlavorRules> {
+    match rules_from_flavor(flavor?) {
         Ok((_, rules)) => Some(rules),
         Err(e) => {
             tracing::warn!(flavor = %binding.spec.flavor, error = %e, "Flavor is invalid; treated as missing");
             None
         }
-    });
-    let facts = node_facts(node);
+    }
+}
+
+/// Computes, with core's `desired_node_state`, the Node patch and the binding status.
+pub fn plan_node(binding: &FlavorBinding, flavor: Option<&Flavor>, node: &Node) -> NodePlan {
+    let prev = binding.status.as_ref();
     let Ok(flavor_name) = binding.spec.flavor.parse::<FlavorName>() else {
         // The CRD's schema keeps an invalid flavor name off a binding.
         return NodePlan {
@@ -406,15 +278,27 @@ pub fn plan_node(binding: &FlavorBinding, flavor: Option<&Flavor>, node: &Node) 
             flavored: false,
         };
     };
-    let change = desired_node_state(
-        rules.as_ref(),
-        &flavor_name,
-        &binding_state(binding),
-        &facts,
-    );
-    let after = facts.apply(&change);
+    let rules = flavor_rules(binding, flavor);
+    let facts = node_facts(node);
+    let change = desired_node_state(rules.as_ref(), &flavor_name, &binding.node_state(), &facts);
     let patch = (!change.is_empty())
         .then(|| change.to_merge_patch(node.metadata.resource_version.as_deref().unwrap_or("")));
+    NodePlan {
+        patch,
+        status: binding_status(binding, &change, &facts.apply(&change)),
+        flavored: change.flavored(),
+    }
+}
+
+/// The binding's status once `change` made the Node `after`: what kubeflavor applied
+/// (with the values it has), the Flavored condition core chose, and the administrator's
+/// Revoked condition (`node revoke`) carried over unchanged.
+fn binding_status(
+    binding: &FlavorBinding,
+    change: &NodeChange,
+    after: &NodeFacts,
+) -> FlavorBindingStatus {
+    let prev = binding.status.as_ref();
     let applied_labels: BTreeMap<String, String> = change
         .applied_labels
         .iter()
@@ -435,40 +319,24 @@ pub fn plan_node(binding: &FlavorBinding, flavor: Option<&Flavor>, node: &Node) 
             })
         })
         .collect();
-    let revoked = is_revoked(binding);
-    let (reason, message) = if change.flavored {
-        ("Applied", "the Node carries the flavor's labels and taints")
-    } else if revoked {
-        (
-            "Revoked",
-            "the binding is revoked: flavor labels removed, NoExecute taint set",
-        )
-    } else {
-        ("FlavorMissing", "the Flavor does not exist or is invalid")
-    };
-    let mut conditions = vec![condition(
+    let outcome = change.outcome;
+    let flavored = condition(
         CONDITION_FLAVORED,
-        change.flavored,
-        reason,
-        message,
+        outcome.is_flavored(),
+        outcome.reason(),
+        outcome.message(),
         prev,
-    )];
-    // The Revoked condition is the administrator's (node revoke): carried over unchanged.
-    conditions.extend(
-        prev.into_iter()
-            .flat_map(|p| p.conditions.iter())
-            .filter(|c| c.type_ == CONDITION_REVOKED)
-            .cloned(),
     );
-    NodePlan {
-        patch,
-        status: FlavorBindingStatus {
-            conditions,
-            applied_labels,
-            applied_taints,
-            observed_generation: binding.metadata.generation,
-        },
-        flavored: change.flavored,
+    let revoked = prev
+        .into_iter()
+        .flat_map(|p| p.conditions.iter())
+        .filter(|c| c.type_ == CONDITION_REVOKED)
+        .cloned();
+    FlavorBindingStatus {
+        conditions: std::iter::once(flavored).chain(revoked).collect(),
+        applied_labels,
+        applied_taints,
+        observed_generation: binding.metadata.generation,
     }
 }
 
@@ -529,6 +397,22 @@ mod tests {
         let node: NodeName = "a".parse().unwrap();
         assert!(with_reservation(&s, &node).is_none());
         assert!(with_denial(&s).is_none());
+    }
+
+    #[test]
+    fn a_raced_denial_is_judged_on_the_current_count() {
+        let mut opts = Options::new("ns", "me");
+        opts.denial_limit = 2;
+        let cause = DenyCause::FlavorMissing;
+        let mut s = token_secret("");
+        assert_eq!(current_token_fate(&s, cause, &opts), TokenFate::Count);
+        let counted = with_denial(&s).expect("a kubeflavor token");
+        assert_eq!(
+            current_token_fate(&counted, cause, &opts),
+            TokenFate::Delete
+        );
+        s.metadata.labels = None;
+        assert_eq!(current_token_fate(&s, cause, &opts), TokenFate::Keep);
     }
 
     fn binding(status: Option<FlavorBindingStatus>) -> FlavorBinding {

@@ -3,7 +3,7 @@
 
 use kubeflavor_core::node_state::BindingState;
 use kubeflavor_core::policy::BindingFacts;
-use kubeflavor_core::token::{TokenId, TokenParseError};
+use kubeflavor_core::token::TokenId;
 
 use super::{CONDITION_REVOKED, FlavorBinding, effect_str};
 
@@ -17,17 +17,18 @@ impl FlavorBinding {
         })
     }
 
-    /// What the CSR policy needs to know about this binding. Fails only for a token id
-    /// that is not 6 characters of [a-z0-9], which the CRD schema already refuses.
-    pub fn policy_facts(&self) -> Result<BindingFacts, TokenParseError> {
-        Ok(BindingFacts {
-            token_id: self.spec.token_id.parse::<TokenId>()?,
+    /// What the CSR policy needs to know about this binding. A token id or flavor name the
+    /// CRD schema would refuse reads as `None`: such a binding belongs to no token.
+    pub fn policy_facts(&self) -> BindingFacts {
+        BindingFacts {
+            token_id: self.spec.token_id.parse::<TokenId>().ok(),
+            flavor: self.spec.flavor.parse().ok(),
             token_uid: self.spec.token_uid.clone(),
             bound_at: self.spec.bound_at,
             revoked: self.is_revoked(),
             csr_name: self.spec.csr_name.clone(),
             public_key_sha256: self.spec.public_key_sha256.clone(),
-        })
+        }
     }
 
     /// What kubeflavor last applied to the Node, and whether the binding is revoked.
@@ -113,8 +114,9 @@ mod tests {
             observed_generation: Some(1),
         };
         let b = binding(Some(status));
-        let facts = b.policy_facts().unwrap();
-        assert_eq!(facts.token_id.as_str(), "abcdef");
+        let facts = b.policy_facts();
+        assert_eq!(facts.token_id.unwrap().as_str(), "abcdef");
+        assert_eq!(facts.flavor.unwrap().as_str(), "sweet");
         assert!(facts.revoked);
         assert_eq!(facts.csr_name, "csr-1");
         let state = b.node_state();
@@ -131,9 +133,9 @@ mod tests {
     }
 
     #[test]
-    fn malformed_token_id_is_an_error() {
+    fn malformed_token_id_belongs_to_no_token() {
         let mut b = binding(None);
         b.spec.token_id = "ABC".into();
-        assert!(b.policy_facts().is_err());
+        assert!(b.policy_facts().token_id.is_none());
     }
 }

@@ -186,7 +186,7 @@ async fn nodes_kubeflavor_never_bound_keep_renewing() {
     assert_eq!(condition_type(&decided).as_deref(), Some("Approved"));
     assert_eq!(
         visible_conditions(&decided)[0].2.as_deref(),
-        Some(kubeflavor::controller::policy::APPROVED_REASON)
+        Some(kubeflavor_core::policy::APPROVED_CONDITION.reason)
     );
     ctl.stop().await;
 }

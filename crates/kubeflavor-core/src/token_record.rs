@@ -13,20 +13,7 @@ use crate::token_secret::{
     KEY_USAGE_AUTHENTICATION, KEY_USAGE_SIGNING, TOKEN_SECRET_NAME_PREFIX, TOKEN_SECRET_NAMESPACE,
     TOKEN_SECRET_TYPE, TokenMetaError, parse_rfc3339,
 };
-
-/// The parts of a Secret object the token rules read, borrowed from whatever type the
-/// caller holds. `data` values are the decoded strings.
-#[derive(Debug, Clone, Copy)]
-pub struct SecretView<'a> {
-    pub namespace: &'a str,
-    pub name: &'a str,
-    pub type_: &'a str,
-    /// `metadata.deletionTimestamp` is set.
-    pub being_deleted: bool,
-    pub data: &'a BTreeMap<String, String>,
-    pub labels: &'a BTreeMap<String, String>,
-    pub annotations: &'a BTreeMap<String, String>,
-}
+pub use crate::token_secret::SecretView;
 
 /// The user the API server makes of a valid bootstrap token.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,4 +1,4 @@
-//! The Kubernetes objects of kubeadm's copy-certs (spec section 3), built exactly as kubeadm
+//! The Kubernetes objects of kubeadm's copy-certs (`kubeadm init phase upload-certs`), built exactly as kubeadm
 //! builds them so each side reads what the other writes, and the create-or-replace calls
 //! that make `certs upload` idempotent.
 
@@ -12,6 +12,8 @@ use kube::Api;
 use kube::api::PostParams;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+use kubeflavor_core::token_secret::{TOKEN_SECRET_NAME_PREFIX, TOKEN_SECRET_TYPE};
+use zeroize::Zeroizing;
 
 pub use kubeflavor_core::copycerts::{
     OWNER_TOKEN_DESCRIPTION as PROXY_TOKEN_DESCRIPTION, RBAC_NAME, SECRET_NAME,
@@ -47,23 +49,23 @@ impl ReadableBy {
 /// token can never authenticate; it exists only so that tokencleaner deletes it at
 /// `expiration` and garbage collection then deletes the Secret it owns.
 pub fn proxy_token_secret(token_id: &str, token_secret: &str, expiration: &str) -> Secret {
-    let string_data = BTreeMap::from([
+    let string_data = Zeroizing::new(BTreeMap::from([
         ("token-id".to_owned(), token_id.to_owned()),
         ("token-secret".to_owned(), token_secret.to_owned()),
         ("expiration".to_owned(), expiration.to_owned()),
         ("description".to_owned(), PROXY_TOKEN_DESCRIPTION.to_owned()),
-    ]);
+    ]));
     Secret {
         metadata: ObjectMeta {
-            name: Some(format!("bootstrap-token-{token_id}")),
+            name: Some(format!("{TOKEN_SECRET_NAME_PREFIX}{token_id}")),
             namespace: Some(NAMESPACE.to_owned()),
             ..ObjectMeta::default()
         },
-        type_: Some("bootstrap.kubernetes.io/token".to_owned()),
+        type_: Some(TOKEN_SECRET_TYPE.to_owned()),
         data: Some(
             string_data
-                .into_iter()
-                .map(|(k, v)| (k, ByteString(v.into_bytes())))
+                .iter()
+                .map(|(k, v)| (k.clone(), ByteString(v.as_bytes().to_vec())))
                 .collect(),
         ),
         ..Secret::default()
@@ -186,7 +188,7 @@ pub async fn delete_if_proxy_token(api: &Api<Secret>, name: &str) -> Result<bool
         None => return Ok(false),
     };
     let data = token.data.clone().unwrap_or_default();
-    let is_proxy = token.type_.as_deref() == Some("bootstrap.kubernetes.io/token")
+    let is_proxy = token.type_.as_deref() == Some(TOKEN_SECRET_TYPE)
         && data
             .get("description")
             .is_some_and(|d| d.0 == PROXY_TOKEN_DESCRIPTION.as_bytes())

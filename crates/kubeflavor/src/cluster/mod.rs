@@ -3,6 +3,7 @@
 
 mod errors;
 pub mod fresh_token;
+pub mod token_secrets;
 mod resolve;
 
 use std::fmt;

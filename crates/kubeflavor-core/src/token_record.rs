@@ -7,13 +7,13 @@ use std::collections::BTreeMap;
 use jiff::Timestamp;
 
 use crate::token::{BOOTSTRAP_USER_PREFIX, TokenId, TokenSecret};
+pub use crate::token_secret::SecretView;
 use crate::token_secret::{
     AUTHENTICATED_GROUP, AuthGroup, AuthGroupError, BOOTSTRAPPERS_GROUP, FlavorTokenMeta,
     KEY_AUTH_EXTRA_GROUPS, KEY_EXPIRATION, KEY_TOKEN_ID, KEY_TOKEN_SECRET,
     KEY_USAGE_AUTHENTICATION, KEY_USAGE_SIGNING, TOKEN_SECRET_NAME_PREFIX, TOKEN_SECRET_NAMESPACE,
     TOKEN_SECRET_TYPE, TokenMetaError, parse_rfc3339,
 };
-pub use crate::token_secret::SecretView;
 
 /// The user the API server makes of a valid bootstrap token.
 #[derive(Debug, Clone, PartialEq, Eq)]

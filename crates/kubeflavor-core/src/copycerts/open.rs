@@ -471,7 +471,7 @@ fn check_contents(
     Ok(())
 }
 /// Checks every opened file (see [`check_usable`]); the first unusable one is the error.
-fn check_all_usable(opened: &OpenedCerts, now: Timestamp) -> Result<(), CopyCertsError> {
+fn check_all_usable(opened: &OpenedCerts, now: jiff::Timestamp) -> Result<(), CopyCertsError> {
     for file in &opened.files {
         let Some(entry) = PkiEntry::set(opened.etcd)
             .iter()
@@ -485,4 +485,3 @@ fn check_all_usable(opened: &OpenedCerts, now: Timestamp) -> Result<(), CopyCert
     }
     Ok(())
 }
-

@@ -10,10 +10,9 @@ use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::Api;
 use kube::api::PostParams;
+use kubeflavor_core::token_secret::{TOKEN_SECRET_NAME_PREFIX, TOKEN_SECRET_TYPE};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use kubeflavor_core::token_secret::{TOKEN_SECRET_NAME_PREFIX, TOKEN_SECRET_TYPE};
-use zeroize::Zeroizing;
 
 pub use kubeflavor_core::copycerts::{
     OWNER_TOKEN_DESCRIPTION as PROXY_TOKEN_DESCRIPTION, RBAC_NAME, SECRET_NAME,
@@ -49,12 +48,12 @@ impl ReadableBy {
 /// token can never authenticate; it exists only so that tokencleaner deletes it at
 /// `expiration` and garbage collection then deletes the Secret it owns.
 pub fn proxy_token_secret(token_id: &str, token_secret: &str, expiration: &str) -> Secret {
-    let string_data = Zeroizing::new(BTreeMap::from([
+    let string_data = BTreeMap::from([
         ("token-id".to_owned(), token_id.to_owned()),
         ("token-secret".to_owned(), token_secret.to_owned()),
         ("expiration".to_owned(), expiration.to_owned()),
         ("description".to_owned(), PROXY_TOKEN_DESCRIPTION.to_owned()),
-    ]));
+    ]);
     Secret {
         metadata: ObjectMeta {
             name: Some(format!("{TOKEN_SECRET_NAME_PREFIX}{token_id}")),
@@ -64,8 +63,8 @@ pub fn proxy_token_secret(token_id: &str, token_secret: &str, expiration: &str) 
         type_: Some(TOKEN_SECRET_TYPE.to_owned()),
         data: Some(
             string_data
-                .iter()
-                .map(|(k, v)| (k.clone(), ByteString(v.as_bytes().to_vec())))
+                .into_iter()
+                .map(|(k, v)| (k, ByteString(v.into_bytes())))
                 .collect(),
         ),
         ..Secret::default()

@@ -270,12 +270,13 @@ fn compare_existing(
             path: dest.to_path_buf(),
         }),
         Ok(_) => {
-            let existing = fs::read(dest).map(Zeroizing::new).map_err(|source| {
-                WriteError::ReadExisting {
-                    path: dest.to_path_buf(),
-                    source,
-                }
-            })?;
+            let existing =
+                fs::read(dest)
+                    .map(Zeroizing::new)
+                    .map_err(|source| WriteError::ReadExisting {
+                        path: dest.to_path_buf(),
+                        source,
+                    })?;
             if existing.as_slice() != f.contents() {
                 return Ok(FileOutcome::Replaced);
             }

@@ -3,8 +3,8 @@
 
 mod errors;
 pub mod fresh_token;
-pub mod token_secrets;
 mod resolve;
+pub mod token_secrets;
 
 use std::fmt;
 

@@ -9,8 +9,8 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, PostParams};
 use kube::Client;
+use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, PostParams};
 use kubeflavor_core::flavor::FlavorName;
 use kubeflavor_core::token::{BootstrapToken, TokenId};
 use kubeflavor_core::token_record::{SecretView, TokenRecord, TokenRecordError};

@@ -17,8 +17,6 @@ use clap::{Parser, Subcommand};
 use crate::cli::GlobalArgs;
 use crate::cluster::Cluster;
 use crate::error::Result;
-use flavor::FlavorCommand;
-use token::TokenCommand;
 
 const LONG_ABOUT: &str = "\
 kubeflavor makes node enrollment trustworthy when nodes are run by third parties.

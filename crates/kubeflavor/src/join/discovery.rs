@@ -20,9 +20,9 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use kube::Client;
 use kubeflavor_core::pin::CaPin;
 use kubeflavor_core::token::{BootstrapToken, TokenId};
-use kube::Client;
 use tokio::time::Instant;
 
 use super::Report;

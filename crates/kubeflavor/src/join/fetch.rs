@@ -218,7 +218,7 @@ mod tests {
 
     use super::*;
     use crate::join::RecordedReport;
-    use crate::join::discovery::KUBECONFIG_KEY;
+    use crate::join::discovery::{DiscoveryError, KUBECONFIG_KEY};
 
     const KUBECONFIG: &str = "apiVersion: v1\nkind: Config\n";
 

@@ -98,4 +98,3 @@ pub(super) fn bootstrap_kubeconfig(
         .to_yaml()
         .map_err(|e| JoinError::Kubeconfig(e.to_string()))
 }
-

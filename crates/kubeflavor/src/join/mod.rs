@@ -210,8 +210,15 @@ async fn join_steps(
     if let Some(download) = &opts.control_plane {
         download_certs::phase(&cluster, &opts.token, download, report, written).await?;
     }
-    let bootstrap_conf = kubelet_start::write_bootstrap_kubeconfig(&cluster, &opts.token, &paths, report, written)?;
-    kubelet_start::write_cluster_ca(&cluster, &paths.ca, opts.control_plane.is_some(), report, written)?;
+    let bootstrap_conf =
+        kubelet_start::write_bootstrap_kubeconfig(&cluster, &opts.token, &paths, report, written)?;
+    kubelet_start::write_cluster_ca(
+        &cluster,
+        &paths.ca,
+        opts.control_plane.is_some(),
+        report,
+        written,
+    )?;
     if write_config {
         kubelet_start::write_kubelet_config(&paths.config, &config, report, written)?;
     }
@@ -224,9 +231,14 @@ async fn join_steps(
         csr_name: None,
     };
     if opts.tls_bootstrap {
-        let csr_name =
-            tls_bootstrap_phase(opts, &outcome.cluster, &bootstrap_conf, &paths.kubelet, report)
-                .await?;
+        let csr_name = tls_bootstrap_phase(
+            opts,
+            &outcome.cluster,
+            &bootstrap_conf,
+            &paths.kubelet,
+            report,
+        )
+        .await?;
         outcome.kubelet_kubeconfig = Some(paths.kubelet);
         outcome.csr_name = Some(csr_name);
     }

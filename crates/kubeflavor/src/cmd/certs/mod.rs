@@ -20,9 +20,10 @@ use crate::certs::upload::{self, UploadOptions, Uploaded};
 use crate::certs::{self, CertsError, DEFAULT_PKI_DIR, ExternalEtcd, inspect};
 use crate::cli::GlobalArgs;
 use crate::cli::discovery_flags::parse_duration;
-use crate::cli::secret::{self, KEY_ENV, SecretFlags, SecretText, TOKEN_ENV, read_key, secret_input_error};
+use crate::cli::secret::{
+    self, KEY_ENV, SecretFlags, SecretText, TOKEN_ENV, read_key, secret_input_error,
+};
 use crate::error::CliError;
-
 
 /// The exit codes of `certs`, shown in its `--help`.
 pub const CERTS_EXIT_CODES: &str = "\
@@ -434,9 +435,7 @@ pub async fn execute(
             // Parse the key before any network traffic: a typo fails fast (exit 20).
             let key = args.key.required()?;
             let client = match &args.bootstrap.server {
-                Some(server) => {
-                    bootstrap::bootstrap_client(server, &args.bootstrap, out).await?
-                }
+                Some(server) => bootstrap::bootstrap_client(server, &args.bootstrap, out).await?,
                 None => super::connect(global).await?.client,
             };
             let opts = DownloadOptions {
@@ -456,7 +455,6 @@ pub async fn execute(
         }
     }
 }
-
 
 #[cfg(test)]
 mod tests {

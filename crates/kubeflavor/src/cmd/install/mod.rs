@@ -8,11 +8,11 @@ use std::collections::BTreeMap;
 use std::io::Write;
 use std::time::Duration;
 
+use clap::Args;
 use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams};
 use kube::runtime::wait::{await_condition, conditions};
-use clap::Args;
 use serde::Serialize;
 use serde_json::Value;
 

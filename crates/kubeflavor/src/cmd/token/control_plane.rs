@@ -61,7 +61,10 @@ pub async fn create_control_plane_token(
     let meta = match &args.flavor {
         Some(flavor) => {
             let rules = flavor_rules(cluster, flavor).await?;
-            Some(FlavorTokenMeta::new(flavor.clone(), max_nodes(args, &rules)))
+            Some(FlavorTokenMeta::new(
+                flavor.clone(),
+                max_nodes(args, &rules),
+            ))
         }
         None => None,
     };
@@ -90,10 +93,11 @@ async fn store(
         let secret = token_secret(&token, expiration, group.clone(), meta);
         Ok(Some((token, secret)))
     };
-    let created = token_secrets::create_with_fresh_id(&cluster.client, CREATE_ATTEMPTS, draw, |e| {
-        cluster.error("create the token Secret in kube-system", e)
-    })
-    .await?;
+    let created =
+        token_secrets::create_with_fresh_id(&cluster.client, CREATE_ATTEMPTS, draw, |e| {
+            cluster.error("create the token Secret in kube-system", e)
+        })
+        .await?;
     created.map(|c| c.token).ok_or_else(|| {
         CliError::failed(
             format!("{CREATE_ATTEMPTS} freshly generated token ids were all taken"),
@@ -183,8 +187,9 @@ fn print_token(
         TokenOutput::Token => exposed.to_string(),
         TokenOutput::Json => serde_json::to_string_pretty(&view)
             .map_err(|e| CliError::failed(e, "report this bug"))?,
-        TokenOutput::Yaml => serde_saphyr::to_string(&view)
-            .map_err(|e| CliError::failed(e, "report this bug"))?,
+        TokenOutput::Yaml => {
+            serde_saphyr::to_string(&view).map_err(|e| CliError::failed(e, "report this bug"))?
+        }
     };
     writeln!(out, "{}", text.trim_end())?;
     Ok(())

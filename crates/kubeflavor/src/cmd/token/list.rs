@@ -241,7 +241,9 @@ mod tests {
         all.extend_from_slice(data);
         Secret {
             metadata: ObjectMeta {
-                name: Some(kubeflavor_core::token_secret::secret_name(&id.parse().unwrap())),
+                name: Some(kubeflavor_core::token_secret::secret_name(
+                    &id.parse().unwrap(),
+                )),
                 namespace: Some("kube-system".into()),
                 labels: Some(map(labels)),
                 annotations: Some(map(annotations)),

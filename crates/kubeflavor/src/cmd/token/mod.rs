@@ -115,7 +115,11 @@ pub struct TokenDeleteArgs {
 }
 
 /// Runs one `token` command; only `generate` works without a cluster.
-pub async fn execute(command: TokenCommand, global: &GlobalArgs, out: &mut dyn Write) -> Result<()> {
+pub async fn execute(
+    command: TokenCommand,
+    global: &GlobalArgs,
+    out: &mut dyn Write,
+) -> Result<()> {
     match command {
         TokenCommand::Generate => generate(out),
         TokenCommand::Create(args) => create(&super::connect(global).await?, &args, out).await,
@@ -237,10 +241,11 @@ pub async fn mint(
         let object = flavored_token_secret(&token, flavor, expiration, max_nodes);
         Ok(Some((token, token_secrets::to_secret(&object))))
     };
-    let created = token_secrets::create_with_fresh_id(&cluster.client, CREATE_ATTEMPTS, draw, |e| {
-        cluster.error("create the token Secret in kube-system", e)
-    })
-    .await?;
+    let created =
+        token_secrets::create_with_fresh_id(&cluster.client, CREATE_ATTEMPTS, draw, |e| {
+            cluster.error("create the token Secret in kube-system", e)
+        })
+        .await?;
     created.map(|c| c.token).ok_or_else(|| {
         CliError::failed(
             format!("{CREATE_ATTEMPTS} freshly generated token ids were all taken"),

@@ -7,26 +7,13 @@ use std::collections::BTreeMap;
 use jiff::Timestamp;
 
 use crate::token::{BOOTSTRAP_USER_PREFIX, TokenId, TokenSecret};
+pub use crate::token_secret::SecretView;
 use crate::token_secret::{
     AUTHENTICATED_GROUP, AuthGroup, AuthGroupError, BOOTSTRAPPERS_GROUP, FlavorTokenMeta,
     KEY_AUTH_EXTRA_GROUPS, KEY_EXPIRATION, KEY_TOKEN_ID, KEY_TOKEN_SECRET,
     KEY_USAGE_AUTHENTICATION, KEY_USAGE_SIGNING, TOKEN_SECRET_NAME_PREFIX, TOKEN_SECRET_NAMESPACE,
     TOKEN_SECRET_TYPE, TokenMetaError, parse_rfc3339,
 };
-
-/// The parts of a Secret object the token rules read, borrowed from whatever type the
-/// caller holds. `data` values are the decoded strings.
-#[derive(Debug, Clone, Copy)]
-pub struct SecretView<'a> {
-    pub namespace: &'a str,
-    pub name: &'a str,
-    pub type_: &'a str,
-    /// `metadata.deletionTimestamp` is set.
-    pub being_deleted: bool,
-    pub data: &'a BTreeMap<String, String>,
-    pub labels: &'a BTreeMap<String, String>,
-    pub annotations: &'a BTreeMap<String, String>,
-}
 
 /// The user the API server makes of a valid bootstrap token.
 #[derive(Debug, Clone, PartialEq, Eq)]

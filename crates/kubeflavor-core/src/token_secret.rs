@@ -21,6 +21,20 @@ pub use crate::token_meta::{
     MAX_NODES_ANNOTATION, TokenMetaError,
 };
 
+/// The parts of a Secret object the token rules read, borrowed from whatever type the
+/// caller holds. `data` values are the decoded strings.
+#[derive(Debug, Clone, Copy)]
+pub struct SecretView<'a> {
+    pub namespace: &'a str,
+    pub name: &'a str,
+    pub type_: &'a str,
+    /// `metadata.deletionTimestamp` is set.
+    pub being_deleted: bool,
+    pub data: &'a BTreeMap<String, String>,
+    pub labels: &'a BTreeMap<String, String>,
+    pub annotations: &'a BTreeMap<String, String>,
+}
+
 /// Namespace of every bootstrap token Secret.
 pub const TOKEN_SECRET_NAMESPACE: &str = "kube-system";
 /// `type` of a bootstrap token Secret.
@@ -277,8 +291,8 @@ pub struct TokenSecretObject {
 
 impl TokenSecretObject {
     /// This Secret as the API server would read it back (not being deleted).
-    pub fn view(&self) -> crate::token_record::SecretView<'_> {
-        crate::token_record::SecretView {
+    pub fn view(&self) -> SecretView<'_> {
+        SecretView {
             namespace: self.namespace,
             name: &self.name,
             type_: self.type_,

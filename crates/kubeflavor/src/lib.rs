@@ -18,7 +18,8 @@ use std::io::Write;
 
 use clap::{CommandFactory, FromArgMatches};
 
-use crate::cli::{Cli, LogFormat};
+use crate::cli::LogFormat;
+use crate::cmd::Cli;
 pub use crate::error::CliError;
 pub use crate::exit::ExitCode;
 

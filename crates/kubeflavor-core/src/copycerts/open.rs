@@ -6,7 +6,7 @@ use sha2::{Digest, Sha256};
 use zeroize::Zeroizing;
 
 use super::entries::{EtcdMode, PkiEntry, PkiEntryKind};
-use super::usable::{Unusable, check_all_usable};
+use super::usable::{Unusable, check_usable};
 use super::{
     KEY_CHECK_ENTRY, KEY_CHECK_PLAINTEXT, MANIFEST_ENTRY, NONCE_LEN, OpenError, open,
     seal_with_nonce,
@@ -178,6 +178,17 @@ pub enum Provenance {
     KubeflavorOrKubeadm,
 }
 
+impl Provenance {
+    /// Kubeflavor's Secrets only, or kubeadm's too when the user accepted them
+    /// (`--accept-kubeadm-secret`).
+    pub fn accepting_kubeadm(accept: bool) -> Self {
+        match accept {
+            true => Provenance::KubeflavorOrKubeadm,
+            false => Provenance::KubeflavorOnly,
+        }
+    }
+}
+
 /// Opens and checks a whole Secret, accepting kubeadm-written ones too
 /// ([`Provenance::KubeflavorOrKubeadm`]). See [`open_all_with`].
 pub fn open_all(
@@ -195,107 +206,16 @@ pub fn open_all_with(
     data: &BTreeMap<String, Vec<u8>>,
     provenance: Provenance,
 ) -> Result<OpenedCerts, CopyCertsError> {
-    let has_key_check = data.get(KEY_CHECK_ENTRY).is_some_and(|v| !v.is_empty());
-    if !has_key_check && provenance == Provenance::KubeflavorOnly {
-        return Err(CopyCertsError::NotFromKubeflavor);
-    }
-    if has_key_check {
-        match open(key, &data[KEY_CHECK_ENTRY]) {
-            Ok(p) if p[..] == *KEY_CHECK_PLAINTEXT => {}
-            Ok(_) => {
-                return Err(CopyCertsError::Tampered {
-                    entry: KEY_CHECK_ENTRY.into(),
-                    reason: OpenError::Authentication,
-                });
-            }
-            // Too short to be a ciphertext at all: changed, not a wrong key.
-            Err(reason @ OpenError::TooShort { .. }) => {
-                return Err(CopyCertsError::Tampered {
-                    entry: KEY_CHECK_ENTRY.into(),
-                    reason,
-                });
-            }
-            Err(OpenError::Authentication) => return Err(CopyCertsError::WrongKey),
-        }
-    }
-    let open_entry = |name: &str, value: &[u8]| {
-        open(key, value).map_err(|reason| {
-            if has_key_check {
-                CopyCertsError::Tampered {
-                    entry: name.to_string(),
-                    reason,
-                }
-            } else {
-                CopyCertsError::WrongKeyOrTampered {
-                    entry: name.to_string(),
-                }
-            }
-        })
-    };
-
-    let manifest = match data.get(MANIFEST_ENTRY).filter(|v| !v.is_empty()) {
-        Some(value) => {
-            let plain = open_entry(MANIFEST_ENTRY, value)?;
-            let manifest: Manifest = serde_json::from_slice(&plain)
-                .map_err(|e| CopyCertsError::BadManifest(e.to_string()))?;
-            Some(manifest)
-        }
-        // A key check without its manifest means someone removed the manifest.
-        None if has_key_check => {
-            return Err(CopyCertsError::MissingEntry {
-                entry: MANIFEST_ENTRY.into(),
-            });
-        }
-        None => None,
-    };
-
-    let external = [
-        PkiEntry::ExternalEtcdCaCert,
-        PkiEntry::ExternalEtcdCert,
-        PkiEntry::ExternalEtcdKey,
-    ]
-    .iter()
-    .any(|e| data.contains_key(e.data_key()));
-    let etcd = if external {
-        EtcdMode::External
-    } else {
-        EtcdMode::Local
-    };
+    let opener = Opener::checked(key, data, provenance)?;
+    let manifest = read_manifest(&opener, data)?;
+    let etcd = etcd_mode(data);
     let set = PkiEntry::set(etcd);
-
-    // Decrypt every non-empty value, as kubeadm does, including ones kubeflavor does not use.
-    let mut plaintexts: BTreeMap<PkiEntry, Zeroizing<Vec<u8>>> = BTreeMap::new();
-    let mut absent = Vec::new();
-    let mut ignored = Vec::new();
-    for entry in set {
-        let Some(value) = data.get(entry.data_key()) else {
-            return Err(CopyCertsError::MissingEntry {
-                entry: entry.data_key().into(),
-            });
-        };
-        if value.is_empty() {
-            absent.push(*entry);
-        } else {
-            plaintexts.insert(*entry, open_entry(entry.data_key(), value)?);
-        }
-    }
-    for (name, value) in data {
-        let known = name == KEY_CHECK_ENTRY
-            || name == MANIFEST_ENTRY
-            || set.iter().any(|e| e.data_key() == name);
-        if !known {
-            if !value.is_empty() {
-                open_entry(name, value)?;
-            }
-            ignored.push(name.clone());
-        }
-    }
-
+    let (plaintexts, absent) = open_set(&opener, set, data)?;
+    let ignored = open_unknown(&opener, set, data)?;
     if let Some(manifest) = &manifest {
         check_manifest(manifest, set, &plaintexts)?;
     }
     check_contents(&plaintexts)?;
-
     let files = plaintexts
         .into_iter()
         .map(|(entry, contents)| PkiFile::new(entry.rel_path(), entry.mode(), contents))
@@ -309,8 +229,147 @@ pub fn open_all_with(
     })
 }
 
+/// Decrypts entries with a key already checked against the Secret's key check, when it
+/// has one.
+struct Opener<'a> {
+    key: &'a CertificateKey,
+    /// The Secret carries kubeflavor's key check: then a failing entry is tampered with
+    /// (the key is right); without it, the key or the entry is wrong, nobody can tell which.
+    has_key_check: bool,
+}
+
+impl<'a> Opener<'a> {
+    /// Checks the key against the key-check entry, which a Secret must carry unless
+    /// `provenance` accepts kubeadm's.
+    fn checked(
+        key: &'a CertificateKey,
+        data: &BTreeMap<String, Vec<u8>>,
+        provenance: Provenance,
+    ) -> Result<Self, CopyCertsError> {
+        let has_key_check = data.get(KEY_CHECK_ENTRY).is_some_and(|v| !v.is_empty());
+        if !has_key_check && provenance == Provenance::KubeflavorOnly {
+            return Err(CopyCertsError::NotFromKubeflavor);
+        }
+        if has_key_check {
+            check_key(key, &data[KEY_CHECK_ENTRY])?;
+        }
+        Ok(Opener { key, has_key_check })
+    }
+
+    fn open_entry(&self, name: &str, value: &[u8]) -> Result<Zeroizing<Vec<u8>>, CopyCertsError> {
+        open(self.key, value).map_err(|reason| match self.has_key_check {
+            true => CopyCertsError::Tampered {
+                entry: name.to_string(),
+                reason,
+            },
+            false => CopyCertsError::WrongKeyOrTampered {
+                entry: name.to_string(),
+            },
+        })
+    }
+}
+
+/// The key opens the key-check entry to its known plaintext, or it is the wrong key.
+fn check_key(key: &CertificateKey, key_check: &[u8]) -> Result<(), CopyCertsError> {
+    match open(key, key_check) {
+        Ok(p) if p[..] == *KEY_CHECK_PLAINTEXT => Ok(()),
+        Ok(_) => Err(CopyCertsError::Tampered {
+            entry: KEY_CHECK_ENTRY.into(),
+            reason: OpenError::Authentication,
+        }),
+        // Too short to be a ciphertext at all: changed, not a wrong key.
+        Err(reason @ OpenError::TooShort { .. }) => Err(CopyCertsError::Tampered {
+            entry: KEY_CHECK_ENTRY.into(),
+            reason,
+        }),
+        Err(OpenError::Authentication) => Err(CopyCertsError::WrongKey),
+    }
+}
+
+/// The manifest, when the Secret has one. A key check without its manifest means someone
+/// removed the manifest.
+fn read_manifest(
+    opener: &Opener<'_>,
+    data: &BTreeMap<String, Vec<u8>>,
+) -> Result<Option<Manifest>, CopyCertsError> {
+    match data.get(MANIFEST_ENTRY).filter(|v| !v.is_empty()) {
+        Some(value) => {
+            let plain = opener.open_entry(MANIFEST_ENTRY, value)?;
+            let manifest: Manifest = serde_json::from_slice(&plain)
+                .map_err(|e| CopyCertsError::BadManifest(e.to_string()))?;
+            Ok(Some(manifest))
+        }
+        None if opener.has_key_check => Err(CopyCertsError::MissingEntry {
+            entry: MANIFEST_ENTRY.into(),
+        }),
+        None => Ok(None),
+    }
+}
+
+/// External etcd when any of its entries is present, as kubeadm decides.
+fn etcd_mode(data: &BTreeMap<String, Vec<u8>>) -> EtcdMode {
+    let external = [
+        PkiEntry::ExternalEtcdCaCert,
+        PkiEntry::ExternalEtcdCert,
+        PkiEntry::ExternalEtcdKey,
+    ]
+    .iter()
+    .any(|e| data.contains_key(e.data_key()));
+    match external {
+        true => EtcdMode::External,
+        false => EtcdMode::Local,
+    }
+}
+
+/// Decrypts every entry of the set; an empty value is a file absent on disk, a missing
+/// key is an error.
+#[allow(clippy::type_complexity)]
+fn open_set(
+    opener: &Opener<'_>,
+    set: &[PkiEntry],
+    data: &BTreeMap<String, Vec<u8>>,
+) -> Result<(BTreeMap<PkiEntry, Zeroizing<Vec<u8>>>, Vec<PkiEntry>), CopyCertsError> {
+    let mut plaintexts = BTreeMap::new();
+    let mut absent = Vec::new();
+    for entry in set {
+        let Some(value) = data.get(entry.data_key()) else {
+            return Err(CopyCertsError::MissingEntry {
+                entry: entry.data_key().into(),
+            });
+        };
+        if value.is_empty() {
+            absent.push(*entry);
+        } else {
+            plaintexts.insert(*entry, opener.open_entry(entry.data_key(), value)?);
+        }
+    }
+    Ok((plaintexts, absent))
+}
+
+/// The entries outside the set, which kubeflavor does not use. Each non-empty one must
+/// still decrypt, as kubeadm decrypts every value.
+fn open_unknown(
+    opener: &Opener<'_>,
+    set: &[PkiEntry],
+    data: &BTreeMap<String, Vec<u8>>,
+) -> Result<Vec<String>, CopyCertsError> {
+    let mut ignored = Vec::new();
+    for (name, value) in data {
+        let known = name == KEY_CHECK_ENTRY
+            || name == MANIFEST_ENTRY
+            || set.iter().any(|e| e.data_key() == name);
+        if !known {
+            if !value.is_empty() {
+                opener.open_entry(name, value)?;
+            }
+            ignored.push(name.clone());
+        }
+    }
+    Ok(ignored)
+}
+
 /// Opens a whole Secret as [`open_all_with`] does, then checks that every file can serve
-/// what it is used for at `now` ([`check_usable`](super::usable::check_usable)): what a
+/// what it is used for at `now` ([`check_usable`]): what a
 /// download writes, and what an upload stores, must be usable CA material, not merely
 /// well-formed.
 pub fn open_for_use(
@@ -408,6 +467,21 @@ fn check_contents(
                 partner,
             });
         }
+    }
+    Ok(())
+}
+/// Checks every opened file (see [`check_usable`]); the first unusable one is the error.
+fn check_all_usable(opened: &OpenedCerts, now: jiff::Timestamp) -> Result<(), CopyCertsError> {
+    for file in &opened.files {
+        let Some(entry) = PkiEntry::set(opened.etcd)
+            .iter()
+            .copied()
+            .find(|e| e.rel_path() == file.rel_path)
+        else {
+            continue;
+        };
+        check_usable(entry, file.contents(), now)
+            .map_err(|reason| CopyCertsError::Unusable { entry, reason })?;
     }
     Ok(())
 }

@@ -1,5 +1,5 @@
 //! Whether each file of the set can serve what a control-plane node uses it for, beyond
-//! parsing and matching its partner ([`open_all_with`](super::open_all_with)'s checks).
+//! parsing and matching its partner (the checks of `open_all_with`).
 //!
 //! - `ca.crt`, `front-proxy-ca.crt`, `etcd/ca.crt`: kube-apiserver trusts every certificate
 //!   in them (`--client-ca-file`, `--requestheader-client-ca-file`, etcd's
@@ -21,7 +21,6 @@ use x509_parser::certificate::X509Certificate;
 use x509_parser::prelude::FromDer;
 
 use super::entries::{PkiEntry, PkiEntryKind};
-use super::open::{CopyCertsError, OpenedCerts};
 use crate::keys::{LABEL_CERTIFICATE, LABEL_PUBLIC_KEY, PemKind};
 use crate::pem;
 
@@ -74,22 +73,6 @@ pub fn check_usable(entry: PkiEntry, contents: &[u8], now: Timestamp) -> Result<
             }),
         },
     }
-}
-
-/// Checks every opened file (see [`check_usable`]); the first unusable one is the error.
-pub fn check_all_usable(opened: &OpenedCerts, now: Timestamp) -> Result<(), CopyCertsError> {
-    for file in &opened.files {
-        let Some(entry) = PkiEntry::set(opened.etcd)
-            .iter()
-            .copied()
-            .find(|e| e.rel_path() == file.rel_path)
-        else {
-            continue;
-        };
-        check_usable(entry, file.contents(), now)
-            .map_err(|reason| CopyCertsError::Unusable { entry, reason })?;
-    }
-    Ok(())
 }
 
 /// Exactly one block for which `is_key` holds, after any `EC PARAMETERS` blocks.

@@ -1,4 +1,4 @@
-//! `kubeflavor certs download` (and `join --control-plane`): fetch `kube-system/kubeadm-certs`,
+//! Downloading the control-plane CA material: fetch `kube-system/kubeadm-certs`,
 //! check the key before anything else, decrypt and verify every entry, then write all the
 //! files or none (P5, P6).
 
@@ -173,8 +173,7 @@ pub async fn download(
 }
 
 /// A client that authenticates as a bootstrap token against `server`, trusting only the
-/// CA certificates discovery authenticated (`DER`). Used by `certs download --server` and
-/// `join --control-plane` after `[discovery]`.
+/// CA certificates an authenticated discovery found (`DER`).
 pub fn bootstrap_client(
     server: &str,
     ca_certs_der: &[Vec<u8>],
@@ -193,29 +192,6 @@ pub fn bootstrap_client(
             "cannot build a client for {server}: {e} (check the discovered CA)"
         ))
     })
-}
-
-/// `[download-certs]` of `join --control-plane`: after discovery authenticated the cluster,
-/// read the Secret as the bootstrap token and write the files (kubeadm's phase of the same
-/// name). Progress goes to `report`; the key never does.
-pub async fn for_join(
-    cluster: &crate::join::DiscoveredCluster,
-    token: &kubeflavor_core::token::BootstrapToken,
-    opts: &DownloadOptions,
-    report: &mut dyn crate::join::Report,
-) -> Result<WriteReport, CertsError> {
-    report.info(&format!(
-        "[download-certs] Downloading the certificates in Secret {SECRET_NAME:?} in the {NAMESPACE:?} Namespace"
-    ));
-    let client = bootstrap_client(&cluster.server, &cluster.ca_certs_der, token)?;
-    let downloaded = download(&client, opts, Timestamp::now()).await?;
-    if let Some(never) = downloaded.never_expires {
-        report.warn(&format!("[download-certs] {}", never.warning()));
-    }
-    for line in report_lines("[download-certs]", &opts.pki_dir, &downloaded.written) {
-        report.info(&line);
-    }
-    Ok(downloaded.written)
 }
 
 /// The lines that tell the user what a write did, one per file, then a summary.

@@ -14,6 +14,7 @@ use serde::Serialize;
 
 use super::objects::{self, NAMESPACE, RBAC_NAME, SECRET_NAME};
 use super::{CertsError, download};
+use crate::cluster::token_secrets;
 
 /// AES-GCM adds a 12-byte nonce and a 16-byte tag to every sealed value.
 const SEAL_OVERHEAD: usize = 12 + 16;
@@ -75,33 +76,10 @@ pub async fn inspect(
             plaintext_bytes: v.len().saturating_sub(SEAL_OVERHEAD),
         })
         .collect();
-
     let mut owners = Vec::new();
     for r in secret.metadata.owner_references.iter().flatten() {
-        let token_id = r
-            .name
-            .strip_prefix("bootstrap-token-")
-            .unwrap_or(&r.name)
-            .to_owned();
-        let (expires, state) = match secrets.get_opt(&r.name).await {
-            Ok(Some(t)) => match objects::token_expiration(&t) {
-                Ok(Some(exp)) => {
-                    let state = if exp <= now { "expired" } else { "valid" };
-                    (Some(exp.to_string()), state)
-                }
-                Ok(None) => (None, "no expiration"),
-                Err(raw) => (Some(raw), "expired"),
-            },
-            Ok(None) => (None, "missing"),
-            Err(_) => (None, "unreadable"),
-        };
-        owners.push(Owner {
-            token_id,
-            expires,
-            state: state.to_owned(),
-        });
+        owners.push(owner(&secrets, &r.name, now).await);
     }
-
     let readable_by = match bindings.get_opt(RBAC_NAME).await {
         Ok(Some(b)) => objects::binding_subjects(&b),
         Ok(None) => Vec::new(),
@@ -112,7 +90,6 @@ pub async fn inspect(
             ));
         }
     };
-
     let certificates = match key {
         Some(k) => Some(certificate_infos(k, &data)?),
         None => None,
@@ -123,6 +100,27 @@ pub async fn inspect(
         readable_by,
         certificates,
     })
+}
+
+/// One owner token of the Secret, and whether it still keeps the Secret alive at `now`.
+async fn owner(secrets: &Api<Secret>, name: &str, now: Timestamp) -> Owner {
+    let (expires, state) = match secrets.get_opt(name).await {
+        Ok(Some(t)) => match objects::token_expiration(&t) {
+            Ok(Some(exp)) => {
+                let state = if exp <= now { "expired" } else { "valid" };
+                (Some(exp.to_string()), state)
+            }
+            Ok(None) => (None, "no expiration"),
+            Err(raw) => (Some(raw), "expired"),
+        },
+        Ok(None) => (None, "missing"),
+        Err(_) => (None, "unreadable"),
+    };
+    Owner {
+        token_id: token_secrets::id_of(name).unwrap_or(name).to_owned(),
+        expires,
+        state: state.to_owned(),
+    }
 }
 
 /// Decrypts (checking the key first) and describes every certificate entry.

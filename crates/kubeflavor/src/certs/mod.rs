@@ -4,8 +4,6 @@
 //! `kubeflavor_core::{certkey, copycerts, pki, keys}`; this module does the I/O around it:
 //! the PKI directory on disk ([`pki_files`]) and the Kubernetes objects ([`objects`]).
 
-pub mod bootstrap;
-pub mod control_plane_token;
 pub mod download;
 pub mod inspect;
 pub mod objects;

@@ -1,4 +1,4 @@
-//! The Kubernetes objects of kubeadm's copy-certs (spec section 3), built exactly as kubeadm
+//! The Kubernetes objects of kubeadm's copy-certs (`kubeadm init phase upload-certs`), built exactly as kubeadm
 //! builds them so each side reads what the other writes, and the create-or-replace calls
 //! that make `certs upload` idempotent.
 
@@ -10,6 +10,7 @@ use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::Api;
 use kube::api::PostParams;
+use kubeflavor_core::token_secret::{TOKEN_SECRET_NAME_PREFIX, TOKEN_SECRET_TYPE};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
@@ -55,11 +56,11 @@ pub fn proxy_token_secret(token_id: &str, token_secret: &str, expiration: &str) 
     ]);
     Secret {
         metadata: ObjectMeta {
-            name: Some(format!("bootstrap-token-{token_id}")),
+            name: Some(format!("{TOKEN_SECRET_NAME_PREFIX}{token_id}")),
             namespace: Some(NAMESPACE.to_owned()),
             ..ObjectMeta::default()
         },
-        type_: Some("bootstrap.kubernetes.io/token".to_owned()),
+        type_: Some(TOKEN_SECRET_TYPE.to_owned()),
         data: Some(
             string_data
                 .into_iter()
@@ -186,7 +187,7 @@ pub async fn delete_if_proxy_token(api: &Api<Secret>, name: &str) -> Result<bool
         None => return Ok(false),
     };
     let data = token.data.clone().unwrap_or_default();
-    let is_proxy = token.type_.as_deref() == Some("bootstrap.kubernetes.io/token")
+    let is_proxy = token.type_.as_deref() == Some(TOKEN_SECRET_TYPE)
         && data
             .get("description")
             .is_some_and(|d| d.0 == PROXY_TOKEN_DESCRIPTION.as_bytes())

@@ -218,32 +218,10 @@ pub fn write_all(target: &Path, plan: &[PkiFile], force: bool) -> Result<WriteRe
     for f in plan {
         let rel = check_rel_path(&f.rel_path)?;
         check_no_symlink_below(target, &rel)?;
-        let dest = target.join(&rel);
-        let outcome = match fs::symlink_metadata(&dest) {
-            Err(e) if e.kind() == io::ErrorKind::NotFound => FileOutcome::Created,
-            Err(source) => return Err(WriteError::Unwritable { path: dest, source }),
-            Ok(m) if m.is_dir() => return Err(WriteError::NotAFile { path: dest }),
-            Ok(_) => {
-                let existing = fs::read(&dest).map(Zeroizing::new).map_err(|source| {
-                    WriteError::ReadExisting {
-                        path: dest.clone(),
-                        source,
-                    }
-                })?;
-                if existing.as_slice() == f.contents() {
-                    let mode = fs::metadata(&dest)
-                        .map(|m| m.permissions().mode() & 0o7777)
-                        .unwrap_or(f.mode);
-                    if mode != f.mode {
-                        mode_warnings.push((f.rel_path.clone(), mode, f.mode));
-                    }
-                    FileOutcome::Unchanged
-                } else {
-                    conflicts.push(f.rel_path.clone());
-                    FileOutcome::Replaced
-                }
-            }
-        };
+        let outcome = compare_existing(&target.join(&rel), f, &mut mode_warnings)?;
+        if outcome == FileOutcome::Replaced {
+            conflicts.push(f.rel_path.clone());
+        }
         outcomes.push(outcome);
         rels.push(rel);
     }
@@ -273,6 +251,44 @@ pub fn write_all(target: &Path, plan: &[PkiFile], force: bool) -> Result<WriteRe
     }
     report.created_dirs = created_dirs;
     result.map(|()| report)
+}
+
+/// What writing `f` to `dest` would do: create it, keep it (identical content; a mode
+/// other than kubeadm's is noted in `mode_warnings`), or replace different content.
+fn compare_existing(
+    dest: &Path,
+    f: &PkiFile,
+    mode_warnings: &mut Vec<(String, u32, u32)>,
+) -> Result<FileOutcome, WriteError> {
+    match fs::symlink_metadata(dest) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(FileOutcome::Created),
+        Err(source) => Err(WriteError::Unwritable {
+            path: dest.to_path_buf(),
+            source,
+        }),
+        Ok(m) if m.is_dir() => Err(WriteError::NotAFile {
+            path: dest.to_path_buf(),
+        }),
+        Ok(_) => {
+            let existing =
+                fs::read(dest)
+                    .map(Zeroizing::new)
+                    .map_err(|source| WriteError::ReadExisting {
+                        path: dest.to_path_buf(),
+                        source,
+                    })?;
+            if existing.as_slice() != f.contents() {
+                return Ok(FileOutcome::Replaced);
+            }
+            let mode = fs::metadata(dest)
+                .map(|m| m.permissions().mode() & 0o7777)
+                .unwrap_or(f.mode);
+            if mode != f.mode {
+                mode_warnings.push((f.rel_path.clone(), mode, f.mode));
+            }
+            Ok(FileOutcome::Unchanged)
+        }
+    }
 }
 
 fn unwritable(path: &Path) -> impl FnOnce(io::Error) -> WriteError + '_ {

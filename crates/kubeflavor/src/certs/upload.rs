@@ -13,7 +13,6 @@ use std::path::{Path, PathBuf};
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
-use kube::api::PostParams;
 use kube::{Api, Client};
 use kubeflavor_core::certkey::CertificateKey;
 use kubeflavor_core::copycerts::{self, CopyCertsError, EtcdMode, PkiEntry, Provenance};
@@ -22,6 +21,7 @@ use zeroize::Zeroizing;
 
 use super::objects::{self, NAMESPACE, ReadableBy, SECRET_NAME};
 use super::{CertsError, ExternalEtcd, pki_files};
+use crate::cluster::token_secrets;
 
 /// kubeadm's `DefaultCertTokenDuration`.
 pub const DEFAULT_TTL: SignedDuration = SignedDuration::from_hours(2);
@@ -62,7 +62,7 @@ fn explicit(path: &Path) -> Result<Read, CertsError> {
     Ok((path.to_path_buf(), pki_files::read_optional(path)?))
 }
 
-/// Reads every file the Secret carries, local-etcd or external-etcd set (spec section 3).
+/// Reads every file the Secret carries: kubeadm's local-etcd set, or its external-etcd set.
 pub fn read_sources(
     pki_dir: &Path,
     external_etcd: Option<&ExternalEtcd>,
@@ -164,12 +164,7 @@ pub async fn upload(
     now: Timestamp,
     progress: &mut dyn FnMut(&str),
 ) -> Result<Uploaded, CertsError> {
-    if opts.ttl <= SignedDuration::ZERO {
-        return Err(CertsError::Refused(format!(
-            "--ttl must be positive, got {:#} (the Secret must expire; kubeadm uses 2h)",
-            opts.ttl
-        )));
-    }
+    let expiration = expiration_of(opts.ttl, now)?;
     let (mode, sources) = read_sources(&opts.pki_dir, opts.external_etcd.as_ref())?;
     for s in sources.iter().filter(|s| s.contents.is_none()) {
         progress(&format!(
@@ -183,33 +178,65 @@ pub async fn upload(
         None => CertificateKey::generate().map_err(|e| CertsError::Other(e.to_string()))?,
     };
     let data = seal_sources(&key, mode, &sources, now)?;
-    let expiration = now
-        .checked_add(opts.ttl)
+
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), NAMESPACE);
+    progress(&format!(
+        "[upload-certs] Creating the Role and RoleBinding {:?} for the group {:?}",
+        objects::RBAC_NAME,
+        opts.readable_by.group()
+    ));
+    grant_read(client, opts.readable_by).await?;
+    let owner = create_proxy_token(client, expiration).await?;
+    let owner_ref = objects::owner_reference(&owner).ok_or_else(|| {
+        CertsError::Other("the API server returned the token Secret without a uid".to_owned())
+    })?;
+    let previous_owners = previous_owners(&secrets, &owner_ref.name).await?;
+    progress(&format!(
+        "[upload-certs] Storing the certificates in Secret {SECRET_NAME:?} in the {NAMESPACE:?} Namespace"
+    ));
+    objects::create_or_replace(&secrets, &objects::certs_secret(data, owner_ref))
+        .await
+        .map_err(|e| objects::api_error("storing kube-system/kubeadm-certs", e))?;
+    delete_superseded(&secrets, previous_owners).await;
+
+    Ok(Uploaded {
+        key,
+        proxy_token_id: owner_id(&owner),
+        expiration,
+        entries: entry_sizes(&sources),
+        readable_by: opts.readable_by,
+    })
+}
+
+/// When the Secret expires: `ttl` from `now`, in whole seconds rounded down so the Secret
+/// never outlives the TTL asked for. A TTL that is not positive is refused.
+fn expiration_of(ttl: SignedDuration, now: Timestamp) -> Result<Timestamp, CertsError> {
+    if ttl <= SignedDuration::ZERO {
+        return Err(CertsError::Refused(format!(
+            "--ttl must be positive, got {ttl:#} (the Secret must expire; kubeadm uses 2h)"
+        )));
+    }
+    now.checked_add(ttl)
         .and_then(|t| {
-            // Whole seconds, rounded down: the Secret never outlives the TTL asked for.
             t.round(
                 jiff::TimestampRound::new()
                     .smallest(jiff::Unit::Second)
                     .mode(jiff::RoundMode::Trunc),
             )
         })
-        .map_err(|e| CertsError::Refused(format!("--ttl {:#} is too long: {e}", opts.ttl)))?;
+        .map_err(|e| CertsError::Refused(format!("--ttl {ttl:#} is too long: {e}")))
+}
 
+/// The Role that may read the Secret, and its binding to `readable_by`'s group.
+async fn grant_read(client: &Client, readable_by: ReadableBy) -> Result<(), CertsError> {
     let roles: Api<Role> = Api::namespaced(client.clone(), NAMESPACE);
     let bindings: Api<RoleBinding> = Api::namespaced(client.clone(), NAMESPACE);
-    let secrets: Api<Secret> = Api::namespaced(client.clone(), NAMESPACE);
-
-    progress(&format!(
-        "[upload-certs] Creating the Role and RoleBinding {:?} for the group {:?}",
-        objects::RBAC_NAME,
-        opts.readable_by.group()
-    ));
     objects::create_or_replace(&roles, &objects::reader_role())
         .await
         .map_err(|e| {
             objects::api_error("creating the Role kube-system/kubeadm:kubeadm-certs", e)
         })?;
-    objects::create_or_replace(&bindings, &objects::reader_binding(opts.readable_by))
+    objects::create_or_replace(&bindings, &objects::reader_binding(readable_by))
         .await
         .map_err(|e| {
             objects::api_error(
@@ -217,49 +244,31 @@ pub async fn upload(
                 e,
             )
         })?;
+    Ok(())
+}
 
-    let owner = create_proxy_token(&secrets, expiration).await?;
-    let owner_id = owner
-        .metadata
-        .name
-        .as_deref()
-        .and_then(|n| n.strip_prefix("bootstrap-token-"))
-        .unwrap_or_default()
-        .to_owned();
-    let owner_ref = objects::owner_reference(&owner).ok_or_else(|| {
-        CertsError::Other("the API server returned the token Secret without a uid".to_owned())
-    })?;
-
-    let previous_owners: Vec<String> = secrets
+/// The proxy tokens the current Secret (if any) names as owners, other than `new_owner`.
+async fn previous_owners(
+    secrets: &Api<Secret>,
+    new_owner: &str,
+) -> Result<Vec<String>, CertsError> {
+    Ok(secrets
         .get_opt(SECRET_NAME)
         .await
         .map_err(|e| objects::api_error("reading kube-system/kubeadm-certs", e))?
         .and_then(|s| s.metadata.owner_references)
         .unwrap_or_default()
         .into_iter()
-        .filter(|r| r.kind == "Secret" && r.name != owner_ref.name)
+        .filter(|r| r.kind == "Secret" && r.name != new_owner)
         .map(|r| r.name)
-        .collect();
+        .collect())
+}
 
-    progress(&format!(
-        "[upload-certs] Storing the certificates in Secret {SECRET_NAME:?} in the {NAMESPACE:?} Namespace"
-    ));
-    let entries = sources
-        .iter()
-        .map(|s| {
-            (
-                s.entry.data_key().to_owned(),
-                s.contents.as_ref().map_or(0, |c| c.len()),
-            )
-        })
-        .collect();
-    objects::create_or_replace(&secrets, &objects::certs_secret(data, owner_ref))
-        .await
-        .map_err(|e| objects::api_error("storing kube-system/kubeadm-certs", e))?;
-
-    for name in previous_owners {
-        // Best effort: a superseded proxy token expires on its own anyway.
-        match objects::delete_if_proxy_token(&secrets, &name).await {
+/// Deletes the proxy tokens a previous upload used. Best effort: a superseded proxy token
+/// expires on its own anyway.
+async fn delete_superseded(secrets: &Api<Secret>, names: Vec<String>) {
+    for name in names {
+        match objects::delete_if_proxy_token(secrets, &name).await {
             Ok(true) => tracing::debug!(token = %name, "deleted the superseded proxy token"),
             Ok(false) => {}
             Err(e) => {
@@ -267,41 +276,52 @@ pub async fn upload(
             }
         }
     }
-
-    Ok(Uploaded {
-        key,
-        proxy_token_id: owner_id,
-        expiration,
-        entries,
-        readable_by: opts.readable_by,
-    })
 }
 
-/// Creates a fresh TTL-proxy token, retrying with a new id if one is already taken.
-async fn create_proxy_token(
-    api: &Api<Secret>,
-    expiration: Timestamp,
-) -> Result<Secret, CertsError> {
-    // RFC 3339 UTC without fractional seconds, as the API server expects (spec section 1).
+/// The proxy token's id, from its Secret's name.
+fn owner_id(owner: &Secret) -> String {
+    owner
+        .metadata
+        .name
+        .as_deref()
+        .and_then(token_secrets::id_of)
+        .unwrap_or_default()
+        .to_owned()
+}
+
+/// The data keys stored, with each file's plaintext size (0 for a file absent on disk).
+fn entry_sizes(sources: &[Source]) -> Vec<(String, usize)> {
+    sources
+        .iter()
+        .map(|s| {
+            (
+                s.entry.data_key().to_owned(),
+                s.contents.as_ref().map_or(0, |c| c.len()),
+            )
+        })
+        .collect()
+}
+
+/// Creates a fresh TTL-proxy token, drawing a new id if one is already taken.
+async fn create_proxy_token(client: &Client, expiration: Timestamp) -> Result<Secret, CertsError> {
+    // RFC 3339 UTC without fractional seconds, the form the API server parses.
     let expiration = format!("{expiration:.0}");
-    let mut last = None;
-    for _ in 0..TOKEN_ID_ATTEMPTS {
+    let draw = async || -> Result<Option<(BootstrapToken, Secret)>, CertsError> {
         let token = BootstrapToken::generate().map_err(|e| CertsError::Other(e.to_string()))?;
         let secret =
             objects::proxy_token_secret(token.id().as_str(), token.secret().expose(), &expiration);
-        match api.create(&PostParams::default(), &secret).await {
-            Ok(created) => return Ok(created),
-            Err(kube::Error::Api(s)) if s.code == 409 => last = Some(s.message),
-            Err(e) => {
-                return Err(objects::api_error(
-                    "creating the proxy token that limits the Secret's lifetime",
-                    e,
-                ));
-            }
-        }
-    }
-    Err(CertsError::Other(format!(
-        "could not create a proxy token after {TOKEN_ID_ATTEMPTS} attempts: {} (retry)",
-        last.unwrap_or_default()
-    )))
+        Ok(Some((token, secret)))
+    };
+    let created = token_secrets::create_with_fresh_id(client, TOKEN_ID_ATTEMPTS, draw, |e| {
+        objects::api_error(
+            "creating the proxy token that limits the Secret's lifetime",
+            e,
+        )
+    })
+    .await?;
+    created.map(|c| c.stored).ok_or_else(|| {
+        CertsError::Other(format!(
+            "could not create a proxy token after {TOKEN_ID_ATTEMPTS} attempts: every id was taken (retry)"
+        ))
+    })
 }

@@ -4,6 +4,7 @@
 mod errors;
 pub mod fresh_token;
 mod resolve;
+pub mod token_secrets;
 
 use std::fmt;
 

@@ -1,6 +1,7 @@
 //! `kubeflavor flavor create|apply|list|get|delete`.
 
 use std::io::{Read, Write};
+use std::path::PathBuf;
 
 use jiff::Timestamp;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
@@ -8,17 +9,94 @@ use kube::core::ObjectMeta;
 use kubeflavor_core::flavor::{FlavorName, FlavorRules, FlavorSpec as CoreSpec, TaintSpec};
 use serde_json::Value;
 
-use crate::cli::{
-    FlavorApplyArgs, FlavorCreateArgs, FlavorDeleteArgs, FlavorGetArgs, FlavorListArgs,
-};
-use crate::cluster::{Cluster, is_api_reason, is_not_found};
-use crate::cmd::token::list_token_secrets;
+use clap::{Args, Subcommand};
+use kubeflavor_core::flavor::{Taint, TokenTtl};
+
+use crate::cli::{FlavorLabel, MaxNodes, TrustLevelArg};
+use crate::cluster::{Cluster, is_api_reason, is_not_found, token_secrets};
 use crate::crd::{Flavor, FlavorBinding, effect_str, flavor_from_rules, rules_from_flavor};
 use crate::error::{CliError, Result};
 use crate::output::{self, Format, List, Table};
 
 /// The field manager of every write kubeflavor makes with server-side apply.
 pub const FIELD_MANAGER: &str = "kubeflavor";
+
+#[derive(Debug, Subcommand)]
+pub enum FlavorCommand {
+    /// Create a Flavor from flags.
+    Create(FlavorCreateArgs),
+    /// Create or update Flavors from a YAML/JSON file (`-` for stdin), server-side applied.
+    Apply(FlavorApplyArgs),
+    /// List Flavors.
+    List(FlavorListArgs),
+    /// Show one Flavor.
+    Get(FlavorGetArgs),
+    /// Delete a Flavor. Refused while live tokens or node bindings use it, unless --force.
+    Delete(FlavorDeleteArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct FlavorCreateArgs {
+    /// The Flavor's name (a DNS name of at most 63 characters; it becomes a label value).
+    pub name: FlavorName,
+    /// A node label `key=value`. The key must be one a kubelet cannot write, e.g.
+    /// `kubeflavor.node-restriction.kubernetes.io/tier=gold` or `node-role.kubernetes.io/edge=`.
+    #[arg(long = "label", value_name = "KEY=VALUE")]
+    pub labels: Vec<FlavorLabel>,
+    /// A node taint `key=value:Effect` or `key:Effect` (NoSchedule, PreferNoSchedule, NoExecute).
+    #[arg(long = "taint", value_name = "KEY=VALUE:EFFECT")]
+    pub taints: Vec<Taint>,
+    /// Trust level 0..=100, published on nodes as the label
+    /// kubeflavor.node-restriction.kubernetes.io/trust-level.
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    pub trust_level: Option<TrustLevelArg>,
+    /// Default TTL of this flavor's tokens (24h, 90m, 0 for never).
+    #[arg(long, value_name = "DURATION", allow_hyphen_values = true)]
+    pub ttl: Option<TokenTtl>,
+    /// Default number of node names one token of this flavor may bind.
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    pub max_nodes: Option<MaxNodes>,
+}
+
+#[derive(Debug, Args)]
+pub struct FlavorApplyArgs {
+    /// A file of Flavor objects (YAML documents separated by `---`, or JSON); `-` reads stdin.
+    #[arg(short = 'f', long = "filename", value_name = "FILE", required = true)]
+    pub file: PathBuf,
+}
+
+#[derive(Debug, Args)]
+pub struct FlavorListArgs {
+    #[arg(short, long, value_enum)]
+    pub output: Option<Format>,
+}
+
+#[derive(Debug, Args)]
+pub struct FlavorGetArgs {
+    pub name: FlavorName,
+    #[arg(short, long, value_enum)]
+    pub output: Option<Format>,
+}
+
+#[derive(Debug, Args)]
+pub struct FlavorDeleteArgs {
+    pub name: FlavorName,
+    /// Delete even if live tokens or node bindings still use the flavor (their nodes lose
+    /// nothing now, but the controller can no longer restore their labels).
+    #[arg(long)]
+    pub force: bool,
+}
+
+/// Runs one `flavor` command.
+pub async fn execute(command: FlavorCommand, cluster: &Cluster, out: &mut dyn Write) -> Result<()> {
+    match command {
+        FlavorCommand::Create(args) => create(cluster, &args, out).await,
+        FlavorCommand::Apply(args) => apply(cluster, &args, out).await,
+        FlavorCommand::List(args) => list(cluster, &args, out).await,
+        FlavorCommand::Get(args) => get(cluster, &args, out).await,
+        FlavorCommand::Delete(args) => delete(cluster, &args, out).await,
+    }
+}
 
 pub async fn create(cluster: &Cluster, args: &FlavorCreateArgs, out: &mut dyn Write) -> Result<()> {
     let spec = CoreSpec {
@@ -228,56 +306,61 @@ fn print_flavors(items: &[Flavor], format: Format, out: &mut dyn Write) -> Resul
             }
             Ok(())
         }
-        Format::Table | Format::Wide => {
-            if items.is_empty() {
-                writeln!(out, "No flavors found.")?;
-                return Ok(());
-            }
-            let wide = format == Format::Wide;
-            let mut header = vec!["name", "trust", "labels", "taints"];
-            if wide {
-                header.extend(["token ttl", "max nodes", "bound"]);
-            }
-            header.push("age");
-            let mut table = Table::new(&header);
-            let now = Timestamp::now();
-            for f in items {
-                let mut row = vec![
-                    f.metadata.name.clone().unwrap_or_default(),
-                    f.spec
-                        .trust_level
-                        .map_or("<none>".into(), |t| t.to_string()),
-                    join_or_none(f.spec.labels.iter().map(|(k, v)| format!("{k}={v}"))),
-                    join_or_none(f.spec.taints.iter().map(|t| {
-                        if t.value.is_empty() {
-                            format!("{}:{}", t.key, effect_str(t.effect))
-                        } else {
-                            format!("{}={}:{}", t.key, t.value, effect_str(t.effect))
-                        }
-                    })),
-                ];
-                if wide {
-                    let defaults = f.spec.token_defaults.clone().unwrap_or_default();
-                    row.push(defaults.ttl.unwrap_or_else(|| "<default>".into()));
-                    row.push(
-                        defaults
-                            .max_nodes
-                            .map_or("<default>".into(), |n| n.to_string()),
-                    );
-                    row.push(
-                        f.status
-                            .as_ref()
-                            .and_then(|s| s.bound_nodes)
-                            .map_or("<none>".into(), |n| n.to_string()),
-                    );
-                }
-                row.push(output::age(created(&f.metadata), now));
-                table.row(row);
-            }
-            out.write_all(table.render().as_bytes())?;
-            Ok(())
-        }
+        Format::Table | Format::Wide => print_table(items, format == Format::Wide, out),
     }
+}
+
+/// The table of `flavor list` (`-o wide` adds the token defaults and the bound count).
+fn print_table(items: &[Flavor], wide: bool, out: &mut dyn Write) -> Result<()> {
+    if items.is_empty() {
+        writeln!(out, "No flavors found.")?;
+        return Ok(());
+    }
+    let mut header = vec!["name", "trust", "labels", "taints"];
+    if wide {
+        header.extend(["token ttl", "max nodes", "bound"]);
+    }
+    header.push("age");
+    let mut table = Table::new(&header);
+    let now = Timestamp::now();
+    for f in items {
+        let mut row = vec![
+            f.metadata.name.clone().unwrap_or_default(),
+            f.spec
+                .trust_level
+                .map_or("<none>".into(), |t| t.to_string()),
+            join_or_none(f.spec.labels.iter().map(|(k, v)| format!("{k}={v}"))),
+            join_or_none(f.spec.taints.iter().map(|t| {
+                if t.value.is_empty() {
+                    format!("{}:{}", t.key, effect_str(t.effect))
+                } else {
+                    format!("{}={}:{}", t.key, t.value, effect_str(t.effect))
+                }
+            })),
+        ];
+        if wide {
+            row.extend(wide_columns(f));
+        }
+        row.push(output::age(created(&f.metadata), now));
+        table.row(row);
+    }
+    out.write_all(table.render().as_bytes())?;
+    Ok(())
+}
+
+/// TOKEN TTL, MAX NODES and BOUND.
+fn wide_columns(f: &Flavor) -> [String; 3] {
+    let defaults = f.spec.token_defaults.clone().unwrap_or_default();
+    [
+        defaults.ttl.unwrap_or_else(|| "<default>".into()),
+        defaults
+            .max_nodes
+            .map_or("<default>".into(), |n| n.to_string()),
+        f.status
+            .as_ref()
+            .and_then(|s| s.bound_nodes)
+            .map_or("<none>".into(), |n| n.to_string()),
+    ]
 }
 
 pub fn created(meta: &ObjectMeta) -> Option<Timestamp> {
@@ -358,12 +441,16 @@ impl FlavorUsers {
 
 async fn flavor_users(cluster: &Cluster, name: &FlavorName) -> Result<FlavorUsers> {
     let now = Timestamp::now();
-    let tokens = list_token_secrets(cluster, Some(name)).await?;
+    let tokens = token_secrets::list(&cluster.client, Some(name))
+        .await
+        .map_err(|e| cluster.error("list the token Secrets in kube-system", e))?;
     let mut users = FlavorUsers {
+        // The tokens the API server would authenticate now.
         tokens: tokens
-            .iter()
-            .filter(|t| t.is_live(now))
-            .map(|t| t.id.clone())
+            .into_iter()
+            .filter_map(|t| t.record.ok())
+            .filter(|r| r.authentication_at(now).is_ok())
+            .map(|r| r.id.to_string())
             .collect(),
         ..Default::default()
     };

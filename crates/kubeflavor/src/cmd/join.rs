@@ -6,16 +6,15 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Args;
-use k8s_openapi::api::core::v1::ConfigMap;
-use kube::Api;
+use kubeflavor_core::copycerts::Provenance;
 use kubeflavor_core::names::NodeName;
-use kubeflavor_core::pin::CaPin;
 use kubeflavor_core::token::BootstrapToken;
 
-use crate::cluster::Cluster;
+use crate::certs::download::DownloadOptions;
+use crate::cli::discovery_flags::{parse_duration, parse_pins, parse_token};
+use crate::cli::secret::{self, SecretText, read_key};
 use crate::error::CliError;
 use crate::exit::ExitCode;
-use crate::join::discovery::{CLUSTER_INFO_NAME, CLUSTER_INFO_NAMESPACE, KUBECONFIG_KEY};
 use crate::join::{
     self, CaCheck, DiscoveryError, JoinError, JoinOptions, Report, TlsBootstrapError,
 };
@@ -97,7 +96,7 @@ pub struct JoinArgs {
     /// The bootstrap token, <id>.<secret> (from 'kubeflavor token create'). Shows in the
     /// process list: prefer --token-file or KUBEFLAVOR_JOIN_TOKEN.
     #[arg(long, value_name = "TOKEN")]
-    pub token: Option<crate::cmd::certs::SecretText>,
+    pub token: Option<SecretText>,
 
     /// Read the bootstrap token from this file (`-`: stdin). The KUBEFLAVOR_JOIN_TOKEN
     /// environment variable is read when neither flag is given.
@@ -145,7 +144,7 @@ pub struct JoinArgs {
     /// characters). Shows in the process list: prefer --certificate-key-file or
     /// KUBEFLAVOR_CERTIFICATE_KEY.
     #[arg(long, value_name = "KEY")]
-    pub certificate_key: Option<crate::cmd::certs::SecretText>,
+    pub certificate_key: Option<SecretText>,
 
     /// With --control-plane: read the key from this file (`-`: stdin). The
     /// KUBEFLAVOR_CERTIFICATE_KEY environment variable is read when neither flag is given.
@@ -158,49 +157,11 @@ pub struct JoinArgs {
     pub accept_kubeadm_secret: bool,
 }
 
-pub(crate) fn parse_duration(s: &str) -> Result<Duration, String> {
-    let d: jiff::SignedDuration = s
-        .parse()
-        .map_err(|e| format!("{s:?} is not a duration ({e}); use e.g. 30s, 5m, 1m30s"))?;
-    if d.is_negative() || d.is_zero() {
-        return Err(format!("{s:?} must be a positive duration, e.g. 5m"));
-    }
-    Duration::try_from(d).map_err(|e| format!("{s:?}: {e}"))
-}
-
-/// `--token`, parsed here rather than by clap: clap would echo the bad value, secret
-/// included, in its error message. `fix` tells the user where a good token comes from.
-pub(crate) fn parse_token(text: &str, fix: &str) -> Result<BootstrapToken, CliError> {
-    text.parse().map_err(|e| {
-        CliError::new(
-            ExitCode::JoinMalformedToken,
-            format_args!("--token is not a bootstrap token: {e}"),
-            fix,
-        )
-    })
-}
-
-/// Every `--discovery-token-ca-cert-hash`; the first bad one is the error.
-pub(crate) fn parse_pins(hashes: &[String], fix: &str) -> Result<Vec<CaPin>, CliError> {
-    hashes
-        .iter()
-        .map(|h| {
-            h.parse::<CaPin>().map_err(|e| {
-                CliError::new(
-                    ExitCode::JoinMalformedPin,
-                    format_args!("--discovery-token-ca-cert-hash {h:?} is not a CA pin: {e}"),
-                    fix,
-                )
-            })
-        })
-        .collect()
-}
-
 /// Turns the flags into validated options. Each bad input has its own exit code.
 pub fn options(args: &JoinArgs) -> Result<JoinOptions, CliError> {
     let endpoint =
         join::parse_endpoint(&args.endpoint).map_err(|m| CliError::bare(ExitCode::Usage, m))?;
-    crate::cmd::certs::secret_input::one_stdin(&[
+    secret::one_stdin(&[
         ("--token-file", args.token_file.as_deref()),
         (
             "--certificate-key-file",
@@ -208,54 +169,10 @@ pub fn options(args: &JoinArgs) -> Result<JoinOptions, CliError> {
         ),
     ])
     .map_err(|e| CliError::bare(ExitCode::Usage, e.to_string()))?;
-    let token = crate::cmd::certs::secret_input::SecretFlags {
-        value: args.token.as_ref(),
-        file: args.token_file.as_deref(),
-        file_flag: "--token-file",
-        env: crate::cmd::certs::TOKEN_ENV,
-    }
-    .read()
-    .map_err(|e| CliError::bare(ExitCode::Error, e.to_string()))?
-    .ok_or_else(|| {
-        CliError::new(
-            ExitCode::Usage,
-            "no bootstrap token given",
-            format_args!(
-                "pass --token-file with a file holding the token from 'kubeflavor token create', --token, or set {}",
-                crate::cmd::certs::TOKEN_ENV
-            ),
-        )
-    })?;
-    let token = parse_token(
-        token.expose(),
-        "copy the whole token from 'kubeflavor token create', e.g. abcdef.0123456789abcdef",
-    )?;
-    let pins = parse_pins(
-        &args.ca_cert_hashes,
-        "copy it from 'kubeflavor token create --print-join-command': sha256:<64 hex characters>",
-    )?;
-    let ca_check = match (pins.is_empty(), args.unsafe_skip_ca_verification) {
-        (false, _) => CaCheck::Pinned(pins),
-        (true, true) => CaCheck::UnsafeSkip,
-        (true, false) => {
-            return Err(CliError::new(
-                ExitCode::JoinPinRequired,
-                "refusing to join without a CA pin: without one, anyone holding the token can impersonate the cluster",
-                "pass --discovery-token-ca-cert-hash sha256:<hex> from 'kubeflavor token create --print-join-command', or accept the risk with --discovery-token-unsafe-skip-ca-verification",
-            ));
-        }
-    };
-    let node_name: NodeName = match &args.node_name {
-        Some(n) => n.parse().map_err(|e| {
-            CliError::new(
-                ExitCode::Usage,
-                format_args!("--node-name {n:?} is not a valid node name: {e}"),
-                "use a DNS-1123 subdomain, e.g. worker-1",
-            )
-        })?,
-        None => join::default_node_name().map_err(|m| CliError::bare(ExitCode::Usage, m))?,
-    };
-    let control_plane = crate::cmd::certs::join_download_options(args)?;
+    let token = token(args)?;
+    let ca_check = ca_check(args)?;
+    let node_name = node_name(args)?;
+    let control_plane = download_options(args)?;
     Ok(JoinOptions {
         endpoint,
         token,
@@ -267,6 +184,81 @@ pub fn options(args: &JoinArgs) -> Result<JoinOptions, CliError> {
         retry_interval: args.discovery_retry_interval,
         control_plane,
     })
+}
+
+/// The token from --token, --token-file or KUBEFLAVOR_JOIN_TOKEN; one is required.
+fn token(args: &JoinArgs) -> Result<BootstrapToken, CliError> {
+    let token = secret::SecretFlags {
+        value: args.token.as_ref(),
+        file: args.token_file.as_deref(),
+        file_flag: "--token-file",
+        env: secret::TOKEN_ENV,
+    }
+    .read()
+    .map_err(|e| CliError::bare(ExitCode::Error, e.to_string()))?
+    .ok_or_else(|| {
+        CliError::new(
+            ExitCode::Usage,
+            "no bootstrap token given",
+            format_args!(
+                "pass --token-file with a file holding the token from 'kubeflavor token create', --token, or set {}",
+                secret::TOKEN_ENV
+            ),
+        )
+    })?;
+    parse_token(
+        token.expose(),
+        "copy the whole token from 'kubeflavor token create', e.g. abcdef.0123456789abcdef",
+    )
+}
+
+/// The CA pins; none at all only with the explicit unsafe flag.
+fn ca_check(args: &JoinArgs) -> Result<CaCheck, CliError> {
+    let pins = parse_pins(
+        &args.ca_cert_hashes,
+        "copy it from 'kubeflavor token create --print-join-command': sha256:<64 hex characters>",
+    )?;
+    match (pins.is_empty(), args.unsafe_skip_ca_verification) {
+        (false, _) => Ok(CaCheck::Pinned(pins)),
+        (true, true) => Ok(CaCheck::UnsafeSkip),
+        (true, false) => Err(CliError::new(
+            ExitCode::JoinPinRequired,
+            "refusing to join without a CA pin: without one, anyone holding the token can impersonate the cluster",
+            "pass --discovery-token-ca-cert-hash sha256:<hex> from 'kubeflavor token create --print-join-command', or accept the risk with --discovery-token-unsafe-skip-ca-verification",
+        )),
+    }
+}
+
+/// `--node-name`, else this machine's host name.
+fn node_name(args: &JoinArgs) -> Result<NodeName, CliError> {
+    match &args.node_name {
+        Some(n) => n.parse().map_err(|e| {
+            CliError::new(
+                ExitCode::Usage,
+                format_args!("--node-name {n:?} is not a valid node name: {e}"),
+                "use a DNS-1123 subdomain, e.g. worker-1",
+            )
+        }),
+        None => join::default_node_name().map_err(|m| CliError::bare(ExitCode::Usage, m)),
+    }
+}
+
+/// The download `join --control-plane --certificate-key` performs, into kubeadm's
+/// `<kubelet-dir>/pki`. The key is parsed before anything happens (exit 20 on a typo).
+fn download_options(args: &JoinArgs) -> Result<Option<DownloadOptions>, CliError> {
+    if !args.control_plane {
+        return Ok(None);
+    }
+    let key = read_key(
+        args.certificate_key.as_ref(),
+        args.certificate_key_file.as_deref(),
+    )?;
+    Ok(key.map(|key| DownloadOptions {
+        pki_dir: args.kubelet_dir.join("pki"),
+        key,
+        force: false,
+        provenance: Provenance::accepting_kubeadm(args.accept_kubeadm_secret),
+    }))
 }
 
 /// `kubeflavor join ...`: progress to `out`, warnings to stderr.
@@ -358,156 +350,15 @@ fn to_cli_error(err: JoinError) -> CliError {
     CliError::bare(exit_code(&err), err.to_string())
 }
 
-/// Where a node joins and how it recognises the cluster: what `token create
-/// --print-join-command` prints around the token.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct JoinTarget {
-    /// `host:port` of the API server.
-    pub endpoint: String,
-    /// One pin per CA certificate (kubeadm prints one flag per CA; any match passes).
-    pub pins: Vec<CaPin>,
-}
-
-/// The server and CA as cluster-info publishes them (what a joining node will see), or,
-/// when the cluster has no cluster-info, as the admin's kubeconfig knows them.
-pub async fn join_target(cluster: &Cluster) -> Result<JoinTarget, CliError> {
-    let api: Api<ConfigMap> = Api::namespaced(cluster.client.clone(), CLUSTER_INFO_NAMESPACE);
-    let published = match api.get_opt(CLUSTER_INFO_NAME).await {
-        Ok(cm) => cm
-            .and_then(|cm| cm.data)
-            .and_then(|mut d| d.remove(KUBECONFIG_KEY)),
-        // Reading kube-public is a courtesy; an admin without it still has the kubeconfig.
-        Err(kube::Error::Api(s)) if s.code == 403 => None,
-        Err(err) => return Err(cluster.error("read kube-public/cluster-info", err)),
-    };
-    let (server, ca_certs_der) = match published {
-        Some(text) => {
-            let info = kubeflavor_core::kubeconfig::ClusterInfo::from_kubeconfig(&text).map_err(|e| {
-                CliError::failed(
-                    format!("kube-public/cluster-info's kubeconfig is not usable: {e}"),
-                    "recreate it (kubeadm init phase bootstrap-token) or fix its kubeconfig key",
-                )
-            })?;
-            (info.server, info.ca_certs_der)
-        }
-        None => (cluster.origin.server.clone(), cluster.ca_certs_der.clone()),
-    };
-    if ca_certs_der.is_empty() {
-        return Err(CliError::failed(
-            "cannot print a join command: the cluster has no kube-public/cluster-info and the kubeconfig names no CA certificate",
-            "use a kubeconfig with certificate-authority-data, or create cluster-info (kubeadm init phase bootstrap-token)",
-        ));
-    }
-    let pins = ca_certs_der
-        .iter()
-        .map(|der| CaPin::from_cert_der(der))
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| {
-            CliError::failed(
-                format!("the cluster CA certificate is unusable: {e}"),
-                "check the cluster's CA",
-            )
-        })?;
-    let endpoint = endpoint_of(&server).map_err(|m| {
-        CliError::failed(m, "check the server URL in cluster-info or the kubeconfig")
-    })?;
-    Ok(JoinTarget { endpoint, pins })
-}
-
-/// `https://host:port[/]` -> `host:port` (kubeadm join takes no scheme).
-fn endpoint_of(server: &str) -> Result<String, String> {
-    let uri: http::Uri = server
-        .parse()
-        .map_err(|e| format!("server {server:?} is not a URL: {e}"))?;
-    if uri.scheme_str() != Some("https") || !matches!(uri.path(), "" | "/") {
-        return Err(format!("server {server:?} is not an https://host:port URL"));
-    }
-    let authority = uri
-        .authority()
-        .ok_or_else(|| format!("server {server:?} has no host"))?;
-    Ok(match authority.port_u16() {
-        Some(_) => authority.to_string(),
-        None => format!("{authority}:443"),
-    })
-}
-
-/// The join line. It carries the token: printing it is this command's job, and the
-/// buffer is wiped afterwards.
-pub fn join_command_line(
-    target: &JoinTarget,
-    token: &BootstrapToken,
-) -> zeroize::Zeroizing<String> {
-    let mut line = zeroize::Zeroizing::new(format!(
-        "kubeadm join {} --token {}",
-        target.endpoint,
-        token.expose().as_str()
-    ));
-    for pin in &target.pins {
-        line.push_str(&format!(" --discovery-token-ca-cert-hash {pin}"));
-    }
-    line.push('\n');
-    line
-}
-
-pub fn print_join_command(
-    target: &JoinTarget,
-    token: &BootstrapToken,
-    out: &mut dyn Write,
-) -> Result<(), CliError> {
-    out.write_all(join_command_line(target, token).as_bytes())?;
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn join_line_has_kubeadm_shape_with_one_flag_per_ca() {
-        let pin_a: CaPin = format!("sha256:{}", "a".repeat(64)).parse().unwrap();
-        let pin_b: CaPin = format!("sha256:{}", "b".repeat(64)).parse().unwrap();
-        let token: BootstrapToken = "abcdef.0123456789abcdef".parse().unwrap();
-        let target = JoinTarget {
-            endpoint: "192.0.2.10:6443".into(),
-            pins: vec![pin_a, pin_b],
-        };
-        assert_eq!(
-            join_command_line(&target, &token).as_str(),
-            format!(
-                "kubeadm join 192.0.2.10:6443 --token abcdef.0123456789abcdef --discovery-token-ca-cert-hash sha256:{} --discovery-token-ca-cert-hash sha256:{}\n",
-                "a".repeat(64),
-                "b".repeat(64)
-            )
-        );
-    }
-
-    #[test]
-    fn endpoint_is_the_servers_host_and_port() {
-        assert_eq!(
-            endpoint_of("https://192.0.2.10:6443").unwrap(),
-            "192.0.2.10:6443"
-        );
-        assert_eq!(
-            endpoint_of("https://cp.example.com:6443/").unwrap(),
-            "cp.example.com:6443"
-        );
-        assert_eq!(
-            endpoint_of("https://[2001:db8::1]:6443").unwrap(),
-            "[2001:db8::1]:6443"
-        );
-        assert_eq!(
-            endpoint_of("https://cp.example.com").unwrap(),
-            "cp.example.com:443"
-        );
-        assert!(endpoint_of("http://cp.example.com:8080").is_err());
-        assert!(endpoint_of("https://cp.example.com:6443/k8s").is_err());
-    }
-
-    #[test]
     fn malformed_token_and_pin_have_their_own_exit_codes_and_never_echo_the_secret() {
         let args = |token: &str, pin: &str| JoinArgs {
             endpoint: "192.0.2.10:6443".into(),
-            token: Some(crate::cmd::certs::SecretText::new(token)),
+            token: Some(SecretText::new(token)),
             token_file: None,
             ca_cert_hashes: vec![pin.into()],
             unsafe_skip_ca_verification: false,
@@ -549,7 +400,7 @@ mod tests {
         from_file.token_file = Some(token_file.clone());
         assert_eq!(options(&from_file).unwrap().token.id().as_str(), "abcdef");
         from_file.token_file = None;
-        if std::env::var_os(crate::cmd::certs::TOKEN_ENV).is_none() {
+        if std::env::var_os(secret::TOKEN_ENV).is_none() {
             let err = options(&from_file).unwrap_err();
             assert_eq!(err.code, ExitCode::Usage);
             assert!(err.message.contains("--token-file"), "{}", err.message);

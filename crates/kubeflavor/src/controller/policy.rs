@@ -16,7 +16,7 @@ use kubeflavor_core::policy::{
     decide as core_decide, token_fate,
 };
 use kubeflavor_core::token::TokenId;
-use kubeflavor_core::token_record::{SecretView, TokenRecord, TokenRecordError};
+use kubeflavor_core::token_record::{TokenRecord, TokenRecordError};
 use kubeflavor_core::token_secret::{FLAVOR_TOKEN_LABEL, FlavorTokenMeta};
 
 use super::Options;
@@ -147,23 +147,7 @@ fn whole_seconds(t: jiff::Timestamp) -> jiff::Timestamp {
 
 /// Reads a token Secret as core's [`TokenRecord`] (data values decoded to strings).
 pub fn token_record(secret: &Secret) -> Result<TokenRecord, TokenRecordError> {
-    let data: BTreeMap<String, String> = secret
-        .data
-        .iter()
-        .flatten()
-        .map(|(k, v)| (k.clone(), String::from_utf8_lossy(&v.0).into_owned()))
-        .collect();
-    let empty = BTreeMap::new();
-    let view = SecretView {
-        namespace: secret.metadata.namespace.as_deref().unwrap_or(""),
-        name: secret.metadata.name.as_deref().unwrap_or(""),
-        type_: secret.type_.as_deref().unwrap_or(""),
-        being_deleted: secret.metadata.deletion_timestamp.is_some(),
-        data: &data,
-        labels: secret.metadata.labels.as_ref().unwrap_or(&empty),
-        annotations: secret.metadata.annotations.as_ref().unwrap_or(&empty),
-    };
-    TokenRecord::from_secret(&view)
+    crate::cluster::token_secrets::record(secret)
 }
 
 fn with_meta(secret: &Secret, meta: &FlavorTokenMeta) -> Secret {

@@ -20,17 +20,18 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use kube::Client;
 use kubeflavor_core::pin::CaPin;
 use kubeflavor_core::token::{BootstrapToken, TokenId};
 use tokio::time::Instant;
 
 use super::Report;
-use super::fetch::{fetch_cluster_info, insecure_client, poll_for_signature, verified_client};
+use super::fetch::{
+    LastProblem, MAX_CLUSTER_INFO, PollFailure, error_chain, fetch_cluster_info, human_duration,
+    poll_for_signature,
+};
 
-pub const CLUSTER_INFO_NAMESPACE: &str = "kube-public";
-pub const CLUSTER_INFO_NAME: &str = "cluster-info";
-pub const KUBECONFIG_KEY: &str = "kubeconfig";
-pub const JWS_KEY_PREFIX: &str = "jws-kubeconfig-";
+pub use super::fetch::{CLUSTER_INFO_NAME, CLUSTER_INFO_NAMESPACE, JWS_KEY_PREFIX, KUBECONFIG_KEY};
 
 /// How the cluster CA is authenticated.
 #[derive(Clone, Debug)]
@@ -157,47 +158,61 @@ pub async fn discover(
     .map_err(|f| f.into_error(&endpoint, &token_id, cfg.timeout))?;
 
     let (kubeconfig_text, cluster) = authenticate(&first, &cfg.token, &cfg.ca_check, &endpoint)?;
-
     match &cfg.ca_check {
-        CaCheck::UnsafeSkip => {
-            // Nothing chose these CAs but whoever signed with the token: name each by its
-            // pin, so the administrator can check them and pin them next time.
-            let pins: Vec<String> = cluster
-                .ca_certs_der
-                .iter()
-                .filter_map(|der| CaPin::from_cert_der(der).ok())
-                .map(|pin| pin.to_string())
-                .collect();
-            report.warn(&format!(
-                "WARNING: without a pin, trusting the CA certificates cluster-info names: {} (check them with the cluster's administrator; pass them as --discovery-token-ca-cert-hash next time)",
-                pins.join(", ")
-            ));
-            report.info(&format!(
-                "[discovery] Cluster info signature and contents are valid and no TLS pinning was specified, will use API Server {endpoint:?}"
-            ));
-            Ok(cluster)
-        }
+        CaCheck::UnsafeSkip => warn_unpinned(&cluster, &endpoint, report),
         CaCheck::Pinned(_) => {
-            report.info(&format!(
-                "[discovery] Requesting info from {endpoint:?} again to validate TLS against the pinned public key"
-            ));
-            let secure = verified_client(&cfg.endpoint, &cluster.ca_certs_der)?;
-            let second = poll_for_signature(
-                || fetch_cluster_info(secure.clone()),
-                &token_id,
-                deadline,
-                cfg.retry_interval,
-                report,
-            )
-            .await
-            .map_err(|f| f.into_verified_error(&endpoint))?;
-            require_same_kubeconfig(&kubeconfig_text, &second)?;
-            report.info(&format!(
-                "[discovery] Cluster info signature and contents are valid and TLS certificate validates against pinned roots, will use API Server {endpoint:?}"
-            ));
-            Ok(cluster)
+            reread_verified(cfg, &cluster, &kubeconfig_text, deadline, report).await?;
         }
     }
+    Ok(cluster)
+}
+
+/// Nothing chose these CAs but whoever signed with the token: name each by its pin, so the
+/// administrator can check them and pin them next time.
+fn warn_unpinned(cluster: &DiscoveredCluster, endpoint: &str, report: &mut dyn Report) {
+    let pins: Vec<String> = cluster
+        .ca_certs_der
+        .iter()
+        .filter_map(|der| CaPin::from_cert_der(der).ok())
+        .map(|pin| pin.to_string())
+        .collect();
+    report.warn(&format!(
+        "WARNING: without a pin, trusting the CA certificates cluster-info names: {} (check them with the cluster's administrator; pass them as --discovery-token-ca-cert-hash next time)",
+        pins.join(", ")
+    ));
+    report.info(&format!(
+        "[discovery] Cluster info signature and contents are valid and no TLS pinning was specified, will use API Server {endpoint:?}"
+    ));
+}
+
+/// Reads cluster-info again over TLS verified by the pinned CA: the server must hold that
+/// CA, and serve the same kubeconfig the token signed.
+async fn reread_verified(
+    cfg: &DiscoveryConfig,
+    cluster: &DiscoveredCluster,
+    kubeconfig_text: &str,
+    deadline: Instant,
+    report: &mut dyn Report,
+) -> Result<(), DiscoveryError> {
+    let endpoint = cfg.endpoint.to_string();
+    report.info(&format!(
+        "[discovery] Requesting info from {endpoint:?} again to validate TLS against the pinned public key"
+    ));
+    let secure = verified_client(&cfg.endpoint, &cluster.ca_certs_der)?;
+    let second = poll_for_signature(
+        || fetch_cluster_info(secure.clone()),
+        cfg.token.id(),
+        deadline,
+        cfg.retry_interval,
+        report,
+    )
+    .await
+    .map_err(|f| f.into_verified_error(&endpoint))?;
+    require_same_kubeconfig(kubeconfig_text, &second)?;
+    report.info(&format!(
+        "[discovery] Cluster info signature and contents are valid and TLS certificate validates against pinned roots, will use API Server {endpoint:?}"
+    ));
+    Ok(())
 }
 
 /// kubeadm's checks of one read of cluster-info, made by core's
@@ -263,6 +278,81 @@ pub fn require_same_kubeconfig(
         .unwrap_or_default();
     kubeflavor_core::discovery::check_refetch_identical(first, refetched)
         .map_err(|_| DiscoveryError::ClusterInfoChanged)
+}
+
+/// The errors of a poll that ended without a signature.
+impl PollFailure {
+    pub(super) fn into_error(
+        self,
+        endpoint: &str,
+        token_id: &TokenId,
+        timeout: Duration,
+    ) -> DiscoveryError {
+        let timeout = human_duration(timeout);
+        match self {
+            PollFailure::Forbidden(message) => DiscoveryError::ClusterInfoForbidden {
+                endpoint: endpoint.to_string(),
+                message,
+            },
+            PollFailure::TooLarge => too_large(endpoint),
+            PollFailure::TimedOut(LastProblem::Unreachable(cause)) => DiscoveryError::Unreachable {
+                endpoint: endpoint.to_string(),
+                timeout,
+                cause,
+            },
+            PollFailure::TimedOut(LastProblem::NoClusterInfo) => DiscoveryError::NoClusterInfo {
+                endpoint: endpoint.to_string(),
+                detail: String::new(),
+            },
+            PollFailure::TimedOut(LastProblem::NoSignature) => DiscoveryError::NoSignature {
+                token_id: token_id.clone(),
+                waited: format!(" after {timeout}"),
+            },
+        }
+    }
+
+    /// The error of the CA-verified read: the server could not show it holds the pinned
+    /// CA, except for an oversized answer, which is that whatever the server.
+    pub(super) fn into_verified_error(self, endpoint: &str) -> DiscoveryError {
+        match self {
+            PollFailure::TooLarge => too_large(endpoint),
+            other => DiscoveryError::VerifiedFetchFailed {
+                endpoint: endpoint.to_string(),
+                cause: other.describe(),
+            },
+        }
+    }
+}
+
+fn too_large(endpoint: &str) -> DiscoveryError {
+    DiscoveryError::ClusterInfoTooLarge {
+        endpoint: endpoint.to_string(),
+        limit: MAX_CLUSTER_INFO.to_string(),
+    }
+}
+
+/// Anonymous, and the ONLY client in kubeflavor that accepts any server certificate: the
+/// node cannot know the CA before this read, and the JWS plus the pin check authenticate
+/// what it returns.
+pub(super) fn insecure_client(endpoint: &http::Uri) -> Result<Client, DiscoveryError> {
+    let mut config = kube::Config::new(endpoint.clone());
+    config.accept_invalid_certs = true;
+    Client::try_from(config).map_err(|e| DiscoveryError::Client {
+        endpoint: endpoint.to_string(),
+        cause: error_chain(&e),
+    })
+}
+
+pub(super) fn verified_client(
+    endpoint: &http::Uri,
+    ca_certs_der: &[Vec<u8>],
+) -> Result<Client, DiscoveryError> {
+    let mut config = kube::Config::new(endpoint.clone());
+    config.root_cert = Some(ca_certs_der.to_vec());
+    Client::try_from(config).map_err(|e| DiscoveryError::VerifiedFetchFailed {
+        endpoint: endpoint.to_string(),
+        cause: error_chain(&e),
+    })
 }
 
 #[cfg(test)]

@@ -18,7 +18,14 @@ use kubeflavor_core::token::TokenId;
 use tokio::time::Instant;
 
 use super::Report;
-use super::discovery::{CLUSTER_INFO_NAME, CLUSTER_INFO_NAMESPACE, DiscoveryError, JWS_KEY_PREFIX};
+
+/// Where kubeadm publishes the cluster's address and CA for joining nodes.
+pub const CLUSTER_INFO_NAMESPACE: &str = "kube-public";
+pub const CLUSTER_INFO_NAME: &str = "cluster-info";
+/// The ConfigMap key holding the kubeconfig with the cluster's address and CA.
+pub const KUBECONFIG_KEY: &str = "kubeconfig";
+/// The prefix of the ConfigMap keys holding each token's signature of that kubeconfig.
+pub const JWS_KEY_PREFIX: &str = "jws-kubeconfig-";
 
 /// The most a cluster-info answer may hold (1 MiB). kubeadm's cluster-info is a kubeconfig
 /// with one CA bundle plus one signature per signing token: a few KiB. Anything near this
@@ -59,47 +66,7 @@ pub enum LastProblem {
 }
 
 impl PollFailure {
-    pub(super) fn into_error(
-        self,
-        endpoint: &str,
-        token_id: &TokenId,
-        timeout: Duration,
-    ) -> DiscoveryError {
-        let timeout = human_duration(timeout);
-        match self {
-            PollFailure::Forbidden(message) => DiscoveryError::ClusterInfoForbidden {
-                endpoint: endpoint.to_string(),
-                message,
-            },
-            PollFailure::TooLarge => too_large(endpoint),
-            PollFailure::TimedOut(LastProblem::Unreachable(cause)) => DiscoveryError::Unreachable {
-                endpoint: endpoint.to_string(),
-                timeout,
-                cause,
-            },
-            PollFailure::TimedOut(LastProblem::NoClusterInfo) => DiscoveryError::NoClusterInfo {
-                endpoint: endpoint.to_string(),
-                detail: String::new(),
-            },
-            PollFailure::TimedOut(LastProblem::NoSignature) => DiscoveryError::NoSignature {
-                token_id: token_id.clone(),
-                waited: format!(" after {timeout}"),
-            },
-        }
-    }
-
-    /// The error of the CA-verified read: the server could not show it holds the pinned
-    /// CA, except for an oversized answer, which is that whatever the server.
-    pub(super) fn into_verified_error(self, endpoint: &str) -> DiscoveryError {
-        match self {
-            PollFailure::TooLarge => too_large(endpoint),
-            other => DiscoveryError::VerifiedFetchFailed {
-                endpoint: endpoint.to_string(),
-                cause: other.describe(),
-            },
-        }
-    }
-
+    /// What went wrong, in a few words.
     pub(super) fn describe(&self) -> String {
         match self {
             PollFailure::Forbidden(m) => m.clone(),
@@ -163,13 +130,6 @@ where
     }
 }
 
-fn too_large(endpoint: &str) -> DiscoveryError {
-    DiscoveryError::ClusterInfoTooLarge {
-        endpoint: endpoint.to_string(),
-        limit: MAX_CLUSTER_INFO.to_string(),
-    }
-}
-
 /// One GET of cluster-info, its body read up to [`MAX_CLUSTER_INFO_BYTES`] (error answers
 /// included: kube-rs would read those whole too).
 pub(super) async fn fetch_cluster_info(
@@ -223,30 +183,6 @@ async fn read_capped(mut body: kube::client::Body, limit: usize) -> Result<Vec<u
     Ok(read)
 }
 
-/// Anonymous, and the ONLY client in kubeflavor that accepts any server certificate: the
-/// node cannot know the CA before this read, and the JWS plus the pin check authenticate
-/// what it returns.
-pub(super) fn insecure_client(endpoint: &http::Uri) -> Result<Client, DiscoveryError> {
-    let mut config = kube::Config::new(endpoint.clone());
-    config.accept_invalid_certs = true;
-    Client::try_from(config).map_err(|e| DiscoveryError::Client {
-        endpoint: endpoint.to_string(),
-        cause: error_chain(&e),
-    })
-}
-
-pub(super) fn verified_client(
-    endpoint: &http::Uri,
-    ca_certs_der: &[Vec<u8>],
-) -> Result<Client, DiscoveryError> {
-    let mut config = kube::Config::new(endpoint.clone());
-    config.root_cert = Some(ca_certs_der.to_vec());
-    Client::try_from(config).map_err(|e| DiscoveryError::VerifiedFetchFailed {
-        endpoint: endpoint.to_string(),
-        cause: error_chain(&e),
-    })
-}
-
 /// An error with its causes, one line: kube's top-level messages ("ServiceError: client
 /// error (Connect)") hide the useful part ("Connection refused").
 pub fn error_chain(err: &dyn std::error::Error) -> String {
@@ -282,7 +218,7 @@ mod tests {
 
     use super::*;
     use crate::join::RecordedReport;
-    use crate::join::discovery::KUBECONFIG_KEY;
+    use crate::join::discovery::{DiscoveryError, KUBECONFIG_KEY};
 
     const KUBECONFIG: &str = "apiVersion: v1\nkind: Config\n";
 

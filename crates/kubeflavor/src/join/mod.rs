@@ -5,8 +5,10 @@
 //!   (before any network traffic, so a bad directory never costs a token use);
 //! - `[discovery]` ([`discovery`]): an authenticated view of the cluster from
 //!   `kube-public/cluster-info`;
-//! - `[kubelet-start]`: bootstrap-kubelet.conf and a KubeletConfiguration for the kubelet,
-//!   and the flags to start it with ([`kubelet`]);
+//! - `[download-certs]` (with `--control-plane` and a certificate key): the control-plane CA
+//!   material `certs upload` stored, read as the bootstrap token;
+//! - `[kubelet-start]`: bootstrap-kubelet.conf, the cluster CA and a KubeletConfiguration
+//!   for the kubelet, and the flags to start it with ([`kubelet`]);
 //! - `[tls-bootstrap]` ([`tls_bootstrap`], with `--tls-bootstrap`): the kubelet's CSR done
 //!   here, ending in kubelet.conf.
 //!
@@ -17,9 +19,12 @@
 //! leaves the node as it found it.
 
 pub mod discovery;
+mod download_certs;
 pub mod fetch;
 pub mod files;
 pub mod kubelet;
+mod kubelet_start;
+mod preflight;
 pub mod tls_bootstrap;
 
 use std::path::{Path, PathBuf};
@@ -191,138 +196,87 @@ pub async fn run(opts: &JoinOptions, report: &mut dyn Report) -> Result<JoinOutc
     result
 }
 
-/// Everything after the kubelet directory exists; every file and directory it creates goes
-/// into `written` the moment it exists.
+/// Everything after the kubelet directory exists, phase by phase; every file and directory
+/// a phase creates goes into `written` the moment it exists.
 async fn join_steps(
     opts: &JoinOptions,
     report: &mut dyn Report,
     written: &mut Written,
 ) -> Result<JoinOutcome, JoinError> {
-    let bootstrap_path = opts.kubelet_dir.join(BOOTSTRAP_KUBELET_CONF);
-    let config_path = opts.kubelet_dir.join(KUBELET_CONFIG);
-    let kubelet_path = opts.kubelet_dir.join(KUBELET_CONF);
-    let ca_path = opts.kubelet_dir.join(CLUSTER_CA);
-    let config = kubelet_config(&ca_path);
-
-    // kubeadm's FileAvailable checks, before any network traffic. A dangling symlink is
-    // still there: whatever it points at is not this join's to write.
-    if files::is_present(&kubelet_path) {
-        return Err(JoinError::AlreadyJoined(kubelet_path));
-    }
-    if files::is_present(&bootstrap_path) {
-        return Err(JoinError::BootstrapPending(bootstrap_path));
-    }
-    let write_config = match files::read_if_present(&config_path).map_err(JoinError::KubeletDir)? {
-        None => true,
-        Some(existing) if existing == config.as_bytes() => false,
-        Some(_) => return Err(JoinError::KubeletConfigExists(config_path)),
-    };
-    if let CaCheck::UnsafeSkip = opts.ca_check {
-        report.warn(
-            "WARNING: --discovery-token-unsafe-skip-ca-verification: the cluster CA is NOT verified. \
-             Anyone who knows this token can impersonate the cluster to this node. \
-             Use --discovery-token-ca-cert-hash instead.",
-        );
-    }
-
-    let cluster = discovery::discover(
-        &discovery::DiscoveryConfig {
-            endpoint: opts.endpoint.clone(),
-            token: opts.token.clone(),
-            ca_check: opts.ca_check.clone(),
-            timeout: opts.timeout,
-            retry_interval: opts.retry_interval,
-        },
-        report,
-    )
-    .await?;
-
+    let paths = Paths::in_dir(&opts.kubelet_dir);
+    let config = kubelet_config(&paths.ca);
+    let write_config = preflight::check(opts, &paths, &config, report)?;
+    let cluster = discovery::discover(&opts.discovery_config(), report).await?;
     if let Some(download) = &opts.control_plane {
-        // All or nothing by itself; what it created is this run's to remove later.
-        let downloaded =
-            crate::certs::download::for_join(&cluster, &opts.token, download, report).await?;
-        written.add_download(&download.pki_dir, &downloaded);
+        download_certs::phase(&cluster, &opts.token, download, report, written).await?;
     }
-
-    let bootstrap_conf = bootstrap_kubeconfig(&cluster, &opts.token)?;
-    report.info(&format!(
-        "[kubelet-start] Writing the bootstrap kubeconfig to {:?}",
-        bootstrap_path.display()
-    ));
-    files::write_secret_file(&bootstrap_path, bootstrap_conf.as_bytes())
-        .map_err(JoinError::KubeletDir)?;
-    written.files.push(bootstrap_path.clone());
-    // The cluster CA for the kubelet's client authentication, unless it is there already:
-    // `--control-plane` just downloaded it with the rest of the PKI (the CA set the
-    // cluster's admin uploaded), or else it was there before this join, and then it must be
-    // the CA this join authenticated, and nothing more, since the kubelet will trust it.
-    if files::is_present(&ca_path) {
-        if opts.control_plane.is_none() {
-            let existing = files::read_if_present(&ca_path)
-                .map_err(JoinError::KubeletDir)?
-                .unwrap_or_default();
-            let ours =
-                kubeflavor_core::keys::parse_certificates_pem(&existing).is_ok_and(|certs| {
-                    !certs.is_empty() && certs.iter().all(|c| cluster.ca_certs_der.contains(c))
-                });
-            if !ours {
-                return Err(JoinError::ForeignCaFile(ca_path));
-            }
-        }
-    } else {
-        report.info(&format!(
-            "[kubelet-start] Writing the cluster CA to {:?}",
-            ca_path.display()
-        ));
-        let pki_dir = parent(&ca_path);
-        if !files::is_present(pki_dir) {
-            std::fs::create_dir(pki_dir)
-                .map_err(|e| JoinError::KubeletDir(files::WriteError::at(pki_dir, e)))?;
-            written.dirs.push(pki_dir.to_path_buf());
-        }
-        files::write_file(&ca_path, &cluster.ca_pem, files::PUBLIC_FILE_MODE)
-            .map_err(JoinError::KubeletDir)?;
-        written.files.push(ca_path.clone());
-    }
+    let bootstrap_conf =
+        kubelet_start::write_bootstrap_kubeconfig(&cluster, &opts.token, &paths, report, written)?;
+    kubelet_start::write_cluster_ca(
+        &cluster,
+        &paths.ca,
+        opts.control_plane.is_some(),
+        report,
+        written,
+    )?;
     if write_config {
-        report.info(&format!(
-            "[kubelet-start] Writing the kubelet configuration to {:?}",
-            config_path.display()
-        ));
-        files::write_file(&config_path, config.as_bytes(), files::PUBLIC_FILE_MODE)
-            .map_err(JoinError::KubeletDir)?;
-        written.files.push(config_path.clone());
+        kubelet_start::write_kubelet_config(&paths.config, &config, report, written)?;
     }
-
     let mut outcome = JoinOutcome {
         kubelet_flags: kubelet_flags(&opts.kubelet_dir, &opts.node_name),
         cluster,
-        bootstrap_kubeconfig: bootstrap_path,
-        kubelet_config: config_path,
+        bootstrap_kubeconfig: paths.bootstrap,
+        kubelet_config: paths.config,
         kubelet_kubeconfig: None,
         csr_name: None,
     };
-
     if opts.tls_bootstrap {
         let csr_name = tls_bootstrap_phase(
             opts,
             &outcome.cluster,
             &bootstrap_conf,
-            &kubelet_path,
+            &paths.kubelet,
             report,
         )
         .await?;
-        outcome.kubelet_kubeconfig = Some(kubelet_path);
+        outcome.kubelet_kubeconfig = Some(paths.kubelet);
         outcome.csr_name = Some(csr_name);
     }
-
     report.info("[kubelet-start] Start the kubelet with these flags (the node registers untrusted until kubeflavor flavors it):");
     report.info(&format!("  kubelet {}", outcome.kubelet_flags.join(" ")));
     Ok(outcome)
 }
 
-fn parent(path: &Path) -> &Path {
-    path.parent().unwrap_or(Path::new("."))
+impl JoinOptions {
+    /// What `[discovery]` needs of the options.
+    fn discovery_config(&self) -> discovery::DiscoveryConfig {
+        discovery::DiscoveryConfig {
+            endpoint: self.endpoint.clone(),
+            token: self.token.clone(),
+            ca_check: self.ca_check.clone(),
+            timeout: self.timeout,
+            retry_interval: self.retry_interval,
+        }
+    }
+}
+
+/// The files join reads and writes in the kubelet directory.
+struct Paths {
+    bootstrap: PathBuf,
+    config: PathBuf,
+    kubelet: PathBuf,
+    ca: PathBuf,
+}
+
+impl Paths {
+    fn in_dir(kubelet_dir: &Path) -> Self {
+        Paths {
+            bootstrap: kubelet_dir.join(BOOTSTRAP_KUBELET_CONF),
+            config: kubelet_dir.join(KUBELET_CONFIG),
+            kubelet: kubelet_dir.join(KUBELET_CONF),
+            ca: kubelet_dir.join(CLUSTER_CA),
+        }
+    }
 }
 
 /// What this run created, to remove when a later step fails. Only what it created: a file
@@ -336,6 +290,11 @@ struct Written {
 }
 
 impl Written {
+    /// A file this run created.
+    fn file(&mut self, path: &Path) {
+        self.files.push(path.to_path_buf());
+    }
+
     /// The files and directories a `--control-plane` download created.
     fn add_download(&mut self, pki_dir: &Path, report: &crate::certs::pki_files::WriteReport) {
         self.dirs.extend(report.created_dirs.iter().cloned());
@@ -404,15 +363,6 @@ pub async fn client_from_kubeconfig(text: &str) -> Result<kube::Client, String> 
     kube::Client::try_from(config).map_err(|e| e.to_string())
 }
 
-fn bootstrap_kubeconfig(
-    cluster: &DiscoveredCluster,
-    token: &BootstrapToken,
-) -> Result<zeroize::Zeroizing<String>, JoinError> {
-    Kubeconfig::bootstrap_kubelet(&cluster.server, &cluster.ca_pem, &token.expose())
-        .to_yaml()
-        .map_err(|e| JoinError::Kubeconfig(e.to_string()))
-}
-
 fn kubelet_kubeconfig(
     cluster: &DiscoveredCluster,
     node_name: &NodeName,
@@ -445,6 +395,7 @@ pub fn default_node_name() -> Result<NodeName, String> {
 
 #[cfg(test)]
 mod tests {
+    use super::kubelet_start::bootstrap_kubeconfig;
     use super::*;
 
     #[test]

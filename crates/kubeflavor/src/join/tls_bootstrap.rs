@@ -235,6 +235,7 @@ pub fn csr_state(csr: &CertificateSigningRequest) -> CsrState {
     }
 }
 
+/// Watches the CSR until it is issued, denied or failed, or `deadline` passes.
 async fn wait_for_certificate(
     api: &Api<CertificateSigningRequest>,
     csr_name: &str,
@@ -242,59 +243,32 @@ async fn wait_for_certificate(
     timeout: Duration,
     report: &mut dyn Report,
 ) -> Result<String, TlsBootstrapError> {
-    // The kubelet watches its CSR with a metadata.name field selector (capture 43); the
-    // watcher lists first, so an approval that landed before the watch began is not missed.
+    // The kubelet watches its CSR with a metadata.name field selector; the watcher lists
+    // first, so an approval that landed before the watch began is not missed.
     let config = watcher::Config::default().fields(&format!("metadata.name={csr_name}"));
     let mut events = watcher(api.clone(), config).default_backoff().boxed();
     let mut said_approved = false;
     loop {
-        let next = match tokio::time::timeout_at(deadline, events.next()).await {
-            Ok(next) => next,
-            Err(_elapsed) => {
-                let stage = if said_approved { "issued" } else { "approved" };
-                return Err(TlsBootstrapError::TimedOut {
-                    csr_name: csr_name.into(),
-                    stage,
-                    timeout: human_duration(timeout),
-                });
-            }
+        let Ok(next) = tokio::time::timeout_at(deadline, events.next()).await else {
+            let stage = if said_approved { "issued" } else { "approved" };
+            return Err(TlsBootstrapError::TimedOut {
+                csr_name: csr_name.into(),
+                stage,
+                timeout: human_duration(timeout),
+            });
         };
-        let csr = match next {
-            Some(Ok(watcher::Event::Apply(csr) | watcher::Event::InitApply(csr))) => csr,
-            Some(Ok(watcher::Event::Delete(_))) => {
-                return Err(TlsBootstrapError::Deleted {
-                    csr_name: csr_name.into(),
-                });
-            }
-            Some(Ok(watcher::Event::Init | watcher::Event::InitDone)) => continue,
-            Some(Err(err)) if is_unauthorized(&err) => {
-                // The bootstrap identity is gone. kubeflavor deletes a refused node's token
-                // (P4, spec section 4), so this is how a refusal looks when the Denied event
-                // itself was missed by a reconnecting watch.
-                return Err(TlsBootstrapError::TokenWithdrawn {
-                    csr_name: csr_name.into(),
-                });
-            }
-            Some(Err(err)) => {
-                tracing::debug!(error = %error_chain(&err), "watch of the CSR failed; the watcher retries");
-                continue;
-            }
-            None => {
-                return Err(TlsBootstrapError::Deleted {
-                    csr_name: csr_name.into(),
-                });
-            }
+        let Some(csr) = observed(next, csr_name)? else {
+            continue;
         };
         match csr_state(&csr) {
             CsrState::Pending => {}
-            CsrState::Approved => {
-                if !said_approved {
-                    report.info(&format!(
-                        "[tls-bootstrap] Certificate signing request {csr_name} was approved, waiting for the certificate"
-                    ));
-                    said_approved = true;
-                }
+            CsrState::Approved if !said_approved => {
+                report.info(&format!(
+                    "[tls-bootstrap] Certificate signing request {csr_name} was approved, waiting for the certificate"
+                ));
+                said_approved = true;
             }
+            CsrState::Approved => {}
             CsrState::Issued(cert) => return Ok(cert),
             CsrState::Denied(reason) => {
                 return Err(TlsBootstrapError::Denied {
@@ -308,6 +282,32 @@ async fn wait_for_certificate(
                     message,
                 });
             }
+        }
+    }
+}
+
+/// The CSR one watch event shows, `None` for an event without one (and for a watch
+/// error the watcher retries), or why waiting is over.
+fn observed(
+    next: Option<Result<watcher::Event<CertificateSigningRequest>, watcher::Error>>,
+    csr_name: &str,
+) -> Result<Option<CertificateSigningRequest>, TlsBootstrapError> {
+    let deleted = || TlsBootstrapError::Deleted {
+        csr_name: csr_name.into(),
+    };
+    match next {
+        Some(Ok(watcher::Event::Apply(csr) | watcher::Event::InitApply(csr))) => Ok(Some(csr)),
+        Some(Ok(watcher::Event::Delete(_))) | None => Err(deleted()),
+        Some(Ok(watcher::Event::Init | watcher::Event::InitDone)) => Ok(None),
+        // The bootstrap identity is gone. kubeflavor deletes a refused node's token (P4),
+        // so this is how a refusal looks when the Denied event itself was missed by a
+        // reconnecting watch.
+        Some(Err(err)) if is_unauthorized(&err) => Err(TlsBootstrapError::TokenWithdrawn {
+            csr_name: csr_name.into(),
+        }),
+        Some(Err(err)) => {
+            tracing::debug!(error = %error_chain(&err), "watch of the CSR failed; the watcher retries");
+            Ok(None)
         }
     }
 }

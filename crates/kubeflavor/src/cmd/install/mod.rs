@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use std::io::Write;
 use std::time::Duration;
 
+use clap::Args;
 use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams};
@@ -18,7 +19,6 @@ use serde_json::Value;
 pub use rbac::{CONTROLLER_SA, KUBELET_CLIENT_SIGNER};
 pub use workload::{HTTP_PORT, default_image};
 
-use crate::cli::InstallArgs;
 use crate::cluster::Cluster;
 use crate::cmd::flavor::FIELD_MANAGER;
 use crate::controller::approvers::{self, KUBEADM_RENEWAL_BINDING};
@@ -28,6 +28,51 @@ use crate::output;
 
 /// How long `install --apply` waits for the CRDs to be served.
 const CRD_ESTABLISHED_TIMEOUT: Duration = Duration::from_secs(60);
+
+#[derive(Debug, Args)]
+pub struct InstallArgs {
+    /// The namespace of the controller (created if missing).
+    #[arg(
+        long,
+        short = 'n',
+        default_value = "kubeflavor",
+        value_name = "NAMESPACE"
+    )]
+    pub namespace: String,
+    /// Apply the objects to the cluster (server-side apply, field manager `kubeflavor`)
+    /// instead of printing them. Safe to re-run.
+    #[arg(long)]
+    pub apply: bool,
+    /// The controller image. Default: ghcr.io/kubeflavor/kubeflavor:<this version>.
+    #[arg(long, value_name = "IMAGE")]
+    pub image: Option<String>,
+    /// Controller replicas. They elect a leader: only the Lease holder writes, another
+    /// takes over within the lease duration. 0 installs everything but runs no
+    /// controller (to run `kubeflavor controller` elsewhere).
+    #[arg(long, value_name = "N", default_value_t = 2)]
+    pub replicas: u16,
+    /// Hand node certificate renewals to kubeflavor: the controller runs with
+    /// --manage-renewals (renewals of bound, unrevoked nodes approved, the rest denied,
+    /// so a revoked node cannot renew) and may ask the API server who approves renewals.
+    /// With --apply it also deletes kubeadm's ClusterRoleBinding
+    /// kubeadm:node-autoapprove-certificate-rotation, without which kube-controller-manager
+    /// approves every renewal first; without --apply the YAML says to.
+    #[arg(long)]
+    pub manage_renewals: bool,
+    /// Make kubeflavor the only approver of kubelet client CSRs: --manage-renewals, plus
+    /// the controller runs with --strict (other bootstrap tokens' CSRs are denied) and
+    /// --apply deletes kubeadm's kubeadm:node-autoapprove-bootstrap binding. Only then does
+    /// a node name bind to exactly one token whatever other tokens exist; kubeadm's own
+    /// tokens can no longer join nodes.
+    #[arg(long)]
+    pub sole_approver: bool,
+    /// Leave out the grant that lets join tokens read Nodes (kubeflavor:get-nodes).
+    /// kubeadm join needs it to check for an existing Node (it fails without it);
+    /// kubeflavor join does not. Without it a token holder cannot read any Node's
+    /// labels, so no flavor at all.
+    #[arg(long)]
+    pub no_token_node_read: bool,
+}
 
 /// One object of the install set, with the comments printed above it.
 pub struct Document {

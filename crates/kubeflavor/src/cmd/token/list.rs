@@ -1,25 +1,17 @@
-//! `kubeflavor token list`, and the token view `flavor delete` uses to find live tokens.
-//! Token Secrets are read whole (the API has no way to leave `token-secret` out), turned
-//! into [`TokenInfo`] at once, and the secret strings are zeroized.
+//! `kubeflavor token list`. Token Secrets are read through [`token_secrets`], which keeps
+//! no token secret; each becomes a [`TokenInfo`].
 
-use std::collections::BTreeMap;
 use std::io::Write;
 
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::Secret;
-use kube::api::{Api, ListParams};
 use kubeflavor_core::flavor::FlavorName;
-use kubeflavor_core::token_record::{Expiration, SecretView, TokenRecord, TokenRecordError};
-use kubeflavor_core::token_secret::{
-    FLAVOR_TOKEN_LABEL, KEY_DESCRIPTION, KEY_TOKEN_SECRET, TOKEN_SECRET_NAME_PREFIX,
-    TOKEN_SECRET_NAMESPACE, TOKEN_SECRET_TYPE, format_expiration,
-};
+use kubeflavor_core::token_record::{Expiration, TokenRecord, TokenRecordError};
+use kubeflavor_core::token_secret::{FLAVOR_TOKEN_LABEL, format_expiration};
 use serde::Serialize;
-use zeroize::Zeroize;
 
-use super::zeroize_secret;
-use crate::cli::TokenListArgs;
+use super::TokenListArgs;
 use crate::cluster::Cluster;
+use crate::cluster::token_secrets::{self, StoredToken};
 use crate::cmd::flavor::created;
 use crate::error::Result;
 use crate::output::{self, Format, List, Table};
@@ -60,121 +52,95 @@ impl TokenInfo {
 }
 
 /// Every bootstrap token Secret in kube-system (only those of `flavor` when given), read
-/// without keeping any token secret.
-pub async fn list_token_secrets(
-    cluster: &Cluster,
-    flavor: Option<&FlavorName>,
-) -> Result<Vec<TokenInfo>> {
-    let secrets: Api<Secret> = Api::namespaced(cluster.client.clone(), TOKEN_SECRET_NAMESPACE);
-    let params = match flavor {
-        Some(f) => ListParams::default().labels(&format!("{FLAVOR_TOKEN_LABEL}={f}")),
-        None => ListParams::default(),
-    };
-    let list = secrets
-        .list(&params)
+/// without keeping any token secret, sorted by id.
+pub async fn list_tokens(cluster: &Cluster, flavor: Option<&FlavorName>) -> Result<Vec<TokenInfo>> {
+    let stored = token_secrets::list(&cluster.client, flavor)
         .await
         .map_err(|e| cluster.error("list the token Secrets in kube-system", e))?;
     let now = Timestamp::now();
-    let mut tokens: Vec<TokenInfo> = list
-        .items
+    let mut tokens: Vec<TokenInfo> = stored
         .into_iter()
-        .filter(|s| s.type_.as_deref() == Some(TOKEN_SECRET_TYPE))
-        .filter_map(|mut s| {
-            let info = token_info(&s, now);
-            zeroize_secret(&mut s);
-            info
-        })
+        .filter_map(|t| token_info(t, now))
         .collect();
     tokens.sort_by(|a, b| a.id.cmp(&b.id));
     Ok(tokens)
 }
 
-fn token_info(secret: &Secret, now: Timestamp) -> Option<TokenInfo> {
-    let empty = BTreeMap::new();
-    let name = secret.metadata.name.as_deref().unwrap_or("");
-    let mut data: BTreeMap<String, String> = secret
-        .data
-        .iter()
-        .flatten()
-        .map(|(k, v)| (k.clone(), String::from_utf8_lossy(&v.0).into_owned()))
-        .collect();
-    let labels = secret.metadata.labels.as_ref().unwrap_or(&empty);
-    let view = SecretView {
-        namespace: secret
-            .metadata
-            .namespace
-            .as_deref()
-            .unwrap_or(TOKEN_SECRET_NAMESPACE),
-        name,
-        type_: secret.type_.as_deref().unwrap_or(""),
-        being_deleted: secret.metadata.deletion_timestamp.is_some(),
-        data: &data,
-        labels,
-        annotations: secret.metadata.annotations.as_ref().unwrap_or(&empty),
-    };
-    let record = TokenRecord::from_secret(&view);
-    let description = data.get(KEY_DESCRIPTION).cloned();
-    // The record is read; the secret half is not needed any more.
-    if let Some(secret) = data.get_mut(KEY_TOKEN_SECRET) {
-        secret.zeroize();
-    }
-    match record {
+/// One token's line: `None` for a Secret not named like a token Secret.
+fn token_info(stored: StoredToken, now: Timestamp) -> Option<TokenInfo> {
+    match &stored.record {
         Err(TokenRecordError::NotATokenSecret(_)) => None,
-        Err(TokenRecordError::Metadata { problem, .. }) => Some(TokenInfo {
-            id: name
-                .trim_start_matches(TOKEN_SECRET_NAME_PREFIX)
-                .to_string(),
-            flavor: labels.get(FLAVOR_TOKEN_LABEL).cloned(),
-            max_nodes: None,
-            bound_nodes: Vec::new(),
-            expiration: String::new(),
-            expires_at: Expiration::Never,
-            usages: Vec::new(),
-            groups: Vec::new(),
-            description,
-            status: format!("invalid kubeflavor metadata: {problem}"),
-            created: created(&secret.metadata),
-            standing_ok: false,
-        }),
-        Ok(record) => {
-            let auth = record.authentication_at(now);
-            let usages = [
-                (record.usage_authentication, "authentication"),
-                (record.usage_signing, "signing"),
-            ]
-            .into_iter()
-            .filter_map(|(on, name)| on.then_some(name))
-            .collect();
-            let meta = record.kubeflavor.as_ref();
-            Some(TokenInfo {
-                id: record.id.to_string(),
-                flavor: meta.map(|m| m.flavor.to_string()),
-                max_nodes: meta.map(|m| m.max_nodes.get()),
-                bound_nodes: meta
-                    .map(|m| m.bound_nodes.iter().map(|n| n.to_string()).collect())
-                    .unwrap_or_default(),
-                expiration: match &record.expiration {
-                    Expiration::Never => "never".into(),
-                    Expiration::At(at) => format_expiration(*at),
-                    Expiration::Unparseable(s) => s.clone(),
-                },
-                expires_at: record.expiration.clone(),
-                usages,
-                groups: record.extra_groups.clone(),
-                description,
-                status: match &auth {
-                    Ok(_) => "valid".into(),
-                    Err(why) => why.to_string(),
-                },
-                created: created(&secret.metadata),
-                standing_ok: auth.is_ok() || auth.as_ref().is_err_and(|e| e.is_expiry()),
-            })
+        Err(TokenRecordError::Metadata { problem, .. }) => {
+            Some(invalid_metadata(&stored, &problem.to_string()))
         }
+        Ok(record) => Some(from_record(record, &stored, now)),
     }
 }
 
+/// A token whose kubeflavor metadata is malformed: listed with the problem, never live.
+fn invalid_metadata(stored: &StoredToken, problem: &str) -> TokenInfo {
+    let name = stored.metadata.name.as_deref().unwrap_or("");
+    TokenInfo {
+        id: token_secrets::id_of(name).unwrap_or(name).to_string(),
+        flavor: stored
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(FLAVOR_TOKEN_LABEL).cloned()),
+        max_nodes: None,
+        bound_nodes: Vec::new(),
+        expiration: String::new(),
+        expires_at: Expiration::Never,
+        usages: Vec::new(),
+        groups: Vec::new(),
+        description: stored.description.clone(),
+        status: format!("invalid kubeflavor metadata: {problem}"),
+        created: created(&stored.metadata),
+        standing_ok: false,
+    }
+}
+
+/// A readable token: its flavor and use count, and the API server's verdict at `now`.
+fn from_record(record: &TokenRecord, stored: &StoredToken, now: Timestamp) -> TokenInfo {
+    let auth = record.authentication_at(now);
+    let meta = record.kubeflavor.as_ref();
+    TokenInfo {
+        id: record.id.to_string(),
+        flavor: meta.map(|m| m.flavor.to_string()),
+        max_nodes: meta.map(|m| m.max_nodes.get()),
+        bound_nodes: meta
+            .map(|m| m.bound_nodes.iter().map(|n| n.to_string()).collect())
+            .unwrap_or_default(),
+        expiration: match &record.expiration {
+            Expiration::Never => "never".into(),
+            Expiration::At(at) => format_expiration(*at),
+            Expiration::Unparseable(s) => s.clone(),
+        },
+        expires_at: record.expiration.clone(),
+        usages: usages(record),
+        groups: record.extra_groups.clone(),
+        description: stored.description.clone(),
+        status: match &auth {
+            Ok(_) => "valid".into(),
+            Err(why) => why.to_string(),
+        },
+        created: created(&stored.metadata),
+        standing_ok: auth.is_ok() || auth.as_ref().is_err_and(|e| e.is_expiry()),
+    }
+}
+
+fn usages(record: &TokenRecord) -> Vec<&'static str> {
+    [
+        (record.usage_authentication, "authentication"),
+        (record.usage_signing, "signing"),
+    ]
+    .into_iter()
+    .filter_map(|(on, name)| on.then_some(name))
+    .collect()
+}
+
 pub async fn list(cluster: &Cluster, args: &TokenListArgs, out: &mut dyn Write) -> Result<()> {
-    let tokens = list_token_secrets(cluster, args.flavor.as_ref()).await?;
+    let tokens = list_tokens(cluster, args.flavor.as_ref()).await?;
     let now = Timestamp::now();
     match args.output.unwrap_or_default() {
         Format::Json => output::write_json(out, &List::of(&tokens)),
@@ -247,9 +213,15 @@ fn expires_in(expiration: &Expiration, now: Timestamp) -> String {
 #[cfg(test)]
 mod tests {
     use k8s_openapi::ByteString;
+    use k8s_openapi::api::core::v1::Secret;
     use kube::api::ObjectMeta;
+    use kubeflavor_core::token_secret::TOKEN_SECRET_TYPE;
 
     use super::*;
+
+    fn token_info(secret: &Secret, now: Timestamp) -> Option<TokenInfo> {
+        super::token_info(StoredToken::read(secret), now)
+    }
 
     const SECRET: &str = "0123456789abcdef";
 
@@ -269,7 +241,9 @@ mod tests {
         all.extend_from_slice(data);
         Secret {
             metadata: ObjectMeta {
-                name: Some(format!("bootstrap-token-{id}")),
+                name: Some(kubeflavor_core::token_secret::secret_name(
+                    &id.parse().unwrap(),
+                )),
                 namespace: Some("kube-system".into()),
                 labels: Some(map(labels)),
                 annotations: Some(map(annotations)),

@@ -9,30 +9,125 @@
 use std::io::Write;
 use std::num::NonZeroU32;
 
+use clap::{Args, Subcommand, ValueEnum};
 use jiff::Timestamp;
-use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, PostParams};
+use kube::api::{Api, ListParams};
 use kubeflavor_core::flavor::{DEFAULT_MAX_NODES, FlavorName, FlavorRules, TokenTtl};
 use kubeflavor_core::token::{BootstrapToken, TokenId};
 use kubeflavor_core::token_secret::{
-    NODE_GROUP, TOKEN_SECRET_NAMESPACE, TokenSecretObject, flavored_token_secret,
-    format_expiration, secret_name,
+    NODE_GROUP, TOKEN_SECRET_NAMESPACE, flavored_token_secret, format_expiration, secret_name,
 };
 use serde::Serialize;
-use zeroize::{Zeroize, Zeroizing};
+use zeroize::Zeroizing;
 
-use crate::cli::{TokenCreateArgs, TokenDeleteArgs, TokenOutput};
-use crate::cluster::{Cluster, is_api_reason, is_not_found};
+use crate::cli::{GlobalArgs, MaxNodes};
+use crate::cluster::{Cluster, is_not_found, token_secrets};
 use crate::cmd::flavor::unknown_flavor;
 use crate::crd::{BINDING_TOKEN_ID_LABEL, Flavor, FlavorBinding, rules_from_flavor};
 use crate::error::{CliError, Result};
 use crate::exit::ExitCode;
-use crate::output;
+use crate::output::{self, Format};
 
+mod control_plane;
+mod join_line;
 mod list;
+mod revoke;
 
-pub use list::{TokenInfo, list, list_token_secrets};
+pub use control_plane::{CONTROL_PLANE_TOKEN_TTL, create_control_plane_token};
+pub use join_line::{JoinTarget, join_command_line, join_target, print_join_command};
+pub use list::{TokenInfo, list};
+pub use revoke::{TokenRevokeArgs, revoke};
+
+#[derive(Debug, Subcommand)]
+pub enum TokenCommand {
+    /// Print a fresh random token (kubeadm's format and algorithm). Touches no cluster.
+    Generate,
+    /// Create a token of a flavor and print it.
+    ///
+    /// The token is stored as an ordinary kubeadm bootstrap token Secret: the same auth
+    /// group and description for every flavor, so nothing the token's holder can see
+    /// reveals its flavor. The flavor is kept in the Secret's metadata.
+    Create(TokenCreateArgs),
+    /// List bootstrap tokens (never their secrets). kubeadm's own tokens show as <none>.
+    List(TokenListArgs),
+    /// Delete tokens by id (or by the whole token). A deleted token can no longer join nodes.
+    Delete(TokenDeleteArgs),
+    /// Revoke a token (delete its Secret); with --nodes also revoke the nodes bound to it.
+    Revoke(TokenRevokeArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct TokenCreateArgs {
+    /// The Flavor of the new token (see `kubeflavor flavor list`).
+    #[arg(long, value_name = "NAME", required_unless_present = "control_plane")]
+    pub flavor: Option<FlavorName>,
+    /// Mint a control-plane join token instead of a node token: group
+    /// system:bootstrappers:kubeflavor:control-plane, the only tokens that may read the
+    /// certificates `kubeflavor certs upload` stores. Default TTL 2h. With --flavor the
+    /// joining control-plane node's kubelet gets its certificate by the same rules as any
+    /// node (one name per use, no takeover) and the flavor's labels, e.g. a flavor with
+    /// node-role.kubernetes.io/control-plane; without it the token only downloads the
+    /// certificates and kubeflavor denies its kubelet's CSR.
+    #[arg(long)]
+    pub control_plane: bool,
+    /// How long the token stays valid: 24h, 90m, 1h30m, or 0 for never. Default: the
+    /// flavor's tokenDefaults.ttl, else 24h.
+    #[arg(long, value_name = "DURATION", allow_hyphen_values = true)]
+    pub ttl: Option<TokenTtl>,
+    /// How many distinct node names the token may bind. Default: the flavor's
+    /// tokenDefaults.maxNodes, else 1.
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    pub max_nodes: Option<MaxNodes>,
+    /// What to print: the token alone, or a description of it as JSON or YAML.
+    #[arg(short, long, value_enum, default_value_t = TokenOutput::Token)]
+    pub output: TokenOutput,
+    /// Print the whole join line instead of the token:
+    /// `kubeadm join <server> --token <token> --discovery-token-ca-cert-hash sha256:<pin>`
+    /// (server and CA from kube-public/cluster-info, else from the kubeconfig).
+    #[arg(long, conflicts_with = "output")]
+    pub print_join_command: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum TokenOutput {
+    /// `<id>.<secret>` on one line.
+    Token,
+    Json,
+    Yaml,
+}
+
+#[derive(Debug, Args)]
+pub struct TokenListArgs {
+    /// Only the tokens of this flavor.
+    #[arg(long, value_name = "NAME")]
+    pub flavor: Option<FlavorName>,
+    /// Output format (default: a table).
+    #[arg(short, long, value_enum)]
+    pub output: Option<Format>,
+}
+
+#[derive(Debug, Args)]
+pub struct TokenDeleteArgs {
+    /// Token ids (`abcdef`) or whole tokens (`abcdef.0123456789abcdef`).
+    #[arg(required = true, value_name = "ID")]
+    pub tokens: Vec<String>,
+}
+
+/// Runs one `token` command; only `generate` works without a cluster.
+pub async fn execute(
+    command: TokenCommand,
+    global: &GlobalArgs,
+    out: &mut dyn Write,
+) -> Result<()> {
+    match command {
+        TokenCommand::Generate => generate(out),
+        TokenCommand::Create(args) => create(&super::connect(global).await?, &args, out).await,
+        TokenCommand::List(args) => list(&super::connect(global).await?, &args, out).await,
+        TokenCommand::Delete(args) => delete(&super::connect(global).await?, &args, out).await,
+        TokenCommand::Revoke(args) => revoke(&super::connect(global).await?, &args, out).await,
+    }
+}
 
 /// kubeadm's default token lifetime, used when neither `--ttl` nor the flavor sets one.
 pub const DEFAULT_TTL: TokenTtl = TokenTtl::Seconds(24 * 3600);
@@ -71,7 +166,7 @@ fn expose_str<S: serde::Serializer>(value: &Zeroizing<String>, s: S) -> Result<S
 
 pub async fn create(cluster: &Cluster, args: &TokenCreateArgs, out: &mut dyn Write) -> Result<()> {
     if args.control_plane {
-        return crate::cmd::certs::create_control_plane_token(cluster, args, out).await;
+        return create_control_plane_token(cluster, args, out).await;
     }
     let Some(flavor_name) = args.flavor.as_ref() else {
         return Err(CliError::new(
@@ -88,7 +183,7 @@ pub async fn create(cluster: &Cluster, args: &TokenCreateArgs, out: &mut dyn Wri
     // --print-join-command: resolved before the token exists, so a cluster whose server or
     // CA cannot be found never gets a token nobody will see.
     let join_target = match args.print_join_command {
-        true => Some(super::join::join_target(cluster).await?),
+        true => Some(join_target(cluster).await?),
         false => None,
     };
     let token = mint(cluster, flavor_name, expiration, max_nodes, || {
@@ -96,7 +191,7 @@ pub async fn create(cluster: &Cluster, args: &TokenCreateArgs, out: &mut dyn Wri
     })
     .await?;
     if let Some(target) = &join_target {
-        return super::join::print_join_command(target, &token, out);
+        return print_join_command(target, &token, out);
     }
     print_created(&token, flavor_name, expiration, max_nodes, args.output, out)
 }
@@ -137,33 +232,26 @@ pub async fn mint(
     max_nodes: NonZeroU32,
     mut next: impl FnMut() -> Result<BootstrapToken>,
 ) -> Result<BootstrapToken> {
-    let secrets: Api<Secret> = Api::namespaced(cluster.client.clone(), TOKEN_SECRET_NAMESPACE);
-    for _ in 0..CREATE_ATTEMPTS {
+    let draw = async || -> Result<Option<(BootstrapToken, Secret)>> {
         let token = next()?;
         if id_still_bound(cluster, token.id()).await? {
             tracing::info!(id = %token.id(), "token id still named by a FlavorBinding, drawing another");
-            continue;
+            return Ok(None);
         }
-        let mut secret = to_secret(&flavored_token_secret(
-            &token, flavor, expiration, max_nodes,
-        ));
-        let result = secrets.create(&PostParams::default(), &secret).await;
-        zeroize_secret(&mut secret);
-        match result {
-            Ok(mut stored) => {
-                zeroize_secret(&mut stored);
-                return Ok(token);
-            }
-            Err(err) if is_api_reason(&err, "AlreadyExists") => {
-                tracing::info!(id = %token.id(), "token id already taken, drawing another");
-            }
-            Err(err) => return Err(cluster.error("create the token Secret in kube-system", err)),
-        }
-    }
-    Err(CliError::failed(
-        format!("{CREATE_ATTEMPTS} freshly generated token ids were all taken"),
-        "this should not happen with random ids; check the system's random number generator",
-    ))
+        let object = flavored_token_secret(&token, flavor, expiration, max_nodes);
+        Ok(Some((token, token_secrets::to_secret(&object))))
+    };
+    let created =
+        token_secrets::create_with_fresh_id(&cluster.client, CREATE_ATTEMPTS, draw, |e| {
+            cluster.error("create the token Secret in kube-system", e)
+        })
+        .await?;
+    created.map(|c| c.token).ok_or_else(|| {
+        CliError::failed(
+            format!("{CREATE_ATTEMPTS} freshly generated token ids were all taken"),
+            "this should not happen with random ids; check the system's random number generator",
+        )
+    })
 }
 
 /// Whether a FlavorBinding still names token id `id`: the id of a token that is gone is
@@ -213,37 +301,6 @@ fn print_created(
     Ok(())
 }
 
-/// The Secret object the API takes (`data` is base64 on the wire; k8s-openapi encodes it).
-fn to_secret(object: &TokenSecretObject) -> Secret {
-    Secret {
-        metadata: ObjectMeta {
-            name: Some(object.name.clone()),
-            namespace: Some(object.namespace.to_string()),
-            labels: Some(object.labels.clone()),
-            annotations: Some(object.annotations.clone()),
-            ..Default::default()
-        },
-        type_: Some(object.type_.to_string()),
-        data: Some(
-            object
-                .string_data
-                .iter()
-                .map(|(k, v)| (k.clone(), ByteString(v.as_bytes().to_vec())))
-                .collect(),
-        ),
-        ..Default::default()
-    }
-}
-
-fn zeroize_secret(secret: &mut Secret) {
-    for value in secret.data.iter_mut().flat_map(|d| d.values_mut()) {
-        value.0.zeroize();
-    }
-    for value in secret.string_data.iter_mut().flat_map(|d| d.values_mut()) {
-        value.zeroize();
-    }
-}
-
 /// A token id, or a whole token from which only the id is kept.
 fn parse_token_ref(text: &str) -> Result<TokenId> {
     let parsed = if text.contains('.') {
@@ -267,15 +324,11 @@ pub async fn delete(cluster: &Cluster, args: &TokenDeleteArgs, out: &mut dyn Wri
         .iter()
         .map(|t| parse_token_ref(t))
         .collect::<Result<Vec<_>>>()?;
-    let secrets: Api<Secret> = Api::namespaced(cluster.client.clone(), TOKEN_SECRET_NAMESPACE);
     let mut missing = Vec::new();
     for id in ids {
-        match secrets
-            .delete(&secret_name(&id), &DeleteParams::default())
-            .await
-        {
-            Ok(_) => writeln!(out, "token {id} deleted")?,
-            Err(err) if is_not_found(&err) => missing.push(id.to_string()),
+        match token_secrets::delete(&cluster.client, &id).await {
+            Ok(true) => writeln!(out, "token {id} deleted")?,
+            Ok(false) => missing.push(id.to_string()),
             Err(err) => return Err(cluster.error(&format!("delete token {id}"), err)),
         }
     }
@@ -316,7 +369,7 @@ mod tests {
         let token: BootstrapToken = "abcdef.0123456789abcdef".parse().unwrap();
         let flavor: FlavorName = "sweet".parse().unwrap();
         let at: Timestamp = "2026-12-01T04:11:50Z".parse().unwrap();
-        let secret = to_secret(&flavored_token_secret(
+        let secret = token_secrets::to_secret(&flavored_token_secret(
             &token,
             &flavor,
             Some(at),
@@ -330,7 +383,7 @@ mod tests {
             json["metadata"]["labels"][kubeflavor_core::token_secret::FLAVOR_TOKEN_LABEL],
             "sweet"
         );
-        // base64 of the plain strings, as in capture 44.
+        // base64 of the plain strings, as kubeadm stores them.
         assert_eq!(json["data"]["token-id"], "YWJjZGVm");
         assert_eq!(json["data"]["expiration"], "MjAyNi0xMi0wMVQwNDoxMTo1MFo=");
         assert_eq!(json["data"]["usage-bootstrap-authentication"], "dHJ1ZQ==");
@@ -342,13 +395,13 @@ mod tests {
     fn zeroize_clears_every_data_value() {
         let token: BootstrapToken = "abcdef.0123456789abcdef".parse().unwrap();
         let flavor: FlavorName = "sweet".parse().unwrap();
-        let mut secret = to_secret(&flavored_token_secret(
+        let mut secret = token_secrets::to_secret(&flavored_token_secret(
             &token,
             &flavor,
             None,
             NonZeroU32::MIN,
         ));
-        zeroize_secret(&mut secret);
+        token_secrets::wipe(&mut secret);
         assert!(secret.data.unwrap().values().all(|v| v.0.is_empty()));
     }
 }

@@ -1,18 +1,17 @@
 //! `kubeflavor token revoke ID [--nodes]`: delete the token Secret (the token stops
-//! authenticating at once, spec section 1) and, with `--nodes`, revoke every node bound to
-//! it (see `node revoke`).
+//! authenticating at once: the API server's bootstrap token authenticator looks the Secret
+//! up on every request) and, with `--nodes`, revoke every node bound to it (see
+//! `node revoke`).
 
 use std::io::Write;
 
 use clap::Args;
-use k8s_openapi::api::core::v1::Secret;
 use kube::ResourceExt;
-use kube::api::{Api, DeleteParams, ListParams};
+use kube::api::{Api, ListParams};
 use kubeflavor_core::token::TokenId;
-use kubeflavor_core::token_secret::{TOKEN_SECRET_NAMESPACE, secret_name};
 
-use super::node::revoke_binding;
-use crate::cluster::Cluster;
+use crate::cluster::{Cluster, token_secrets};
+use crate::cmd::node::revoke_binding;
 use crate::crd::FlavorBinding;
 use crate::error::{CliError, Result};
 
@@ -27,15 +26,9 @@ pub struct TokenRevokeArgs {
 
 pub async fn revoke(cluster: &Cluster, args: &TokenRevokeArgs, out: &mut dyn Write) -> Result<()> {
     let id = &args.id;
-    let secrets: Api<Secret> = Api::namespaced(cluster.client.clone(), TOKEN_SECRET_NAMESPACE);
-    let deleted = match secrets
-        .delete(&secret_name(id), &DeleteParams::default())
+    let deleted = token_secrets::delete(&cluster.client, id)
         .await
-    {
-        Ok(_) => true,
-        Err(kube::Error::Api(s)) if s.is_not_found() => false,
-        Err(e) => return Err(cluster.error(&format!("delete token {id}"), e)),
-    };
+        .map_err(|e| cluster.error(&format!("delete token {id}"), e))?;
     if deleted {
         writeln!(out, "token {id} revoked (its Secret is deleted)")?;
     } else {

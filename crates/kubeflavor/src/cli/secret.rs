@@ -12,10 +12,52 @@ use std::path::Path;
 
 use kubeflavor_core::certkey::CertificateKey;
 
-use super::{KEY_ENV, SecretText};
-use crate::certs::CertsError;
+use crate::certs::{self, CertsError};
 use crate::error::CliError;
 use crate::exit::ExitCode;
+
+/// A secret flag value as typed (`--certificate-key`, `--token`): zeroized on drop and never
+/// shown by Debug (the parsed arguments are Debug). Validated where it is used, so a
+/// malformed value gets its own exit code rather than clap's usage error (which would also
+/// echo the value).
+#[derive(Clone)]
+pub struct SecretText(zeroize::Zeroizing<String>);
+
+impl std::str::FromStr for SecretText {
+    type Err = std::convert::Infallible;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Ok(SecretText(zeroize::Zeroizing::new(s.to_owned())))
+    }
+}
+
+impl std::fmt::Debug for SecretText {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SecretText(****)")
+    }
+}
+
+impl SecretText {
+    pub fn new(s: &str) -> Self {
+        SecretText(zeroize::Zeroizing::new(s.to_owned()))
+    }
+
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+
+    /// The value as a certificate key.
+    pub fn certificate_key(&self) -> Result<CertificateKey, CertsError> {
+        certs::parse_certificate_key(&self.0)
+    }
+}
+
+/// Environment variable that may carry the certificate key instead of the command line
+/// (where every user of the machine can read it in the process list).
+pub const KEY_ENV: &str = "KUBEFLAVOR_CERTIFICATE_KEY";
+
+/// Environment variable that may carry the bootstrap token (`join`, `certs download
+/// --server`).
+pub const TOKEN_ENV: &str = "KUBEFLAVOR_JOIN_TOKEN";
 
 /// What `-` as a file name means.
 pub const STDIN: &str = "-";

@@ -3,8 +3,11 @@
 
 use std::io::Write;
 
-use crate::cmd::certs::{BootstrapArgs, TOKEN_ENV};
-use crate::cmd::join::{WriterReport, exit_code, parse_pins, parse_token};
+use super::BootstrapArgs;
+use crate::certs::download;
+use crate::cli::discovery_flags::{parse_pins, parse_token};
+use crate::cli::secret::TOKEN_ENV;
+use crate::cmd::join::{WriterReport, exit_code};
 use crate::error::CliError;
 use crate::exit::ExitCode;
 use crate::join::{self, CaCheck, JoinError, discovery};
@@ -48,7 +51,7 @@ pub async fn bootstrap_client(
             let e = JoinError::Discovery(e);
             CliError::bare(exit_code(&e), e.to_string())
         })?;
-    Ok(super::download::bootstrap_client(
+    Ok(download::bootstrap_client(
         &cluster.server,
         &cluster.ca_certs_der,
         &token,

@@ -1,7 +1,7 @@
-//! `kubeflavor certs ...`: the command line of the certificate hand-off (issue 6). The work
-//! is in `crate::certs`; this file parses flags, connects, and prints.
+//! `kubeflavor certs ...`: the command line of the certificate hand-off (P5, P6). The work
+//! is in `crate::certs`; this module parses flags, connects, and prints.
 
-pub mod secret_input;
+mod bootstrap;
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -13,59 +13,17 @@ use kubeflavor_core::certkey::CertificateKey;
 use kubeflavor_core::copycerts::Provenance;
 use kubeflavor_core::pki::{self, KeyAlgorithm};
 
-pub use crate::certs::control_plane_token::{CONTROL_PLANE_TOKEN_TTL, create_control_plane_token};
 use crate::certs::download::DownloadOptions;
 use crate::certs::objects::ReadableBy;
 use crate::certs::pki_files::{self, WriteReport};
 use crate::certs::upload::{self, UploadOptions, Uploaded};
 use crate::certs::{self, CertsError, DEFAULT_PKI_DIR, ExternalEtcd, inspect};
 use crate::cli::GlobalArgs;
-use crate::cluster::{Cluster, ClusterArgs};
+use crate::cli::discovery_flags::parse_duration;
+use crate::cli::secret::{
+    self, KEY_ENV, SecretFlags, SecretText, TOKEN_ENV, read_key, secret_input_error,
+};
 use crate::error::CliError;
-use secret_input::{SecretFlags, read_key, secret_input_error};
-
-/// A secret flag value as typed (`--certificate-key`, `--token`): zeroized on drop and never
-/// shown by Debug (the parsed arguments are Debug). Validated where it is used, so a
-/// malformed value gets its own exit code rather than clap's usage error (which would also
-/// echo the value).
-#[derive(Clone)]
-pub struct SecretText(zeroize::Zeroizing<String>);
-
-impl std::str::FromStr for SecretText {
-    type Err = std::convert::Infallible;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Ok(SecretText(zeroize::Zeroizing::new(s.to_owned())))
-    }
-}
-
-impl std::fmt::Debug for SecretText {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("SecretText(****)")
-    }
-}
-
-impl SecretText {
-    pub fn new(s: &str) -> Self {
-        SecretText(zeroize::Zeroizing::new(s.to_owned()))
-    }
-
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-
-    /// The value as a certificate key.
-    pub fn certificate_key(&self) -> Result<CertificateKey, CertsError> {
-        certs::parse_certificate_key(&self.0)
-    }
-}
-
-/// Environment variable that may carry the certificate key instead of the command line
-/// (where every user of the machine can read it in the process list).
-pub const KEY_ENV: &str = "KUBEFLAVOR_CERTIFICATE_KEY";
-
-/// Environment variable that may carry the bootstrap token (`join`, `certs download
-/// --server`).
-pub const TOKEN_ENV: &str = "KUBEFLAVOR_JOIN_TOKEN";
 
 /// The exit codes of `certs`, shown in its `--help`.
 pub const CERTS_EXIT_CODES: &str = "\
@@ -218,7 +176,7 @@ pub struct BootstrapArgs {
     #[arg(long, value_name = "sha256:HEX", requires = "server")]
     pub discovery_token_ca_cert_hash: Vec<String>,
     /// Give up discovery after this long (e.g. 30s, 5m, 1m30s).
-    #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = crate::cmd::join::parse_duration)]
+    #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = parse_duration)]
     pub timeout: Duration,
 }
 
@@ -378,7 +336,7 @@ pub async fn download(
         pki_dir: args.pki_dir.clone(),
         key: args.key.required()?,
         force: args.force,
-        provenance: provenance(args.accept_kubeadm_secret),
+        provenance: Provenance::accepting_kubeadm(args.accept_kubeadm_secret),
     };
     download_with(&opts, client, now, out).await
 }
@@ -433,14 +391,6 @@ async fn inspect_with(
     .map_err(output_error)
 }
 
-fn provenance(accept_kubeadm_secret: bool) -> Provenance {
-    if accept_kubeadm_secret {
-        Provenance::KubeflavorOrKubeadm
-    } else {
-        Provenance::KubeflavorOnly
-    }
-}
-
 fn output_error(e: std::io::Error) -> CertsError {
     CertsError::Other(format!("cannot write the output: {e}"))
 }
@@ -469,12 +419,12 @@ pub async fn execute(
         CertsCommand::Key => Ok(key(out)?),
         CertsCommand::Generate(args) => Ok(generate(&args, now, out)?),
         CertsCommand::Upload(args) => {
-            let cluster = connect(global).await?;
+            let cluster = super::connect(global).await?;
             upload(&args, &cluster.client, now, out).await?;
             Ok(())
         }
         CertsCommand::Download(args) => {
-            secret_input::one_stdin(&[
+            secret::one_stdin(&[
                 (
                     "--certificate-key-file",
                     args.key.certificate_key_file.as_deref(),
@@ -485,55 +435,25 @@ pub async fn execute(
             // Parse the key before any network traffic: a typo fails fast (exit 20).
             let key = args.key.required()?;
             let client = match &args.bootstrap.server {
-                Some(server) => {
-                    crate::certs::bootstrap::bootstrap_client(server, &args.bootstrap, out).await?
-                }
-                None => connect(global).await?.client,
+                Some(server) => bootstrap::bootstrap_client(server, &args.bootstrap, out).await?,
+                None => super::connect(global).await?.client,
             };
             let opts = DownloadOptions {
                 pki_dir: args.pki_dir.clone(),
                 key,
                 force: args.force,
-                provenance: provenance(args.accept_kubeadm_secret),
+                provenance: Provenance::accepting_kubeadm(args.accept_kubeadm_secret),
             };
             download_with(&opts, &client, now, out).await?;
             Ok(())
         }
         CertsCommand::Inspect(args) => {
             let key = args.key.optional()?;
-            let cluster = connect(global).await?;
+            let cluster = super::connect(global).await?;
             inspect_with(&args, key.as_ref(), &cluster.client, now, out).await?;
             Ok(())
         }
     }
-}
-
-async fn connect(global: &GlobalArgs) -> Result<Cluster, CliError> {
-    Cluster::connect(&ClusterArgs {
-        kubeconfig: global.kubeconfig.clone(),
-        context: global.context.clone(),
-    })
-    .await
-}
-
-/// The download `join --control-plane --certificate-key` performs, into kubeadm's
-/// `<kubelet-dir>/pki`. The key is parsed before anything happens (exit 20 on a typo).
-pub fn join_download_options(
-    args: &crate::cmd::join::JoinArgs,
-) -> Result<Option<DownloadOptions>, CliError> {
-    if !args.control_plane {
-        return Ok(None);
-    }
-    let key = read_key(
-        args.certificate_key.as_ref(),
-        args.certificate_key_file.as_deref(),
-    )?;
-    Ok(key.map(|key| DownloadOptions {
-        pki_dir: args.kubelet_dir.join("pki"),
-        key,
-        force: false,
-        provenance: provenance(args.accept_kubeadm_secret),
-    }))
 }
 
 #[cfg(test)]

@@ -1,0 +1,253 @@
+//! Every read and write of bootstrap token Secrets (`kube-system/bootstrap-token-<id>`):
+//! decoding one into kubeflavor-core's [`TokenRecord`], listing them, creating one under a
+//! fresh id, deleting one. The layout and the rules are the core's
+//! ([`kubeflavor_core::token_secret`], [`kubeflavor_core::token_record`]); this module only
+//! moves Secrets to and from the API server, and wipes every copy of a token secret it made
+//! once it is no longer needed.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::Secret;
+use kube::Client;
+use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, PostParams};
+use kubeflavor_core::flavor::FlavorName;
+use kubeflavor_core::token::{BootstrapToken, TokenId};
+use kubeflavor_core::token_record::{SecretView, TokenRecord, TokenRecordError};
+use kubeflavor_core::token_secret::{
+    FLAVOR_TOKEN_LABEL, KEY_DESCRIPTION, TOKEN_SECRET_NAME_PREFIX, TOKEN_SECRET_NAMESPACE,
+    TOKEN_SECRET_TYPE, TokenSecretObject, secret_name,
+};
+use zeroize::Zeroize;
+
+use super::errors::{is_api_reason, is_not_found};
+
+/// The token Secrets of the namespace the API server reads them from.
+pub fn api(client: &Client) -> Api<Secret> {
+    Api::namespaced(client.clone(), TOKEN_SECRET_NAMESPACE)
+}
+
+/// The token id in a token Secret's name (`bootstrap-token-<id>` -> `<id>`), unchecked.
+pub fn id_of(secret_name: &str) -> Option<&str> {
+    secret_name.strip_prefix(TOKEN_SECRET_NAME_PREFIX)
+}
+
+/// Reads a token Secret as the core's [`TokenRecord`]. The data values are decoded to
+/// strings for the core and wiped as soon as it has read them. A Secret without a
+/// namespace is in none (the API server always sets it), so it is no token Secret.
+pub fn record(secret: &Secret) -> Result<TokenRecord, TokenRecordError> {
+    let data = decoded_data(secret);
+    TokenRecord::from_secret(&view(secret, &data))
+}
+
+/// One token Secret of a [`list`]: its metadata, description and record. The token
+/// secret is not kept.
+#[derive(Debug, Clone)]
+pub struct StoredToken {
+    pub metadata: ObjectMeta,
+    /// The token's `description`, as stored.
+    pub description: Option<String>,
+    pub record: Result<TokenRecord, TokenRecordError>,
+}
+
+/// Every bootstrap token Secret (only those of `flavor` when given), decoded at once; the
+/// Secrets as received are wiped before this returns.
+pub async fn list(
+    client: &Client,
+    flavor: Option<&FlavorName>,
+) -> Result<Vec<StoredToken>, kube::Error> {
+    let params = match flavor {
+        Some(f) => ListParams::default().labels(&format!("{FLAVOR_TOKEN_LABEL}={f}")),
+        None => ListParams::default(),
+    };
+    let list = api(client).list(&params).await?;
+    Ok(list
+        .items
+        .into_iter()
+        .filter(|s| s.type_.as_deref() == Some(TOKEN_SECRET_TYPE))
+        .map(|mut secret| {
+            let stored = StoredToken::read(&secret);
+            wipe(&mut secret);
+            stored
+        })
+        .collect())
+}
+
+impl StoredToken {
+    /// Reads one token Secret; the caller still holds (and wipes) the Secret itself.
+    pub fn read(secret: &Secret) -> Self {
+        let data = decoded_data(secret);
+        StoredToken {
+            metadata: secret.metadata.clone(),
+            description: data.get(KEY_DESCRIPTION).map(|d| d.to_string()),
+            record: TokenRecord::from_secret(&view(secret, &data)),
+        }
+    }
+}
+
+/// The Secret's data as strings, wiped when dropped.
+fn decoded_data(secret: &Secret) -> Wiped {
+    Wiped(
+        secret
+            .data
+            .iter()
+            .flatten()
+            .map(|(k, v)| (k.clone(), String::from_utf8_lossy(&v.0).into_owned()))
+            .collect(),
+    )
+}
+
+/// Decoded Secret data that is zeroized on drop.
+struct Wiped(BTreeMap<String, String>);
+
+impl std::ops::Deref for Wiped {
+    type Target = BTreeMap<String, String>;
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
+}
+
+impl Drop for Wiped {
+    fn drop(&mut self) {
+        self.0.values_mut().for_each(Zeroize::zeroize);
+    }
+}
+
+fn view<'a>(secret: &'a Secret, data: &'a BTreeMap<String, String>) -> SecretView<'a> {
+    static EMPTY: BTreeMap<String, String> = BTreeMap::new();
+    SecretView {
+        namespace: secret.metadata.namespace.as_deref().unwrap_or(""),
+        name: secret.metadata.name.as_deref().unwrap_or(""),
+        type_: secret.type_.as_deref().unwrap_or(""),
+        being_deleted: secret.metadata.deletion_timestamp.is_some(),
+        data,
+        labels: secret.metadata.labels.as_ref().unwrap_or(&EMPTY),
+        annotations: secret.metadata.annotations.as_ref().unwrap_or(&EMPTY),
+    }
+}
+
+/// The Secret object the API takes for the core's token Secret (`data` is base64 on the
+/// wire; k8s-openapi encodes it).
+pub fn to_secret(object: &TokenSecretObject) -> Secret {
+    Secret {
+        metadata: ObjectMeta {
+            name: Some(object.name.clone()),
+            namespace: Some(object.namespace.to_string()),
+            labels: Some(object.labels.clone()),
+            annotations: Some(object.annotations.clone()),
+            ..Default::default()
+        },
+        type_: Some(object.type_.to_string()),
+        data: Some(
+            object
+                .string_data
+                .iter()
+                .map(|(k, v)| (k.clone(), ByteString(v.as_bytes().to_vec())))
+                .collect(),
+        ),
+        ..Default::default()
+    }
+}
+
+/// Zeroizes every data value of a Secret (the token secret among them).
+pub fn wipe(secret: &mut Secret) {
+    for value in secret.data.iter_mut().flat_map(|d| d.values_mut()) {
+        value.0.zeroize();
+    }
+    for value in secret.string_data.iter_mut().flat_map(|d| d.values_mut()) {
+        value.zeroize();
+    }
+}
+
+/// A token Secret one of [`create_with_fresh_id`]'s attempts stored.
+pub struct Created {
+    pub token: BootstrapToken,
+    /// The Secret as the API server returned it, data wiped (its name and uid remain).
+    pub stored: Secret,
+}
+
+/// Stores a token Secret under a fresh id. `draw` gives each attempt's token and Secret,
+/// or `None` to skip a token (an id still in use elsewhere); a 409 AlreadyExists means
+/// another token has that id, so the next attempt draws again, as kubeadm does. One POST
+/// per attempt, nothing read first. `None` when every attempt's id was taken.
+pub async fn create_with_fresh_id<E>(
+    client: &Client,
+    attempts: usize,
+    mut draw: impl AsyncFnMut() -> Result<Option<(BootstrapToken, Secret)>, E>,
+    api_error: impl Fn(kube::Error) -> E,
+) -> Result<Option<Created>, E> {
+    let secrets = api(client);
+    for _ in 0..attempts {
+        let Some((token, mut secret)) = draw().await? else {
+            continue;
+        };
+        let result = secrets.create(&PostParams::default(), &secret).await;
+        wipe(&mut secret);
+        match result {
+            Ok(mut stored) => {
+                wipe(&mut stored);
+                return Ok(Some(Created { token, stored }));
+            }
+            Err(err) if is_taken(&err) => {
+                tracing::info!(id = %token.id(), "token id already taken, drawing another");
+            }
+            Err(err) => return Err(api_error(err)),
+        }
+    }
+    Ok(None)
+}
+
+fn is_taken(err: &kube::Error) -> bool {
+    is_api_reason(err, "AlreadyExists") || matches!(err, kube::Error::Api(s) if s.code == 409)
+}
+
+/// Deletes token `id`'s Secret: `false` when there was none.
+pub async fn delete(client: &Client, id: &TokenId) -> Result<bool, kube::Error> {
+    match api(client)
+        .delete(&secret_name(id), &DeleteParams::default())
+        .await
+    {
+        Ok(_) => Ok(true),
+        Err(err) if is_not_found(&err) => Ok(false),
+        Err(err) => Err(err),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn token_secret(namespace: Option<&str>) -> Secret {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "bootstrap-token-abcdef", "namespace": namespace},
+            "type": "bootstrap.kubernetes.io/token",
+            "data": {
+                "token-id": "YWJjZGVm",
+                "token-secret": "MDEyMzQ1Njc4OWFiY2RlZg==",
+                "usage-bootstrap-authentication": "dHJ1ZQ==",
+                "description": "ZA=="
+            }
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_secret_decodes_to_its_record_and_its_id() {
+        let record = record(&token_secret(Some("kube-system"))).unwrap();
+        assert_eq!(record.id.as_str(), "abcdef");
+        assert!(record.usage_authentication);
+        assert_eq!(id_of("bootstrap-token-abcdef"), Some("abcdef"));
+        assert_eq!(id_of("kubeadm-certs"), None);
+    }
+
+    #[test]
+    fn a_listed_token_keeps_its_description_but_not_its_secret() {
+        let stored = StoredToken::read(&token_secret(Some("kube-system")));
+        assert_eq!(stored.description.as_deref(), Some("d"));
+        assert!(stored.record.is_ok());
+        let mut secret = token_secret(Some("kube-system"));
+        wipe(&mut secret);
+        let data = secret.data.unwrap();
+        assert!(data["token-secret"].0.is_empty());
+    }
+}

@@ -32,6 +32,12 @@ pub fn id_of(secret_name: &str) -> Option<&str> {
     secret_name.strip_prefix(TOKEN_SECRET_NAME_PREFIX)
 }
 
+/// The name of the token Secret of token id `id` (`<id>` -> `bootstrap-token-<id>`),
+/// unchecked: an id that is not six of `a-z0-9` names a Secret that cannot exist.
+pub fn name_of(id: &str) -> String {
+    format!("{TOKEN_SECRET_NAME_PREFIX}{id}")
+}
+
 /// Reads a token Secret as the core's [`TokenRecord`]. The data values are decoded to
 /// strings for the core and wiped as soon as it has read them. A Secret without a
 /// namespace is in none (the API server always sets it), so it is no token Secret.

@@ -42,6 +42,7 @@ use super::metrics::Metrics;
 use super::policy;
 use super::trail::{self, Regarding};
 use super::{Context, Error, KUBELET_CLIENT_SIGNER, Step, Stop, TOKEN_NAMESPACE};
+use crate::cluster::token_secrets;
 use crate::crd::FlavorBinding;
 
 /// Runs the CSR loop until `until` resolves.
@@ -94,7 +95,7 @@ fn pending_csrs_of_token(
         .metadata
         .name
         .as_deref()
-        .and_then(|n| n.strip_prefix("bootstrap-token-"))
+        .and_then(token_secrets::id_of)
         .map(|id| format!("{}{id}", facts::BOOTSTRAP_USER_PREFIX))
     else {
         return Vec::new();

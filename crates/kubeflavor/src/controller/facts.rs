@@ -15,6 +15,7 @@ use kubeflavor_core::csr::{CsrError, KubeletClientCsr};
 use kubeflavor_core::policy::{APPROVED_CONDITION, DENIED_CONDITION};
 
 use super::{Context, Error, TOKEN_NAMESPACE};
+use crate::cluster::token_secrets;
 use crate::crd::{Flavor, FlavorBinding};
 
 /// Node identities (renewals) are `system:node:<name>`.
@@ -126,7 +127,7 @@ async fn read_token_and_flavor(
     let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), TOKEN_NAMESPACE);
     let token_secret = match id {
         Some(id) => {
-            let name = format!("bootstrap-token-{id}");
+            let name = token_secrets::name_of(id);
             secrets
                 .get_opt(&name)
                 .await

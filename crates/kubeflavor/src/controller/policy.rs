@@ -16,11 +16,11 @@ use kubeflavor_core::policy::{
     decide as core_decide, token_fate,
 };
 use kubeflavor_core::token::TokenId;
-use kubeflavor_core::token_record::{TokenRecord, TokenRecordError};
 use kubeflavor_core::token_secret::{FLAVOR_TOKEN_LABEL, FlavorTokenMeta};
 
 use super::Options;
 use super::facts::{CsrFactsRead, CsrView};
+use crate::cluster::token_secrets;
 use crate::crd::{
     BINDING_TOKEN_ID_LABEL, CONDITION_FLAVORED, CONDITION_REVOKED, Condition, Flavor,
     FlavorBinding, FlavorBindingSpec, FlavorBindingStatus, FlavorTaint, rules_from_flavor,
@@ -63,7 +63,7 @@ pub fn policy_options(opts: &Options) -> PolicyOptions {
 pub fn csr_facts(facts: &CsrFactsRead, opts: &Options, now: jiff::Timestamp) -> CsrFacts {
     let token = match &facts.token_secret {
         None => TokenLookup::Missing,
-        Some(s) => match token_record(s) {
+        Some(s) => match token_secrets::record(s) {
             Ok(r) => TokenLookup::Found(r),
             Err(e) => TokenLookup::Unreadable(e),
         },
@@ -145,11 +145,6 @@ fn whole_seconds(t: jiff::Timestamp) -> jiff::Timestamp {
     jiff::Timestamp::from_second(t.as_second()).unwrap_or(t)
 }
 
-/// Reads a token Secret as core's [`TokenRecord`] (data values decoded to strings).
-pub fn token_record(secret: &Secret) -> Result<TokenRecord, TokenRecordError> {
-    crate::cluster::token_secrets::record(secret)
-}
-
 fn with_meta(secret: &Secret, meta: &FlavorTokenMeta) -> Secret {
     let mut s = secret.clone();
     s.metadata
@@ -160,7 +155,9 @@ fn with_meta(secret: &Secret, meta: &FlavorTokenMeta) -> Secret {
 }
 
 fn kubeflavor_meta(secret: &Secret) -> Option<FlavorTokenMeta> {
-    token_record(secret).ok().and_then(|r| r.kubeflavor)
+    token_secrets::record(secret)
+        .ok()
+        .and_then(|r| r.kubeflavor)
 }
 
 /// The Secret with `node` added to its bound names (the reservation write), or None if

@@ -134,8 +134,8 @@ async fn missing_flavor_existing_node_and_wrong_shape_are_denied_with_their_caus
         trail_names(&h, csr, &[cause]).await;
     }
     assert!(h.bindings().get_opt(&existing).await.unwrap().is_none());
-    // Denials for a wrong shape are counted on the token (P4: refused too often, it goes);
-    // the count is written right after the denial.
+    // Denials for a wrong shape are counted on the token (P4, rejection that ends: a token
+    // refused too often goes); the count is written right after the denial.
     denials_counted(&h, &t2, "1").await;
     // The metric follows the CSR write; a stopped controller has finished its reconciles.
     let metrics = ctl.metrics.clone();
@@ -159,7 +159,8 @@ async fn denials_of_one_token_decided_together_are_all_counted() {
     let t = h.token(&f, 1, None).await;
     // Wrong-shape CSRs of one token, all filed before the controller starts so it decides
     // them at once: each denial reads the token at the same resourceVersion, and each
-    // must still be counted (P4), not lost to the 409 of the one counted first.
+    // must still be counted (P4, rejection that ends), not lost to the 409 of the one
+    // counted first.
     let csrs = h.wrong_shape_csrs(&t, "csr-shape", 3).await;
     let ctl = h.start_controller(h.options("ctl"));
     h.all_denied(&csrs).await;

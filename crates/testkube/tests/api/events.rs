@@ -81,15 +81,18 @@ async fn an_event_about_a_cluster_scoped_object_lives_in_default_or_kube_system(
     let r = post(
         &c,
         &events_v1("kubeflavor"),
-        &event_v1("csr-x.cap51a", "kubeflavor", csr_x()),
+        &event_v1("csr-x.in-kubeflavor", "kubeflavor", csr_x()),
     )
     .await;
     assert_eq!(r.status, 422);
     assert_eq!(r.header("Content-Type"), Some("application/json"));
-    assert_eq!(r.json(), mismatch("csr-x.cap51a", ""));
+    assert_eq!(r.json(), mismatch("csr-x.in-kubeflavor", ""));
 
-    // Exchanges 2 and 3: the same Event in default or kube-system is 201.
-    for (name, ns) in [("csr-x.cap51b", "default"), ("csr-x.cap51c", "kube-system")] {
+    // The same Event in default or kube-system is 201.
+    for (name, ns) in [
+        ("csr-x.in-default", "default"),
+        ("csr-x.in-kube-system", "kube-system"),
+    ] {
         let r = post(&c, &events_v1(ns), &event_v1(name, ns, csr_x())).await;
         assert_eq!(r.status, 201, "{ns}: {}", r.body);
         let created = r.json();
@@ -103,12 +106,12 @@ async fn an_event_about_a_cluster_scoped_object_lives_in_default_or_kube_system(
         );
     }
 
-    // Exchange 4: about a namespaced object (a Lease), in that object's namespace: 201.
+    // About a namespaced object (a Lease), in that object's namespace: 201.
     let lease = json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "name": "kubeflavor-controller", "namespace": "kubeflavor"});
     let r = post(
         &c,
         &events_v1("kubeflavor"),
-        &event_v1("lease.cap51d", "kubeflavor", lease),
+        &event_v1("lease.in-kubeflavor", "kubeflavor", lease),
     )
     .await;
     assert_eq!(r.status, 201, "{}", r.body);

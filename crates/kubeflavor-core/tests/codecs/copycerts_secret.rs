@@ -1,5 +1,5 @@
 //! The kubeadm-certs Secret as a whole: what kubeflavor writes, and every way a download can
-//! go wrong (P5, P6), each with its own error.
+//! go wrong (P5 certificate hand-off, P6 nothing lost), each with its own error.
 
 use std::collections::BTreeMap;
 use std::sync::OnceLock;
@@ -332,7 +332,8 @@ fn unknown_entries_must_decrypt_like_kubeadm_demands_and_are_then_ignored() {
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(64))]
 
-    /// P6: whatever single bit of whatever entry changes, nothing is handed out.
+    /// P6 (nothing lost): whatever single bit of whatever entry changes, nothing is handed
+    /// out.
     #[test]
     fn any_bit_flip_in_any_entry_fails_the_download(entry in any::<Index>(), byte in any::<Index>(), bit in 0u8..8) {
         let mut data = uploaded();

@@ -1,5 +1,6 @@
 //! The CSR policy's decision table: every DenyCause and the combinations that matter,
-//! each row asserting the exact Decision, plus the named P1/P3 cases.
+//! each row asserting the exact Decision, plus the named cases of P1 (hidden flavor) and
+//! P3 (binding).
 
 use crate::support::*;
 use kubeflavor_core::csr::CsrError;

@@ -1,5 +1,5 @@
-//! Node flavoring: desired labels and taints from a binding and its Flavor (P2 drift
-//! repair, revocation, nothing else touched).
+//! Node flavoring: desired labels and taints from a binding and its Flavor (P2 trusted
+//! labels: drift repair, revocation, nothing else touched).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -415,7 +415,8 @@ proptest! {
     }
 }
 
-/// P3: a Node that was there before the binding's CSR was approved is not the holder's.
+/// P3 (binding): a Node that was there before the binding's CSR was approved is not the
+/// holder's.
 #[test]
 fn only_an_approved_binding_makes_a_node_the_holders() {
     use kubeflavor_core::node_state::{BindingCsr, node_is_the_holders};

@@ -1,5 +1,5 @@
-//! Properties of the CSR policy over arbitrary facts (P1, P3) and the token deletion rule
-//! (P4).
+//! Properties of the CSR policy over arbitrary facts (P1 hidden flavor, P3 binding) and the
+//! token deletion rule (P4 rejection that ends).
 
 use std::collections::BTreeMap;
 use std::num::NonZeroU32;
@@ -135,8 +135,8 @@ fn approved(d: &Decision) -> bool {
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(512))]
 
-    /// P3: whatever else is true, a bootstrap CSR for a name bound to another token is not
-    /// approved.
+    /// P3 (binding): whatever else is true, a bootstrap CSR for a name bound to another
+    /// token is not approved.
     #[test]
     fn name_bound_to_another_token_is_never_approved(mut f in arb_facts()) {
         f.binding = binding("zzzzzz", false);
@@ -144,8 +144,8 @@ proptest! {
         prop_assert!(!approved(&decide(&f)));
     }
 
-    /// P3: a bootstrap CSR for an existing Node is approved only with a binding to the
-    /// requesting token.
+    /// P3 (binding): a bootstrap CSR for an existing Node is approved only with a binding
+    /// to the requesting token.
     #[test]
     fn existing_node_needs_a_binding_to_this_token(mut f in arb_facts()) {
         f.node_exists = true;
@@ -170,7 +170,7 @@ proptest! {
         }
     }
 
-    /// P3: reserving a use happens only for a new name on a token with room.
+    /// P3 (binding): reserving a use happens only for a new name on a token with room.
     #[test]
     fn a_use_is_reserved_only_for_a_new_name_with_room(f in arb_facts()) {
         let decision = decide(&f);
@@ -205,8 +205,8 @@ proptest! {
         }
     }
 
-    /// P1: swapping the token's flavor for another changes neither the decision nor the
-    /// condition written on the CSR.
+    /// P1 (hidden flavor): swapping the token's flavor for another changes neither the
+    /// decision nor the condition written on the CSR.
     #[test]
     fn decision_never_depends_on_the_flavor(f in arb_facts()) {
         let TokenLookup::Found(r) = &f.token else { return Ok(()) };
@@ -243,8 +243,8 @@ proptest! {
         }
     }
 
-    /// P3: however CSRs for names arrive, applying the decisions never binds more distinct
-    /// names to a token than its max_nodes.
+    /// P3 (binding): however CSRs for names arrive, applying the decisions never binds more
+    /// distinct names to a token than its max_nodes.
     #[test]
     fn a_token_never_binds_more_than_max_nodes(
         max_nodes in 1u32..4,

@@ -8,7 +8,8 @@
 //! classifier: Hoeffding's bound). There are about 70 such checks, so a false failure happens
 //! with probability below 1e-8, far below 1e-6. The token generator uses the OS CSPRNG and
 //! cannot be seeded; the tests' own procedures are deterministic. Run with
-//! `cargo test -p kubeflavor-core --test token_statistics -- --nocapture` to see the figures.
+//! `cargo test -p kubeflavor-core --test policy token_statistics -- --nocapture` to see the
+//! figures.
 
 use std::num::NonZeroU32;
 use std::time::Instant;
@@ -261,7 +262,7 @@ fn p1_figures(
     }
 }
 
-/// P1: token strings carry no flavor information.
+/// P1 (hidden flavor): token strings carry no flavor information.
 #[test]
 fn token_strings_carry_no_flavor_information() {
     let started = Instant::now();
@@ -269,7 +270,7 @@ fn token_strings_carry_no_flavor_information() {
     let limit = threshold();
     let band = accuracy_half_width(f.test_size);
     println!(
-        "P1 over {TOKENS_PER_FLAVOR} tokens per flavor (sweet, sour), {CHARS} positions, {:.2?}:",
+        "P1 (hidden flavor) over {TOKENS_PER_FLAVOR} tokens per flavor (sweet, sour), {CHARS} positions, {:.2?}:",
         started.elapsed()
     );
     println!(

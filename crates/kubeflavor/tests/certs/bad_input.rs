@@ -1,6 +1,6 @@
-//! Every P5/P6 bad input of issue 6: a clear error, its own non-zero exit code, and nothing
-//! written (neither files nor objects). Runs on testkube, or on a real cluster with
-//! KUBEFLAVOR_E2E_KUBECONFIG.
+//! Every bad input of the `certs` commands (P5 certificate hand-off, P6 nothing lost): a
+//! clear error, its own non-zero exit code, and nothing written (neither files nor
+//! objects). Runs on testkube, or on a real cluster with KUBEFLAVOR_E2E_KUBECONFIG.
 
 use std::path::{Path, PathBuf};
 

@@ -1,5 +1,6 @@
 //! `certs generate -> upload -> download` on a second PKI directory gives identical files,
-//! re-runs are idempotent, and the Secret goes away with its proxy token (P5, P6).
+//! re-runs are idempotent, and the Secret goes away with its proxy token (P5 certificate
+//! hand-off, P6 nothing lost).
 //! Runs on testkube, or on a real cluster with KUBEFLAVOR_E2E_KUBECONFIG.
 
 use futures::{StreamExt, TryStreamExt};
@@ -243,9 +244,9 @@ async fn a_secret_written_by_kubeadm_downloads() {
     }
 }
 
-/// P6: an upload that fails half-way (the API server errs while replacing the Secret) leaves
-/// a state the next run finishes: the old upload still works until then, the re-run
-/// replaces it. Fault injection exists on testkube only.
+/// P6 (nothing lost): an upload that fails half-way (the API server errs while replacing
+/// the Secret) leaves a state the next run finishes: the old upload still works until then,
+/// the re-run replaces it. Fault injection exists on testkube only.
 #[tokio::test]
 async fn an_upload_failing_half_way_is_finished_by_the_next_run() {
     let env = Env::start_serial().await;

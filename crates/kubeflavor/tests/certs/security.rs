@@ -1,6 +1,6 @@
-//! P5 on the wire: the key never reaches the cluster or the logs, and only control-plane
-//! join tokens may read the ciphertext. Runs on testkube, or on a real cluster with
-//! KUBEFLAVOR_E2E_KUBECONFIG.
+//! P5 (certificate hand-off) on the wire: the key never reaches the cluster or the logs,
+//! and only control-plane join tokens may read the ciphertext. Runs on testkube, or on a
+//! real cluster with KUBEFLAVOR_E2E_KUBECONFIG.
 
 use k8s_openapi::api::core::v1::Secret;
 use kube::Api;

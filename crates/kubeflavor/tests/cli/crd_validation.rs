@@ -1,5 +1,6 @@
 //! The API server itself enforces kubeflavor's CRD rules (schema keywords and CEL), so a
-//! Flavor or FlavorBinding written with kubectl is held to what the CLI checks (P2, P3).
+//! Flavor or FlavorBinding written with kubectl is held to what the CLI checks (P2 trusted
+//! labels, P3 binding).
 //! Runs on testkube, or on the real cluster named by `KUBEFLAVOR_E2E_KUBECONFIG`.
 
 use crate::support::Env;

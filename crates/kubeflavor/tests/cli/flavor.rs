@@ -288,9 +288,9 @@ async fn delete_is_refused_while_tokens_or_bindings_use_the_flavor() {
         .unwrap();
 }
 
-/// The CRD's own CEL rule refuses a Flavor with a kubelet-writable label even when it
-/// does not come through kubeflavor (P2). testkube does not evaluate CEL, so this case
-/// runs only against a real cluster (KUBEFLAVOR_E2E_KUBECONFIG).
+/// The CRD's own CEL rule refuses a Flavor with a kubelet-writable label even when it does
+/// not come through kubeflavor (P2, trusted labels). testkube does not evaluate CEL, so
+/// this case runs only against a real cluster (KUBEFLAVOR_E2E_KUBECONFIG).
 #[tokio::test]
 async fn api_server_refuses_kubelet_writable_labels_by_itself() {
     let env = Env::start().await;
@@ -325,7 +325,8 @@ async fn api_server_refuses_kubelet_writable_labels_by_itself() {
 }
 
 /// Before `install`, the Flavor API does not exist: the API server answers a plain-text
-/// `404 page not found` (capture 38), which must read as "install the CRDs". Only on
+/// `404 page not found` (what kube-apiserver says for a group it does not serve), which
+/// must read as "install the CRDs". Only on
 /// testkube: a real cluster used for these tests has them installed already.
 #[tokio::test]
 async fn missing_crds_point_at_install() {

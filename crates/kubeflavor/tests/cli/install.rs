@@ -106,8 +106,8 @@ async fn install_print_touches_no_cluster() {
     assert_eq!(env.request_count(), before);
 }
 
-/// `kubectl get flavors` shows the CRD's printer columns (the server renders the Table,
-/// capture 41).
+/// `kubectl get flavors` shows the CRD's printer columns (the API server renders the Table
+/// from `additionalPrinterColumns` when asked for `as=Table`).
 #[tokio::test]
 async fn kubectl_get_shows_the_printer_columns() {
     let env = Env::start().await;

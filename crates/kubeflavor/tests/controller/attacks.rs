@@ -1,6 +1,7 @@
-//! Attacks on the binding rules (P3, P4): a recycled token id, a Node or a revocation
-//! that appears between the controller's read and its approval, a burst of bad CSRs
-//! against the denial limit, and renewals of nodes kubeflavor never bound. On testkube or
+//! Attacks on the binding rules (P3 binding, P4 rejection that ends): a recycled token id,
+//! a Node or a revocation that appears between the controller's read and its approval, a
+//! burst of bad CSRs against the denial limit, and renewals of nodes kubeflavor never
+//! bound. On testkube or
 //! a real cluster, through real kube-rs clients.
 
 use crate::harness::*;

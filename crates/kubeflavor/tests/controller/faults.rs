@@ -1,4 +1,4 @@
-//! P6 Nothing lost: a controller stopped between any two writes, API errors (409, 500)
+//! P6 (nothing lost): a controller stopped between any two writes, API errors (409, 500)
 //! and cut watches. The next run (or the retry) finishes the job: no token use lost or
 //! doubled, no approved node without a binding, no approved node left unflavored.
 

@@ -1,5 +1,6 @@
 //! The controller's main flow on testkube through real kube-rs clients: approval, binding,
-//! flavoring, and what a bootstrap identity can see (P1, P2, P3).
+//! flavoring, and what a bootstrap identity can see (P1 hidden flavor, P2 trusted labels,
+//! P3 binding).
 
 use crate::harness::*;
 use k8s_openapi::api::core::v1::Node;
@@ -39,7 +40,7 @@ async fn happy_path_two_flavors_are_bound_and_flavored() {
             Some("Approved"),
             "{csr}"
         );
-        // P3: the binding exists once the CSR is approved, naming the token.
+        // P3 (binding): the binding exists once the CSR is approved, naming the token.
         let binding = h.bindings().get(node).await.expect("binding exists");
         assert_eq!(binding.spec.token_id, token.id().as_str());
         assert_eq!(&binding.spec.flavor, flavor);
@@ -331,7 +332,7 @@ async fn controller_works_with_the_rbac_install_grants() {
         label(n, TIER_KEY) == Some("gold") && !has_taint(n, "kubeflavor.io/unverified")
     })
     .await;
-    // A denial that deletes the token (P4) and records an Event.
+    // A denial that deletes the token (P4, rejection that ends) and records an Event.
     let sour = h.token(&other, 1, None).await;
     h.submit_csr(&h.bootstrap_client(&sour).await, &bad, &node)
         .await;
@@ -346,10 +347,12 @@ async fn controller_works_with_the_rbac_install_grants() {
     )
     .await
     .expect("watch works");
-    // The admin trail lands (capture 51: in kube-system, as Events about cluster-scoped
-    // CSRs must), written with the ServiceAccount's own grants.
+    // The admin trail lands in kube-system (the API server refuses an Event about a
+    // cluster-scoped object such as a CSR in any namespace but default and kube-system),
+    // written with the ServiceAccount's own grants.
     trail_names(&h, &bad, &["name_bound_to_other_token"]).await;
-    // P1: the trail names causes, so no token holder and no node may read it.
+    // P1 (hidden flavor): the trail names causes, so no token holder and no node may read
+    // it.
     for (who, client) in [
         ("a token holder", h.bootstrap_client(&t).await),
         ("the node", h.node_client(&csr).await),

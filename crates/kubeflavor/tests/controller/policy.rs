@@ -1,5 +1,6 @@
-//! Denials and their admin trail (P1, P3, P4), the single-use race, token expiry mid-join,
-//! and revocation, on testkube (or a real cluster) through real kube-rs clients.
+//! Denials and their admin trail (P1 hidden flavor, P3 binding, P4 rejection that ends),
+//! the single-use race, token expiry mid-join, and revocation, on testkube (or a real
+//! cluster) through real kube-rs clients.
 
 use crate::harness::*;
 use k8s_openapi::api::core::v1::{Node, Secret};
@@ -45,7 +46,8 @@ async fn name_takeover_is_denied_and_the_token_deleted() {
     // The binding still names the first token, and the sour token has no use spent.
     let binding = h.bindings().get(&node).await.expect("binding");
     assert_eq!(binding.spec.token_id, sweet.id().as_str());
-    // P4: a takeover attempt is misuse: the token goes, the kubelet's retries end.
+    // P4 (rejection that ends): a takeover attempt is misuse: the token goes, the kubelet's
+    // retries end.
     h.token_gone(&sour).await;
     trail_names(&h, &bad, &["name_bound_to_other_token"]).await;
     // The metric follows the CSR write; a stopped controller has finished its reconciles.
@@ -132,8 +134,8 @@ async fn missing_flavor_existing_node_and_wrong_shape_are_denied_with_their_caus
         trail_names(&h, csr, &[cause]).await;
     }
     assert!(h.bindings().get_opt(&existing).await.unwrap().is_none());
-    // Denials for a wrong shape are counted on the token (P4, refused too often); the
-    // count is written right after the denial.
+    // Denials for a wrong shape are counted on the token (P4, rejection that ends: a token
+    // refused too often goes); the count is written right after the denial.
     denials_counted(&h, &t2, "1").await;
     // The metric follows the CSR write; a stopped controller has finished its reconciles.
     let metrics = ctl.metrics.clone();
@@ -157,7 +159,8 @@ async fn denials_of_one_token_decided_together_are_all_counted() {
     let t = h.token(&f, 1, None).await;
     // Wrong-shape CSRs of one token, all filed before the controller starts so it decides
     // them at once: each denial reads the token at the same resourceVersion, and each
-    // must still be counted (P4), not lost to the 409 of the one counted first.
+    // must still be counted (P4, rejection that ends), not lost to the 409 of the one
+    // counted first.
     let csrs = h.wrong_shape_csrs(&t, "csr-shape", 3).await;
     let ctl = h.start_controller(h.options("ctl"));
     h.all_denied(&csrs).await;
@@ -238,7 +241,8 @@ async fn revoked_node_loses_its_flavor_gets_the_noexecute_taint_and_no_renewal()
     let f = h.name("sweet");
     let (node, csr) = (h.name("node-r"), h.name("csr-r"));
     h.flavor(&f, &[(TIER_KEY, "gold")], &[]).await;
-    // A kubeadm cluster auto-approves renewals (capture 54): hand them to kubeflavor.
+    // A kubeadm cluster auto-approves renewals (its node-autoapprove-certificate-rotation
+    // binding): hand them to kubeflavor.
     h.env
         .kf(&["install", "--apply", "--replicas", "0", "--manage-renewals"])
         .await
@@ -339,9 +343,9 @@ async fn strict_mode_denies_other_tokens_without_deleting_them() {
 }
 
 /// On a kubeadm cluster kube-controller-manager approves every renewal before kubeflavor
-/// sees it (capture 54): `--manage-renewals` would silently do nothing, so the controller
-/// refuses to start and names the fix; `install --apply --manage-renewals` hands renewals
-/// over in one step.
+/// sees it (kubeadm binds `system:nodes` to self-node-client approval): `--manage-renewals`
+/// would silently do nothing, so the controller refuses to start and names the fix;
+/// `install --apply --manage-renewals` hands renewals over in one step.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn manage_renewals_is_refused_while_renewals_are_auto_approved() {
     use k8s_openapi::api::rbac::v1::{ClusterRoleBinding, RoleRef, Subject};

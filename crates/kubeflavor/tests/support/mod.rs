@@ -283,7 +283,8 @@ impl Env {
     }
 
     /// Returns once the API server authenticates this bootstrap token, made a moment ago
-    /// (capture 52): before commands that must not retry a 401 themselves use it.
+    /// (the authenticator reads token Secrets from an informer cache, so a new token can
+    /// get 401 for a moment): before commands that must not retry a 401 themselves use it.
     pub async fn until_authenticated(&self, token: &str) {
         whoami(&self.token_client(token).await)
             .await
@@ -291,8 +292,8 @@ impl Env {
     }
 
     /// A client that authenticates with this bearer token. A bootstrap token made a
-    /// moment ago may get 401 for a while (capture 52): requests that use it first go
-    /// through [`fresh`].
+    /// moment ago may get 401 until the authenticator's cache has its Secret: requests that
+    /// use it first go through [`fresh`].
     pub async fn token_client(&self, token: &str) -> kube::Client {
         let text = std::fs::read_to_string(self.token_kubeconfig(token)).expect("token kubeconfig");
         client_from(&text).await
@@ -331,8 +332,8 @@ pub async fn within_for<T>(limit: Duration, what: &str, fut: impl Future<Output 
 }
 
 /// Runs the first request of a token made a moment ago: the API server may not know the
-/// token yet and answers 401 until its cache has it (capture 52), so a 401 is retried for
-/// a bounded time, as every client that creates and uses a token must.
+/// token yet and answers 401 until its informer cache has the token Secret, so a 401 is
+/// retried for a bounded time, as every client that creates and uses a token must.
 pub async fn fresh<T, F, Fut>(call: F) -> Result<T, kube::Error>
 where
     F: FnMut() -> Fut,

@@ -1,6 +1,6 @@
 //! CustomResourceDefinitions and their custom resources: served once the CRD is
 //! established, status subresource semantics, generation, Table output, deletion with the
-//! CRD, and discovery through kube::Discovery (captures 37-41).
+//! CRD, and discovery through kube::Discovery, as a real API server behaves.
 
 use crate::support::raw::RawClient;
 use crate::support::{admin, within};
@@ -56,7 +56,7 @@ async fn a_crd_is_served_with_status_subresource_and_generation() {
     let status = created.status.unwrap();
     assert_eq!(
         status.conditions, None,
-        "the create response has status.conditions null (capture 37)"
+        "the create response has status.conditions null, as the real server's does"
     );
     assert_eq!(status.stored_versions, Some(vec!["v1alpha1".to_string()]));
     within(
@@ -83,7 +83,7 @@ async fn a_crd_is_served_with_status_subresource_and_generation() {
     assert_eq!(made.metadata.generation, Some(1));
     assert!(
         made.data.get("status").is_none(),
-        "status is dropped on create (capture 39)"
+        "status is dropped on create (the status subresource owns it)"
     );
 
     let st = flavors

@@ -1,6 +1,6 @@
 //! Custom resources checked against their CRD's structural schema and CEL rules, with the
-//! real server's 422s (capture 40; messages as kube-openapi and apiextensions-apiserver word
-//! them), pruning of unknown fields, defaults, transition rules and ratcheting.
+//! real server's 422s (messages as kube-openapi and apiextensions-apiserver word them),
+//! pruning of unknown fields, defaults, transition rules and ratcheting.
 
 use crate::support::admin;
 use crate::support::raw::RawClient;
@@ -11,8 +11,9 @@ use kube::api::{
 use serde_json::{Value, json};
 use testkube::TestCluster;
 
-/// The CRD of capture 37, as sent.
-fn capture_crd() -> Value {
+/// A Flavor CRD with a CEL rule on its labels and a minimum on maxNodes, as a client
+/// sends it.
+fn example_flavor_crd() -> Value {
     json!({
         "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
         "metadata": {"name": "flavors.example.kubeflavor.io"},
@@ -65,9 +66,10 @@ const JSON: (&str, &str) = ("Content-Type", "application/json");
 const MERGE: (&str, &str) = ("Content-Type", "application/merge-patch+json");
 const FLAVORS: &str = "/apis/example.kubeflavor.io/v1alpha1/flavors";
 
-/// The three exchanges of capture 40, compared body for body.
+/// The real server's 422s for a CEL rule alone, schema and CEL together, and a patch,
+/// compared body for body.
 #[tokio::test]
-async fn capture_40_cel_and_schema_422s_are_exact() {
+async fn cel_and_schema_422s_are_exact() {
     let cluster = TestCluster::start().await.unwrap();
     let raw = RawClient::admin(&cluster);
     let crd = raw
@@ -75,7 +77,7 @@ async fn capture_40_cel_and_schema_422s_are_exact() {
             "POST",
             "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
             &[JSON],
-            &capture_crd().to_string(),
+            &example_flavor_crd().to_string(),
         )
         .await;
     assert_eq!(crd.status, 201, "{}", crd.body);

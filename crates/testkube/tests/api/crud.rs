@@ -1,5 +1,5 @@
-//! Create, get, list, update, patch and delete through kube-rs, compared with the real
-//! server's behaviour in the captures.
+//! Create, get, list, update, patch and delete through kube-rs, compared with what a real
+//! API server does.
 
 use std::collections::BTreeMap;
 
@@ -142,7 +142,7 @@ async fn update_with_a_stale_resource_version_is_a_conflict() {
             .unwrap_err(),
     );
     assert_eq!(err.code, 409);
-    // Without a resourceVersion the update is unconditional (capture 09).
+    // Without a resourceVersion the update is unconditional (the real server allows it).
     next.metadata.resource_version = None;
     secrets
         .replace("s", &PostParams::default(), &next)

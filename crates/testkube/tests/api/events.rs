@@ -1,4 +1,4 @@
-//! Event namespace validation (capture 51, surprise 19; upstream `legacyValidateEvent` in
+//! Event namespace validation (upstream `legacyValidateEvent` in
 //! pkg/apis/core/validation/events.go): an Event about a cluster-scoped object lives in
 //! `default` or `kube-system`, one about a namespaced object in that object's namespace,
 //! for events.k8s.io/v1 and core/v1 alike; and the strict events.k8s.io/v1 checks.
@@ -23,8 +23,9 @@ fn core_events(ns: &str) -> String {
     format!("/api/v1/namespaces/{ns}/events")
 }
 
-/// The events.k8s.io/v1 Event of capture 51, in `ns`, about `regarding`.
-fn capture_51_event(name: &str, ns: &str, regarding: Value) -> Value {
+/// An events.k8s.io/v1 Event such as the controller writes for a denial, in `ns`, about
+/// `regarding`.
+fn event_v1(name: &str, ns: &str, regarding: Value) -> Value {
     json!({
         "apiVersion": "events.k8s.io/v1",
         "kind": "Event",
@@ -44,8 +45,8 @@ fn csr_x() -> Value {
     json!({"apiVersion": "certificates.k8s.io/v1", "kind": "CertificateSigningRequest", "name": "csr-x"})
 }
 
-/// The 422 of capture 51 for an Event named `name` whose involved object's namespace is
-/// `value`.
+/// kube-apiserver's 422 for an Event named `name` whose involved object's namespace is
+/// `value` and does not match the Event's.
 fn mismatch(name: &str, value: &str) -> Value {
     let message = format!("Invalid value: \"{value}\": does not match event.namespace");
     json!({
@@ -70,25 +71,29 @@ async fn with_namespace(c: &RawClient, ns: &str) {
 }
 
 #[tokio::test]
-async fn an_event_about_a_cluster_scoped_object_lives_in_default_or_kube_system_capture_51() {
+async fn an_event_about_a_cluster_scoped_object_lives_in_default_or_kube_system() {
     let cluster = TestCluster::start().await.unwrap();
     let c = RawClient::admin(&cluster);
     with_namespace(&c, "kubeflavor").await;
 
-    // 51-event-cluster-scoped-regarding-namespace.txt, exchange 1: 422, even for an admin.
+    // An Event about a CSR in a namespace other than default or kube-system: 422, even for
+    // an admin.
     let r = post(
         &c,
         &events_v1("kubeflavor"),
-        &capture_51_event("csr-x.cap51a", "kubeflavor", csr_x()),
+        &event_v1("csr-x.in-kubeflavor", "kubeflavor", csr_x()),
     )
     .await;
     assert_eq!(r.status, 422);
     assert_eq!(r.header("Content-Type"), Some("application/json"));
-    assert_eq!(r.json(), mismatch("csr-x.cap51a", ""));
+    assert_eq!(r.json(), mismatch("csr-x.in-kubeflavor", ""));
 
-    // Exchanges 2 and 3: the same Event in default or kube-system is 201.
-    for (name, ns) in [("csr-x.cap51b", "default"), ("csr-x.cap51c", "kube-system")] {
-        let r = post(&c, &events_v1(ns), &capture_51_event(name, ns, csr_x())).await;
+    // The same Event in default or kube-system is 201.
+    for (name, ns) in [
+        ("csr-x.in-default", "default"),
+        ("csr-x.in-kube-system", "kube-system"),
+    ] {
+        let r = post(&c, &events_v1(ns), &event_v1(name, ns, csr_x())).await;
         assert_eq!(r.status, 201, "{ns}: {}", r.body);
         let created = r.json();
         assert_eq!(created["regarding"], csr_x());
@@ -101,12 +106,12 @@ async fn an_event_about_a_cluster_scoped_object_lives_in_default_or_kube_system_
         );
     }
 
-    // Exchange 4: about a namespaced object (a Lease), in that object's namespace: 201.
+    // About a namespaced object (a Lease), in that object's namespace: 201.
     let lease = json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "name": "kubeflavor-controller", "namespace": "kubeflavor"});
     let r = post(
         &c,
         &events_v1("kubeflavor"),
-        &capture_51_event("lease.cap51d", "kubeflavor", lease),
+        &event_v1("lease.in-kubeflavor", "kubeflavor", lease),
     )
     .await;
     assert_eq!(r.status, 201, "{}", r.body);
@@ -118,7 +123,7 @@ async fn an_event_about_a_cluster_scoped_object_lives_in_default_or_kube_system_
     let r = post(
         &c,
         &events_v1("kubeflavor"),
-        &capture_51_event("secret.elsewhere", "kubeflavor", elsewhere),
+        &event_v1("secret.elsewhere", "kubeflavor", elsewhere),
     )
     .await;
     assert_eq!(r.status, 201, "{}", r.body);
@@ -179,7 +184,7 @@ async fn core_v1_events_pass_the_same_legacy_validation() {
         (422, mismatch("b.other", "kubeflavor"))
     );
 
-    // With eventTime, the core API applies the events.k8s.io rule of capture 51 too, and
+    // With eventTime, the core API applies the events.k8s.io namespace rule too, and
     // wants the reporting fields (named as upstream's internal fields).
     let mut new_style = old_style("c.new", csr_x());
     new_style["eventTime"] = json!("2026-11-30T23:10:00.000000Z");
@@ -231,7 +236,7 @@ async fn events_k8s_io_v1_strict_checks() {
     let cluster = TestCluster::start().await.unwrap();
     let c = RawClient::admin(&cluster);
     // Without eventTime the namespace check is the old-style one and the v1 checks add
-    // `eventTime: Required value` (capture 48, exchange 3); with a bad type as well, both.
+    // `eventTime: Required value`; with a bad type as well, both.
     let r = post(
         &c,
         &events_v1("default"),
@@ -245,7 +250,7 @@ async fn events_k8s_io_v1_strict_checks() {
     );
     // A series needs a count of at least 2 and a lastObservedTime; deprecated fields must be
     // unset.
-    let mut event = capture_51_event("series.bad", "default", csr_x());
+    let mut event = event_v1("series.bad", "default", csr_x());
     event["series"] = json!({"count": 1});
     event["deprecatedCount"] = json!(3);
     event["deprecatedSource"] = json!({"component": "x"});
@@ -258,7 +263,7 @@ async fn events_k8s_io_v1_strict_checks() {
          source: Invalid value: \"\": needs to be unset]"
     );
     // An update through events.k8s.io/v1 may not change what the Event says.
-    let event = capture_51_event("immutable", "default", csr_x());
+    let event = event_v1("immutable", "default", csr_x());
     assert_eq!(post(&c, &events_v1("default"), &event).await.status, 201);
     let r = c
         .send(

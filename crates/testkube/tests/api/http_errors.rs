@@ -1,5 +1,6 @@
-//! Error shapes over plain HTTPS/1.1, compared with the real server's answers in the
-//! captures (07, 08, 10, 13, 14, 15, 16, 38, 47): status line, Content-Type, and the exact
+//! Error shapes over plain HTTPS/1.1, compared with a real v1.36 API server's answers (404,
+//! 409 AlreadyExists, 422, 415, failed delete preconditions, 400s, the plain-text `404 page
+//! not found`, lenient inputs, strict MicroTime): status line, Content-Type, and the exact
 //! Status body.
 
 use crate::support::raw::{RawClient, RawResponse};
@@ -200,7 +201,7 @@ async fn patch_media_types_and_delete_responses() {
             .unwrap()
             .contains("the ResourceVersion in the precondition (1) does not match")
     );
-    // Preconditions in the query string are ignored (capture 14).
+    // Preconditions in the query string are ignored: only the body's count.
     let r = c
         .send(
             "DELETE",

@@ -1,7 +1,8 @@
 //! Who a caller is and what it may do, end to end through kube-rs clients: bootstrap-token
-//! authentication with every rejection of capture 45, client-certificate and anonymous
-//! identities (SelfSubjectReview, capture 26), RBAC allow and deny, the Node authorizer
-//! (capture 31) and anonymous discovery of cluster-info (capture 27).
+//! authentication with every way a token Secret fails the authenticator, client-certificate
+//! and anonymous identities (SelfSubjectReview), RBAC allow and deny, the Node authorizer
+//! (a node reads only its own Node, and gets 403 even for one that does not exist) and
+//! anonymous discovery of cluster-info.
 
 use std::collections::BTreeMap;
 
@@ -91,7 +92,10 @@ fn assert_401(result: Result<impl std::fmt::Debug, kube::Error>) {
 async fn every_bootstrap_token_rejection_is_the_same_401() {
     let cluster = TestCluster::start().await.unwrap();
     let auth = ("usage-bootstrap-authentication", "true");
-    // One Secret per rejection of capture 45 (each token is presented with its name's id).
+    // One Secret per way the authenticator rejects a token: an invalid extra group, no
+    // authentication usage, a usage other than "true", expired, an unparseable expiration,
+    // the wrong type, the wrong namespace, a token-id unlike its name. Each token is
+    // presented with its name's id.
     create_token(
         &cluster,
         "sdo2oc",
@@ -177,8 +181,9 @@ async fn every_bootstrap_token_rejection_is_the_same_401() {
     )
     .await;
 
-    // The good token works once the authenticator has seen its Secret (capture 52); it was
-    // created last, so every Secret above is seen too and each 401 below is the rule's.
+    // The good token works once the authenticator has seen its Secret (it reads an informer
+    // cache); it was created last, so every Secret above is seen too and each 401 below is
+    // the rule's.
     cluster.token_auth_caught_up().await;
     let good = token_client(&cluster, &format!("abcdef.{SECRET}")).await;
     assert_eq!(
@@ -195,7 +200,7 @@ async fn every_bootstrap_token_rejection_is_the_same_401() {
             "token {id}"
         );
     }
-    // Capture 11: a wrong secret for an existing id, an unknown id, a garbage bearer.
+    // The same 401 for a wrong secret for an existing id, an unknown id, a garbage bearer.
     assert_401(whoami(token_client(&cluster, "abcdef.aaaaaaaaaaaaaaaa").await).await);
     assert_401(whoami(token_client(&cluster, &format!("zzzzzz.{SECRET}")).await).await);
     assert_401(whoami(token_client(&cluster, "not-a-token").await).await);
@@ -217,7 +222,7 @@ async fn every_bootstrap_token_rejection_is_the_same_401() {
 }
 
 #[tokio::test]
-async fn self_subject_review_reports_each_identity_capture_26() {
+async fn self_subject_review_reports_each_identity() {
     let cluster = TestCluster::start().await.unwrap();
     create_token(
         &cluster,
@@ -375,7 +380,7 @@ fn node(name: &str) -> Node {
 }
 
 #[tokio::test]
-async fn a_node_reads_only_its_own_node_capture_31() {
+async fn a_node_reads_only_its_own_node() {
     let cluster = TestCluster::start().await.unwrap();
     Api::<Node>::all(admin(&cluster).await)
         .create(&PostParams::default(), &node("worker-9"))
@@ -431,7 +436,7 @@ async fn a_node_reads_only_its_own_node_capture_31() {
 }
 
 #[tokio::test]
-async fn anonymous_may_get_cluster_info_and_nothing_else_capture_27() {
+async fn anonymous_may_get_cluster_info_and_nothing_else() {
     let cluster = TestCluster::start().await.unwrap();
     let anonymous = client_from(&cluster.anonymous_kubeconfig()).await;
     let public: Api<ConfigMap> = Api::namespaced(anonymous.clone(), "kube-public");

@@ -1,5 +1,5 @@
 //! Admission end to end through kube-rs clients: NodeRestriction's label and taint rules
-//! with their exact messages (captures 28-30, 34), the CSR rules (captures 17, 19-25):
+//! with the exact messages kube-apiserver gives, the CSR rules of the certificates API:
 //! requester identity, conditions dropped on the main resource, Approved and Denied
 //! exclusive and permanent, `approve` needed on the signer; and a kubelet's whole TLS
 //! bootstrap, from bootstrap token to a working node certificate, observed by watch.
@@ -44,7 +44,7 @@ fn merge(patch: Value) -> Patch<Value> {
 }
 
 #[tokio::test]
-async fn node_restriction_labels_and_taints_captures_28_to_30() {
+async fn node_restriction_labels_and_taints() {
     let cluster = TestCluster::start().await.unwrap();
     let (cert, key) = cluster
         .issue_client_cert("system:node:worker-1", &["system:nodes"])
@@ -144,7 +144,7 @@ async fn node_restriction_labels_and_taints_captures_28_to_30() {
         taints_denied
     );
 
-    // The admin sets the trusted label; the kubelet cannot take it off again (capture 34).
+    // The admin sets the trusted label; the kubelet cannot take it off again.
     let admin_nodes: Api<Node> = Api::all(admin(&cluster).await);
     let label = "kubeflavor.node-restriction.kubernetes.io/flavor";
     admin_nodes
@@ -180,7 +180,8 @@ async fn node_restriction_labels_and_taints_captures_28_to_30() {
         "sweet"
     );
 
-    // Admission 403s carry no nosniff header; authorizer 403s do (capture 28 vs 31).
+    // Admission 403s carry no nosniff header; authorizer 403s do, as on a real server
+    // (NodeRestriction's 403 versus the Node authorizer's).
     let raw = RawClient::new(&cluster, Some((&cert, &key)));
     let body = json!({"metadata": {"labels": {label: "sour"}}}).to_string();
     let admission = raw
@@ -228,7 +229,8 @@ async fn bootstrap_token(cluster: &TestCluster, id: &str, secret: &str) -> kube:
         .create(&PostParams::default(), &token)
         .await
         .unwrap();
-    // The authenticator trails the new Secret (capture 52): wait until it sees it.
+    // The authenticator reads token Secrets from an informer cache, so it trails the new
+    // Secret: wait until it sees it.
     cluster.token_auth_caught_up().await;
     client_from(&cluster.kubeconfig_for_token(&format!("{id}.{secret}"))).await
 }
@@ -247,8 +249,8 @@ fn conditions(csr: &CertificateSigningRequest) -> Vec<Value> {
 
 #[tokio::test]
 async fn kubelet_tls_bootstrap_from_token_to_node_certificate() {
-    // The captures' cluster (00-setup.txt): kubeadm's RBAC without the auto-approval
-    // binding, so kube-controller-manager leaves the CSR to the admin (captures 17-20, 43).
+    // kubeadm's RBAC without its auto-approval binding, so kube-controller-manager leaves
+    // the CSR to the admin: the kubelet's side of a manual approval.
     let cluster = TestCluster::builder()
         .kubeadm_autoapprove_bootstrap(false)
         .start()
@@ -259,7 +261,7 @@ async fn kubelet_tls_bootstrap_from_token_to_node_certificate() {
     let as_admin: Api<CertificateSigningRequest> = Api::all(admin(&cluster).await);
     let key = kubelet_key("worker-1");
 
-    // The server overwrites a client-set identity (capture 17).
+    // The server overwrites a client-set identity with the requester's.
     let spoofed = json!({"username": "system:admin", "groups": ["system:masters"], "uid": "x"});
     let created = as_bootstrap
         .create(
@@ -280,7 +282,7 @@ async fn kubelet_tls_bootstrap_from_token_to_node_certificate() {
     );
     assert!(spec.uid.is_none() && spec.extra.is_none());
 
-    // The joining node watches its own CSR by name, as the kubelet does (capture 43).
+    // The joining node watches its own CSR by name, as the kubelet does.
     let rv = created.metadata.resource_version.clone().unwrap();
     let mut stream = as_bootstrap
         .watch(
@@ -291,14 +293,14 @@ async fn kubelet_tls_bootstrap_from_token_to_node_certificate() {
         .unwrap()
         .boxed();
 
-    // It cannot approve itself (capture 25).
+    // It cannot approve itself (no `approve` on the signer: 403).
     let mut self_approved = created.clone();
     self_approved.status = serde_json::from_value(json!({"conditions": [{"type": "Approved", "status": "True", "reason": "R", "message": "m"}]})).unwrap();
     assert_eq!(
         status(as_bootstrap.replace_subresource("approval", "csr-worker-1", &PostParams::default(), &self_approved).await),
         (403, r#"certificatesigningrequests.certificates.k8s.io "csr-worker-1" is forbidden: User "system:bootstrap:abcdef" cannot update resource "certificatesigningrequests/approval" in API group "certificates.k8s.io" at the cluster scope"#.into())
     );
-    // Conditions sent to the main resource are silently dropped (capture 25).
+    // Conditions sent to the main resource are silently dropped, with a 200.
     let dropped = as_admin
         .replace("csr-worker-1", &PostParams::default(), &self_approved)
         .await
@@ -347,10 +349,10 @@ async fn kubelet_tls_bootstrap_from_token_to_node_certificate() {
 }
 
 #[tokio::test]
-async fn approved_and_denied_are_exclusive_and_permanent_captures_21_to_23() {
+async fn approved_and_denied_are_exclusive_and_permanent() {
     // The CSRs here are filed by the admin, and kube-controller-manager's approver would
-    // approve them at once (its SubjectAccessReview allows system:masters anything); the
-    // captures decided pending CSRs by hand, so the approver is off.
+    // approve them at once (its SubjectAccessReview allows system:masters anything); this
+    // test decides pending CSRs by hand, so the approver is off.
     let cluster = TestCluster::builder()
         .csr_approver(false)
         .start()
@@ -426,10 +428,10 @@ async fn approved_and_denied_are_exclusive_and_permanent_captures_21_to_23() {
     assert_eq!(
         status(by_patch).0,
         422,
-        "a merge patch replaces the list and is refused the same way (capture 24)"
+        "a merge patch replaces the list and is refused the same way"
     );
 
-    // The message of the decision may still be edited (capture 22).
+    // The message of the decision may still be edited (the real server allows it).
     let mut edited = stored.clone();
     edited[0]["message"] = json!("edited message");
     let after = put(with_conditions(&denied, json!(edited))).await.unwrap();

@@ -1,7 +1,7 @@
-//! Delegated authentication and authorization (capture 53): TokenRequest for a
-//! ServiceAccount, TokenReview of its token and of garbage, SubjectAccessReview through the
-//! real chain (`system:masters`, Node, RBAC) with RBAC's reason, and the 403 for a caller
-//! without `create` on the review.
+//! Delegated authentication and authorization, as a token portal uses them: TokenRequest
+//! for a ServiceAccount, TokenReview of its token and of garbage, SubjectAccessReview
+//! through the real chain (`system:masters`, Node, RBAC) with RBAC's reason, and the 403
+//! for a caller without `create` on the review.
 
 use crate::support::raw::{RawClient, RawResponse};
 use base64::Engine;
@@ -41,7 +41,7 @@ async fn created(c: &RawClient, path: &str, body: Value) -> Value {
     r.json()
 }
 
-/// capture 53's setup: namespace portal-demo, ServiceAccount portal, ClusterRole
+/// A token portal's setup: namespace portal-demo, ServiceAccount portal, ClusterRole
 /// kubeflavor:mint-sour (create on flavors.kubeflavor.io/jointoken named sour) bound to it.
 async fn portal_setup(admin: &RawClient) -> Value {
     created(
@@ -99,14 +99,14 @@ fn jwt_claims(token: &str) -> Value {
 }
 
 #[tokio::test]
-async fn token_request_token_review_and_subject_access_review_capture_53() {
+async fn token_request_token_review_and_subject_access_review() {
     let cluster = TestCluster::start().await.unwrap();
     let admin = RawClient::admin(&cluster);
     let sa = portal_setup(&admin).await;
     let sa_uid = sa["metadata"]["uid"].as_str().unwrap().to_string();
 
-    // 53-tokenreview-subjectaccessreview.txt. Its exchanges 1 and 2 show managedFields and
-    // no Cache-Control header; testkube writes no managedFields anywhere and always sends
+    // The real server answers the first two requests with managedFields and without a
+    // Cache-Control header; testkube writes no managedFields anywhere and always sends
     // Cache-Control, so those two details are not compared.
     // 1) TokenRequest, 10 minutes, default audience.
     let r = post(
@@ -238,7 +238,7 @@ async fn token_request_token_review_and_subject_access_review_capture_53() {
     let body = json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": {"token": "not-a-real-token"}});
     let mut r = post_as(&anyone, kubeadm_token, TOKENREVIEWS, &body).await;
     while r.status == 401 {
-        // The authenticator trails the new Secret (capture 52).
+        // The authenticator trails the new Secret (it reads an informer cache).
         r = post_as(&anyone, kubeadm_token, TOKENREVIEWS, &body).await;
     }
     assert_eq!(r.status, 403);
@@ -315,7 +315,7 @@ async fn service_account_tokens_authenticate_requests_until_the_account_goes() {
             .unwrap()
             .starts_with("JTI=")
     );
-    // Its RBAC applies: the binding of capture 53 lets it do nothing real, so a list is 403.
+    // Its RBAC applies: the portal's binding lets it do nothing real, so a list is 403.
     let r = anyone
         .send(
             "GET",
@@ -471,7 +471,7 @@ async fn subject_access_review_uses_the_node_authorizer_and_non_resource_rules()
 }
 
 #[tokio::test]
-async fn discovery_lists_the_reviews_and_the_token_subresource_capture_02() {
+async fn discovery_lists_the_reviews_and_the_token_subresource() {
     let cluster = TestCluster::start().await.unwrap();
     let admin = RawClient::admin(&cluster);
     let v1 = admin.get("/api/v1").await.json();
@@ -481,7 +481,7 @@ async fn discovery_lists_the_reviews_and_the_token_subresource_capture_02() {
         .iter()
         .find(|r| r["name"] == "serviceaccounts/token")
         .cloned();
-    // 02-discovery-api-v1.txt
+    // The entry kube-apiserver lists in /api/v1.
     assert_eq!(
         token,
         Some(
@@ -496,7 +496,7 @@ async fn discovery_lists_the_reviews_and_the_token_subresource_capture_02() {
         .iter()
         .map(|g| g["name"].as_str().unwrap().to_string())
         .collect();
-    // 03-discovery-apis.txt's order: ... authentication.k8s.io authorization.k8s.io ...
+    // kube-apiserver's group order: ... authentication.k8s.io authorization.k8s.io ...
     let at = |g: &str| groups.iter().position(|x| x == g).unwrap();
     assert_eq!(at("authorization.k8s.io"), at("authentication.k8s.io") + 1);
     let authz = admin.get("/apis/authorization.k8s.io/v1").await.json();

@@ -1,6 +1,6 @@
-//! The bootstrap-token authenticator trails its Secrets (capture 52, surprise 20): the real
-//! one reads an informer cache, so a token used right after its Secret's 201 gets the
-//! ordinary 401 for a moment; deletions and updates trail the same way.
+//! The bootstrap-token authenticator trails its Secrets: the real one reads an informer
+//! cache, so a token used right after its Secret's 201 gets the ordinary 401 for a moment;
+//! deletions and updates trail the same way.
 
 use std::time::{Duration, Instant};
 
@@ -12,7 +12,8 @@ const SECRET: &str = "0123456789abcdef";
 const SSR: &str = "/apis/authentication.k8s.io/v1/selfsubjectreviews";
 const SECRETS: &str = "/api/v1/namespaces/kube-system/secrets";
 
-/// The token Secret of capture 52 (stringData, authentication usage, one extra group).
+/// A token Secret as a client creates it (stringData, authentication usage, one extra
+/// group).
 fn token_secret(id: &str) -> String {
     json!({
         "apiVersion": "v1",
@@ -44,7 +45,8 @@ async fn create_token(admin: &RawClient, id: &str) {
     assert_eq!(r.status, 201, "{}", r.body);
 }
 
-/// A SelfSubjectReview with `Authorization: Bearer <token>`, as capture 52 sends it.
+/// A SelfSubjectReview with `Authorization: Bearer <token>`: the cheapest way to ask the
+/// server who a token is.
 async fn whoami(c: &RawClient, token: &str) -> RawResponse {
     let bearer = format!("Bearer {token}");
     c.send(
@@ -60,8 +62,8 @@ async fn whoami(c: &RawClient, token: &str) -> RawResponse {
     .await
 }
 
-/// Repeat the review until it is no longer a 401, as capture 52's client did; returns
-/// the answer and how many 401s came first.
+/// Repeat the review without pause until it is no longer a 401, as a client that creates
+/// and uses a token must; returns the answer and how many 401s came first.
 async fn until_not_401(c: &RawClient, token: &str) -> (RawResponse, usize) {
     let mut rejected = 0;
     loop {
@@ -74,8 +76,9 @@ async fn until_not_401(c: &RawClient, token: &str) -> (RawResponse, usize) {
     }
 }
 
-/// capture 52's 401: the same uninformative Status as every other failed credential
-/// (capture 11), compact JSON and one newline.
+/// The 401 of a token the authenticator has not seen yet: the same uninformative Status as
+/// every other failed credential (wrong secret, unknown id, garbage bearer), compact JSON
+/// and one newline.
 fn assert_plain_401(r: &RawResponse) {
     assert_eq!(r.status, 401, "{}", r.body);
     assert_eq!(r.header("Content-Type"), Some("application/json"));
@@ -93,7 +96,7 @@ fn assert_plain_401(r: &RawResponse) {
 }
 
 #[tokio::test]
-async fn a_token_used_at_once_gets_the_ordinary_401_then_works_after_the_lag_capture_52() {
+async fn a_token_used_at_once_gets_the_ordinary_401_then_works_after_the_lag() {
     let lag = Duration::from_millis(500);
     let cluster = TestCluster::builder()
         .token_auth_lag(lag)
@@ -109,10 +112,10 @@ async fn a_token_used_at_once_gets_the_ordinary_401_then_works_after_the_lag_cap
     // between this instant and the 201.
     let created = Instant::now();
     create_token(&admin, "g02m5i").await;
-    // 52-bootstrap-token-auth-lag.txt: the request sent right after the Secret's 201 is 401.
+    // As on a real server, the request sent right after the Secret's 201 is 401.
     let first = whoami(&anyone, &token).await;
     assert_plain_401(&first);
-    // ... exactly the body a wrong secret gets (capture 11).
+    // ... exactly the body a wrong secret gets.
     let wrong = whoami(&anyone, "g02m5i.aaaaaaaaaaaaaaaa").await;
     assert_eq!((first.status, &first.body), (wrong.status, &wrong.body));
     // Repeated without pause, it is 201 once the authenticator has seen the Secret.

@@ -1,8 +1,8 @@
-//! kube-controller-manager's CSR approver on a kubeadm cluster (capture 54, surprise 21;
-//! upstream pkg/controller/certificates/approver/sarapprove.go): kubelet client CSRs whose
-//! requester a SubjectAccessReview allows `create` on `certificatesigningrequests/
-//! selfnodeclient` or `/nodeclient` are approved (`AutoApproved`) and then signed; kubeadm's
-//! bindings grant that to its token group and to every node's renewal.
+//! kube-controller-manager's CSR approver on a kubeadm cluster (upstream
+//! pkg/controller/certificates/approver/sarapprove.go): kubelet client CSRs whose requester
+//! a SubjectAccessReview allows `create` on `certificatesigningrequests/selfnodeclient` or
+//! `/nodeclient` are approved (`AutoApproved`) and then signed; kubeadm's bindings grant
+//! that to its token group and to every node's renewal.
 
 use crate::support::{admin, client_from, kubelet_csr, within};
 use futures::{StreamExt, TryStreamExt};
@@ -38,7 +38,8 @@ async fn token_client(cluster: &TestCluster, id: &str, group: &str) -> kube::Cli
         .create(&PostParams::default(), &secret)
         .await
         .unwrap();
-    // The authenticator trails the new Secret (capture 52): wait until it sees it.
+    // The authenticator reads token Secrets from an informer cache, so it trails the new
+    // Secret: wait until it sees it.
     cluster.token_auth_caught_up().await;
     client_from(&cluster.kubeconfig_for_token(&format!("{id}.0123456789abcdef"))).await
 }
@@ -118,7 +119,8 @@ async fn a_kubeadm_token_csr_is_auto_approved_then_signed() {
     let as_token: Api<CertificateSigningRequest> =
         Api::all(token_client(&cluster, "abcdef", KUBEADM_GROUP).await);
     file(&as_token, "csr-worker-1", "worker-1").await;
-    // The kubelet watches its own CSR: approved, then issued (capture 43's two MODIFIED).
+    // The kubelet watches its own CSR: approved, then issued (two MODIFIED events, as the
+    // real server sends them).
     let approved = wait_for(&as_token, "csr-worker-1", "auto-approval", |c| {
         !conditions(c).is_empty()
     })
@@ -220,7 +222,8 @@ async fn with_the_approver_off_nothing_is_approved() {
 
 #[tokio::test]
 async fn without_kubeadm_autoapprove_bindings_only_the_binding_less_rules_remain() {
-    // The captures' cluster (00-setup.txt): kubeadm's RBAC minus the two auto-approvals.
+    // kubeadm's RBAC minus its two auto-approval bindings, the cluster testkube was
+    // checked against.
     let cluster = TestCluster::builder()
         .kubeadm_autoapprove_bootstrap(false)
         .kubeadm_autoapprove_certificate_rotation(false)

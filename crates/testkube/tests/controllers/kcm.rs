@@ -49,7 +49,10 @@ fn token_secret(id: &str, secret: &str, expiration: Option<String>) -> Secret {
     .unwrap()
 }
 
-/// The detached JWS of spec section 2, computed from the spec, not from testkube.
+/// The detached JWS bootstrapsigner writes into cluster-info
+/// (`b64url(header)..b64url(sig)`, HMAC-SHA256 keyed by the token secret over
+/// `b64url(header).b64url(kubeconfig)`), computed here from that definition, not from
+/// testkube.
 fn expected_jws(kubeconfig: &str, id: &str, secret: &str) -> String {
     let header = B64URL.encode(format!("{{\"alg\":\"HS256\",\"kid\":\"{id}\"}}"));
     let mut mac = Hmac::<Sha256>::new_from_slice(secret.as_bytes()).unwrap();

@@ -1,7 +1,8 @@
-//! Discovery as `kubeadm join` performs it (spec section 2): an anonymous client reads
-//! kube-public/cluster-info, finds `jws-kubeconfig-<id>` for its token and verifies it
-//! against the kubeconfig bytes; when the token expires, the token cleaner deletes it and
-//! the signature disappears with it (capture 46). Every wait is on a watch.
+//! Discovery as `kubeadm join` performs it (cmd/kubeadm/app/discovery/token): an anonymous
+//! client reads kube-public/cluster-info, finds `jws-kubeconfig-<id>` for its token and
+//! verifies it against the kubeconfig bytes; when the token expires, the token cleaner
+//! deletes it and the signature disappears with it (kube-controller-manager's tokencleaner
+//! and bootstrapsigner act at the same moment). Every wait is on a watch.
 
 use crate::support::{admin, client_from, within};
 use base64::Engine;

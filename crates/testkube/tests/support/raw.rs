@@ -1,5 +1,5 @@
 //! A minimal HTTPS/1.1 client over tokio-rustls, for asserting exact status lines, headers
-//! and bodies the way curl saw them in the captures.
+//! and bodies the way curl sees them from a real API server.
 
 use std::sync::Arc;
 

@@ -3,7 +3,7 @@
 //! the SHA-256 of the public key the certificate will carry.
 //!
 //! The name comes from the request's common name, never from anything the requester can
-//! choose separately, so the policy compares one value everywhere (P3).
+//! choose separately, so the policy compares one value everywhere (P3, binding).
 
 use std::collections::BTreeSet;
 use std::fmt;
@@ -276,9 +276,10 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn the_captured_kubelet_csr_is_accepted() {
-        // Capture 17: the CSR openssl made for system:node:worker-1, usages without
-        // key encipherment.
+    fn an_openssl_kubelet_csr_without_key_encipherment_is_accepted() {
+        // A CSR openssl made for system:node:worker-1, one a real API server accepted,
+        // with usages without key encipherment (the other usage set Kubernetes allows
+        // for a kubelet client CSR).
         let pem = "-----BEGIN CERTIFICATE REQUEST-----\nMIHwMIGYAgEAMDYxFTATBgNVBAoMDHN5c3RlbTpub2RlczEdMBsGA1UEAwwUc3lz\ndGVtOm5vZGU6d29ya2VyLTEwWTATBgcqhkjOPQIBBggqhkjOPQMBBwNCAAQ8st3V\nChzLb9enoE+FqfOIsoKVM6uhA6oEOz4kl1wRY/VDrd2TUH1P9YQeSE4Tl1WOGVvL\n8qBMg1qtJD4yr0YKoAAwCgYIKoZIzj0EAwIDRwAwRAIgXtQrzm64HSGiQHj/czlq\nSggnu7eTsQa7sPmqXC6ATvoCID/bEAt4wnxTTANpV/T3jRkMslmGEY6I1UbxACJD\nRB2v\n-----END CERTIFICATE REQUEST-----\n";
         let usages = vec![USAGE_DIGITAL_SIGNATURE.into(), USAGE_CLIENT_AUTH.into()];
         let csr = check(pem, &usages).unwrap();

@@ -26,13 +26,15 @@ use crate::token_meta::FlavorTokenMeta;
 use crate::token_record::{AuthRejection, TokenRecord, TokenRecordError};
 use crate::token_secret::{CONTROL_PLANE_GROUP, NODE_GROUP};
 
-/// Reason of every approval kubeflavor writes (P1: the same for every flavor).
+/// Reason of every approval kubeflavor writes (P1, hidden flavor: the same for every flavor).
 const APPROVAL_REASON: &str = "KubeflavorApproved";
-/// Message of every approval kubeflavor writes (P1).
+/// Message of every approval kubeflavor writes (P1, hidden flavor).
 const APPROVAL_MESSAGE: &str = "Approved by kubeflavor.";
-/// Reason of every denial kubeflavor writes (P1: the same for every flavor and cause).
+/// Reason of every denial kubeflavor writes (P1, hidden flavor: the same for every flavor and
+/// cause).
 const DENIAL_REASON: &str = "KubeflavorDenied";
-/// Message of every denial kubeflavor writes (P1). The exact cause is in the admin trail.
+/// Message of every denial kubeflavor writes (P1, hidden flavor). The exact cause is in the admin
+/// trail.
 const DENIAL_MESSAGE: &str = "Denied by kubeflavor. Ask the cluster administrator.";
 
 /// Switches of the controller that change decisions.
@@ -93,7 +95,7 @@ pub struct TokenInstance {
 }
 
 /// Whether `binding` belongs to the token Secret `instance` of id `id`, not merely to a
-/// token that once had the same id (P3: a recycled id must never inherit names).
+/// token that once had the same id (P3, binding: a recycled id must never inherit names).
 fn binding_is_this_token(
     binding: &BindingFacts,
     id: &TokenId,
@@ -139,7 +141,7 @@ pub struct CsrFacts {
     pub now: Timestamp,
 }
 
-/// Why a CSR is denied. Goes to the admin trail only, never on the CSR (P1).
+/// Why a CSR is denied. Goes to the admin trail only, never on the CSR (P1, hidden flavor).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum DenyCause {
     MalformedCsr,

@@ -1,6 +1,7 @@
 //! What the controller and `token list` know about a token Secret: [`TokenRecord`], and
 //! whether the API server would authenticate the token right now, decided exactly as the
-//! bootstrap token authenticator does (spec section 1, capture 45).
+//! bootstrap token authenticator does (`plugin/pkg/auth/authenticator/token/bootstrap` in
+//! Kubernetes: usage `"true"`, valid groups, not expired, right type, namespace and id).
 
 use std::collections::BTreeMap;
 
@@ -21,7 +22,7 @@ pub struct BootstrapIdentity {
     /// `system:bootstrap:<id>`.
     pub username: String,
     /// `system:bootstrappers` and the extra groups, sorted and deduplicated, then
-    /// `system:authenticated` (capture 45 case 1).
+    /// `system:authenticated`, as the API server reports them.
     pub groups: Vec<String>,
 }
 
@@ -230,7 +231,7 @@ mod tests {
     use crate::token_secret::{NODE_GROUP, TokenSecretData, flavored_token_secret};
     use std::num::NonZeroU32;
 
-    /// A Secret as built in one of capture 45's cases.
+    /// A token Secret variant to put before the authenticator, one rule broken at a time.
     struct Case {
         namespace: &'static str,
         name: String,
@@ -276,7 +277,7 @@ mod tests {
     }
 
     #[test]
-    fn capture_45_case_1_groups_sorted_and_deduplicated() {
+    fn groups_are_sorted_and_deduplicated() {
         let c = Case::new(
             "73efe1",
             &[
@@ -302,14 +303,14 @@ mod tests {
     }
 
     #[test]
-    fn capture_45_case_2_no_expiration_never_expires() {
+    fn no_expiration_never_expires() {
         let c = Case::new("6ibto6", &[("usage-bootstrap-authentication", "true")]);
         let who = authenticate_token_secret(&c.view(), now()).unwrap();
         assert_eq!(who.groups, ["system:bootstrappers", "system:authenticated"]);
     }
 
     #[test]
-    fn capture_45_cases_3_to_10_are_refused() {
+    fn each_broken_rule_is_refused() {
         let auth = ("usage-bootstrap-authentication", "true");
         let reject = |c: &Case| authenticate_token_secret(&c.view(), now()).unwrap_err();
         // 3) one invalid group rejects the whole token
@@ -405,8 +406,8 @@ mod tests {
         assert_eq!(record.extra_groups, [NODE_GROUP]);
     }
 
-    /// P1: what SelfSubjectReview shows a token holder (its groups) is the same for every
-    /// flavor; only the user name carries the random token id.
+    /// P1 (hidden flavor): what SelfSubjectReview shows a token holder (its groups) is the same for
+    /// every flavor; only the user name carries the random token id.
     #[test]
     fn bootstrap_identity_groups_are_the_same_for_every_flavor() {
         let identity = |token: &str, flavor: &str, max: u32| {
@@ -462,7 +463,8 @@ mod tests {
 
     proptest::proptest! {
         /// Whatever the data holds, the record's verdict is the direct verdict, and a token
-        /// that authenticates satisfies every rule of spec section 1.
+        /// that authenticates satisfies every rule of the authenticator (usage exactly `"true"`,
+        /// every extra group valid, an expiration that parses and lies ahead).
         #[test]
         fn record_verdict_is_the_authenticators(
             usage in proptest::option::of(proptest::prop_oneof![proptest::strategy::Just("true"), proptest::strategy::Just("yes"), proptest::strategy::Just("")]),

@@ -1,10 +1,12 @@
-//! The bootstrap token Secret in kubeadm's exact layout (spec section 1, capture 44), plus
+//! The bootstrap token Secret in kubeadm's exact layout (`kube-system/bootstrap-token-<id>`,
+//! type `bootstrap.kubernetes.io/token`, data keys of `k8s.io/cluster-bootstrap`), plus
 //! kubeflavor's own fields as labels and annotations (Secret data keys cannot hold `/`).
 //!
-//! Data values here are plain strings; base64 is the binary's job. P1: every kubeflavor
-//! token carries the same group ([`NODE_GROUP`]) and the same description
-//! ([`KUBEFLAVOR_TOKEN_DESCRIPTION`]) whatever its flavor; the flavor lives only in the
-//! Secret's metadata, which a bootstrap identity cannot read (capture 12).
+//! Data values here are plain strings; base64 is the binary's job. P1 (hidden flavor): every
+//! kubeflavor token carries the same group ([`NODE_GROUP`]) and the same description
+//! ([`KUBEFLAVOR_TOKEN_DESCRIPTION`]) whatever its flavor; the flavor lives only in the Secret's
+//! metadata, which a bootstrap identity cannot read (the API server answers it 403 on get and list
+//! of Secrets).
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -51,15 +53,17 @@ pub const KEY_USAGE_SIGNING: &str = "usage-bootstrap-signing";
 pub const KEY_AUTH_EXTRA_GROUPS: &str = "auth-extra-groups";
 pub const KEY_DESCRIPTION: &str = "description";
 
-/// The group every bootstrap token authenticates with (spec section 1).
+/// The group every bootstrap token authenticates with, besides its extra groups.
 pub const BOOTSTRAPPERS_GROUP: &str = "system:bootstrappers";
 /// The group every authenticated identity gets.
 pub const AUTHENTICATED_GROUP: &str = "system:authenticated";
-/// The ONE group of every kubeflavor node token, whatever its flavor (P1).
+/// The ONE group of every kubeflavor node token, whatever its flavor (P1, hidden flavor).
 pub const NODE_GROUP: &str = "system:bootstrappers:kubeflavor:node";
-/// The group of kubeflavor control-plane join tokens (allowed to read kubeadm-certs, P5).
+/// The group of kubeflavor control-plane join tokens (allowed to read kubeadm-certs: P5,
+/// certificate hand-off).
 pub const CONTROL_PLANE_GROUP: &str = "system:bootstrappers:kubeflavor:control-plane";
-/// The ONE description of every kubeflavor node token. It must never name a flavor (P1).
+/// The ONE description of every kubeflavor node token. It must never name a flavor (P1, hidden
+/// flavor).
 pub const KUBEFLAVOR_TOKEN_DESCRIPTION: &str = "kubeflavor node bootstrap token";
 
 /// The Secret name of a token: `bootstrap-token-<id>`.
@@ -188,7 +192,7 @@ impl fmt::Debug for TokenSecretData {
 impl TokenSecretData {
     /// The data of a kubeflavor node token: usages authentication and signing (kubeadm join
     /// needs both), the ONE group [`NODE_GROUP`] and the ONE description, so nothing in it
-    /// depends on the flavor (P1).
+    /// depends on the flavor (P1, hidden flavor).
     pub fn kubeflavor_node(token: BootstrapToken, expiration: Option<Timestamp>) -> Self {
         TokenSecretData {
             token,
@@ -338,7 +342,8 @@ impl fmt::Debug for TokenSecretObject {
 }
 
 /// The Secret of a new flavored token: kubeadm's layout with the ONE group and the ONE
-/// description (P1), and the flavor, max nodes, no bound names and no denials as metadata.
+/// description (P1, hidden flavor), and the flavor, max nodes, no bound names and no denials as
+/// metadata.
 pub fn flavored_token_secret(
     token: &BootstrapToken,
     flavor: &FlavorName,
@@ -389,14 +394,15 @@ mod tests {
     }
 
     #[test]
-    fn reads_the_captured_kubeadm_secret() {
-        // Capture 44, decoded data (the secret is redacted there; any valid one will do).
+    fn reads_a_kubeadm_secret_as_stored() {
+        // The decoded data of a Secret `kubeadm token create` made (its secret replaced:
+        // any valid one will do).
         let data: BTreeMap<String, String> = [
             (
                 "auth-extra-groups",
                 "system:bootstrappers:kubeadm:default-node-token",
             ),
-            ("description", "kubeflavor capture token"),
+            ("description", "any free text"),
             ("expiration", "2026-12-01T04:11:50Z"),
             ("token-id", "abcdef"),
             ("token-secret", "0123456789abcdef"),
@@ -515,7 +521,7 @@ mod tests {
         assert_eq!(obj.string_data[KEY_TOKEN_SECRET], "0123456789abcdef");
     }
 
-    /// P1: the Secret fields a token's authentication depends on (usages, groups,
+    /// P1 (hidden flavor): the Secret fields a token's authentication depends on (usages, groups,
     /// description) are the same for every flavor; only the metadata differs.
     #[test]
     fn auth_fields_are_the_same_for_every_flavor() {

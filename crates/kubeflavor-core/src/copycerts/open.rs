@@ -414,7 +414,7 @@ fn check_manifest(
 }
 
 /// Each entry holds what its name says, each certificate parses, each private key belongs
-/// to its certificate or public key (P6: nothing unusable gets written).
+/// to its certificate or public key (P6, nothing lost: nothing unusable gets written).
 fn check_contents(
     plaintexts: &BTreeMap<PkiEntry, Zeroizing<Vec<u8>>>,
 ) -> Result<(), CopyCertsError> {

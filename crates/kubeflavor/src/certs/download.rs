@@ -1,6 +1,6 @@
 //! Downloading the control-plane CA material: fetch `kube-system/kubeadm-certs`,
 //! check the key before anything else, decrypt and verify every entry, then write all the
-//! files or none (P5, P6).
+//! files or none (P5, certificate hand-off; P6, nothing lost).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -32,8 +32,8 @@ pub struct DownloadOptions {
 pub struct Downloaded {
     pub written: WriteReport,
     /// Why the Secret never expires, when it does not: the README promises that it does
-    /// (P5), so the download says so. It still proceeds: the material is the cluster's,
-    /// and refusing would not remove it from the cluster.
+    /// (P5, certificate hand-off), so the download says so. It still proceeds: the material is the
+    /// cluster's, and refusing would not remove it from the cluster.
     pub never_expires: Option<NeverExpires>,
 }
 
@@ -97,7 +97,8 @@ pub async fn fetch_secret(
                     Ok(Some(exp)) if exp <= now => return Err(CertsError::SecretGone),
                     Ok(Some(_)) => {}
                     Ok(None) => never_expires = Some(NeverExpires::OwnerHasNoExpiration),
-                    // An expiration that does not parse counts as expired (spec section 1).
+                    // An expiration that does not parse counts as expired, as
+                    // the bootstrap token authenticator and tokencleaner treat it.
                     Err(_) => return Err(CertsError::SecretGone),
                 }
             }

@@ -1,4 +1,5 @@
-//! `kubeflavor certs`: kubeadm-compatible hand-off of control-plane CA material (P5, P6).
+//! `kubeflavor certs`: kubeadm-compatible hand-off of control-plane CA material (P5,
+//! certificate hand-off; P6, nothing lost).
 //!
 //! The codec (key, AES-GCM, Secret layout, key check, key/certificate matching) is in
 //! `kubeflavor_core::{certkey, copycerts, pki, keys}`; this module does the I/O around it:
@@ -66,7 +67,8 @@ pub enum CertsError {
 
 impl CertsError {
     /// The process exit status for this failure: kubeflavor's general codes for cluster
-    /// problems, and one code per P5/P6 failure of the hand-off.
+    /// problems, and one code per failure of the hand-off (P5, certificate hand-off; P6,
+    /// nothing lost).
     pub fn exit(&self) -> ExitCode {
         match self {
             CertsError::Other(_) => ExitCode::Error,

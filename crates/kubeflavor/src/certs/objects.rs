@@ -1,6 +1,6 @@
-//! The Kubernetes objects of kubeadm's copy-certs (`kubeadm init phase upload-certs`), built exactly as kubeadm
-//! builds them so each side reads what the other writes, and the create-or-replace calls
-//! that make `certs upload` idempotent.
+//! The Kubernetes objects of kubeadm's copy-certs (`kubeadm init phase upload-certs`), built
+//! exactly as kubeadm builds them so each side reads what the other writes, and the
+//! create-or-replace calls that make `certs upload` idempotent.
 
 use std::collections::BTreeMap;
 
@@ -24,7 +24,7 @@ pub const KUBEADM_TOKEN_GROUP: &str = "system:bootstrappers:kubeadm:default-node
 pub use kubeflavor_core::token_secret::CONTROL_PLANE_GROUP as CONTROL_PLANE_TOKEN_GROUP;
 const RBAC_GROUP: &str = "rbac.authorization.k8s.io";
 
-/// Who may read `kube-system/kubeadm-certs` (P5).
+/// Who may read `kube-system/kubeadm-certs` (P5, certificate hand-off).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default, clap::ValueEnum)]
 pub enum ReadableBy {
     /// Only tokens from `kubeflavor token create --control-plane`.
@@ -149,7 +149,8 @@ pub fn binding_subjects(binding: &RoleBinding) -> Vec<String> {
 }
 
 /// The `expiration` of a token Secret, if it has one that parses. A value that does not
-/// parse counts as expired for the API server (spec section 1): `Err` carries it.
+/// parse counts as expired for the API server's bootstrap token
+/// authenticator: `Err` carries it.
 pub fn token_expiration(token: &Secret) -> Result<Option<jiff::Timestamp>, String> {
     let Some(raw) = token.data.as_ref().and_then(|d| d.get("expiration")) else {
         return Ok(None);
@@ -231,7 +232,8 @@ mod tests {
     fn proxy_token_has_kubeadm_layout_and_cannot_authenticate() {
         let s = proxy_token_secret("012q3l", "0123456789abcdef", "2026-11-30T06:27:54Z");
         let v = serde_json::to_value(&s).unwrap();
-        // The layout of capture 49: no usages, no groups, kubeadm's description.
+        // The layout of the proxy token `kubeadm init phase upload-certs` makes: no usages,
+        // no groups, kubeadm's description.
         assert_eq!(v["metadata"]["name"], "bootstrap-token-012q3l");
         assert_eq!(v["metadata"]["namespace"], "kube-system");
         assert_eq!(v["type"], "bootstrap.kubernetes.io/token");

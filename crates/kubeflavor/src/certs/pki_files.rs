@@ -153,8 +153,8 @@ fn check_no_symlink_below(target: &Path, rel: &Path) -> Result<(), WriteError> {
 }
 
 /// Reads one PKI file. A missing file is `Ok(None)`: kubeadm stores it as an empty value
-/// (spec section 3), e.g. `ca.key` under an external CA. Anything else that stops the read
-/// (permissions, a directory in the way) is an error, never an empty value.
+/// (kubeadm's copycerts phase), e.g. `ca.key` under an external CA. Anything else that stops the
+/// read (permissions, a directory in the way) is an error, never an empty value.
 pub fn read_optional(path: &Path) -> Result<Option<Zeroizing<Vec<u8>>>, ReadError> {
     match fs::metadata(path) {
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),

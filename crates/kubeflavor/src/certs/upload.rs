@@ -1,8 +1,10 @@
 //! `kubeflavor certs upload`: encrypt the shared CA set and store it as kubeadm does, in
 //! `kube-system/kubeadm-certs`, owned by a short-lived token so that it disappears when the
-//! token expires (P5), and readable only by control-plane join tokens by default.
+//! token expires (P5, certificate hand-off), and readable only by control-plane join tokens by
+//! default.
 //!
-//! Order of the writes, so that a crash anywhere leaves a state the next run finishes (P6):
+//! Order of the writes, so that a crash anywhere leaves a state the next run finishes (P6,
+//! nothing lost):
 //! RBAC first (harmless without the Secret), then a fresh proxy token (an orphan simply
 //! expires), then create-or-replace of the Secret pointing at it, then deletion of the
 //! proxy token the previous upload used (it would expire anyway).

@@ -10,7 +10,8 @@ use kubeflavor_core::flavor::{
 };
 use kubeflavor_core::labels::{LabelKey, LabelKeyError, LabelValue, check_flavor_label_key};
 
-/// `--label key=value` of a flavor: a key the kubelet cannot write (P2) and a valid value.
+/// `--label key=value` of a flavor: a key the kubelet cannot write (P2, trusted labels) and a valid
+/// value.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FlavorLabel {
     pub key: LabelKey,

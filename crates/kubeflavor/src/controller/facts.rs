@@ -1,7 +1,8 @@
 //! The "dereference" stage: read everything a CSR decision depends on.
 //!
 //! A decision that approves must never rest on a stale cache: a watch cache that has not
-//! yet seen a Node or a FlavorBinding would let a token take over an existing name (P3).
+//! yet seen a Node or a FlavorBinding would let a token take over an existing name (P3,
+//! binding).
 //! So the facts of a pending CSR are read straight from the API server (GETs), and the
 //! writes that follow are guarded by resourceVersion / AlreadyExists, so a fact that
 //! changes between read and write makes the write fail and the CSR is decided again.

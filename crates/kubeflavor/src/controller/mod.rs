@@ -7,7 +7,7 @@
 //! No policy lives here: every approve/deny/flavor decision is a core function.
 //!
 //! Every write is re-derivable from API state, so a controller stopped between any two
-//! writes is finished by the next run (P6): the token's `bound-nodes` annotation, the
+//! writes is finished by the next run (P6, nothing lost): the token's `bound-nodes` annotation, the
 //! FlavorBinding and the CSR condition are each checked again before the next step.
 
 pub mod approvers;
@@ -59,7 +59,7 @@ pub struct Options {
     pub strict: bool,
     /// Approve `system:node:<name>` renewals for bound, unrevoked nodes; deny the rest.
     pub manage_renewals: bool,
-    /// Denials of one token after which its Secret is deleted (P4).
+    /// Denials of one token after which its Secret is deleted (P4, rejection that ends).
     pub denial_limit: u32,
     /// Where /metrics, /healthz and /readyz are served; None to serve nothing.
     pub ops_addr: Option<SocketAddr>,
@@ -111,7 +111,7 @@ pub enum Step {
     Bound,
     /// The CSR got its Approved condition.
     Approved,
-    /// The token Secret was deleted after a denial (P4).
+    /// The token Secret was deleted after a denial (P4, rejection that ends).
     TokenDeleted,
     /// The CSR got its Denied condition.
     Denied,
@@ -535,7 +535,7 @@ async fn run_loops(rt: &Runtime, until: Stop) {
 
 /// Once the term ends (leadership lost, shutdown), reconciles still running or waiting for
 /// a turn write nothing more: only the leader writes, and the next one finishes whatever
-/// was half done (P6).
+/// was half done (P6, nothing lost).
 async fn halt_at_term_end(ctx: &Context, until: Stop) {
     until.await;
     ctx.halted.store(true, std::sync::atomic::Ordering::SeqCst);

@@ -3,8 +3,8 @@
 //! Keyed by FlavorBinding (name = node name). Triggers: the binding itself, its Node
 //! (metadata-only watch, cached as name and resourceVersion alone to keep memory small with
 //! thousands of Nodes, see `cache`) and its Flavor. Stages: dereference (stores, then one
-//! GET of the Node for its labels and taints) -> build (core, pure) -> apply (merge patch with the Node's
-//! resourceVersion, only when it differs) -> status (only when it differs).
+//! GET of the Node for its labels and taints) -> build (core, pure) -> apply (merge patch with the
+//! Node's resourceVersion, only when it differs) -> status (only when it differs).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -314,7 +314,7 @@ pub async fn reconcile(cached: Arc<FlavorBinding>, ctx: Arc<Context>) -> Result<
     let name = cached.name_any();
     // Dereference: the Node (metadata store) and the Flavor (store).
     let Some(meta) = ctx.nodes.get(&ObjectRef::new(&name)) else {
-        // Not registered yet, or deleted: its re-creation triggers us again (P2).
+        // Not registered yet, or deleted: its re-creation triggers us again (P2, trusted labels).
         forget(&ctx, &name);
         return Ok(Action::await_change());
     };

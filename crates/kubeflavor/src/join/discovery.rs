@@ -1,5 +1,7 @@
 //! `[discovery]`: learn the cluster's API server and CA from `kube-public/cluster-info`
-//! without trusting the network, exactly as `kubeadm join` does (spec section 2).
+//! without trusting the network, exactly as `kubeadm join` does
+//! (`cmd/kubeadm/app/discovery/token`: a JWS of the token over the kubeconfig, and the CA
+//! pinned by its public key hash).
 //!
 //! 1. Anonymous GET of cluster-info WITHOUT verifying the server certificate (the node does
 //!    not know the CA yet), retried until the bootstrapsigner has added
@@ -382,7 +384,8 @@ mod tests {
         (der("ca.crt"), der("front-proxy-ca.crt"))
     }
 
-    /// cluster-info as kubeadm publishes it (capture 27: an unnamed cluster, null lists)
+    /// cluster-info as kubeadm publishes it and the API server serves it (an unnamed
+    /// cluster, null lists)
     /// with these CA certificates, signed by the token with `secret`.
     fn cluster_info(cas: &[&[u8]], secret: &str) -> BTreeMap<String, String> {
         let pem: String = cas

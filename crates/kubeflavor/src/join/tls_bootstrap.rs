@@ -1,11 +1,10 @@
 //! `[tls-bootstrap]`: the kubelet's part of joining, done by kubeflavor itself (for
 //! appliances without a kubelet that bootstraps, and for the walkthrough and tests).
 //!
-//! As the kubelet does (spec section 4): a fresh ECDSA P-256 key, a CSR with CN
-//! `system:node:<name>` and O `system:nodes`, created as the bootstrap identity with signer
-//! `kubernetes.io/kube-apiserver-client-kubelet`; then a watch on that one CSR by name until
-//! it is issued or denied. The private key never leaves this process except into
-//! kubelet.conf.
+//! As the kubelet does (`pkg/kubelet/certificate/bootstrap`): a fresh ECDSA P-256 key, a CSR with
+//! CN `system:node:<name>` and O `system:nodes`, created as the bootstrap identity with signer
+//! `kubernetes.io/kube-apiserver-client-kubelet`; then a watch on that one CSR by name until it is
+//! issued or denied. The private key never leaves this process except into kubelet.conf.
 
 use std::time::Duration;
 
@@ -299,9 +298,9 @@ fn observed(
         Some(Ok(watcher::Event::Apply(csr) | watcher::Event::InitApply(csr))) => Ok(Some(csr)),
         Some(Ok(watcher::Event::Delete(_))) | None => Err(deleted()),
         Some(Ok(watcher::Event::Init | watcher::Event::InitDone)) => Ok(None),
-        // The bootstrap identity is gone. kubeflavor deletes a refused node's token (P4),
-        // so this is how a refusal looks when the Denied event itself was missed by a
-        // reconnecting watch.
+        // The bootstrap identity is gone. kubeflavor deletes a refused node's token (P4,
+        // rejection that ends), so this is how a refusal looks when the Denied event itself
+        // was missed by a reconnecting watch.
         Some(Err(err)) if is_unauthorized(&err) => Err(TlsBootstrapError::TokenWithdrawn {
             csr_name: csr_name.into(),
         }),

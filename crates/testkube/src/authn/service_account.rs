@@ -240,7 +240,7 @@ mod tests {
     }
 
     #[test]
-    fn issued_tokens_authenticate_as_the_service_account_capture_53() {
+    fn issued_tokens_authenticate_as_the_service_account() {
         let issuer = ServiceAccountIssuer::generate();
         let now: Timestamp = "2026-11-30T23:08:06Z".parse().unwrap();
         let (token, jti) = issuer.issue(&sa(), &api(), 600, now);

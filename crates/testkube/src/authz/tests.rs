@@ -74,7 +74,7 @@ fn masters_may_do_anything() {
 }
 
 #[test]
-fn bootstrap_identity_denials_match_capture_12() {
+fn bootstrap_identity_is_denied_secrets_and_nodes() {
     let reader = MemReader::with_defaults();
     let u = || bootstrap_user("abcdef");
     assert_forbidden(
@@ -240,7 +240,7 @@ fn non_resource_paths_follow_discovery_and_public_info_roles() {
 }
 
 #[test]
-fn node_reads_only_its_own_node_capture_31() {
+fn node_reads_only_its_own_node() {
     let reader = MemReader::with_defaults();
     let nodes = |verb: &str, name: &str| req(node_user("worker-1"), verb, "", "nodes", "", name);
     assert!(authorize(&nodes("get", "worker-1"), &reader).is_ok());

@@ -220,7 +220,7 @@ fn parse_pem_cert(pem: &str) -> Vec<u8> {
 }
 
 #[test]
-fn approved_kubelet_csr_is_issued_like_kcm_does_capture_20() {
+fn approved_kubelet_csr_is_issued_like_kcm_does() {
     let ca = make_ca(None);
     let request = kubelet_request(&["system:nodes"], "system:node:worker-1", &[]);
     let pem = sign(

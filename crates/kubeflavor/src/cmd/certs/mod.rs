@@ -1,4 +1,5 @@
-//! `kubeflavor certs ...`: the command line of the certificate hand-off (P5, P6). The work
+//! `kubeflavor certs ...`: the command line of the certificate hand-off (P5, certificate
+//! hand-off; P6, nothing lost). The work
 //! is in `crate::certs`; this module parses flags, connects, and prints.
 
 mod bootstrap;

@@ -1,5 +1,5 @@
 //! `kubeflavor token create --control-plane`: the join tokens that may read the
-//! certificates `certs upload` stores (P5).
+//! certificates `certs upload` stores (P5, certificate hand-off).
 
 use std::io::Write;
 
@@ -44,9 +44,10 @@ struct ControlPlaneToken<'a> {
 }
 
 /// `token create --control-plane`: a bootstrap token in the one group allowed to read
-/// kube-system/kubeadm-certs (P5), with kubeadm's usages so `join --control-plane` can run
-/// discovery with it. With `--flavor` it also carries the flavor's metadata, as a node
-/// token does, so the controller decides its kubelet's CSR by the same binding rules.
+/// kube-system/kubeadm-certs (P5, certificate hand-off), with kubeadm's usages so `join
+/// --control-plane` can run discovery with it. With `--flavor` it also carries the flavor's
+/// metadata, as a node token does, so the controller decides its kubelet's CSR by the same binding
+/// rules.
 pub async fn create_control_plane_token(
     cluster: &Cluster,
     args: &TokenCreateArgs,

@@ -1,10 +1,10 @@
 //! `kubeflavor token generate|create|list|delete`.
 //!
 //! A token is a `kube-system/bootstrap-token-<id>` Secret in kubeadm's exact layout, built
-//! by kubeflavor-core: the same auth group and description for every flavor (P1), the
-//! flavor and use count in the Secret's label and annotations. `token create` makes exactly
-//! three API calls when all goes well: GET the Flavor, LIST the bindings still naming the
-//! new id (none), POST the Secret.
+//! by kubeflavor-core: the same auth group and description for every flavor (P1, hidden flavor),
+//! the flavor and use count in the Secret's label and annotations. `token create` makes exactly
+//! three API calls when all goes well: GET the Flavor, LIST the bindings still naming the new id
+//! (none), POST the Secret.
 
 use std::io::Write;
 use std::num::NonZeroU32;

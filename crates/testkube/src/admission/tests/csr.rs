@@ -101,7 +101,7 @@ fn assert_invalid(result: Result<(), ApiError>, message: &str, cause: Value) {
 }
 
 #[test]
-fn csr_create_takes_the_requester_identity_capture_17() {
+fn csr_create_takes_the_requester_identity() {
     let mut new = csr(
         "csr-worker-6",
         json!([cond("Approved", "True", "A", "pre-approved")]),
@@ -200,7 +200,7 @@ fn masters_client_certificates_are_refused() {
 }
 
 #[test]
-fn conditions_sent_to_the_main_resource_are_dropped_capture_25() {
+fn conditions_sent_to_the_main_resource_are_dropped() {
     let old = csr("csr-worker-6", json!([]));
     let mut new = csr(
         "csr-worker-6",
@@ -224,7 +224,7 @@ fn conditions_sent_to_the_main_resource_are_dropped_capture_25() {
 }
 
 #[test]
-fn approval_keeps_the_spec_and_fills_timestamps_capture_19() {
+fn approval_keeps_the_spec_and_fills_timestamps() {
     let mut old = csr("csr-worker-1", json!([]));
     old["status"]["certificate"] = json!("stored");
     let mut new = csr(
@@ -256,7 +256,7 @@ fn approval_keeps_the_spec_and_fills_timestamps_capture_19() {
 }
 
 #[test]
-fn approving_a_denied_csr_is_refused_capture_22() {
+fn approving_a_denied_csr_is_refused() {
     let old = stored_denied();
     let mut both = old.clone();
     both["status"]["conditions"]
@@ -295,7 +295,7 @@ fn approving_a_denied_csr_is_refused_capture_22() {
 }
 
 #[test]
-fn the_message_of_a_decision_may_be_edited_capture_22() {
+fn the_message_of_a_decision_may_be_edited() {
     let old = stored_denied();
     let mut edited = old.clone();
     edited["status"]["conditions"][0]["message"] = json!("edited message");
@@ -308,7 +308,7 @@ fn the_message_of_a_decision_may_be_edited_capture_22() {
 }
 
 #[test]
-fn invalid_condition_sets_capture_23() {
+fn invalid_condition_sets_are_refused() {
     let old = csr("csr-worker-3", json!([]));
     let prefix = r#"CertificateSigningRequest.certificates.k8s.io "csr-worker-3" is invalid: "#;
     let mut both = csr(

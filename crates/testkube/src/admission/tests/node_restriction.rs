@@ -41,7 +41,7 @@ fn base_labels() -> Value {
 }
 
 #[test]
-fn node_create_with_a_restricted_label_is_refused_capture_28() {
+fn node_create_with_a_restricted_label_is_refused() {
     let mut labels = base_labels();
     labels["kubeflavor.node-restriction.kubernetes.io/flavor"] = json!("sweet");
     let mut node = node_obj(
@@ -82,7 +82,7 @@ fn node_create_with_taints_and_kubelet_labels_is_allowed() {
 }
 
 #[test]
-fn node_may_not_create_another_node_capture_28() {
+fn node_may_not_create_another_node() {
     let mut node = node_obj("worker-2", base_labels(), None);
     assert_admission_forbidden(
         create_node(node_user("worker-1"), &mut node),
@@ -92,7 +92,7 @@ fn node_may_not_create_another_node_capture_28() {
 }
 
 #[test]
-fn node_label_updates_capture_29_and_34() {
+fn node_label_updates() {
     let old = node_obj(
         "worker-1",
         base_labels(),
@@ -139,7 +139,7 @@ fn node_label_updates_capture_29_and_34() {
 }
 
 #[test]
-fn node_taint_updates_capture_30() {
+fn node_taint_updates() {
     let old = node_obj(
         "worker-1",
         base_labels(),

@@ -70,11 +70,7 @@ async fn main() {
     }
 
     let tk = testkube::TestCluster::start().await.expect("testkube");
-    let kc = kube::config::Kubeconfig::from_yaml(&tk.admin_kubeconfig()).unwrap();
-    let config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
-        .await
-        .unwrap();
-    let client = kube::Client::try_from(config).unwrap();
+    let client = tk.client().await.expect("admin client");
 
     for (name, alg) in [
         ("rsa-2048", KeyAlgorithm::Rsa2048),

@@ -27,7 +27,7 @@ use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use k8s_openapi::api::core::v1::{Node, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::PostParams;
-use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::config::Kubeconfig;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
 use kubeflavor::controller::{self, Options, Runtime};
@@ -74,11 +74,9 @@ struct Args {
 mod args;
 
 async fn client_from(yaml: &str) -> Client {
-    let kc = Kubeconfig::from_yaml(yaml).expect("kubeconfig parses");
-    let cfg = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+    kubeflavor::join::client_from_kubeconfig(yaml)
         .await
-        .expect("kubeconfig usable");
-    Client::try_from(cfg).expect("client")
+        .expect("kubeconfig usable")
 }
 
 fn controller_options(identity: &str, concurrency: Option<u16>) -> Options {

@@ -10,7 +10,6 @@ use clap::Parser;
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams};
-use kube::config::{KubeConfigOptions, Kubeconfig};
 use serde_json::json;
 use testkube::TestCluster;
 
@@ -33,13 +32,6 @@ struct Args {}
 
 #[path = "../../kubeflavor-core/examples/support/args.rs"]
 mod args;
-
-async fn client(cluster: &TestCluster) -> anyhow::Result<kube::Client> {
-    let kubeconfig = Kubeconfig::from_yaml(&cluster.admin_kubeconfig())?;
-    let config =
-        kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await?;
-    Ok(kube::Client::try_from(config)?)
-}
 
 fn cm(name: &str) -> ConfigMap {
     serde_json::from_value(json!({"metadata": {"name": name}, "data": {"k": "v"}}))
@@ -73,7 +65,7 @@ async fn create_get(api: &Api<ConfigMap>, prefix: &str, n: usize) -> anyhow::Res
 async fn main() -> anyhow::Result<()> {
     let Args {} = args::parse_or_exit::<Args>();
     let cluster = TestCluster::start().await?;
-    let kube = client(&cluster).await?;
+    let kube = cluster.client().await?;
     let api: Api<ConfigMap> = Api::namespaced(kube.clone(), "default");
     create_get(&api, "warmup", 50).await?;
 

@@ -85,71 +85,83 @@ pub(super) async fn load(args: &ClusterArgs) -> Result<(kube::Config, Origin)> {
         Path::exists,
     )?;
     match source {
-        ConfigSource::InCluster => {
-            if let Some(context) = &args.context {
-                return Err(CliError::failed(
-                    format!("--context {context} needs a kubeconfig, and none was found"),
-                    "pass --kubeconfig FILE or set KUBECONFIG",
-                ));
-            }
-            let config = kube::Config::incluster().map_err(|err| {
-                CliError::failed(
-                    format!("cannot load the in-cluster configuration: {err}"),
-                    "run inside a pod with a service account, or pass --kubeconfig",
-                )
-            })?;
-            let origin = Origin {
-                server: config.cluster_url.to_string(),
-                kubeconfig: "in-cluster service account".into(),
-                context: String::new(),
-            };
-            Ok((config, origin))
-        }
-        ConfigSource::Files(files) => {
-            let shown = files
-                .iter()
-                .map(|p| p.display().to_string())
-                .collect::<Vec<_>>()
-                .join(":");
-            let mut merged = Kubeconfig::default();
-            for file in &files {
-                let one = Kubeconfig::read_from(file).map_err(|err| {
-                    CliError::failed(
-                        format!("cannot read kubeconfig {}: {}", file.display(), short(&err)),
-                        "fix the file or point --kubeconfig/KUBECONFIG elsewhere",
-                    )
-                })?;
-                merged = merged.merge(one).map_err(|err| {
-                    CliError::failed(
-                        format!("cannot merge kubeconfig {shown}: {err}"),
-                        "use one file with --kubeconfig",
-                    )
-                })?;
-            }
-            let context = args
-                .context
-                .clone()
-                .or_else(|| merged.current_context.clone());
-            let available: Vec<String> = merged.contexts.iter().map(|c| c.name.clone()).collect();
-            let options = KubeConfigOptions {
-                context: args.context.clone(),
-                ..Default::default()
-            };
-            let config = kube::Config::from_custom_kubeconfig(merged, &options)
-                .await
-                .map_err(|err| context_error(err, &shown, &available))?;
-            let origin = Origin {
-                server: config
-                    .cluster_url
-                    .to_string()
-                    .trim_end_matches('/')
-                    .to_string(),
-                kubeconfig: shown,
-                context: context.unwrap_or_default(),
-            };
-            Ok((config, origin))
-        }
+        ConfigSource::InCluster => load_in_cluster(args),
+        ConfigSource::Files(files) => load_files(args, &files).await,
     }
+}
+
+/// The pod's ServiceAccount configuration; a `--context` cannot apply to it.
+fn load_in_cluster(args: &ClusterArgs) -> Result<(kube::Config, Origin)> {
+    if let Some(context) = &args.context {
+        return Err(CliError::failed(
+            format!("--context {context} needs a kubeconfig, and none was found"),
+            "pass --kubeconfig FILE or set KUBECONFIG",
+        ));
+    }
+    let config = kube::Config::incluster().map_err(|err| {
+        CliError::failed(
+            format!("cannot load the in-cluster configuration: {err}"),
+            "run inside a pod with a service account, or pass --kubeconfig",
+        )
+    })?;
+    let origin = Origin {
+        server: config.cluster_url.to_string(),
+        kubeconfig: "in-cluster service account".into(),
+        context: String::new(),
+    };
+    Ok((config, origin))
+}
+
+/// The kubeconfig files merged (the first file to set a value wins), for `--context` or
+/// the merged current context.
+async fn load_files(args: &ClusterArgs, files: &[PathBuf]) -> Result<(kube::Config, Origin)> {
+    let shown = files
+        .iter()
+        .map(|p| p.display().to_string())
+        .collect::<Vec<_>>()
+        .join(":");
+    let merged = merge_files(files, &shown)?;
+    let context = args
+        .context
+        .clone()
+        .or_else(|| merged.current_context.clone());
+    let available: Vec<String> = merged.contexts.iter().map(|c| c.name.clone()).collect();
+    let options = KubeConfigOptions {
+        context: args.context.clone(),
+        ..Default::default()
+    };
+    let config = kube::Config::from_custom_kubeconfig(merged, &options)
+        .await
+        .map_err(|err| context_error(err, &shown, &available))?;
+    let origin = Origin {
+        server: config
+            .cluster_url
+            .to_string()
+            .trim_end_matches('/')
+            .to_string(),
+        kubeconfig: shown,
+        context: context.unwrap_or_default(),
+    };
+    Ok((config, origin))
+}
+
+fn merge_files(files: &[PathBuf], shown: &str) -> Result<Kubeconfig> {
+    let mut merged = Kubeconfig::default();
+    for file in files {
+        let one = Kubeconfig::read_from(file).map_err(|err| {
+            CliError::failed(
+                format!("cannot read kubeconfig {}: {}", file.display(), short(&err)),
+                "fix the file or point --kubeconfig/KUBECONFIG elsewhere",
+            )
+        })?;
+        merged = merged.merge(one).map_err(|err| {
+            CliError::failed(
+                format!("cannot merge kubeconfig {shown}: {err}"),
+                "use one file with --kubeconfig",
+            )
+        })?;
+    }
+    Ok(merged)
 }
 
 fn context_error(err: KubeconfigError, shown: &str, available: &[String]) -> CliError {

@@ -11,26 +11,21 @@ use crate::support::{Env, fresh};
 use k8s_openapi::api::core::v1::Node;
 use kube::Api;
 use kube::api::PostParams;
+use kubeflavor::cluster::until_settled;
 use kubeflavor_core::token::BootstrapToken;
 
 /// The RBAC authorizer reads an informer cache: a grant given or taken a moment ago shows
-/// after a while. Asks again (growing pauses) until `want` is the answer, for at most 10 s.
+/// after a while. Asks again until `want` is the answer, for at most 10 s.
 async fn until_get_node_is(client: &kube::Client, node: &str, want: u16) -> u16 {
     let nodes: Api<Node> = Api::all(client.clone());
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    let mut pause = Duration::from_millis(20);
-    loop {
-        let code = match fresh(|| nodes.get(node)).await {
+    let get_code = || async {
+        match fresh(|| nodes.get(node)).await {
             Ok(_) => 200,
             Err(kube::Error::Api(s)) => s.code,
             Err(e) => panic!("{e}"),
-        };
-        if code == want || tokio::time::Instant::now() + pause > deadline {
-            return code;
         }
-        tokio::time::sleep(pause).await;
-        pause = (pause * 2).min(Duration::from_secs(1));
-    }
+    };
+    until_settled(Duration::from_secs(10), get_code, |code| *code == want).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -70,7 +70,7 @@ pub async fn fetch_secret(
     now: Timestamp,
 ) -> Result<(Secret, Option<NeverExpires>), CertsError> {
     let secrets: Api<Secret> = Api::namespaced(client.clone(), NAMESPACE);
-    // A token minted a moment ago may not authenticate yet (see `cluster::fresh_token`).
+    // A token minted a moment ago may not authenticate yet (see `cluster::cache_lag`).
     let first_read = crate::cluster::retry_unauthorized(crate::cluster::TOKEN_PROPAGATION, || {
         secrets.get_opt(SECRET_NAME)
     });

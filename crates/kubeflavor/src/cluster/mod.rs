@@ -1,8 +1,8 @@
 //! Access to the cluster: which kubeconfig and context to use (resolved in kubectl's order),
 //! the kube-rs client built from it, and errors that name the server and the kubeconfig.
 
+pub mod cache_lag;
 mod errors;
-pub mod fresh_token;
 mod resolve;
 pub mod token_secrets;
 
@@ -10,8 +10,8 @@ use std::fmt;
 
 use kube::Client;
 
+pub use cache_lag::{TOKEN_PROPAGATION, retry_unauthorized, until_settled};
 pub use errors::{is_api_reason, is_not_found};
-pub use fresh_token::{TOKEN_PROPAGATION, retry_unauthorized};
 pub use resolve::{ConfigSource, resolve};
 
 use crate::error::{CliError, Result};

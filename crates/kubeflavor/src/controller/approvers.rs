@@ -134,16 +134,12 @@ pub async fn auto_approved_within(
     kind: Kind,
     within: Duration,
 ) -> Result<Option<String>, kube::Error> {
-    let deadline = tokio::time::Instant::now() + within;
-    let mut pause = Duration::from_millis(20);
-    loop {
-        let answer = auto_approved(client, kind).await?;
-        if answer.is_none() || tokio::time::Instant::now() + pause >= deadline {
-            return Ok(answer);
-        }
-        tokio::time::sleep(pause).await;
-        pause = (pause * 2).min(Duration::from_secs(1));
-    }
+    crate::cluster::until_settled(
+        within,
+        || auto_approved(client, kind),
+        |answer| !matches!(answer, Ok(Some(_))),
+    )
+    .await
 }
 
 /// The start-up check (see the module documentation): an error when the controller must

@@ -117,7 +117,7 @@ pub async fn request_client_certificate(
         .map_err(|e| TlsBootstrapError::Generate(e.to_string()))?;
     let csr = kubelet_csr_object(None, generated.csr_pem());
     let api: Api<CertificateSigningRequest> = Api::all(client);
-    // A token minted a moment ago may not authenticate yet (see `cluster::fresh_token`).
+    // A token minted a moment ago may not authenticate yet (see `cluster::cache_lag`).
     let params = PostParams::default();
     let created = crate::cluster::retry_unauthorized(crate::cluster::TOKEN_PROPAGATION, || {
         api.create(&params, &csr)

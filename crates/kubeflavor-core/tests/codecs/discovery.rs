@@ -2,35 +2,16 @@
 
 use std::collections::BTreeMap;
 
-use base64::Engine as _;
-use base64::engine::general_purpose::STANDARD;
-use jiff::Timestamp;
 use kubeflavor_core::discovery::{
     CaVerification, DiscoveryError, KUBECONFIG_KEY, check_refetch_identical, verify_cluster_info,
 };
 use kubeflavor_core::jws::{self, JwsError};
 use kubeflavor_core::pin::CaPin;
-use kubeflavor_core::pki::{KeyAlgorithm, generate_shared_ca_set};
 
 const ID: &str = "abcdef";
 const SECRET: &str = "0123456789abcdef";
 
-fn ca_pem() -> Vec<u8> {
-    let files = generate_shared_ca_set(KeyAlgorithm::EcdsaP256, Timestamp::now()).unwrap();
-    files
-        .into_iter()
-        .find(|f| f.rel_path == "ca.crt")
-        .unwrap()
-        .contents()
-        .to_vec()
-}
-
-fn kubeconfig(ca_pem: &[u8]) -> String {
-    format!(
-        "apiVersion: v1\nkind: Config\nclusters:\n- name: \"\"\n  cluster:\n    certificate-authority-data: {}\n    server: https://10.0.0.1:6443\ncontexts: null\ncurrent-context: \"\"\npreferences: {{}}\nusers: null\n",
-        STANDARD.encode(ca_pem)
-    )
-}
+use crate::fixtures::{SERVER, ca_pem, cluster_info_kubeconfig as kubeconfig};
 
 /// cluster-info as kube-controller-manager leaves it: the kubeconfig plus one signature per
 /// signing token.
@@ -61,7 +42,7 @@ fn a_signed_pinned_cluster_info_is_trusted() {
     let data = cluster_info(&kubeconfig(&ca));
     let info =
         verify_cluster_info(&data, ID, SECRET, CaVerification::Pins(&[pin_of(&ca)])).unwrap();
-    assert_eq!(info.server, "https://10.0.0.1:6443");
+    assert_eq!(info.server, SERVER);
     assert_eq!(info.ca_pem, ca);
 }
 

@@ -2,39 +2,20 @@
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
-use jiff::Timestamp;
 use kubeflavor_core::jws;
 use kubeflavor_core::kubeconfig::{
     BOOTSTRAP_USER, CLUSTER_NAME, ClusterInfo, Kubeconfig, KubeconfigError,
 };
 use kubeflavor_core::pin::CaPin;
-use kubeflavor_core::pki::{KeyAlgorithm, generate_shared_ca_set};
 
-/// The `kubeconfig` value of kube-public/cluster-info exactly as a v1.36 API server returned
-/// it (kubeadm's shape: one cluster with an empty name, `contexts: null`, `users: null`),
-/// with the CA data left as a placeholder.
-const CLUSTER_INFO: &str = "apiVersion: v1\nkind: Config\nclusters:\n- name: \"\"\n  cluster:\n    certificate-authority-data: CA_DATA\n    server: https://127.0.0.1:6443\ncontexts: null\ncurrent-context: \"\"\npreferences: {}\nusers: null\n";
-
-fn ca_pem() -> Vec<u8> {
-    let files = generate_shared_ca_set(KeyAlgorithm::EcdsaP256, Timestamp::now()).unwrap();
-    files
-        .into_iter()
-        .find(|f| f.rel_path == "ca.crt")
-        .unwrap()
-        .contents()
-        .to_vec()
-}
-
-fn cluster_info(ca_pem: &[u8]) -> String {
-    CLUSTER_INFO.replace("CA_DATA", &STANDARD.encode(ca_pem))
-}
+use crate::fixtures::{CLUSTER_INFO, SERVER, ca_pem, cluster_info_kubeconfig as cluster_info};
 
 #[test]
 fn cluster_info_from_a_real_api_server_yields_server_and_ca() {
     let ca = ca_pem();
     let text = cluster_info(&ca);
     let info = ClusterInfo::from_kubeconfig(&text).unwrap();
-    assert_eq!(info.server, "https://127.0.0.1:6443");
+    assert_eq!(info.server, SERVER);
     assert_eq!(info.ca_pem, ca);
     assert_eq!(info.ca_certs_der.len(), 1);
     // The pin printed on the control plane matches the CA discovered on the node.
@@ -72,10 +53,9 @@ fn malformed_cluster_info_is_refused_with_the_reason() {
         (good.replace("https://", "http://"), |e| {
             matches!(e, KubeconfigError::NotHttps(_))
         }),
-        (
-            good.replace("    server: https://127.0.0.1:6443\n", ""),
-            |e| matches!(e, KubeconfigError::NoServer),
-        ),
+        (good.replace(&format!("    server: {SERVER}\n"), ""), |e| {
+            matches!(e, KubeconfigError::NoServer)
+        }),
         (
             CLUSTER_INFO.replace("    certificate-authority-data: CA_DATA\n", ""),
             |e| matches!(e, KubeconfigError::NoCertificateAuthority),

@@ -7,5 +7,6 @@ mod copycerts_compat;
 mod copycerts_secret;
 mod copycerts_usable;
 mod discovery;
+mod fixtures;
 mod kubeconfig;
 mod pki;

@@ -1,8 +1,7 @@
 //! Attacks on the binding rules (P3 binding, P4 rejection that ends): a recycled token id,
 //! a Node or a revocation that appears between the controller's read and its approval, a
 //! burst of bad CSRs against the denial limit, and renewals of nodes kubeflavor never
-//! bound. On testkube or
-//! a real cluster, through real kube-rs clients.
+//! bound. On testkube or a real cluster, through real kube-rs clients.
 
 use crate::harness::*;
 use k8s_openapi::api::core::v1::Secret;
@@ -10,7 +9,7 @@ use kube::Api;
 use kubeflavor::controller::Step;
 use kubeflavor_core::token::BootstrapToken;
 
-/// Item: a token id can be minted again once its token is gone (random collision, or an
+/// A token id can be minted again once its token is gone (random collision, or an
 /// admin choosing it). The new token must not inherit the old one's names, nor be taken
 /// for it by `token create`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -74,7 +73,7 @@ async fn a_recycled_token_id_inherits_no_name() {
     ctl.stop().await;
 }
 
-/// Item: a Node of the name that appears after the facts were read (a kubelet that joined
+/// A Node of the name that appears after the facts were read (a kubelet that joined
 /// another way, an admin) must not be taken over: the CSR is denied, and the Node does
 /// not get the token's flavor.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -104,7 +103,7 @@ async fn a_node_appearing_before_the_approval_is_not_taken_over() {
     assert_eq!(label(&after, TIER_KEY), None);
 }
 
-/// Item: a revocation between the binding and the approval: the revoked binding must not
+/// A revocation between the binding and the approval: the revoked binding must not
 /// lead to an approval.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_revocation_before_the_approval_is_not_ignored() {
@@ -138,7 +137,7 @@ async fn a_revocation_before_the_approval_is_not_ignored() {
     ctl.stop().await;
 }
 
-/// Item: a burst of bad CSRs from one token, decided at once, against a denial limit of
+/// A burst of bad CSRs from one token, decided at once, against a denial limit of
 /// 3: the limit holds (the token is deleted) and no CSR of it is approved afterwards.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_denial_limit_holds_under_a_burst() {
@@ -162,7 +161,7 @@ async fn the_denial_limit_holds_under_a_burst() {
     );
 }
 
-/// Item: with `--manage-renewals`, nodes kubeflavor never bound (control-plane nodes,
+/// With `--manage-renewals`, nodes kubeflavor never bound (control-plane nodes,
 /// nodes joined with kubeadm's tokens) keep renewing: kube-controller-manager's
 /// selfnodeclient approval is gone, and kubeflavor takes its place for them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -192,7 +191,7 @@ async fn nodes_kubeflavor_never_bound_keep_renewing() {
     ctl.stop().await;
 }
 
-/// Item: with kubeadm's nodeclient auto-approval, a kubeadm token could take a name bound
+/// With kubeadm's nodeclient auto-approval, a kubeadm token could take a name bound
 /// to a kubeflavor token (kube-controller-manager approves first). The controller says so
 /// at start, refuses `--strict` while it holds, and `install --sole-approver` hands the
 /// approval over in one step; then such a CSR is denied.

@@ -15,28 +15,18 @@
 //! `install --apply` objects, a Flavor, N tokens, CSRs and Nodes named `storm-*`: use a
 //! throwaway cluster.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::io::Read;
-use std::num::NonZeroU32;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
 use futures::StreamExt;
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
-use k8s_openapi::api::core::v1::{Node, Secret};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::api::PostParams;
-use kube::config::Kubeconfig;
-use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Api, Client, ResourceExt};
+use k8s_openapi::api::core::v1::Node;
+use kube::{Api, ResourceExt};
 use kubeflavor::controller::{self, Options, Runtime};
-use kubeflavor::crd::Flavor;
-use kubeflavor_core::flavor::FlavorName;
-use kubeflavor_core::token::BootstrapToken;
-use kubeflavor_core::token_secret::flavored_token_secret;
 
-const FLAVOR_LABEL: &str = "kubeflavor.node-restriction.kubernetes.io/flavor";
 const CONTROLLER_TOKEN: &str = "storm-controller-token";
 
 /// join_storm: N kubeflavor joins against one controller, the controller as it ships.
@@ -72,12 +62,10 @@ struct Args {
 
 #[path = "../../kubeflavor-core/examples/support/args.rs"]
 mod args;
+#[path = "support/storm.rs"]
+mod storm;
 
-async fn client_from(yaml: &str) -> Client {
-    kubeflavor::join::client_from_kubeconfig(yaml)
-        .await
-        .expect("kubeconfig usable")
-}
+use storm::{Times, client_from, cpu_time, kubeconfig_with_user, ms, percentile, vm_hwm_kib};
 
 fn controller_options(identity: &str, concurrency: Option<u16>) -> Options {
     let mut o = Options::new("kube-system", identity);
@@ -117,91 +105,6 @@ async fn run_child(kubeconfig_path: &str, concurrency: Option<u16>) {
     let run = controller::run(rt, stop);
     let (_, ran) = tokio::join!(ready, run);
     ran.expect("controller runs");
-}
-
-fn vm_hwm_kib(pid: u32) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    status
-        .lines()
-        .find(|l| l.starts_with("VmHWM:"))?
-        .split_whitespace()
-        .nth(1)?
-        .parse()
-        .ok()
-}
-
-/// CPU time (user + system) the process has used so far, all its threads included, from
-/// `/proc/PID/stat` fields 14 and 15, in clock ticks of USER_HZ (100 per second on Linux).
-fn cpu_time(pid: u32) -> Option<Duration> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The command name (field 2) is in parentheses and may hold spaces: count from the
-    // last ')', after which field 3 is the first.
-    let mut fields = stat.rsplit_once(')')?.1.split_whitespace();
-    let utime: u64 = fields.nth(11)?.parse().ok()?;
-    let stime: u64 = fields.next()?.parse().ok()?;
-    Some(Duration::from_millis((utime + stime) * 10))
-}
-
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    if sorted.is_empty() {
-        return Duration::ZERO;
-    }
-    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[i.min(sorted.len() - 1)]
-}
-
-fn ms(d: Duration) -> String {
-    format!("{:.1} ms", d.as_secs_f64() * 1000.0)
-}
-
-type Times = Arc<Mutex<HashMap<String, Instant>>>;
-
-/// Records the first time each object satisfies `done`, until `n` have.
-fn record_first<K, F>(api: Api<K>, times: Times, n: usize, done: F) -> tokio::task::JoinHandle<()>
-where
-    K: kube::Resource
-        + Clone
-        + serde::de::DeserializeOwned
-        + std::fmt::Debug
-        + Send
-        + Sync
-        + 'static,
-    K::DynamicType: Default + Eq + std::hash::Hash + Clone,
-    F: Fn(&K) -> bool + Send + 'static,
-{
-    tokio::spawn(async move {
-        let stream = watcher(api, watcher::Config::default()).applied_objects();
-        futures::pin_mut!(stream);
-        while let Some(obj) = stream.next().await {
-            let Ok(obj) = obj else { continue };
-            if done(&obj) {
-                let mut t = times.lock().unwrap();
-                t.entry(obj.name_any()).or_insert_with(Instant::now);
-                if t.len() >= n {
-                    return;
-                }
-            }
-        }
-    })
-}
-
-/// The CSR a kubelet files for `node` (the same shape `kubeflavor join` sends), and its key.
-fn csr_for(node: &str) -> (CertificateSigningRequest, String) {
-    let generated = kubeflavor_core::kubelet_csr::generate_kubelet_csr(node).expect("kubelet CSR");
-    let csr = kubeflavor::join::tls_bootstrap::kubelet_csr_object(Some(node), generated.csr_pem());
-    let key = String::from_utf8(generated.key_pem().to_vec()).expect("PEM is ASCII");
-    (csr, key)
-}
-
-/// A kubeconfig like `base` (same server and CA) with another user.
-fn kubeconfig_with_user(base: &str, user: &str) -> String {
-    let kc = Kubeconfig::from_yaml(base).expect("kubeconfig");
-    let cluster = kc.clusters[0].cluster.clone().expect("cluster");
-    format!(
-        "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: {}\n    certificate-authority-data: {}\ncontexts:\n- name: c\n  context:\n    cluster: c\n    user: u\ncurrent-context: c\nusers:\n- name: u\n  user:\n{user}",
-        cluster.server.expect("server"),
-        cluster.certificate_authority_data.expect("CA data"),
-    )
 }
 
 #[tokio::main(flavor = "multi_thread")]
@@ -255,50 +158,11 @@ async fn main() {
     .await
     .expect("install --apply");
 
-    let flavor: Flavor = serde_json::from_value(serde_json::json!({
-        "apiVersion": "kubeflavor.io/v1alpha1", "kind": "Flavor",
-        "metadata": {"name": "storm"},
-        "spec": {"labels": {"tier.node-restriction.kubernetes.io/class": "gold"}, "trustLevel": 50},
-    }))
-    .unwrap();
-    Api::<Flavor>::all(admin.clone())
-        .create(&PostParams::default(), &flavor)
-        .await
-        .expect("flavor created");
+    storm::create_flavor(&admin, "storm").await;
 
     // N tokens.
     let setup = Instant::now();
-    let name: FlavorName = "storm".parse().unwrap();
-    let secrets: Api<Secret> = Api::namespaced(admin.clone(), "kube-system");
-    let tokens: Vec<BootstrapToken> = futures::stream::iter(0..n)
-        .map(|_| {
-            let secrets = secrets.clone();
-            let name = name.clone();
-            async move {
-                let t = BootstrapToken::generate().expect("randomness");
-                let obj = flavored_token_secret(&t, &name, None, NonZeroU32::MIN);
-                let s = Secret {
-                    metadata: ObjectMeta {
-                        name: Some(obj.name.clone()),
-                        namespace: Some(obj.namespace.into()),
-                        labels: Some(obj.labels.clone()),
-                        annotations: Some(obj.annotations.clone()),
-                        ..ObjectMeta::default()
-                    },
-                    type_: Some(obj.type_.into()),
-                    string_data: Some(obj.string_data.clone()),
-                    ..Secret::default()
-                };
-                secrets
-                    .create(&PostParams::default(), &s)
-                    .await
-                    .expect("token");
-                t
-            }
-        })
-        .buffer_unordered(a.parallel)
-        .collect()
-        .await;
+    let tokens = storm::mint_tokens(&admin, "storm", n, a.parallel).await;
     eprintln!(
         "setup: {n} tokens in {:.1} s",
         setup.elapsed().as_secs_f64()
@@ -363,23 +227,17 @@ async fn main() {
     let approved: Times = Arc::default();
     let flavored: Times = Arc::default();
     let csrs: Api<CertificateSigningRequest> = Api::all(admin.clone());
-    let w1 = record_first(
+    let w1 = storm::record_first(
         csrs.clone(),
         approved.clone(),
         n,
-        |c: &CertificateSigningRequest| {
-            c.name_any().starts_with("storm-")
-                && c.status
-                    .as_ref()
-                    .and_then(|s| s.conditions.as_ref())
-                    .is_some_and(|cs| cs.iter().any(|x| x.type_ == "Approved"))
-        },
+        |c: &CertificateSigningRequest| c.name_any().starts_with("storm-") && storm::is_approved(c),
     );
-    let w2 = record_first(
+    let w2 = storm::record_first(
         Api::<Node>::all(admin.clone()),
         flavored.clone(),
         n,
-        |node: &Node| node.labels().get(FLAVOR_LABEL).map(String::as_str) == Some("storm"),
+        |node: &Node| node.labels().get(storm::FLAVOR_LABEL).map(String::as_str) == Some("storm"),
     );
 
     // The storm.
@@ -394,39 +252,7 @@ async fn main() {
             let csrs = csrs.clone();
             async move {
                 let node = format!("storm-{i:05}");
-                let boot = client_from(&kubeconfig_with_user(&admin_yaml, &format!("    token: {}\n", t.expose().as_str()))).await;
-                let (csr, key) = csr_for(&node);
-                // A token minted a moment ago may get 401 until the API server's cache has it.
-                let (boot_csrs, params) = (Api::<CertificateSigningRequest>::all(boot), PostParams::default());
-                kubeflavor::cluster::retry_unauthorized(kubeflavor::cluster::TOKEN_PROPAGATION, || {
-                    boot_csrs.create(&params, &csr)
-                })
-                .await
-                .expect("CSR created");
-                // From the moment the CSR exists: the bootstrap client's own TLS handshake
-                // and request are not the controller's latency.
-                created.lock().unwrap().insert(node.clone(), Instant::now());
-                let issued = kube::runtime::wait::await_condition(csrs, &node, |c: Option<&CertificateSigningRequest>| {
-                    c.and_then(|c| c.status.as_ref()).and_then(|s| s.certificate.as_ref()).is_some()
-                })
-                .await
-                .expect("watch")
-                .expect("CSR");
-                let cert = String::from_utf8(issued.status.unwrap().certificate.unwrap().0).unwrap();
-                use base64::Engine;
-                let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
-                let user = format!("    client-certificate-data: {}\n    client-key-data: {}\n", b64(&cert), b64(&key));
-                let kubelet = client_from(&kubeconfig_with_user(&admin_yaml, &user)).await;
-                let node_obj: Node = serde_json::from_value(serde_json::json!({
-                    "metadata": {"name": node},
-                    "spec": {"taints": [{"key": "kubeflavor.io/unverified", "effect": "NoSchedule"}]},
-                }))
-                .unwrap();
-                Api::<Node>::all(kubelet)
-                    .create(&PostParams::default(), &node_obj)
-                    .await
-                    .expect("node registers");
-                registered.lock().unwrap().insert(node, Instant::now());
+                storm::join(&admin_yaml, &csrs, &t, &node, &created, &registered).await;
             }
         })
         .buffer_unordered(a.parallel)
@@ -441,18 +267,8 @@ async fn main() {
     let total = start.elapsed();
 
     // Figures.
-    let lat = |from: &Times, to: &Times| {
-        let from = from.lock().unwrap();
-        let to = to.lock().unwrap();
-        let mut v: Vec<Duration> = to
-            .iter()
-            .filter_map(|(k, t)| from.get(k).map(|f| t.saturating_duration_since(*f)))
-            .collect();
-        v.sort();
-        v
-    };
-    let csr_lat = lat(&created, &approved);
-    let node_lat = lat(&registered, &flavored);
+    let csr_lat = storm::latencies(&created, &approved);
+    let node_lat = storm::latencies(&registered, &flavored);
     let first = created.lock().unwrap().values().min().copied().unwrap();
     let last_ok = approved.lock().unwrap().values().max().copied().unwrap();
     println!("join-storm: {n} joins, {} in flight", a.parallel);

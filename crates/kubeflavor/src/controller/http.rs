@@ -27,11 +27,28 @@ pub struct Health {
     stopping: AtomicBool,
     /// Woken when `synced` turns true.
     synced_changed: tokio::sync::Notify,
+    /// Woken when `leading` changes.
+    leading_changed: tokio::sync::Notify,
 }
 
 impl Health {
     pub fn set_leading(&self, v: bool) {
-        self.leading.store(v, Ordering::SeqCst);
+        if self.leading.swap(v, Ordering::SeqCst) != v {
+            self.leading_changed.notify_waiters();
+        }
+    }
+    /// Resolves once this replica leads (`true`) or does not (`false`).
+    pub async fn wait_leading(&self, leading: bool) {
+        loop {
+            let notified = self.leading_changed.notified();
+            tokio::pin!(notified);
+            // Registered before the check, so a set_leading in between is not missed.
+            notified.as_mut().enable();
+            if self.is_leading() == leading {
+                return;
+            }
+            notified.await;
+        }
     }
     pub fn set_synced(&self, v: bool) {
         self.synced.store(v, Ordering::SeqCst);

@@ -68,6 +68,14 @@ pub enum LeaderError {
         #[source]
         source: kube::Error,
     },
+    #[error(
+        "no answer about Lease {namespace}/{name} within {after:?} (is the API server reachable?)"
+    )]
+    Timeout {
+        namespace: String,
+        name: String,
+        after: Duration,
+    },
 }
 
 /// What a candidate should do with the Lease it just read: the pure part of one round.
@@ -136,6 +144,14 @@ impl LeaderElector {
             namespace: self.cfg.namespace.clone(),
             name: self.cfg.name.clone(),
             source,
+        }
+    }
+
+    fn timeout_err(&self, after: Duration) -> LeaderError {
+        LeaderError::Timeout {
+            namespace: self.cfg.namespace.clone(),
+            name: self.cfg.name.clone(),
+            after,
         }
     }
 
@@ -279,9 +295,21 @@ impl LeaderElector {
         tokio::pin!(shutdown);
         let mut last_renewal: Option<Instant> = None;
         loop {
-            match self.try_acquire_or_renew().await {
+            // A round gets no more time than is left of the renew deadline: a request that
+            // hangs (a partition: sent, never answered) must not keep a leader leading past
+            // it. Renewal is counted from the moment the round started, before the Lease
+            // could have been written, never later than the others count it.
+            let started = Instant::now();
+            let budget = match last_renewal {
+                Some(t) if *leading.borrow() => self.cfg.renew_deadline.saturating_sub(t.elapsed()),
+                _ => self.cfg.renew_deadline,
+            };
+            let round = tokio::time::timeout(budget, self.try_acquire_or_renew())
+                .await
+                .unwrap_or_else(|_| Err(self.timeout_err(budget)));
+            match round {
                 Ok(true) => {
-                    last_renewal = Some(Instant::now());
+                    last_renewal = Some(started);
                     if !*leading.borrow() {
                         tracing::info!(identity = %self.cfg.identity, lease = %self.cfg.name, "became leader");
                         leading.send_replace(true);

@@ -4,7 +4,7 @@
 //! unlike the CSR conditions a bootstrap identity can read (P1, hidden flavor).
 
 use std::sync::Arc;
-use std::sync::atomic::AtomicI64;
+use std::sync::atomic::{AtomicI64, AtomicU64};
 use std::time::Instant;
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -58,6 +58,8 @@ pub struct Metrics {
     pub tokens_deleted: Counter,
     pub node_patches: Counter,
     pub leader: Gauge<i64, AtomicI64>,
+    pub writes: Counter,
+    pub last_write: Gauge<f64, AtomicU64>,
     pub competing_approvals: Family<KindLabels, Gauge<i64, AtomicI64>>,
     registry: Arc<Registry>,
 }
@@ -133,6 +135,18 @@ impl Metrics {
                 "1 while this replica holds the leader Lease",
                 Gauge::default(),
             ),
+            writes: registered(
+                &mut r,
+                "api_writes",
+                "API writes this replica started, each one allowed only inside a leadership term",
+                Counter::default(),
+            ),
+            last_write: registered(
+                &mut r,
+                "last_api_write_timestamp_seconds",
+                "Unix time at which this replica last started an API write (0: never); a replica whose term ended stays below the next holder's acquire time",
+                Gauge::default(),
+            ),
             competing_approvals: registered(
                 &mut r,
                 "competing_approvals",
@@ -167,6 +181,15 @@ impl Metrics {
                 kind: kind.to_string(),
             })
             .set(i64::from(present));
+    }
+
+    /// Counts one API write about to be sent, and when.
+    pub fn write_started(&self) {
+        self.writes.inc();
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        self.last_write.set(now.as_secs_f64());
     }
 
     pub fn conflict(&self, controller: &str, stage: &str) {

@@ -316,6 +316,14 @@ impl Context {
         }
     }
 
+    /// Called right before a write is sent: refused once this context may write no more
+    /// (see [`Context::may_write`]), otherwise counted in the write metrics.
+    pub fn begin_write(&self, next: Step) -> Result<(), Error> {
+        self.may_write(next)?;
+        self.metrics.write_started();
+        Ok(())
+    }
+
     /// One write of a reconcile, bracketed: refused once this context may write no more
     /// (see [`Context::may_write`]), and recorded as `step` of object `name` once done (see
     /// [`Context::step`]). `write` is not started when refused.
@@ -325,7 +333,7 @@ impl Context {
         step: Step,
         write: impl std::future::Future<Output = Result<T, Error>>,
     ) -> Result<T, Error> {
-        self.may_write(step)?;
+        self.begin_write(step)?;
         let written = write.await?;
         self.step(name, step)?;
         Ok(written)
@@ -482,9 +490,9 @@ async fn term(rt: &Runtime, lost: Stop, stopping: Stop) {
         .shared();
     run_loops(rt, until).await;
     tracing::debug!(identity = %rt.opts.identity, "leadership term ended");
-    rt.health.set_leading(false);
-    rt.health.set_synced(false);
     rt.metrics.leader.set(0);
+    rt.health.set_synced(false);
+    rt.health.set_leading(false);
 }
 
 /// One leadership term: both loops (and the bound-node counts) until `until` resolves.
@@ -529,16 +537,36 @@ async fn run_loops(rt: &Runtime, until: Stop) {
         node_loop.await;
         tracing::debug!("node loop ended");
     };
-    let term_end = halt_at_term_end(&ctx, until);
-    tokio::join!(csr_loop, node_loop, counts, synced, term_end);
+    let term_end = halt_at_term_end(&ctx, until.clone());
+    // Work of an ended term that still waits (a request into a partition may hang for
+    // minutes) is dropped after a grace period, so a next term can start.
+    let work = async {
+        tokio::join!(csr_loop, node_loop, counts, synced);
+    };
+    let drained = async {
+        until.await;
+        tokio::time::sleep(TERM_GRACE).await;
+    };
+    let bounded = async {
+        tokio::select! {
+            _ = work => {}
+            _ = drained => tracing::warn!("work of the ended term did not stop in time; dropping it"),
+        }
+    };
+    tokio::join!(bounded, term_end);
 }
+
+/// How long the work of an ended term may take to stop before it is dropped.
+const TERM_GRACE: Duration = Duration::from_secs(15);
 
 /// Once the term ends (leadership lost, shutdown), reconciles still running or waiting for
 /// a turn write nothing more: only the leader writes, and the next one finishes whatever
-/// was half done (P6, nothing lost).
+/// was half done (P6, nothing lost). The replica says at once that it no longer leads.
 async fn halt_at_term_end(ctx: &Context, until: Stop) {
     until.await;
     ctx.halted.store(true, std::sync::atomic::Ordering::SeqCst);
+    ctx.metrics.leader.set(0);
+    ctx.health.set_leading(false);
 }
 
 #[cfg(test)]
@@ -592,8 +620,16 @@ mod tests {
         let ctx = Context::new(&rt, store().0, store().0, store().0);
         let (tx, rx) = watch::channel(false);
         let term = halt_at_term_end(&ctx, stop_when(rx, true));
+        let sent = std::sync::atomic::AtomicUsize::new(0);
+        let send = || async {
+            sent.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            Ok::<_, Error>(())
+        };
         let check = async {
             assert!(ctx.may_write(Step::Reserved).is_ok(), "the term is on");
+            ctx.write("csr-1", Step::Reserved, send())
+                .await
+                .expect("a write inside the term");
             tx.send(true).expect("term receiver");
         };
         tokio::join!(term, check);
@@ -601,5 +637,19 @@ mod tests {
             ctx.may_write(Step::Bound),
             Err(Error::Halted(Step::Bound))
         ));
+        let refused = ctx.write("csr-1", Step::Bound, send()).await;
+        assert!(matches!(refused, Err(Error::Halted(Step::Bound))));
+        assert_eq!(
+            sent.load(std::sync::atomic::Ordering::SeqCst),
+            1,
+            "the write after the term was never sent"
+        );
+        assert_eq!(
+            ctx.metrics.writes.get(),
+            1,
+            "only the write inside the term counts"
+        );
+        let last = ctx.metrics.last_write.get();
+        assert!(last > 0.0, "the write inside the term is timestamped");
     }
 }

@@ -143,7 +143,7 @@ async fn write_bound_counts(ctx: &Context, changed: &Notify) -> Result<(), Error
     );
     let api: Api<Flavor> = Api::all(ctx.client.clone());
     for (name, count) in updates {
-        ctx.may_write(Step::StatusWritten)?;
+        ctx.begin_write(Step::StatusWritten)?;
         let body = serde_json::json!({ "status": { "boundNodes": count } });
         match api
             .patch_status(&name, &PatchParams::default(), &Patch::Merge(&body))

@@ -64,6 +64,10 @@ pub async fn record(
         }),
         ..Event::default()
     };
+    // A record is a write like any other: none once this replica's term has ended.
+    if ctx.begin_write(super::Step::Denied).is_err() {
+        return;
+    }
     let api: Api<Event> = Api::namespaced(ctx.client.clone(), TRAIL_NAMESPACE);
     if let Err(e) = api.create(&PostParams::default(), &event).await {
         tracing::warn!(error = %e, reason, "could not record an Event (the log line above has the same facts)");

@@ -112,3 +112,30 @@ async fn only_the_leader_decides() {
     a.stop().await;
     b.stop().await;
 }
+
+/// A leader whose Lease renewals hang (a partition: the request sent, no answer ever)
+/// steps down by its renew deadline, without waiting for the request: otherwise it would
+/// go on writing after a standby took over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_whose_renewals_hang_steps_down() {
+    let h = Harness::start().await;
+    let Some(tk) = h
+        .env
+        .testkube_or_skip("needs testkube's fault injection to hang requests")
+    else {
+        return;
+    };
+    let a = h.start_controller(ha_options(&h, "replica-a"));
+    holder_becomes(&h, "replica-a").await;
+    within("replica-a to lead", a.health.wait_leading(true)).await;
+    // Every Lease update from now on is answered only after an hour.
+    tk.faults()
+        .delay_next(1000, "update", "leases", Duration::from_secs(3600));
+    within(
+        "replica-a to step down while its renewal hangs",
+        a.health.wait_leading(false),
+    )
+    .await;
+    assert_eq!(a.metrics.leader.get(), 0, "the leader gauge follows");
+    a.kill();
+}

@@ -1,0 +1,926 @@
+//! image_ha: the controller image run as the installed Deployment runs it, two replicas as
+//! containers against a real cluster, with real faults.
+//!
+//!     bash image/build
+//!     cargo run -p kubeflavor --example image_ha -- --kubeconfig admin.kubeconfig
+//!
+//! Each replica gets in-cluster configuration as a pod does: a token from a TokenRequest
+//! for the ServiceAccount `install --apply` created (so install's RBAC is what is tested),
+//! the cluster's CA and the namespace under /var/run/secrets/kubernetes.io/serviceaccount,
+//! and KUBERNETES_SERVICE_HOST/PORT. Its arguments and environment are the Deployment's.
+//! The replicas live on a Docker network of their own whose gateway is the API server's
+//! service address (10.96.0.1, which kubeadm-made serving certificates name); a relay on
+//! that address forwards to the API server, so a replica cut off that network cannot
+//! reach the API server at all.
+//!
+//! 1. The image is inspected: user, entrypoint, size, the files it holds.
+//! 2. Both replicas start; one takes the Lease.
+//! 3. A storm of joins; mid-storm the leader's container is killed; the other takes over.
+//! 4. The killed replica starts again; a second storm; mid-storm the leader is disconnected
+//!    from the network without being stopped; the other takes over.
+//! 5. The cut-off replica is reconnected: it started no API write after its term ended
+//!    (its own counters, read over HTTP) and stays a follower.
+//! 6. Every join is checked: exactly one approval, a certificate, exactly one binding to
+//!    its own token, the token's record naming the node, the Node flavored.
+//!
+//! It prints the takeover times, joins, approvals and bindings, and each replica's peak
+//! RSS, then removes everything it created. Exit status 0 only if every check held.
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::{Ipv4Addr, SocketAddr};
+use std::path::Path;
+use std::process::Command;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use clap::Parser;
+use futures::{FutureExt, StreamExt};
+use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Node, Secret, ServiceAccount};
+use kube::api::{DeleteParams, ListParams, PostParams};
+use kube::config::Kubeconfig;
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client, ResourceExt};
+use kubeflavor::crd::{Flavor, FlavorBinding};
+use kubeflavor_core::token::BootstrapToken;
+use kubeflavor_core::token_meta::BOUND_NODES_ANNOTATION;
+use kubeflavor_core::token_secret::{TOKEN_SECRET_NAMESPACE, secret_name};
+use serde_json::Value;
+use tokio::sync::watch;
+
+#[path = "../../kubeflavor-core/examples/support/args.rs"]
+mod args;
+#[path = "support/storm.rs"]
+mod storm;
+
+use storm::{Times, ms, percentile};
+
+/// Where a pod finds its ServiceAccount's files.
+const SA_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
+/// How long a phase's joins may take, takeover included.
+const PHASE_TIMEOUT: Duration = Duration::from_secs(300);
+/// How long a replica may take to answer /healthz after it starts.
+const START_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// image_ha: two controller replicas from the image, a storm of joins, a killed leader and
+/// a cut-off leader; checks takeover, fencing and every join.
+#[derive(Debug, Parser)]
+#[command(
+    name = "image_ha",
+    after_help = "Run: cargo run -p kubeflavor --example image_ha -- --kubeconfig FILE"
+)]
+struct Args {
+    /// The cluster (an admin kubeconfig whose server is on this machine's loopback).
+    #[arg(long, value_name = "FILE")]
+    kubeconfig: String,
+    /// The controller image [default: the image `kubeflavor install` names].
+    #[arg(long, value_name = "IMAGE")]
+    image: Option<String>,
+    /// Joins per storm (two storms run).
+    #[arg(long, value_name = "N", default_value_t = 24, value_parser = args::at_least_one)]
+    joins: usize,
+    /// Joins in flight at once.
+    #[arg(long, value_name = "N", default_value_t = 6, value_parser = args::at_least_one)]
+    parallel: usize,
+    /// The API server's address as pods see it; the serving certificate must name it.
+    #[arg(long, value_name = "IP", default_value = "10.96.0.1")]
+    service_ip: Ipv4Addr,
+    /// The /24 network (its .1 is --service-ip) the replicas live on.
+    #[arg(long, value_name = "CIDR", default_value = "10.96.0.0/24")]
+    subnet: String,
+}
+
+/// Runs `docker` and returns its trimmed standard output; panics with its error output.
+fn docker(args: &[&str]) -> String {
+    let out = Command::new("docker")
+        .args(args)
+        .output()
+        .expect("docker runs");
+    assert!(
+        out.status.success(),
+        "docker {} failed: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr).trim()
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// The Deployment's controller container, as `kubeflavor install` prints it.
+async fn installed_container(image: Option<&str>) -> Value {
+    let mut argv = vec!["kubeflavor", "install"];
+    if let Some(image) = image {
+        argv.extend(["--image", image]);
+    }
+    let mut out = Vec::new();
+    kubeflavor::run(argv, &mut out)
+        .await
+        .expect("install prints");
+    let docs: Vec<Value> =
+        serde_saphyr::from_multiple(&String::from_utf8(out).expect("UTF-8")).expect("YAML");
+    let deployment = docs
+        .into_iter()
+        .find(|d| d["kind"] == "Deployment")
+        .expect("install prints a Deployment");
+    deployment["spec"]["template"]["spec"]["containers"][0].clone()
+}
+
+/// Step 1: what the image is, and that it holds nothing but the binary.
+fn inspect_image(image: &str) -> u64 {
+    let config: Value = serde_json::from_str(&docker(&["image", "inspect", image]))
+        .expect("docker image inspect prints JSON");
+    let config = &config[0];
+    let user = config["Config"]["User"].as_str().unwrap_or_default();
+    let entrypoint = &config["Config"]["Entrypoint"];
+    let size = config["Size"].as_u64().unwrap_or_default();
+    let labels = &config["Config"]["Labels"];
+    let created = docker(&["create", image]);
+    let listing = Command::new("sh")
+        .arg("-c")
+        .arg(format!("docker export {created} | tar -t"))
+        .output()
+        .expect("docker export runs");
+    docker(&["rm", &created]);
+    let files: Vec<String> = String::from_utf8_lossy(&listing.stdout)
+        .lines()
+        // Docker adds these to every container's filesystem.
+        .filter(|f| {
+            !matches!(
+                f.trim_end_matches('/'),
+                ".dockerenv"
+                    | "dev"
+                    | "dev/console"
+                    | "dev/pts"
+                    | "dev/shm"
+                    | "etc"
+                    | "etc/hostname"
+                    | "etc/hosts"
+                    | "etc/mtab"
+                    | "etc/resolv.conf"
+                    | "proc"
+                    | "sys"
+            )
+        })
+        .map(str::to_string)
+        .collect();
+    println!("image {image}");
+    println!("  user         {user}");
+    println!("  entrypoint   {entrypoint}");
+    println!("  size         {:.1} MB ({size} bytes)", size as f64 / 1e6);
+    println!("  files        {}", files.join(" "));
+    for key in [
+        "org.opencontainers.image.source",
+        "org.opencontainers.image.version",
+        "org.opencontainers.image.licenses",
+    ] {
+        println!("  {key:<34} {}", labels[key].as_str().unwrap_or("(none)"));
+    }
+    assert!(
+        user.split(':')
+            .next()
+            .is_some_and(|u| u != "0" && !u.is_empty() && u != "root"),
+        "the image runs as a non-root user, not {user:?}"
+    );
+    assert_eq!(entrypoint, &serde_json::json!(["/kubeflavor"]));
+    assert_eq!(files, ["kubeflavor"], "the image holds only the binary");
+    size
+}
+
+/// Forwards every connection to `listen` on to `upstream`, until dropped.
+async fn relay(listen: SocketAddr, upstream: SocketAddr) -> tokio::task::JoinHandle<()> {
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .unwrap_or_else(|e| panic!("relay cannot listen on {listen}: {e}"));
+    tokio::spawn(async move {
+        while let Ok((mut inbound, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                if let Ok(mut outbound) = tokio::net::TcpStream::connect(upstream).await {
+                    let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                }
+            });
+        }
+    })
+}
+
+/// The Lease as last seen: holder, renew time and acquire time.
+#[derive(Clone, Debug, Default)]
+struct Holder {
+    identity: String,
+    renewed: Option<SystemTime>,
+    acquired: Option<SystemTime>,
+}
+
+fn system_time(t: &k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime) -> SystemTime {
+    SystemTime::UNIX_EPOCH + Duration::from_nanos(t.0.as_nanosecond().max(0) as u64)
+}
+
+/// Publishes every change of the Lease.
+fn observe_lease(api: Api<Lease>, name: &str) -> watch::Receiver<Holder> {
+    let (tx, rx) = watch::channel(Holder::default());
+    let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+    tokio::spawn(async move {
+        let stream = watcher(api, config).applied_objects();
+        futures::pin_mut!(stream);
+        while let Some(lease) = stream.next().await {
+            let Ok(lease) = lease else { continue };
+            let spec = lease.spec.unwrap_or_default();
+            let holder = Holder {
+                identity: spec.holder_identity.unwrap_or_default(),
+                renewed: spec.renew_time.as_ref().map(system_time),
+                acquired: spec.acquire_time.as_ref().map(system_time),
+            };
+            if tx.send(holder).is_err() {
+                return;
+            }
+        }
+    });
+    rx
+}
+
+/// One replica: a container named like the pod it stands for.
+struct Replica {
+    name: String,
+}
+
+impl Replica {
+    fn start(name: &str, run: &[String]) -> Replica {
+        let mut argv: Vec<&str> = vec!["run", "-d", "--name", name];
+        argv.extend(run.iter().map(String::as_str));
+        let argv: Vec<String> = argv
+            .into_iter()
+            .map(|a| a.replace("{POD_NAME}", name))
+            .collect();
+        docker(&argv.iter().map(String::as_str).collect::<Vec<_>>());
+        Replica { name: name.into() }
+    }
+
+    fn ip(&self, network: &str) -> Option<String> {
+        let ip = docker(&[
+            "inspect",
+            "-f",
+            &format!(
+                "{{{{with index .NetworkSettings.Networks \"{network}\"}}}}{{{{.IPAddress}}}}{{{{end}}}}"
+            ),
+            &self.name,
+        ]);
+        (!ip.is_empty()).then_some(ip)
+    }
+
+    fn running(&self) -> bool {
+        docker(&["inspect", "-f", "{{.State.Running}}", &self.name]) == "true"
+    }
+
+    fn peak_rss_mib(&self) -> Option<f64> {
+        let pid: u32 = docker(&["inspect", "-f", "{{.State.Pid}}", &self.name])
+            .parse()
+            .ok()?;
+        storm::vm_hwm_kib(pid).map(|kib| kib as f64 / 1024.0)
+    }
+
+    /// GET `path` on the replica's HTTP port; None while it does not answer.
+    async fn get(&self, network: &str, port: u16, path: &str) -> Option<(u16, String)> {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let ip = self.ip(network)?;
+        let connect = tokio::net::TcpStream::connect(format!("{ip}:{port}"));
+        let mut stream = tokio::time::timeout(Duration::from_secs(2), connect)
+            .await
+            .ok()?
+            .ok()?;
+        let request = format!("GET {path} HTTP/1.0\r\nHost: {ip}\r\n\r\n");
+        stream.write_all(request.as_bytes()).await.ok()?;
+        let mut response = String::new();
+        tokio::time::timeout(Duration::from_secs(5), stream.read_to_string(&mut response))
+            .await
+            .ok()?
+            .ok()?;
+        let status = response.split_whitespace().nth(1)?.parse().ok()?;
+        let body = response.split_once("\r\n\r\n")?.1.to_string();
+        Some((status, body))
+    }
+
+    /// Waits until the replica answers `path` with 200.
+    async fn until_ok(&self, network: &str, port: u16, path: &str) {
+        let deadline = Instant::now() + START_TIMEOUT;
+        while self.get(network, port, path).await.map(|r| r.0) != Some(200) {
+            assert!(
+                Instant::now() < deadline,
+                "{} did not answer {path} within {START_TIMEOUT:?}; docker logs {}:\n{}",
+                self.name,
+                self.name,
+                logs(&self.name)
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// One metric's value from the replica's /metrics.
+    async fn metric(&self, network: &str, port: u16, name: &str) -> Option<f64> {
+        let (_, body) = self.get(network, port, "/metrics").await?;
+        body.lines()
+            .find(|l| l.split_whitespace().next() == Some(name))?
+            .split_whitespace()
+            .nth(1)?
+            .parse()
+            .ok()
+    }
+}
+
+fn logs(name: &str) -> String {
+    let out = Command::new("docker")
+        .args(["logs", "--tail", "40", name])
+        .output()
+        .map(|o| {
+            format!(
+                "{}{}",
+                String::from_utf8_lossy(&o.stdout),
+                String::from_utf8_lossy(&o.stderr)
+            )
+        })
+        .unwrap_or_default();
+    out
+}
+
+/// What one run creates, for the checks and for clean-up.
+struct Run {
+    prefix: String,
+    flavor: String,
+    network: String,
+    dir: tempfile::TempDir,
+    replicas: Vec<String>,
+    nodes: Vec<String>,
+    tokens: Vec<String>,
+}
+
+/// Waits until the Lease is held by someone other than `not` (a replica of this run).
+async fn next_holder(rx: &mut watch::Receiver<Holder>, prefix: &str, not: &str) -> Holder {
+    let changed = rx.wait_for(|h| h.identity.starts_with(prefix) && h.identity != not);
+    tokio::time::timeout(Duration::from_secs(120), changed)
+        .await
+        .unwrap_or_else(|_| panic!("no replica took the Lease over from {not:?} within 120 s"))
+        .expect("lease observer")
+        .clone()
+}
+
+/// One storm: the joins of `nodes` with `tokens`, `parallel` at a time; once `fault_after`
+/// have completed, `fault` runs (concurrently with the rest of the storm).
+async fn storm_with_fault<F: std::future::Future<Output = ()>>(
+    admin_yaml: &str,
+    csrs: &Api<CertificateSigningRequest>,
+    joins: Vec<(String, BootstrapToken)>,
+    parallel: usize,
+    times: (&Times, &Times),
+    fault_after: usize,
+    fault: F,
+) {
+    let (done_tx, mut done_rx) = watch::channel(0usize);
+    let done_tx = Arc::new(done_tx);
+    let storm = futures::stream::iter(joins)
+        .map(|(node, token)| {
+            let done_tx = done_tx.clone();
+            async move {
+                storm::join(admin_yaml, csrs, &token, &node, times.0, times.1).await;
+                done_tx.send_modify(|n| *n += 1);
+            }
+        })
+        .buffer_unordered(parallel)
+        .collect::<Vec<()>>();
+    let fault = async {
+        let _ = done_rx.wait_for(|n| *n >= fault_after).await;
+        fault.await;
+    };
+    tokio::time::timeout(PHASE_TIMEOUT, async { tokio::join!(storm, fault) })
+        .await
+        .unwrap_or_else(|_| panic!("a storm did not complete within {PHASE_TIMEOUT:?}"));
+}
+
+fn since(later: SystemTime, earlier: SystemTime) -> Duration {
+    later.duration_since(earlier).unwrap_or_default()
+}
+
+fn secs(d: Duration) -> String {
+    format!("{:.2} s", d.as_secs_f64())
+}
+
+#[tokio::main(flavor = "multi_thread")]
+async fn main() {
+    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+    let a = args::parse_or_exit::<Args>();
+    let admin_yaml = std::fs::read_to_string(&a.kubeconfig).expect("read --kubeconfig");
+    let admin = storm::client_from(&admin_yaml).await;
+    let prefix = format!("kf-ha-{}", std::process::id());
+    let run = Run {
+        flavor: prefix.clone(),
+        network: prefix.clone(),
+        dir: tempfile::tempdir().expect("temp dir"),
+        replicas: Vec::new(),
+        nodes: (0..2 * a.joins)
+            .map(|i| format!("{prefix}-{i:03}"))
+            .collect(),
+        tokens: Vec::new(),
+        prefix,
+    };
+    let mut run = run;
+    let outcome = std::panic::AssertUnwindSafe(exercise(&a, &admin, &admin_yaml, &mut run))
+        .catch_unwind()
+        .await;
+    clean_up(&admin, &run).await;
+    if let Err(panic) = outcome {
+        std::panic::resume_unwind(panic);
+    }
+    println!("image_ha: every check held; everything it created is removed");
+}
+
+async fn exercise(a: &Args, admin: &Client, admin_yaml: &str, run: &mut Run) {
+    let container = installed_container(a.image.as_deref()).await;
+    let image = container["image"].as_str().expect("image").to_string();
+    let image_size = inspect_image(&image);
+
+    // Install's objects: the ServiceAccount and RBAC the replicas run with.
+    let kubeconfig_path = run.dir.path().join("admin.kubeconfig");
+    std::fs::write(&kubeconfig_path, admin_yaml).expect("write kubeconfig");
+    let kubeconfig_arg = kubeconfig_path.to_str().expect("UTF-8 path");
+    let mut out = Vec::new();
+    kubeflavor::run(
+        [
+            "kubeflavor",
+            "--kubeconfig",
+            kubeconfig_arg,
+            "install",
+            "--apply",
+            "--replicas",
+            "0",
+        ],
+        &mut out,
+    )
+    .await
+    .expect("install --apply");
+    let namespace = "kubeflavor";
+    let service_account = kubeflavor::cmd::install::CONTROLLER_SA;
+
+    // The files a pod of that ServiceAccount would get, readable by the image's user.
+    let sa_dir = run.dir.path().join("serviceaccount");
+    std::fs::create_dir(&sa_dir).expect("mkdir");
+    let request = TokenRequest {
+        spec: TokenRequestSpec {
+            audiences: Vec::new(),
+            expiration_seconds: Some(3600),
+            bound_object_ref: None,
+        },
+        ..TokenRequest::default()
+    };
+    let token = Api::<ServiceAccount>::namespaced(admin.clone(), namespace)
+        .create_token_request(service_account, &PostParams::default(), &request)
+        .await
+        .expect("TokenRequest for the controller's ServiceAccount");
+    let token = token.status.expect("TokenRequest status").token;
+    let kc = Kubeconfig::from_yaml(admin_yaml).expect("kubeconfig");
+    let cluster = kc.clusters[0].cluster.clone().expect("cluster");
+    use base64::Engine;
+    let ca = base64::engine::general_purpose::STANDARD
+        .decode(cluster.certificate_authority_data.expect("CA data"))
+        .expect("CA data is base64");
+    write_world_readable(&sa_dir.join("token"), token.as_bytes());
+    write_world_readable(&sa_dir.join("ca.crt"), &ca);
+    write_world_readable(&sa_dir.join("namespace"), namespace.as_bytes());
+    make_world_readable(run.dir.path());
+    make_world_readable(&sa_dir);
+
+    // The network, and the relay from the service address to the API server.
+    let server = cluster.server.expect("server");
+    let upstream: SocketAddr = server
+        .trim_start_matches("https://")
+        .trim_end_matches('/')
+        .parse()
+        .unwrap_or_else(|_| panic!("the API server {server} is not at an IP address and port"));
+    let port = upstream.port();
+    docker(&[
+        "network",
+        "create",
+        "--subnet",
+        &a.subnet,
+        "--gateway",
+        &a.service_ip.to_string(),
+        &run.network,
+    ]);
+    let _relay = relay(SocketAddr::from((a.service_ip, port)), upstream).await;
+
+    // The replicas: the Deployment's container, as a kubelet would run it.
+    let http_port = kubeflavor::cmd::install::HTTP_PORT as u16;
+    let mut run_args: Vec<String> = [
+        "--network",
+        &run.network,
+        "--read-only",
+        "--cap-drop",
+        "ALL",
+        "--security-opt",
+        "no-new-privileges",
+        "-v",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    run_args.push(format!("{}:{SA_DIR}:ro", sa_dir.display()));
+    for (k, v) in [
+        ("KUBERNETES_SERVICE_HOST", a.service_ip.to_string()),
+        ("KUBERNETES_SERVICE_PORT", port.to_string()),
+        ("POD_NAME", "{POD_NAME}".to_string()),
+        ("POD_NAMESPACE", namespace.to_string()),
+        ("RUST_LOG", "info".to_string()),
+    ] {
+        run_args.push("-e".into());
+        run_args.push(format!("{k}={v}"));
+    }
+    run_args.push(image.clone());
+    for arg in container["args"].as_array().expect("container args") {
+        let arg = arg.as_str().expect("string args");
+        run_args.push(arg.replace("$(POD_NAMESPACE)", namespace));
+    }
+    let names = [format!("{}-a", run.prefix), format!("{}-b", run.prefix)];
+    run.replicas = names.to_vec();
+    let mut replicas: HashMap<String, Replica> = names
+        .iter()
+        .map(|n| (n.clone(), Replica::start(n, &run_args)))
+        .collect();
+    for r in replicas.values() {
+        r.until_ok(&run.network, http_port, "/healthz").await;
+    }
+    println!(
+        "replicas {} and {} started from {image}",
+        names[0], names[1]
+    );
+
+    // Step 2: one takes the Lease.
+    let leases: Api<Lease> = Api::namespaced(admin.clone(), namespace);
+    let mut holder = observe_lease(leases, kubeflavor::controller::LEASE_NAME);
+    let first = next_holder(&mut holder, &run.prefix, "").await;
+    let leader = first.identity.clone();
+    replicas[&leader]
+        .until_ok(&run.network, http_port, "/readyz")
+        .await;
+    println!("lease taken by {leader}");
+
+    // The storms' tokens and flavor.
+    storm::create_flavor(admin, &run.flavor).await;
+    let tokens = storm::mint_tokens(admin, &run.flavor, 2 * a.joins, a.parallel).await;
+    run.tokens = tokens
+        .iter()
+        .map(|t| secret_name(t.id()))
+        .collect::<Vec<_>>();
+    let token_of: BTreeMap<String, String> = run
+        .nodes
+        .iter()
+        .cloned()
+        .zip(tokens.iter().map(|t| t.id().to_string()))
+        .collect();
+    let mut joins: Vec<(String, BootstrapToken)> = run.nodes.iter().cloned().zip(tokens).collect();
+    let second_storm = joins.split_off(a.joins);
+    let csrs: Api<CertificateSigningRequest> = Api::all(admin.clone());
+    let (created, approved, registered): (Times, Times, Times) = Default::default();
+    let watch_approvals = storm::record_first(
+        csrs.clone(),
+        approved.clone(),
+        2 * a.joins,
+        |c: &CertificateSigningRequest| storm::is_approved(c),
+    );
+    let fault_after = (a.joins / 4).max(1);
+
+    // Step 3: kill the leader mid-storm.
+    let mut killed = (SystemTime::UNIX_EPOCH, Holder::default());
+    let kill = async {
+        let before = holder.borrow().clone();
+        docker(&["kill", &leader]);
+        let at = SystemTime::now();
+        println!("killed the leader {leader} after {fault_after} joins");
+        let next = next_holder(&mut holder.clone(), &run.prefix, &leader).await;
+        killed = (at, before);
+        next
+    };
+    let mut next = Holder::default();
+    storm_with_fault(
+        admin_yaml,
+        &csrs,
+        joins,
+        a.parallel,
+        (&created, &registered),
+        fault_after,
+        async { next = kill.await },
+    )
+    .await;
+    let (killed_at, before_kill) = killed;
+    let kill_takeover = since(next.acquired.expect("acquire time"), killed_at);
+    let kill_since_renewal = since(
+        next.acquired.expect("acquire time"),
+        before_kill.renewed.expect("renew time"),
+    );
+    println!(
+        "  {} took over {} after the kill ({} after the last renewal); {} joins completed",
+        next.identity,
+        secs(kill_takeover),
+        secs(kill_since_renewal),
+        a.joins
+    );
+    let leader = next.identity.clone();
+    let dead = names.iter().find(|n| **n != leader).expect("two").clone();
+    docker(&["start", &dead]);
+    replicas
+        .get(&dead)
+        .expect("replica")
+        .until_ok(&run.network, http_port, "/healthz")
+        .await;
+    println!("restarted {dead}: a follower now");
+
+    // Step 4: cut the leader off mid-storm.
+    let cut = replicas.get(&leader).expect("replica");
+    let writes_before_cut = cut
+        .metric(&run.network, http_port, "kubeflavor_api_writes_total")
+        .await
+        .expect("the leader's write count");
+    let mut cut_off = (SystemTime::UNIX_EPOCH, Holder::default());
+    let disconnect = async {
+        let before = holder.borrow().clone();
+        docker(&["network", "disconnect", "--force", &run.network, &leader]);
+        let at = SystemTime::now();
+        println!("cut the leader {leader} off the API server after {fault_after} joins");
+        let next = next_holder(&mut holder.clone(), &run.prefix, &leader).await;
+        cut_off = (at, before);
+        next
+    };
+    let mut next = Holder::default();
+    storm_with_fault(
+        admin_yaml,
+        &csrs,
+        second_storm,
+        a.parallel,
+        (&created, &registered),
+        fault_after,
+        async { next = disconnect.await },
+    )
+    .await;
+    let (cut_at, before_cut) = cut_off;
+    let acquired = next.acquired.expect("acquire time");
+    let cut_takeover = since(acquired, cut_at);
+    let cut_since_renewal = since(acquired, before_cut.renewed.expect("renew time"));
+    assert!(
+        cut.running(),
+        "the cut-off replica {leader} kept running through its partition"
+    );
+    println!(
+        "  {} took over {} after the cut ({} after the last renewal); {} joins completed",
+        next.identity,
+        secs(cut_takeover),
+        secs(cut_since_renewal),
+        a.joins
+    );
+
+    // Step 5: reconnected, the cut-off replica wrote nothing after its term.
+    docker(&["network", "connect", &run.network, &leader]);
+    cut.until_ok(&run.network, http_port, "/healthz").await;
+    let metric = |name: &'static str| cut.metric(&run.network, http_port, name);
+    let last_write = metric("kubeflavor_last_api_write_timestamp_seconds")
+        .await
+        .expect("last write time");
+    let writes_after = metric("kubeflavor_api_writes_total")
+        .await
+        .expect("write count");
+    let is_leader = metric("kubeflavor_leader").await.expect("leader gauge");
+    let acquired_secs = acquired
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_secs_f64();
+    println!(
+        "  {leader} after reconnection: leader={is_leader}, writes {writes_before_cut} before the cut, {writes_after} in all; last write {:.2} s before {} took over",
+        acquired_secs - last_write,
+        next.identity
+    );
+    assert_eq!(
+        is_leader,
+        0.0,
+        "the cut-off replica is a follower; its log:\n{}",
+        logs(&leader)
+    );
+    assert!(
+        last_write < acquired_secs,
+        "the cut-off replica started a write {:.3} s after the new leader's term began",
+        last_write - acquired_secs
+    );
+
+    // Step 6: every join, once.
+    let _ = tokio::time::timeout(Duration::from_secs(60), watch_approvals).await;
+    let check = check_joins(admin, run, &token_of).await;
+    let holder_now = holder.borrow().identity.clone();
+    assert_eq!(
+        holder_now, next.identity,
+        "the Lease stayed with the replica that took over"
+    );
+    let writes_end = metric("kubeflavor_api_writes_total")
+        .await
+        .expect("write count");
+    assert_eq!(
+        writes_end, writes_after,
+        "the reconnected replica wrote nothing while a follower"
+    );
+
+    let csr_lat = storm::latencies(&created, &approved);
+    let lease = lease_duration(&container);
+    let bound = takeover_bound(lease);
+    for (fault, took) in [("kill", kill_since_renewal), ("cut-off", cut_since_renewal)] {
+        assert!(
+            took <= bound,
+            "after the {fault}, the standby took over {} after the last renewal, later than the lease duration and two retry periods ({})",
+            secs(took),
+            secs(bound)
+        );
+    }
+    println!(
+        "image_ha: 2 replicas of {image} ({:.1} MB), lease {}",
+        image_size as f64 / 1e6,
+        secs(lease)
+    );
+    println!(
+        "  takeover after kill       {} ({} after the last renewal)",
+        secs(kill_takeover),
+        secs(kill_since_renewal)
+    );
+    println!(
+        "  takeover after cut-off    {} ({} after the last renewal)",
+        secs(cut_takeover),
+        secs(cut_since_renewal)
+    );
+    println!(
+        "  joins completed           {} of {}",
+        check.joined,
+        2 * a.joins
+    );
+    println!(
+        "  approvals / bindings      {} / {}",
+        check.approvals, check.bindings
+    );
+    println!(
+        "  CSR -> Approved           p50 {}  p99 {}  max {}",
+        ms(percentile(&csr_lat, 0.5)),
+        ms(percentile(&csr_lat, 0.99)),
+        ms(csr_lat.last().copied().unwrap_or_default())
+    );
+    for name in &names {
+        if let Some(rss) = replicas.get(name).and_then(Replica::peak_rss_mib) {
+            println!("  peak RSS {name:<20} {rss:.1} MiB");
+        }
+    }
+    replicas.clear();
+}
+
+/// The lease duration the Deployment's controller runs with (its --lease-duration, or
+/// the controller's default of 15 s).
+fn lease_duration(container: &Value) -> Duration {
+    let secs = container["args"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .find_map(|a| a.strip_prefix("--lease-duration="))
+        .map(|s| s.parse().expect("--lease-duration is whole seconds"))
+        .unwrap_or(15);
+    Duration::from_secs(secs)
+}
+
+/// The latest a standby may take over after the leader's last renewal: it must have seen
+/// the Lease unchanged for the lease duration, and it looks once per retry period (2/15 of
+/// the lease), so the first look and the last can each come up to one period late.
+fn takeover_bound(lease: Duration) -> Duration {
+    lease + 2 * (lease * 2 / 15).max(Duration::from_millis(500))
+}
+
+struct Joined {
+    joined: usize,
+    approvals: usize,
+    bindings: usize,
+}
+
+/// Every node: one approval and no other verdict, a certificate, one binding to its own
+/// token, the token's record naming it, the Node flavored.
+async fn check_joins(admin: &Client, run: &Run, token_of: &BTreeMap<String, String>) -> Joined {
+    let csrs: Vec<CertificateSigningRequest> = Api::all(admin.clone())
+        .list(&ListParams::default())
+        .await
+        .expect("list CSRs")
+        .items;
+    let bindings: Vec<FlavorBinding> = Api::all(admin.clone())
+        .list(&ListParams::default())
+        .await
+        .expect("list bindings")
+        .items;
+    let nodes: Vec<Node> = Api::all(admin.clone())
+        .list(&ListParams::default())
+        .await
+        .expect("list nodes")
+        .items;
+    let secrets: Api<Secret> = Api::namespaced(admin.clone(), TOKEN_SECRET_NAMESPACE);
+    let mut approvals = 0;
+    let mut bound = 0;
+    let mut joined = 0;
+    for node in &run.nodes {
+        let csr = csrs
+            .iter()
+            .find(|c| c.name_any() == *node)
+            .unwrap_or_else(|| panic!("{node}: no CSR"));
+        let conditions = csr
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.clone())
+            .unwrap_or_default();
+        let kinds: Vec<&str> = conditions.iter().map(|c| c.type_.as_str()).collect();
+        assert_eq!(kinds, ["Approved"], "{node}: the CSR's verdicts");
+        approvals += 1;
+        assert!(
+            csr.status
+                .as_ref()
+                .and_then(|s| s.certificate.as_ref())
+                .is_some(),
+            "{node}: a certificate was issued"
+        );
+        let mine: Vec<&FlavorBinding> = bindings.iter().filter(|b| b.spec.node == *node).collect();
+        assert_eq!(mine.len(), 1, "{node}: one binding");
+        assert_eq!(
+            mine[0].spec.token_id, token_of[node],
+            "{node}: bound to its own token"
+        );
+        assert_eq!(
+            mine[0].spec.flavor, run.flavor,
+            "{node}: bound to the flavor"
+        );
+        bound += 1;
+        let secret = secrets
+            .get(&secret_name(&token_of[node].parse().expect("token id")))
+            .await
+            .expect("the token Secret");
+        assert_eq!(
+            secret
+                .annotations()
+                .get(BOUND_NODES_ANNOTATION)
+                .map(String::as_str),
+            Some(node.as_str()),
+            "{node}: the token's record names the node and nothing else"
+        );
+        let n = nodes
+            .iter()
+            .find(|n| n.name_any() == *node)
+            .unwrap_or_else(|| panic!("{node}: no Node"));
+        assert_eq!(
+            n.labels().get(storm::FLAVOR_LABEL),
+            Some(&run.flavor),
+            "{node}: flavored"
+        );
+        joined += 1;
+    }
+    let ours = bindings
+        .iter()
+        .filter(|b| b.spec.flavor == run.flavor)
+        .count();
+    assert_eq!(ours, run.nodes.len(), "no binding beyond the joins");
+    Joined {
+        joined,
+        approvals,
+        bindings: bound,
+    }
+}
+
+fn write_world_readable(path: &Path, bytes: &[u8]) {
+    std::fs::write(path, bytes).expect("write");
+    make_world_readable(path);
+}
+
+fn make_world_readable(path: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = if path.is_dir() { 0o755 } else { 0o644 };
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).expect("chmod");
+}
+
+/// Removes the containers, the network and every object the run created.
+async fn clean_up(admin: &Client, run: &Run) {
+    for name in &run.replicas {
+        let _ = Command::new("docker").args(["rm", "-f", name]).output();
+    }
+    let _ = Command::new("docker")
+        .args(["network", "rm", &run.network])
+        .output();
+    let dp = DeleteParams::default();
+    let csrs: Api<CertificateSigningRequest> = Api::all(admin.clone());
+    let nodes: Api<Node> = Api::all(admin.clone());
+    let bindings: Api<FlavorBinding> = Api::all(admin.clone());
+    let secrets: Api<Secret> = Api::namespaced(admin.clone(), TOKEN_SECRET_NAMESPACE);
+    for node in &run.nodes {
+        let _ = csrs.delete(node, &dp).await;
+        let _ = nodes.delete(node, &dp).await;
+        let _ = bindings.delete(node, &dp).await;
+    }
+    for token in &run.tokens {
+        let _ = secrets.delete(token, &dp).await;
+    }
+    let _ = Api::<Flavor>::all(admin.clone())
+        .delete(&run.flavor, &dp)
+        .await;
+    let _ = Api::<Lease>::namespaced(admin.clone(), "kubeflavor")
+        .delete(kubeflavor::controller::LEASE_NAME, &dp)
+        .await;
+}

@@ -1,0 +1,268 @@
+//! What the storm examples share: a Flavor and its tokens, one node's join driven as a
+//! kubelet drives it (the CSR as the bootstrap identity, the certificate awaited, the Node
+//! registered as the node), and figures about processes and latencies.
+
+// Each example uses part of this module.
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::num::NonZeroU32;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
+use k8s_openapi::api::core::v1::{Node, Secret};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::PostParams;
+use kube::config::Kubeconfig;
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client, ResourceExt};
+use kubeflavor::crd::Flavor;
+use kubeflavor_core::flavor::FlavorName;
+use kubeflavor_core::token::BootstrapToken;
+use kubeflavor_core::token_secret::flavored_token_secret;
+
+/// The label kubeflavor puts on a flavored Node, naming its flavor.
+pub const FLAVOR_LABEL: &str = "kubeflavor.node-restriction.kubernetes.io/flavor";
+
+pub async fn client_from(yaml: &str) -> Client {
+    kubeflavor::join::client_from_kubeconfig(yaml)
+        .await
+        .expect("kubeconfig usable")
+}
+
+/// A kubeconfig like `base` (same server and CA) with another user.
+pub fn kubeconfig_with_user(base: &str, user: &str) -> String {
+    let kc = Kubeconfig::from_yaml(base).expect("kubeconfig");
+    let cluster = kc.clusters[0].cluster.clone().expect("cluster");
+    format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: {}\n    certificate-authority-data: {}\ncontexts:\n- name: c\n  context:\n    cluster: c\n    user: u\ncurrent-context: c\nusers:\n- name: u\n  user:\n{user}",
+        cluster.server.expect("server"),
+        cluster.certificate_authority_data.expect("CA data"),
+    )
+}
+
+/// The CSR a kubelet files for `node` (the same shape `kubeflavor join` sends), and its key.
+pub fn csr_for(node: &str) -> (CertificateSigningRequest, String) {
+    let generated = kubeflavor_core::kubelet_csr::generate_kubelet_csr(node).expect("kubelet CSR");
+    let csr = kubeflavor::join::tls_bootstrap::kubelet_csr_object(Some(node), generated.csr_pem());
+    let key = String::from_utf8(generated.key_pem().to_vec()).expect("PEM is ASCII");
+    (csr, key)
+}
+
+/// Creates the Flavor `name`, whose nodes get one restricted label.
+pub async fn create_flavor(admin: &Client, name: &str) {
+    let flavor: Flavor = serde_json::from_value(serde_json::json!({
+        "apiVersion": "kubeflavor.io/v1alpha1", "kind": "Flavor",
+        "metadata": {"name": name},
+        "spec": {"labels": {"tier.node-restriction.kubernetes.io/class": "gold"}, "trustLevel": 50},
+    }))
+    .expect("a Flavor");
+    Api::<Flavor>::all(admin.clone())
+        .create(&PostParams::default(), &flavor)
+        .await
+        .expect("flavor created");
+}
+
+/// Mints `n` single-node tokens of `flavor`, `parallel` at a time.
+pub async fn mint_tokens(
+    admin: &Client,
+    flavor: &str,
+    n: usize,
+    parallel: usize,
+) -> Vec<BootstrapToken> {
+    let name: FlavorName = flavor.parse().expect("a flavor name");
+    let secrets: Api<Secret> = Api::namespaced(admin.clone(), "kube-system");
+    futures::stream::iter(0..n)
+        .map(|_| {
+            let secrets = secrets.clone();
+            let name = name.clone();
+            async move {
+                let t = BootstrapToken::generate().expect("randomness");
+                let obj = flavored_token_secret(&t, &name, None, NonZeroU32::MIN);
+                let s = Secret {
+                    metadata: ObjectMeta {
+                        name: Some(obj.name.clone()),
+                        namespace: Some(obj.namespace.into()),
+                        labels: Some(obj.labels.clone()),
+                        annotations: Some(obj.annotations.clone()),
+                        ..ObjectMeta::default()
+                    },
+                    type_: Some(obj.type_.into()),
+                    string_data: Some(obj.string_data.clone()),
+                    ..Secret::default()
+                };
+                secrets
+                    .create(&PostParams::default(), &s)
+                    .await
+                    .expect("token");
+                t
+            }
+        })
+        .buffer_unordered(parallel)
+        .collect()
+        .await
+}
+
+/// When each object (by name) first reached some state.
+pub type Times = Arc<Mutex<HashMap<String, Instant>>>;
+
+/// Records the first time each object satisfies `done`, until `n` have.
+pub fn record_first<K, F>(
+    api: Api<K>,
+    times: Times,
+    n: usize,
+    done: F,
+) -> tokio::task::JoinHandle<()>
+where
+    K: kube::Resource
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+    K::DynamicType: Default + Eq + std::hash::Hash + Clone,
+    F: Fn(&K) -> bool + Send + 'static,
+{
+    tokio::spawn(async move {
+        let stream = watcher(api, watcher::Config::default()).applied_objects();
+        futures::pin_mut!(stream);
+        while let Some(obj) = stream.next().await {
+            let Ok(obj) = obj else { continue };
+            if done(&obj) {
+                let mut t = times.lock().unwrap();
+                t.entry(obj.name_any()).or_insert_with(Instant::now);
+                if t.len() >= n {
+                    return;
+                }
+            }
+        }
+    })
+}
+
+/// Whether the CSR carries the Approved condition.
+pub fn is_approved(csr: &CertificateSigningRequest) -> bool {
+    csr.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|x| x.type_ == "Approved"))
+}
+
+/// One node's join, as a kubelet does it: the CSR filed with the bootstrap token, the
+/// certificate awaited (as the admin watches it), the Node registered with that
+/// certificate. `created` and `registered` get the node's times.
+pub async fn join(
+    admin_yaml: &str,
+    csrs: &Api<CertificateSigningRequest>,
+    token: &BootstrapToken,
+    node: &str,
+    created: &Times,
+    registered: &Times,
+) {
+    let boot = client_from(&kubeconfig_with_user(
+        admin_yaml,
+        &format!("    token: {}\n", token.expose().as_str()),
+    ))
+    .await;
+    let (csr, key) = csr_for(node);
+    // A token minted a moment ago may get 401 until the API server's cache has it.
+    let (boot_csrs, params) = (
+        Api::<CertificateSigningRequest>::all(boot),
+        PostParams::default(),
+    );
+    kubeflavor::cluster::retry_unauthorized(kubeflavor::cluster::TOKEN_PROPAGATION, || {
+        boot_csrs.create(&params, &csr)
+    })
+    .await
+    .expect("CSR created");
+    // From the moment the CSR exists: the bootstrap client's own TLS handshake and request
+    // are not the controller's latency.
+    created
+        .lock()
+        .unwrap()
+        .insert(node.to_string(), Instant::now());
+    let issued = kube::runtime::wait::await_condition(
+        csrs.clone(),
+        node,
+        |c: Option<&CertificateSigningRequest>| {
+            c.and_then(|c| c.status.as_ref())
+                .and_then(|s| s.certificate.as_ref())
+                .is_some()
+        },
+    )
+    .await
+    .expect("watch")
+    .expect("CSR");
+    let cert = String::from_utf8(issued.status.unwrap().certificate.unwrap().0).unwrap();
+    use base64::Engine;
+    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+    let user = format!(
+        "    client-certificate-data: {}\n    client-key-data: {}\n",
+        b64(&cert),
+        b64(&key)
+    );
+    let kubelet = client_from(&kubeconfig_with_user(admin_yaml, &user)).await;
+    let node_obj: Node = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": node},
+        "spec": {"taints": [{"key": "kubeflavor.io/unverified", "effect": "NoSchedule"}]},
+    }))
+    .unwrap();
+    Api::<Node>::all(kubelet)
+        .create(&PostParams::default(), &node_obj)
+        .await
+        .expect("node registers");
+    registered
+        .lock()
+        .unwrap()
+        .insert(node.to_string(), Instant::now());
+}
+
+/// Peak resident memory (VmHWM) of a process, in KiB.
+pub fn vm_hwm_kib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find(|l| l.starts_with("VmHWM:"))?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
+/// CPU time (user + system) the process has used so far, all its threads included, from
+/// `/proc/PID/stat` fields 14 and 15, in clock ticks of USER_HZ (100 per second on Linux).
+pub fn cpu_time(pid: u32) -> Option<Duration> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) is in parentheses and may hold spaces: count from the
+    // last ')', after which field 3 is the first.
+    let mut fields = stat.rsplit_once(')')?.1.split_whitespace();
+    let utime: u64 = fields.nth(11)?.parse().ok()?;
+    let stime: u64 = fields.next()?.parse().ok()?;
+    Some(Duration::from_millis((utime + stime) * 10))
+}
+
+pub fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+pub fn ms(d: Duration) -> String {
+    format!("{:.1} ms", d.as_secs_f64() * 1000.0)
+}
+
+/// For each name in `to`, the time from its entry in `from`, sorted.
+pub fn latencies(from: &Times, to: &Times) -> Vec<Duration> {
+    let from = from.lock().unwrap();
+    let to = to.lock().unwrap();
+    let mut v: Vec<Duration> = to
+        .iter()
+        .filter_map(|(k, t)| from.get(k).map(|f| t.saturating_duration_since(*f)))
+        .collect();
+    v.sort();
+    v
+}

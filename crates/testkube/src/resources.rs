@@ -289,6 +289,25 @@ fn builtins() -> &'static [ResourceInfo] {
         apps.has_generation = true;
         apps.status_on_create = StatusOnCreate::Reset(json!({}));
         all.push(apps);
+        let mut pdb = builtin(Def {
+            group: "policy",
+            version: "v1",
+            resource: "poddisruptionbudgets",
+            kind: "PodDisruptionBudget",
+            namespaced: true,
+            short: &["pdb"],
+            subs: &["status"],
+            known: &["spec", "status"],
+        });
+        pdb.has_generation = true;
+        // The counters are not omitempty: a new budget shows them as 0.
+        pdb.status_on_create = StatusOnCreate::Reset(json!({
+            "currentHealthy": 0,
+            "desiredHealthy": 0,
+            "disruptionsAllowed": 0,
+            "expectedPods": 0,
+        }));
+        all.push(pdb);
         let mut ev1 = builtin(Def {
             group: "events.k8s.io",
             version: "v1",
@@ -422,6 +441,7 @@ const GROUP_ORDER: &[&str] = &[
     "authentication.k8s.io",
     "authorization.k8s.io",
     "certificates.k8s.io",
+    "policy",
     "rbac.authorization.k8s.io",
     "apiextensions.k8s.io",
     "coordination.k8s.io",

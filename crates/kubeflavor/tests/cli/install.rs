@@ -2,18 +2,25 @@
 //! KUBEFLAVOR_E2E_KUBECONFIG.
 
 use crate::support::Env;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::ClusterRole;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::{Api, ApiResource, DynamicObject};
 use serde_json::Value;
 
 #[tokio::test]
 async fn install_apply_creates_everything_print_shows_and_is_idempotent() {
     let env = Env::start().await;
-    let printed = env.kf(&["install"]).await;
+    let printed = env.kf(&["install", "--replicas", "0"]).await;
     let docs: Vec<Value> = serde_saphyr::from_multiple(printed.expect_ok()).unwrap();
     let docs: Vec<Value> = docs.into_iter().filter(|d| !d.is_null()).collect();
     assert!(docs.len() > 10, "{} documents", docs.len());
+    assert!(
+        docs.iter().all(|d| d["kind"] != "PodDisruptionBudget"),
+        "no budget without replicas"
+    );
 
     // No controller runs on a real cluster during the tests (see Env::install).
     let first = env.kf(&["install", "--apply", "--replicas", "0"]).await;
@@ -44,6 +51,7 @@ async fn install_apply_creates_everything_print_shows_and_is_idempotent() {
             "Role" => "roles",
             "RoleBinding" => "rolebindings",
             "Deployment" => "deployments",
+            "PodDisruptionBudget" => "poddisruptionbudgets",
             other => panic!("unexpected kind {other}"),
         };
         let ar = ApiResource {
@@ -83,6 +91,61 @@ async fn install_apply_creates_everything_print_shows_and_is_idempotent() {
         );
     }
     env.kf(&["flavor", "list"]).await.expect_ok();
+}
+
+/// With replicas, the set adds the controller's PodDisruptionBudget. Applied on testkube
+/// only: on a real cluster the replicas would start a controller racing the tests' own.
+#[tokio::test]
+async fn install_apply_with_replicas_adds_the_disruption_budget() {
+    let env = Env::start().await;
+    if env
+        .testkube_or_skip("replicas > 0 would run a controller on the real cluster")
+        .is_none()
+    {
+        return;
+    }
+    let printed = env.kf(&["install", "--replicas", "2"]).await;
+    let docs: Vec<Value> = serde_saphyr::from_multiple(printed.expect_ok()).unwrap();
+    let count = docs.iter().filter(|d| !d.is_null()).count();
+    let first = env.kf(&["install", "--apply", "--replicas", "2"]).await;
+    assert_eq!(first.expect_ok().lines().count(), count);
+    assert!(
+        first.stdout.contains(
+            "poddisruptionbudget.policy/kubeflavor-controller (namespace kubeflavor) applied"
+        ),
+        "{}",
+        first.stdout
+    );
+    let budgets: Api<PodDisruptionBudget> = Api::namespaced(env.client.clone(), "kubeflavor");
+    let pdb = budgets.get("kubeflavor-controller").await.unwrap();
+    let spec = pdb.spec.clone().unwrap();
+    assert_eq!(spec.max_unavailable, Some(IntOrString::Int(1)));
+    assert_eq!(
+        spec.unhealthy_pod_eviction_policy.as_deref(),
+        Some("AlwaysAllow")
+    );
+    assert_eq!(pdb.metadata.generation, Some(1));
+    let deployments: Api<Deployment> = Api::namespaced(env.client.clone(), "kubeflavor");
+    let deployment = deployments.get("kubeflavor-controller").await.unwrap();
+    assert_eq!(
+        spec.selector,
+        deployment.spec.as_ref().map(|s| s.selector.clone())
+    );
+    let pod = deployment.spec.unwrap().template.spec.unwrap();
+    assert_eq!(
+        pod.priority_class_name.as_deref(),
+        Some("system-cluster-critical")
+    );
+    assert_eq!(pod.automount_service_account_token, Some(true));
+
+    let second = env.kf(&["install", "--apply", "--replicas", "2"]).await;
+    assert_eq!(
+        second.expect_ok(),
+        first.stdout,
+        "a re-run applies the same set"
+    );
+    let again = budgets.get("kubeflavor-controller").await.unwrap();
+    assert_eq!(again.metadata.generation, Some(1), "nothing changed");
 }
 
 #[tokio::test]

@@ -198,6 +198,7 @@ async fn discovery_table_and_crd_deletion() {
         ("coordination.k8s.io", "Lease"),
         ("rbac.authorization.k8s.io", "ClusterRole"),
         ("apps", "Deployment"),
+        ("policy", "PodDisruptionBudget"),
         ("events.k8s.io", "Event"),
         ("authentication.k8s.io", "SelfSubjectReview"),
         ("apiextensions.k8s.io", "CustomResourceDefinition"),

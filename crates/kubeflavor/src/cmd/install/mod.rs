@@ -80,6 +80,8 @@ pub struct Document {
     pub object: Value,
     /// For Roles and ClusterRoles: why each rule (by index) is needed.
     pub rule_notes: Vec<String>,
+    /// Comments printed above fields, by key path (see [`Document::note`]).
+    pub notes: Vec<(String, String)>,
 }
 
 impl Document {
@@ -94,7 +96,18 @@ impl Document {
             about: about.into(),
             object,
             rule_notes,
+            notes: Vec::new(),
         }
+    }
+
+    /// Prints `text` as a comment above the field at `path`: its keys joined by `.`, list
+    /// items transparent (`spec.template.spec.containers.resources` is the `resources` of
+    /// the first container). The comment is indented like the key, or like the `- ` of a
+    /// list item whose first key it is. [`Document::render`] fails on a path the object
+    /// does not have.
+    pub fn note(mut self, path: &str, text: &str) -> Document {
+        self.notes.push((path.into(), text.into()));
+        self
     }
 
     pub fn api_version(&self) -> &str {
@@ -113,8 +126,9 @@ impl Document {
         self.object["metadata"]["namespace"].as_str()
     }
 
-    /// The document as YAML: the `about` text as comments, then the object; each rule of a
-    /// role is preceded by the comment saying why it is there.
+    /// The document as YAML: the `about` text as comments, then the object with each
+    /// field note above its field; each rule of a role is preceded by the comment saying
+    /// why it is there.
     pub fn render(&self) -> Result<String> {
         let mut text = comment(&self.about, "");
         let mut object = self.object.clone();
@@ -122,7 +136,18 @@ impl Document {
             Value::Object(map) if !self.rule_notes.is_empty() => map.remove("rules"),
             _ => None,
         };
-        text.push_str(&output::to_yaml(&object)?);
+        text.push_str(
+            &with_notes(&output::to_yaml(&object)?, &self.notes).map_err(|path| {
+                CliError::failed(
+                    format!(
+                        "{} {} has a note for {path}, a field it does not have",
+                        self.kind(),
+                        self.name()
+                    ),
+                    "report this as a bug",
+                )
+            })?,
+        );
         if let Some(Value::Array(rules)) = rules {
             text.push_str("rules:\n");
             for (rule, note) in rules.iter().zip(&self.rule_notes) {
@@ -139,13 +164,95 @@ impl Document {
     }
 }
 
-/// `# ` lines, wrapped near 96 columns.
+/// Block YAML (as [`output::to_yaml`] writes it: one key or item per line, no multi-line
+/// scalars) with each note's comment inserted above the first line of its key path. Err
+/// names the path of a note that matched no line.
+fn with_notes(yaml: &str, notes: &[(String, String)]) -> std::result::Result<String, String> {
+    if notes.is_empty() {
+        return Ok(yaml.to_string());
+    }
+    let mut used = vec![false; notes.len()];
+    // The keys leading to the current line, with the column each key starts at.
+    let mut path: Vec<(usize, String)> = Vec::new();
+    let mut out = String::new();
+    for line in yaml.lines() {
+        let indent = line.len() - line.trim_start_matches(' ').len();
+        let mut column = indent;
+        let mut rest = &line[indent..];
+        while let Some(item) = rest.strip_prefix("- ") {
+            column += 2;
+            rest = item;
+        }
+        if let Some(key) = mapping_key(rest) {
+            path.retain(|(c, _)| *c < column);
+            path.push((column, key));
+            let here = path
+                .iter()
+                .map(|(_, k)| k.as_str())
+                .collect::<Vec<_>>()
+                .join(".");
+            for (i, (at, text)) in notes.iter().enumerate() {
+                if !used[i] && *at == here {
+                    used[i] = true;
+                    out.push_str(&comment(text, &line[..indent]));
+                }
+            }
+        }
+        out.push_str(line);
+        out.push('\n');
+    }
+    match notes.iter().zip(&used).find(|(_, used)| !**used) {
+        Some(((at, _), _)) => Err(at.clone()),
+        None => Ok(out),
+    }
+}
+
+/// The key of a `key: value` or `key:` line (plain, or quoted as the YAML writer quotes
+/// keys that need it); None for a scalar list item.
+fn mapping_key(line: &str) -> Option<String> {
+    if line.starts_with('"') || line.starts_with('\'') {
+        // A quoted key: parse it as the YAML string it is.
+        let end = quoted_end(line)?;
+        let after = &line[end..];
+        if after.starts_with(": ") || after == ":" {
+            return serde_saphyr::from_str::<String>(&line[..end]).ok();
+        }
+        return None;
+    }
+    let key = match line.split_once(": ") {
+        Some((key, _)) => key,
+        None => line.strip_suffix(':')?,
+    };
+    (!key.is_empty() && !key.starts_with(['{', '[', '#'])).then(|| key.to_string())
+}
+
+/// The byte just past the closing quote of the quoted scalar `line` starts with.
+fn quoted_end(line: &str) -> Option<usize> {
+    let quote = line.chars().next()?;
+    let mut chars = line.char_indices().skip(1);
+    while let Some((i, c)) = chars.next() {
+        match (quote, c) {
+            ('"', '\\') => {
+                chars.next();
+            }
+            ('\'', '\'') if line[i + 1..].starts_with('\'') => {
+                chars.next();
+            }
+            (q, c) if c == q => return Some(i + 1),
+            _ => {}
+        }
+    }
+    None
+}
+
+/// `# ` lines, wrapped near 96 columns (indent included).
 fn comment(text: &str, indent: &str) -> String {
+    let width = 94usize.saturating_sub(indent.len()).max(40);
     let mut out = String::new();
     for paragraph in text.lines() {
         let mut line = String::new();
         for word in paragraph.split_whitespace() {
-            if !line.is_empty() && line.len() + word.len() + 1 > 94 {
+            if !line.is_empty() && line.len() + word.len() + 1 > width {
                 out.push_str(&format!("{indent}# {line}\n"));
                 line.clear();
             }
@@ -159,8 +266,6 @@ fn comment(text: &str, indent: &str) -> String {
     out
 }
 
-/// Every object of the install set, in apply order: CRDs, namespace, controller identity
-/// and RBAC, bootstrap-token RBAC, Deployment.
 /// Who approves what, and what tokens may read: the choices of `install` beyond where
 /// and what to run.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -204,6 +309,9 @@ impl Mode {
     }
 }
 
+/// Every object of the install set, in apply order: CRDs, namespace, controller identity
+/// and RBAC, bootstrap-token RBAC, Deployment, and its PodDisruptionBudget when replicas
+/// run.
 pub fn documents(namespace: &str, image: &str, replicas: u16, mode: Mode) -> Vec<Document> {
     let mut docs: Vec<Document> = crd::crds()
         .into_iter()
@@ -217,6 +325,9 @@ pub fn documents(namespace: &str, image: &str, replicas: u16, mode: Mode) -> Vec
     docs.extend(rbac::controller(namespace));
     docs.extend(rbac::bootstrap_tokens(mode.token_node_read));
     docs.push(workload::deployment(namespace, image, replicas, mode));
+    if replicas > 0 {
+        docs.push(workload::disruption_budget(namespace));
+    }
     docs
 }
 
@@ -292,6 +403,7 @@ fn resource_of(doc: &Document) -> Result<(ApiResource, bool)> {
         "Role" => ("roles", true),
         "RoleBinding" => ("rolebindings", true),
         "Deployment" => ("deployments", true),
+        "PodDisruptionBudget" => ("poddisruptionbudgets", true),
         other => {
             return Err(CliError::failed(
                 format!("install set holds an unexpected kind {other}"),

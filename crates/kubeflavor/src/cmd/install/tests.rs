@@ -342,3 +342,298 @@ fn namespace_enforces_the_restricted_pod_security_standard() {
     assert_eq!(c["capabilities"]["drop"], serde_json::json!(["ALL"]));
     assert_eq!(c["runAsNonRoot"], true);
 }
+
+fn all_modes() -> Vec<Vec<Document>> {
+    let modes = [
+        Mode::default_install(),
+        Mode {
+            manage_renewals: true,
+            ..Mode::default_install()
+        },
+        Mode {
+            manage_renewals: true,
+            strict: true,
+            ..Mode::default_install()
+        },
+        Mode::default(),
+    ];
+    modes
+        .into_iter()
+        .flat_map(|mode| {
+            [0, 1, 2]
+                .into_iter()
+                .map(move |replicas| documents("kubeflavor", &default_image(), replicas, mode))
+        })
+        .collect()
+}
+
+/// The line of `text` that is exactly `line`, and the comment lines right above it.
+fn comments_above<'a>(text: &'a str, line: &str) -> Vec<&'a str> {
+    let lines: Vec<&str> = text.lines().collect();
+    let at = lines
+        .iter()
+        .position(|l| *l == line)
+        .unwrap_or_else(|| panic!("no line {line:?} in\n{text}"));
+    let mut above: Vec<&str> = lines[..at]
+        .iter()
+        .rev()
+        .take_while(|l| l.trim_start().starts_with('#'))
+        .copied()
+        .collect();
+    above.reverse();
+    above
+}
+
+fn noted(object: Value, notes: &[(&str, &str)]) -> Document {
+    notes
+        .iter()
+        .fold(Document::new("About.", &object), |doc, (path, text)| {
+            doc.note(path, text)
+        })
+}
+
+#[test]
+fn a_note_lands_above_its_key_indented_like_it() {
+    let doc = noted(
+        serde_json::json!({
+            "kind": "Thing",
+            "spec": {
+                "replicas": 2,
+                "template": {"spec": {"containers": [
+                    {"image": "i", "name": "a", "resources": {"limits": {"memory": "1Mi"}}},
+                ]}},
+            },
+        }),
+        &[
+            ("spec.replicas", "How many."),
+            ("spec.template.spec.containers.resources", "Sized."),
+            ("spec.template.spec.containers.name", "Named."),
+            (
+                "spec.template.spec.containers.image",
+                "First key of the item.",
+            ),
+            ("spec", "The spec."),
+        ],
+    );
+    let text = doc.render().unwrap();
+    assert_eq!(comments_above(&text, "spec:"), ["# The spec."]);
+    assert_eq!(comments_above(&text, "  replicas: 2"), ["  # How many."]);
+    assert_eq!(
+        comments_above(&text, "      - image: i"),
+        ["      # First key of the item."]
+    );
+    assert_eq!(
+        comments_above(&text, "        name: a"),
+        ["        # Named."]
+    );
+    assert_eq!(
+        comments_above(&text, "        resources:"),
+        ["        # Sized."]
+    );
+    // Comments change nothing a YAML reader sees.
+    let read: Value = serde_saphyr::from_str(&text).unwrap();
+    assert_eq!(read, doc.object);
+}
+
+#[test]
+fn a_note_matches_whole_keys_only_and_quoted_keys_by_their_value() {
+    let doc = noted(
+        serde_json::json!({
+            "metadata": {"annotations": {"prometheus.io/port": "8080", "true": "yes"}},
+            "spec": {"replica": 1, "replicas": 2, "args": ["a: b", "c"]},
+        }),
+        &[
+            ("spec.replicas", "Two."),
+            ("metadata.annotations.prometheus.io/port", "Port."),
+            ("metadata.annotations.true", "Quoted."),
+        ],
+    );
+    let text = doc.render().unwrap();
+    assert!(comments_above(&text, "  replica: 1").is_empty(), "{text}");
+    assert_eq!(comments_above(&text, "  replicas: 2"), ["  # Two."]);
+    let port = text
+        .lines()
+        .find(|l| l.contains("prometheus.io/port"))
+        .unwrap();
+    assert_eq!(comments_above(&text, port), ["    # Port."]);
+    let quoted = text.lines().find(|l| l.contains("yes")).unwrap();
+    assert_eq!(comments_above(&text, quoted), ["    # Quoted."]);
+}
+
+#[test]
+fn a_note_for_a_field_the_object_lacks_fails_the_render() {
+    let doc = noted(
+        serde_json::json!({"spec": {"replicas": 2}}),
+        &[("spec.replica", "Misspelt.")],
+    );
+    let err = doc.render().unwrap_err().to_string();
+    assert!(err.contains("spec.replica"), "{err}");
+    // A list item's key is addressed without an index.
+    let doc = noted(
+        serde_json::json!({"items": [{"name": "a"}]}),
+        &[("items.0.name", "Indexed.")],
+    );
+    assert!(doc.render().is_err());
+}
+
+#[test]
+fn long_notes_wrap_within_the_width_at_any_depth() {
+    let long = "word ".repeat(60);
+    let doc = noted(
+        serde_json::json!({"a": {"b": {"c": {"d": 1}}}}),
+        &[("a.b.c.d", &long)],
+    );
+    let text = doc.render().unwrap();
+    let lines = comments_above(&text, "      d: 1");
+    assert!(lines.len() > 2, "{text}");
+    for line in lines {
+        assert!(line.starts_with("      # ") && line.len() <= 96, "{line:?}");
+    }
+}
+
+#[test]
+fn every_note_of_every_install_mode_finds_its_field() {
+    for docs in all_modes() {
+        let text = render_all(&docs).unwrap();
+        for doc in &docs {
+            for (_, note) in &doc.notes {
+                let first_words: String = note
+                    .split_whitespace()
+                    .take(4)
+                    .collect::<Vec<_>>()
+                    .join(" ");
+                assert!(text.contains(&format!("# {first_words}")), "{note:?}");
+            }
+        }
+    }
+}
+
+#[test]
+fn every_field_of_the_controller_pod_is_explained() {
+    let docs = docs();
+    let deployment = find(&docs, "Deployment", "kubeflavor-controller");
+    let noted: Vec<&str> = deployment.notes.iter().map(|(p, _)| p.as_str()).collect();
+    let pod = "spec.template.spec";
+    let container = "spec.template.spec.containers";
+    for path in [
+        "spec.replicas".to_string(),
+        "spec.strategy".into(),
+        "spec.template.metadata.annotations".into(),
+        format!("{pod}.serviceAccountName"),
+        format!("{pod}.automountServiceAccountToken"),
+        format!("{pod}.priorityClassName"),
+        format!("{pod}.securityContext"),
+        format!("{pod}.affinity"),
+        format!("{container}.args"),
+        format!("{container}.env"),
+        format!("{container}.ports"),
+        format!("{container}.livenessProbe"),
+        format!("{container}.readinessProbe"),
+        format!("{container}.resources"),
+        format!("{container}.securityContext"),
+    ] {
+        assert!(noted.contains(&path.as_str()), "no note on {path}");
+    }
+    let text = deployment.render().unwrap();
+    let above = comments_above(&text, "      priorityClassName: system-cluster-critical");
+    assert!(
+        above[0].starts_with("      # Nodes join only when this controller approves"),
+        "{above:?}"
+    );
+    let resources = comments_above(&text, "        resources:")
+        .iter()
+        .map(|l| l.trim_start().trim_start_matches("# "))
+        .collect::<Vec<_>>()
+        .join(" ");
+    for figure in ["27 MiB", "47 MiB", "2.5 KiB", "3 ms", "No CPU limit"] {
+        assert!(resources.contains(figure), "{resources}");
+    }
+}
+
+#[test]
+fn only_the_controller_pod_mounts_an_api_token() {
+    let docs = docs();
+    let sa = find(&docs, "ServiceAccount", CONTROLLER_SA);
+    assert_eq!(sa.object["automountServiceAccountToken"], false);
+    let pod =
+        &find(&docs, "Deployment", "kubeflavor-controller").object["spec"]["template"]["spec"];
+    assert_eq!(pod["automountServiceAccountToken"], true);
+    assert_eq!(pod["serviceAccountName"], CONTROLLER_SA);
+}
+
+#[test]
+fn the_controller_is_cluster_critical_and_scrapeable() {
+    let docs = docs();
+    let template = &find(&docs, "Deployment", "kubeflavor-controller").object["spec"]["template"];
+    assert_eq!(
+        template["spec"]["priorityClassName"],
+        "system-cluster-critical"
+    );
+    assert_eq!(
+        template["metadata"]["annotations"],
+        serde_json::json!({
+            "prometheus.io/scrape": "true",
+            "prometheus.io/port": "8080",
+            "prometheus.io/path": "/metrics",
+        })
+    );
+    let c = &template["spec"]["containers"][0];
+    assert_eq!(c["ports"][0]["name"], "http");
+    assert_eq!(c["ports"][0]["containerPort"], HTTP_PORT);
+    assert_eq!(c["resources"]["requests"]["cpu"], "50m");
+    assert_eq!(c["resources"]["requests"]["memory"], "64Mi");
+    assert_eq!(
+        c["resources"]["limits"],
+        serde_json::json!({"memory": "256Mi"}),
+        "no CPU limit"
+    );
+    // The scrape flag is the string "true", as the annotation must be.
+    let text = render_all(&docs).unwrap();
+    assert!(text.contains("prometheus.io/scrape: \"true\""), "{text}");
+}
+
+#[test]
+fn a_disruption_budget_comes_with_running_replicas_only() {
+    for replicas in [1, 2, 3] {
+        let docs = documents("ops", &default_image(), replicas, Mode::default_install());
+        let pdb = find(&docs, "PodDisruptionBudget", "kubeflavor-controller");
+        assert_eq!(pdb.api_version(), "policy/v1");
+        assert_eq!(pdb.namespace(), Some("ops"));
+        assert_eq!(pdb.object["spec"]["maxUnavailable"], 1);
+        assert!(pdb.object["spec"]["minAvailable"].is_null());
+        assert_eq!(
+            pdb.object["spec"]["unhealthyPodEvictionPolicy"],
+            "AlwaysAllow"
+        );
+        let deployment = find(&docs, "Deployment", "kubeflavor-controller");
+        assert_eq!(
+            pdb.object["spec"]["selector"],
+            deployment.object["spec"]["selector"]
+        );
+        assert_eq!(
+            deployment.object["spec"]["template"]["metadata"]["labels"],
+            pdb.object["spec"]["selector"]["matchLabels"]
+        );
+        let (ar, namespaced) = resource_of(pdb).unwrap();
+        assert_eq!(
+            (ar.plural.as_str(), namespaced),
+            ("poddisruptionbudgets", true)
+        );
+    }
+    let none = documents("ops", &default_image(), 0, Mode::default_install());
+    assert!(none.iter().all(|d| d.kind() != "PodDisruptionBudget"));
+    assert_eq!(none.len() + 1, docs().len());
+}
+
+#[test]
+fn every_mode_and_replica_count_renders_and_reads_back() {
+    for docs in all_modes() {
+        let text = render_all(&docs).unwrap();
+        let parsed: Vec<Value> = serde_saphyr::from_multiple(&text).unwrap();
+        let parsed: Vec<Value> = parsed.into_iter().filter(|v| !v.is_null()).collect();
+        assert_eq!(parsed.len(), docs.len());
+        for (read, doc) in parsed.iter().zip(&docs) {
+            assert_eq!(read, &doc.object, "{} {}", doc.kind(), doc.name());
+        }
+    }
+}

@@ -28,7 +28,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::{Ipv4Addr, SocketAddr};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
@@ -57,6 +57,8 @@ mod storm;
 
 use storm::{Times, ms, percentile};
 
+/// The controller's namespace (install's default).
+const NAMESPACE: &str = "kubeflavor";
 /// Where a pod finds its ServiceAccount's files.
 const SA_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
 /// How long a phase's joins may take, takeover included.
@@ -327,7 +329,7 @@ impl Replica {
 }
 
 fn logs(name: &str) -> String {
-    let out = Command::new("docker")
+    Command::new("docker")
         .args(["logs", "--tail", "40", name])
         .output()
         .map(|o| {
@@ -337,8 +339,7 @@ fn logs(name: &str) -> String {
                 String::from_utf8_lossy(&o.stderr)
             )
         })
-        .unwrap_or_default();
-    out
+        .unwrap_or_default()
 }
 
 /// What one run creates, for the checks and for clean-up.
@@ -362,36 +363,156 @@ async fn next_holder(rx: &mut watch::Receiver<Holder>, prefix: &str, not: &str) 
         .clone()
 }
 
-/// One storm: the joins of `nodes` with `tokens`, `parallel` at a time; once `fault_after`
-/// have completed, `fault` runs (concurrently with the rest of the storm).
-async fn storm_with_fault<F: std::future::Future<Output = ()>>(
-    admin_yaml: &str,
-    csrs: &Api<CertificateSigningRequest>,
-    joins: Vec<(String, BootstrapToken)>,
+/// The storms' shared state: where joins go, how many at once, and their times.
+struct Joins<'a> {
+    admin_yaml: &'a str,
+    csrs: Api<CertificateSigningRequest>,
     parallel: usize,
-    times: (&Times, &Times),
     fault_after: usize,
-    fault: F,
-) {
-    let (done_tx, mut done_rx) = watch::channel(0usize);
-    let done_tx = Arc::new(done_tx);
-    let storm = futures::stream::iter(joins)
-        .map(|(node, token)| {
-            let done_tx = done_tx.clone();
-            async move {
-                storm::join(admin_yaml, csrs, &token, &node, times.0, times.1).await;
-                done_tx.send_modify(|n| *n += 1);
-            }
-        })
-        .buffer_unordered(parallel)
-        .collect::<Vec<()>>();
-    let fault = async {
-        let _ = done_rx.wait_for(|n| *n >= fault_after).await;
-        fault.await;
-    };
-    tokio::time::timeout(PHASE_TIMEOUT, async { tokio::join!(storm, fault) })
-        .await
-        .unwrap_or_else(|_| panic!("a storm did not complete within {PHASE_TIMEOUT:?}"));
+    created: Times,
+    approved: Times,
+    registered: Times,
+}
+
+impl Joins<'_> {
+    /// One storm: `joins` (node and token), `parallel` at a time; once `fault_after` have
+    /// completed, `fault` runs, concurrently with the rest of the storm. Returns what the
+    /// fault returned once both are done.
+    async fn with_fault<T>(
+        &self,
+        joins: Vec<(String, BootstrapToken)>,
+        fault: impl std::future::Future<Output = T>,
+    ) -> T {
+        let (done_tx, mut done_rx) = watch::channel(0usize);
+        let done_tx = Arc::new(done_tx);
+        let storm = futures::stream::iter(joins)
+            .map(|(node, token)| {
+                let done_tx = done_tx.clone();
+                async move {
+                    storm::join(
+                        self.admin_yaml,
+                        &self.csrs,
+                        &token,
+                        &node,
+                        &self.created,
+                        &self.registered,
+                    )
+                    .await;
+                    done_tx.send_modify(|n| *n += 1);
+                }
+            })
+            .buffer_unordered(self.parallel)
+            .collect::<Vec<()>>();
+        let fault = async {
+            let _ = done_rx.wait_for(|n| *n >= self.fault_after).await;
+            fault.await
+        };
+        let (_, outcome) =
+            tokio::time::timeout(PHASE_TIMEOUT, async { tokio::join!(storm, fault) })
+                .await
+                .unwrap_or_else(|_| panic!("a storm did not complete within {PHASE_TIMEOUT:?}"));
+        outcome
+    }
+}
+
+/// A fault done to the leader.
+#[derive(Clone, Copy, Debug)]
+enum Fault {
+    /// `docker kill`: the process dies without releasing the Lease.
+    Kill,
+    /// `docker network disconnect`: the process runs on, unable to reach the API server.
+    CutOff,
+}
+
+impl Fault {
+    fn name(self) -> &'static str {
+        match self {
+            Fault::Kill => "kill",
+            Fault::CutOff => "cut-off",
+        }
+    }
+}
+
+/// A fault and the takeover that followed it.
+struct Takeover {
+    fault: Fault,
+    at: SystemTime,
+    /// The Lease just before the fault, and once another replica held it.
+    before: Holder,
+    after: Holder,
+}
+
+impl Takeover {
+    fn acquired(&self) -> SystemTime {
+        self.after
+            .acquired
+            .expect("a held Lease has an acquire time")
+    }
+    fn since_fault(&self) -> Duration {
+        since(self.acquired(), self.at)
+    }
+    fn since_renewal(&self) -> Duration {
+        since(
+            self.acquired(),
+            self.before.renewed.expect("a held Lease has a renew time"),
+        )
+    }
+}
+
+/// The two replicas, their network and the Lease they compete for.
+struct Replicas {
+    network: String,
+    prefix: String,
+    http_port: u16,
+    by_name: HashMap<String, Replica>,
+    holder: watch::Receiver<Holder>,
+}
+
+impl Replicas {
+    fn get(&self, name: &str) -> &Replica {
+        &self.by_name[name]
+    }
+
+    /// Waits until the replica `name` answers `path` with 200.
+    async fn until_ok(&self, name: &str, path: &str) {
+        self.get(name)
+            .until_ok(&self.network, self.http_port, path)
+            .await;
+    }
+
+    async fn metric(&self, name: &str, metric: &str) -> f64 {
+        self.get(name)
+            .metric(&self.network, self.http_port, metric)
+            .await
+            .unwrap_or_else(|| panic!("{name} serves {metric}"))
+    }
+
+    /// Does `fault` to the leader `leader` and waits until another replica holds the Lease.
+    async fn fault(&self, leader: &str, fault: Fault) -> Takeover {
+        let before = self.holder.borrow().clone();
+        match fault {
+            Fault::Kill => docker(&["kill", leader]),
+            Fault::CutOff => docker(&["network", "disconnect", "--force", &self.network, leader]),
+        };
+        let at = SystemTime::now();
+        println!("{}: the leader {leader}", fault.name());
+        let after = next_holder(&mut self.holder.clone(), &self.prefix, leader).await;
+        println!(
+            "  {} took over {} after the fault ({} after the last renewal)",
+            after.identity,
+            secs(since(after.acquired.unwrap_or(at), at)),
+            secs(since(
+                after.acquired.unwrap_or(at),
+                before.renewed.unwrap_or(at)
+            )),
+        );
+        Takeover {
+            fault,
+            at,
+            before,
+            after,
+        }
+    }
 }
 
 fn since(later: SystemTime, earlier: SystemTime) -> Duration {
@@ -435,65 +556,10 @@ async fn exercise(a: &Args, admin: &Client, admin_yaml: &str, run: &mut Run) {
     let container = installed_container(a.image.as_deref()).await;
     let image = container["image"].as_str().expect("image").to_string();
     let image_size = inspect_image(&image);
-
-    // Install's objects: the ServiceAccount and RBAC the replicas run with.
-    let kubeconfig_path = run.dir.path().join("admin.kubeconfig");
-    std::fs::write(&kubeconfig_path, admin_yaml).expect("write kubeconfig");
-    let kubeconfig_arg = kubeconfig_path.to_str().expect("UTF-8 path");
-    let mut out = Vec::new();
-    kubeflavor::run(
-        [
-            "kubeflavor",
-            "--kubeconfig",
-            kubeconfig_arg,
-            "install",
-            "--apply",
-            "--replicas",
-            "0",
-        ],
-        &mut out,
-    )
-    .await
-    .expect("install --apply");
-    let namespace = "kubeflavor";
-    let service_account = kubeflavor::cmd::install::CONTROLLER_SA;
-
-    // The files a pod of that ServiceAccount would get, readable by the image's user.
-    let sa_dir = run.dir.path().join("serviceaccount");
-    std::fs::create_dir(&sa_dir).expect("mkdir");
-    let request = TokenRequest {
-        spec: TokenRequestSpec {
-            audiences: Vec::new(),
-            expiration_seconds: Some(3600),
-            bound_object_ref: None,
-        },
-        ..TokenRequest::default()
-    };
-    let token = Api::<ServiceAccount>::namespaced(admin.clone(), namespace)
-        .create_token_request(service_account, &PostParams::default(), &request)
-        .await
-        .expect("TokenRequest for the controller's ServiceAccount");
-    let token = token.status.expect("TokenRequest status").token;
-    let kc = Kubeconfig::from_yaml(admin_yaml).expect("kubeconfig");
-    let cluster = kc.clusters[0].cluster.clone().expect("cluster");
-    use base64::Engine;
-    let ca = base64::engine::general_purpose::STANDARD
-        .decode(cluster.certificate_authority_data.expect("CA data"))
-        .expect("CA data is base64");
-    write_world_readable(&sa_dir.join("token"), token.as_bytes());
-    write_world_readable(&sa_dir.join("ca.crt"), &ca);
-    write_world_readable(&sa_dir.join("namespace"), namespace.as_bytes());
-    make_world_readable(run.dir.path());
-    make_world_readable(&sa_dir);
+    let sa_dir = service_account_files(admin, admin_yaml, run).await;
 
     // The network, and the relay from the service address to the API server.
-    let server = cluster.server.expect("server");
-    let upstream: SocketAddr = server
-        .trim_start_matches("https://")
-        .trim_end_matches('/')
-        .parse()
-        .unwrap_or_else(|_| panic!("the API server {server} is not at an IP address and port"));
-    let port = upstream.port();
+    let upstream = api_server_address(admin_yaml);
     docker(&[
         "network",
         "create",
@@ -503,232 +569,92 @@ async fn exercise(a: &Args, admin: &Client, admin_yaml: &str, run: &mut Run) {
         &a.service_ip.to_string(),
         &run.network,
     ]);
-    let _relay = relay(SocketAddr::from((a.service_ip, port)), upstream).await;
+    let _relay = relay(SocketAddr::from((a.service_ip, upstream.port())), upstream).await;
 
-    // The replicas: the Deployment's container, as a kubelet would run it.
-    let http_port = kubeflavor::cmd::install::HTTP_PORT as u16;
-    let mut run_args: Vec<String> = [
-        "--network",
-        &run.network,
-        "--read-only",
-        "--cap-drop",
-        "ALL",
-        "--security-opt",
-        "no-new-privileges",
-        "-v",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    run_args.push(format!("{}:{SA_DIR}:ro", sa_dir.display()));
-    for (k, v) in [
-        ("KUBERNETES_SERVICE_HOST", a.service_ip.to_string()),
-        ("KUBERNETES_SERVICE_PORT", port.to_string()),
-        ("POD_NAME", "{POD_NAME}".to_string()),
-        ("POD_NAMESPACE", namespace.to_string()),
-        ("RUST_LOG", "info".to_string()),
-    ] {
-        run_args.push("-e".into());
-        run_args.push(format!("{k}={v}"));
-    }
-    run_args.push(image.clone());
-    for arg in container["args"].as_array().expect("container args") {
-        let arg = arg.as_str().expect("string args");
-        run_args.push(arg.replace("$(POD_NAMESPACE)", namespace));
-    }
-    let names = [format!("{}-a", run.prefix), format!("{}-b", run.prefix)];
-    run.replicas = names.to_vec();
-    let mut replicas: HashMap<String, Replica> = names
-        .iter()
-        .map(|n| (n.clone(), Replica::start(n, &run_args)))
-        .collect();
-    for r in replicas.values() {
-        r.until_ok(&run.network, http_port, "/healthz").await;
-    }
-    println!(
-        "replicas {} and {} started from {image}",
-        names[0], names[1]
-    );
+    // Step 2: both replicas start, one takes the Lease.
+    let mut replicas = start_replicas(a, admin, run, &container, &sa_dir, upstream.port()).await;
+    let first = next_holder(&mut replicas.holder, &run.prefix, "").await;
+    replicas.until_ok(&first.identity, "/readyz").await;
+    println!("lease taken by {}", first.identity);
 
-    // Step 2: one takes the Lease.
-    let leases: Api<Lease> = Api::namespaced(admin.clone(), namespace);
-    let mut holder = observe_lease(leases, kubeflavor::controller::LEASE_NAME);
-    let first = next_holder(&mut holder, &run.prefix, "").await;
-    let leader = first.identity.clone();
-    replicas[&leader]
-        .until_ok(&run.network, http_port, "/readyz")
-        .await;
-    println!("lease taken by {leader}");
-
-    // The storms' tokens and flavor.
+    // The storms' flavor and tokens.
     storm::create_flavor(admin, &run.flavor).await;
     let tokens = storm::mint_tokens(admin, &run.flavor, 2 * a.joins, a.parallel).await;
-    run.tokens = tokens
-        .iter()
-        .map(|t| secret_name(t.id()))
-        .collect::<Vec<_>>();
+    run.tokens = tokens.iter().map(|t| secret_name(t.id())).collect();
     let token_of: BTreeMap<String, String> = run
         .nodes
         .iter()
         .cloned()
         .zip(tokens.iter().map(|t| t.id().to_string()))
         .collect();
-    let mut joins: Vec<(String, BootstrapToken)> = run.nodes.iter().cloned().zip(tokens).collect();
-    let second_storm = joins.split_off(a.joins);
-    let csrs: Api<CertificateSigningRequest> = Api::all(admin.clone());
-    let (created, approved, registered): (Times, Times, Times) = Default::default();
-    let watch_approvals = storm::record_first(
-        csrs.clone(),
-        approved.clone(),
+    let mut first_storm: Vec<(String, BootstrapToken)> =
+        run.nodes.iter().cloned().zip(tokens).collect();
+    let second_storm = first_storm.split_off(a.joins);
+    let joins = Joins {
+        admin_yaml,
+        csrs: Api::all(admin.clone()),
+        parallel: a.parallel,
+        fault_after: (a.joins / 4).max(1),
+        created: Times::default(),
+        approved: Times::default(),
+        registered: Times::default(),
+    };
+    let all_approved = storm::record_first(
+        joins.csrs.clone(),
+        joins.approved.clone(),
         2 * a.joins,
-        |c: &CertificateSigningRequest| storm::is_approved(c),
+        storm::is_approved,
     );
-    let fault_after = (a.joins / 4).max(1);
 
-    // Step 3: kill the leader mid-storm.
-    let mut killed = (SystemTime::UNIX_EPOCH, Holder::default());
-    let kill = async {
-        let before = holder.borrow().clone();
-        docker(&["kill", &leader]);
-        let at = SystemTime::now();
-        println!("killed the leader {leader} after {fault_after} joins");
-        let next = next_holder(&mut holder.clone(), &run.prefix, &leader).await;
-        killed = (at, before);
-        next
-    };
-    let mut next = Holder::default();
-    storm_with_fault(
-        admin_yaml,
-        &csrs,
-        joins,
-        a.parallel,
-        (&created, &registered),
-        fault_after,
-        async { next = kill.await },
-    )
-    .await;
-    let (killed_at, before_kill) = killed;
-    let kill_takeover = since(next.acquired.expect("acquire time"), killed_at);
-    let kill_since_renewal = since(
-        next.acquired.expect("acquire time"),
-        before_kill.renewed.expect("renew time"),
-    );
-    println!(
-        "  {} took over {} after the kill ({} after the last renewal); {} joins completed",
-        next.identity,
-        secs(kill_takeover),
-        secs(kill_since_renewal),
-        a.joins
-    );
-    let leader = next.identity.clone();
-    let dead = names.iter().find(|n| **n != leader).expect("two").clone();
-    docker(&["start", &dead]);
-    replicas
-        .get(&dead)
-        .expect("replica")
-        .until_ok(&run.network, http_port, "/healthz")
+    // Step 3: kill the leader mid-storm, then start it again (a follower now).
+    let killed = joins
+        .with_fault(first_storm, replicas.fault(&first.identity, Fault::Kill))
         .await;
-    println!("restarted {dead}: a follower now");
+    docker(&["start", &first.identity]);
+    replicas.until_ok(&first.identity, "/healthz").await;
+    println!("restarted {}", first.identity);
 
-    // Step 4: cut the leader off mid-storm.
-    let cut = replicas.get(&leader).expect("replica");
-    let writes_before_cut = cut
-        .metric(&run.network, http_port, "kubeflavor_api_writes_total")
-        .await
-        .expect("the leader's write count");
-    let mut cut_off = (SystemTime::UNIX_EPOCH, Holder::default());
-    let disconnect = async {
-        let before = holder.borrow().clone();
-        docker(&["network", "disconnect", "--force", &run.network, &leader]);
-        let at = SystemTime::now();
-        println!("cut the leader {leader} off the API server after {fault_after} joins");
-        let next = next_holder(&mut holder.clone(), &run.prefix, &leader).await;
-        cut_off = (at, before);
-        next
-    };
-    let mut next = Holder::default();
-    storm_with_fault(
-        admin_yaml,
-        &csrs,
-        second_storm,
-        a.parallel,
-        (&created, &registered),
-        fault_after,
-        async { next = disconnect.await },
-    )
-    .await;
-    let (cut_at, before_cut) = cut_off;
-    let acquired = next.acquired.expect("acquire time");
-    let cut_takeover = since(acquired, cut_at);
-    let cut_since_renewal = since(acquired, before_cut.renewed.expect("renew time"));
+    // Step 4: cut the new leader off mid-storm; it keeps running.
+    let leader = killed.after.identity.clone();
+    let writes_before_cut = replicas
+        .metric(&leader, "kubeflavor_api_writes_total")
+        .await;
+    let cut = joins
+        .with_fault(second_storm, replicas.fault(&leader, Fault::CutOff))
+        .await;
     assert!(
-        cut.running(),
+        replicas.get(&leader).running(),
         "the cut-off replica {leader} kept running through its partition"
-    );
-    println!(
-        "  {} took over {} after the cut ({} after the last renewal); {} joins completed",
-        next.identity,
-        secs(cut_takeover),
-        secs(cut_since_renewal),
-        a.joins
     );
 
     // Step 5: reconnected, the cut-off replica wrote nothing after its term.
     docker(&["network", "connect", &run.network, &leader]);
-    cut.until_ok(&run.network, http_port, "/healthz").await;
-    let metric = |name: &'static str| cut.metric(&run.network, http_port, name);
-    let last_write = metric("kubeflavor_last_api_write_timestamp_seconds")
-        .await
-        .expect("last write time");
-    let writes_after = metric("kubeflavor_api_writes_total")
-        .await
-        .expect("write count");
-    let is_leader = metric("kubeflavor_leader").await.expect("leader gauge");
-    let acquired_secs = acquired
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .unwrap_or_default()
-        .as_secs_f64();
-    println!(
-        "  {leader} after reconnection: leader={is_leader}, writes {writes_before_cut} before the cut, {writes_after} in all; last write {:.2} s before {} took over",
-        acquired_secs - last_write,
-        next.identity
-    );
-    assert_eq!(
-        is_leader,
-        0.0,
-        "the cut-off replica is a follower; its log:\n{}",
-        logs(&leader)
-    );
-    assert!(
-        last_write < acquired_secs,
-        "the cut-off replica started a write {:.3} s after the new leader's term began",
-        last_write - acquired_secs
-    );
+    let writes = fenced(&replicas, &leader, &cut, writes_before_cut).await;
 
     // Step 6: every join, once.
-    let _ = tokio::time::timeout(Duration::from_secs(60), watch_approvals).await;
+    let _ = tokio::time::timeout(Duration::from_secs(60), all_approved).await;
     let check = check_joins(admin, run, &token_of).await;
-    let holder_now = holder.borrow().identity.clone();
     assert_eq!(
-        holder_now, next.identity,
+        replicas.holder.borrow().identity,
+        cut.after.identity,
         "the Lease stayed with the replica that took over"
     );
-    let writes_end = metric("kubeflavor_api_writes_total")
-        .await
-        .expect("write count");
     assert_eq!(
-        writes_end, writes_after,
+        replicas
+            .metric(&leader, "kubeflavor_api_writes_total")
+            .await,
+        writes,
         "the reconnected replica wrote nothing while a follower"
     );
 
-    let csr_lat = storm::latencies(&created, &approved);
     let lease = lease_duration(&container);
     let bound = takeover_bound(lease);
-    for (fault, took) in [("kill", kill_since_renewal), ("cut-off", cut_since_renewal)] {
+    for takeover in [&killed, &cut] {
         assert!(
-            took <= bound,
-            "after the {fault}, the standby took over {} after the last renewal, later than the lease duration and two retry periods ({})",
-            secs(took),
+            takeover.since_renewal() <= bound,
+            "after the {}, the standby took over {} after the last renewal, later than the lease duration and two retry periods ({})",
+            takeover.fault.name(),
+            secs(takeover.since_renewal()),
             secs(bound)
         );
     }
@@ -737,16 +663,14 @@ async fn exercise(a: &Args, admin: &Client, admin_yaml: &str, run: &mut Run) {
         image_size as f64 / 1e6,
         secs(lease)
     );
-    println!(
-        "  takeover after kill       {} ({} after the last renewal)",
-        secs(kill_takeover),
-        secs(kill_since_renewal)
-    );
-    println!(
-        "  takeover after cut-off    {} ({} after the last renewal)",
-        secs(cut_takeover),
-        secs(cut_since_renewal)
-    );
+    for takeover in [&killed, &cut] {
+        println!(
+            "  takeover after {:<8}     {} ({} after the last renewal)",
+            takeover.fault.name(),
+            secs(takeover.since_fault()),
+            secs(takeover.since_renewal())
+        );
+    }
     println!(
         "  joins completed           {} of {}",
         check.joined,
@@ -756,18 +680,185 @@ async fn exercise(a: &Args, admin: &Client, admin_yaml: &str, run: &mut Run) {
         "  approvals / bindings      {} / {}",
         check.approvals, check.bindings
     );
+    let csr_lat = storm::latencies(&joins.created, &joins.approved);
     println!(
         "  CSR -> Approved           p50 {}  p99 {}  max {}",
         ms(percentile(&csr_lat, 0.5)),
         ms(percentile(&csr_lat, 0.99)),
         ms(csr_lat.last().copied().unwrap_or_default())
     );
-    for name in &names {
-        if let Some(rss) = replicas.get(name).and_then(Replica::peak_rss_mib) {
+    for name in &run.replicas {
+        if let Some(rss) = replicas.get(name).peak_rss_mib() {
             println!("  peak RSS {name:<20} {rss:.1} MiB");
         }
     }
-    replicas.clear();
+}
+
+/// Installs the controller's objects (`install --apply`, no replicas: these containers are
+/// the replicas) and writes the files a pod of its ServiceAccount gets, readable by the
+/// image's user: a token from a TokenRequest, the cluster's CA, the namespace.
+async fn service_account_files(admin: &Client, admin_yaml: &str, run: &Run) -> PathBuf {
+    let kubeconfig_path = run.dir.path().join("admin.kubeconfig");
+    std::fs::write(&kubeconfig_path, admin_yaml).expect("write kubeconfig");
+    let mut out = Vec::new();
+    kubeflavor::run(
+        [
+            "kubeflavor",
+            "--kubeconfig",
+            kubeconfig_path.to_str().expect("UTF-8 path"),
+            "install",
+            "--apply",
+            "--replicas",
+            "0",
+        ],
+        &mut out,
+    )
+    .await
+    .expect("install --apply");
+
+    let request = TokenRequest {
+        spec: TokenRequestSpec {
+            audiences: Vec::new(),
+            expiration_seconds: Some(3600),
+            bound_object_ref: None,
+        },
+        ..TokenRequest::default()
+    };
+    let token = Api::<ServiceAccount>::namespaced(admin.clone(), NAMESPACE)
+        .create_token_request(
+            kubeflavor::cmd::install::CONTROLLER_SA,
+            &PostParams::default(),
+            &request,
+        )
+        .await
+        .expect("TokenRequest for the controller's ServiceAccount");
+    let token = token.status.expect("TokenRequest status").token;
+    let kc = Kubeconfig::from_yaml(admin_yaml).expect("kubeconfig");
+    let cluster = kc.clusters[0].cluster.clone().expect("cluster");
+    use base64::Engine;
+    let ca = base64::engine::general_purpose::STANDARD
+        .decode(cluster.certificate_authority_data.expect("CA data"))
+        .expect("CA data is base64");
+    let sa_dir = run.dir.path().join("serviceaccount");
+    std::fs::create_dir(&sa_dir).expect("mkdir");
+    write_world_readable(&sa_dir.join("token"), token.as_bytes());
+    write_world_readable(&sa_dir.join("ca.crt"), &ca);
+    write_world_readable(&sa_dir.join("namespace"), NAMESPACE.as_bytes());
+    make_world_readable(run.dir.path());
+    make_world_readable(&sa_dir);
+    sa_dir
+}
+
+/// The API server's address, which must be an IP address on this machine.
+fn api_server_address(admin_yaml: &str) -> SocketAddr {
+    let kc = Kubeconfig::from_yaml(admin_yaml).expect("kubeconfig");
+    let server = kc.clusters[0]
+        .cluster
+        .clone()
+        .and_then(|c| c.server)
+        .expect("server");
+    server
+        .trim_start_matches("https://")
+        .trim_end_matches('/')
+        .parse()
+        .unwrap_or_else(|_| panic!("the API server {server} is not at an IP address and port"))
+}
+
+/// Starts the two replicas as a kubelet would run the Deployment's container: its image,
+/// arguments and environment, a read-only root, no capabilities, the ServiceAccount's
+/// files mounted where a pod has them.
+async fn start_replicas(
+    a: &Args,
+    admin: &Client,
+    run: &mut Run,
+    container: &Value,
+    sa_dir: &Path,
+    port: u16,
+) -> Replicas {
+    let mut run_args: Vec<String> = [
+        "--network",
+        &run.network,
+        "--read-only",
+        "--cap-drop",
+        "ALL",
+        "--security-opt",
+        "no-new-privileges",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    run_args.push("-v".into());
+    run_args.push(format!("{}:{SA_DIR}:ro", sa_dir.display()));
+    for (k, v) in [
+        ("KUBERNETES_SERVICE_HOST", a.service_ip.to_string()),
+        ("KUBERNETES_SERVICE_PORT", port.to_string()),
+        ("POD_NAME", "{POD_NAME}".to_string()),
+        ("POD_NAMESPACE", NAMESPACE.to_string()),
+        ("RUST_LOG", "info".to_string()),
+    ] {
+        run_args.push("-e".into());
+        run_args.push(format!("{k}={v}"));
+    }
+    run_args.push(container["image"].as_str().expect("image").to_string());
+    for arg in container["args"].as_array().expect("container args") {
+        let arg = arg.as_str().expect("string args");
+        run_args.push(arg.replace("$(POD_NAMESPACE)", NAMESPACE));
+    }
+    run.replicas = vec![format!("{}-a", run.prefix), format!("{}-b", run.prefix)];
+    let replicas = Replicas {
+        network: run.network.clone(),
+        prefix: run.prefix.clone(),
+        http_port: kubeflavor::cmd::install::HTTP_PORT as u16,
+        by_name: run
+            .replicas
+            .iter()
+            .map(|n| (n.clone(), Replica::start(n, &run_args)))
+            .collect(),
+        holder: observe_lease(
+            Api::namespaced(admin.clone(), NAMESPACE),
+            kubeflavor::controller::LEASE_NAME,
+        ),
+    };
+    for name in &run.replicas {
+        replicas.until_ok(name, "/healthz").await;
+    }
+    println!("replicas {} started", run.replicas.join(" and "));
+    replicas
+}
+
+/// The cut-off replica, reconnected: a follower whose last write started before the next
+/// leader's term began. Returns its write count.
+async fn fenced(replicas: &Replicas, cut_off: &str, cut: &Takeover, writes_before_cut: f64) -> f64 {
+    replicas.until_ok(cut_off, "/healthz").await;
+    let last_write = replicas
+        .metric(cut_off, "kubeflavor_last_api_write_timestamp_seconds")
+        .await;
+    let writes = replicas
+        .metric(cut_off, "kubeflavor_api_writes_total")
+        .await;
+    let is_leader = replicas.metric(cut_off, "kubeflavor_leader").await;
+    let acquired = cut
+        .acquired()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_secs_f64();
+    println!(
+        "  {cut_off} reconnected: leader={is_leader}, {writes_before_cut} writes before the cut, {writes} in all; its last write started {:.2} s before {} took over",
+        acquired - last_write,
+        cut.after.identity
+    );
+    assert_eq!(
+        is_leader,
+        0.0,
+        "the cut-off replica is a follower; its log:\n{}",
+        logs(cut_off)
+    );
+    assert!(
+        last_write < acquired,
+        "the cut-off replica started a write {:.3} s after the new leader's term began",
+        last_write - acquired
+    );
+    writes
 }
 
 /// The lease duration the Deployment's controller runs with (its --lease-duration, or
@@ -920,7 +1011,7 @@ async fn clean_up(admin: &Client, run: &Run) {
     let _ = Api::<Flavor>::all(admin.clone())
         .delete(&run.flavor, &dp)
         .await;
-    let _ = Api::<Lease>::namespaced(admin.clone(), "kubeflavor")
+    let _ = Api::<Lease>::namespaced(admin.clone(), NAMESPACE)
         .delete(kubeflavor::controller::LEASE_NAME, &dp)
         .await;
 }

@@ -12,6 +12,7 @@ pub mod error;
 pub mod exit;
 pub mod join;
 pub mod output;
+pub mod serve;
 
 use std::ffi::OsString;
 use std::io::Write;

@@ -176,12 +176,15 @@ pub struct Created {
 /// or `None` to skip a token (an id still in use elsewhere); a 409 AlreadyExists means
 /// another token has that id, so the next attempt draws again, as kubeadm does. One POST
 /// per attempt, nothing read first. `None` when every attempt's id was taken.
-pub async fn create_with_fresh_id<E>(
+pub async fn create_with_fresh_id<E, F>(
     client: &Client,
     attempts: usize,
-    mut draw: impl AsyncFnMut() -> Result<Option<(BootstrapToken, Secret)>, E>,
+    mut draw: impl FnMut() -> F,
     api_error: impl Fn(kube::Error) -> E,
-) -> Result<Option<Created>, E> {
+) -> Result<Option<Created>, E>
+where
+    F: std::future::Future<Output = Result<Option<(BootstrapToken, Secret)>, E>>,
+{
     let secrets = api(client);
     for _ in 0..attempts {
         let Some((token, mut secret)) = draw().await? else {

@@ -84,7 +84,7 @@ pub fn options(args: &ControllerArgs) -> Options {
 }
 
 /// Resolves on SIGTERM (what Kubernetes sends) or ctrl-c.
-async fn termination() {
+pub async fn termination() {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{SignalKind, signal};
@@ -104,7 +104,7 @@ async fn termination() {
     {
         let _ = tokio::signal::ctrl_c().await;
     }
-    tracing::info!("termination requested: finishing in-flight work and releasing the lease");
+    tracing::info!("termination requested: finishing in-flight work");
 }
 
 pub async fn run(cluster: &Cluster, args: &ControllerArgs) -> Result<()> {

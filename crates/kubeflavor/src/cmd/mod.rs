@@ -8,6 +8,7 @@ pub mod flavor;
 pub mod install;
 pub mod join;
 pub mod node;
+pub mod serve;
 pub mod token;
 
 use std::io::Write;
@@ -80,6 +81,10 @@ pub enum Command {
     /// List, show and revoke bound nodes (FlavorBindings).
     #[command(subcommand)]
     Node(node::NodeCommand),
+    /// Serve the join-token API: an HTTPS endpoint where a portal, authenticated by its
+    /// Kubernetes token and authorized per flavor, mints join tokens without access to
+    /// Secrets.
+    Serve(serve::ServeArgs),
     /// Move control-plane CA material between machines, kubeadm-compatible: certificate
     /// key, CA set generation, encrypted upload to kube-system/kubeadm-certs, download,
     /// inspection.
@@ -93,6 +98,7 @@ pub async fn execute(cli: Cli, out: &mut dyn Write) -> Result<()> {
     match cli.command {
         Command::Token(command) => token::execute(command, &global, out).await,
         Command::Controller(args) => controller::run(&connect(&global).await?, &args).await,
+        Command::Serve(args) => serve::run(connect(&global).await?, &args).await,
         Command::Node(node::NodeCommand::List(args)) => {
             node::list(&connect(&global).await?, &args, out).await
         }

@@ -19,6 +19,18 @@ use tokio::net::TcpListener;
 
 use super::metrics::Metrics;
 
+/// What `/metrics` shows: the controller's metrics, or another server's.
+pub trait Exposition: Send + Sync + 'static {
+    /// The OpenMetrics text exposition.
+    fn render(&self) -> String;
+}
+
+impl Exposition for Metrics {
+    fn render(&self) -> String {
+        Metrics::render(self)
+    }
+}
+
 /// Shared health flags, flipped by the controller's tasks.
 #[derive(Debug, Default)]
 pub struct Health {
@@ -91,7 +103,7 @@ fn respond(status: StatusCode, content_type: &str, body: String) -> Response<Ful
         .expect("static response parts are valid")
 }
 
-pub fn route(path: &str, health: &Health, metrics: &Metrics) -> Response<Full<Bytes>> {
+pub fn route(path: &str, health: &Health, metrics: &dyn Exposition) -> Response<Full<Bytes>> {
     match path {
         "/metrics" => respond(
             StatusCode::OK,
@@ -113,7 +125,7 @@ pub fn route(path: &str, health: &Health, metrics: &Metrics) -> Response<Full<By
 pub async fn serve(
     listener: TcpListener,
     health: Arc<Health>,
-    metrics: Metrics,
+    metrics: Arc<dyn Exposition>,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> std::io::Result<()> {
     tokio::pin!(shutdown);
@@ -132,7 +144,7 @@ pub async fn serve(
         let metrics = metrics.clone();
         tokio::spawn(async move {
             let svc = service_fn(move |req: Request<Incoming>| {
-                let resp = route(req.uri().path(), &health, &metrics);
+                let resp = route(req.uri().path(), &health, metrics.as_ref());
                 async move { Ok::<_, Infallible>(resp) }
             });
             let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
@@ -173,7 +185,7 @@ mod tests {
         let metrics = Metrics::new();
         metrics.decision("denied", "token_missing");
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-        let server = tokio::spawn(serve(listener, health.clone(), metrics, async {
+        let server = tokio::spawn(serve(listener, health.clone(), Arc::new(metrics), async {
             let _ = rx.await;
         }));
         let m = get(addr, "/metrics").await;

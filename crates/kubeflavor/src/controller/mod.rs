@@ -418,7 +418,7 @@ pub async fn run(
         let served = http::serve(
             listener,
             rt.health.clone(),
-            rt.metrics.clone(),
+            Arc::new(rt.metrics.clone()),
             stopping.clone(),
         );
         if let Err(e) = served.await {

@@ -37,9 +37,33 @@ pub async fn record(
     reason: &str,
     note: &str,
 ) {
+    // A record is a write like any other: none once this replica's term has ended.
+    if ctx.begin_write(super::Step::Denied).is_err() {
+        return;
+    }
+    let event = event(
+        REPORTING_CONTROLLER,
+        &ctx.opts.identity,
+        regarding,
+        (type_, action, reason),
+        note,
+    );
+    post(&ctx.client, &event).await;
+}
+
+/// An Event of the trail: `reporting` (controller, instance) says who writes it; `what` is
+/// (type, action, reason).
+pub fn event(
+    reporting_controller: &str,
+    reporting_instance: &str,
+    regarding: Regarding<'_>,
+    what: (&str, &str, &str),
+    note: &str,
+) -> Event {
+    let (type_, action, reason) = what;
     let now = jiff::Timestamp::now();
     let suffix = format!("{:x}", now.as_nanosecond() as u64 ^ rand_u64());
-    let event = Event {
+    Event {
         metadata: ObjectMeta {
             name: Some(format!("{}.{suffix}", regarding.name)),
             namespace: Some(TRAIL_NAMESPACE.to_string()),
@@ -48,8 +72,8 @@ pub async fn record(
         // MicroTime: exactly 6 fractional digits or the API server answers 400; k8s-openapi
         // writes them.
         event_time: Some(MicroTime(now)),
-        reporting_controller: Some(REPORTING_CONTROLLER.into()),
-        reporting_instance: Some(ctx.opts.identity.clone()),
+        reporting_controller: Some(reporting_controller.into()),
+        reporting_instance: Some(reporting_instance.into()),
         action: Some(action.into()),
         reason: Some(reason.into()),
         type_: Some(type_.into()),
@@ -63,14 +87,14 @@ pub async fn record(
             ..ObjectReference::default()
         }),
         ..Event::default()
-    };
-    // A record is a write like any other: none once this replica's term has ended.
-    if ctx.begin_write(super::Step::Denied).is_err() {
-        return;
     }
-    let api: Api<Event> = Api::namespaced(ctx.client.clone(), TRAIL_NAMESPACE);
-    if let Err(e) = api.create(&PostParams::default(), &event).await {
-        tracing::warn!(error = %e, reason, "could not record an Event (the log line above has the same facts)");
+}
+
+/// Creates the Event in the trail's namespace; a failure is logged, never fatal.
+pub async fn post(client: &kube::Client, event: &Event) {
+    let api: Api<Event> = Api::namespaced(client.clone(), TRAIL_NAMESPACE);
+    if let Err(e) = api.create(&PostParams::default(), event).await {
+        tracing::warn!(error = %e, reason = event.reason.as_deref().unwrap_or_default(), "could not record an Event (the log line has the same facts)");
     }
 }
 

@@ -1,5 +1,6 @@
 //! The controller, run in-process against a cluster: the join flow from CSR to flavored
-//! Node, the CSR policy as the API sees it, attacks on it, API faults, and leader election.
+//! Node, the CSR policy as the API sees it, attacks on it, API faults, leader election, and
+//! the join-token API that mints tokens for portals.
 //!
 //! `cargo test -p kubeflavor --test controller [name filter]`
 
@@ -13,3 +14,4 @@ mod faults;
 mod flow;
 mod leader;
 mod policy;
+mod serve;

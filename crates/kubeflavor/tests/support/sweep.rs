@@ -2,8 +2,8 @@
 //! its test panicked), everything named after its run id is deleted, with the tokens its
 //! commands printed and the objects they made that carry no run id.
 //!
-//! Nodes, Flavors, FlavorBindings, CSRs, ClusterRoles and ClusterRoleBindings, Leases and
-//! Events are found by the run id in their names (a CSR also by the node name it asks
+//! Nodes, Flavors, FlavorBindings, CSRs, ClusterRoles and ClusterRoleBindings, Leases,
+//! ServiceAccounts and Events are found by the run id in their names (a CSR also by the node name it asks
 //! for); token Secrets by their flavor label or by the ids recorded in [`Made`].
 
 use std::collections::BTreeSet;
@@ -187,6 +187,14 @@ async fn sweep_async(
         delete_where(Api::<Lease>::namespaced(client.clone(), ns), |o| {
             named(&o.name_any())
         })
+        .await;
+    }
+    // ServiceAccounts standing for callers of the join-token API.
+    for ns in ["default", "kube-system"] {
+        delete_where(
+            Api::<k8s_openapi::api::core::v1::ServiceAccount>::namespaced(client.clone(), ns),
+            |o| named(&o.name_any()),
+        )
         .await;
     }
     Ok(())

@@ -11,7 +11,6 @@ use std::num::NonZeroU32;
 
 use clap::{Args, Subcommand, ValueEnum};
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, ListParams};
 use kubeflavor_core::flavor::{DEFAULT_MAX_NODES, FlavorName, FlavorRules, TokenTtl};
 use kubeflavor_core::token::{BootstrapToken, TokenId};
@@ -30,7 +29,7 @@ use crate::exit::ExitCode;
 use crate::output::{self, Format};
 
 mod control_plane;
-mod join_line;
+pub mod join_line;
 mod list;
 mod revoke;
 
@@ -232,14 +231,19 @@ pub async fn mint(
     max_nodes: NonZeroU32,
     mut next: impl FnMut() -> Result<BootstrapToken>,
 ) -> Result<BootstrapToken> {
-    let draw = async || -> Result<Option<(BootstrapToken, Secret)>> {
-        let token = next()?;
-        if id_still_bound(cluster, token.id()).await? {
-            tracing::info!(id = %token.id(), "token id still named by a FlavorBinding, drawing another");
-            return Ok(None);
+    // The token is drawn before the future starts, so the future borrows nothing of
+    // `next` and can be sent between threads (the join-token API mints on any worker).
+    let draw = || {
+        let token = next();
+        async move {
+            let token = token?;
+            if id_still_bound(cluster, token.id()).await? {
+                tracing::info!(id = %token.id(), "token id still named by a FlavorBinding, drawing another");
+                return Ok(None);
+            }
+            let object = flavored_token_secret(&token, flavor, expiration, max_nodes);
+            Ok::<_, CliError>(Some((token, token_secrets::to_secret(&object))))
         }
-        let object = flavored_token_secret(&token, flavor, expiration, max_nodes);
-        Ok(Some((token, token_secrets::to_secret(&object))))
     };
     let created =
         token_secrets::create_with_fresh_id(&cluster.client, CREATE_ATTEMPTS, draw, |e| {

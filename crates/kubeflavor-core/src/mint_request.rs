@@ -1,0 +1,332 @@
+//! The body of a join-token mint request (`POST /v1/flavors/{flavor}/jointokens` of
+//! `kubeflavor serve`), decided here: parsed strictly, every problem reported by field, in
+//! the shape of the Kubernetes API server's `Invalid` causes.
+//!
+//! ```json
+//! {"issuedTo": "acme-corp/alice", "ttl": "24h", "maxNodes": 1, "output": "cloud-init"}
+//! ```
+
+use std::num::NonZeroU32;
+
+use serde_json::{Map, Value};
+
+use crate::ttl::TokenTtl;
+
+/// The largest body accepted: a valid request is well under 1 KiB.
+pub const MAX_BODY_BYTES: usize = 16 * 1024;
+/// The longest `issuedTo`, in characters.
+pub const MAX_ISSUED_TO_CHARS: usize = 256;
+
+/// A valid mint request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MintRequest {
+    /// On whose behalf the token is minted (e.g. `acme-corp/alice`), kept with the token
+    /// and copied into the binding of every node that joins with it.
+    pub issued_to: String,
+    /// The token's lifetime; `None`: the flavor's default, else 24h.
+    pub ttl: Option<TokenTtl>,
+    /// How many node names the token may bind; `None`: the flavor's default, else 1.
+    pub max_nodes: Option<NonZeroU32>,
+    pub output: MintOutput,
+}
+
+/// What the answer carries besides the token and the join line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MintOutput {
+    /// The token, its id, expiry and the `kubeadm join` line.
+    Json,
+    /// The same and a cloud-init user-data document that joins the machine on first boot.
+    CloudInit,
+}
+
+/// Why one field was refused, as the API server names it in a Status cause.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FieldReason {
+    Required,
+    Invalid,
+    NotSupported,
+}
+
+impl FieldReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FieldReason::Required => "FieldValueRequired",
+            FieldReason::Invalid => "FieldValueInvalid",
+            FieldReason::NotSupported => "FieldValueNotSupported",
+        }
+    }
+}
+
+/// One refused field.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FieldProblem {
+    pub field: String,
+    pub reason: FieldReason,
+    pub message: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum MintRequestError {
+    #[error("the request body has {0} bytes; at most {MAX_BODY_BYTES} are accepted")]
+    TooLarge(usize),
+    #[error("the request body is not a JSON object: {0}")]
+    Malformed(String),
+    #[error("the request is invalid: {}", describe(.0))]
+    Invalid(Vec<FieldProblem>),
+}
+
+fn describe(problems: &[FieldProblem]) -> String {
+    problems
+        .iter()
+        .map(|p| format!("{}: {}", p.field, p.message))
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+const FIELDS: [&str; 4] = ["issuedTo", "ttl", "maxNodes", "output"];
+
+/// Parses and checks a request body. Every field problem is reported, not just the first.
+pub fn parse(body: &[u8]) -> Result<MintRequest, MintRequestError> {
+    if body.len() > MAX_BODY_BYTES {
+        return Err(MintRequestError::TooLarge(body.len()));
+    }
+    let value: Value = serde_json::from_slice(body).map_err(|e| {
+        MintRequestError::Malformed(format!(
+            "{e} (send a JSON object such as {{\"issuedTo\": \"acme-corp/alice\"}})"
+        ))
+    })?;
+    let Value::Object(fields) = value else {
+        return Err(MintRequestError::Malformed(
+            "it is JSON but not an object (send {\"issuedTo\": \"...\"})".into(),
+        ));
+    };
+    let mut problems = Vec::new();
+    for name in fields.keys().filter(|k| !FIELDS.contains(&k.as_str())) {
+        problems.push(FieldProblem {
+            field: name.clone(),
+            reason: FieldReason::NotSupported,
+            message: format!("unknown field; the fields are {}", FIELDS.join(", ")),
+        });
+    }
+    let issued_to = issued_to(&fields, &mut problems);
+    let ttl = ttl(&fields, &mut problems);
+    let max_nodes = max_nodes(&fields, &mut problems);
+    let output = output(&fields, &mut problems);
+    match (issued_to, problems.is_empty()) {
+        (Some(issued_to), true) => Ok(MintRequest {
+            issued_to,
+            ttl,
+            max_nodes,
+            output,
+        }),
+        _ => Err(MintRequestError::Invalid(problems)),
+    }
+}
+
+fn problem(problems: &mut Vec<FieldProblem>, field: &str, reason: FieldReason, message: String) {
+    problems.push(FieldProblem {
+        field: field.into(),
+        reason,
+        message,
+    });
+}
+
+fn issued_to(fields: &Map<String, Value>, problems: &mut Vec<FieldProblem>) -> Option<String> {
+    let field = "issuedTo";
+    let Some(value) = fields.get(field) else {
+        problem(
+            problems,
+            field,
+            FieldReason::Required,
+            "say on whose behalf the token is minted, e.g. \"acme-corp/alice\"".into(),
+        );
+        return None;
+    };
+    let Some(text) = value.as_str() else {
+        problem(
+            problems,
+            field,
+            FieldReason::Invalid,
+            "must be a string".into(),
+        );
+        return None;
+    };
+    match check_issued_to(text) {
+        Ok(()) => Some(text.to_string()),
+        Err(message) => {
+            problem(problems, field, FieldReason::Invalid, message);
+            None
+        }
+    }
+}
+
+/// 1 to 256 characters, no control characters, no space at either end.
+pub fn check_issued_to(text: &str) -> Result<(), String> {
+    let chars = text.chars().count();
+    if chars == 0 {
+        return Err("must not be empty".into());
+    }
+    if chars > MAX_ISSUED_TO_CHARS {
+        return Err(format!(
+            "has {chars} characters; at most {MAX_ISSUED_TO_CHARS} are allowed"
+        ));
+    }
+    if text.chars().any(char::is_control) {
+        return Err("must not contain control characters (newlines, tabs, ...)".into());
+    }
+    if text.trim() != text {
+        return Err("must not start or end with white space".into());
+    }
+    Ok(())
+}
+
+fn ttl(fields: &Map<String, Value>, problems: &mut Vec<FieldProblem>) -> Option<TokenTtl> {
+    let value = fields.get("ttl")?;
+    let Some(text) = value.as_str() else {
+        problem(
+            problems,
+            "ttl",
+            FieldReason::Invalid,
+            "must be a string such as \"24h\", \"90m\" or \"0\" (never expires)".into(),
+        );
+        return None;
+    };
+    match text.parse::<TokenTtl>() {
+        Ok(ttl) => Some(ttl),
+        Err(e) => {
+            problem(problems, "ttl", FieldReason::Invalid, e.to_string());
+            None
+        }
+    }
+}
+
+fn max_nodes(fields: &Map<String, Value>, problems: &mut Vec<FieldProblem>) -> Option<NonZeroU32> {
+    let value = fields.get("maxNodes")?;
+    let n = value
+        .as_u64()
+        .and_then(|n| u32::try_from(n).ok())
+        .and_then(NonZeroU32::new);
+    if n.is_none() {
+        problem(
+            problems,
+            "maxNodes",
+            FieldReason::Invalid,
+            format!("must be a whole number from 1 to {}", u32::MAX),
+        );
+    }
+    n
+}
+
+fn output(fields: &Map<String, Value>, problems: &mut Vec<FieldProblem>) -> MintOutput {
+    match fields.get("output").map(Value::as_str) {
+        None | Some(Some("json")) => MintOutput::Json,
+        Some(Some("cloud-init")) => MintOutput::CloudInit,
+        Some(_) => {
+            problem(
+                problems,
+                "output",
+                FieldReason::NotSupported,
+                "must be \"json\" or \"cloud-init\"".into(),
+            );
+            MintOutput::Json
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fields_of(err: MintRequestError) -> Vec<(String, FieldReason)> {
+        match err {
+            MintRequestError::Invalid(p) => p.into_iter().map(|p| (p.field, p.reason)).collect(),
+            other => panic!("expected Invalid, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_full_request_is_read() {
+        let r = parse(
+            br#"{"issuedTo":"acme-corp/alice","ttl":"1h30m","maxNodes":3,"output":"cloud-init"}"#,
+        )
+        .expect("valid");
+        assert_eq!(r.issued_to, "acme-corp/alice");
+        assert_eq!(r.ttl, Some(TokenTtl::Seconds(5400)));
+        assert_eq!(r.max_nodes, NonZeroU32::new(3));
+        assert_eq!(r.output, MintOutput::CloudInit);
+    }
+
+    #[test]
+    fn only_issued_to_is_required() {
+        let r = parse(br#"{"issuedTo":"bob"}"#).expect("valid");
+        assert_eq!(
+            (r.ttl, r.max_nodes, r.output),
+            (None, None, MintOutput::Json)
+        );
+        assert_eq!(
+            fields_of(parse(b"{}").unwrap_err()),
+            [("issuedTo".to_string(), FieldReason::Required)]
+        );
+    }
+
+    #[test]
+    fn every_bad_field_is_reported() {
+        let err =
+            parse(br#"{"issuedTo":"","ttl":"-1h","maxNodes":0,"output":"xml","flavor":"sweet"}"#)
+                .unwrap_err();
+        let mut got = fields_of(err);
+        got.sort_by(|a, b| a.0.cmp(&b.0));
+        assert_eq!(
+            got,
+            [
+                ("flavor".to_string(), FieldReason::NotSupported),
+                ("issuedTo".to_string(), FieldReason::Invalid),
+                ("maxNodes".to_string(), FieldReason::Invalid),
+                ("output".to_string(), FieldReason::NotSupported),
+                ("ttl".to_string(), FieldReason::Invalid),
+            ]
+        );
+    }
+
+    #[test]
+    fn wrong_types_are_invalid_not_malformed() {
+        let err = parse(br#"{"issuedTo":7,"ttl":24,"maxNodes":"1"}"#).unwrap_err();
+        assert_eq!(fields_of(err).len(), 3);
+        assert!(parse(br#"{"issuedTo":"a","maxNodes":4294967296}"#).is_err());
+        assert!(parse(br#"{"issuedTo":"a","maxNodes":-1}"#).is_err());
+        assert!(parse(br#"{"issuedTo":"a","maxNodes":1.5}"#).is_err());
+    }
+
+    #[test]
+    fn issued_to_rules() {
+        assert!(check_issued_to("acme-corp/alice@example.org").is_ok());
+        assert!(check_issued_to("Zoë Ωmega").is_ok());
+        assert!(check_issued_to(&"x".repeat(MAX_ISSUED_TO_CHARS)).is_ok());
+        assert!(check_issued_to(&"x".repeat(MAX_ISSUED_TO_CHARS + 1)).is_err());
+        assert!(check_issued_to("").is_err());
+        assert!(check_issued_to(" alice").is_err());
+        assert!(check_issued_to("alice\n").is_err());
+        assert!(check_issued_to("al\u{7}ice").is_err());
+    }
+
+    #[test]
+    fn not_an_object_or_not_json_is_malformed() {
+        for body in [&b"[]"[..], b"\"alice\"", b"{", b"", b"null"] {
+            assert!(
+                matches!(parse(body), Err(MintRequestError::Malformed(_))),
+                "{:?}",
+                String::from_utf8_lossy(body)
+            );
+        }
+    }
+
+    #[test]
+    fn an_oversized_body_is_refused_before_parsing() {
+        let mut body = br#"{"issuedTo":"a","pad":""#.to_vec();
+        body.resize(MAX_BODY_BYTES + 1, b' ');
+        assert_eq!(
+            parse(&body),
+            Err(MintRequestError::TooLarge(MAX_BODY_BYTES + 1))
+        );
+    }
+}

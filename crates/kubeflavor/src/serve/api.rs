@@ -1,0 +1,535 @@
+//! One request to the join-token API: who is calling (TokenReview), may they mint this
+//! flavor (SubjectAccessReview: `create` on `flavors/jointoken` of `kubeflavor.io`, named
+//! after the flavor), is the body valid, then the token, its record in the trail and the
+//! answer. Errors are Kubernetes `Status` objects, like the API server's own.
+//!
+//! What a caller learns about flavors is only what it may mint: authorization comes before
+//! the flavor is looked up, and a refusal names the flavor the caller asked for, nothing
+//! more.
+
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+use http::header::{self, HeaderMap, HeaderValue};
+use http::{Method, Request, Response, StatusCode};
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::{Bytes, Incoming};
+use jiff::Timestamp;
+use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec, UserInfo};
+use k8s_openapi::api::authorization::v1::{
+    ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
+};
+use kube::Api;
+use kube::api::PostParams;
+use kubeflavor_core::flavor::FlavorName;
+use kubeflavor_core::mint_request::{self, MintOutput, MintRequest, MintRequestError};
+use kubeflavor_core::token::BootstrapToken;
+use kubeflavor_core::token_secret::format_expiration;
+use serde_json::{Value, json};
+use zeroize::Zeroizing;
+
+use super::Server;
+use crate::cmd::token::join_line::{join_command_line, join_target};
+use crate::cmd::token::{DEFAULT_TTL, flavor_rules, mint};
+use crate::controller::trail::{self, Regarding};
+use crate::error::CliError;
+use crate::exit::ExitCode;
+
+pub type Body = Full<Bytes>;
+
+/// The API group and resource a caller needs `create` on, per flavor name.
+pub const GROUP: &str = "kubeflavor.io";
+pub const RESOURCE: &str = "flavors";
+pub const SUBRESOURCE: &str = "jointoken";
+/// The media type cloud-init reads user data in, for callers that want the document alone.
+pub const CLOUD_CONFIG: &str = "text/cloud-config";
+
+/// Answers one request.
+pub async fn handle(server: &Server, req: Request<Incoming>) -> Response<Body> {
+    let path: Vec<String> = req
+        .uri()
+        .path()
+        .trim_matches('/')
+        .split('/')
+        .map(str::to_string)
+        .collect();
+    let path: Vec<&str> = path.iter().map(String::as_str).collect();
+    let response = match (req.method(), path.as_slice()) {
+        (&Method::GET, ["openapi.json"]) => respond(
+            StatusCode::OK,
+            "application/json",
+            super::openapi::document().to_string(),
+        ),
+        (&Method::POST, ["v1", "flavors", flavor, "jointokens"]) => {
+            let flavor = flavor.to_string();
+            mint_for(server, &flavor, req).await
+        }
+        (_, ["v1", "flavors", _, "jointokens"]) => status(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "MethodNotAllowed",
+            "only POST is served here: POST /v1/flavors/{flavor}/jointokens",
+            None,
+        ),
+        _ => status(
+            StatusCode::NOT_FOUND,
+            "NotFound",
+            "no such path: the API is POST /v1/flavors/{flavor}/jointokens (see /openapi.json)",
+            None,
+        ),
+    };
+    server.metrics.response(response.status().as_u16());
+    response
+}
+
+fn respond(code: StatusCode, content_type: &str, body: String) -> Response<Body> {
+    let mut response = Response::new(Full::new(Bytes::from(body)));
+    *response.status_mut() = code;
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_str(content_type).expect("a valid media type"),
+    );
+    response
+}
+
+/// A Kubernetes `Status` answer.
+pub fn status(
+    code: StatusCode,
+    reason: &str,
+    message: &str,
+    causes: Option<Vec<Value>>,
+) -> Response<Body> {
+    let mut body = json!({
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+        "reason": reason,
+        "code": code.as_u16(),
+    });
+    if let Some(causes) = causes {
+        body["details"] = json!({ "causes": causes });
+    }
+    respond(code, "application/json", body.to_string())
+}
+
+fn unauthorized(message: &str) -> Response<Body> {
+    let mut response = status(StatusCode::UNAUTHORIZED, "Unauthorized", message, None);
+    response
+        .headers_mut()
+        .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+    response
+}
+
+fn unavailable(doing: &str) -> Response<Body> {
+    status(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "ServiceUnavailable",
+        &format!("could not {doing} with the Kubernetes API; retry shortly"),
+        None,
+    )
+}
+
+/// `Authorization: Bearer <token>`, if the request carries one.
+fn bearer(headers: &HeaderMap) -> Option<Zeroizing<String>> {
+    let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, token) = value.split_once(' ')?;
+    let token = token.trim();
+    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty())
+        .then(|| Zeroizing::new(token.to_string()))
+}
+
+/// The caller, as the Kubernetes API authenticates its bearer token.
+async fn authenticate(server: &Server, headers: &HeaderMap) -> Result<UserInfo, Response<Body>> {
+    let Some(token) = bearer(headers) else {
+        return Err(unauthorized(
+            "no credentials: send Authorization: Bearer <a Kubernetes ServiceAccount token>",
+        ));
+    };
+    let review = TokenReview {
+        spec: TokenReviewSpec {
+            token: Some(token.to_string()),
+            audiences: server.audience.clone().map(|a| vec![a]),
+        },
+        ..TokenReview::default()
+    };
+    let _turn = server.reviews.acquire().await;
+    let answer = Api::<TokenReview>::all(server.cluster.client.clone())
+        .create(&PostParams::default(), &review)
+        .await;
+    drop(review);
+    match answer {
+        Ok(TokenReview {
+            status: Some(status),
+            ..
+        }) if status.authenticated == Some(true) => Ok(status.user.unwrap_or_default()),
+        Ok(_) => Err(unauthorized(
+            "the bearer token was not accepted by the Kubernetes API (expired, revoked, or for another audience)",
+        )),
+        Err(e) => {
+            tracing::warn!(error = %e, "TokenReview failed");
+            Err(unavailable("check the credentials"))
+        }
+    }
+}
+
+/// Whether `user` may create join tokens of the flavor named `flavor`.
+async fn authorize(server: &Server, user: &UserInfo, flavor: &str) -> Result<(), Response<Body>> {
+    let review = SubjectAccessReview {
+        spec: SubjectAccessReviewSpec {
+            user: user.username.clone(),
+            groups: user.groups.clone(),
+            uid: user.uid.clone(),
+            extra: user.extra.clone(),
+            resource_attributes: Some(ResourceAttributes {
+                group: Some(GROUP.into()),
+                resource: Some(RESOURCE.into()),
+                subresource: Some(SUBRESOURCE.into()),
+                verb: Some("create".into()),
+                name: Some(flavor.into()),
+                ..ResourceAttributes::default()
+            }),
+            ..SubjectAccessReviewSpec::default()
+        },
+        ..SubjectAccessReview::default()
+    };
+    let _turn = server.reviews.acquire().await;
+    match Api::<SubjectAccessReview>::all(server.cluster.client.clone())
+        .create(&PostParams::default(), &review)
+        .await
+    {
+        Ok(r) if r.status.as_ref().is_some_and(|s| s.allowed) => Ok(()),
+        Ok(_) => Err(status(
+            StatusCode::FORBIDDEN,
+            "Forbidden",
+            &format!(
+                "{RESOURCE}.{GROUP} {flavor:?} is forbidden: User {:?} cannot create resource \"{RESOURCE}/{SUBRESOURCE}\" in API group \"{GROUP}\"",
+                user.username.as_deref().unwrap_or_default()
+            ),
+            None,
+        )),
+        Err(e) => {
+            tracing::warn!(error = %e, "SubjectAccessReview failed");
+            Err(unavailable("check the caller's permissions"))
+        }
+    }
+}
+
+fn not_found(flavor: &str) -> Response<Body> {
+    status(
+        StatusCode::NOT_FOUND,
+        "NotFound",
+        &format!("{RESOURCE}.{GROUP} {flavor:?} not found"),
+        None,
+    )
+}
+
+/// Reads the body, refusing it as soon as it is larger than a request can be.
+async fn read_body(req: Request<Incoming>) -> Result<Bytes, Response<Body>> {
+    let too_large = |size: &str| {
+        status(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "RequestEntityTooLarge",
+            &format!(
+                "the request body has {size} bytes; at most {} are accepted",
+                mint_request::MAX_BODY_BYTES
+            ),
+            None,
+        )
+    };
+    let declared = req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok());
+    if let Some(size) = declared.filter(|s| *s > mint_request::MAX_BODY_BYTES) {
+        return Err(too_large(&size.to_string()));
+    }
+    match Limited::new(req.into_body(), mint_request::MAX_BODY_BYTES)
+        .collect()
+        .await
+    {
+        Ok(collected) => Ok(collected.to_bytes()),
+        Err(e) if e.is::<http_body_util::LengthLimitError>() => Err(too_large("more than that")),
+        Err(_) => Err(status(
+            StatusCode::BAD_REQUEST,
+            "BadRequest",
+            "the request body could not be read",
+            None,
+        )),
+    }
+}
+
+fn invalid(err: MintRequestError) -> Response<Body> {
+    match err {
+        MintRequestError::TooLarge(size) => status(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "RequestEntityTooLarge",
+            &err.to_string(),
+            Some(vec![
+                json!({"reason": "FieldValueTooLong", "message": format!("{size} bytes")}),
+            ]),
+        ),
+        MintRequestError::Malformed(_) => status(
+            StatusCode::BAD_REQUEST,
+            "BadRequest",
+            &err.to_string(),
+            None,
+        ),
+        MintRequestError::Invalid(ref problems) => {
+            let causes = problems
+                .iter()
+                .map(|p| json!({"reason": p.reason.as_str(), "message": p.message, "field": p.field}))
+                .collect();
+            status(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "Invalid",
+                &format!("JoinToken is invalid: {err}"),
+                Some(causes),
+            )
+        }
+    }
+}
+
+/// Errors of the minting itself, with nothing of the cluster's other flavors in them.
+fn failed(flavor: &str, err: CliError) -> Response<Body> {
+    match err.code {
+        ExitCode::NotFound => not_found(flavor),
+        ExitCode::Refused => status(
+            StatusCode::CONFLICT,
+            "Conflict",
+            &format!(
+                "flavor {flavor:?} cannot mint tokens now: its definition is invalid; ask the cluster's administrators"
+            ),
+            None,
+        ),
+        _ => {
+            tracing::warn!(flavor, error = %err.message, "minting a join token failed");
+            unavailable("mint the token")
+        }
+    }
+}
+
+/// `POST /v1/flavors/{flavor}/jointokens`.
+async fn mint_for(server: &Server, flavor: &str, req: Request<Incoming>) -> Response<Body> {
+    let user = match authenticate(server, req.headers()).await {
+        Ok(user) => user,
+        Err(response) => return response,
+    };
+    let caller = user.username.clone().unwrap_or_default();
+    if let Err(wait) = server.limiter.check(&caller, Instant::now()) {
+        let mut response = status(
+            StatusCode::TOO_MANY_REQUESTS,
+            "TooManyRequests",
+            &format!(
+                "too many join tokens requested by {caller:?}; retry in {} s",
+                wait.as_secs() + 1
+            ),
+            None,
+        );
+        response
+            .headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from(wait.as_secs() + 1));
+        return response;
+    }
+    if let Err(response) = authorize(server, &user, flavor).await {
+        return response;
+    }
+    let Ok(flavor_name) = flavor.parse::<FlavorName>() else {
+        return not_found(flavor);
+    };
+    let wants_document = req
+        .headers()
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.contains(CLOUD_CONFIG));
+    let body = match read_body(req).await {
+        Ok(body) => body,
+        Err(response) => return response,
+    };
+    let request = match mint_request::parse(&body) {
+        Ok(request) => request,
+        Err(err) => return invalid(err),
+    };
+    match mint_token(server, &flavor_name, &request, &caller).await {
+        Ok(minted) => answer(&minted, &request, wants_document),
+        Err(err) => failed(flavor, err),
+    }
+}
+
+/// A token as minted, with what the answer says about it.
+struct Minted {
+    token: BootstrapToken,
+    flavor: FlavorName,
+    expiration: Option<Timestamp>,
+    max_nodes: u32,
+    issued_to: String,
+    issued_by: String,
+    join_line: Zeroizing<String>,
+    cloud_init: Zeroizing<String>,
+}
+
+async fn mint_token(
+    server: &Server,
+    flavor: &FlavorName,
+    request: &MintRequest,
+    caller: &str,
+) -> Result<Minted, CliError> {
+    let rules = flavor_rules(&server.cluster, flavor).await?;
+    let ttl = request.ttl.or(rules.token_ttl()).unwrap_or(DEFAULT_TTL);
+    let max_nodes = request
+        .max_nodes
+        .or(rules.max_nodes())
+        .unwrap_or(kubeflavor_core::flavor::DEFAULT_MAX_NODES);
+    let expiration = ttl.expiration(Timestamp::now());
+    // Where nodes join, resolved before the token exists: a token nobody is handed is never
+    // stored.
+    let target = join_target(&server.cluster).await?;
+    let token = mint(&server.cluster, flavor, expiration, max_nodes, || {
+        BootstrapToken::generate().map_err(|e| CliError::failed(e, "retry"))
+    })
+    .await?;
+    let minted = Minted {
+        join_line: join_command_line(&target, &token),
+        cloud_init: kubeflavor_core::cloud_init::user_data(&target.endpoint, &token, &target.pins),
+        token,
+        flavor: flavor.clone(),
+        expiration,
+        max_nodes: max_nodes.get(),
+        issued_to: request.issued_to.clone(),
+        issued_by: caller.to_string(),
+    };
+    record(server, &minted).await;
+    Ok(minted)
+}
+
+/// The mint in the admin trail, the log and the metrics: who, which flavor, which token
+/// id, for whom. Never the token's secret.
+async fn record(server: &Server, minted: &Minted) {
+    let id = minted.token.id().to_string();
+    tracing::info!(caller = %minted.issued_by, flavor = %minted.flavor, token = %id, issued_to = %minted.issued_to, "join token minted");
+    server
+        .metrics
+        .minted(minted.flavor.as_str(), &minted.issued_by);
+    let note = format!(
+        "{} minted join token {id} of flavor {} for {:?} (expires {}, max nodes {})",
+        minted.issued_by,
+        minted.flavor,
+        minted.issued_to,
+        minted
+            .expiration
+            .map(format_expiration)
+            .unwrap_or_else(|| "never".into()),
+        minted.max_nodes,
+    );
+    let event = trail::event(
+        super::REPORTING_CONTROLLER,
+        &server.instance,
+        Regarding {
+            api_version: "kubeflavor.io/v1alpha1",
+            kind: "Flavor",
+            name: minted.flavor.as_str(),
+            uid: None,
+        },
+        ("Normal", "Mint", "JoinTokenMinted"),
+        &note,
+    );
+    trail::post(&server.cluster.client, &event).await;
+}
+
+fn answer(minted: &Minted, request: &MintRequest, wants_document: bool) -> Response<Body> {
+    let mut response = if wants_document {
+        respond(
+            StatusCode::CREATED,
+            CLOUD_CONFIG,
+            minted.cloud_init.to_string(),
+        )
+    } else {
+        let mut body: BTreeMap<&str, Value> = BTreeMap::from([
+            ("kind", json!("JoinToken")),
+            ("apiVersion", json!("kubeflavor.io/v1alpha1")),
+            ("token", json!(minted.token.expose().as_str())),
+            ("id", json!(minted.token.id().to_string())),
+            ("flavor", json!(minted.flavor.as_str())),
+            ("maxNodes", json!(minted.max_nodes)),
+            ("issuedTo", json!(minted.issued_to)),
+            ("issuedBy", json!(minted.issued_by)),
+            ("joinCommand", json!(minted.join_line.trim_end())),
+        ]);
+        if let Some(at) = minted.expiration {
+            body.insert("expiration", json!(format_expiration(at)));
+        }
+        if request.output == MintOutput::CloudInit {
+            body.insert("cloudInit", json!(minted.cloud_init.as_str()));
+        }
+        let text = Zeroizing::new(serde_json::to_string(&body).expect("JSON"));
+        respond(StatusCode::CREATED, "application/json", text.to_string())
+    };
+    // The answer carries a secret: no cache may keep it.
+    response
+        .headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_bearer_authorization_is_a_credential() {
+        let mut h = HeaderMap::new();
+        assert!(bearer(&h).is_none());
+        h.insert(
+            header::AUTHORIZATION,
+            HeaderValue::from_static("Basic YTpi"),
+        );
+        assert!(bearer(&h).is_none());
+        h.insert(header::AUTHORIZATION, HeaderValue::from_static("Bearer "));
+        assert!(bearer(&h).is_none());
+        h.insert(
+            header::AUTHORIZATION,
+            HeaderValue::from_static("bearer abc.def"),
+        );
+        assert_eq!(bearer(&h).as_deref().map(String::as_str), Some("abc.def"));
+    }
+
+    #[test]
+    fn errors_are_kubernetes_status_objects() {
+        let r = status(StatusCode::FORBIDDEN, "Forbidden", "no", None);
+        assert_eq!(r.status(), StatusCode::FORBIDDEN);
+        let body: Value = serde_json::from_slice(
+            &futures::executor::block_on(r.into_body().collect())
+                .unwrap()
+                .to_bytes(),
+        )
+        .unwrap();
+        assert_eq!(body["kind"], "Status");
+        assert_eq!(body["status"], "Failure");
+        assert_eq!(body["reason"], "Forbidden");
+        assert_eq!(body["code"], 403);
+    }
+
+    #[test]
+    fn field_problems_become_status_causes() {
+        let err = mint_request::parse(br#"{"issuedTo":"","bogus":1}"#).unwrap_err();
+        let r = invalid(err);
+        assert_eq!(r.status(), StatusCode::UNPROCESSABLE_ENTITY);
+        let body: Value = serde_json::from_slice(
+            &futures::executor::block_on(r.into_body().collect())
+                .unwrap()
+                .to_bytes(),
+        )
+        .unwrap();
+        let fields: Vec<&str> = body["details"]["causes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["field"].as_str().unwrap())
+            .collect();
+        assert!(
+            fields.contains(&"issuedTo") && fields.contains(&"bogus"),
+            "{body}"
+        );
+    }
+}

@@ -1,0 +1,292 @@
+//! `kubeflavor serve`: an HTTPS JSON API that mints join tokens for an operator's portal,
+//! so the portal needs no access to Secrets: it authenticates with its own Kubernetes
+//! bearer token and may mint exactly the flavors its RBAC names (`create` on
+//! `flavors/jointoken` of `kubeflavor.io`, `resourceNames` = the flavors). The server's own
+//! identity does the reviews and writes the token Secrets.
+
+pub mod api;
+pub mod limits;
+pub mod openapi;
+pub mod tls;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::registry::Registry;
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+use tokio_rustls::TlsAcceptor;
+
+use crate::cluster::Cluster;
+use crate::controller::http::{self as ops, Exposition, Health};
+
+use self::limits::RateLimiter;
+
+/// Who writes the trail's mint Events.
+pub const REPORTING_CONTROLLER: &str = "kubeflavor.io/serve";
+/// At most this many TokenReviews and SubjectAccessReviews in flight: a flood of requests
+/// with bad tokens queues here instead of on the API server.
+const REVIEWS_IN_FLIGHT: usize = 32;
+/// At most this many connections at once.
+const CONNECTIONS: usize = 1024;
+/// A client must finish its TLS handshake, and send its request headers, within this.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Where the serving certificate comes from.
+#[derive(Debug, Clone)]
+pub enum TlsSource {
+    /// PEM files, read again when they change.
+    Files { cert: PathBuf, key: PathBuf },
+    /// A certificate made at start for these names (tests, demos).
+    SelfSigned { names: Vec<String> },
+}
+
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub address: SocketAddr,
+    pub tls: TlsSource,
+    /// `/metrics`, `/healthz`, `/readyz` on plain HTTP; `None` for none.
+    pub ops_address: Option<SocketAddr>,
+    /// Mints per caller: on average `per_minute` a minute, `burst` at once.
+    pub per_minute: u32,
+    pub burst: u32,
+    /// The audience callers' tokens must carry; `None`: the API server's own.
+    pub audience: Option<String>,
+    /// This server's name in the trail (the pod name in a Deployment).
+    pub instance: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct MintLabels {
+    flavor: String,
+    caller: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CodeLabels {
+    code: u16,
+}
+
+/// The API's metrics.
+#[derive(Clone)]
+pub struct ServeMetrics {
+    mints: Family<MintLabels, Counter>,
+    responses: Family<CodeLabels, Counter>,
+    registry: Arc<Registry>,
+}
+
+impl Default for ServeMetrics {
+    fn default() -> Self {
+        let mut registry = Registry::with_prefix("kubeflavor_serve");
+        let mints = Family::<MintLabels, Counter>::default();
+        registry.register(
+            "join_tokens_minted",
+            "Join tokens minted, by flavor and caller",
+            mints.clone(),
+        );
+        let responses = Family::<CodeLabels, Counter>::default();
+        registry.register(
+            "responses",
+            "Answers of the join-token API by HTTP status code",
+            responses.clone(),
+        );
+        ServeMetrics {
+            mints,
+            responses,
+            registry: Arc::new(registry),
+        }
+    }
+}
+
+impl ServeMetrics {
+    pub fn minted(&self, flavor: &str, caller: &str) {
+        self.mints
+            .get_or_create(&MintLabels {
+                flavor: flavor.into(),
+                caller: caller.into(),
+            })
+            .inc();
+    }
+
+    pub fn response(&self, code: u16) {
+        self.responses.get_or_create(&CodeLabels { code }).inc();
+    }
+}
+
+impl Exposition for ServeMetrics {
+    fn render(&self) -> String {
+        let mut out = String::new();
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        out
+    }
+}
+
+/// What a request needs.
+pub struct Server {
+    pub cluster: Cluster,
+    pub limiter: RateLimiter,
+    pub reviews: Semaphore,
+    pub metrics: ServeMetrics,
+    pub audience: Option<String>,
+    pub instance: String,
+}
+
+/// A server bound to its address, not yet serving.
+pub struct Bound {
+    server: Arc<Server>,
+    listener: TcpListener,
+    ops: Option<TcpListener>,
+    acceptor: TlsAcceptor,
+    /// The self-signed certificate, when one was made.
+    pub self_signed_pem: Option<String>,
+}
+
+/// Loads the certificate and binds the addresses; an error here is a configuration error.
+pub async fn bind(cluster: Cluster, opts: Options) -> anyhow::Result<Bound> {
+    crate::cluster::install_crypto_provider();
+    let (resolver, self_signed_pem): (Arc<dyn rustls::server::ResolvesServerCert>, _) = match &opts
+        .tls
+    {
+        TlsSource::Files { cert, key } => {
+            let reloading = tls::ReloadingCert::new(cert.clone(), key.clone()).map_err(|e| {
+                    anyhow::anyhow!("{e} (give --tls-cert-file and --tls-key-file a PEM certificate and its key, e.g. a cert-manager Secret's tls.crt and tls.key)")
+                })?;
+            (Arc::new(reloading), None)
+        }
+        TlsSource::SelfSigned { names } => {
+            let (key, pem) = tls::self_signed(names)?;
+            (Arc::new(tls::FixedCert(key)), Some(pem))
+        }
+    };
+    let acceptor = TlsAcceptor::from(Arc::new(tls::server_config(resolver)));
+    let listener = TcpListener::bind(opts.address).await.map_err(|e| {
+        anyhow::anyhow!(
+            "cannot listen on {}: {e} (choose another --address)",
+            opts.address
+        )
+    })?;
+    let ops = match opts.ops_address {
+        Some(addr) => Some(TcpListener::bind(addr).await.map_err(|e| {
+            anyhow::anyhow!("cannot listen on {addr}: {e} (choose another --http-address)")
+        })?),
+        None => None,
+    };
+    let server = Server {
+        cluster,
+        limiter: RateLimiter::new(opts.per_minute, opts.burst),
+        reviews: Semaphore::new(REVIEWS_IN_FLIGHT),
+        metrics: ServeMetrics::default(),
+        audience: opts.audience,
+        instance: opts.instance,
+    };
+    Ok(Bound {
+        server: Arc::new(server),
+        listener,
+        ops,
+        acceptor,
+        self_signed_pem,
+    })
+}
+
+impl Bound {
+    pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        self.listener.local_addr()
+    }
+
+    pub fn ops_addr(&self) -> Option<SocketAddr> {
+        self.ops.as_ref().and_then(|l| l.local_addr().ok())
+    }
+
+    /// Serves until `shutdown` resolves.
+    pub async fn serve(self, shutdown: impl std::future::Future<Output = ()>) {
+        let Bound {
+            server,
+            listener,
+            ops,
+            acceptor,
+            ..
+        } = self;
+        tracing::info!(addr = %listener.local_addr().map(|a| a.to_string()).unwrap_or_default(), "serving the join-token API");
+        let health = Arc::new(Health::default());
+        let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+        let stopped = async move {
+            let mut rx = stop_rx;
+            let _ = rx.wait_for(|s| *s).await;
+        };
+        let metrics: Arc<dyn Exposition> = Arc::new(server.metrics.clone());
+        let ops_task = async {
+            if let Some(listener) = ops
+                && let Err(e) = ops::serve(listener, health.clone(), metrics, stopped).await
+            {
+                tracing::warn!(error = %e, "operations endpoint failed");
+            }
+        };
+        let accept = accept_loop(server, listener, acceptor, shutdown);
+        let accept = async {
+            accept.await;
+            health.set_stopping();
+            let _ = stop_tx.send(true);
+        };
+        tokio::join!(ops_task, accept);
+    }
+}
+
+async fn accept_loop(
+    server: Arc<Server>,
+    listener: TcpListener,
+    acceptor: TlsAcceptor,
+    shutdown: impl std::future::Future<Output = ()>,
+) {
+    tokio::pin!(shutdown);
+    let connections = Arc::new(Semaphore::new(CONNECTIONS));
+    loop {
+        let permit = tokio::select! {
+            _ = &mut shutdown => return,
+            permit = connections.clone().acquire_owned() => permit.expect("never closed"),
+        };
+        let (stream, peer) = tokio::select! {
+            _ = &mut shutdown => return,
+            accepted = listener.accept() => match accepted {
+                Ok(a) => a,
+                Err(e) => {
+                    tracing::warn!(error = %e, "accepting a connection failed");
+                    continue;
+                }
+            },
+        };
+        let (server, acceptor) = (server.clone(), acceptor.clone());
+        tokio::spawn(async move {
+            let _permit = permit;
+            let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
+                Ok(Ok(tls)) => tls,
+                Ok(Err(e)) => {
+                    tracing::debug!(%peer, error = %e, "TLS handshake failed");
+                    return;
+                }
+                Err(_) => {
+                    tracing::debug!(%peer, "TLS handshake timed out");
+                    return;
+                }
+            };
+            let service = service_fn(move |req| {
+                let server = server.clone();
+                async move { Ok::<_, std::convert::Infallible>(api::handle(&server, req).await) }
+            });
+            let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+            builder
+                .http1()
+                .timer(TokioTimer::new())
+                .header_read_timeout(HANDSHAKE_TIMEOUT);
+            if let Err(e) = builder.serve_connection(TokioIo::new(tls), service).await {
+                tracing::debug!(%peer, error = %e, "connection ended with an error");
+            }
+        });
+    }
+}

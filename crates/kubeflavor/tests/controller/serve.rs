@@ -1,0 +1,371 @@
+//! The join-token API (`kubeflavor serve`) as a portal uses it: a ServiceAccount allowed
+//! to mint one flavor mints a token over HTTPS, a node joins with it; everything else the
+//! portal might send gets its own answer and creates nothing.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use http::{Request, StatusCode};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Bytes;
+use hyper_util::rt::TokioIo;
+use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+use k8s_openapi::api::core::v1::{Secret, ServiceAccount};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+use kube::Api;
+use kube::api::{ListParams, PostParams};
+use kubeflavor::cluster::{Cluster, ClusterArgs};
+use kubeflavor::serve::{self, Options, TlsSource};
+use kubeflavor_core::token::BootstrapToken;
+use rustls_pki_types::CertificateDer;
+use rustls_pki_types::pem::PemObject;
+use serde_json::{Value, json};
+
+use crate::harness::*;
+
+/// The namespace of the portal's ServiceAccount.
+const PORTAL_NAMESPACE: &str = "default";
+
+/// A running join-token API and what a client needs to reach it.
+struct MintApi {
+    addr: SocketAddr,
+    tls: tokio_rustls::TlsConnector,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+impl Drop for MintApi {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+}
+
+async fn start_api(h: &Harness) -> MintApi {
+    let cluster = Cluster::connect(&ClusterArgs {
+        kubeconfig: Some(h.env.kubeconfig.clone()),
+        context: None,
+    })
+    .await
+    .expect("admin kubeconfig");
+    let bound = serve::bind(
+        cluster,
+        Options {
+            address: "127.0.0.1:0".parse().unwrap(),
+            tls: TlsSource::SelfSigned {
+                names: vec!["127.0.0.1".into()],
+            },
+            ops_address: None,
+            per_minute: 600,
+            burst: 100,
+            audience: None,
+            instance: h.name("serve"),
+        },
+    )
+    .await
+    .expect("the API binds");
+    let addr = bound.local_addr().expect("bound");
+    let pem = bound.self_signed_pem.clone().expect("self-signed");
+    let mut roots = rustls::RootCertStore::empty();
+    roots
+        .add(CertificateDer::from_pem_slice(pem.as_bytes()).expect("PEM"))
+        .expect("a CA");
+    let config = rustls::ClientConfig::builder()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(bound.serve(async {
+        let _ = rx.await;
+    }));
+    MintApi {
+        addr,
+        tls: tokio_rustls::TlsConnector::from(Arc::new(config)),
+        stop: Some(tx),
+    }
+}
+
+/// One HTTPS request; the status and the body (JSON when it is JSON, else a string).
+async fn call(
+    api: &MintApi,
+    path: &str,
+    bearer: Option<&str>,
+    accept: Option<&str>,
+    body: &[u8],
+) -> (StatusCode, Value) {
+    let tcp = tokio::net::TcpStream::connect(api.addr)
+        .await
+        .expect("connect");
+    let name = rustls_pki_types::ServerName::try_from("127.0.0.1").expect("an IP");
+    let tls = api.tls.connect(name, tcp).await.expect("TLS handshake");
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
+        .await
+        .expect("HTTP handshake");
+    tokio::spawn(conn);
+    let mut req = Request::post(path).header("host", "127.0.0.1");
+    if let Some(token) = bearer {
+        req = req.header("authorization", format!("Bearer {token}"));
+    }
+    if let Some(accept) = accept {
+        req = req.header("accept", accept);
+    }
+    let req = req
+        .body(Full::new(Bytes::copy_from_slice(body)))
+        .expect("request");
+    let resp = sender.send_request(req).await.expect("response");
+    let status = resp.status();
+    let bytes = resp.into_body().collect().await.expect("body").to_bytes();
+    let value = serde_json::from_slice(&bytes)
+        .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()));
+    (status, value)
+}
+
+/// A ServiceAccount allowed to mint the flavors `may_mint` and nothing else; its token.
+async fn portal(h: &Harness, may_mint: &[&str]) -> String {
+    let name = h.name("portal");
+    let sa: ServiceAccount = serde_json::from_value(json!({
+        "metadata": {"name": name, "namespace": PORTAL_NAMESPACE}
+    }))
+    .unwrap();
+    Api::<ServiceAccount>::namespaced(h.admin.clone(), PORTAL_NAMESPACE)
+        .create(&PostParams::default(), &sa)
+        .await
+        .expect("ServiceAccount");
+    let role: ClusterRole = serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "rules": [{"apiGroups": ["kubeflavor.io"], "resources": ["flavors/jointoken"],
+                   "resourceNames": may_mint, "verbs": ["create"]}]
+    }))
+    .unwrap();
+    Api::<ClusterRole>::all(h.admin.clone())
+        .create(&PostParams::default(), &role)
+        .await
+        .expect("ClusterRole");
+    let binding: ClusterRoleBinding = serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+        "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": PORTAL_NAMESPACE}]
+    }))
+    .unwrap();
+    Api::<ClusterRoleBinding>::all(h.admin.clone())
+        .create(&PostParams::default(), &binding)
+        .await
+        .expect("ClusterRoleBinding");
+    let request = TokenRequest {
+        spec: TokenRequestSpec {
+            expiration_seconds: Some(600),
+            ..TokenRequestSpec::default()
+        },
+        ..TokenRequest::default()
+    };
+    Api::<ServiceAccount>::namespaced(h.admin.clone(), PORTAL_NAMESPACE)
+        .create_token_request(&name, &PostParams::default(), &request)
+        .await
+        .expect("TokenRequest")
+        .status
+        .expect("token")
+        .token
+}
+
+/// The token Secrets of `flavor`.
+async fn tokens_of(h: &Harness, flavor: &str) -> Vec<Secret> {
+    Api::<Secret>::namespaced(h.admin.clone(), "kube-system")
+        .list(&ListParams::default().labels(&format!("kubeflavor.io/flavor={flavor}")))
+        .await
+        .expect("list Secrets")
+        .items
+}
+
+fn path(flavor: &str) -> String {
+    format!("/v1/flavors/{flavor}/jointokens")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_portal_mints_its_flavor_and_the_node_joins() {
+    let h = Harness::start().await;
+    let sour = h.gold_flavor("sour").await;
+    let sweet = h.gold_flavor("sweet").await;
+    let portal = portal(&h, &[&sour]).await;
+    let api = start_api(&h).await;
+    let ctl = h.start_controller(h.options("ctl"));
+
+    let (code, minted) = call(
+        &api,
+        &path(&sour),
+        Some(&portal),
+        None,
+        br#"{"issuedTo": "acme-corp/alice", "ttl": "1h", "output": "cloud-init"}"#,
+    )
+    .await;
+    assert_eq!(code, StatusCode::CREATED, "{minted}");
+    let token: BootstrapToken = minted["token"]
+        .as_str()
+        .expect("a token")
+        .parse()
+        .expect("a bootstrap token");
+    assert_eq!(minted["id"], token.id().to_string());
+    assert_eq!(minted["flavor"], sour.as_str());
+    assert_eq!(minted["issuedTo"], "acme-corp/alice");
+    assert_eq!(
+        minted["issuedBy"],
+        format!(
+            "system:serviceaccount:{PORTAL_NAMESPACE}:{}",
+            h.name("portal")
+        )
+    );
+    let line = minted["joinCommand"].as_str().expect("join line");
+    assert!(
+        line.starts_with("kubeadm join ")
+            && line.contains(&format!("--token {}", token.expose().as_str()))
+            && line.contains("--discovery-token-ca-cert-hash sha256:"),
+        "{line}"
+    );
+    assert!(
+        minted["cloudInit"]
+            .as_str()
+            .is_some_and(|d| d.starts_with("#cloud-config\n")),
+        "{minted}"
+    );
+    assert_eq!(tokens_of(&h, &sour).await.len(), 1, "one token stored");
+
+    // The node joins with it and is bound to its flavor.
+    let node = h.name("portal-node");
+    let boot = h.bootstrap_client(&token).await;
+    h.submit_csr(&boot, &node, &node).await;
+    assert_eq!(h.decision(&node).await, "Approved");
+    let binding = h
+        .binding_until(&node, "bound to the minted token", |b| {
+            b.spec.token_id == token.id().to_string()
+        })
+        .await;
+    assert_eq!(binding.spec.flavor, sour);
+
+    // The same portal may not mint another flavor, and learns nothing about it.
+    let (code, refused) = call(
+        &api,
+        &path(&sweet),
+        Some(&portal),
+        None,
+        br#"{"issuedTo": "acme-corp/alice"}"#,
+    )
+    .await;
+    assert_eq!(code, StatusCode::FORBIDDEN, "{refused}");
+    assert_eq!(refused["reason"], "Forbidden");
+    let (_, ghost) = call(
+        &api,
+        &path(&h.name("no-such-flavor")),
+        Some(&portal),
+        None,
+        br#"{"issuedTo": "acme-corp/alice"}"#,
+    )
+    .await;
+    assert_eq!(
+        ghost["message"]
+            .as_str()
+            .map(|m| m.replace(&h.name("no-such-flavor"), "X")),
+        refused["message"].as_str().map(|m| m.replace(&sweet, "X")),
+        "a flavor that exists and one that does not are refused alike"
+    );
+    assert!(tokens_of(&h, &sweet).await.is_empty(), "nothing minted");
+    ctl.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_bad_request_gets_its_own_answer_and_creates_nothing() {
+    let h = Harness::start().await;
+    let sour = h.gold_flavor("sour").await;
+    let ghost = h.name("ghost");
+    let portal = portal(&h, &[&sour, &ghost]).await;
+    let api = start_api(&h).await;
+    let ok = br#"{"issuedTo": "acme-corp/alice"}"#;
+
+    struct Case<'a> {
+        what: &'a str,
+        flavor: &'a str,
+        bearer: Option<&'a str>,
+        body: Vec<u8>,
+        want: StatusCode,
+        reason: &'a str,
+    }
+    let case = |what, flavor, bearer, body: &[u8], want, reason| Case {
+        what,
+        flavor,
+        bearer,
+        body: body.to_vec(),
+        want,
+        reason,
+    };
+    let oversized = vec![b' '; kubeflavor_core::mint_request::MAX_BODY_BYTES + 1];
+    let cases = [
+        case(
+            "no credentials",
+            &sour,
+            None,
+            ok,
+            StatusCode::UNAUTHORIZED,
+            "Unauthorized",
+        ),
+        case(
+            "a bad token",
+            &sour,
+            Some("not-a-real-token"),
+            ok,
+            StatusCode::UNAUTHORIZED,
+            "Unauthorized",
+        ),
+        case(
+            "a malformed body",
+            &sour,
+            Some(&portal),
+            b"{issuedTo",
+            StatusCode::BAD_REQUEST,
+            "BadRequest",
+        ),
+        case(
+            "an invalid field",
+            &sour,
+            Some(&portal),
+            br#"{"issuedTo": "", "maxNodes": 0}"#,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "Invalid",
+        ),
+        case(
+            "an unknown flavor it may mint",
+            &ghost,
+            Some(&portal),
+            ok,
+            StatusCode::NOT_FOUND,
+            "NotFound",
+        ),
+        case(
+            "an oversized body",
+            &sour,
+            Some(&portal),
+            &oversized,
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "RequestEntityTooLarge",
+        ),
+    ];
+    for c in &cases {
+        let (code, answer) = call(&api, &path(c.flavor), c.bearer, None, &c.body).await;
+        assert_eq!(code, c.want, "{}: {answer}", c.what);
+        assert_eq!(answer["kind"], "Status", "{}: {answer}", c.what);
+        assert_eq!(answer["reason"], c.reason, "{}: {answer}", c.what);
+    }
+    let (_, invalid) = call(
+        &api,
+        &path(&sour),
+        Some(&portal),
+        None,
+        br#"{"issuedTo": "", "maxNodes": 0}"#,
+    )
+    .await;
+    let fields: Vec<&str> = invalid["details"]["causes"]
+        .as_array()
+        .expect("causes")
+        .iter()
+        .filter_map(|c| c["field"].as_str())
+        .collect();
+    assert_eq!(fields, ["issuedTo", "maxNodes"], "{invalid}");
+    assert!(tokens_of(&h, &sour).await.is_empty(), "no token minted");
+    assert!(tokens_of(&h, &ghost).await.is_empty(), "no token minted");
+}

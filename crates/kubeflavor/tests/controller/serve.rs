@@ -2,13 +2,7 @@
 //! to mint one flavor mints a token over HTTPS, a node joins with it; everything else the
 //! portal might send gets its own answer and creates nothing.
 
-use std::net::SocketAddr;
-use std::sync::Arc;
-
-use http::{Request, StatusCode};
-use http_body_util::{BodyExt, Full};
-use hyper::body::Bytes;
-use hyper_util::rt::TokioIo;
+use http::StatusCode;
 use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::core::v1::{Secret, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
@@ -17,19 +11,17 @@ use kube::api::{ListParams, PostParams};
 use kubeflavor::cluster::{Cluster, ClusterArgs};
 use kubeflavor::serve::{self, Options, TlsSource};
 use kubeflavor_core::token::BootstrapToken;
-use rustls_pki_types::CertificateDer;
-use rustls_pki_types::pem::PemObject;
 use serde_json::{Value, json};
 
 use crate::harness::*;
+use crate::support::https::HttpsClient;
 
 /// The namespace of the portal's ServiceAccount.
 const PORTAL_NAMESPACE: &str = "default";
 
-/// A running join-token API and what a client needs to reach it.
+/// A running join-token API and a client of it.
 struct MintApi {
-    addr: SocketAddr,
-    tls: tokio_rustls::TlsConnector,
+    client: HttpsClient,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
 }
 
@@ -64,27 +56,20 @@ async fn start_api(h: &Harness) -> MintApi {
     )
     .await
     .expect("the API binds");
-    let addr = bound.local_addr().expect("bound");
-    let pem = bound.self_signed_pem.clone().expect("self-signed");
-    let mut roots = rustls::RootCertStore::empty();
-    roots
-        .add(CertificateDer::from_pem_slice(pem.as_bytes()).expect("PEM"))
-        .expect("a CA");
-    let config = rustls::ClientConfig::builder()
-        .with_root_certificates(roots)
-        .with_no_client_auth();
+    let client = HttpsClient::new(
+        bound.local_addr().expect("bound"),
+        bound.self_signed_pem.as_deref().expect("self-signed"),
+    );
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     tokio::spawn(bound.serve(async {
         let _ = rx.await;
     }));
     MintApi {
-        addr,
-        tls: tokio_rustls::TlsConnector::from(Arc::new(config)),
+        client,
         stop: Some(tx),
     }
 }
 
-/// One HTTPS request; the status and the body (JSON when it is JSON, else a string).
 async fn call(
     api: &MintApi,
     path: &str,
@@ -92,31 +77,7 @@ async fn call(
     accept: Option<&str>,
     body: &[u8],
 ) -> (StatusCode, Value) {
-    let tcp = tokio::net::TcpStream::connect(api.addr)
-        .await
-        .expect("connect");
-    let name = rustls_pki_types::ServerName::try_from("127.0.0.1").expect("an IP");
-    let tls = api.tls.connect(name, tcp).await.expect("TLS handshake");
-    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
-        .await
-        .expect("HTTP handshake");
-    tokio::spawn(conn);
-    let mut req = Request::post(path).header("host", "127.0.0.1");
-    if let Some(token) = bearer {
-        req = req.header("authorization", format!("Bearer {token}"));
-    }
-    if let Some(accept) = accept {
-        req = req.header("accept", accept);
-    }
-    let req = req
-        .body(Full::new(Bytes::copy_from_slice(body)))
-        .expect("request");
-    let resp = sender.send_request(req).await.expect("response");
-    let status = resp.status();
-    let bytes = resp.into_body().collect().await.expect("body").to_bytes();
-    let value = serde_json::from_slice(&bytes)
-        .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()));
-    (status, value)
+    api.client.post(path, bearer, accept, body).await
 }
 
 /// A ServiceAccount allowed to mint the flavors `may_mint` and nothing else; its token.

@@ -1,0 +1,72 @@
+//! A small HTTPS client for the join-token API, trusting one certificate: what a portal's
+//! back end does, without a client library. Shared by the tests and the mint benchmark.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use http::{Request, StatusCode};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Bytes;
+use hyper_util::rt::TokioIo;
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, ServerName};
+use serde_json::Value;
+
+#[derive(Clone)]
+pub struct HttpsClient {
+    addr: SocketAddr,
+    tls: tokio_rustls::TlsConnector,
+}
+
+impl HttpsClient {
+    /// A client of the server at `addr` whose certificate is `pem` (self-signed for an IP).
+    pub fn new(addr: SocketAddr, pem: &str) -> HttpsClient {
+        let mut roots = rustls::RootCertStore::empty();
+        roots
+            .add(CertificateDer::from_pem_slice(pem.as_bytes()).expect("PEM"))
+            .expect("a CA");
+        let config = rustls::ClientConfig::builder()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        HttpsClient {
+            addr,
+            tls: tokio_rustls::TlsConnector::from(Arc::new(config)),
+        }
+    }
+
+    /// One POST on a new connection; the status and the body (JSON when it is JSON, else
+    /// a string).
+    pub async fn post(
+        &self,
+        path: &str,
+        bearer: Option<&str>,
+        accept: Option<&str>,
+        body: &[u8],
+    ) -> (StatusCode, Value) {
+        let tcp = tokio::net::TcpStream::connect(self.addr)
+            .await
+            .expect("connect");
+        let name = ServerName::from(self.addr.ip());
+        let tls = self.tls.connect(name, tcp).await.expect("TLS handshake");
+        let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
+            .await
+            .expect("HTTP handshake");
+        tokio::spawn(conn);
+        let mut req = Request::post(path).header("host", self.addr.ip().to_string());
+        if let Some(token) = bearer {
+            req = req.header("authorization", format!("Bearer {token}"));
+        }
+        if let Some(accept) = accept {
+            req = req.header("accept", accept);
+        }
+        let req = req
+            .body(Full::new(Bytes::copy_from_slice(body)))
+            .expect("request");
+        let resp = sender.send_request(req).await.expect("response");
+        let status = resp.status();
+        let bytes = resp.into_body().collect().await.expect("body").to_bytes();
+        let value = serde_json::from_slice(&bytes)
+            .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()));
+        (status, value)
+    }
+}

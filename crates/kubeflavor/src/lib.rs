@@ -104,7 +104,9 @@ where
             out.write_all(text.as_bytes())?;
             Ok(())
         }
-        Parsed::Run(cli) => cmd::execute(*cli, out).await,
+        // On the heap: the state of every command's future together is larger than the
+        // stack of a test thread (or of a caller's task) should have to hold.
+        Parsed::Run(cli) => Box::pin(cmd::execute(*cli, out)).await,
     }
 }
 

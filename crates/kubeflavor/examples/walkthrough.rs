@@ -9,7 +9,10 @@
 //! --tls-bootstrap`, register their Nodes with the certificates they were issued, and get
 //! their flavor's labels from the controller. Then the two attacks kubeflavor exists to
 //! stop: a sour token holder asking for the sweet node's name is refused, and the sweet
-//! node trying to raise its own trust level is refused by NodeRestriction.
+//! node trying to raise its own trust level is refused by NodeRestriction. Last, a
+//! partner's portal mints a token through the join-token API (`kubeflavor serve`) with its
+//! own ServiceAccount token; its node joins and records on whose behalf it runs, and the
+//! portal is refused the flavor it was not given.
 //!
 //! Every `kubeflavor ...` line below runs the real command in-process; the output under it
 //! is that command's output. Token secrets are masked in this narration.
@@ -22,7 +25,9 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use clap::Parser;
 use k8s_openapi::api::authentication::v1::SelfSubjectReview;
-use k8s_openapi::api::core::v1::{Node, Secret, Taint};
+use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+use k8s_openapi::api::core::v1::{Node, Secret, ServiceAccount, Taint};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::wait::{await_condition, conditions::is_deleted};
@@ -52,6 +57,8 @@ struct Args {}
 
 #[path = "../../kubeflavor-core/examples/support/args.rs"]
 mod args;
+#[path = "../tests/support/https.rs"]
+mod https;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
@@ -255,6 +262,8 @@ async fn main() -> anyhow::Result<()> {
         Err(e) => return Err(e).context("patching the node as itself"),
     }
 
+    portal_chapter(&kf, &admin, &kubeconfig, &work.path().join("sour-node-2")).await?;
+
     chapter("The end");
     let _ = stop_controller.send(());
     controller_task.await??;
@@ -262,6 +271,136 @@ async fn main() -> anyhow::Result<()> {
     say(
         "Flavors were assigned by the cluster, not claimed by the nodes; both attacks were refused.",
     );
+    Ok(())
+}
+
+/// A partner's portal mints a sour token over HTTPS with its own ServiceAccount token; its
+/// node joins and carries the custody record; the portal cannot mint sweet tokens.
+async fn portal_chapter(
+    kf: &Kf,
+    admin: &kube::Client,
+    kubeconfig: &Path,
+    kubelet_dir: &Path,
+) -> anyhow::Result<()> {
+    chapter("A partner's portal mints a token through `kubeflavor serve`");
+    let rule = serde_json::json!({"apiGroups": ["kubeflavor.io"], "resources": ["flavors/jointoken"],
+        "resourceNames": ["sour"], "verbs": ["create"]});
+    say(&format!(
+        "The owner gives the portal's ServiceAccount default/portal one rule, and no access to Secrets: {rule}"
+    ));
+    let pp = PostParams::default();
+    let account = serde_json::json!({"metadata": {"name": "portal", "namespace": "default"}});
+    Api::<ServiceAccount>::namespaced(admin.clone(), "default")
+        .create(&pp, &serde_json::from_value(account)?)
+        .await?;
+    let role = serde_json::json!({"metadata": {"name": "portal-mint-sour"}, "rules": [rule]});
+    Api::<ClusterRole>::all(admin.clone())
+        .create(&pp, &serde_json::from_value(role)?)
+        .await?;
+    let binding = serde_json::json!({
+        "metadata": {"name": "portal-mint-sour"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "portal-mint-sour"},
+        "subjects": [{"kind": "ServiceAccount", "name": "portal", "namespace": "default"}]
+    });
+    Api::<ClusterRoleBinding>::all(admin.clone())
+        .create(&pp, &serde_json::from_value(binding)?)
+        .await?;
+    let request = TokenRequest {
+        spec: TokenRequestSpec {
+            expiration_seconds: Some(600),
+            ..TokenRequestSpec::default()
+        },
+        ..TokenRequest::default()
+    };
+    let portal_token = Api::<ServiceAccount>::namespaced(admin.clone(), "default")
+        .create_token_request("portal", &PostParams::default(), &request)
+        .await?
+        .status
+        .context("TokenRequest answered without a token")?
+        .token;
+    say("$ kubectl create token portal    # the portal's credential (a TokenRequest)");
+
+    let cluster = kubeflavor::cluster::Cluster::connect(&kubeflavor::cluster::ClusterArgs {
+        kubeconfig: Some(kubeconfig.to_path_buf()),
+        context: None,
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let bound = kubeflavor::serve::bind(
+        cluster,
+        kubeflavor::serve::Options {
+            address: "127.0.0.1:0".parse()?,
+            tls: kubeflavor::serve::TlsSource::SelfSigned {
+                names: vec!["127.0.0.1".into()],
+            },
+            ops_address: None,
+            per_minute: 60,
+            burst: 20,
+            audience: None,
+            instance: "walkthrough".into(),
+        },
+    )
+    .await?;
+    let addr = bound.local_addr()?;
+    let portal =
+        https::HttpsClient::new(addr, bound.self_signed_pem.as_deref().unwrap_or_default());
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(bound.serve(async {
+        let _ = stopped.await;
+    }));
+    say(&format!(
+        "$ kubeflavor serve --self-signed    # listening on https://{addr}"
+    ));
+
+    let body = r#"{"issuedTo": "acme-corp/alice", "ttl": "1h"}"#;
+    say(&format!(
+        "[portal]$ curl -H 'Authorization: Bearer <portal token>' -d '{body}' https://{addr}/v1/flavors/sour/jointokens"
+    ));
+    let (code, minted) = portal
+        .post(
+            "/v1/flavors/sour/jointokens",
+            Some(&portal_token),
+            None,
+            body.as_bytes(),
+        )
+        .await;
+    indent(&mask_tokens(&format!(
+        "{} {}",
+        code.as_u16(),
+        serde_json::to_string_pretty(&minted)?
+    )));
+    if code != http::StatusCode::CREATED {
+        bail!("the portal could not mint a sour token: {minted}");
+    }
+    let line = minted["joinCommand"]
+        .as_str()
+        .context("no join line")?
+        .to_string();
+    kf.join(&line, "sour-node-2", kubelet_dir).await?;
+    register_node(&node_client(kubelet_dir).await?, "sour-node-2").await?;
+    wait_until_flavored(&Api::all(admin.clone()), "sour-node-2", "sour").await?;
+    say("On whose behalf does sour-node-2 run? The binding says:");
+    kf.run(&["node", "get", "sour-node-2"], Quiet::No).await?;
+
+    let (code, refused) = portal
+        .post(
+            "/v1/flavors/sweet/jointokens",
+            Some(&portal_token),
+            None,
+            body.as_bytes(),
+        )
+        .await;
+    say("[portal]$ the same request for a sweet token:");
+    indent(&format!(
+        "{} {}",
+        code.as_u16(),
+        refused["message"].as_str().unwrap_or_default()
+    ));
+    if code != http::StatusCode::FORBIDDEN {
+        bail!("the portal minted a flavor it was not given: {refused}");
+    }
+    let _ = stop.send(());
+    server.await?;
     Ok(())
 }
 
@@ -452,18 +591,26 @@ fn entries(dir: &Path) -> Vec<String> {
 
 /// `abcdef.0123456789abcdef` -> `abcdef.****************` wherever a token appears.
 fn mask_tokens(text: &str) -> String {
-    text.split(' ')
-        .map(|w| {
-            match w
-                .trim_end()
-                .parse::<kubeflavor_core::token::BootstrapToken>()
-            {
-                Ok(t) => w.replace(t.secret().expose(), "****************"),
-                Err(_) => w.to_string(),
-            }
-        })
-        .collect::<Vec<_>>()
-        .join(" ")
+    // Every run of token characters that parses as a token, wherever it stands (a flag's
+    // value, a JSON string).
+    fn flush(word: &mut String, out: &mut String) {
+        match word.parse::<kubeflavor_core::token::BootstrapToken>() {
+            Ok(t) => out.push_str(&word.replace(t.secret().expose(), "****************")),
+            Err(_) => out.push_str(word),
+        }
+        word.clear();
+    }
+    let (mut out, mut word) = (String::with_capacity(text.len()), String::new());
+    for c in text.chars() {
+        if c.is_ascii_alphanumeric() || c == '.' {
+            word.push(c);
+        } else {
+            flush(&mut word, &mut out);
+            out.push(c);
+        }
+    }
+    flush(&mut word, &mut out);
+    out
 }
 
 fn chapter(title: &str) {

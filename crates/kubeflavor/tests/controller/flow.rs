@@ -136,23 +136,17 @@ async fn a_binding_records_the_custody_of_its_token() {
         .await
         .expect("who is admin");
 
-    // Boxed: the in-process command's future is large for a test thread's stack.
-    let kf = |args: Vec<String>| {
-        let env = &h.env;
-        Box::pin(async move {
-            let args: Vec<&str> = args.iter().map(String::as_str).collect();
-            env.kf(&args).await
-        })
-    };
-    let args = [
-        "token",
-        "create",
-        "--flavor",
-        &flavor,
-        "--issued-to",
-        "acme-corp/alice",
-    ];
-    let out = kf(args.map(String::from).to_vec()).await;
+    let out = h
+        .env
+        .kf(&[
+            "token",
+            "create",
+            "--flavor",
+            &flavor,
+            "--issued-to",
+            "acme-corp/alice",
+        ])
+        .await;
     let token: kubeflavor_core::token::BootstrapToken =
         out.expect_ok().trim().parse().expect("a token");
     h.submit_csr(&h.bootstrap_client(&token).await, &csr, &node)
@@ -171,7 +165,7 @@ async fn a_binding_records_the_custody_of_its_token() {
     let again = h.bindings().get(&node).await.expect("binding exists");
     assert_eq!(again.spec, binding.spec);
 
-    let listed = kf(vec!["node".into(), "list".into()]).await;
+    let listed = h.env.kf(&["node", "list"]).await;
     let listed = listed.expect_ok();
     let column = listed
         .lines()
@@ -181,17 +175,15 @@ async fn a_binding_records_the_custody_of_its_token() {
         .expect("column");
     let row = listed.lines().find(|l| l.starts_with(&node)).expect("row");
     assert_eq!(&row[column..], "acme-corp/alice", "{listed}");
-    let got = kf(vec!["node".into(), "get".into(), node.clone()]).await;
+    let got = h.env.kf(&["node", "get", &node]).await;
     let got = got.expect_ok();
     assert!(got.lines().next().unwrap().ends_with("ISSUED-BY"), "{got}");
     assert!(
         got.contains("acme-corp/alice") && got.contains(&me),
         "{got}"
     );
-    let args = ["node", "get", &node, "-o", "json"]
-        .map(String::from)
-        .to_vec();
-    let json: serde_json::Value = serde_json::from_str(kf(args).await.expect_ok()).unwrap();
+    let json = h.env.kf(&["node", "get", &node, "-o", "json"]).await;
+    let json: serde_json::Value = serde_json::from_str(json.expect_ok()).unwrap();
     assert_eq!(json["spec"]["issuedTo"], "acme-corp/alice");
     assert_eq!(json["spec"]["issuedBy"], me.as_str());
     ctl.stop().await;

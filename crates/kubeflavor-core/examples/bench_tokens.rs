@@ -88,6 +88,7 @@ fn main() {
                 &flavor,
                 expiration,
                 NonZeroU32::MIN,
+                &Default::default(),
             ));
         },
     );
@@ -95,7 +96,13 @@ fn main() {
         "  + base64 of every data value (wire encoding)",
         100_000,
         || {
-            let obj = flavored_token_secret(&token, &flavor, expiration, NonZeroU32::MIN);
+            let obj = flavored_token_secret(
+                &token,
+                &flavor,
+                expiration,
+                NonZeroU32::MIN,
+                &Default::default(),
+            );
             let data: BTreeMap<&str, String> = obj
                 .string_data
                 .iter()
@@ -105,7 +112,13 @@ fn main() {
         },
     );
 
-    let obj = flavored_token_secret(&token, &flavor, expiration, NonZeroU32::MIN);
+    let obj = flavored_token_secret(
+        &token,
+        &flavor,
+        expiration,
+        NonZeroU32::MIN,
+        &Default::default(),
+    );
     let view = obj.view();
     bench("TokenSecretData::from_string_data", 100_000, || {
         black_box(TokenSecretData::from_string_data(&obj.string_data).unwrap());
@@ -127,6 +140,7 @@ fn main() {
             &flavor,
             expiration,
             NonZeroU32::MIN,
+            &Default::default(),
         ));
     }
     let took: Duration = start.elapsed();

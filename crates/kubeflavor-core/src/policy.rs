@@ -22,7 +22,7 @@ use crate::csr::{CsrError, KUBELET_CLIENT_SIGNER, KubeletClientCsr, NODE_USER_PR
 use crate::flavor::FlavorName;
 use crate::names::NodeName;
 use crate::token::{BOOTSTRAP_USER_PREFIX, TokenId};
-use crate::token_meta::FlavorTokenMeta;
+use crate::token_meta::{Custody, FlavorTokenMeta};
 use crate::token_record::{AuthRejection, TokenRecord, TokenRecordError};
 use crate::token_secret::{CONTROL_PLANE_GROUP, NODE_GROUP};
 
@@ -316,15 +316,18 @@ pub enum BindingStep {
     /// The name is new to the token: reserve a use on the token Secret when `reserve_use`
     /// (it is false when the name is in the token's bound names already, because a crash
     /// came between the reservation and the binding), then create the FlavorBinding of the
-    /// name to `token` with `flavor`.
+    /// name to `token` with `flavor`, recording the token's `custody` (on whose behalf it
+    /// was minted, and by whom) for the admins.
     Create {
         token: TokenId,
         flavor: FlavorName,
         reserve_use: bool,
+        custody: Custody,
     },
     /// Nothing to write first: the name is bound to this token already (a retry), or a
-    /// node renews its certificate. The binding's token and flavor are for the admin
-    /// trail; `None` for a node kubeflavor never bound.
+    /// node renews its certificate; the binding stays as it is, custody included. The
+    /// binding's token and flavor are for the admin trail; `None` for a node kubeflavor
+    /// never bound.
     Existing {
         token: Option<TokenId>,
         flavor: Option<FlavorName>,
@@ -490,6 +493,7 @@ fn decide_bootstrap(f: &CsrFacts, token_id: &TokenId) -> Result<Decision, DenyCa
         token: token_id.clone(),
         flavor: meta.flavor.clone(),
         reserve_use,
+        custody: meta.custody.clone(),
     };
     Ok(Decision::Approve { node, binding })
 }

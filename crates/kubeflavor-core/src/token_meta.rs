@@ -1,11 +1,13 @@
 //! kubeflavor's own fields on a token Secret: the flavor (a label) and max nodes, bound
-//! node names and denials (annotations). Secret data keys cannot hold `/`, and the data is
+//! node names, denials and the token's custody (annotations). Secret data keys cannot hold `/`, and the data is
 //! kubeadm's; a bootstrap identity cannot read the Secret at all (RBAC gives it no `get` on
 //! token Secrets, the API server answers 403), so the flavor is safe here (P1, hidden
 //! flavor).
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
 use std::num::NonZeroU32;
+use std::str::FromStr;
 
 use crate::flavor::{FlavorName, FlavorNameError};
 use crate::names::{NodeName, NodeNameError};
@@ -18,6 +20,121 @@ pub const MAX_NODES_ANNOTATION: &str = "kubeflavor.io/max-nodes";
 pub const BOUND_NODES_ANNOTATION: &str = "kubeflavor.io/bound-nodes";
 /// Secret annotation: how many CSRs of this token were denied.
 pub const DENIALS_ANNOTATION: &str = "kubeflavor.io/denials";
+/// Secret annotation: on whose behalf the token was minted (an [`IssuedTo`]).
+pub const ISSUED_TO_ANNOTATION: &str = "kubeflavor.io/issued-to";
+/// Secret annotation: the Kubernetes user name of the identity that minted the token.
+pub const ISSUED_BY_ANNOTATION: &str = "kubeflavor.io/issued-by";
+
+/// The longest [`IssuedTo`], in characters.
+pub const ISSUED_TO_MAX_CHARS: usize = 256;
+
+/// On whose behalf a token was minted, as free text (e.g. `acme-corp/alice`): 1 to
+/// [`ISSUED_TO_MAX_CHARS`] characters, no control characters, no whitespace at either end
+/// (kept exactly as given, never trimmed, so what is shown is what was written).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct IssuedTo(String);
+
+/// Which rule an issued-to value breaks.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum IssuedToError {
+    #[error(
+        "issued-to is empty; it must be 1 to {ISSUED_TO_MAX_CHARS} characters (e.g. acme-corp/alice)"
+    )]
+    Empty,
+    #[error(
+        "issued-to is {chars} characters long; it must be at most {ISSUED_TO_MAX_CHARS} characters (shorten it)"
+    )]
+    TooLong { chars: usize },
+    #[error(
+        "issued-to {value:?} holds a control character; it must be printable text (remove tabs, newlines and other control characters)"
+    )]
+    ControlCharacter { value: String },
+    #[error(
+        "issued-to {value:?} starts or ends with whitespace; it must not (remove the surrounding spaces)"
+    )]
+    SurroundingWhitespace { value: String },
+}
+
+impl IssuedTo {
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl FromStr for IssuedTo {
+    type Err = IssuedToError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        if s.is_empty() {
+            return Err(IssuedToError::Empty);
+        }
+        let chars = s.chars().count();
+        if chars > ISSUED_TO_MAX_CHARS {
+            return Err(IssuedToError::TooLong { chars });
+        }
+        if s.chars().any(char::is_control) {
+            return Err(IssuedToError::ControlCharacter {
+                value: s.to_owned(),
+            });
+        }
+        if s.starts_with(char::is_whitespace) || s.ends_with(char::is_whitespace) {
+            return Err(IssuedToError::SurroundingWhitespace {
+                value: s.to_owned(),
+            });
+        }
+        Ok(IssuedTo(s.to_owned()))
+    }
+}
+
+impl fmt::Display for IssuedTo {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// The chain of custody of a token: on whose behalf it was minted and who minted it. Both
+/// are optional (tokens minted before custody was recorded have neither). It lives only in
+/// the token Secret's annotations and in the FlavorBindings made with the token, both read
+/// by admins alone, never by a token holder (P1, hidden flavor).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Custody {
+    pub issued_to: Option<IssuedTo>,
+    /// The minter's Kubernetes user name (e.g. `kubernetes-admin` or
+    /// `system:serviceaccount:portal:minter`); never empty.
+    pub issued_by: Option<String>,
+}
+
+impl Custody {
+    /// Reads the custody annotations: a missing or empty issued-by is none; an issued-to
+    /// that breaks the [`IssuedTo`] rules is an error.
+    pub fn from_annotations(
+        annotations: &BTreeMap<String, String>,
+    ) -> Result<Self, TokenMetaError> {
+        let issued_to = annotations
+            .get(ISSUED_TO_ANNOTATION)
+            .map(|v| v.parse().map_err(TokenMetaError::IssuedTo))
+            .transpose()?;
+        let issued_by = annotations
+            .get(ISSUED_BY_ANNOTATION)
+            .filter(|v| !v.is_empty())
+            .cloned();
+        Ok(Custody {
+            issued_to,
+            issued_by,
+        })
+    }
+
+    /// The custody annotations; a part that is not known is left out.
+    pub fn annotations(&self) -> BTreeMap<String, String> {
+        let mut annotations = BTreeMap::new();
+        if let Some(to) = &self.issued_to {
+            annotations.insert(ISSUED_TO_ANNOTATION.to_owned(), to.to_string());
+        }
+        if let Some(by) = self.issued_by.as_ref().filter(|b| !b.is_empty()) {
+            annotations.insert(ISSUED_BY_ANNOTATION.to_owned(), by.clone());
+        }
+        annotations
+    }
+}
 
 /// kubeflavor's fields of a flavored token Secret (its labels and annotations).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -29,6 +146,8 @@ pub struct FlavorTokenMeta {
     /// CSRs of this token denied so far (P4, rejection that ends: the count decides when
     /// the token is deleted).
     pub denials: u32,
+    /// On whose behalf the token was minted, and by whom.
+    pub custody: Custody,
 }
 
 /// Why kubeflavor's metadata on a token Secret cannot be read.
@@ -46,6 +165,8 @@ pub enum TokenMetaError {
         "annotation {DENIALS_ANNOTATION} is {0:?}; it must be a whole number (fix or remove it)"
     )]
     Denials(String),
+    #[error("annotation {ISSUED_TO_ANNOTATION}: {0} (fix or remove it)")]
+    IssuedTo(IssuedToError),
 }
 
 impl FlavorTokenMeta {
@@ -55,12 +176,20 @@ impl FlavorTokenMeta {
             max_nodes,
             bound_nodes: BTreeSet::new(),
             denials: 0,
+            custody: Custody::default(),
         }
+    }
+
+    /// The same metadata with `custody`.
+    pub fn with_custody(mut self, custody: Custody) -> Self {
+        self.custody = custody;
+        self
     }
 
     /// Reads kubeflavor's metadata; `Ok(None)` for a token without the flavor label (a
     /// plain kubeadm token). A missing max-nodes annotation means
-    /// [`crate::flavor::DEFAULT_MAX_NODES`], missing bound-nodes none, missing denials 0.
+    /// [`crate::flavor::DEFAULT_MAX_NODES`], missing bound-nodes none, missing denials 0,
+    /// missing custody annotations an unknown custody.
     pub fn from_metadata(
         labels: &BTreeMap<String, String>,
         annotations: &BTreeMap<String, String>,
@@ -88,11 +217,13 @@ impl FlavorTokenMeta {
             None => 0,
             Some(v) => v.parse().map_err(|_| TokenMetaError::Denials(v.clone()))?,
         };
+        let custody = Custody::from_annotations(annotations)?;
         Ok(Some(FlavorTokenMeta {
             flavor,
             max_nodes,
             bound_nodes,
             denials,
+            custody,
         }))
     }
 
@@ -101,15 +232,18 @@ impl FlavorTokenMeta {
         [(FLAVOR_TOKEN_LABEL.to_owned(), self.flavor.to_string())].into()
     }
 
-    /// The Secret annotations kubeflavor owns (bound nodes sorted, comma-separated).
+    /// The Secret annotations kubeflavor owns (bound nodes sorted, comma-separated; the
+    /// custody annotations when known).
     pub fn annotations(&self) -> BTreeMap<String, String> {
         let bound: Vec<&str> = self.bound_nodes.iter().map(NodeName::as_str).collect();
-        [
+        let mut annotations: BTreeMap<String, String> = [
             (MAX_NODES_ANNOTATION.to_owned(), self.max_nodes.to_string()),
             (BOUND_NODES_ANNOTATION.to_owned(), bound.join(",")),
             (DENIALS_ANNOTATION.to_owned(), self.denials.to_string()),
         ]
-        .into()
+        .into();
+        annotations.extend(self.custody.annotations());
+        annotations
     }
 
     /// Whether another distinct node name may still bind to this token.
@@ -184,12 +318,91 @@ mod tests {
             FlavorTokenMeta::from_metadata(&labels, &ann(DENIALS_ANNOTATION, "-1")),
             Err(TokenMetaError::Denials(_))
         ));
+        assert!(matches!(
+            FlavorTokenMeta::from_metadata(&labels, &ann(ISSUED_TO_ANNOTATION, " alice")),
+            Err(TokenMetaError::IssuedTo(
+                IssuedToError::SurroundingWhitespace { .. }
+            ))
+        ));
         let bad_flavor: BTreeMap<String, String> =
             [(FLAVOR_TOKEN_LABEL.into(), "Sweet".into())].into();
         assert!(matches!(
             FlavorTokenMeta::from_metadata(&bad_flavor, &BTreeMap::new()),
             Err(TokenMetaError::Flavor(_))
         ));
+    }
+
+    #[test]
+    fn issued_to_rules_are_named() {
+        for ok in [
+            "acme-corp/alice",
+            "a",
+            "Ünïcode team · 東京",
+            "with inner  spaces",
+        ] {
+            assert_eq!(ok.parse::<IssuedTo>().unwrap().as_str(), ok);
+        }
+        let max = "x".repeat(ISSUED_TO_MAX_CHARS);
+        assert!(max.parse::<IssuedTo>().is_ok());
+        // Characters, not bytes: 256 two-byte characters fit.
+        assert!("é".repeat(ISSUED_TO_MAX_CHARS).parse::<IssuedTo>().is_ok());
+        assert_eq!("".parse::<IssuedTo>(), Err(IssuedToError::Empty));
+        assert_eq!(
+            format!("{max}x").parse::<IssuedTo>(),
+            Err(IssuedToError::TooLong { chars: 257 })
+        );
+        for control in ["a\nb", "tab\there", "bell\u{7}", "c1\u{85}x"] {
+            assert!(
+                matches!(
+                    control.parse::<IssuedTo>(),
+                    Err(IssuedToError::ControlCharacter { .. })
+                ),
+                "{control:?}"
+            );
+        }
+        for padded in [" alice", "alice ", "\u{a0}alice", "alice\u{3000}"] {
+            assert!(
+                matches!(
+                    padded.parse::<IssuedTo>(),
+                    Err(IssuedToError::SurroundingWhitespace { .. })
+                ),
+                "{padded:?}"
+            );
+        }
+        let message = " alice".parse::<IssuedTo>().unwrap_err().to_string();
+        assert!(message.contains("whitespace"), "{message}");
+        let message = "".parse::<IssuedTo>().unwrap_err().to_string();
+        assert!(message.contains("1 to 256 characters"), "{message}");
+    }
+
+    #[test]
+    fn custody_is_optional_and_round_trips() {
+        let labels: BTreeMap<String, String> = [(FLAVOR_TOKEN_LABEL.into(), "sweet".into())].into();
+        let none = FlavorTokenMeta::from_metadata(&labels, &BTreeMap::new())
+            .unwrap()
+            .unwrap();
+        assert_eq!(none.custody, Custody::default());
+        assert!(!none.annotations().contains_key(ISSUED_TO_ANNOTATION));
+        assert!(!none.annotations().contains_key(ISSUED_BY_ANNOTATION));
+        let custody = Custody {
+            issued_to: Some("acme-corp/alice".parse().unwrap()),
+            issued_by: Some("system:serviceaccount:portal:minter".into()),
+        };
+        let meta = FlavorTokenMeta::new("sweet".parse().unwrap(), NonZeroU32::MIN)
+            .with_custody(custody.clone());
+        let annotations = meta.annotations();
+        assert_eq!(annotations[ISSUED_TO_ANNOTATION], "acme-corp/alice");
+        assert_eq!(
+            annotations[ISSUED_BY_ANNOTATION],
+            "system:serviceaccount:portal:minter"
+        );
+        let back = FlavorTokenMeta::from_metadata(&meta.labels(), &annotations)
+            .unwrap()
+            .unwrap();
+        assert_eq!(back.custody, custody);
+        // A reservation or a denial keeps the custody.
+        let later = back.with_bound_node(&"n".parse().unwrap()).with_denial();
+        assert_eq!(later.custody, custody);
     }
 
     proptest! {

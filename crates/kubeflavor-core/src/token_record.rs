@@ -228,7 +228,10 @@ impl TokenRecord {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::token_secret::{NODE_GROUP, TokenSecretData, flavored_token_secret};
+    use crate::token_secret::{
+        Custody, ISSUED_BY_ANNOTATION, ISSUED_TO_ANNOTATION, IssuedTo, NODE_GROUP, TokenSecretData,
+        flavored_token_secret,
+    };
     use std::num::NonZeroU32;
 
     /// A token Secret variant to put before the authenticator, one rule broken at a time.
@@ -392,6 +395,7 @@ mod tests {
             &"sweet".parse().unwrap(),
             Some("2026-12-01T00:00:00Z".parse().unwrap()),
             NonZeroU32::MIN,
+            &Custody::default(),
         );
         let view = obj.view();
         let who = authenticate_token_secret(&view, now()).unwrap();
@@ -410,18 +414,27 @@ mod tests {
     /// every flavor; only the user name carries the random token id.
     #[test]
     fn bootstrap_identity_groups_are_the_same_for_every_flavor() {
-        let identity = |token: &str, flavor: &str, max: u32| {
+        let identity = |token: &str, flavor: &str, max: u32, custody: &Custody| {
             let obj = flavored_token_secret(
                 &token.parse().unwrap(),
                 &flavor.parse().unwrap(),
                 Some("2026-12-01T00:00:00Z".parse().unwrap()),
                 NonZeroU32::new(max).unwrap(),
+                custody,
             );
             let view = obj.view();
             authenticate_token_secret(&view, now()).unwrap()
         };
-        let sweet = identity("aaaaaa.0123456789abcdef", "sweet", 1);
-        let sour = identity("bbbbbb.0123456789abcdef", "sour", 5);
+        let sweet = identity("aaaaaa.0123456789abcdef", "sweet", 1, &Custody::default());
+        let sour = identity(
+            "bbbbbb.0123456789abcdef",
+            "sour",
+            5,
+            &Custody {
+                issued_to: Some("acme-corp/alice".parse().unwrap()),
+                issued_by: Some("kubernetes-admin".into()),
+            },
+        );
         assert_eq!(sweet.groups, sour.groups);
         assert_eq!(sweet.username, "system:bootstrap:aaaaaa");
         assert_eq!(sour.username, "system:bootstrap:bbbbbb");
@@ -459,6 +472,58 @@ mod tests {
             TokenRecord::from_secret(&c.view()),
             Err(TokenRecordError::Metadata { .. })
         ));
+        // An issued-to that breaks its rules makes the metadata unreadable, as a bad
+        // max-nodes does.
+        let mut c = Case::new("abcdef", &[]);
+        c.labels
+            .insert("kubeflavor.io/flavor".into(), "sweet".into());
+        c.annotations
+            .insert(ISSUED_TO_ANNOTATION.into(), "alice\n".into());
+        let err = TokenRecord::from_secret(&c.view()).unwrap_err();
+        assert!(matches!(
+            err,
+            TokenRecordError::Metadata {
+                problem: TokenMetaError::IssuedTo(_),
+                ..
+            }
+        ));
+        assert!(err.to_string().contains(ISSUED_TO_ANNOTATION), "{err}");
+    }
+
+    proptest::proptest! {
+        /// Custody -> Secret annotations -> record: the record carries exactly the custody
+        /// the token was minted with, and nothing of it reaches the data.
+        #[test]
+        fn custody_round_trips_through_the_secret(
+            issued_to in proptest::option::of("[^\\p{Cc}\\s][^\\p{Cc}]{0,40}[^\\p{Cc}\\s]|[^\\p{Cc}\\s]"),
+            issued_by in proptest::option::of("(system:serviceaccount:[a-z0-9-]{1,10}:[a-z0-9-]{1,10}|[a-zA-Z0-9@._:-]{1,30})"),
+        ) {
+            let custody = Custody {
+                issued_to: issued_to.map(|t| t.parse::<IssuedTo>().unwrap()),
+                issued_by,
+            };
+            let obj = flavored_token_secret(
+                &"abcdef.0123456789abcdef".parse().unwrap(),
+                &"sweet".parse().unwrap(),
+                None,
+                NonZeroU32::MIN,
+                &custody,
+            );
+            let record = TokenRecord::from_secret(&obj.view()).unwrap();
+            proptest::prop_assert_eq!(&record.kubeflavor.unwrap().custody, &custody);
+            proptest::prop_assert_eq!(
+                obj.annotations.get(ISSUED_BY_ANNOTATION),
+                custody.issued_by.as_ref()
+            );
+            let plain = flavored_token_secret(
+                &"abcdef.0123456789abcdef".parse().unwrap(),
+                &"sweet".parse().unwrap(),
+                None,
+                NonZeroU32::MIN,
+                &Custody::default(),
+            );
+            proptest::prop_assert_eq!(&obj.string_data, &plain.string_data);
+        }
     }
 
     proptest::proptest! {

@@ -19,8 +19,9 @@ use zeroize::Zeroize;
 use crate::flavor::FlavorName;
 use crate::token::{BootstrapToken, TokenId, TokenParseError};
 pub use crate::token_meta::{
-    BOUND_NODES_ANNOTATION, DENIALS_ANNOTATION, FLAVOR_TOKEN_LABEL, FlavorTokenMeta,
-    MAX_NODES_ANNOTATION, TokenMetaError,
+    BOUND_NODES_ANNOTATION, Custody, DENIALS_ANNOTATION, FLAVOR_TOKEN_LABEL, FlavorTokenMeta,
+    ISSUED_BY_ANNOTATION, ISSUED_TO_ANNOTATION, IssuedTo, IssuedToError, MAX_NODES_ANNOTATION,
+    TokenMetaError,
 };
 
 /// The parts of a Secret object the token rules read, borrowed from whatever type the
@@ -342,15 +343,17 @@ impl fmt::Debug for TokenSecretObject {
 }
 
 /// The Secret of a new flavored token: kubeadm's layout with the ONE group and the ONE
-/// description (P1, hidden flavor), and the flavor, max nodes, no bound names and no denials as
-/// metadata.
+/// description (P1, hidden flavor), and the flavor, max nodes, no bound names, no denials and the
+/// custody as metadata (the custody never reaches the data: what a token holder's
+/// authentication depends on is the same whoever the token was minted for).
 pub fn flavored_token_secret(
     token: &BootstrapToken,
     flavor: &FlavorName,
     expiration: Option<Timestamp>,
     max_nodes: NonZeroU32,
+    custody: &Custody,
 ) -> TokenSecretObject {
-    let meta = FlavorTokenMeta::new(flavor.clone(), max_nodes);
+    let meta = FlavorTokenMeta::new(flavor.clone(), max_nodes).with_custody(custody.clone());
     TokenSecretObject {
         name: secret_name(token.id()),
         namespace: TOKEN_SECRET_NAMESPACE,
@@ -511,7 +514,13 @@ mod tests {
 
     #[test]
     fn token_secret_object_debug_redacts_the_secret() {
-        let obj = flavored_token_secret(&token(), &"sweet".parse().unwrap(), None, NonZeroU32::MIN);
+        let obj = flavored_token_secret(
+            &token(),
+            &"sweet".parse().unwrap(),
+            None,
+            NonZeroU32::MIN,
+            &Custody::default(),
+        );
         let debug = format!("{obj:?}");
         assert!(!debug.contains("0123456789abcdef"), "{debug}");
         assert!(debug.contains("****"));
@@ -532,20 +541,37 @@ mod tests {
             d.clone()
         };
         let exp = Some(ts("2026-12-01T00:00:00Z"));
-        let sweet =
-            flavored_token_secret(&token(), &"sweet".parse().unwrap(), exp, NonZeroU32::MIN);
+        let sweet = flavored_token_secret(
+            &token(),
+            &"sweet".parse().unwrap(),
+            exp,
+            NonZeroU32::MIN,
+            &Custody::default(),
+        );
         let other: BootstrapToken = "zzzzzz.yyyyyyyyyyyyyyyy".parse().unwrap();
         let sour = flavored_token_secret(
             &other,
             &"sour".parse().unwrap(),
             None,
             NonZeroU32::new(9).unwrap(),
+            &Custody {
+                issued_to: Some("acme-corp/alice".parse().unwrap()),
+                issued_by: Some("kubernetes-admin".into()),
+            },
         );
         assert_eq!(
             strip(sweet.string_data.clone()),
             strip(sour.string_data.clone())
         );
         assert!(!sweet.string_data.values().any(|v| v.contains("sweet")));
+        // The custody is metadata only, like the flavor.
+        assert!(
+            !sour
+                .string_data
+                .values()
+                .any(|v| v.contains("acme") || v.contains("admin"))
+        );
+        assert_eq!(sour.annotations[ISSUED_TO_ANNOTATION], "acme-corp/alice");
         assert!(!KUBEFLAVOR_TOKEN_DESCRIPTION.contains("sweet"));
     }
 

@@ -10,6 +10,7 @@ use kubeflavor_core::policy::{
     APPROVED_CONDITION, BindingStep, CsrFacts, DENIED_CONDITION, Decision, DenyCause, IgnoreReason,
     PolicyOptions, TokenFate, TokenLookup, decide,
 };
+use kubeflavor_core::token_meta::Custody;
 use kubeflavor_core::token_record::TokenRecordError;
 
 type Row = (&'static str, fn(&mut CsrFacts), Want);
@@ -592,6 +593,7 @@ fn an_approval_names_the_node_token_and_flavor() {
                 token: token(),
                 flavor: sweet(),
                 reserve_use: true,
+                custody: Custody::default(),
             },
         }
     );
@@ -620,6 +622,35 @@ fn an_approval_names_the_node_token_and_flavor() {
             },
         }
     );
+}
+
+/// A new binding records the token's custody; an existing binding is left as it is.
+#[test]
+fn a_new_binding_carries_the_tokens_custody() {
+    let custody = Custody {
+        issued_to: Some("acme-corp/alice".parse().unwrap()),
+        issued_by: Some("system:serviceaccount:portal:minter".into()),
+    };
+    let mut f = base();
+    if let TokenLookup::Found(record) = &mut f.token {
+        let meta = record.kubeflavor.take().unwrap();
+        record.kubeflavor = Some(meta.with_custody(custody.clone()));
+    }
+    match decide(&f) {
+        Decision::Approve {
+            binding: BindingStep::Create { custody: got, .. },
+            ..
+        } => assert_eq!(got, custody),
+        other => panic!("not a new binding: {other:?}"),
+    }
+    f.binding = binding(ID, false);
+    assert!(matches!(
+        decide(&f),
+        Decision::Approve {
+            binding: BindingStep::Existing { .. },
+            ..
+        }
+    ));
 }
 
 /// P4 (rejection that ends): what each denial does to the requester's token Secret.

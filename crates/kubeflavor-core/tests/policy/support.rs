@@ -70,6 +70,7 @@ pub fn record(spec: &TokenSpec) -> TokenRecord {
         &spec.flavor.parse().unwrap(),
         None,
         NonZeroU32::new(spec.max_nodes).unwrap(),
+        &kubeflavor_core::token_meta::Custody::default(),
     );
     let mut data = obj.string_data.clone();
     if let Some(e) = &spec.expiration {

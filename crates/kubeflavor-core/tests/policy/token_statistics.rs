@@ -142,7 +142,13 @@ fn index(c: u8) -> usize {
 /// The token string a holder of a `flavor` token receives, minted as `token create` does.
 fn mint(flavor: &str, generate: &mut dyn FnMut() -> BootstrapToken) -> [u8; CHARS] {
     let token = generate();
-    let secret = flavored_token_secret(&token, &flavor.parse().unwrap(), None, NonZeroU32::MIN);
+    let secret = flavored_token_secret(
+        &token,
+        &flavor.parse().unwrap(),
+        None,
+        NonZeroU32::MIN,
+        &Default::default(),
+    );
     let mut out = [0u8; CHARS];
     let id = secret.string_data[KEY_TOKEN_ID].as_bytes();
     let s = secret.string_data[KEY_TOKEN_SECRET].as_bytes();

@@ -80,7 +80,8 @@ pub async fn mint_tokens(
             let name = name.clone();
             async move {
                 let t = BootstrapToken::generate().expect("randomness");
-                let obj = flavored_token_secret(&t, &name, None, NonZeroU32::MIN);
+                let obj =
+                    flavored_token_secret(&t, &name, None, NonZeroU32::MIN, &Default::default());
                 let s = Secret {
                     metadata: ObjectMeta {
                         name: Some(obj.name.clone()),

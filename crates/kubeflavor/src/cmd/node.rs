@@ -19,9 +19,9 @@ use crate::output::{self, Format, Table};
 
 #[derive(Debug, Subcommand)]
 pub enum NodeCommand {
-    /// List bound nodes: NODE, FLAVOR, TOKEN, BOUND, STATUS.
+    /// List bound nodes: NODE, FLAVOR, TOKEN, BOUND, STATUS, ISSUED-TO.
     List(NodeListArgs),
-    /// Show one node's binding.
+    /// Show one node's binding, with on whose behalf its token was minted and by whom.
     Get(NodeGetArgs),
     /// Revoke a node: the controller strips its flavor, taints it NoExecute
     /// `kubeflavor.io/revoked`, and denies its certificate renewals.
@@ -64,16 +64,27 @@ pub fn status_of(b: &FlavorBinding) -> &'static str {
     }
 }
 
-fn table(bindings: &[FlavorBinding], now: Timestamp) -> String {
-    let mut t = Table::new(&["NODE", "FLAVOR", "TOKEN", "BOUND", "STATUS"]);
+/// The table of `node list`, and of `node get` (`single`), which adds ISSUED-BY.
+fn table(bindings: &[FlavorBinding], now: Timestamp, single: bool) -> String {
+    let mut header = vec!["NODE", "FLAVOR", "TOKEN", "BOUND", "STATUS", "ISSUED-TO"];
+    if single {
+        header.push("ISSUED-BY");
+    }
+    let mut t = Table::new(&header);
+    let or_none = |v: &Option<String>| v.clone().unwrap_or_else(|| "<none>".into());
     for b in bindings {
-        t.row(vec![
+        let mut row = vec![
             b.name_any(),
             b.spec.flavor.clone(),
             b.spec.token_id.clone(),
             output::age(Some(b.spec.bound_at), now),
             status_of(b).to_string(),
-        ]);
+            or_none(&b.spec.issued_to),
+        ];
+        if single {
+            row.push(or_none(&b.spec.issued_by));
+        }
+        t.row(row);
     }
     t.render()
 }
@@ -89,7 +100,7 @@ fn print(
             if bindings.is_empty() {
                 writeln!(out, "No bound nodes.")?;
             } else {
-                write!(out, "{}", table(bindings, Timestamp::now()))?;
+                write!(out, "{}", table(bindings, Timestamp::now(), single))?;
             }
             Ok(())
         }

@@ -35,6 +35,7 @@ use kubeflavor_core::policy::{
     APPROVED_CONDITION, BindingStep, CsrCondition, DENIED_CONDITION, Decision, DenyCause, TokenFate,
 };
 use kubeflavor_core::token::TokenId;
+use kubeflavor_core::token_meta::Custody;
 
 use super::cache;
 use super::facts::{self, CsrFactsRead};
@@ -239,11 +240,12 @@ async fn approve(
             token,
             flavor,
             reserve_use,
+            custody,
         } => {
             if *reserve_use {
                 reserve(ctx, facts, node, token).await?;
             }
-            let created = bind(ctx, facts, node, token, flavor, now);
+            let created = bind(ctx, facts, node, token, flavor, custody, now);
             last_look.binding_version = ctx.write(name, Step::Bound, created).await?;
             (Some(token), Some(flavor), *reserve_use)
         }
@@ -303,9 +305,10 @@ async fn bind(
     node: &NodeName,
     token: &TokenId,
     flavor: &FlavorName,
+    custody: &Custody,
     now: jiff::Timestamp,
 ) -> Result<Option<String>, Error> {
-    let binding = policy::new_binding(facts, node, token, flavor, now);
+    let binding = policy::new_binding(facts, node, token, flavor, custody, now);
     let created = Api::<FlavorBinding>::all(ctx.client.clone())
         .create(&PostParams::default(), &binding)
         .await

@@ -16,7 +16,7 @@ use kubeflavor_core::policy::{
     decide as core_decide, token_fate,
 };
 use kubeflavor_core::token::TokenId;
-use kubeflavor_core::token_secret::{FLAVOR_TOKEN_LABEL, FlavorTokenMeta};
+use kubeflavor_core::token_secret::{Custody, FLAVOR_TOKEN_LABEL, FlavorTokenMeta};
 
 use super::Options;
 use super::facts::{CsrFactsRead, CsrView};
@@ -90,12 +90,14 @@ pub fn decide(facts: &CsrFactsRead, opts: &Options, now: jiff::Timestamp) -> Dec
     core_decide(&csr_facts(facts, opts, now))
 }
 
-/// The FlavorBinding of `node` to `token` with `flavor` that an approval creates first.
+/// The FlavorBinding of `node` to `token` with `flavor` that an approval creates first,
+/// recording the token's `custody`.
 pub fn new_binding(
     facts: &CsrFactsRead,
     node: &NodeName,
     token: &TokenId,
     flavor: &FlavorName,
+    custody: &Custody,
     now: jiff::Timestamp,
 ) -> FlavorBinding {
     FlavorBinding {
@@ -121,6 +123,8 @@ pub fn new_binding(
                 .map(KubeletClientCsr::public_key_sha256_hex)
                 .unwrap_or_default(),
             bound_at: whole_seconds(now),
+            issued_to: custody.issued_to.as_ref().map(|t| t.to_string()),
+            issued_by: custody.issued_by.clone(),
         },
         status: None,
     }

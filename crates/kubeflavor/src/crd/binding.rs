@@ -64,6 +64,8 @@ mod tests {
                 csr_name: "csr-1".into(),
                 public_key_sha256: "ab".repeat(32),
                 bound_at: "2026-11-30T04:00:00Z".parse().unwrap(),
+                issued_to: None,
+                issued_by: None,
             },
         );
         b.status = status;

@@ -143,6 +143,7 @@ pub struct FlavorStatus {
     printcolumn = r#"{"name":"Token","type":"string","jsonPath":".spec.tokenId"}"#,
     printcolumn = r#"{"name":"Flavored","type":"string","jsonPath":".status.conditions[?(@.type==\"Flavored\")].status"}"#,
     printcolumn = r#"{"name":"Revoked","type":"string","jsonPath":".status.conditions[?(@.type==\"Revoked\")].status"}"#,
+    printcolumn = r#"{"name":"Issued To","type":"string","jsonPath":".spec.issuedTo","priority":1}"#,
     printcolumn = r#"{"name":"CSR","type":"string","jsonPath":".spec.csrName","priority":1}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
@@ -171,6 +172,15 @@ pub struct FlavorBindingSpec {
     /// When the binding was made.
     #[schemars(schema_with = "schema::date_time")]
     pub bound_at: Timestamp,
+    /// On whose behalf the token was minted (`token create --issued-to`), copied from the
+    /// token Secret when the binding is made. Absent when the token recorded none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "schema::issued_to")]
+    pub issued_to: Option<String>,
+    /// The Kubernetes user name that minted the token, copied from the token Secret when
+    /// the binding is made. Absent when the token recorded none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub issued_by: Option<String>,
 }
 
 /// Written by the controller.

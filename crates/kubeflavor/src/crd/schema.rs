@@ -183,13 +183,27 @@ pub fn conditions(generator: &mut SchemaGenerator) -> Schema {
     })
 }
 
+/// `spec.issuedTo` of a FlavorBinding: an IssuedTo as the core checks it when the token is
+/// minted (1 to 256 characters; the control-character and whitespace rules stay the
+/// core's).
+pub fn issued_to(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({ "type": "string", "minLength": 1, "maxLength": 256 })
+}
+
 /// Rules on FlavorBinding.spec: what the binding records may never be rewritten (P3,
-/// binding: a binding cannot be moved to another token); revoking is a status change.
+/// binding: a binding cannot be moved to another token; its custody is written once, when
+/// it is made); revoking is a status change.
 pub fn binding_spec_rules() -> Value {
-    json!([rule(
-        "self.node == oldSelf.node && self.tokenId == oldSelf.tokenId && self.flavor == oldSelf.flavor",
-        "node, tokenId and flavor of a FlavorBinding cannot change (delete the binding and let the controller create a new one)"
-    ),])
+    json!([
+        rule(
+            "self.node == oldSelf.node && self.tokenId == oldSelf.tokenId && self.flavor == oldSelf.flavor",
+            "node, tokenId and flavor of a FlavorBinding cannot change (delete the binding and let the controller create a new one)"
+        ),
+        rule(
+            "has(self.issuedTo) == has(oldSelf.issuedTo) && (!has(self.issuedTo) || self.issuedTo == oldSelf.issuedTo) && has(self.issuedBy) == has(oldSelf.issuedBy) && (!has(self.issuedBy) || self.issuedBy == oldSelf.issuedBy)",
+            "issuedTo and issuedBy of a FlavorBinding are written once, when it is made, and cannot be added, changed or removed"
+        ),
+    ])
 }
 
 pub fn flavor_root_rules() -> Vec<ValidationRule> {

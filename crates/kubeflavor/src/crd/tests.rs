@@ -297,6 +297,8 @@ fn binding_names_its_node_and_serializes_camel_case() {
             csr_name: "csr-x".into(),
             public_key_sha256: "0".repeat(64),
             bound_at: "2026-11-30T04:00:00Z".parse().unwrap(),
+            issued_to: None,
+            issued_by: None,
         },
     );
     let json = serde_json::to_value(&binding).unwrap();

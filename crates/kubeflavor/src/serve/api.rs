@@ -24,6 +24,7 @@ use kube::api::PostParams;
 use kubeflavor_core::flavor::FlavorName;
 use kubeflavor_core::mint_request::{self, MintOutput, MintRequest, MintRequestError};
 use kubeflavor_core::token::BootstrapToken;
+use kubeflavor_core::token_meta::Custody;
 use kubeflavor_core::token_secret::format_expiration;
 use serde_json::{Value, json};
 use zeroize::Zeroizing;
@@ -385,9 +386,19 @@ async fn mint_token(
     // Where nodes join, resolved before the token exists: a token nobody is handed is never
     // stored.
     let target = join_target(&server.cluster).await?;
-    let token = mint(&server.cluster, flavor, expiration, max_nodes, || {
-        BootstrapToken::generate().map_err(|e| CliError::failed(e, "retry"))
-    })
+    // The custody record: for whom (the caller says), by whom (the TokenReview says).
+    let custody = Custody {
+        issued_to: Some(request.issued_to.clone()),
+        issued_by: Some(caller.to_string()),
+    };
+    let token = mint(
+        &server.cluster,
+        flavor,
+        expiration,
+        max_nodes,
+        &custody,
+        || BootstrapToken::generate().map_err(|e| CliError::failed(e, "retry")),
+    )
     .await?;
     let minted = Minted {
         join_line: join_command_line(&target, &token),
@@ -396,7 +407,7 @@ async fn mint_token(
         flavor: flavor.clone(),
         expiration,
         max_nodes: max_nodes.get(),
-        issued_to: request.issued_to.clone(),
+        issued_to: request.issued_to.to_string(),
         issued_by: caller.to_string(),
     };
     record(server, &minted).await;

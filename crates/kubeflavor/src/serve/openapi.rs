@@ -2,7 +2,8 @@
 
 use serde_json::{Value, json};
 
-use kubeflavor_core::mint_request::{MAX_BODY_BYTES, MAX_ISSUED_TO_CHARS};
+use kubeflavor_core::mint_request::MAX_BODY_BYTES;
+use kubeflavor_core::token_meta::ISSUED_TO_MAX_CHARS;
 
 fn status_response(description: &str) -> Value {
     json!({
@@ -31,7 +32,7 @@ pub fn document() -> Value {
                     "additionalProperties": false,
                     "required": ["issuedTo"],
                     "properties": {
-                        "issuedTo": {"type": "string", "minLength": 1, "maxLength": MAX_ISSUED_TO_CHARS, "description": "On whose behalf the token is minted (e.g. acme-corp/alice); kept with the token and copied into the binding of every node that joins with it. No control characters, no white space at either end.", "example": "acme-corp/alice"},
+                        "issuedTo": {"type": "string", "minLength": 1, "maxLength": ISSUED_TO_MAX_CHARS, "description": "On whose behalf the token is minted (e.g. acme-corp/alice); kept with the token and copied into the binding of every node that joins with it. No control characters, no white space at either end.", "example": "acme-corp/alice"},
                         "ttl": {"type": "string", "description": "Lifetime like kubeadm's --ttl: 24h, 90m, 1h30m, or 0 for never. Default: the flavor's, else 24h.", "example": "24h"},
                         "maxNodes": {"type": "integer", "minimum": 1, "maximum": 4294967295u64, "description": "How many node names the token may bind. Default: the flavor's, else 1."},
                         "output": {"type": "string", "enum": ["json", "cloud-init"], "default": "json", "description": "cloud-init: the answer also carries a cloud-init user-data document that joins the machine on first boot."}

@@ -166,3 +166,78 @@ async fn a_flavor_binding_cannot_move_to_another_token() {
         .await
         .unwrap();
 }
+
+/// A FlavorBinding's custody (issuedTo, issuedBy) is written once, when it is made: it
+/// cannot be changed, removed or added later. `node list` and `node get` show it.
+#[tokio::test]
+async fn a_flavor_binding_keeps_the_custody_it_was_made_with() {
+    let env = Env::start().await;
+    env.install().await;
+    let bindings: Api<FlavorBinding> = Api::all(env.client.clone());
+    let node = env.name("custody");
+    let binding: FlavorBinding = serde_json::from_value(json!({
+        "apiVersion": "kubeflavor.io/v1alpha1", "kind": "FlavorBinding",
+        "metadata": {"name": node},
+        "spec": {"node": node, "flavor": "gold", "tokenId": "abcdef", "csrName": "csr-1",
+                 "publicKeySha256": "0".repeat(64), "boundAt": "2026-11-30T04:22:19Z",
+                 "issuedTo": "acme-corp/alice"},
+    }))
+    .expect("a FlavorBinding");
+    bindings
+        .create(&PostParams::default(), &binding)
+        .await
+        .expect("a binding with a custody");
+    for spec in [
+        json!({"issuedTo": "globex/bob"}),
+        json!({"issuedTo": null}),
+        json!({"issuedBy": "kubernetes-admin"}),
+    ] {
+        let got = causes(
+            bindings
+                .patch(
+                    &node,
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({ "spec": spec })),
+                )
+                .await
+                .unwrap_err(),
+        );
+        assert!(
+            got.iter()
+                .any(|(_, m)| m
+                    .contains("issuedTo and issuedBy of a FlavorBinding are written once")),
+            "{spec}: {got:?}"
+        );
+    }
+    let stored = bindings.get(&node).await.unwrap();
+    assert_eq!(stored.spec.issued_to.as_deref(), Some("acme-corp/alice"));
+    assert_eq!(stored.spec.issued_by, None);
+
+    let listed = env.kf(&["node", "list"]).await;
+    let listed = listed.expect_ok();
+    let header = listed.lines().next().unwrap();
+    assert!(header.ends_with("ISSUED-TO"), "{listed}");
+    let row = listed.lines().find(|l| l.starts_with(&node)).unwrap();
+    assert_eq!(&row[header.find("ISSUED-TO").unwrap()..], "acme-corp/alice");
+    let got = env.kf(&["node", "get", &node]).await;
+    let got = got.expect_ok();
+    let header = got.lines().next().unwrap();
+    let row = got.lines().nth(1).unwrap();
+    let (to, by) = (
+        header.find("ISSUED-TO").unwrap(),
+        header.find("ISSUED-BY").unwrap(),
+    );
+    assert_eq!(row[to..by].trim_end(), "acme-corp/alice", "{got}");
+    assert_eq!(&row[by..], "<none>", "{got}");
+    let yaml: serde_json::Value = serde_saphyr::from_str(
+        env.kf(&["node", "get", &node, "-o", "yaml"])
+            .await
+            .expect_ok(),
+    )
+    .unwrap();
+    assert_eq!(yaml["spec"]["issuedTo"], "acme-corp/alice");
+    bindings
+        .delete(&node, &DeleteParams::default())
+        .await
+        .unwrap();
+}

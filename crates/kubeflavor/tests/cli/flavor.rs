@@ -268,6 +268,8 @@ async fn delete_is_refused_while_tokens_or_bindings_use_the_flavor() {
             csr_name: "csr-test".into(),
             public_key_sha256: "ab".repeat(32),
             bound_at: jiff::Timestamp::from_second(jiff::Timestamp::now().as_second()).unwrap(),
+            issued_to: None,
+            issued_by: None,
         },
     );
     bindings

@@ -139,8 +139,203 @@ async fn p1_tokens_of_two_flavors_look_the_same_to_their_holders() {
     cleanup(&env, &[&a, &b], &[&sweet, &sour]).await;
 }
 
+/// P1 (hidden flavor): the custody of a token (issuedTo, issuedBy) lives where only admins
+/// read. Two tokens of one flavor that differ only in custody look the same to their holders:
+/// the same groups, the same Secret data, and neither may read its Secret or any
+/// FlavorBinding.
 #[tokio::test]
-async fn token_create_makes_exactly_three_api_calls() {
+async fn p1_tokens_differing_only_in_custody_look_the_same_to_their_holders() {
+    let env = Env::start().await;
+    env.install().await;
+    let flavor = env.create_flavor("custody", &["--trust-level", "50"]).await;
+    let a = mint(
+        &env,
+        &flavor,
+        &["--ttl", "2h", "--issued-to", "acme-corp/alice"],
+    )
+    .await;
+    // The other one as a minting service would make it, with a custody of its own.
+    let cluster = kubeflavor::cluster::Cluster::connect(&kubeflavor::cluster::ClusterArgs {
+        kubeconfig: Some(env.kubeconfig.clone()),
+        context: None,
+    })
+    .await
+    .unwrap();
+    let custody = kubeflavor_core::token_meta::Custody {
+        issued_to: Some("globex/bob".parse().unwrap()),
+        issued_by: Some("system:serviceaccount:portal:minter".into()),
+    };
+    let b = kubeflavor::cmd::token::mint(
+        &cluster,
+        &flavor.parse().unwrap(),
+        Some(jiff::Timestamp::now() + std::time::Duration::from_secs(7200)),
+        std::num::NonZeroU32::MIN,
+        &custody,
+        || Ok(BootstrapToken::generate().unwrap()),
+    )
+    .await
+    .expect("minted with a custody");
+    let b = b.expose().to_string();
+
+    // The custody is on the Secrets, for admins.
+    let annotations = |token: String| {
+        let env = &env;
+        async move {
+            secrets(env)
+                .await
+                .get(&format!("bootstrap-token-{}", &token[..6]))
+                .await
+                .unwrap()
+                .metadata
+                .annotations
+                .unwrap_or_default()
+        }
+    };
+    let (ann_a, ann_b) = (annotations(a.clone()).await, annotations(b.clone()).await);
+    assert_eq!(ann_a["kubeflavor.io/issued-to"], "acme-corp/alice");
+    assert!(!ann_a["kubeflavor.io/issued-by"].is_empty(), "{ann_a:?}");
+    assert_eq!(ann_b["kubeflavor.io/issued-to"], "globex/bob");
+    assert_eq!(
+        ann_b["kubeflavor.io/issued-by"],
+        "system:serviceaccount:portal:minter"
+    );
+
+    // What each holder can see about itself.
+    let (client_a, client_b) = (env.token_client(&a).await, env.token_client(&b).await);
+    let (user_a, groups_a) = whoami(&client_a).await.unwrap();
+    let (user_b, groups_b) = whoami(&client_b).await.unwrap();
+    assert_eq!(groups_a, groups_b);
+    assert_eq!(
+        user_a.trim_end_matches(&a[..6]),
+        user_b.trim_end_matches(&b[..6])
+    );
+    let strip = |mut d: BTreeMap<String, String>| {
+        for k in ["token-id", "token-secret", "expiration"] {
+            assert!(d.remove(k).is_some(), "{k} missing");
+        }
+        d
+    };
+    assert_eq!(
+        strip(secret_data(&env, &a).await),
+        strip(secret_data(&env, &b).await)
+    );
+    // Neither holder may read where the custody is kept.
+    for (token, client) in [(&a, client_a), (&b, client_b)] {
+        let own = Api::<Secret>::namespaced(client.clone(), "kube-system");
+        let name = format!("bootstrap-token-{}", &token[..6]);
+        let err = crate::support::fresh(|| own.get(&name))
+            .await
+            .expect_err("a holder reads its own token Secret");
+        assert!(
+            matches!(&err, kube::Error::Api(s) if s.code == 403),
+            "{err}"
+        );
+        let bindings = Api::<kubeflavor::crd::FlavorBinding>::all(client);
+        let params = ListParams::default();
+        let err = crate::support::fresh(|| bindings.list(&params))
+            .await
+            .expect_err("a holder lists FlavorBindings");
+        assert!(
+            matches!(&err, kube::Error::Api(s) if s.code == 403),
+            "{err}"
+        );
+    }
+    cleanup(&env, &[&a, &b], &[&flavor]).await;
+}
+
+#[tokio::test]
+async fn token_create_records_issued_to_and_the_minting_user() {
+    let env = Env::start().await;
+    env.install().await;
+    let flavor = env.create_flavor("issued", &[]).await;
+    let (me, _) = whoami(&env.client)
+        .await
+        .expect("SelfSubjectReview as admin");
+
+    let out = env
+        .kf(&[
+            "token",
+            "create",
+            "--flavor",
+            &flavor,
+            "--issued-to",
+            "acme-corp/alice smith",
+            "-o",
+            "json",
+        ])
+        .await;
+    let view: Value = serde_json::from_str(out.expect_ok()).unwrap();
+    assert_eq!(view["issuedTo"], "acme-corp/alice smith");
+    assert_eq!(view["issuedBy"], me.as_str());
+    let token = view["token"].as_str().unwrap().to_string();
+    let id = &token[..6];
+
+    let out = env
+        .kf(&["token", "create", "--flavor", &flavor, "-o", "yaml"])
+        .await;
+    let view: Value = serde_saphyr::from_str(out.expect_ok()).unwrap();
+    assert!(view.get("issuedTo").is_none(), "{view}");
+    assert_eq!(view["issuedBy"], me.as_str());
+    let plain = view["token"].as_str().unwrap().to_string();
+
+    // token list: the ISSUED-TO column, and both in JSON.
+    let table = env.kf(&["token", "list", "--flavor", &flavor]).await;
+    let table = table.expect_ok();
+    let header = table.lines().next().unwrap();
+    assert!(header.contains("ISSUED-TO"), "{table}");
+    let column = header.find("ISSUED-TO").unwrap();
+    let row = table.lines().find(|l| l.starts_with(id)).unwrap();
+    assert_eq!(&row[column..], "acme-corp/alice smith", "{table}");
+    let row = table.lines().find(|l| l.starts_with(&plain[..6])).unwrap();
+    assert_eq!(&row[column..], "<none>", "{table}");
+    let listed: Value = serde_json::from_str(
+        env.kf(&["token", "list", "--flavor", &flavor, "-o", "json"])
+            .await
+            .expect_ok(),
+    )
+    .unwrap();
+    let item = listed["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["id"] == id)
+        .unwrap();
+    assert_eq!(item["issuedTo"], "acme-corp/alice smith");
+    assert_eq!(item["issuedBy"], me.as_str());
+    cleanup(&env, &[&token, &plain], &[&flavor]).await;
+}
+
+#[tokio::test]
+async fn an_invalid_issued_to_is_refused_and_nothing_is_created() {
+    let env = Env::start().await;
+    env.install().await;
+    let flavor = env.create_flavor("refused", &[]).await;
+    let selector = ListParams::default().labels(&format!("kubeflavor.io/flavor={flavor}"));
+    let long = "x".repeat(257);
+    let cases: [(&str, &str); 4] = [
+        ("", "1 to 256 characters"),
+        (long.as_str(), "at most 256 characters"),
+        ("alice\tsmith", "control character"),
+        (" alice", "whitespace"),
+    ];
+    for (value, needle) in cases {
+        let out = env
+            .kf(&["token", "create", "--flavor", &flavor, "--issued-to", value])
+            .await;
+        assert_one_line_error(&out, ExitCode::Refused);
+        assert!(
+            out.stderr.contains(needle) && out.stderr.contains("issued-to"),
+            "{value:?}: {:?} lacks {needle:?}",
+            out.stderr
+        );
+    }
+    let created = secrets(&env).await.list(&selector).await.unwrap().items;
+    assert!(created.is_empty(), "a refused command created a token");
+    cleanup(&env, &[], &[&flavor]).await;
+}
+
+#[tokio::test]
+async fn token_create_makes_exactly_four_api_calls() {
     let env = Env::start().await;
     env.install().await;
     let flavor = env.create_flavor("count", &[]).await;
@@ -153,9 +348,10 @@ async fn token_create_makes_exactly_three_api_calls() {
     let snapshot = cluster.counters().snapshot();
     println!("token create API calls: {:?}", snapshot.counts);
     assert_eq!(snapshot.by_verb_resource("get", "flavors"), 1);
+    assert_eq!(snapshot.by_verb_resource("create", "selfsubjectreviews"), 1);
     assert_eq!(snapshot.by_verb_resource("list", "flavorbindings"), 1);
     assert_eq!(snapshot.by_verb_resource("create", "secrets"), 1);
-    assert_eq!(snapshot.total(), 3, "{:?}", snapshot.counts);
+    assert_eq!(snapshot.total(), 4, "{:?}", snapshot.counts);
     cleanup(&env, &[&token], &[&flavor]).await;
 }
 
@@ -193,6 +389,7 @@ async fn token_create_draws_a_new_id_when_the_id_is_taken() {
         &flavor.parse().unwrap(),
         None,
         std::num::NonZeroU32::MIN,
+        &Default::default(),
         || Ok(draws.next().expect("at most two draws")),
     )
     .await

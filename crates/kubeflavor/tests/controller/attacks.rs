@@ -64,6 +64,7 @@ async fn a_recycled_token_id_inherits_no_name() {
         &sour.parse().unwrap(),
         None,
         std::num::NonZeroU32::MIN,
+        &Default::default(),
         || Ok(draws.next().expect("at most two draws")),
     )
     .await

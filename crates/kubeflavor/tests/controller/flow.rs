@@ -123,6 +123,72 @@ async fn happy_path_two_flavors_are_bound_and_flavored() {
     ctl.stop().await;
 }
 
+/// A node that joins with a token minted by `token create --issued-to` ends with a binding
+/// recording on whose behalf the token was minted and who minted it; `node list` and `node
+/// get` show it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_binding_records_the_custody_of_its_token() {
+    let h = Harness::start().await;
+    let flavor = h.gold_flavor("custody").await;
+    let (node, csr) = (h.name("node"), h.name("csr"));
+    let ctl = h.start_controller(h.options("ctl-custody"));
+    let (me, _) = crate::support::whoami(&h.admin)
+        .await
+        .expect("who is admin");
+
+    let out = h
+        .env
+        .kf(&[
+            "token",
+            "create",
+            "--flavor",
+            &flavor,
+            "--issued-to",
+            "acme-corp/alice",
+        ])
+        .await;
+    let token: kubeflavor_core::token::BootstrapToken =
+        out.expect_ok().trim().parse().expect("a token");
+    h.submit_csr(&h.bootstrap_client(&token).await, &csr, &node)
+        .await;
+    assert_eq!(h.decision(&csr).await, "Approved");
+    let binding = h.bindings().get(&node).await.expect("binding exists");
+    assert_eq!(binding.spec.token_id, token.id().as_str());
+    assert_eq!(binding.spec.issued_to.as_deref(), Some("acme-corp/alice"));
+    assert_eq!(binding.spec.issued_by.as_deref(), Some(me.as_str()));
+
+    // A retry of the same CSR's name by the same token leaves the binding as it is.
+    let retry = h.name("csr-retry");
+    h.submit_csr(&h.bootstrap_client(&token).await, &retry, &node)
+        .await;
+    assert_eq!(h.decision(&retry).await, "Approved");
+    let again = h.bindings().get(&node).await.expect("binding exists");
+    assert_eq!(again.spec, binding.spec);
+
+    let listed = h.env.kf(&["node", "list"]).await;
+    let listed = listed.expect_ok();
+    let column = listed
+        .lines()
+        .next()
+        .unwrap()
+        .find("ISSUED-TO")
+        .expect("column");
+    let row = listed.lines().find(|l| l.starts_with(&node)).expect("row");
+    assert_eq!(&row[column..], "acme-corp/alice", "{listed}");
+    let got = h.env.kf(&["node", "get", &node]).await;
+    let got = got.expect_ok();
+    assert!(got.lines().next().unwrap().ends_with("ISSUED-BY"), "{got}");
+    assert!(
+        got.contains("acme-corp/alice") && got.contains(&me),
+        "{got}"
+    );
+    let json = h.env.kf(&["node", "get", &node, "-o", "json"]).await;
+    let json: serde_json::Value = serde_json::from_str(json.expect_ok()).unwrap();
+    assert_eq!(json["spec"]["issuedTo"], "acme-corp/alice");
+    assert_eq!(json["spec"]["issuedBy"], me.as_str());
+    ctl.stop().await;
+}
+
 /// One node joined with a `sweet` token and registered: (harness, controller, node, csr).
 async fn joined_node() -> (Harness, ControllerHandle, String, String, String) {
     let h = Harness::start().await;
@@ -357,9 +423,27 @@ async fn controller_works_with_the_rbac_install_grants() {
         ("a token holder", h.bootstrap_client(&t).await),
         ("the node", h.node_client(&csr).await),
     ] {
-        let events = Api::<k8s_openapi::api::events::v1::Event>::namespaced(client, "kube-system");
+        let events =
+            Api::<k8s_openapi::api::events::v1::Event>::namespaced(client.clone(), "kube-system");
         let params = Default::default();
         let err = crate::support::fresh(|| events.list(&params))
+            .await
+            .expect_err(who);
+        assert!(
+            matches!(&err, kube::Error::Api(s) if s.code == 403),
+            "{who}: {err}"
+        );
+        // Nor the bindings, which record flavors and custody (issuedTo, issuedBy).
+        let bindings = Api::<kubeflavor::crd::FlavorBinding>::all(client);
+        let params = Default::default();
+        let err = crate::support::fresh(|| bindings.list(&params))
+            .await
+            .expect_err(who);
+        assert!(
+            matches!(&err, kube::Error::Api(s) if s.code == 403),
+            "{who}: {err}"
+        );
+        let err = crate::support::fresh(|| bindings.get(&node))
             .await
             .expect_err(who);
         assert!(

@@ -199,6 +199,13 @@ async fn a_portal_mints_its_flavor_and_the_node_joins() {
         })
         .await;
     assert_eq!(binding.spec.flavor, sour);
+    // The custody record: for whom the portal said, by whom the API server said.
+    assert_eq!(binding.spec.issued_to.as_deref(), Some("acme-corp/alice"));
+    assert_eq!(
+        binding.spec.issued_by.as_deref(),
+        minted["issuedBy"].as_str(),
+        "issued by the portal's own identity"
+    );
 
     // The same portal may not mint another flavor, and learns nothing about it.
     let (code, refused) = call(

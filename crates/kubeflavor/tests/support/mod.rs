@@ -185,7 +185,8 @@ impl Env {
         argv.extend(args.iter().map(|a| a.to_string()));
         self.made.command(args);
         let mut out = Vec::new();
-        let result = kubeflavor::run(argv, &mut out).await;
+        // Boxed: the command's future is large, and a test thread's stack is 2 MiB.
+        let result = Box::pin(kubeflavor::run(argv, &mut out)).await;
         let stdout = String::from_utf8(out).expect("utf-8 output");
         self.made.tokens_in(&stdout);
         match result {

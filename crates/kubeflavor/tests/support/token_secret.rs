@@ -84,7 +84,13 @@ impl TokenSecret {
     pub fn build(&self) -> Secret {
         match &self.layout {
             Layout::Flavored { flavor, max_nodes } => {
-                let obj = flavored_token_secret(&self.token, flavor, self.expiration, *max_nodes);
+                let obj = flavored_token_secret(
+                    &self.token,
+                    flavor,
+                    self.expiration,
+                    *max_nodes,
+                    &Default::default(),
+                );
                 Secret {
                     metadata: ObjectMeta {
                         name: Some(obj.name.clone()),

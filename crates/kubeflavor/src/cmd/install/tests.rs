@@ -186,6 +186,41 @@ fn check_token_group(docs: &[Document], group: &str) {
     ));
 }
 
+/// P1 (hidden flavor): FlavorBindings record each node's flavor and its token's custody
+/// (issuedTo, issuedBy). In every install mode, only the controller's ServiceAccount is
+/// granted anything on kubeflavor.io resources: no join token group and no node.
+#[test]
+fn only_the_controller_may_touch_flavor_bindings() {
+    for docs in all_modes() {
+        let roles_on_kubeflavor: Vec<&str> = docs
+            .iter()
+            .filter(|d| d.kind() == "ClusterRole" || d.kind() == "Role")
+            .filter(|d| {
+                rules(d).iter().any(|r| {
+                    strings(&r["apiGroups"])
+                        .iter()
+                        .any(|g| g == "kubeflavor.io")
+                })
+            })
+            .map(|d| d.name())
+            .collect();
+        assert!(!roles_on_kubeflavor.is_empty());
+        for doc in docs.iter().filter(|d| d.kind().ends_with("Binding")) {
+            let role = doc.object["roleRef"]["name"].as_str().unwrap();
+            if !roles_on_kubeflavor.contains(&role) {
+                continue;
+            }
+            for subject in doc.object["subjects"].as_array().unwrap() {
+                assert_eq!(subject["kind"], "ServiceAccount", "{role}: {subject}");
+                assert_eq!(
+                    subject["name"], "kubeflavor-controller",
+                    "{role}: {subject}"
+                );
+            }
+        }
+    }
+}
+
 #[test]
 fn kubeadm_config_read_is_limited_to_two_configmaps() {
     let docs = docs();

@@ -17,7 +17,7 @@ use kubeflavor_core::token_secret::{
 use zeroize::Zeroize;
 
 use super::join_line::{JoinTarget, join_command_line, join_target};
-use super::{TokenCreateArgs, TokenOutput, flavor_rules, max_nodes};
+use super::{TokenCreateArgs, TokenOutput, custody, flavor_rules, max_nodes};
 use crate::cluster::{Cluster, token_secrets};
 use crate::error::CliError;
 
@@ -41,6 +41,10 @@ struct ControlPlaneToken<'a> {
     flavor: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     max_nodes: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    issued_to: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    issued_by: Option<&'a str>,
 }
 
 /// `token create --control-plane`: a bootstrap token in the one group allowed to read
@@ -59,13 +63,15 @@ pub async fn create_control_plane_token(
         false => None,
     };
     // The flavor (if any) first: no token for a flavor that does not exist.
+    // The custody is recorded with the flavor's metadata, so only on flavored tokens
+    // (`--issued-to` needs `--flavor`).
     let meta = match &args.flavor {
         Some(flavor) => {
             let rules = flavor_rules(cluster, flavor).await?;
-            Some(FlavorTokenMeta::new(
-                flavor.clone(),
-                max_nodes(args, &rules),
-            ))
+            Some(
+                FlavorTokenMeta::new(flavor.clone(), max_nodes(args, &rules))
+                    .with_custody(custody(cluster, args).await),
+            )
         }
         None => None,
     };
@@ -183,6 +189,8 @@ fn print_token(
         groups: [CONTROL_PLANE_GROUP],
         flavor: meta.map(|m| m.flavor.as_str()),
         max_nodes: meta.map(|m| m.max_nodes.get()),
+        issued_to: meta.and_then(|m| m.custody.issued_to.as_ref().map(|t| t.as_str())),
+        issued_by: meta.and_then(|m| m.custody.issued_by.as_deref()),
     };
     let text = match output {
         TokenOutput::Token => exposed.to_string(),

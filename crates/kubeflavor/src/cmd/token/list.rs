@@ -39,6 +39,12 @@ pub struct TokenInfo {
     pub status: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub created: Option<Timestamp>,
+    /// On whose behalf the token was minted (`token create --issued-to`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub issued_to: Option<String>,
+    /// The user name that minted the token.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub issued_by: Option<String>,
     /// Passes every check of the authenticator that does not depend on time.
     #[serde(skip)]
     standing_ok: bool,
@@ -96,6 +102,8 @@ fn invalid_metadata(stored: &StoredToken, problem: &str) -> TokenInfo {
         description: stored.description.clone(),
         status: format!("invalid kubeflavor metadata: {problem}"),
         created: created(&stored.metadata),
+        issued_to: None,
+        issued_by: None,
         standing_ok: false,
     }
 }
@@ -125,6 +133,8 @@ fn from_record(record: &TokenRecord, stored: &StoredToken, now: Timestamp) -> To
             Err(why) => why.to_string(),
         },
         created: created(&stored.metadata),
+        issued_to: meta.and_then(|m| m.custody.issued_to.as_ref().map(|t| t.to_string())),
+        issued_by: meta.and_then(|m| m.custody.issued_by.clone()),
         standing_ok: auth.is_ok() || auth.as_ref().is_err_and(|e| e.is_expiry()),
     }
 }
@@ -157,7 +167,7 @@ pub async fn list(cluster: &Cluster, args: &TokenListArgs, out: &mut dyn Write) 
                 return Ok(());
             }
             let wide = args.output == Some(Format::Wide);
-            let mut header = vec!["id", "flavor", "bound/max", "expires", "age"];
+            let mut header = vec!["id", "flavor", "bound/max", "expires", "age", "issued-to"];
             if wide {
                 header.extend(["expiration", "usages", "status", "bound nodes"]);
             }
@@ -172,6 +182,7 @@ pub async fn list(cluster: &Cluster, args: &TokenListArgs, out: &mut dyn Write) 
                     },
                     expires_in(&t.expires_at, now),
                     output::age(t.created, now),
+                    t.issued_to.clone().unwrap_or_else(|| "<none>".into()),
                 ];
                 if wide {
                     row.push(if t.expiration.is_empty() {
@@ -279,12 +290,45 @@ mod tests {
         );
         let info = token_info(&s, now()).unwrap();
         assert_eq!(info.flavor.as_deref(), Some("sweet"));
+        assert_eq!(info.issued_to, None);
         assert_eq!((info.bound_nodes.len(), info.max_nodes), (2, Some(3)));
         assert_eq!(info.status, "valid");
         assert!(info.is_live(now()));
         assert_eq!(expires_in(&info.expires_at, now()), "24h");
         let json = serde_json::to_string(&info).unwrap();
         assert!(!json.contains(SECRET), "{json}");
+    }
+
+    #[test]
+    fn custody_is_listed() {
+        let s = secret(
+            "abcdef",
+            &[("usage-bootstrap-authentication", "true")],
+            &[(FLAVOR_TOKEN_LABEL, "sweet")],
+            &[
+                ("kubeflavor.io/issued-to", "acme-corp/alice"),
+                ("kubeflavor.io/issued-by", "kubernetes-admin"),
+            ],
+        );
+        let info = token_info(&s, now()).unwrap();
+        assert_eq!(info.issued_to.as_deref(), Some("acme-corp/alice"));
+        assert_eq!(info.issued_by.as_deref(), Some("kubernetes-admin"));
+        let json = serde_json::to_value(&info).unwrap();
+        assert_eq!(json["issuedTo"], "acme-corp/alice");
+        assert_eq!(json["issuedBy"], "kubernetes-admin");
+    }
+
+    #[test]
+    fn broken_issued_to_is_listed_with_the_problem() {
+        let s = secret(
+            "abcdef",
+            &[("usage-bootstrap-authentication", "true")],
+            &[(FLAVOR_TOKEN_LABEL, "sweet")],
+            &[("kubeflavor.io/issued-to", " alice")],
+        );
+        let info = token_info(&s, now()).unwrap();
+        assert!(info.status.contains("issued-to"), "{}", info.status);
+        assert!(!info.is_live(now()));
     }
 
     #[test]

@@ -2,18 +2,21 @@
 //!
 //! A token is a `kube-system/bootstrap-token-<id>` Secret in kubeadm's exact layout, built
 //! by kubeflavor-core: the same auth group and description for every flavor (P1, hidden flavor),
-//! the flavor and use count in the Secret's label and annotations. `token create` makes exactly
-//! three API calls when all goes well: GET the Flavor, LIST the bindings still naming the new id
-//! (none), POST the Secret.
+//! the flavor, use count and custody in the Secret's label and annotations. `token create`
+//! makes exactly four API calls when all goes well: GET the Flavor, POST a SelfSubjectReview
+//! (who is minting: the token's issued-by), LIST the bindings still naming the new id (none),
+//! POST the Secret.
 
 use std::io::Write;
 use std::num::NonZeroU32;
 
 use clap::{Args, Subcommand, ValueEnum};
 use jiff::Timestamp;
-use kube::api::{Api, ListParams};
+use k8s_openapi::api::authentication::v1::SelfSubjectReview;
+use kube::api::{Api, ListParams, PostParams};
 use kubeflavor_core::flavor::{DEFAULT_MAX_NODES, FlavorName, FlavorRules, TokenTtl};
 use kubeflavor_core::token::{BootstrapToken, TokenId};
+use kubeflavor_core::token_meta::{Custody, IssuedTo};
 use kubeflavor_core::token_secret::{
     NODE_GROUP, TOKEN_SECRET_NAMESPACE, flavored_token_secret, format_expiration, secret_name,
 };
@@ -78,6 +81,12 @@ pub struct TokenCreateArgs {
     /// tokenDefaults.maxNodes, else 1.
     #[arg(long, value_name = "N", allow_negative_numbers = true)]
     pub max_nodes: Option<MaxNodes>,
+    /// On whose behalf the token is minted, as free text (e.g. acme-corp/alice): 1 to 256
+    /// characters, no control characters, no whitespace at either end. Recorded on the
+    /// token Secret and on every FlavorBinding made with the token, with the minting user
+    /// as issued-by; only admins can read either.
+    #[arg(long, value_name = "TEXT", requires = "flavor")]
+    pub issued_to: Option<IssuedTo>,
     /// What to print: the token alone, or a description of it as JSON or YAML.
     #[arg(short, long, value_enum, default_value_t = TokenOutput::Token)]
     pub output: TokenOutput,
@@ -157,6 +166,10 @@ struct CreatedToken {
     groups: Vec<&'static str>,
     /// `<namespace>/<name>` of the token Secret.
     secret_name: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    issued_to: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    issued_by: Option<String>,
 }
 
 fn expose_str<S: serde::Serializer>(value: &Zeroizing<String>, s: S) -> Result<S::Ok, S::Error> {
@@ -185,14 +198,62 @@ pub async fn create(cluster: &Cluster, args: &TokenCreateArgs, out: &mut dyn Wri
         true => Some(join_target(cluster).await?),
         false => None,
     };
-    let token = mint(cluster, flavor_name, expiration, max_nodes, || {
-        BootstrapToken::generate().map_err(|e| CliError::failed(e, "retry"))
-    })
+    let custody = custody(cluster, args).await;
+    let token = mint(
+        cluster,
+        flavor_name,
+        expiration,
+        max_nodes,
+        &custody,
+        || BootstrapToken::generate().map_err(|e| CliError::failed(e, "retry")),
+    )
     .await?;
     if let Some(target) = &join_target {
         return print_join_command(target, &token, out);
     }
-    print_created(&token, flavor_name, expiration, max_nodes, args.output, out)
+    let minted = Minted {
+        flavor: flavor_name,
+        expiration,
+        max_nodes,
+        custody: &custody,
+    };
+    print_created(&token, &minted, args.output, out)
+}
+
+/// The custody `token create` records: `--issued-to`, and the caller's own user name as
+/// issued-by.
+pub async fn custody(cluster: &Cluster, args: &TokenCreateArgs) -> Custody {
+    Custody {
+        issued_to: args.issued_to.clone(),
+        issued_by: caller_name(cluster).await,
+    }
+}
+
+/// The caller's user name as the API server sees it (a SelfSubjectReview). `None`, with a
+/// warning, when the server does not answer it: the token is then minted without
+/// issued-by rather than not at all.
+pub async fn caller_name(cluster: &Cluster) -> Option<String> {
+    let reviews: Api<SelfSubjectReview> = Api::all(cluster.client.clone());
+    match reviews
+        .create(&PostParams::default(), &SelfSubjectReview::default())
+        .await
+    {
+        Ok(review) => {
+            let name = review
+                .status
+                .and_then(|s| s.user_info)
+                .and_then(|u| u.username)
+                .filter(|u| !u.is_empty());
+            if name.is_none() {
+                tracing::warn!("the SelfSubjectReview named no user; minting without issued-by");
+            }
+            name
+        }
+        Err(err) => {
+            tracing::warn!(error = %err, "cannot ask the API server who is minting (SelfSubjectReview); minting without issued-by");
+            None
+        }
+    }
 }
 
 /// The rules of the Flavor a new token is to carry: one GET, and errors that say what to
@@ -221,14 +282,15 @@ pub fn max_nodes(args: &TokenCreateArgs, rules: &FlavorRules) -> NonZeroU32 {
         .unwrap_or(DEFAULT_MAX_NODES)
 }
 
-/// Store a new token Secret of `flavor`, drawing tokens from `next` until one's id is
-/// free: a 409 AlreadyExists means another token has that id, so draw again (as kubeadm
-/// does). One POST per attempt; nothing is read first.
+/// Store a new token Secret of `flavor` recording `custody`, drawing tokens from `next`
+/// until one's id is free: a 409 AlreadyExists means another token has that id, so draw
+/// again (as kubeadm does). One POST per attempt; nothing is read first.
 pub async fn mint(
     cluster: &Cluster,
     flavor: &FlavorName,
     expiration: Option<Timestamp>,
     max_nodes: NonZeroU32,
+    custody: &Custody,
     mut next: impl FnMut() -> Result<BootstrapToken>,
 ) -> Result<BootstrapToken> {
     // The token is drawn before the future starts, so the future borrows nothing of
@@ -241,7 +303,7 @@ pub async fn mint(
                 tracing::info!(id = %token.id(), "token id still named by a FlavorBinding, drawing another");
                 return Ok(None);
             }
-            let object = flavored_token_secret(&token, flavor, expiration, max_nodes);
+            let object = flavored_token_secret(&token, flavor, expiration, max_nodes, custody);
             Ok::<_, CliError>(Some((token, token_secrets::to_secret(&object))))
         }
     };
@@ -274,23 +336,31 @@ pub async fn id_still_bound(cluster: &Cluster, id: &TokenId) -> Result<bool> {
     Ok(!found.items.is_empty())
 }
 
-fn print_created(
-    token: &BootstrapToken,
-    flavor: &FlavorName,
+/// What a node token was minted with, for printing.
+struct Minted<'a> {
+    flavor: &'a FlavorName,
     expiration: Option<Timestamp>,
     max_nodes: NonZeroU32,
+    custody: &'a Custody,
+}
+
+fn print_created(
+    token: &BootstrapToken,
+    minted: &Minted<'_>,
     format: TokenOutput,
     out: &mut dyn Write,
 ) -> Result<()> {
     let view = CreatedToken {
         token: token.expose(),
         id: token.id().to_string(),
-        flavor: flavor.to_string(),
-        expiration: expiration.map(format_expiration),
-        max_nodes: max_nodes.get(),
+        flavor: minted.flavor.to_string(),
+        expiration: minted.expiration.map(format_expiration),
+        max_nodes: minted.max_nodes.get(),
         usages: vec!["authentication", "signing"],
         groups: vec![NODE_GROUP],
         secret_name: format!("{TOKEN_SECRET_NAMESPACE}/{}", secret_name(token.id())),
+        issued_to: minted.custody.issued_to.as_ref().map(|t| t.to_string()),
+        issued_by: minted.custody.issued_by.clone(),
     };
     let rendered: Zeroizing<String> = Zeroizing::new(match format {
         TokenOutput::Token => format!("{}\n", view.token.as_str()),
@@ -378,6 +448,7 @@ mod tests {
             &flavor,
             Some(at),
             NonZeroU32::new(2).unwrap(),
+            &Custody::default(),
         ));
         let json = serde_json::to_value(&secret).unwrap();
         assert_eq!(json["metadata"]["name"], "bootstrap-token-abcdef");
@@ -404,6 +475,7 @@ mod tests {
             &flavor,
             None,
             NonZeroU32::MIN,
+            &Custody::default(),
         ));
         token_secrets::wipe(&mut secret);
         assert!(secret.data.unwrap().values().all(|v| v.0.is_empty()));

@@ -729,8 +729,11 @@ fn the_join_token_api_is_installed_only_with_serve() {
     }
 }
 
-/// The rules of a role as (apiGroups, resources, verbs, resourceNames), in order.
-fn rule_table(doc: &Document) -> Vec<(Vec<String>, Vec<String>, Vec<String>, Vec<String>)> {
+/// One rule as (apiGroups, resources, verbs, resourceNames).
+type Row = (Vec<String>, Vec<String>, Vec<String>, Vec<String>);
+
+/// The rules of a role, in order.
+fn rule_table(doc: &Document) -> Vec<Row> {
     rules(doc)
         .iter()
         .map(|r| {
@@ -744,12 +747,7 @@ fn rule_table(doc: &Document) -> Vec<(Vec<String>, Vec<String>, Vec<String>, Vec
         .collect()
 }
 
-fn row(
-    group: &str,
-    resource: &str,
-    verbs: &[&str],
-    names: &[&str],
-) -> (Vec<String>, Vec<String>, Vec<String>, Vec<String>) {
+fn row(group: &str, resource: &str, verbs: &[&str], names: &[&str]) -> Row {
     let own = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
     (own(&[group]), own(&[resource]), own(verbs), own(names))
 }

@@ -275,6 +275,17 @@ fn builtins() -> &'static [ResourceInfo] {
                 "automountServiceAccountToken",
             ],
         )));
+        let mut services = builtin(core(
+            "services",
+            "Service",
+            true,
+            &["svc"],
+            &["status"],
+            &["spec", "status"],
+        ));
+        // A new Service's status is an empty load balancer (a ClusterIP Service keeps it so).
+        services.status_on_create = StatusOnCreate::Reset(json!({"loadBalancer": {}}));
+        all.push(services);
         all.push(builtin(Def {
             group: "apps",
             version: "v1",

@@ -3,6 +3,7 @@
 
 use crate::support::Env;
 use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::ClusterRole;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -10,10 +11,13 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::{Api, ApiResource, DynamicObject};
 use serde_json::Value;
 
+/// With `--serve`, the join-token API's objects too. On a real cluster they stay afterwards
+/// with the rest of the install set (fixed names, like the controller's; `--replicas 0`
+/// runs neither the controller nor the API there).
 #[tokio::test]
 async fn install_apply_creates_everything_print_shows_and_is_idempotent() {
     let env = Env::start().await;
-    let printed = env.kf(&["install", "--replicas", "0"]).await;
+    let printed = env.kf(&["install", "--replicas", "0", "--serve"]).await;
     let docs: Vec<Value> = serde_saphyr::from_multiple(printed.expect_ok()).unwrap();
     let docs: Vec<Value> = docs.into_iter().filter(|d| !d.is_null()).collect();
     assert!(docs.len() > 10, "{} documents", docs.len());
@@ -22,12 +26,38 @@ async fn install_apply_creates_everything_print_shows_and_is_idempotent() {
         "no budget without replicas"
     );
 
+    assert!(
+        docs.iter()
+            .any(|d| d["kind"] == "Service" && d["metadata"]["name"] == "kubeflavor-serve"),
+        "--serve prints the join-token API"
+    );
+
     // No controller runs on a real cluster during the tests (see Env::install).
-    let first = env.kf(&["install", "--apply", "--replicas", "0"]).await;
+    let first = env
+        .kf(&["install", "--apply", "--replicas", "0", "--serve"])
+        .await;
     assert_eq!(first.expect_ok().lines().count(), docs.len());
+    assert!(
+        first
+            .stdout
+            .contains("service/kubeflavor-serve (namespace kubeflavor) applied"),
+        "{}",
+        first.stdout
+    );
     let roles: Api<ClusterRole> = Api::all(env.client.clone());
     let before = roles.get("kubeflavor:controller").await.unwrap();
-    let second = env.kf(&["install", "--apply", "--replicas", "0"]).await;
+    let services: Api<Service> = Api::namespaced(env.client.clone(), "kubeflavor");
+    let service = services.get("kubeflavor-serve").await.unwrap();
+    let cluster_ip = service.spec.as_ref().and_then(|s| s.cluster_ip.clone());
+    assert!(
+        cluster_ip
+            .as_deref()
+            .is_some_and(|ip| ip.parse::<std::net::IpAddr>().is_ok()),
+        "the API server assigns the Service an address: {cluster_ip:?}"
+    );
+    let second = env
+        .kf(&["install", "--apply", "--replicas", "0", "--serve"])
+        .await;
     assert_eq!(
         second.expect_ok(),
         first.stdout,
@@ -35,6 +65,12 @@ async fn install_apply_creates_everything_print_shows_and_is_idempotent() {
     );
     let after = roles.get("kubeflavor:controller").await.unwrap();
     assert_eq!(before.rules, after.rules);
+    let again = services.get("kubeflavor-serve").await.unwrap();
+    assert_eq!(
+        again.spec.and_then(|s| s.cluster_ip),
+        cluster_ip,
+        "a re-apply keeps the assigned address"
+    );
 
     // Every printed object exists on the cluster.
     for doc in &docs {
@@ -52,6 +88,7 @@ async fn install_apply_creates_everything_print_shows_and_is_idempotent() {
             "RoleBinding" => "rolebindings",
             "Deployment" => "deployments",
             "PodDisruptionBudget" => "poddisruptionbudgets",
+            "Service" => "services",
             other => panic!("unexpected kind {other}"),
         };
         let ar = ApiResource {
@@ -93,8 +130,8 @@ async fn install_apply_creates_everything_print_shows_and_is_idempotent() {
     env.kf(&["flavor", "list"]).await.expect_ok();
 }
 
-/// With replicas, the set adds the controller's PodDisruptionBudget. Applied on testkube
-/// only: on a real cluster the replicas would start a controller racing the tests' own.
+/// With replicas, the set adds the controller's PodDisruptionBudget (and, with --serve, the
+/// join-token API's). Applied on testkube only: on a real cluster the replicas would start a controller racing the tests' own.
 #[tokio::test]
 async fn install_apply_with_replicas_adds_the_disruption_budget() {
     let env = Env::start().await;
@@ -104,15 +141,24 @@ async fn install_apply_with_replicas_adds_the_disruption_budget() {
     {
         return;
     }
-    let printed = env.kf(&["install", "--replicas", "2"]).await;
+    let printed = env.kf(&["install", "--replicas", "2", "--serve"]).await;
     let docs: Vec<Value> = serde_saphyr::from_multiple(printed.expect_ok()).unwrap();
     let count = docs.iter().filter(|d| !d.is_null()).count();
-    let first = env.kf(&["install", "--apply", "--replicas", "2"]).await;
+    let first = env
+        .kf(&["install", "--apply", "--replicas", "2", "--serve"])
+        .await;
     assert_eq!(first.expect_ok().lines().count(), count);
     assert!(
         first.stdout.contains(
             "poddisruptionbudget.policy/kubeflavor-controller (namespace kubeflavor) applied"
         ),
+        "{}",
+        first.stdout
+    );
+    assert!(
+        first
+            .stdout
+            .contains("poddisruptionbudget.policy/kubeflavor-serve (namespace kubeflavor) applied"),
         "{}",
         first.stdout
     );
@@ -138,7 +184,9 @@ async fn install_apply_with_replicas_adds_the_disruption_budget() {
     );
     assert_eq!(pod.automount_service_account_token, Some(true));
 
-    let second = env.kf(&["install", "--apply", "--replicas", "2"]).await;
+    let second = env
+        .kf(&["install", "--apply", "--replicas", "2", "--serve"])
+        .await;
     assert_eq!(
         second.expect_ok(),
         first.stdout,

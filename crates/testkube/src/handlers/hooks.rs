@@ -1,7 +1,7 @@
 //! What the real server does around a write of particular types, synchronously: the
 //! apiextensions controller establishing a new CRD (its resource is served at once; the
-//! real server needs under 0.4 s), and dropping the custom resources of a
-//! deleted CRD.
+//! real server needs under 0.4 s), dropping the custom resources of a
+//! deleted CRD, and a new Service's cluster IP.
 
 use jiff::Timestamp;
 use serde_json::{Value, json};
@@ -29,6 +29,48 @@ pub fn before_create(info: &ResourceInfo, obj: &mut Value) {
     if is_crd(info) {
         let stored: Vec<String> = storage_version(obj).into_iter().collect();
         obj["status"]["storedVersions"] = json!(stored);
+    }
+}
+
+/// The Service CIDR kubeadm configures by default (`--service-cluster-ip-range`).
+const SERVICE_CIDR: (std::net::Ipv4Addr, u32) = (std::net::Ipv4Addr::new(10, 96, 0, 0), 12);
+
+/// A Service created without `spec.clusterIP` gets an unused address of the Service CIDR in
+/// `spec.clusterIP` and `spec.clusterIPs`, as the real server's allocator does (it draws one
+/// at random; here the lowest unused one, past the network address and the range's first
+/// address, which the real server gives to the `kubernetes` Service). A headless Service
+/// (`None`) or one asking for an address keeps it, with `clusterIPs` set to match.
+pub fn allocate(st: &StoreState, info: &ResourceInfo, obj: &mut Value) {
+    if info.custom || info.key() != ResourceKey::new("", "services") {
+        return;
+    }
+    if !obj["spec"].is_object() {
+        obj["spec"] = json!({});
+    }
+    let asked = obj["spec"]["clusterIP"].as_str().unwrap_or("").to_string();
+    if !asked.is_empty() {
+        if obj["spec"]["clusterIPs"]
+            .as_array()
+            .is_none_or(|a| a.is_empty())
+        {
+            obj["spec"]["clusterIPs"] = json!([asked]);
+        }
+        return;
+    }
+    let used: std::collections::BTreeSet<String> = st
+        .list_objects(&info.storage, None)
+        .into_iter()
+        .filter_map(|s| s["spec"]["clusterIP"].as_str().map(str::to_string))
+        .collect();
+    let (base, prefix) = SERVICE_CIDR;
+    let base = u32::from(base);
+    let size = 1u32 << (32 - prefix);
+    let free = (2..size - 1)
+        .map(|i| std::net::Ipv4Addr::from(base + i).to_string())
+        .find(|ip| !used.contains(ip));
+    if let Some(ip) = free {
+        obj["spec"]["clusterIP"] = json!(ip);
+        obj["spec"]["clusterIPs"] = json!([ip]);
     }
 }
 

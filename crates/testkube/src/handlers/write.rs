@@ -182,6 +182,7 @@ pub fn create(
         }
     }
     hooks::before_create(info, &mut obj);
+    hooks::allocate(st, info, &mut obj);
     check_namespace(st, info, &ns)?;
     admission::admit(cx.attrs, Operation::Create, None, Some(&mut obj), &*st)?;
     validate_object(info, &obj, None)?;

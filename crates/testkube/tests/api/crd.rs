@@ -194,6 +194,7 @@ async fn discovery_table_and_crd_deletion() {
     assert!(caps.subresources.iter().any(|(s, _)| s.plural == "status"));
     for (group, kind) in [
         ("", "Secret"),
+        ("", "Service"),
         ("certificates.k8s.io", "CertificateSigningRequest"),
         ("coordination.k8s.io", "Lease"),
         ("rbac.authorization.k8s.io", "ClusterRole"),

@@ -296,3 +296,75 @@ async fn delete_collection_removes_only_the_selected_objects() {
     assert_eq!(left, vec!["c"]);
     cluster.shutdown().await;
 }
+
+/// A Service created without an address gets one of the Service CIDR in `clusterIP` and
+/// `clusterIPs`, each its own; a headless Service keeps `None`; a re-apply keeps the address.
+#[tokio::test]
+async fn services_get_a_cluster_ip_on_create() {
+    use k8s_openapi::api::core::v1::Service;
+    let cluster = TestCluster::start().await.unwrap();
+    let services: Api<Service> = Api::namespaced(admin(&cluster).await, "default");
+    let service = |name: &str, cluster_ip: Option<&str>| -> Service {
+        let mut spec = json!({"ports": [{"name": "https", "port": 443, "targetPort": "https"}]});
+        if let Some(ip) = cluster_ip {
+            spec["clusterIP"] = json!(ip);
+        }
+        serde_json::from_value(json!({"metadata": {"name": name}, "spec": spec})).unwrap()
+    };
+    let mut seen = Vec::new();
+    for name in ["svc-a", "svc-b"] {
+        let created = services
+            .create(&PostParams::default(), &service(name, None))
+            .await
+            .unwrap();
+        let spec = created.spec.unwrap();
+        let ip: std::net::Ipv4Addr = spec.cluster_ip.clone().unwrap().parse().unwrap();
+        let octets = ip.octets();
+        assert!(
+            octets[0] == 10 && (96..112).contains(&octets[1]),
+            "{ip} in 10.96.0.0/12"
+        );
+        assert_ne!(
+            ip,
+            std::net::Ipv4Addr::new(10, 96, 0, 1),
+            "the kubernetes Service's"
+        );
+        assert_eq!(spec.cluster_ips, Some(vec![ip.to_string()]));
+        assert!(!seen.contains(&ip), "{ip} given twice");
+        seen.push(ip);
+        assert_eq!(
+            serde_json::to_value(created.status.unwrap()).unwrap(),
+            json!({"loadBalancer": {}})
+        );
+    }
+    let headless = services
+        .create(
+            &PostParams::default(),
+            &service("svc-headless", Some("None")),
+        )
+        .await
+        .unwrap()
+        .spec
+        .unwrap();
+    assert_eq!(headless.cluster_ip.as_deref(), Some("None"));
+    assert_eq!(headless.cluster_ips, Some(vec!["None".to_string()]));
+
+    let applied = services
+        .patch(
+            "svc-a",
+            &PatchParams::apply("test").force(),
+            &Patch::Apply(json!({
+                "apiVersion": "v1",
+                "kind": "Service",
+                "metadata": {"name": "svc-a"},
+                "spec": {"ports": [{"name": "https", "port": 443, "targetPort": "https"}]},
+            })),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        applied.spec.unwrap().cluster_ip,
+        Some(seen[0].to_string()),
+        "apply keeps the assigned address"
+    );
+}

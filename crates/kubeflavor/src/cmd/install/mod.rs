@@ -2,6 +2,7 @@
 //! pipe into `kubectl apply -f -`), or applied directly with server-side apply.
 
 mod rbac;
+mod serve;
 mod workload;
 
 use std::collections::BTreeMap;
@@ -17,6 +18,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 pub use rbac::{CONTROLLER_SA, KUBELET_CLIENT_SIGNER};
+pub use serve::{SERVE, TLS_SECRET};
 pub use workload::{HTTP_PORT, default_image};
 
 use crate::cluster::Cluster;
@@ -48,7 +50,8 @@ pub struct InstallArgs {
     pub image: Option<String>,
     /// Controller replicas. They elect a leader: only the Lease holder writes, another
     /// takes over within the lease duration. 0 installs everything but runs no
-    /// controller (to run `kubeflavor controller` elsewhere).
+    /// controller (to run `kubeflavor controller` elsewhere), nor, with --serve, the
+    /// join-token API.
     #[arg(long, value_name = "N", default_value_t = 2)]
     pub replicas: u16,
     /// Hand node certificate renewals to kubeflavor: the controller runs with
@@ -72,6 +75,12 @@ pub struct InstallArgs {
     /// labels, so no flavor at all.
     #[arg(long)]
     pub no_token_node_read: bool,
+    /// Also install the join-token API (`kubeflavor serve`): its own ServiceAccount and
+    /// least-privilege RBAC, a Deployment of 2 replicas, a PodDisruptionBudget and a
+    /// ClusterIP Service kubeflavor-serve (443). It serves the certificate of the Secret
+    /// kubeflavor-serve-tls (type kubernetes.io/tls), which you create.
+    #[arg(long)]
+    pub serve: bool,
 }
 
 /// One object of the install set, with the comments printed above it.
@@ -277,6 +286,8 @@ pub struct Mode {
     pub strict: bool,
     /// Bootstrap tokens may read Nodes (kubeadm join's check for an existing Node).
     pub token_node_read: bool,
+    /// The join-token API is installed too (`--serve`).
+    pub serve: bool,
 }
 
 impl Mode {
@@ -285,6 +296,7 @@ impl Mode {
             manage_renewals: args.manage_renewals || args.sole_approver,
             strict: args.sole_approver,
             token_node_read: !args.no_token_node_read,
+            serve: args.serve,
         }
     }
 
@@ -311,7 +323,8 @@ impl Mode {
 
 /// Every object of the install set, in apply order: CRDs, namespace, controller identity
 /// and RBAC, bootstrap-token RBAC, Deployment, and its PodDisruptionBudget when replicas
-/// run.
+/// run; then, with `mode.serve`, the join-token API's identity, RBAC, Deployment, budget and
+/// Service.
 pub fn documents(namespace: &str, image: &str, replicas: u16, mode: Mode) -> Vec<Document> {
     let mut docs: Vec<Document> = crd::crds()
         .into_iter()
@@ -327,6 +340,9 @@ pub fn documents(namespace: &str, image: &str, replicas: u16, mode: Mode) -> Vec
     docs.push(workload::deployment(namespace, image, replicas, mode));
     if replicas > 0 {
         docs.push(workload::disruption_budget(namespace));
+    }
+    if mode.serve {
+        docs.extend(serve::documents(namespace, image, replicas > 0));
     }
     docs
 }
@@ -404,6 +420,7 @@ fn resource_of(doc: &Document) -> Result<(ApiResource, bool)> {
         "RoleBinding" => ("rolebindings", true),
         "Deployment" => ("deployments", true),
         "PodDisruptionBudget" => ("poddisruptionbudgets", true),
+        "Service" => ("services", true),
         other => {
             return Err(CliError::failed(
                 format!("install set holds an unexpected kind {other}"),

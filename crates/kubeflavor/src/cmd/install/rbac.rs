@@ -21,7 +21,7 @@ pub struct Rule {
     pub rule: PolicyRule,
 }
 
-fn rule(
+pub(super) fn rule(
     groups: &[&str],
     resources: &[&str],
     verbs: &[&str],
@@ -58,7 +58,7 @@ fn notes_and_rules(rules: Vec<Rule>) -> (Vec<String>, Vec<PolicyRule>) {
         .unzip()
 }
 
-fn cluster_role(name: &str, about: &str, rules: Vec<Rule>) -> Document {
+pub(super) fn cluster_role(name: &str, about: &str, rules: Vec<Rule>) -> Document {
     let (notes, rules) = notes_and_rules(rules);
     Document::with_rules(
         about,
@@ -71,7 +71,7 @@ fn cluster_role(name: &str, about: &str, rules: Vec<Rule>) -> Document {
     )
 }
 
-fn role(name: &str, namespace: &str, about: &str, rules: Vec<Rule>) -> Document {
+pub(super) fn role(name: &str, namespace: &str, about: &str, rules: Vec<Rule>) -> Document {
     let (notes, rules) = notes_and_rules(rules);
     Document::with_rules(
         about,
@@ -84,9 +84,14 @@ fn role(name: &str, namespace: &str, about: &str, rules: Vec<Rule>) -> Document 
 }
 
 fn sa_subject(namespace: &str) -> Subject {
+    service_account_subject(CONTROLLER_SA, namespace)
+}
+
+/// The ServiceAccount `name` of `namespace` as a binding's subject.
+pub(super) fn service_account_subject(name: &str, namespace: &str) -> Subject {
     Subject {
         kind: "ServiceAccount".into(),
-        name: CONTROLLER_SA.into(),
+        name: name.into(),
         namespace: Some(namespace.into()),
         api_group: None,
     }
@@ -109,7 +114,12 @@ fn role_ref(kind: &str, name: &str) -> RoleRef {
     }
 }
 
-fn cluster_role_binding(name: &str, about: &str, role: &str, subjects: Vec<Subject>) -> Document {
+pub(super) fn cluster_role_binding(
+    name: &str,
+    about: &str,
+    role: &str,
+    subjects: Vec<Subject>,
+) -> Document {
     Document::new(
         about,
         &ClusterRoleBinding {
@@ -120,7 +130,7 @@ fn cluster_role_binding(name: &str, about: &str, role: &str, subjects: Vec<Subje
     )
 }
 
-fn role_binding(
+pub(super) fn role_binding(
     name: &str,
     namespace: &str,
     about: &str,

@@ -672,3 +672,377 @@ fn every_mode_and_replica_count_renders_and_reads_back() {
         }
     }
 }
+
+fn with_serve(replicas: u16) -> Vec<Document> {
+    let mode = Mode {
+        serve: true,
+        ..Mode::default_install()
+    };
+    documents("kubeflavor", "example.com/kubeflavor:test", replicas, mode)
+}
+
+/// The objects of the join-token API: (kind, namespace, name).
+fn serve_objects() -> Vec<(&'static str, Option<&'static str>, &'static str)> {
+    vec![
+        ("ServiceAccount", Some("kubeflavor"), SERVE),
+        (
+            "ClusterRoleBinding",
+            None,
+            "kubeflavor:serve:auth-delegator",
+        ),
+        ("ClusterRole", None, "kubeflavor:serve"),
+        ("ClusterRoleBinding", None, "kubeflavor:serve"),
+        ("Role", Some("kube-system"), "kubeflavor:serve:tokens"),
+        (
+            "RoleBinding",
+            Some("kube-system"),
+            "kubeflavor:serve:tokens",
+        ),
+        ("Role", Some("kube-public"), "kubeflavor:serve:cluster-info"),
+        (
+            "RoleBinding",
+            Some("kube-public"),
+            "kubeflavor:serve:cluster-info",
+        ),
+        ("Deployment", Some("kubeflavor"), SERVE),
+        ("PodDisruptionBudget", Some("kubeflavor"), SERVE),
+        ("Service", Some("kubeflavor"), SERVE),
+    ]
+}
+
+#[test]
+fn the_join_token_api_is_installed_only_with_serve() {
+    let plain = docs();
+    let served = with_serve(2);
+    assert!(
+        plain
+            .iter()
+            .all(|d| d.name() != SERVE && !d.name().starts_with("kubeflavor:serve")),
+        "nothing of serve without --serve"
+    );
+    let extra: Vec<(String, Option<String>, String)> = served[plain.len()..]
+        .iter()
+        .map(|d| {
+            (
+                d.kind().to_string(),
+                d.namespace().map(str::to_string),
+                d.name().to_string(),
+            )
+        })
+        .collect();
+    let expected: Vec<(String, Option<String>, String)> = serve_objects()
+        .into_iter()
+        .map(|(k, ns, n)| (k.into(), ns.map(str::to_string), n.into()))
+        .collect();
+    assert_eq!(extra, expected, "the serve objects, after the controller's");
+    for (read, doc) in plain.iter().zip(&served) {
+        assert_eq!(read.object, doc.object, "--serve changes nothing else");
+    }
+    let args = InstallArgs {
+        namespace: "kubeflavor".into(),
+        apply: false,
+        image: None,
+        replicas: 2,
+        manage_renewals: false,
+        sole_approver: false,
+        no_token_node_read: false,
+        serve: true,
+    };
+    assert!(Mode::of(&args).serve);
+    assert!(!Mode::default_install().serve);
+    // Without replicas nothing runs: the Deployment has 0 and no budget.
+    let none = with_serve(0);
+    let d = find(&none, "Deployment", SERVE);
+    assert_eq!(d.object["spec"]["replicas"], 0);
+    assert!(
+        none.iter()
+            .all(|d| d.kind() != "PodDisruptionBudget" || d.name() != SERVE)
+    );
+    for doc in &served {
+        let (ar, _) = resource_of(doc).unwrap();
+        assert_eq!(ar.kind, doc.kind());
+    }
+}
+
+/// One rule as (apiGroups, resources, verbs, resourceNames).
+type Row = (Vec<String>, Vec<String>, Vec<String>, Vec<String>);
+
+/// The rules of a role, in order.
+fn rule_table(doc: &Document) -> Vec<Row> {
+    rules(doc)
+        .iter()
+        .map(|r| {
+            (
+                strings(&r["apiGroups"]),
+                strings(&r["resources"]),
+                strings(&r["verbs"]),
+                strings(&r["resourceNames"]),
+            )
+        })
+        .collect()
+}
+
+fn row(group: &str, resource: &str, verbs: &[&str], names: &[&str]) -> Row {
+    let own = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    (own(&[group]), own(&[resource]), own(verbs), own(names))
+}
+
+#[test]
+fn the_join_token_api_gets_exactly_its_rbac() {
+    let docs = with_serve(2);
+    assert_eq!(
+        rule_table(find(&docs, "ClusterRole", "kubeflavor:serve")),
+        [
+            row("kubeflavor.io", "flavors", &["get", "list"], &[]),
+            row("kubeflavor.io", "flavorbindings", &["list"], &[]),
+        ]
+    );
+    let tokens = find(&docs, "Role", "kubeflavor:serve:tokens");
+    assert_eq!(tokens.namespace(), Some("kube-system"));
+    assert_eq!(
+        rule_table(tokens),
+        [
+            row("", "secrets", &["create"], &[]),
+            row("events.k8s.io", "events", &["create"], &[]),
+        ]
+    );
+    // The trail's Events go where this Role grants them.
+    assert_eq!(
+        crate::controller::trail::TRAIL_NAMESPACE,
+        kubeflavor_core::token_secret::TOKEN_SECRET_NAMESPACE
+    );
+    assert!(
+        tokens.rule_notes[0].contains("cannot limit create by name"),
+        "{}",
+        tokens.rule_notes[0]
+    );
+    let info = find(&docs, "Role", "kubeflavor:serve:cluster-info");
+    assert_eq!(info.namespace(), Some("kube-public"));
+    assert_eq!(
+        rule_table(info),
+        [row("", "configmaps", &["get"], &["cluster-info"])]
+    );
+    assert!(
+        render_all(&docs)
+            .unwrap()
+            .contains("kubeadm:bootstrap-signer-clusterinfo")
+    );
+
+    // Every binding naming the serve identity, and nothing else naming it.
+    let mut granted: Vec<(String, String, Option<String>)> = Vec::new();
+    for doc in &docs {
+        if !doc.kind().ends_with("Binding") {
+            continue;
+        }
+        let subjects = doc.object["subjects"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        let serve = subjects
+            .iter()
+            .any(|s| s["kind"] == "ServiceAccount" && s["name"] == SERVE);
+        if serve {
+            assert_eq!(subjects.len(), 1, "{} binds only the API", doc.name());
+            assert_eq!(subjects[0]["namespace"], "kubeflavor");
+            granted.push((
+                doc.object["roleRef"]["kind"].as_str().unwrap().into(),
+                doc.object["roleRef"]["name"].as_str().unwrap().into(),
+                doc.namespace().map(str::to_string),
+            ));
+        }
+        assert!(
+            !subjects.iter().any(|s| s["name"] == CONTROLLER_SA && serve),
+            "one identity per binding"
+        );
+    }
+    granted.sort();
+    assert_eq!(
+        granted,
+        [
+            ("ClusterRole".into(), "kubeflavor:serve".into(), None),
+            ("ClusterRole".into(), "system:auth-delegator".into(), None),
+            (
+                "Role".into(),
+                "kubeflavor:serve:cluster-info".into(),
+                Some("kube-public".into())
+            ),
+            (
+                "Role".into(),
+                "kubeflavor:serve:tokens".into(),
+                Some("kube-system".into())
+            ),
+        ]
+    );
+    // Every rule explained, no wildcard (the shared checks, over the serve set too).
+    for doc in &docs {
+        assert_eq!(doc.rule_notes.len(), rules(doc).len(), "{}", doc.name());
+        for rule in rules(doc) {
+            for field in ["apiGroups", "resources", "verbs"] {
+                assert!(!strings(&rule[field]).iter().any(|s| s == "*"));
+            }
+        }
+    }
+}
+
+#[test]
+fn only_the_join_token_api_pod_mounts_its_token() {
+    let docs = with_serve(2);
+    let sa = find(&docs, "ServiceAccount", SERVE);
+    assert_eq!(sa.namespace(), Some("kubeflavor"));
+    assert_eq!(sa.object["automountServiceAccountToken"], false);
+    let pod = &find(&docs, "Deployment", SERVE).object["spec"]["template"]["spec"];
+    assert_eq!(pod["serviceAccountName"], SERVE);
+    assert_eq!(pod["automountServiceAccountToken"], true);
+    // The controller's pod keeps its own identity.
+    let controller =
+        &find(&docs, "Deployment", "kubeflavor-controller").object["spec"]["template"]["spec"];
+    assert_eq!(controller["serviceAccountName"], CONTROLLER_SA);
+}
+
+#[test]
+fn the_join_token_api_pod_is_locked_down_and_mounts_its_certificate() {
+    let docs = with_serve(2);
+    let deployment = find(&docs, "Deployment", SERVE);
+    let d = &deployment.object;
+    assert_eq!(d["spec"]["replicas"], 2);
+    let pod = &d["spec"]["template"]["spec"];
+    let controller =
+        &find(&docs, "Deployment", "kubeflavor-controller").object["spec"]["template"]["spec"];
+    assert_eq!(pod["securityContext"], controller["securityContext"]);
+    assert_eq!(
+        pod["containers"][0]["securityContext"],
+        controller["containers"][0]["securityContext"]
+    );
+    assert!(pod["priorityClassName"].is_null(), "not cluster-critical");
+    let c = &pod["containers"][0];
+    assert_eq!(c["image"], "example.com/kubeflavor:test");
+    assert_eq!(
+        strings(&c["args"]),
+        [
+            "serve",
+            "--tls-cert-file=/etc/kubeflavor/tls/tls.crt",
+            "--tls-key-file=/etc/kubeflavor/tls/tls.key",
+            "--address=0.0.0.0:8443",
+            "--http-address=0.0.0.0:8081",
+        ]
+    );
+    assert_eq!(c["env"][0]["name"], "POD_NAME");
+    assert_eq!(
+        c["env"][0]["valueFrom"]["fieldRef"]["fieldPath"],
+        "metadata.name"
+    );
+    assert_eq!(
+        c["ports"],
+        serde_json::json!([
+            {"name": "https", "containerPort": 8443, "protocol": "TCP"},
+            {"name": "http", "containerPort": 8081, "protocol": "TCP"},
+        ])
+    );
+    assert_eq!(c["livenessProbe"]["httpGet"]["path"], "/healthz");
+    assert_eq!(c["livenessProbe"]["httpGet"]["port"], "http");
+    assert_eq!(c["readinessProbe"]["httpGet"]["path"], "/readyz");
+    assert_eq!(c["readinessProbe"]["httpGet"]["port"], "http");
+    assert_eq!(
+        c["resources"],
+        serde_json::json!({"requests": {"cpu": "50m", "memory": "32Mi"}, "limits": {"memory": "128Mi"}})
+    );
+    // The TLS Secret, mounted read-only where the args read it.
+    assert_eq!(
+        pod["volumes"],
+        serde_json::json!([{"name": "tls", "secret": {"secretName": TLS_SECRET}}])
+    );
+    assert_eq!(
+        c["volumeMounts"],
+        serde_json::json!([{"name": "tls", "mountPath": "/etc/kubeflavor/tls", "readOnly": true}])
+    );
+    let noted: Vec<&str> = deployment.notes.iter().map(|(p, _)| p.as_str()).collect();
+    for path in [
+        "spec.replicas",
+        "spec.strategy",
+        "spec.template.spec",
+        "spec.template.spec.serviceAccountName",
+        "spec.template.spec.automountServiceAccountToken",
+        "spec.template.spec.securityContext",
+        "spec.template.spec.affinity",
+        "spec.template.spec.volumes",
+        "spec.template.spec.containers.args",
+        "spec.template.spec.containers.env",
+        "spec.template.spec.containers.ports",
+        "spec.template.spec.containers.livenessProbe",
+        "spec.template.spec.containers.readinessProbe",
+        "spec.template.spec.containers.resources",
+        "spec.template.spec.containers.securityContext",
+        "spec.template.spec.containers.volumeMounts",
+    ] {
+        assert!(noted.contains(&path), "no note on {path}");
+    }
+    let text = deployment.render().unwrap();
+    assert!(text.contains("# No priorityClassName"), "{text}");
+    assert!(text.contains("Estimates until measured"), "{text}");
+    assert!(text.contains("cert-manager"), "{text}");
+    assert!(text.contains("kubectl create secret tls"), "{text}");
+    let pdb = find(&docs, "PodDisruptionBudget", SERVE);
+    assert_eq!(pdb.object["spec"]["selector"], d["spec"]["selector"]);
+    assert_eq!(pdb.object["spec"]["maxUnavailable"], 1);
+    // The controller's selector does not take the API's pods, nor the other way round.
+    let controller_pdb = find(&docs, "PodDisruptionBudget", "kubeflavor-controller");
+    assert_ne!(
+        controller_pdb.object["spec"]["selector"],
+        pdb.object["spec"]["selector"]
+    );
+}
+
+#[test]
+fn the_join_token_api_service_maps_443_to_https() {
+    let docs = with_serve(2);
+    let service = find(&docs, "Service", SERVE);
+    assert_eq!(service.api_version(), "v1");
+    let spec = &service.object["spec"];
+    assert_eq!(spec["type"], "ClusterIP");
+    assert!(spec["clusterIP"].is_null(), "the API server assigns it");
+    assert_eq!(
+        spec["ports"],
+        serde_json::json!([{"name": "https", "port": 443, "protocol": "TCP", "targetPort": "https"}])
+    );
+    let deployment = find(&docs, "Deployment", SERVE);
+    assert_eq!(
+        spec["selector"],
+        deployment.object["spec"]["template"]["metadata"]["labels"]
+    );
+    let (ar, namespaced) = resource_of(service).unwrap();
+    assert_eq!((ar.plural.as_str(), namespaced), ("services", true));
+    assert!(
+        service
+            .render()
+            .unwrap()
+            .contains("https://kubeflavor-serve.kubeflavor.svc/")
+    );
+}
+
+#[test]
+fn the_serve_set_renders_reads_back_and_every_note_finds_its_field() {
+    for replicas in [0, 2] {
+        let docs = with_serve(replicas);
+        let text = render_all(&docs).unwrap();
+        let parsed: Vec<Value> = serde_saphyr::from_multiple(&text).unwrap();
+        let parsed: Vec<Value> = parsed.into_iter().filter(|v| !v.is_null()).collect();
+        assert_eq!(parsed.len(), docs.len());
+        for (read, doc) in parsed.iter().zip(&docs) {
+            assert_eq!(read, &doc.object, "{} {}", doc.kind(), doc.name());
+        }
+        for doc in &docs {
+            for note in doc
+                .rule_notes
+                .iter()
+                .chain(doc.notes.iter().map(|(_, n)| n))
+            {
+                let first_words: String = note
+                    .split_whitespace()
+                    .take(4)
+                    .collect::<Vec<_>>()
+                    .join(" ");
+                assert!(text.contains(&format!("# {first_words}")), "{note:?}");
+            }
+        }
+    }
+}

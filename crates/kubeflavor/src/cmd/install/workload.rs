@@ -81,6 +81,11 @@ pub fn service_account(namespace: &str) -> Document {
 
 /// The labels that select the controller's pods (Deployment and PodDisruptionBudget).
 fn selector() -> BTreeMap<String, String> {
+    selector_of("controller")
+}
+
+/// The labels that select the pods of one component of the install set.
+pub(super) fn selector_of(component: &str) -> BTreeMap<String, String> {
     [
         (
             "app.kubernetes.io/name".to_string(),
@@ -88,20 +93,20 @@ fn selector() -> BTreeMap<String, String> {
         ),
         (
             "app.kubernetes.io/component".to_string(),
-            "controller".to_string(),
+            component.to_string(),
         ),
     ]
     .into()
 }
 
-fn quantities(pairs: &[(&str, &str)]) -> BTreeMap<String, Quantity> {
+pub(super) fn quantities(pairs: &[(&str, &str)]) -> BTreeMap<String, Quantity> {
     pairs
         .iter()
         .map(|(k, v)| (k.to_string(), Quantity(v.to_string())))
         .collect()
 }
 
-fn field_env(name: &str, path: &str) -> EnvVar {
+pub(super) fn field_env(name: &str, path: &str) -> EnvVar {
     EnvVar {
         name: name.into(),
         value_from: Some(EnvVarSource {
@@ -115,7 +120,8 @@ fn field_env(name: &str, path: &str) -> EnvVar {
     }
 }
 
-fn probe(path: &str, period: i32) -> Probe {
+/// An HTTP GET of `path` on the container port named `http`.
+pub(super) fn probe(path: &str, period: i32) -> Probe {
     Probe {
         http_get: Some(HTTPGetAction {
             path: Some(path.into()),
@@ -128,8 +134,59 @@ fn probe(path: &str, period: i32) -> Probe {
     }
 }
 
+/// No privilege escalation, no capabilities, non-root, read-only root filesystem.
+pub(super) fn container_security_context() -> SecurityContext {
+    SecurityContext {
+        allow_privilege_escalation: Some(false),
+        read_only_root_filesystem: Some(true),
+        run_as_non_root: Some(true),
+        capabilities: Some(Capabilities {
+            drop: Some(vec!["ALL".into()]),
+            add: None,
+        }),
+        ..Default::default()
+    }
+}
+
+/// Non-root uid and gid 65532, the container runtime's default seccomp profile.
+pub(super) fn pod_security_context() -> PodSecurityContext {
+    PodSecurityContext {
+        run_as_non_root: Some(true),
+        run_as_user: Some(NONROOT),
+        run_as_group: Some(NONROOT),
+        seccomp_profile: Some(SeccompProfile {
+            type_: "RuntimeDefault".into(),
+            localhost_profile: None,
+        }),
+        ..Default::default()
+    }
+}
+
+/// Prefer the pods matching `selector` on different nodes.
+pub(super) fn spread(selector: &BTreeMap<String, String>) -> Affinity {
+    let term = WeightedPodAffinityTerm {
+        weight: 100,
+        pod_affinity_term: PodAffinityTerm {
+            label_selector: Some(LabelSelector {
+                match_labels: Some(selector.clone()),
+                match_expressions: None,
+            }),
+            topology_key: "kubernetes.io/hostname".into(),
+            ..Default::default()
+        },
+    };
+    Affinity {
+        pod_anti_affinity: Some(PodAntiAffinity {
+            preferred_during_scheduling_ignored_during_execution: Some(vec![term]),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
 pub fn deployment(namespace: &str, image: &str, replicas: u16, mode: super::Mode) -> Document {
     let selector = selector();
+    let affinity = spread(&selector);
     let container = Container {
         name: "controller".into(),
         image: Some(image.into()),
@@ -165,28 +222,8 @@ pub fn deployment(namespace: &str, image: &str, replicas: u16, mode: super::Mode
             limits: Some(quantities(&[("memory", "256Mi")])),
             ..Default::default()
         }),
-        security_context: Some(SecurityContext {
-            allow_privilege_escalation: Some(false),
-            read_only_root_filesystem: Some(true),
-            run_as_non_root: Some(true),
-            capabilities: Some(Capabilities {
-                drop: Some(vec!["ALL".into()]),
-                add: None,
-            }),
-            ..Default::default()
-        }),
+        security_context: Some(container_security_context()),
         ..Default::default()
-    };
-    let spread = WeightedPodAffinityTerm {
-        weight: 100,
-        pod_affinity_term: PodAffinityTerm {
-            label_selector: Some(LabelSelector {
-                match_labels: Some(selector.clone()),
-                match_expressions: None,
-            }),
-            topology_key: "kubernetes.io/hostname".into(),
-            ..Default::default()
-        },
     };
     let deployment = Deployment {
         metadata: ObjectMeta {
@@ -227,25 +264,8 @@ pub fn deployment(namespace: &str, image: &str, replicas: u16, mode: super::Mode
                     service_account_name: Some(CONTROLLER_SA.into()),
                     automount_service_account_token: Some(true),
                     priority_class_name: Some(PRIORITY_CLASS.into()),
-                    security_context: Some(PodSecurityContext {
-                        run_as_non_root: Some(true),
-                        run_as_user: Some(NONROOT),
-                        run_as_group: Some(NONROOT),
-                        seccomp_profile: Some(SeccompProfile {
-                            type_: "RuntimeDefault".into(),
-                            localhost_profile: None,
-                        }),
-                        ..Default::default()
-                    }),
-                    affinity: Some(Affinity {
-                        pod_anti_affinity: Some(PodAntiAffinity {
-                            preferred_during_scheduling_ignored_during_execution: Some(vec![
-                                spread,
-                            ]),
-                            ..Default::default()
-                        }),
-                        ..Default::default()
-                    }),
+                    security_context: Some(pod_security_context()),
+                    affinity: Some(affinity),
                     containers: vec![container],
                     ..Default::default()
                 }),
@@ -372,16 +392,28 @@ pub fn deployment(namespace: &str, image: &str, replicas: u16, mode: super::Mode
 /// Voluntary disruptions (drains, node upgrades, scale-downs) take one controller pod at a
 /// time. Only installed when replicas run.
 pub fn disruption_budget(namespace: &str) -> Document {
+    budget(
+        namespace,
+        CONTROLLER,
+        "controller",
+        "Voluntary disruptions (kubectl drain, node upgrades, cluster autoscaler scale-down) evict \
+         the controller's pods one at a time.",
+    )
+}
+
+/// A PodDisruptionBudget `name` for the pods of `component`: one at a time, never blocking
+/// a drain.
+pub(super) fn budget(namespace: &str, name: &str, component: &str, about: &str) -> Document {
     let budget = PodDisruptionBudget {
         metadata: ObjectMeta {
-            name: Some(CONTROLLER.into()),
+            name: Some(name.into()),
             namespace: Some(namespace.into()),
-            labels: Some(labels("controller")),
+            labels: Some(labels(component)),
             ..Default::default()
         },
         spec: Some(PodDisruptionBudgetSpec {
             selector: Some(LabelSelector {
-                match_labels: Some(selector()),
+                match_labels: Some(selector_of(component)),
                 match_expressions: None,
             }),
             max_unavailable: Some(IntOrString::Int(1)),
@@ -390,11 +422,7 @@ pub fn disruption_budget(namespace: &str) -> Document {
         }),
         status: None,
     };
-    Document::new(
-        "Voluntary disruptions (kubectl drain, node upgrades, cluster autoscaler scale-down) evict \
-         the controller's pods one at a time.",
-        &budget,
-    )
+    Document::new(about, &budget)
     .note("spec.selector", "The Deployment's pods.")
     .note(
         "spec.maxUnavailable",

@@ -1,0 +1,428 @@
+//! `install --serve`: the join-token API (`kubeflavor serve`) as a Deployment of its own,
+//! with an identity of its own. It faces the network, so it gets only what minting needs:
+//! it cannot approve CSRs, read or delete tokens, or write anything but new token Secrets
+//! and the Events that record them.
+
+use k8s_openapi::api::apps::v1::{
+    Deployment, DeploymentSpec, DeploymentStrategy, RollingUpdateDeployment,
+};
+use k8s_openapi::api::core::v1::{
+    Container, ContainerPort, PodSpec, PodTemplateSpec, ResourceRequirements, SecretVolumeSource,
+    Service, ServiceAccount, ServicePort, ServiceSpec, Volume, VolumeMount,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::api::ObjectMeta;
+use kubeflavor_core::token_secret::TOKEN_SECRET_NAMESPACE;
+
+use super::rbac::{
+    cluster_role, cluster_role_binding, role, role_binding, rule, service_account_subject,
+};
+use super::workload::{
+    budget, container_security_context, field_env, pod_security_context, probe, quantities,
+    selector_of, spread,
+};
+use super::{Document, labels};
+use crate::join::fetch::{CLUSTER_INFO_NAME, CLUSTER_INFO_NAMESPACE};
+
+/// The name of the ServiceAccount, Deployment, PodDisruptionBudget and Service.
+pub const SERVE: &str = "kubeflavor-serve";
+/// The Secret holding the serving certificate (`kubernetes.io/tls`).
+pub const TLS_SECRET: &str = "kubeflavor-serve-tls";
+/// Where the TLS Secret is mounted.
+const TLS_DIR: &str = "/etc/kubeflavor/tls";
+/// The HTTPS API's container port.
+pub const HTTPS_PORT: i32 = 8443;
+/// /metrics, /healthz and /readyz of the API (plain HTTP).
+pub const SERVE_HTTP_PORT: i32 = 8081;
+/// The labels' component, and the pods' selector.
+const COMPONENT: &str = "serve";
+/// Stateless replicas, each answering on its own.
+pub const SERVE_REPLICAS: i32 = 2;
+
+/// Every object of the join-token API, in apply order: identity, RBAC, Deployment, its
+/// PodDisruptionBudget when replicas run, Service. `run` false installs the Deployment with
+/// 0 replicas (`install --replicas 0`: nothing runs in the cluster).
+pub fn documents(namespace: &str, image: &str, run: bool) -> Vec<Document> {
+    let mut docs = vec![service_account(namespace)];
+    docs.extend(rbac(namespace));
+    let replicas = if run { SERVE_REPLICAS } else { 0 };
+    docs.push(deployment(namespace, image, replicas));
+    if run {
+        docs.push(budget(
+            namespace,
+            SERVE,
+            COMPONENT,
+            "Voluntary disruptions (kubectl drain, node upgrades, cluster autoscaler scale-down) \
+             evict the join-token API's pods one at a time.",
+        ));
+    }
+    docs.push(service(namespace));
+    docs
+}
+
+fn service_account(namespace: &str) -> Document {
+    Document::new(
+        "The join-token API's identity, separate from the controller's: it faces the network, so \
+         whoever takes it over must not be able to approve CSRs, read or delete tokens, or write \
+         bindings. Every grant below that names it says why it is needed.",
+        &ServiceAccount {
+            metadata: ObjectMeta {
+                name: Some(SERVE.into()),
+                namespace: Some(namespace.into()),
+                labels: Some(labels(COMPONENT)),
+                ..Default::default()
+            },
+            automount_service_account_token: Some(false),
+            ..Default::default()
+        },
+    )
+    .note(
+        "automountServiceAccountToken",
+        "No API token in pods running as this ServiceAccount unless the pod asks for one; only \
+         the join-token API's pod does.",
+    )
+}
+
+fn rbac(namespace: &str) -> Vec<Document> {
+    let subject = || vec![service_account_subject(SERVE, namespace)];
+    let cluster_rules = vec![
+        rule(
+            &["kubeflavor.io"],
+            &["flavors"],
+            &["get", "list"],
+            &[],
+            "get, list: a flavor's token defaults (TTL, max nodes) and that it exists. No watch, \
+             no write: flavors are the admins'.",
+        ),
+        rule(
+            &["kubeflavor.io"],
+            &["flavorbindings"],
+            &["list"],
+            &[],
+            "list: a token id still named by a binding is never minted again (P3). No get, watch \
+             or write: bindings are the controller's.",
+        ),
+    ];
+    let token_rules = vec![
+        rule(
+            &[""],
+            &["secrets"],
+            &["create"],
+            &[],
+            "create: the new token's bootstrap-token Secret. RBAC cannot limit create by name \
+             (the name is not known when the request is authorized), so this allows creating any \
+             Secret in kube-system; it allows no get, list, watch, update or delete, so no \
+             existing Secret, token or not, can be read or changed.",
+        ),
+        rule(
+            &["events.k8s.io"],
+            &["events"],
+            &["create"],
+            &[],
+            "create: the admin trail of mints (who minted which token id of which flavor, for \
+             whom), next to the controller's decisions. No read.",
+        ),
+    ];
+    let cluster_info_rules = vec![rule(
+        &[""],
+        &["configmaps"],
+        &["get"],
+        &[CLUSTER_INFO_NAME],
+        "get: only the cluster-info ConfigMap (resourceNames): the API server address and CA \
+         the join line names.",
+    )];
+    vec![
+        cluster_role_binding(
+            "kubeflavor:serve:auth-delegator",
+            "Lets the join-token API review its callers: the built-in system:auth-delegator role \
+             (create tokenreviews: who is this bearer token; create subjectaccessreviews: may they \
+             create flavors/jointoken of this flavor). Nothing else.",
+            "system:auth-delegator",
+            subject(),
+        ),
+        cluster_role(
+            "kubeflavor:serve",
+            "The join-token API's cluster-wide reads: what minting a token of a flavor needs.",
+            cluster_rules,
+        ),
+        cluster_role_binding(
+            "kubeflavor:serve",
+            "Grants kubeflavor:serve to the join-token API's ServiceAccount.",
+            "kubeflavor:serve",
+            subject(),
+        ),
+        role(
+            "kubeflavor:serve:tokens",
+            TOKEN_SECRET_NAMESPACE,
+            "The join-token API's writes, in kube-system only: new token Secrets and the Events \
+             that record them. Not the controller's token Role: this identity cannot read, update \
+             or delete tokens.",
+            token_rules,
+        ),
+        role_binding(
+            "kubeflavor:serve:tokens",
+            TOKEN_SECRET_NAMESPACE,
+            "Grants kubeflavor:serve:tokens to the join-token API's ServiceAccount.",
+            "kubeflavor:serve:tokens",
+            subject(),
+        ),
+        role(
+            "kubeflavor:serve:cluster-info",
+            CLUSTER_INFO_NAMESPACE,
+            "Reads kube-public/cluster-info for the join line. kubeadm's \
+             kubeadm:bootstrap-signer-clusterinfo Role grants it to User system:anonymous only, \
+             which covers unauthenticated requests where the API server allows anonymous ones, \
+             not this authenticated ServiceAccount; this Role does not depend on either.",
+            cluster_info_rules,
+        ),
+        role_binding(
+            "kubeflavor:serve:cluster-info",
+            CLUSTER_INFO_NAMESPACE,
+            "Grants kubeflavor:serve:cluster-info to the join-token API's ServiceAccount.",
+            "kubeflavor:serve:cluster-info",
+            subject(),
+        ),
+    ]
+}
+
+fn deployment(namespace: &str, image: &str, replicas: i32) -> Document {
+    let selector = selector_of(COMPONENT);
+    let affinity = spread(&selector);
+    let container = Container {
+        name: "serve".into(),
+        image: Some(image.into()),
+        args: Some(vec![
+            "serve".into(),
+            format!("--tls-cert-file={TLS_DIR}/tls.crt"),
+            format!("--tls-key-file={TLS_DIR}/tls.key"),
+            format!("--address=0.0.0.0:{HTTPS_PORT}"),
+            format!("--http-address=0.0.0.0:{SERVE_HTTP_PORT}"),
+        ]),
+        env: Some(vec![field_env("POD_NAME", "metadata.name")]),
+        ports: Some(vec![
+            ContainerPort {
+                name: Some("https".into()),
+                container_port: HTTPS_PORT,
+                protocol: Some("TCP".into()),
+                ..Default::default()
+            },
+            ContainerPort {
+                name: Some("http".into()),
+                container_port: SERVE_HTTP_PORT,
+                protocol: Some("TCP".into()),
+                ..Default::default()
+            },
+        ]),
+        liveness_probe: Some(probe("/healthz", 10)),
+        readiness_probe: Some(probe("/readyz", 5)),
+        resources: Some(ResourceRequirements {
+            requests: Some(quantities(&[("cpu", "50m"), ("memory", "32Mi")])),
+            limits: Some(quantities(&[("memory", "128Mi")])),
+            ..Default::default()
+        }),
+        security_context: Some(container_security_context()),
+        volume_mounts: Some(vec![VolumeMount {
+            name: "tls".into(),
+            mount_path: TLS_DIR.into(),
+            read_only: Some(true),
+            ..Default::default()
+        }]),
+        ..Default::default()
+    };
+    let deployment = Deployment {
+        metadata: ObjectMeta {
+            name: Some(SERVE.into()),
+            namespace: Some(namespace.into()),
+            labels: Some(labels(COMPONENT)),
+            ..Default::default()
+        },
+        spec: Some(DeploymentSpec {
+            replicas: Some(replicas),
+            selector: LabelSelector {
+                match_labels: Some(selector.clone()),
+                match_expressions: None,
+            },
+            strategy: Some(DeploymentStrategy {
+                type_: Some("RollingUpdate".into()),
+                rolling_update: Some(RollingUpdateDeployment {
+                    max_unavailable: Some(IntOrString::Int(0)),
+                    max_surge: Some(IntOrString::Int(1)),
+                }),
+            }),
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    labels: Some(selector),
+                    ..Default::default()
+                }),
+                spec: Some(PodSpec {
+                    service_account_name: Some(SERVE.into()),
+                    automount_service_account_token: Some(true),
+                    security_context: Some(pod_security_context()),
+                    affinity: Some(affinity),
+                    containers: vec![container],
+                    volumes: Some(vec![Volume {
+                        name: "tls".into(),
+                        secret: Some(SecretVolumeSource {
+                            secret_name: Some(TLS_SECRET.into()),
+                            ..Default::default()
+                        }),
+                        ..Default::default()
+                    }]),
+                    ..Default::default()
+                }),
+            },
+            ..Default::default()
+        }),
+        status: None,
+    };
+    let spec = "spec.template.spec";
+    let container = "spec.template.spec.containers";
+    Document::new(
+        &format!(
+            "The join-token API (kubeflavor serve): a portal POSTs /v1/flavors/<flavor>/jointokens \
+             with its own Kubernetes bearer token and gets a join token of a flavor its RBAC names \
+             (create on flavors/jointoken of kubeflavor.io, resourceNames: the flavors). It needs \
+             the Secret {TLS_SECRET} (type kubernetes.io/tls) in this namespace: from cert-manager \
+             (a Certificate for {SERVE}.{namespace}.svc with secretName {TLS_SECRET}) or \
+             kubectl create secret tls {TLS_SECRET} -n {namespace} --cert=tls.crt --key=tls.key. \
+             Its pods wait in ContainerCreating until it exists."
+        ),
+        &deployment,
+    )
+    .note(
+        "spec.replicas",
+        "Stateless: each replica answers on its own, no leader election; the Service spreads \
+         callers over them. install --replicas 0 installs it with 0 (nothing runs in the cluster).",
+    )
+    .note(
+        "spec.strategy",
+        "Rollouts start a new pod before an old one goes (none unavailable, one extra), so the \
+         API keeps answering.",
+    )
+    .note(
+        spec,
+        "No priorityClassName: unlike the controller, which nodes need to join at all, a portal \
+         API that is briefly down only delays new tokens; it should not preempt workloads or \
+         outlast them under node pressure.",
+    )
+    .note(
+        &format!("{spec}.serviceAccountName"),
+        "Its own identity, not the controller's: see the ServiceAccount and its grants.",
+    )
+    .note(
+        &format!("{spec}.automountServiceAccountToken"),
+        "The ServiceAccount mounts no token by default; this pod, which reviews callers and writes \
+         token Secrets through the API server, opts in. The kubelet mounts a projected token that \
+         expires and is rotated.",
+    )
+    .note(
+        &format!("{spec}.securityContext"),
+        "Non-root uid and gid 65532 with the container runtime's default seccomp profile, as the \
+         controller's pod: what the restricted Pod Security Standard this namespace enforces \
+         requires.",
+    )
+    .note(
+        &format!("{spec}.affinity"),
+        "Prefer replicas on different nodes, so losing one node leaves one answering. Preferred, \
+         not required: a one-node cluster still runs them all.",
+    )
+    .note(
+        &format!("{spec}.volumes"),
+        &format!(
+            "The serving certificate: Secret {TLS_SECRET}, type kubernetes.io/tls (tls.crt, \
+             tls.key). The kubelet updates the mounted files when the Secret changes (cert-manager \
+             renewing it) and the server loads the new certificate for new connections, without a \
+             restart."
+        ),
+    )
+    .note(
+        &format!("{container}.args"),
+        &format!(
+            "HTTPS on port {HTTPS_PORT} with the mounted certificate; /metrics, /healthz and /readyz \
+             on plain HTTP port {SERVE_HTTP_PORT}. Rate limits (--rate-per-minute, --burst) and \
+             --token-audience keep their defaults (kubeflavor serve --help)."
+        ),
+    )
+    .note(
+        &format!("{container}.env"),
+        "Downward API: the pod's name is this replica's name in the trail's Events \
+         (reportingInstance).",
+    )
+    .note(
+        &format!("{container}.ports"),
+        "https: the join-token API, behind the Service. http: /metrics, /healthz and /readyz, not \
+         in the Service.",
+    )
+    .note(
+        &format!("{container}.livenessProbe"),
+        "/healthz answers while the process serves; 3 failures 10 s apart restart the container.",
+    )
+    .note(
+        &format!("{container}.readinessProbe"),
+        "/readyz: ready while serving, not while shutting down, so the Service stops sending it \
+         callers first. Rollouts wait for it.",
+    )
+    .note(
+        &format!("{container}.resources"),
+        "Estimates until measured: requests 50m CPU and 32Mi, a 128Mi memory limit against a leak. \
+         No CPU limit: minting is short bursts of API calls, and throttling would only add \
+         latency. The server caps connections (1024) and reviews in flight (32).",
+    )
+    .note(
+        &format!("{container}.securityContext"),
+        "No privilege escalation, no capabilities, non-root, read-only root filesystem: the \
+         server writes no files.",
+    )
+    .note(
+        &format!("{container}.volumeMounts"),
+        &format!(
+            "{TLS_DIR}/tls.crt and tls.key, read-only, as the args name them."
+        ),
+    )
+}
+
+fn service(namespace: &str) -> Document {
+    let service = Service {
+        metadata: ObjectMeta {
+            name: Some(SERVE.into()),
+            namespace: Some(namespace.into()),
+            labels: Some(labels(COMPONENT)),
+            ..Default::default()
+        },
+        spec: Some(ServiceSpec {
+            type_: Some("ClusterIP".into()),
+            selector: Some(selector_of(COMPONENT)),
+            ports: Some(vec![ServicePort {
+                name: Some("https".into()),
+                port: 443,
+                target_port: Some(IntOrString::String("https".into())),
+                protocol: Some("TCP".into()),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        }),
+        status: None,
+    };
+    Document::new(
+        &format!(
+            "The join-token API inside the cluster: a portal there calls \
+             https://{SERVE}.{namespace}.svc/v1/flavors/<flavor>/jointokens. The certificate must \
+             name {SERVE}.{namespace}.svc. To reach it from outside, put an Ingress or a \
+             LoadBalancer in front (TLS passthrough keeps the certificate end to end)."
+        ),
+        &service,
+    )
+    .note(
+        "spec.type",
+        "ClusterIP: reachable only inside the cluster unless you expose it.",
+    )
+    .note("spec.selector", "The Deployment's pods, ready ones only.")
+    .note(
+        "spec.ports",
+        &format!(
+            "443, the HTTPS default, to the pods' https port ({HTTPS_PORT}). The plain-HTTP \
+             metrics port is not exposed here."
+        ),
+    )
+}

@@ -34,8 +34,13 @@ impl Drop for MintApi {
 }
 
 async fn start_api(h: &Harness) -> MintApi {
+    start_api_with(h, h.env.kubeconfig.clone()).await
+}
+
+/// The API running with the credentials of `kubeconfig`.
+async fn start_api_with(h: &Harness, kubeconfig: std::path::PathBuf) -> MintApi {
     let cluster = Cluster::connect(&ClusterArgs {
-        kubeconfig: Some(h.env.kubeconfig.clone()),
+        kubeconfig: Some(kubeconfig),
         context: None,
     })
     .await
@@ -336,4 +341,51 @@ async fn every_bad_request_gets_its_own_answer_and_creates_nothing() {
     assert_eq!(fields, ["issuedTo", "maxNodes"], "{invalid}");
     assert!(tokens_of(&h, &sour).await.is_empty(), "no token minted");
     assert!(tokens_of(&h, &ghost).await.is_empty(), "no token minted");
+}
+
+/// The API needs no more than `install --serve` grants its ServiceAccount: run with that
+/// identity's token, it reviews its callers, reads the flavor and cluster-info, checks the
+/// bindings and stores the token; and that identity cannot read the Secret it wrote.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_installed_identity_is_enough_to_mint() {
+    let h = Harness::start().await;
+    h.env
+        .kf(&["install", "--apply", "--serve", "--replicas", "0"])
+        .await
+        .expect_ok();
+    let sour = h.gold_flavor("sour").await;
+    let portal = portal(&h, &[&sour]).await;
+    let request = TokenRequest {
+        spec: TokenRequestSpec {
+            expiration_seconds: Some(600),
+            ..TokenRequestSpec::default()
+        },
+        ..TokenRequest::default()
+    };
+    let own = Api::<ServiceAccount>::namespaced(h.admin.clone(), "kubeflavor")
+        .create_token_request("kubeflavor-serve", &PostParams::default(), &request)
+        .await
+        .expect("TokenRequest for kubeflavor-serve")
+        .status
+        .expect("token")
+        .token;
+    let api = start_api_with(&h, h.env.token_kubeconfig(&own)).await;
+    let (code, minted) = call(
+        &api,
+        &path(&sour),
+        Some(&portal),
+        None,
+        br#"{"issuedTo": "acme-corp/bob"}"#,
+    )
+    .await;
+    assert_eq!(code, StatusCode::CREATED, "{minted}");
+    let id = minted["id"].as_str().expect("id");
+    let as_server = h.env.token_client(&own).await;
+    let read = Api::<Secret>::namespaced(as_server, "kube-system")
+        .get(&format!("bootstrap-token-{id}"))
+        .await;
+    assert!(
+        matches!(read, Err(kube::Error::Api(ref s)) if s.code == 403),
+        "the API's identity may create token Secrets but not read them: {read:?}"
+    );
 }

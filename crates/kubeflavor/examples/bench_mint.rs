@@ -44,8 +44,8 @@ struct Args {
     #[arg(long, value_name = "N", default_value_t = 16, value_parser = args::at_least_one)]
     parallel: usize,
     /// Run against this cluster instead of testkube. It creates a Flavor, a ServiceAccount
-    /// in `default`, a ClusterRole and binding named bench-mint-*, and N token Secrets, and
-    /// removes them afterwards.
+    /// in `default`, a ClusterRole and binding named bench-mint, N token Secrets and their
+    /// N trail Events, and removes them afterwards.
     #[arg(long, value_name = "FILE")]
     kubeconfig: Option<std::path::PathBuf>,
 }
@@ -249,6 +249,19 @@ async fn clean_up(admin: &kube::Client) {
             let _ = secrets
                 .delete(s.metadata.name.as_deref().unwrap_or_default(), &dp)
                 .await;
+        }
+    }
+    // The trail's Events about the benchmark's flavor: one per mint.
+    let events: Api<k8s_openapi::api::events::v1::Event> =
+        Api::namespaced(admin.clone(), "kube-system");
+    if let Ok(list) = events.list(&ListParams::default()).await {
+        for e in list.items {
+            let about = e.regarding.as_ref().and_then(|r| r.name.as_deref());
+            if about == Some(NAME) {
+                let _ = events
+                    .delete(e.metadata.name.as_deref().unwrap_or_default(), &dp)
+                    .await;
+            }
         }
     }
     let _ = Api::<ClusterRoleBinding>::all(admin.clone())

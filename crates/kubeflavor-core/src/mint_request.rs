@@ -82,7 +82,8 @@ fn describe(problems: &[FieldProblem]) -> String {
         .join("; ")
 }
 
-const FIELDS: [&str; 4] = ["issuedTo", "ttl", "maxNodes", "output"];
+/// The fields a request may carry.
+pub const FIELDS: [&str; 4] = ["issuedTo", "ttl", "maxNodes", "output"];
 
 /// Parses and checks a request body. Every field problem is reported, not just the first.
 pub fn parse(body: &[u8]) -> Result<MintRequest, MintRequestError> {

@@ -103,3 +103,29 @@ pub fn document() -> Value {
         }
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kubeflavor_core::mint_request::FIELDS;
+
+    #[test]
+    fn the_document_describes_the_fields_the_server_accepts() {
+        let doc = document();
+        let request = &doc["components"]["schemas"]["JoinTokenRequest"];
+        let mut described: Vec<&str> = request["properties"]
+            .as_object()
+            .expect("properties")
+            .keys()
+            .map(String::as_str)
+            .collect();
+        described.sort();
+        let mut accepted = FIELDS.to_vec();
+        accepted.sort();
+        assert_eq!(described, accepted);
+        assert_eq!(request["required"], serde_json::json!(["issuedTo"]));
+        assert!(
+            doc["paths"]["/v1/flavors/{flavor}/jointokens"]["post"]["responses"]["201"].is_object()
+        );
+    }
+}

@@ -427,3 +427,90 @@ pub const TARGETS: [(&str, Entry); 7] = [
     ("mint_request", mint_request),
     ("flavor", flavor),
 ];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::der::{TAG_SEQUENCE, write_tlv};
+
+    /// `depth` SEQUENCEs around `inner`, with definite (DER) lengths.
+    fn nested_der(depth: usize, inner: &[u8]) -> Vec<u8> {
+        let mut value = inner.to_vec();
+        for _ in 0..depth {
+            let mut outer = Vec::with_capacity(value.len() + 6);
+            write_tlv(&mut outer, TAG_SEQUENCE, &value);
+            value = outer;
+        }
+        value
+    }
+
+    /// `depth` SEQUENCEs with indefinite (BER) lengths: the form a recursive reader descends.
+    fn nested_ber(depth: usize) -> Vec<u8> {
+        let mut value = [TAG_SEQUENCE, 0x80].repeat(depth);
+        value.extend([0, 0].repeat(depth));
+        value
+    }
+
+    #[test]
+    fn deep_asn1_nesting_is_an_error_not_a_stack_overflow() {
+        // Nested at the top, and inside a subject attribute value (read as ANY).
+        let cn = [0x06, 0x03, 0x55, 0x04, 0x03];
+        let deep = nested_der(8_000, &[]);
+        let mut atv = cn.to_vec();
+        atv.extend(&deep);
+        let mut subject = Vec::new();
+        write_tlv(&mut subject, TAG_SEQUENCE, &atv);
+        let mut set = Vec::new();
+        write_tlv(&mut set, 0x31, &subject);
+        let mut rdns = Vec::new();
+        write_tlv(&mut rdns, TAG_SEQUENCE, &set);
+        let mut info_body = vec![0x02, 0x01, 0x00];
+        info_body.extend(&rdns);
+        let mut info = Vec::new();
+        write_tlv(&mut info, TAG_SEQUENCE, &info_body);
+        let mut request = Vec::new();
+        write_tlv(&mut request, TAG_SEQUENCE, &info);
+        for input in [deep.clone(), nested_ber(10_000), request] {
+            assert!(input.len() * 4 / 3 < csr::MAX_CSR_REQUEST_BYTES);
+            let pem = crate::pem::encode(csr::CSR_PEM_LABEL, &input);
+            assert!(matches!(
+                csr::validate_kubelet_client_csr(KUBELET_CLIENT_SIGNER, pem.as_bytes(), &kubelet_usages()),
+                Err(e) if e.is_malformed()
+            ));
+            super::csr(&input);
+        }
+    }
+
+    #[test]
+    fn deep_yaml_and_json_nesting_is_an_error_not_a_stack_overflow() {
+        let depth = 100_000;
+        let yaml = format!("clusters: {}{}", "[".repeat(depth), "]".repeat(depth));
+        let json = format!(
+            "{{\"clusters\": {}{}}}",
+            "[".repeat(depth),
+            "]".repeat(depth)
+        );
+        for text in [&yaml, &json] {
+            assert!(Kubeconfig::parse(text).is_err());
+            kubeconfig(text.as_bytes());
+            cluster_info(text.as_bytes());
+        }
+        let body = format!(
+            "{{\"issuedTo\": {}{}}}",
+            "[".repeat(depth),
+            "]".repeat(depth)
+        );
+        assert!(mint_request::parse(body.as_bytes()).is_err());
+        for run in [token, kubeadm_certs, flavor] {
+            run(json.as_bytes());
+        }
+    }
+
+    #[test]
+    fn every_entry_takes_empty_and_garbage_input() {
+        for (_, run) in TARGETS {
+            run(b"");
+            run(b"\0\xff\xfe{[-----BEGIN");
+        }
+    }
+}

@@ -27,6 +27,18 @@ pub const USAGE_DIGITAL_SIGNATURE: &str = "digital signature";
 pub const USAGE_KEY_ENCIPHERMENT: &str = "key encipherment";
 pub const USAGE_CLIENT_AUTH: &str = "client auth";
 
+/// The most bytes of a CSR's `spec.request` (the decoded PEM) that is parsed at all. A
+/// kubelet's request is under 2 KiB (an ECDSA P-256 one about 500 bytes of PEM, an RSA-4096
+/// one about 1.7 KiB); 64 KiB leaves room for any legitimate key and attribute set, while an
+/// API server accepts CSR objects up to its ~1.5 MB object limit, and every pending CSR is
+/// parsed on every controller pass. Larger requests are refused before any parsing.
+pub const MAX_CSR_REQUEST_BYTES: usize = 64 * 1024;
+
+/// The most subject alternative names a kubelet client CSR may ask for: none. Any SAN
+/// extension, even an empty or unreadable one, is refused ([`CsrError::SubjectAltNames`]),
+/// so no SAN list is ever walked.
+pub const MAX_CSR_SUBJECT_ALT_NAMES: usize = 0;
+
 const OID_EXTENSION_REQUEST: &str = "1.2.840.113549.1.9.14";
 const OID_SUBJECT_ALT_NAME: &str = "2.5.29.17";
 
@@ -60,6 +72,10 @@ impl fmt::Debug for KubeletClientCsr {
 pub enum CsrError {
     #[error("signerName is {0:?}, not {KUBELET_CLIENT_SIGNER}")]
     WrongSigner(String),
+    #[error(
+        "spec.request is {0} bytes; at most {MAX_CSR_REQUEST_BYTES} are read (a kubelet's request is under 2 KiB)"
+    )]
+    TooLarge(usize),
     #[error("spec.request is not a PEM block")]
     NotPem,
     #[error("spec.request holds a PEM {0:?} block, not {CSR_PEM_LABEL:?}")]
@@ -92,7 +108,8 @@ impl CsrError {
     pub fn is_malformed(&self) -> bool {
         matches!(
             self,
-            CsrError::NotPem
+            CsrError::TooLarge(_)
+                | CsrError::NotPem
                 | CsrError::WrongPemType(_)
                 | CsrError::NotPkcs10(_)
                 | CsrError::BadSignature
@@ -113,7 +130,12 @@ fn usages_are_kubelet_client(usages: &[String]) -> bool {
 }
 
 /// Validates a CSR object's fields as a kubelet client CSR: `signer_name` and `usages` from
-/// its spec, `request_pem` the decoded `spec.request`.
+/// its spec, `request_pem` the decoded `spec.request`. A request above
+/// [`MAX_CSR_REQUEST_BYTES`] is refused before it is parsed.
+///
+/// Parsing is x509-parser's (asn1-rs underneath): it reads DER iteratively where it can and
+/// bounds the recursion of nested unknown contents at asn1-rs's `MAX_RECURSION` (50), so
+/// deep nesting ends in an error, not a stack overflow.
 pub fn validate_kubelet_client_csr(
     signer_name: &str,
     request_pem: &[u8],
@@ -121,6 +143,9 @@ pub fn validate_kubelet_client_csr(
 ) -> Result<KubeletClientCsr, CsrError> {
     if signer_name != KUBELET_CLIENT_SIGNER {
         return Err(CsrError::WrongSigner(signer_name.to_owned()));
+    }
+    if request_pem.len() > MAX_CSR_REQUEST_BYTES {
+        return Err(CsrError::TooLarge(request_pem.len()));
     }
     let (_, pem) = x509_parser::pem::parse_x509_pem(request_pem).map_err(|_| CsrError::NotPem)?;
     if pem.label != CSR_PEM_LABEL {
@@ -187,8 +212,12 @@ pub fn validate_kubelet_client_csr(
 
 /// The node name a CSR asks for (`system:node:<name>` in its last subject CN), read
 /// without any check: for routing a CSR to the controller that serves its name, never
-/// for a decision ([`validate_kubelet_client_csr`] decides).
+/// for a decision ([`validate_kubelet_client_csr`] decides). `None` for a request above
+/// [`MAX_CSR_REQUEST_BYTES`], without parsing it.
 pub fn requested_node_name(request_pem: &[u8]) -> Option<String> {
+    if request_pem.len() > MAX_CSR_REQUEST_BYTES {
+        return None;
+    }
     let (_, pem) = x509_parser::pem::parse_x509_pem(request_pem).ok()?;
     let (_, req) = X509CertificationRequest::from_der(&pem.contents).ok()?;
     let cn = req
@@ -341,6 +370,41 @@ pub(crate) mod tests {
         let junk = "-----BEGIN CERTIFICATE REQUEST-----\nAAAA\n-----END CERTIFICATE REQUEST-----\n";
         let e = check(junk, &kubelet_usages()).unwrap_err();
         assert!(matches!(e, CsrError::NotPkcs10(_)) && e.is_malformed());
+    }
+
+    #[test]
+    fn an_oversized_request_is_refused_before_parsing() {
+        // A valid CSR followed by padding: refused for its size alone, so nothing was read.
+        let (pem, _) = make_csr("worker-1", Shape::default());
+        let mut big = pem.clone().into_bytes();
+        big.resize(MAX_CSR_REQUEST_BYTES + 1, b'\n');
+        let e = validate_kubelet_client_csr(KUBELET_CLIENT_SIGNER, &big, &kubelet_usages())
+            .unwrap_err();
+        assert_eq!(e, CsrError::TooLarge(MAX_CSR_REQUEST_BYTES + 1));
+        assert!(e.is_malformed());
+        assert_eq!(requested_node_name(&big), None);
+        // At the limit it is still read.
+        big.truncate(MAX_CSR_REQUEST_BYTES);
+        assert!(
+            validate_kubelet_client_csr(KUBELET_CLIENT_SIGNER, &big, &kubelet_usages()).is_ok()
+        );
+        assert_eq!(requested_node_name(&big).as_deref(), Some("worker-1"));
+    }
+
+    #[test]
+    fn no_subject_alt_name_is_accepted() {
+        assert_eq!(MAX_CSR_SUBJECT_ALT_NAMES, 0);
+        let (pem, _) = make_csr(
+            "worker-1",
+            Shape {
+                san: Some(SanType::DnsName("worker-1".try_into().unwrap())),
+                ..Shape::default()
+            },
+        );
+        assert_eq!(
+            check(&pem, &kubelet_usages()),
+            Err(CsrError::SubjectAltNames)
+        );
     }
 
     #[test]

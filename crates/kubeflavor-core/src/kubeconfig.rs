@@ -148,9 +148,20 @@ pub struct AuthInfo {
     pub token: Option<SensitiveString>,
 }
 
+/// The most bytes of a kubeconfig that are parsed. kubeadm's kubeconfigs are a few KiB (an
+/// admin.conf with an RSA client key about 6 KiB, cluster-info under 2 KiB); 1 MiB is an
+/// API server's own ConfigMap limit and far above any real file. Larger texts are refused
+/// before parsing. Parsing itself is bounded too: serde_json stops at 128 levels of
+/// nesting, and serde-saphyr's default budget limits YAML depth, nodes and alias expansion.
+pub const MAX_KUBECONFIG_BYTES: usize = 1024 * 1024;
+
 /// Why a kubeconfig could not be read or used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum KubeconfigError {
+    #[error(
+        "the kubeconfig is {0} bytes; at most {MAX_KUBECONFIG_BYTES} are read (a real one is a few KiB)"
+    )]
+    TooLarge(usize),
     #[error("the kubeconfig is not valid YAML or JSON: {0}")]
     Syntax(String),
     #[error("the kubeconfig could not be rendered as YAML: {0}")]
@@ -173,8 +184,12 @@ pub enum KubeconfigError {
 
 impl Kubeconfig {
     /// Parses a kubeconfig in YAML or JSON (JSON is YAML, but is read with serde_json when
-    /// it looks like JSON, for its exact error messages).
+    /// it looks like JSON, for its exact error messages). A text above
+    /// [`MAX_KUBECONFIG_BYTES`] is refused before parsing.
     pub fn parse(text: &str) -> Result<Self, KubeconfigError> {
+        if text.len() > MAX_KUBECONFIG_BYTES {
+            return Err(KubeconfigError::TooLarge(text.len()));
+        }
         // The text may hold a token or a client key: errors carry no source snippet, and
         // quoted values (serde's `invalid type: string "..."`) are blanked.
         if text.trim_start().starts_with('{') {
@@ -313,5 +328,27 @@ impl ClusterInfo {
             ca_pem,
             ca_certs_der,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_oversized_kubeconfig_is_refused_before_parsing() {
+        // Valid YAML once padded with a comment: refused for its size alone.
+        let mut text = String::from("apiVersion: v1\nkind: Config\n#");
+        text.push_str(&"x".repeat(MAX_KUBECONFIG_BYTES));
+        assert_eq!(
+            Kubeconfig::parse(&text),
+            Err(KubeconfigError::TooLarge(text.len()))
+        );
+        assert_eq!(
+            ClusterInfo::from_kubeconfig(&text),
+            Err(KubeconfigError::TooLarge(text.len()))
+        );
+        text.truncate(MAX_KUBECONFIG_BYTES);
+        assert!(Kubeconfig::parse(&text).is_ok());
     }
 }

@@ -33,3 +33,6 @@ mod pem;
 pub mod pin;
 pub mod pki;
 pub mod random;
+
+// Entry points for fuzzing and its regression replay.
+pub mod fuzzing;

@@ -57,6 +57,17 @@ pub const MANIFEST_ENTRY: &str = "kubeflavor-manifest";
 /// AES-GCM is not weakened by a known plaintext.
 pub const KEY_CHECK_PLAINTEXT: &[u8] = b"kubeflavor certificate key check v1";
 
+/// The most data entries a kubeadm-certs Secret may have to be opened. kubeadm writes at
+/// most 9 (the external-etcd set) and kubeflavor adds 2; 32 leaves room for entries a newer
+/// kubeadm may add (each unknown entry is decrypted, as kubeadm does) while bounding the work
+/// one edited Secret can cause. Checked before any entry is decrypted.
+pub const MAX_SECRET_ENTRIES: usize = 32;
+
+/// The most bytes (keys and values together) of a kubeadm-certs Secret's data that are
+/// opened: an API server refuses Secrets above 1 MiB, and the whole kubeadm set is about
+/// 20 KiB. Checked before any entry is decrypted.
+pub const MAX_SECRET_BYTES: usize = 1024 * 1024;
+
 /// AES-GCM nonce length in kubeadm's format.
 pub const NONCE_LEN: usize = 12;
 /// AES-GCM tag length.
@@ -118,6 +129,30 @@ mod tests {
 
     fn key(b: u8) -> CertificateKey {
         CertificateKey::from_bytes([b; 32])
+    }
+
+    #[test]
+    fn a_secret_with_too_many_entries_is_refused_before_decrypting() {
+        // Every value is garbage: a decryption attempt would fail with another error.
+        let data: std::collections::BTreeMap<String, Vec<u8>> = (0..=MAX_SECRET_ENTRIES)
+            .map(|i| (format!("entry-{i}"), vec![1u8; 40]))
+            .collect();
+        assert_eq!(
+            open_all(&key(1), &data).unwrap_err(),
+            CopyCertsError::TooManyEntries(MAX_SECRET_ENTRIES + 1)
+        );
+    }
+
+    #[test]
+    fn a_secret_above_the_byte_bound_is_refused_before_decrypting() {
+        let data = std::collections::BTreeMap::from([(
+            KEY_CHECK_ENTRY.to_owned(),
+            vec![1u8; MAX_SECRET_BYTES],
+        )]);
+        assert_eq!(
+            open_all(&key(1), &data).unwrap_err(),
+            CopyCertsError::TooLarge(MAX_SECRET_BYTES + KEY_CHECK_ENTRY.len())
+        );
     }
 
     #[test]

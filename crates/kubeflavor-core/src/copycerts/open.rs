@@ -8,8 +8,8 @@ use zeroize::Zeroizing;
 use super::entries::{EtcdMode, PkiEntry, PkiEntryKind};
 use super::usable::{Unusable, check_usable};
 use super::{
-    KEY_CHECK_ENTRY, KEY_CHECK_PLAINTEXT, MANIFEST_ENTRY, NONCE_LEN, OpenError, open,
-    seal_with_nonce,
+    KEY_CHECK_ENTRY, KEY_CHECK_PLAINTEXT, MANIFEST_ENTRY, MAX_SECRET_BYTES, MAX_SECRET_ENTRIES,
+    NONCE_LEN, OpenError, open, seal_with_nonce,
 };
 use crate::certkey::CertificateKey;
 use crate::keys::{KeyError, PemKind, PrivateKey, PublicKey, classify_pem, parse_certificates_pem};
@@ -76,6 +76,14 @@ pub enum CopyCertsError {
     BadManifest(String),
     #[error("{entry} is not part of the {mode:?} etcd set; pass only the files of one set")]
     NotInSet { entry: PkiEntry, mode: EtcdMode },
+    #[error(
+        "the Secret has {0} data entries; at most {MAX_SECRET_ENTRIES} are opened (kubeadm writes at most 9): entries were added; {UPLOAD_AGAIN}"
+    )]
+    TooManyEntries(usize),
+    #[error(
+        "the Secret's data is {0} bytes; at most {MAX_SECRET_BYTES} are opened: entries were added or enlarged; {UPLOAD_AGAIN}"
+    )]
+    TooLarge(usize),
     #[error(transparent)]
     Randomness(#[from] RandomnessError),
 }
@@ -198,14 +206,16 @@ pub fn open_all(
     open_all_with(key, data, Provenance::KubeflavorOrKubeadm)
 }
 
-/// Opens and checks a whole Secret: the key first, then every non-empty entry, then what
-/// each entry holds. Nothing is returned unless everything passed, so the caller can write
-/// all files or none.
+/// Opens and checks a whole Secret: its size first ([`MAX_SECRET_ENTRIES`],
+/// [`MAX_SECRET_BYTES`]), then the key, then every non-empty entry, then what each entry
+/// holds. Nothing is returned unless everything passed, so the caller can write all files
+/// or none.
 pub fn open_all_with(
     key: &CertificateKey,
     data: &BTreeMap<String, Vec<u8>>,
     provenance: Provenance,
 ) -> Result<OpenedCerts, CopyCertsError> {
+    check_size(data)?;
     let opener = Opener::checked(key, data, provenance)?;
     let manifest = read_manifest(&opener, data)?;
     let etcd = etcd_mode(data);
@@ -227,6 +237,18 @@ pub fn open_all_with(
         manifest_verified: manifest.is_some(),
         ignored,
     })
+}
+
+/// Refuses a Secret above the entry-count or byte bounds, before anything is decrypted.
+fn check_size(data: &BTreeMap<String, Vec<u8>>) -> Result<(), CopyCertsError> {
+    if data.len() > MAX_SECRET_ENTRIES {
+        return Err(CopyCertsError::TooManyEntries(data.len()));
+    }
+    let bytes: usize = data.iter().map(|(k, v)| k.len() + v.len()).sum();
+    if bytes > MAX_SECRET_BYTES {
+        return Err(CopyCertsError::TooLarge(bytes));
+    }
+    Ok(())
 }
 
 /// Decrypts entries with a key already checked against the Secret's key check, when it

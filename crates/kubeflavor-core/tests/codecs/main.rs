@@ -1,5 +1,5 @@
 //! The core's formats: the kubeadm-certs Secret and its encryption, cluster-info discovery,
-//! kubeconfigs, and the shared PKI.
+//! kubeconfigs, the shared PKI, and the replay of the fuzz corpora and regressions.
 //!
 //! `cargo test -p kubeflavor-core --test codecs [name filter]`
 
@@ -8,5 +8,6 @@ mod copycerts_secret;
 mod copycerts_usable;
 mod discovery;
 mod fixtures;
+mod fuzz_replay;
 mod kubeconfig;
 mod pki;

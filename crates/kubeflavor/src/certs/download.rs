@@ -128,9 +128,10 @@ pub fn open_error(e: CopyCertsError) -> CertsError {
         // A Secret kubeadm wrote has no key check: the core says so in its message.
         CopyCertsError::WrongKeyOrTampered { .. } => CertsError::WrongKeyOrTampered(e.to_string()),
         CopyCertsError::MissingEntry { .. } => CertsError::MissingEntry(e.to_string()),
-        CopyCertsError::Tampered { .. } | CopyCertsError::BadManifest(_) => {
-            CertsError::Tampered(e.to_string())
-        }
+        CopyCertsError::Tampered { .. }
+        | CopyCertsError::BadManifest(_)
+        | CopyCertsError::TooManyEntries(_)
+        | CopyCertsError::TooLarge(_) => CertsError::Tampered(e.to_string()),
         CopyCertsError::SwappedEntry { .. }
         | CopyCertsError::NotAsUploaded { .. }
         | CopyCertsError::KeyDoesNotMatch { .. }

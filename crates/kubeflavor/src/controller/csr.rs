@@ -152,11 +152,11 @@ pub async fn reconcile(
 
 /// Reads the CSR and its facts, lets core decide, and writes the decision.
 async fn decide(name: String, ctx: &Context) -> Result<Action, Error> {
-    let Some(csr) = read_pending(ctx, &name).await? else {
+    let Some(mut csr) = read_pending(ctx, &name).await? else {
         return Ok(Action::await_change());
     };
     let _timer = Metrics::measure(&ctx.metrics.decision_duration);
-    let view = facts::CsrView::from_object(&csr);
+    let view = facts::CsrView::from_object(&mut csr);
     let parsed = policy::validate(&view);
     if !served(&ctx.opts, &view, &parsed) {
         return Ok(Action::await_change());
@@ -212,13 +212,16 @@ fn served(
         // which denies it.
         Err(_) => kubeflavor_core::csr::requested_node_name(&view.request),
     };
-    asked
-        .or_else(|| {
-            view.username
-                .strip_prefix(facts::NODE_USER_PREFIX)
-                .map(str::to_owned)
-        })
-        .is_some_and(|name| opts.serves(&name))
+    let node = asked.or_else(|| {
+        view.username
+            .strip_prefix(facts::NODE_USER_PREFIX)
+            .map(str::to_owned)
+    });
+    match node {
+        Some(name) => opts.serves(&name),
+        // A request too large or too broken to name a node: routed by the CSR's own name.
+        None => opts.serves(&view.name),
+    }
 }
 
 /// Approves the CSR for `node` (P3 (binding), P6 (nothing lost)). First the writes core

@@ -52,7 +52,10 @@ pub fn has_condition(csr: &CertificateSigningRequest, type_: &str) -> bool {
 }
 
 impl CsrView {
-    pub fn from_object(csr: &CertificateSigningRequest) -> Self {
+    /// The request bytes are moved out of `csr`, not copied, so even a CSR at the API
+    /// server's own size limit is held once. The object still serves for the /approval
+    /// PUT: that subresource keeps the stored spec whatever the body says.
+    pub fn from_object(csr: &mut CertificateSigningRequest) -> Self {
         let decided = is_decided(csr);
         CsrView {
             name: csr.metadata.name.clone().unwrap_or_default(),
@@ -60,7 +63,7 @@ impl CsrView {
             usages: csr.spec.usages.clone().unwrap_or_default(),
             username: csr.spec.username.clone().unwrap_or_default(),
             groups: csr.spec.groups.clone().unwrap_or_default(),
-            request: csr.spec.request.0.clone(),
+            request: std::mem::take(&mut csr.spec.request.0),
             decided,
         }
     }

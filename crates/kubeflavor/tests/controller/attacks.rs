@@ -291,3 +291,54 @@ async fn ensure_kubeadm_can_file_csrs(h: &Harness) {
         .await
         .expect("binding");
 }
+
+/// A bootstrap identity files a well-formed CSR as large as the API server stores (a
+/// megabyte of extension): the controller refuses it without parsing it, the token is
+/// counted like any malformed request, and the next node of the same flavor still joins.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_csr_as_large_as_the_api_server_stores_is_denied_and_enrollment_goes_on() {
+    let h = Harness::start().await;
+    let flavor = h.gold_flavor("gold").await;
+    let ctl = h.start_controller(h.options("ctl"));
+    let attacker = h.token(&flavor, 1, None).await;
+    let client = h.bootstrap_client(&attacker).await;
+
+    let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).expect("key");
+    let mut params = rcgen::CertificateParams::default();
+    let mut dn = rcgen::DistinguishedName::new();
+    dn.push(rcgen::DnType::OrganizationName, "system:nodes");
+    dn.push(
+        rcgen::DnType::CommonName,
+        format!("system:node:{}", h.name("huge")),
+    );
+    params.distinguished_name = dn;
+    // A private, non-critical extension of 1 MB: the CSR still parses for the API server.
+    params
+        .custom_extensions
+        .push(rcgen::CustomExtension::from_oid_content(
+            &[1, 3, 6, 1, 4, 1, 99999, 1],
+            vec![0x04; 1_000_000],
+        ));
+    let pem = params
+        .serialize_request(&key)
+        .expect("csr")
+        .pem()
+        .expect("pem");
+    assert!(pem.len() > 1_000_000);
+    let huge = h.name("csr-huge");
+    let object = kubeflavor::join::tls_bootstrap::kubelet_csr_object(Some(&huge), &pem);
+    let api = Api::<k8s_openapi::api::certificates::v1::CertificateSigningRequest>::all(client);
+    let params = kube::api::PostParams::default();
+    crate::support::fresh(|| api.create(&params, &object))
+        .await
+        .expect("the API server stores the CSR");
+    assert_eq!(h.decision(&huge).await, "Denied");
+    trail_names(&h, &huge, &["malformed_csr"]).await;
+
+    let honest = h.token(&flavor, 1, None).await;
+    let node = h.name("next");
+    h.submit_csr(&h.bootstrap_client(&honest).await, &node, &node)
+        .await;
+    assert_eq!(h.decision(&node).await, "Approved");
+    ctl.stop().await;
+}

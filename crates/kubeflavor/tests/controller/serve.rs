@@ -34,11 +34,12 @@ impl Drop for MintApi {
 }
 
 async fn start_api(h: &Harness) -> MintApi {
-    start_api_with(h, h.env.kubeconfig.clone()).await
+    start_api_with(h, h.env.kubeconfig.clone(), 100).await
 }
 
-/// The API running with the credentials of `kubeconfig`.
-async fn start_api_with(h: &Harness, kubeconfig: std::path::PathBuf) -> MintApi {
+/// The API running with the credentials of `kubeconfig`, letting each caller mint `burst`
+/// tokens at once.
+async fn start_api_with(h: &Harness, kubeconfig: std::path::PathBuf, burst: u32) -> MintApi {
     let cluster = Cluster::connect(&ClusterArgs {
         kubeconfig: Some(kubeconfig),
         context: None,
@@ -53,8 +54,8 @@ async fn start_api_with(h: &Harness, kubeconfig: std::path::PathBuf) -> MintApi 
                 names: vec!["127.0.0.1".into()],
             },
             ops_address: None,
-            per_minute: 600,
-            burst: 100,
+            per_minute: 1,
+            burst,
             audience: None,
             instance: h.name("serve"),
         },
@@ -369,7 +370,7 @@ async fn the_installed_identity_is_enough_to_mint() {
         .status
         .expect("token")
         .token;
-    let api = start_api_with(&h, h.env.token_kubeconfig(&own)).await;
+    let api = start_api_with(&h, h.env.token_kubeconfig(&own), 100).await;
     let (code, minted) = call(
         &api,
         &path(&sour),
@@ -388,4 +389,27 @@ async fn the_installed_identity_is_enough_to_mint() {
         matches!(read, Err(kube::Error::Api(ref s)) if s.code == 403),
         "the API's identity may create token Secrets but not read them: {read:?}"
     );
+}
+
+/// A caller past its burst is told to come back later and gets no token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_caller_past_its_rate_gets_429_and_no_token() {
+    let h = Harness::start().await;
+    let sour = h.gold_flavor("sour").await;
+    let portal = portal(&h, &[&sour]).await;
+    let api = start_api_with(&h, h.env.kubeconfig.clone(), 1).await;
+    let body = br#"{"issuedTo": "acme-corp/alice"}"#;
+    let (first, _) = call(&api, &path(&sour), Some(&portal), None, body).await;
+    assert_eq!(first, StatusCode::CREATED);
+    let (second, answer) = call(&api, &path(&sour), Some(&portal), None, body).await;
+    assert_eq!(second, StatusCode::TOO_MANY_REQUESTS, "{answer}");
+    assert_eq!(answer["reason"], "TooManyRequests");
+    assert_eq!(
+        tokens_of(&h, &sour).await.len(),
+        1,
+        "the refused request minted nothing"
+    );
+    // Unauthenticated requests are answered before any bucket is touched.
+    let (anonymous, _) = call(&api, &path(&sour), None, None, body).await;
+    assert_eq!(anonymous, StatusCode::UNAUTHORIZED);
 }

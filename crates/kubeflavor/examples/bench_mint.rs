@@ -15,7 +15,6 @@ use std::time::{Duration, Instant};
 use clap::Parser;
 use futures::StreamExt;
 use http::StatusCode;
-use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::core::v1::{Secret, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
 use kube::Api;
@@ -29,6 +28,8 @@ use serde_json::json;
 mod args;
 #[path = "../tests/support/https.rs"]
 mod https;
+#[path = "../tests/support/portal.rs"]
+mod portal;
 
 /// bench_mint: mints per second through the join-token API, reviews included.
 #[derive(Debug, Parser)]
@@ -195,47 +196,7 @@ async fn setup(admin: &kube::Client) -> String {
         .create(&PostParams::default(), &flavor)
         .await
         .expect("flavor");
-    let sa: ServiceAccount =
-        serde_json::from_value(json!({"metadata": {"name": NAME, "namespace": "default"}}))
-            .unwrap();
-    Api::<ServiceAccount>::namespaced(admin.clone(), "default")
-        .create(&PostParams::default(), &sa)
-        .await
-        .expect("ServiceAccount");
-    let role: ClusterRole = serde_json::from_value(json!({
-        "metadata": {"name": NAME},
-        "rules": [{"apiGroups": ["kubeflavor.io"], "resources": ["flavors/jointoken"],
-                   "resourceNames": [NAME], "verbs": ["create"]}]
-    }))
-    .unwrap();
-    Api::<ClusterRole>::all(admin.clone())
-        .create(&PostParams::default(), &role)
-        .await
-        .expect("ClusterRole");
-    let binding: ClusterRoleBinding = serde_json::from_value(json!({
-        "metadata": {"name": NAME},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": NAME},
-        "subjects": [{"kind": "ServiceAccount", "name": NAME, "namespace": "default"}]
-    }))
-    .unwrap();
-    Api::<ClusterRoleBinding>::all(admin.clone())
-        .create(&PostParams::default(), &binding)
-        .await
-        .expect("ClusterRoleBinding");
-    let request = TokenRequest {
-        spec: TokenRequestSpec {
-            expiration_seconds: Some(3600),
-            ..TokenRequestSpec::default()
-        },
-        ..TokenRequest::default()
-    };
-    Api::<ServiceAccount>::namespaced(admin.clone(), "default")
-        .create_token_request(NAME, &PostParams::default(), &request)
-        .await
-        .expect("TokenRequest")
-        .status
-        .expect("token")
-        .token
+    portal::portal(admin, "default", NAME, &[NAME]).await
 }
 
 async fn clean_up(admin: &kube::Client) {

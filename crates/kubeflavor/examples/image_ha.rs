@@ -35,11 +35,10 @@ use std::time::{Duration, Instant, SystemTime};
 
 use clap::Parser;
 use futures::{FutureExt, StreamExt};
-use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{Node, Secret, ServiceAccount};
-use kube::api::{DeleteParams, ListParams, PostParams};
+use k8s_openapi::api::core::v1::{Node, Secret};
+use kube::api::{DeleteParams, ListParams};
 use kube::config::Kubeconfig;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
@@ -52,6 +51,8 @@ use tokio::sync::watch;
 
 #[path = "../../kubeflavor-core/examples/support/args.rs"]
 mod args;
+#[path = "../tests/support/portal.rs"]
+mod portal;
 #[path = "support/storm.rs"]
 mod storm;
 
@@ -716,23 +717,13 @@ async fn service_account_files(admin: &Client, admin_yaml: &str, run: &Run) -> P
     .await
     .expect("install --apply");
 
-    let request = TokenRequest {
-        spec: TokenRequestSpec {
-            audiences: Vec::new(),
-            expiration_seconds: Some(3600),
-            bound_object_ref: None,
-        },
-        ..TokenRequest::default()
-    };
-    let token = Api::<ServiceAccount>::namespaced(admin.clone(), NAMESPACE)
-        .create_token_request(
-            kubeflavor::cmd::install::CONTROLLER_SA,
-            &PostParams::default(),
-            &request,
-        )
-        .await
-        .expect("TokenRequest for the controller's ServiceAccount");
-    let token = token.status.expect("TokenRequest status").token;
+    let token = portal::service_account_token(
+        admin,
+        NAMESPACE,
+        kubeflavor::cmd::install::CONTROLLER_SA,
+        3600,
+    )
+    .await;
     let kc = Kubeconfig::from_yaml(admin_yaml).expect("kubeconfig");
     let cluster = kc.clusters[0].cluster.clone().expect("cluster");
     use base64::Engine;

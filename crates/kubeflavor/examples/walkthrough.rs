@@ -25,9 +25,7 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use clap::Parser;
 use k8s_openapi::api::authentication::v1::SelfSubjectReview;
-use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
-use k8s_openapi::api::core::v1::{Node, Secret, ServiceAccount, Taint};
-use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+use k8s_openapi::api::core::v1::{Node, Secret, Taint};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::wait::{await_condition, conditions::is_deleted};
@@ -59,6 +57,8 @@ struct Args {}
 mod args;
 #[path = "../tests/support/https.rs"]
 mod https;
+#[path = "../tests/support/portal.rs"]
+mod portal;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
@@ -288,36 +288,7 @@ async fn portal_chapter(
     say(&format!(
         "The owner gives the portal's ServiceAccount default/portal one rule, and no access to Secrets: {rule}"
     ));
-    let pp = PostParams::default();
-    let account = serde_json::json!({"metadata": {"name": "portal", "namespace": "default"}});
-    Api::<ServiceAccount>::namespaced(admin.clone(), "default")
-        .create(&pp, &serde_json::from_value(account)?)
-        .await?;
-    let role = serde_json::json!({"metadata": {"name": "portal-mint-sour"}, "rules": [rule]});
-    Api::<ClusterRole>::all(admin.clone())
-        .create(&pp, &serde_json::from_value(role)?)
-        .await?;
-    let binding = serde_json::json!({
-        "metadata": {"name": "portal-mint-sour"},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "portal-mint-sour"},
-        "subjects": [{"kind": "ServiceAccount", "name": "portal", "namespace": "default"}]
-    });
-    Api::<ClusterRoleBinding>::all(admin.clone())
-        .create(&pp, &serde_json::from_value(binding)?)
-        .await?;
-    let request = TokenRequest {
-        spec: TokenRequestSpec {
-            expiration_seconds: Some(600),
-            ..TokenRequestSpec::default()
-        },
-        ..TokenRequest::default()
-    };
-    let portal_token = Api::<ServiceAccount>::namespaced(admin.clone(), "default")
-        .create_token_request("portal", &PostParams::default(), &request)
-        .await?
-        .status
-        .context("TokenRequest answered without a token")?
-        .token;
+    let portal_token = portal::portal(admin, "default", "portal", &["sour"]).await;
     say("$ kubectl create token portal    # the portal's credential (a TokenRequest)");
 
     let cluster = kubeflavor::cluster::Cluster::connect(&kubeflavor::cluster::ClusterArgs {

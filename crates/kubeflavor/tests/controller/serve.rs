@@ -3,18 +3,17 @@
 //! portal might send gets its own answer and creates nothing.
 
 use http::StatusCode;
-use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
-use k8s_openapi::api::core::v1::{Secret, ServiceAccount};
-use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
-use kube::api::{ListParams, PostParams};
+use kube::api::ListParams;
 use kubeflavor::cluster::{Cluster, ClusterArgs};
 use kubeflavor::serve::{self, Options, TlsSource};
 use kubeflavor_core::token::BootstrapToken;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use crate::harness::*;
 use crate::support::https::HttpsClient;
+use crate::support::portal::service_account_token;
 
 /// The namespace of the portal's ServiceAccount.
 const PORTAL_NAMESPACE: &str = "default";
@@ -86,51 +85,10 @@ async fn call(
     api.client.post(path, bearer, accept, body).await
 }
 
-/// A ServiceAccount allowed to mint the flavors `may_mint` and nothing else; its token.
+/// A ServiceAccount of this run allowed to mint the flavors `may_mint` and nothing else;
+/// its token.
 async fn portal(h: &Harness, may_mint: &[&str]) -> String {
-    let name = h.name("portal");
-    let sa: ServiceAccount = serde_json::from_value(json!({
-        "metadata": {"name": name, "namespace": PORTAL_NAMESPACE}
-    }))
-    .unwrap();
-    Api::<ServiceAccount>::namespaced(h.admin.clone(), PORTAL_NAMESPACE)
-        .create(&PostParams::default(), &sa)
-        .await
-        .expect("ServiceAccount");
-    let role: ClusterRole = serde_json::from_value(json!({
-        "metadata": {"name": name},
-        "rules": [{"apiGroups": ["kubeflavor.io"], "resources": ["flavors/jointoken"],
-                   "resourceNames": may_mint, "verbs": ["create"]}]
-    }))
-    .unwrap();
-    Api::<ClusterRole>::all(h.admin.clone())
-        .create(&PostParams::default(), &role)
-        .await
-        .expect("ClusterRole");
-    let binding: ClusterRoleBinding = serde_json::from_value(json!({
-        "metadata": {"name": name},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
-        "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": PORTAL_NAMESPACE}]
-    }))
-    .unwrap();
-    Api::<ClusterRoleBinding>::all(h.admin.clone())
-        .create(&PostParams::default(), &binding)
-        .await
-        .expect("ClusterRoleBinding");
-    let request = TokenRequest {
-        spec: TokenRequestSpec {
-            expiration_seconds: Some(600),
-            ..TokenRequestSpec::default()
-        },
-        ..TokenRequest::default()
-    };
-    Api::<ServiceAccount>::namespaced(h.admin.clone(), PORTAL_NAMESPACE)
-        .create_token_request(&name, &PostParams::default(), &request)
-        .await
-        .expect("TokenRequest")
-        .status
-        .expect("token")
-        .token
+    crate::support::portal::portal(&h.admin, PORTAL_NAMESPACE, &h.name("portal"), may_mint).await
 }
 
 /// The token Secrets of `flavor`.
@@ -356,20 +314,7 @@ async fn the_installed_identity_is_enough_to_mint() {
         .expect_ok();
     let sour = h.gold_flavor("sour").await;
     let portal = portal(&h, &[&sour]).await;
-    let request = TokenRequest {
-        spec: TokenRequestSpec {
-            expiration_seconds: Some(600),
-            ..TokenRequestSpec::default()
-        },
-        ..TokenRequest::default()
-    };
-    let own = Api::<ServiceAccount>::namespaced(h.admin.clone(), "kubeflavor")
-        .create_token_request("kubeflavor-serve", &PostParams::default(), &request)
-        .await
-        .expect("TokenRequest for kubeflavor-serve")
-        .status
-        .expect("token")
-        .token;
+    let own = service_account_token(&h.admin, "kubeflavor", "kubeflavor-serve", 600).await;
     let api = start_api_with(&h, h.env.token_kubeconfig(&own), 100).await;
     let (code, minted) = call(
         &api,

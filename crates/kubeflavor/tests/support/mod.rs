@@ -14,6 +14,7 @@
 
 pub mod https;
 pub mod minted;
+pub mod portal;
 mod sweep;
 pub mod token_secret;
 

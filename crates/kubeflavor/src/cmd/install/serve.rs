@@ -7,8 +7,8 @@ use k8s_openapi::api::apps::v1::{
     Deployment, DeploymentSpec, DeploymentStrategy, RollingUpdateDeployment,
 };
 use k8s_openapi::api::core::v1::{
-    Container, ContainerPort, PodSpec, PodTemplateSpec, ResourceRequirements, SecretVolumeSource,
-    Service, ServiceAccount, ServicePort, ServiceSpec, Volume, VolumeMount,
+    Container, PodSpec, PodTemplateSpec, ResourceRequirements, SecretVolumeSource, Service,
+    ServiceAccount, ServicePort, ServiceSpec, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -19,7 +19,7 @@ use super::rbac::{
     cluster_role, cluster_role_binding, role, role_binding, rule, service_account_subject,
 };
 use super::workload::{
-    budget, container_security_context, field_env, pod_security_context, probe, quantities,
+    budget, container_security_context, field_env, pod_security_context, port, probe, quantities,
     selector_of, spread,
 };
 use super::{Document, labels};
@@ -201,18 +201,8 @@ fn deployment(namespace: &str, image: &str, replicas: i32) -> Document {
         ]),
         env: Some(vec![field_env("POD_NAME", "metadata.name")]),
         ports: Some(vec![
-            ContainerPort {
-                name: Some("https".into()),
-                container_port: HTTPS_PORT,
-                protocol: Some("TCP".into()),
-                ..Default::default()
-            },
-            ContainerPort {
-                name: Some("http".into()),
-                container_port: SERVE_HTTP_PORT,
-                protocol: Some("TCP".into()),
-                ..Default::default()
-            },
+            port("https", HTTPS_PORT),
+            port("http", SERVE_HTTP_PORT),
         ]),
         liveness_probe: Some(probe("/healthz", 10)),
         readiness_probe: Some(probe("/readyz", 5)),

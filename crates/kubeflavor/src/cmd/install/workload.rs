@@ -121,6 +121,16 @@ pub(super) fn field_env(name: &str, path: &str) -> EnvVar {
 }
 
 /// An HTTP GET of `path` on the container port named `http`.
+/// A named TCP container port.
+pub(super) fn port(name: &str, number: i32) -> ContainerPort {
+    ContainerPort {
+        name: Some(name.into()),
+        container_port: number,
+        protocol: Some("TCP".into()),
+        ..Default::default()
+    }
+}
+
 pub(super) fn probe(path: &str, period: i32) -> Probe {
     Probe {
         http_get: Some(HTTPGetAction {
@@ -209,12 +219,7 @@ pub fn deployment(namespace: &str, image: &str, replicas: u16, mode: super::Mode
             field_env("POD_NAME", "metadata.name"),
             field_env("POD_NAMESPACE", "metadata.namespace"),
         ]),
-        ports: Some(vec![ContainerPort {
-            name: Some("http".into()),
-            container_port: HTTP_PORT,
-            protocol: Some("TCP".into()),
-            ..Default::default()
-        }]),
+        ports: Some(vec![port("http", HTTP_PORT)]),
         liveness_probe: Some(probe("/healthz", 10)),
         readiness_probe: Some(probe("/readyz", 5)),
         resources: Some(ResourceRequirements {

@@ -31,7 +31,7 @@ use zeroize::Zeroizing;
 
 use super::Server;
 use crate::cmd::token::join_line::{join_command_line, join_target};
-use crate::cmd::token::{DEFAULT_TTL, flavor_rules, mint};
+use crate::cmd::token::{DEFAULT_TTL, mint, stored_flavor_rules};
 use crate::controller::trail::{self, Regarding};
 use crate::error::CliError;
 use crate::exit::ExitCode;
@@ -376,7 +376,9 @@ async fn mint_token(
     request: &MintRequest,
     caller: &str,
 ) -> Result<Minted, CliError> {
-    let rules = flavor_rules(&server.cluster, flavor).await?;
+    let rules = stored_flavor_rules(&server.cluster, flavor)
+        .await?
+        .ok_or_else(|| CliError::not_found(format!("flavor {flavor} does not exist"), ""))?;
     let ttl = request.ttl.or(rules.token_ttl()).unwrap_or(DEFAULT_TTL);
     let max_nodes = request
         .max_nodes

@@ -24,7 +24,7 @@ use serde::Serialize;
 use zeroize::Zeroizing;
 
 use crate::cli::{GlobalArgs, MaxNodes};
-use crate::cluster::{Cluster, is_not_found, token_secrets};
+use crate::cluster::{Cluster, token_secrets};
 use crate::cmd::flavor::unknown_flavor;
 use crate::crd::{BINDING_TOKEN_ID_LABEL, Flavor, FlavorBinding, rules_from_flavor};
 use crate::error::{CliError, Result};
@@ -259,10 +259,23 @@ pub async fn caller_name(cluster: &Cluster) -> Option<String> {
 /// The rules of the Flavor a new token is to carry: one GET, and errors that say what to
 /// do when it is missing or invalid.
 pub async fn flavor_rules(cluster: &Cluster, flavor_name: &FlavorName) -> Result<FlavorRules> {
+    match stored_flavor_rules(cluster, flavor_name).await? {
+        Some(rules) => Ok(rules),
+        None => Err(unknown_flavor(cluster, flavor_name).await),
+    }
+}
+
+/// The rules of Flavor `flavor_name`, `None` when there is no such Flavor: one GET, and
+/// nothing about the cluster's other flavors (the join-token API must not tell a caller
+/// which exist).
+pub async fn stored_flavor_rules(
+    cluster: &Cluster,
+    flavor_name: &FlavorName,
+) -> Result<Option<FlavorRules>> {
     let flavors: Api<Flavor> = Api::all(cluster.client.clone());
-    let flavor = match flavors.get(flavor_name.as_str()).await {
-        Ok(f) => f,
-        Err(err) if is_not_found(&err) => return Err(unknown_flavor(cluster, flavor_name).await),
+    let flavor = match flavors.get_opt(flavor_name.as_str()).await {
+        Ok(Some(f)) => f,
+        Ok(None) => return Ok(None),
         Err(err) => return Err(cluster.error(&format!("get flavor {}", flavor_name), err)),
     };
     let (_, rules) = rules_from_flavor(&flavor).map_err(|e| {
@@ -271,7 +284,7 @@ pub async fn flavor_rules(cluster: &Cluster, flavor_name: &FlavorName) -> Result
             "fix it with 'kubeflavor flavor apply -f FILE' before minting tokens for it",
         )
     })?;
-    Ok(rules)
+    Ok(Some(rules))
 }
 
 /// `--max-nodes`, else the flavor's default, else 1.

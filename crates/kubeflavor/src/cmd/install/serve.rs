@@ -3,14 +3,10 @@
 //! it cannot approve CSRs, read or delete tokens, or write anything but new token Secrets
 //! and the Events that record them.
 
-use k8s_openapi::api::apps::v1::{
-    Deployment, DeploymentSpec, DeploymentStrategy, RollingUpdateDeployment,
-};
 use k8s_openapi::api::core::v1::{
     Container, PodSpec, PodTemplateSpec, ResourceRequirements, SecretVolumeSource, Service,
     ServiceAccount, ServicePort, ServiceSpec, Volume, VolumeMount,
 };
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::ObjectMeta;
 use kubeflavor_core::token_secret::TOKEN_SECRET_NAMESPACE;
@@ -19,8 +15,8 @@ use super::rbac::{
     cluster_role, cluster_role_binding, role, role_binding, rule, service_account_subject,
 };
 use super::workload::{
-    budget, container_security_context, field_env, pod_security_context, port, probe, quantities,
-    selector_of, spread,
+    budget, container_security_context, deployment_of, field_env, pod_security_context, port,
+    probe, quantities, selector_of, spread,
 };
 use super::{Document, labels};
 use crate::join::fetch::{CLUSTER_INFO_NAME, CLUSTER_INFO_NAMESPACE};
@@ -220,52 +216,29 @@ fn deployment(namespace: &str, image: &str, replicas: i32) -> Document {
         }]),
         ..Default::default()
     };
-    let deployment = Deployment {
-        metadata: ObjectMeta {
-            name: Some(SERVE.into()),
-            namespace: Some(namespace.into()),
-            labels: Some(labels(COMPONENT)),
-            ..Default::default()
-        },
-        spec: Some(DeploymentSpec {
-            replicas: Some(replicas),
-            selector: LabelSelector {
-                match_labels: Some(selector.clone()),
-                match_expressions: None,
-            },
-            strategy: Some(DeploymentStrategy {
-                type_: Some("RollingUpdate".into()),
-                rolling_update: Some(RollingUpdateDeployment {
-                    max_unavailable: Some(IntOrString::Int(0)),
-                    max_surge: Some(IntOrString::Int(1)),
-                }),
-            }),
-            template: PodTemplateSpec {
-                metadata: Some(ObjectMeta {
-                    labels: Some(selector),
-                    ..Default::default()
-                }),
-                spec: Some(PodSpec {
-                    service_account_name: Some(SERVE.into()),
-                    automount_service_account_token: Some(true),
-                    security_context: Some(pod_security_context()),
-                    affinity: Some(affinity),
-                    containers: vec![container],
-                    volumes: Some(vec![Volume {
-                        name: "tls".into(),
-                        secret: Some(SecretVolumeSource {
-                            secret_name: Some(TLS_SECRET.into()),
-                            ..Default::default()
-                        }),
-                        ..Default::default()
-                    }]),
-                    ..Default::default()
-                }),
-            },
+    let template = PodTemplateSpec {
+        metadata: Some(ObjectMeta {
+            labels: Some(selector),
             ..Default::default()
         }),
-        status: None,
+        spec: Some(PodSpec {
+            service_account_name: Some(SERVE.into()),
+            automount_service_account_token: Some(true),
+            security_context: Some(pod_security_context()),
+            affinity: Some(affinity),
+            containers: vec![container],
+            volumes: Some(vec![Volume {
+                name: "tls".into(),
+                secret: Some(SecretVolumeSource {
+                    secret_name: Some(TLS_SECRET.into()),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        }),
     };
+    let deployment = deployment_of(namespace, (SERVE, COMPONENT), replicas, 0, template);
     let spec = "spec.template.spec";
     let container = "spec.template.spec.containers";
     Document::new(

@@ -121,6 +121,44 @@ pub(super) fn field_env(name: &str, path: &str) -> EnvVar {
 }
 
 /// An HTTP GET of `path` on the container port named `http`.
+/// Deployment `name` (component label `component`) of `replicas` pods from `template`,
+/// selected by the template's labels, rolled out one extra pod at a time with at most
+/// `max_unavailable` pods gone.
+pub(super) fn deployment_of(
+    namespace: &str,
+    (name, component): (&str, &str),
+    replicas: i32,
+    max_unavailable: i32,
+    template: PodTemplateSpec,
+) -> Deployment {
+    let selector = template.metadata.as_ref().and_then(|m| m.labels.clone());
+    Deployment {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some(namespace.into()),
+            labels: Some(labels(component)),
+            ..Default::default()
+        },
+        spec: Some(DeploymentSpec {
+            replicas: Some(replicas),
+            selector: LabelSelector {
+                match_labels: selector,
+                match_expressions: None,
+            },
+            strategy: Some(DeploymentStrategy {
+                type_: Some("RollingUpdate".into()),
+                rolling_update: Some(RollingUpdateDeployment {
+                    max_unavailable: Some(IntOrString::Int(max_unavailable)),
+                    max_surge: Some(IntOrString::Int(1)),
+                }),
+            }),
+            template,
+            ..Default::default()
+        }),
+        status: None,
+    }
+}
+
 /// A named TCP container port.
 pub(super) fn port(name: &str, number: i32) -> ContainerPort {
     ContainerPort {
@@ -230,55 +268,38 @@ pub fn deployment(namespace: &str, image: &str, replicas: u16, mode: super::Mode
         security_context: Some(container_security_context()),
         ..Default::default()
     };
-    let deployment = Deployment {
-        metadata: ObjectMeta {
-            name: Some(CONTROLLER.into()),
-            namespace: Some(namespace.into()),
-            labels: Some(labels("controller")),
-            ..Default::default()
-        },
-        spec: Some(DeploymentSpec {
-            replicas: Some(i32::from(replicas)),
-            selector: LabelSelector {
-                match_labels: Some(selector.clone()),
-                match_expressions: None,
-            },
-            strategy: Some(DeploymentStrategy {
-                type_: Some("RollingUpdate".into()),
-                rolling_update: Some(RollingUpdateDeployment {
-                    max_unavailable: Some(IntOrString::Int(1)),
-                    max_surge: Some(IntOrString::Int(1)),
-                }),
-            }),
-            template: PodTemplateSpec {
-                metadata: Some(ObjectMeta {
-                    labels: Some(selector),
-                    annotations: Some(
-                        [
-                            ("prometheus.io/scrape", "true".to_string()),
-                            ("prometheus.io/port", HTTP_PORT.to_string()),
-                            ("prometheus.io/path", "/metrics".to_string()),
-                        ]
-                        .into_iter()
-                        .map(|(k, v)| (k.to_string(), v))
-                        .collect(),
-                    ),
-                    ..Default::default()
-                }),
-                spec: Some(PodSpec {
-                    service_account_name: Some(CONTROLLER_SA.into()),
-                    automount_service_account_token: Some(true),
-                    priority_class_name: Some(PRIORITY_CLASS.into()),
-                    security_context: Some(pod_security_context()),
-                    affinity: Some(affinity),
-                    containers: vec![container],
-                    ..Default::default()
-                }),
-            },
+    let template = PodTemplateSpec {
+        metadata: Some(ObjectMeta {
+            labels: Some(selector),
+            annotations: Some(
+                [
+                    ("prometheus.io/scrape", "true".to_string()),
+                    ("prometheus.io/port", HTTP_PORT.to_string()),
+                    ("prometheus.io/path", "/metrics".to_string()),
+                ]
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v))
+                .collect(),
+            ),
             ..Default::default()
         }),
-        status: None,
+        spec: Some(PodSpec {
+            service_account_name: Some(CONTROLLER_SA.into()),
+            automount_service_account_token: Some(true),
+            priority_class_name: Some(PRIORITY_CLASS.into()),
+            security_context: Some(pod_security_context()),
+            affinity: Some(affinity),
+            containers: vec![container],
+            ..Default::default()
+        }),
     };
+    let deployment = deployment_of(
+        namespace,
+        (CONTROLLER, "controller"),
+        i32::from(replicas),
+        1,
+        template,
+    );
     let renewals = if mode.manage_renewals {
         format!(
             "Renewals: kubeflavor decides them (--manage-renewals: only bound, unrevoked nodes). kubeadm binds \

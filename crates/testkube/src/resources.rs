@@ -573,7 +573,33 @@ pub fn resolve(
     if !crd_established(crd) {
         return None;
     }
-    from_crd(crd).into_iter().find(|r| r.version == version)
+    // Built once per CRD revision: every request to a custom resource resolves it, and
+    // building clones the CRD's schemas.
+    type Built = std::collections::HashMap<(String, String), std::sync::Arc<Vec<ResourceInfo>>>;
+    static BUILT: std::sync::OnceLock<std::sync::Mutex<Built>> = std::sync::OnceLock::new();
+    let key = (
+        crd["metadata"]["uid"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string(),
+        crd["metadata"]["resourceVersion"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string(),
+    );
+    let mut built = BUILT
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|p| p.into_inner());
+    if built.len() > 256 {
+        built.clear();
+    }
+    let infos = built
+        .entry(key)
+        .or_insert_with(|| std::sync::Arc::new(from_crd(crd)))
+        .clone();
+    drop(built);
+    infos.iter().find(|r| r.version == version).cloned()
 }
 
 /// Groups with their versions, in discovery order: built-ins by priority, then CRD groups

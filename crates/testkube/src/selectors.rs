@@ -180,6 +180,15 @@ impl FieldSelector {
             .all(|(f, equal, v)| (field_value(obj, f) == *v) == *equal)
     }
 
+    /// The name an equality requirement on `metadata.name` pins: such a list reads the one
+    /// object by key (the real registry's `MatchesSingle`), not every object of the type.
+    pub fn exact_name(&self) -> Option<&str> {
+        self.0
+            .iter()
+            .find(|(f, equal, _)| *equal && f == "metadata.name")
+            .map(|(_, _, v)| v.as_str())
+    }
+
     /// The name a `metadata.name=<x>` selector pins, which the real server puts in the
     /// request's attributes for authorization of list and watch.
     pub fn pinned_name(raw: &str) -> Option<String> {

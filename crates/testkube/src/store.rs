@@ -152,6 +152,41 @@ impl StoreState {
         }
     }
 
+    /// Objects of a type after `after` (namespace, name), in one namespace or all, in
+    /// (namespace, name) order: a page of a list starts where the previous one ended
+    /// without walking the objects before it.
+    pub fn list_objects_after<'a>(
+        &'a self,
+        key: &ResourceKey,
+        namespace: Option<&'a str>,
+        after: Option<(&str, &str)>,
+    ) -> impl Iterator<Item = &'a Value> + 'a {
+        use std::ops::Bound;
+        let start = match (after, namespace) {
+            (Some((ns, name)), _) => Bound::Excluded((ns.to_string(), name.to_string())),
+            (None, Some(ns)) => Bound::Included((ns.to_string(), String::new())),
+            (None, None) => Bound::Unbounded,
+        };
+        self.objects
+            .get(key)
+            .into_iter()
+            .flat_map(move |map| map.range((start.clone(), Bound::Unbounded)))
+            .take_while(move |((n, _), _)| namespace.is_none_or(|ns| n == ns))
+            .map(|(_, v)| v)
+    }
+
+    /// The objects of a namespaced type named `name` across namespaces, one per namespace
+    /// at most.
+    pub fn objects_named(&self, key: &ResourceKey, name: &str) -> Vec<&Value> {
+        self.objects
+            .get(key)
+            .into_iter()
+            .flat_map(|map| map.iter())
+            .filter(|((_, n), _)| n == name)
+            .map(|(_, v)| v)
+            .collect()
+    }
+
     /// Every stored object with its type (the garbage collector scans them).
     pub fn all_objects(&self) -> impl Iterator<Item = (&ResourceKey, &Value)> {
         self.objects

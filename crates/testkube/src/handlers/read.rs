@@ -81,12 +81,39 @@ pub fn list_options(cx: &Cx<'_>, info: &ResourceInfo) -> Result<ListOptions, Api
 pub fn matching<'a>(
     st: &'a StoreState,
     info: &ResourceInfo,
-    ns: Option<&str>,
+    ns: Option<&'a str>,
     opts: &ListOptions,
 ) -> Vec<&'a Value> {
-    st.list_objects(&info.storage, ns)
-        .into_iter()
-        .filter(|o| opts.labels.matches(o) && opts.fields.matches(o))
+    matching_after(st, info, ns, opts, None)
+}
+
+/// The matching objects after `after` (a continue token's position), in (namespace, name)
+/// order. A selector that pins `metadata.name` reads by key, as the real registry does for
+/// a single-object match: a kubelet's or client's watch of its one object then costs the
+/// same whatever the number of objects of the type.
+fn matching_after<'a>(
+    st: &'a StoreState,
+    info: &ResourceInfo,
+    ns: Option<&'a str>,
+    opts: &ListOptions,
+    after: Option<(&str, &str)>,
+) -> Vec<&'a Value> {
+    let selected = |o: &&Value| opts.labels.matches(o) && opts.fields.matches(o);
+    if let Some(name) = opts.fields.exact_name() {
+        let candidates: Vec<&Value> = match (info.namespaced, ns) {
+            (false, _) => st.get_object(&info.storage, "", name).into_iter().collect(),
+            (true, Some(ns)) => st.get_object(&info.storage, ns, name).into_iter().collect(),
+            // Across namespaces: one object per namespace at most.
+            (true, None) => st.objects_named(&info.storage, name),
+        };
+        return candidates
+            .into_iter()
+            .filter(|o| after.is_none_or(|a| (namespace_of(o), name_of(o)) > a))
+            .filter(selected)
+            .collect();
+    }
+    st.list_objects_after(&info.storage, ns, after)
+        .filter(selected)
         .collect()
 }
 
@@ -137,11 +164,12 @@ pub fn list(st: &mut StoreState, cx: &Cx<'_>, info: &ResourceInfo) -> Result<Rep
     } else {
         None
     };
-    let mut items = matching(st, info, ns, &opts);
-    if let Some(token) = cx.query.get("continue").filter(|t| !t.is_empty()) {
-        let (cns, cname) = parse_continue(token)?;
-        items.retain(|o| (namespace_of(o), name_of(o)) > (cns.as_str(), cname.as_str()));
-    }
+    let after = match cx.query.get("continue").filter(|t| !t.is_empty()) {
+        Some(token) => Some(parse_continue(token)?),
+        None => None,
+    };
+    let after = after.as_ref().map(|(n, m)| (n.as_str(), m.as_str()));
+    let mut items = matching_after(st, info, ns, &opts, after);
     let limit = cx
         .query
         .get("limit")

@@ -1,21 +1,17 @@
-//! What the watch caches keep of each object.
+//! What the watches keep and pass on.
 //!
 //! The caches only route events to reconciles and skip work already done: every decision
-//! reads its facts fresh from the API server (see `facts`). So each cached object is cut
-//! down, before it enters a store, to the fields the routing and the skip checks read.
-//! With thousands of nodes this is most of the controller's memory: a kubelet CSR carries
-//! its PEM request and issued certificate, and on a real cluster every object carries
-//! managedFields and a Node also its annotations.
+//! reads its facts fresh from the API server (see `facts`). The CSR cache holds the pending
+//! CSRs only, each cut down to the fields routing reads: a kubelet CSR carries its PEM
+//! request and issued certificate, and on a real cluster managedFields. (What the node
+//! loop keeps of each node name is in `fleet`.)
 
 use k8s_openapi::ByteString;
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
-use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::core::PartialObjectMeta;
 use kube::runtime::watcher::Event;
 
 use super::facts::is_decided;
-use crate::crd::FlavorBinding;
 
 /// Keeps only an object's name, namespace and resourceVersion.
 fn slim_meta(meta: &mut ObjectMeta) {
@@ -53,15 +49,21 @@ pub fn served<K: kube::Resource>(
     }
 }
 
-/// Keeps a CSR's name, resourceVersion, signer, requester and the type and status of
-/// its conditions: what the CSR loop reads from its cache (which requester, decided yet).
+/// Keeps a CSR's name, uid, resourceVersion, its spec but the requester's uid and extra
+/// attributes, and the type and status of its conditions: what the CSR loop reads from its
+/// cache (which requester, decided yet; the spec a decision validates, which cannot change
+/// once the CSR exists). Only pending CSRs stay in the cache; a decided one drops its
+/// request at once.
 pub fn slim_csr(csr: &mut CertificateSigningRequest) {
+    let uid = csr.metadata.uid.take();
     slim_meta(&mut csr.metadata);
+    csr.metadata.uid = uid;
+    let decided = is_decided(csr);
     let spec = &mut csr.spec;
-    spec.request = ByteString(Vec::new());
+    if decided {
+        spec.request = ByteString(Vec::new());
+    }
     spec.extra = None;
-    spec.groups = None;
-    spec.usages = None;
     spec.uid = None;
     if let Some(status) = csr.status.as_mut() {
         status.certificate = None;
@@ -72,23 +74,6 @@ pub fn slim_csr(csr: &mut CertificateSigningRequest) {
             c.last_update_time = None;
         }
     }
-}
-
-/// Keeps a binding's name, resourceVersion and flavor: the node loop routes Flavor events
-/// by `spec.flavor` and reads the binding itself before it writes.
-pub fn slim_binding(binding: &mut FlavorBinding) {
-    slim_meta(&mut binding.metadata);
-    let spec = &mut binding.spec;
-    spec.csr_name = String::new();
-    spec.public_key_sha256 = String::new();
-    spec.token_id = String::new();
-    binding.status = None;
-}
-
-/// Keeps a Node's name and resourceVersion: the node loop only needs to know that the
-/// Node exists and whether it changed since it was last found flavored.
-pub fn slim_node(node: &mut PartialObjectMeta<Node>) {
-    slim_meta(&mut node.metadata);
 }
 
 #[cfg(test)]
@@ -144,33 +129,17 @@ mod tests {
             );
             assert_eq!(slim.spec.username, full.spec.username);
             assert_eq!(slim.spec.signer_name, full.spec.signer_name);
-            assert!(slim.spec.request.0.is_empty());
+            assert_eq!(slim.spec.groups, full.spec.groups);
+            assert_eq!(slim.spec.usages, full.spec.usages);
+            // A pending CSR keeps its request (its decision validates it); a decided one
+            // leaves the cache and drops it.
+            assert_eq!(slim.spec.request.0.is_empty(), decided);
             assert!(slim.metadata.managed_fields.is_none());
             assert!(slim.status.as_ref().unwrap().certificate.is_none());
             let slim_len = serde_json::to_vec(&slim).unwrap().len();
             let full_len = serde_json::to_vec(&full).unwrap().len();
             assert!(slim_len < full_len, "{slim_len} >= {full_len}");
         }
-    }
-
-    #[test]
-    fn a_slim_node_keeps_its_identity_and_version() {
-        let mut node: PartialObjectMeta<Node> = serde_json::from_value(serde_json::json!({
-            "apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata",
-            "metadata": {
-                "name": "n1", "uid": "u1", "resourceVersion": "7",
-                "labels": {"kubernetes.io/hostname": "n1"},
-                "annotations": {"node.alpha.kubernetes.io/ttl": "0"},
-                "managedFields": [{"manager": "kubelet", "operation": "Update"}],
-            },
-        }))
-        .unwrap();
-        slim_node(&mut node);
-        assert_eq!(node.metadata.name.as_deref(), Some("n1"));
-        assert_eq!(node.metadata.resource_version.as_deref(), Some("7"));
-        assert!(node.metadata.labels.is_none());
-        assert!(node.metadata.annotations.is_none());
-        assert!(node.metadata.managed_fields.is_none());
     }
 
     #[test]
@@ -199,29 +168,5 @@ mod tests {
             pending_only(Event::InitDone),
             Some(Event::InitDone)
         ));
-    }
-
-    #[test]
-    fn a_slim_binding_keeps_what_routing_reads() {
-        let full: FlavorBinding = serde_json::from_value(serde_json::json!({
-            "apiVersion": "kubeflavor.io/v1alpha1", "kind": "FlavorBinding",
-            "metadata": {"name": "n1", "resourceVersion": "5", "uid": "u",
-                         "labels": {"kubeflavor.io/token-id": "abcdef"}},
-            "spec": {"node": "n1", "flavor": "sweet", "tokenId": "abcdef", "csrName": "csr-1",
-                     "publicKeySha256": "00", "boundAt": "2026-01-01T00:00:00Z"},
-            "status": {"conditions": []},
-        }))
-        .unwrap();
-        let mut slim = full.clone();
-        slim_binding(&mut slim);
-        assert_eq!(slim.spec.flavor, full.spec.flavor);
-        assert!(slim.spec.public_key_sha256.is_empty());
-        assert_eq!(slim.metadata.name, full.metadata.name);
-        assert_eq!(
-            slim.metadata.resource_version,
-            full.metadata.resource_version
-        );
-        assert!(slim.status.is_none());
-        assert!(slim.metadata.labels.is_none());
     }
 }

@@ -73,8 +73,13 @@ pub async fn run(ctx: Arc<Context>, until: Stop) {
     let ready_store = store.clone();
     // A token Secret that changes (created late in a cache, a use released, deleted) may
     // change the fate of CSRs still pending from that token: decide them again.
+    let own = ctx.clone();
     let controller = controller.watches_stream(token_events, move |secret: Secret| {
+        let own_write = own.own_token_writes.seen(&secret);
         pending_csrs_of_token(&store, &secret)
+            .into_iter()
+            .filter(|csr| own_write.as_deref() != Some(csr.name.as_str()))
+            .collect::<Vec<_>>()
     });
     let fut = controller
         .graceful_shutdown_on(until.clone())
@@ -85,6 +90,39 @@ pub async fn run(ctx: Arc<Context>, until: Stop) {
             }
         });
     super::with_grace(fut, until, ready_store).await;
+}
+
+/// Token Secret versions this controller wrote while deciding a CSR: the watch event of
+/// such a write must not send that same CSR round again (its reconcile carries on from the
+/// write). Other pending CSRs of the token are still decided again.
+#[derive(Default)]
+pub struct OwnTokenWrites(std::sync::Mutex<std::collections::HashMap<String, (String, String)>>);
+
+impl OwnTokenWrites {
+    /// Most entries kept: an entry leaves when the watch brings its Secret again, and a
+    /// watch that restarted from a list may never bring it.
+    const LIMIT: usize = 4096;
+
+    /// Remembers that deciding `csr` wrote `secret` (as returned by the API server).
+    fn wrote(&self, secret: &Secret, csr: &str) {
+        let (Some(name), Some(rv)) = (&secret.metadata.name, &secret.metadata.resource_version)
+        else {
+            return;
+        };
+        let mut own = self.0.lock().expect("own writes lock");
+        if own.len() >= Self::LIMIT {
+            own.clear();
+        }
+        own.insert(name.clone(), (rv.clone(), csr.to_string()));
+    }
+
+    /// The CSR whose decision wrote this version of `secret`, if it is one of ours; the
+    /// Secret's entry is dropped either way (a later version is someone else's news).
+    fn seen(&self, secret: &Secret) -> Option<String> {
+        let name = secret.metadata.name.as_deref()?;
+        let (rv, csr) = self.0.lock().expect("own writes lock").remove(name)?;
+        (secret.metadata.resource_version.as_deref() == Some(rv.as_str())).then_some(csr)
+    }
 }
 
 /// The pending CSRs filed with the token of `secret`, a bootstrap token Secret.
@@ -136,32 +174,50 @@ pub async fn reconcile(
     if facts::is_decided(&cached) {
         return Ok(Action::await_change());
     }
-    let _turn = ctx.csr_turns.take().await;
+    let _turn = ctx.csr_turns.take(&ctx.metrics, "csr").await;
     if ctx.may_write(Step::Reserved).is_err() {
         // The term ended while this reconcile waited: the next leader decides.
         return Ok(Action::await_change());
     }
     // Boxed: while it waits for its turn, a reconcile holds a few words, not room for
     // every API call below.
-    Box::pin(decide(
-        cached.metadata.name.clone().unwrap_or_default(),
-        &ctx,
-    ))
-    .await
+    Box::pin(decide(&cached, &ctx)).await
 }
 
 /// Reads the CSR and its facts, lets core decide, and writes the decision.
-async fn decide(name: String, ctx: &Context) -> Result<Action, Error> {
-    let Some(mut csr) = read_pending(ctx, &name).await? else {
-        return Ok(Action::await_change());
-    };
-    let _timer = Metrics::measure(&ctx.metrics.decision_duration);
-    let view = facts::CsrView::from_object(&mut csr);
+///
+/// A CSR's spec cannot change once created, so the request and requester come from the
+/// cache (which keeps them for pending CSRs) and the facts are read at the same time as
+/// the CSR itself: one round trip, not two, before a decision. The CSR as read says
+/// whether it is still pending and carries the resourceVersion the decision is written
+/// with; a CSR re-created under the name (another uid) is decided again from its own spec.
+async fn decide(cached: &CertificateSigningRequest, ctx: &Context) -> Result<Action, Error> {
+    let name = cached.metadata.name.clone().unwrap_or_default();
+    let view = facts::CsrView::from_object(&mut cached.clone());
     let parsed = policy::validate(&view);
     if !served(&ctx.opts, &view, &parsed) {
         return Ok(Action::await_change());
     }
-    let facts = facts::gather(ctx, view, parsed, policy::token_flavor).await?;
+    let _timer = Metrics::measure(&ctx.metrics.decision_duration);
+    let reading = std::time::Instant::now();
+    let (read, facts) = tokio::join!(
+        read_pending(ctx, &name),
+        facts::gather(ctx, view, parsed, policy::token_flavor),
+    );
+    ctx.metrics
+        .stage("csr", "read", reading.elapsed().as_secs_f64());
+    let Some(csr) = read? else {
+        return Ok(Action::await_change());
+    };
+    if csr.metadata.uid != cached.metadata.uid {
+        // Re-created under the same name since the cache saw it: decide again once the
+        // cache has the new one.
+        return Err(Error::Changed {
+            csr: name,
+            node: String::new(),
+        });
+    }
+    let facts = facts?;
     let now = jiff::Timestamp::now();
     match policy::decide(&facts, &ctx.opts, now) {
         Decision::Ignore(why) => {
@@ -254,8 +310,12 @@ async fn approve(
         }
         BindingStep::Existing { token, flavor } => (token.as_ref(), flavor.as_ref(), false),
     };
+    let looking = std::time::Instant::now();
+    let looked = last_look.check(ctx).await;
+    ctx.metrics
+        .stage("csr", "read", looking.elapsed().as_secs_f64());
+    looked?;
     let approval = async {
-        last_look.check(ctx).await?;
         write_condition(ctx, csr, APPROVED_CONDITION).await?;
         ctx.metrics.decision("approved", "ok");
         let flavor = flavor.map_or("", FlavorName::as_str);
@@ -289,7 +349,7 @@ async fn reserve(
         Api::<Secret>::namespaced(ctx.client.clone(), TOKEN_NAMESPACE)
             .replace(&secret_name, &PostParams::default(), &updated)
             .await
-            .map(|_| ())
+            .map(|written| ctx.own_token_writes.wrote(&written, &facts.csr.name))
             .map_err(|source| Error::Reserve {
                 token: token.to_string(),
                 node: node.to_string(),

@@ -42,6 +42,15 @@ pub struct ErrorLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StageLabels {
+    /// Which loop: csr, node.
+    pub controller: String,
+    /// queue (waiting for a turn), read (the API reads of one reconcile), write (one API
+    /// write).
+    pub stage: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct KindLabels {
     pub kind: String,
 }
@@ -61,6 +70,7 @@ pub struct Metrics {
     pub writes: Counter,
     pub last_write: Gauge<f64, AtomicU64>,
     pub competing_approvals: Family<KindLabels, Gauge<i64, AtomicI64>>,
+    pub stages: Family<StageLabels, Histogram, fn() -> Histogram>,
     registry: Arc<Registry>,
 }
 
@@ -153,6 +163,12 @@ impl Metrics {
                 "1 when kube-controller-manager auto-approves this kind of kubelet client CSR before kubeflavor decides (kind: other_tokens, renewals), found at start",
                 Family::default(),
             ),
+            stages: registered(
+                &mut r,
+                "stage_duration_seconds",
+                "Where reconciles spend their time, by controller and stage: waiting for a turn (queue), the API reads of one reconcile (read), one API write (write)",
+                Family::new_with_constructor(duration_histogram as fn() -> Histogram),
+            ),
             registry: Arc::new(r),
         }
     }
@@ -199,6 +215,16 @@ impl Metrics {
                 error: stage.to_string(),
             })
             .inc();
+    }
+
+    /// Records `seconds` spent in `stage` of `controller`'s reconciles.
+    pub fn stage(&self, controller: &str, stage: &str, seconds: f64) {
+        self.stages
+            .get_or_create(&StageLabels {
+                controller: controller.to_string(),
+                stage: stage.to_string(),
+            })
+            .observe(seconds);
     }
 
     /// Records the elapsed time into `histogram` when dropped (controller-rs' measurer).

@@ -14,16 +14,17 @@ pub mod approvers;
 pub mod cache;
 pub mod csr;
 pub mod facts;
+pub mod fleet;
 pub mod http;
 pub mod leader;
 pub mod metrics;
 pub mod node;
 pub mod policy;
+pub mod queue;
 pub mod trail;
 
-use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::FutureExt;
@@ -121,6 +122,16 @@ pub enum Step {
     NodePatched,
     /// The FlavorBinding status was written.
     StatusWritten,
+}
+
+impl Step {
+    /// The loop whose write this is, as a metric label.
+    pub fn controller(self) -> &'static str {
+        match self {
+            Step::NodePatched | Step::StatusWritten => "node",
+            _ => "csr",
+        }
+    }
 }
 
 /// Called after every write with the object name and the step just done. Returning
@@ -227,24 +238,16 @@ pub struct Context {
     pub metrics: Metrics,
     pub health: Arc<Health>,
     pub hook: Option<StepHook>,
-    /// Node metadata and Flavors as watched (reflector stores), set when the loops start.
-    pub nodes: kube::runtime::reflector::Store<
-        kube::core::PartialObjectMeta<k8s_openapi::api::core::v1::Node>,
-    >,
+    /// Flavors as watched (a reflector store).
     pub flavors: kube::runtime::reflector::Store<crate::crd::Flavor>,
-    /// FlavorBindings as watched (slim: name, resourceVersion, flavor).
-    pub bindings: kube::runtime::reflector::Store<crate::crd::FlavorBinding>,
-    /// Per binding: fingerprints of the Node and binding resourceVersions and the Flavor's
-    /// uid and generation last found in the desired state (the binding as written, and as
-    /// read before its status write), so an unchanged Node is not fetched again.
-    pub verified: Mutex<HashMap<String, [u64; 2]>>,
-    /// Bindings whose Node currently carries the flavor (the `flavored_nodes` gauge).
-    pub flavored: Mutex<HashSet<String>>,
+    /// What the node loop knows of every node name (see `fleet`).
+    pub fleet: fleet::Fleet,
     /// Set once the step hook stopped this context, or its leadership term ended.
     pub halted: std::sync::atomic::AtomicBool,
-    /// Turns to work with the API server, per loop (`Options::concurrency` each).
+    /// Turns of the CSR loop to work with the API server (`Options::concurrency`).
     pub csr_turns: Turns,
-    pub node_turns: Turns,
+    /// Token Secret versions the CSR loop wrote (see `csr::OwnTokenWrites`).
+    pub own_token_writes: csr::OwnTokenWrites,
 }
 
 /// A fair limit on parallel reconciles: waiters are served in arrival order.
@@ -261,36 +264,34 @@ impl Turns {
         Turns(tokio::sync::Semaphore::new(usize::from(parallel.max(1))))
     }
 
-    /// Waits for a turn; the turn ends when the guard is dropped.
-    pub async fn take(&self) -> tokio::sync::SemaphorePermit<'_> {
-        self.0.acquire().await.expect("the turns are never closed")
+    /// Waits for a turn; the turn ends when the guard is dropped. The wait is recorded as
+    /// the `queue` stage of `controller`.
+    pub async fn take(
+        &self,
+        metrics: &Metrics,
+        controller: &str,
+    ) -> tokio::sync::SemaphorePermit<'_> {
+        let started = std::time::Instant::now();
+        let turn = self.0.acquire().await.expect("the turns are never closed");
+        metrics.stage(controller, "queue", started.elapsed().as_secs_f64());
+        turn
     }
 }
 
 impl Context {
-    /// A fresh context for one leadership term over the given caches.
-    fn new(
-        rt: &Runtime,
-        nodes: kube::runtime::reflector::Store<
-            kube::core::PartialObjectMeta<k8s_openapi::api::core::v1::Node>,
-        >,
-        flavors: kube::runtime::reflector::Store<crate::crd::Flavor>,
-        bindings: kube::runtime::reflector::Store<crate::crd::FlavorBinding>,
-    ) -> Context {
+    /// A fresh context for one leadership term over the given Flavor cache.
+    fn new(rt: &Runtime, flavors: kube::runtime::reflector::Store<crate::crd::Flavor>) -> Context {
         Context {
             client: rt.client.clone(),
             opts: rt.opts.clone(),
             metrics: rt.metrics.clone(),
             health: rt.health.clone(),
             hook: rt.hook.clone(),
-            nodes,
             flavors,
-            bindings,
-            verified: Mutex::new(HashMap::new()),
-            flavored: Mutex::new(HashSet::new()),
+            fleet: fleet::Fleet::new(),
             halted: Default::default(),
             csr_turns: Turns::new(rt.opts.concurrency),
-            node_turns: Turns::new(rt.opts.concurrency),
+            own_token_writes: Default::default(),
         }
     }
 
@@ -334,7 +335,11 @@ impl Context {
         write: impl std::future::Future<Output = Result<T, Error>>,
     ) -> Result<T, Error> {
         self.begin_write(step)?;
-        let written = write.await?;
+        let started = std::time::Instant::now();
+        let written = write.await;
+        self.metrics
+            .stage(step.controller(), "write", started.elapsed().as_secs_f64());
+        let written = written?;
         self.step(name, step)?;
         Ok(written)
     }
@@ -499,27 +504,24 @@ async fn term(rt: &Runtime, lost: Stop, stopping: Stop) {
 async fn run_loops(rt: &Runtime, until: Stop) {
     let counts_changed = Arc::new(tokio::sync::Notify::new());
     let scope = &rt.opts;
-    let (nodes, node_events) = node::node_metadata_store(rt.client.clone(), scope);
     let (flavors, flavor_events) =
         node::flavor_store(rt.client.clone(), scope, counts_changed.clone());
-    let (bindings, binding_events) =
-        node::binding_store(rt.client.clone(), scope, counts_changed.clone());
-    let ctx = Arc::new(Context::new(rt, nodes, flavors, bindings));
+    let feeds = node::Feeds {
+        nodes: node::node_events(rt.client.clone(), scope),
+        bindings: node::binding_events(rt.client.clone(), scope),
+        flavors: flavor_events,
+        counts_changed: counts_changed.clone(),
+    };
+    let ctx = Arc::new(Context::new(rt, flavors));
     let csr_loop = csr::run(ctx.clone(), until.clone());
-    let node_loop = node::run(
-        ctx.clone(),
-        binding_events,
-        node_events,
-        flavor_events,
-        until.clone(),
-    );
+    let node_loop = node::run(ctx.clone(), feeds, until.clone());
     let counts = node::keep_bound_counts(ctx.clone(), counts_changed, until.clone());
     let synced = {
         let ctx = ctx.clone();
         let until = until.clone();
         async move {
             let ready = async {
-                let _ = ctx.nodes.wait_until_ready().await;
+                ctx.fleet.wait_synced().await;
                 let _ = ctx.flavors.wait_until_ready().await;
                 ctx.health.set_synced(true);
             };
@@ -586,13 +588,14 @@ mod tests {
     #[tokio::test]
     async fn turns_are_served_in_arrival_order() {
         let turns = Arc::new(Turns::new(1));
-        let first = turns.take().await;
+        let metrics = Metrics::new();
+        let first = turns.take(&metrics, "csr").await;
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
         let mut waiters = Vec::new();
         for i in 0..8 {
-            let (turns, tx) = (turns.clone(), tx.clone());
+            let (turns, tx, metrics) = (turns.clone(), tx.clone(), metrics.clone());
             waiters.push(tokio::spawn(async move {
-                let _turn = turns.take().await;
+                let _turn = turns.take(&metrics, "csr").await;
                 tx.send(i).expect("receiver alive");
             }));
             // Let waiter i queue up before waiter i + 1 arrives.
@@ -616,8 +619,7 @@ mod tests {
         let config = kube::Config::new("https://127.0.0.1:9".parse().expect("url"));
         let client = Client::try_from(config).expect("client");
         let rt = Runtime::new(client, Options::new("ns", "me"));
-        use kube::runtime::reflector::store;
-        let ctx = Context::new(&rt, store().0, store().0, store().0);
+        let ctx = Context::new(&rt, kube::runtime::reflector::store().0);
         let (tx, rx) = watch::channel(false);
         let term = halt_at_term_end(&ctx, stop_when(rx, true));
         let sent = std::sync::atomic::AtomicUsize::new(0);

@@ -1,10 +1,13 @@
 //! The node loop: keeps every bound Node at its binding's desired labels and taints.
 //!
-//! Keyed by FlavorBinding (name = node name). Triggers: the binding itself, its Node
-//! (metadata-only watch, cached as name and resourceVersion alone to keep memory small with
-//! thousands of Nodes, see `cache`) and its Flavor. Stages: dereference (stores, then one
-//! GET of the Node for its labels and taints) -> build (core, pure) -> apply (merge patch with the
-//! Node's resourceVersion, only when it differs) -> status (only when it differs).
+//! Keyed by node name (a FlavorBinding is named after its Node). Triggers: the binding
+//! itself, its Node and its Flavor. What the loop knows of each name between reconciles
+//! is a few dozen bytes in the [`Fleet`] index (a Node's labels and taints as a
+//! fingerprint, the binding's flavor and version), so memory stays flat per node; names to
+//! look at wait in a [`WorkQueue`], first come first served, `Options::concurrency` at a
+//! time. Stages: dereference (index, then one GET of the binding and the Node) -> build
+//! (core, pure) -> apply (merge patch with the Node's resourceVersion, only when it
+//! differs) -> status (only when it differs).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,11 +15,10 @@ use std::time::Duration;
 use futures::StreamExt;
 use futures::stream::BoxStream;
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
-use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::core::v1::{Node, Taint};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Api;
 use kube::api::{Patch, PatchParams};
-use kube::core::PartialObjectMeta;
-use kube::runtime::controller::{Action, Config, Controller};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
@@ -24,33 +26,82 @@ use kubeflavor_core::node_state::{BindingCsr, node_is_the_holders};
 use kubeflavor_core::policy::APPROVED_CONDITION;
 use tokio::sync::Notify;
 
+use super::fleet::{self, Fingerprint};
 use super::metrics::Metrics;
+use super::queue::WorkQueue;
 use super::{Context, Error, Options, Step, Stop};
 use super::{cache, facts, policy};
 use crate::crd::{Flavor, FlavorBinding, FlavorBindingStatus};
 
 type Events<K> = BoxStream<'static, Result<K, watcher::Error>>;
+type WatchEvents<K> = BoxStream<'static, Result<watcher::Event<K>, watcher::Error>>;
 
-/// A metadata-only reflector of all Nodes and its stream of touched Nodes.
-pub fn node_metadata_store(
-    client: Client,
-    opts: &Options,
-) -> (
-    Store<PartialObjectMeta<Node>>,
-    Events<PartialObjectMeta<Node>>,
-) {
-    let (reader, writer) = reflector::store();
-    // Api<PartialObjectMeta<Node>> lists and watches with the metadata-only Accept header.
-    let api: Api<PartialObjectMeta<Node>> = Api::all(client);
+/// A Node as the node loop watches it: its metadata and taints. Everything else a Node
+/// carries (its status: conditions, addresses, images) is skipped while it is read.
+#[derive(Clone, Debug, serde::Deserialize)]
+pub struct NodeView {
+    pub metadata: ObjectMeta,
+    #[serde(default)]
+    pub spec: NodeViewSpec,
+}
+
+#[derive(Clone, Debug, Default, serde::Deserialize)]
+pub struct NodeViewSpec {
+    #[serde(default)]
+    pub taints: Option<Vec<Taint>>,
+}
+
+impl kube::Resource for NodeView {
+    type DynamicType = ();
+    type Scope = k8s_openapi::ClusterResourceScope;
+
+    fn kind(_: &()) -> std::borrow::Cow<'_, str> {
+        "Node".into()
+    }
+    fn group(_: &()) -> std::borrow::Cow<'_, str> {
+        "".into()
+    }
+    fn version(_: &()) -> std::borrow::Cow<'_, str> {
+        "v1".into()
+    }
+    fn plural(_: &()) -> std::borrow::Cow<'_, str> {
+        "nodes".into()
+    }
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
+}
+
+impl NodeView {
+    fn fingerprint(&self) -> Fingerprint {
+        fleet::node_fingerprint(
+            self.metadata.labels.as_ref(),
+            self.spec.taints.as_deref().unwrap_or_default(),
+        )
+    }
+}
+
+/// The fingerprint of a Node read or written whole (see [`NodeView::fingerprint`]).
+fn node_fingerprint(node: &Node) -> Fingerprint {
+    fleet::node_fingerprint(
+        node.metadata.labels.as_ref(),
+        node.spec
+            .as_ref()
+            .and_then(|s| s.taints.as_deref())
+            .unwrap_or_default(),
+    )
+}
+
+/// The watch of all Nodes (the ones this controller serves).
+pub fn node_events(client: Client, opts: &Options) -> WatchEvents<NodeView> {
     let opts = opts.clone();
-    let stream = watcher(api, watcher::Config::default())
+    watcher(Api::<NodeView>::all(client), watcher::Config::default())
         .default_backoff()
         .filter_map(move |e| std::future::ready(cache::served(e, &opts)))
-        .modify(cache::slim_node)
-        .reflect(writer)
-        .touched_objects()
-        .boxed();
-    (reader, stream)
+        .boxed()
 }
 
 /// A reflector of all Flavors and its stream of touched Flavors; `changed` is notified
@@ -72,34 +123,16 @@ pub fn flavor_store(
     (reader, stream)
 }
 
-/// A reflector of all FlavorBindings (slim, see `cache`) and its stream of applied
-/// bindings; `changed` is notified when one appears or goes.
-pub fn binding_store(
-    client: Client,
-    opts: &Options,
-    changed: Arc<Notify>,
-) -> (Store<FlavorBinding>, Events<FlavorBinding>) {
-    let (reader, writer) = reflector::store();
+/// The watch of all FlavorBindings (the ones this controller serves).
+pub fn binding_events(client: Client, opts: &Options) -> WatchEvents<FlavorBinding> {
     let opts = opts.clone();
-    let stream = watcher(
+    watcher(
         Api::<FlavorBinding>::all(client),
         watcher::Config::default(),
     )
     .default_backoff()
     .filter_map(move |e| std::future::ready(cache::served(e, &opts)))
-    .modify(cache::slim_binding)
-    .reflect(writer)
-    .inspect(move |event| {
-        if matches!(
-            event,
-            Ok(watcher::Event::Apply(_) | watcher::Event::Delete(_) | watcher::Event::InitDone)
-        ) {
-            changed.notify_one();
-        }
-    })
-    .applied_objects()
-    .boxed();
-    (reader, stream)
+    .boxed()
 }
 
 /// How long a burst of binding changes may settle before the counts are written: one
@@ -110,7 +143,7 @@ const COUNT_SETTLE: Duration = Duration::from_secs(1);
 /// until `until` resolves.
 pub async fn keep_bound_counts(ctx: Arc<Context>, changed: Arc<Notify>, until: Stop) {
     let work = async {
-        let _ = ctx.bindings.wait_until_ready().await;
+        ctx.fleet.wait_synced().await;
         let _ = ctx.flavors.wait_until_ready().await;
         loop {
             changed.notified().await;
@@ -126,12 +159,11 @@ pub async fn keep_bound_counts(ctx: Arc<Context>, changed: Arc<Notify>, until: S
     }
 }
 
-/// Writes each Flavor's `status.boundNodes` that differs from the cached bindings; a
+/// Writes each Flavor's `status.boundNodes` that differs from the bindings counted; a
 /// failed write notifies `changed` so it is tried again. Fails once this context may
 /// write no more.
 async fn write_bound_counts(ctx: &Context, changed: &Notify) -> Result<(), Error> {
     let flavors = ctx.flavors.state();
-    let bindings = ctx.bindings.state();
     let updates = policy::bound_node_updates(
         flavors.iter().map(|f| {
             (
@@ -139,7 +171,7 @@ async fn write_bound_counts(ctx: &Context, changed: &Notify) -> Result<(), Error
                 f.status.as_ref().and_then(|s| s.bound_nodes),
             )
         }),
-        bindings.iter().map(|b| b.spec.flavor.as_str()),
+        |flavor| ctx.fleet.bound_count(flavor),
     );
     let api: Api<Flavor> = Api::all(ctx.client.clone());
     for (name, count) in updates {
@@ -162,57 +194,136 @@ async fn write_bound_counts(ctx: &Context, changed: &Notify) -> Result<(), Error
     Ok(())
 }
 
-/// Runs the node loop until `until` resolves.
-pub async fn run(
-    ctx: Arc<Context>,
-    binding_events: Events<FlavorBinding>,
-    node_events: Events<PartialObjectMeta<Node>>,
-    flavor_events: Events<Flavor>,
-    until: Stop,
-) {
-    let store = ctx.bindings.clone();
-    let routes = FlavorRoutes {
-        flavors: ctx.flavors.clone(),
-        bindings: store.clone(),
-        seen: Default::default(),
-    };
-    let controller = Controller::for_stream(binding_events, store.clone())
-        // Unbounded here: the fair limit is `Context::node_turns` (see `Turns`).
-        .with_config(Config::default().concurrency(0));
-    let fut = controller
-        // The binding is named after its Node.
-        .watches_stream(node_events, |node| {
-            Some(ObjectRef::<FlavorBinding>::new(&node.name_any()))
-        })
-        .watches_stream(flavor_events, move |flavor| {
-            routes.bindings_to_redo(&flavor)
-        })
-        .graceful_shutdown_on(until.clone())
-        .run(reconcile, error_policy, ctx.clone())
-        .for_each(|res| async move {
-            if let Err(e) = res {
-                tracing::debug!(error = %e, "node loop");
-            }
-        });
-    super::with_grace(fut, until, store).await;
+/// The watches of one term, as the node loop consumes them.
+pub struct Feeds {
+    pub nodes: WatchEvents<NodeView>,
+    pub bindings: WatchEvents<FlavorBinding>,
+    pub flavors: Events<Flavor>,
+    /// Notified when a binding appears or goes (the bound-node counts).
+    pub counts_changed: Arc<Notify>,
 }
 
-/// Routes Flavor events to the bindings of the Flavor.
+/// Runs the node loop until `until` resolves: the watches feed the index and the queue,
+/// `Options::concurrency` workers take names from the queue.
+pub async fn run(ctx: Arc<Context>, feeds: Feeds, until: Stop) {
+    let queue = WorkQueue::new();
+    let feed = feed(&ctx, feeds, &queue);
+    let workers =
+        futures::future::join_all((0..ctx.opts.concurrency.max(1)).map(|_| work(&ctx, &queue)));
+    let fed = async {
+        tokio::select! {
+            _ = feed => {}
+            _ = until => {}
+        }
+        // The workers end as soon as the queue is closed and their reconcile returns; a
+        // reconcile of an ended term writes nothing more (`Context::may_write`).
+        queue.close();
+    };
+    tokio::join!(fed, workers);
+}
+
+/// Applies every watch event to the index, and queues the names that need a look.
+async fn feed(ctx: &Context, feeds: Feeds, queue: &WorkQueue) {
+    enum Fed {
+        Node(Result<watcher::Event<NodeView>, watcher::Error>),
+        Binding(Result<watcher::Event<FlavorBinding>, watcher::Error>),
+        Flavor(Result<Flavor, watcher::Error>),
+    }
+    let routes = FlavorRoutes::default();
+    let counts_changed = feeds.counts_changed;
+    let mut events = futures::stream::select_all([
+        feeds.nodes.map(Fed::Node).boxed(),
+        feeds.bindings.map(Fed::Binding).boxed(),
+        feeds.flavors.map(Fed::Flavor).boxed(),
+    ]);
+    let fleet = &ctx.fleet;
+    while let Some(event) = events.next().await {
+        match event {
+            Fed::Node(Ok(e)) => match e {
+                watcher::Event::Init => fleet.nodes_relisting(),
+                watcher::Event::InitApply(n) | watcher::Event::Apply(n) => {
+                    if fleet.node(&n.name_any(), Some(n.fingerprint())) {
+                        queue.add(&n.name_any());
+                    }
+                }
+                watcher::Event::Delete(n) => {
+                    if fleet.node(&n.name_any(), None) {
+                        queue.add(&n.name_any());
+                    }
+                }
+                watcher::Event::InitDone => {
+                    for name in fleet.nodes_relisted() {
+                        queue.add(&name);
+                    }
+                    fleet.synced(fleet::Side::Nodes);
+                }
+            },
+            Fed::Binding(Ok(e)) => {
+                match e {
+                    watcher::Event::Init => fleet.bindings_relisting(),
+                    watcher::Event::InitApply(b) | watcher::Event::Apply(b) => {
+                        let version = fleet::version_fingerprint(
+                            b.metadata.resource_version.as_deref().unwrap_or_default(),
+                        );
+                        if fleet.binding(&b.name_any(), Some((&b.spec.flavor, version))) {
+                            queue.add(&b.name_any());
+                        }
+                    }
+                    watcher::Event::Delete(b) => {
+                        fleet.binding(&b.name_any(), None);
+                        queue.add(&b.name_any());
+                    }
+                    watcher::Event::InitDone => {
+                        for name in fleet.bindings_relisted() {
+                            queue.add(&name);
+                        }
+                        fleet.synced(fleet::Side::Bindings);
+                    }
+                }
+                counts_changed.notify_one();
+            }
+            Fed::Flavor(Ok(flavor)) => {
+                for name in routes.bindings_to_redo(ctx, &flavor) {
+                    queue.add(&name);
+                }
+            }
+            Fed::Node(Err(e)) | Fed::Binding(Err(e)) | Fed::Flavor(Err(e)) => {
+                tracing::debug!(error = %e, "node loop watch");
+            }
+        }
+    }
+}
+
+/// One worker: takes names from the queue until it is closed.
+async fn work(ctx: &Context, queue: &WorkQueue) {
+    while let Some((name, waited)) = queue.next().await {
+        ctx.metrics.stage("node", "queue", waited.as_secs_f64());
+        // Boxed: a worker holds one reconcile at a time; its size does not grow the queue.
+        let result = Box::pin(reconcile(&name, ctx)).await;
+        if let Err(err) = result
+            && let Some(delay) = error_policy(&err, ctx)
+        {
+            queue.add_after(&name, delay);
+        }
+        queue.done(&name);
+    }
+}
+
+/// Routes Flavor events to the names bound to the Flavor.
+#[derive(Default)]
 struct FlavorRoutes {
-    flavors: Store<Flavor>,
-    bindings: Store<FlavorBinding>,
     /// Per Flavor name, the version (see `flavor_version`) last routed.
     seen: std::sync::Mutex<std::collections::HashMap<String, String>>,
 }
 
 impl FlavorRoutes {
-    /// The bindings to reconcile after an event of `flavor`. Only a new spec (generation),
+    /// The names to reconcile after an event of `flavor`. Only a new spec (generation),
     /// a new Flavor under the name (uid) or a deleted one changes what its Nodes must
     /// carry; the bound-node count this controller writes into the status must not re-run
     /// every binding of the Flavor.
-    fn bindings_to_redo(&self, flavor: &Flavor) -> Vec<ObjectRef<FlavorBinding>> {
+    fn bindings_to_redo(&self, ctx: &Context, flavor: &Flavor) -> Vec<String> {
         let name = flavor.name_any();
-        let now = self
+        let now = ctx
             .flavors
             .get(&ObjectRef::from_obj(flavor))
             .map(|f| flavor_version(Some(&f)));
@@ -225,44 +336,30 @@ impl FlavorRoutes {
         if unchanged {
             return Vec::new();
         }
-        self.bindings
-            .state()
-            .into_iter()
-            .filter(|b| b.spec.flavor == name)
-            .map(|b| ObjectRef::from_obj(&*b))
-            .collect()
+        ctx.fleet.bound_to(&name)
     }
 }
 
-pub fn error_policy(_b: Arc<FlavorBinding>, err: &Error, ctx: Arc<Context>) -> Action {
+/// When to look at a name again after a failed reconcile; `None` for never (until it
+/// changes).
+fn error_policy(err: &Error, ctx: &Context) -> Option<Duration> {
     if err.is_conflict() {
         // The Node changed between our read and our patch (kubelet heartbeat, an admin,
         // kube-controller-manager's edits of a new Node): read it again and recompute.
         ctx.metrics.conflict("node", err.metric_label());
-        return Action::requeue(Duration::from_millis(50));
+        return Some(Duration::from_millis(50));
     }
     ctx.metrics.error("node", err.metric_label());
     if matches!(err, Error::Halted(_)) {
-        return Action::await_change();
+        return None;
     }
     tracing::warn!(error = %err, "node reconcile failed, retrying");
-    Action::requeue(Duration::from_secs(1))
+    Some(Duration::from_secs(1))
 }
 
 fn forget(ctx: &Context, name: &str) {
-    ctx.verified.lock().expect("verified lock").remove(name);
-    let mut flavored = ctx.flavored.lock().expect("flavored lock");
-    flavored.remove(name);
-    ctx.metrics.flavored_nodes.set(flavored.len() as i64);
-}
-
-/// The Node and binding resourceVersions and the Flavor's version a reconcile found in
-/// the desired state, folded into one number: unchanged means nothing to read or write.
-fn fingerprint(node_rv: &str, binding_rv: &str, flavor: &str) -> u64 {
-    use std::hash::{Hash, Hasher};
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    (node_rv, binding_rv, flavor).hash(&mut h);
-    h.finish()
+    ctx.fleet.forget(name);
+    ctx.metrics.flavored_nodes.set(ctx.fleet.flavored());
 }
 
 /// Whether the binding has flavored its Node before (its status says so).
@@ -310,37 +407,30 @@ fn flavor_version(flavor: Option<&Flavor>) -> String {
     }
 }
 
-pub async fn reconcile(cached: Arc<FlavorBinding>, ctx: Arc<Context>) -> Result<Action, Error> {
-    let name = cached.name_any();
-    // Dereference: the Node (metadata store) and the Flavor (store).
-    let Some(meta) = ctx.nodes.get(&ObjectRef::new(&name)) else {
-        // Not registered yet, or deleted: its re-creation triggers us again (P2, trusted labels).
-        forget(&ctx, &name);
-        return Ok(Action::await_change());
+/// Looks at one name: skipped when the index says a reconcile found this same Node,
+/// binding and Flavor needing nothing; otherwise the binding and the Node are read and
+/// brought to what the Flavor says.
+pub async fn reconcile(name: &str, ctx: &Context) -> Result<(), Error> {
+    let known = ctx.fleet.get(name);
+    let Some((flavor_name, binding_version)) = known.binding else {
+        // No binding (any more): not kubeflavor's Node.
+        return Ok(());
     };
-    let flavor = ctx.flavors.get(&ObjectRef::new(&cached.spec.flavor));
-    let seen = fingerprint(
-        &meta.resource_version().unwrap_or_default(),
-        &cached.resource_version().unwrap_or_default(),
-        &flavor_version(flavor.as_deref()),
-    );
-    if ctx
-        .verified
-        .lock()
-        .expect("verified lock")
-        .get(&name)
-        .is_some_and(|done| done.contains(&seen))
-    {
-        return Ok(Action::await_change());
+    let Some(node) = known.node else {
+        // Not registered yet, or deleted: its re-creation triggers us again (P2, trusted labels).
+        forget(ctx, name);
+        return Ok(());
+    };
+    let flavor = ctx.flavors.get(&ObjectRef::new(&flavor_name));
+    let seen = fleet::combined(node, binding_version, &flavor_version(flavor.as_deref()));
+    if known.done.contains(&seen) {
+        return Ok(());
     }
-    let _turn = ctx.node_turns.take().await;
     if ctx.may_write(Step::NodePatched).is_err() {
-        // The term ended while this reconcile waited: the next leader flavors it.
-        return Ok(Action::await_change());
+        // The term ended while this name waited: the next leader flavors it.
+        return Ok(());
     }
-    // Boxed: while it waits for its turn, a reconcile holds a few words, not room for
-    // every API call below.
-    Box::pin(flavor_node(name, &cached.spec.flavor, flavor, &ctx)).await
+    flavor_node(name.to_string(), &flavor_name, flavor, ctx).await
 }
 
 /// Reads the binding and the Node, and brings the Node and the binding's status to what
@@ -350,15 +440,19 @@ async fn flavor_node(
     cached_flavor: &str,
     flavor: Option<Arc<Flavor>>,
     ctx: &Context,
-) -> Result<Action, Error> {
+) -> Result<(), Error> {
     let _timer = Metrics::measure(&ctx.metrics.flavoring_duration);
-    let Some((binding, node)) = read_binding_and_node(ctx, &name).await? else {
+    let reading = std::time::Instant::now();
+    let read = read_binding_and_node(ctx, &name).await;
+    ctx.metrics
+        .stage("node", "read", reading.elapsed().as_secs_f64());
+    let Some((binding, node)) = read? else {
         // Deleted meanwhile: the watch event that follows ends the story.
         forget(ctx, &name);
-        return Ok(Action::await_change());
+        return Ok(());
     };
     if !is_the_holders(ctx, &binding).await? {
-        return Ok(Action::await_change());
+        return Ok(());
     }
     let flavor = if binding.spec.flavor == cached_flavor {
         flavor
@@ -366,22 +460,25 @@ async fn flavor_node(
         ctx.flavors.get(&ObjectRef::new(&binding.spec.flavor))
     };
     let plan = policy::plan_node(&binding, flavor.as_deref(), &node);
-    let node_rv = patch_node(ctx, &binding, &node, plan.patch.as_ref()).await?;
+    let node_after = patch_node(ctx, &binding, &node, plan.patch.as_ref()).await?;
     let binding_rv = write_status(ctx, &binding, &plan.status).await?;
     let read_rv = binding.resource_version().unwrap_or_default();
+    let flavor = flavor_version(flavor.as_deref());
+    let done = |binding_rv: &str| {
+        fleet::combined(node_after, fleet::version_fingerprint(binding_rv), &flavor)
+    };
     remember(
         ctx,
-        name,
+        &name,
         plan.flavored,
-        &flavor_version(flavor.as_deref()),
         [
-            (node_rv.as_str(), binding_rv.as_str()),
-            // The binding cache may still hold the version read above while the status write
-            // travels back on the watch: that version, with this status written, is also done.
-            (node_rv.as_str(), read_rv.as_str()),
+            done(&binding_rv),
+            // The binding watch may still bring the version read above while the status
+            // write travels back: that version, with this status written, is also done.
+            done(&read_rv),
         ],
     );
-    Ok(Action::await_change())
+    Ok(())
 }
 
 /// The binding and the Node of `name`, read together; `None` when either is gone. The
@@ -418,7 +515,11 @@ async fn is_the_holders(ctx: &Context, binding: &FlavorBinding) -> Result<bool, 
     if binding.is_revoked() || was_flavored(binding) {
         return Ok(true);
     }
-    let csr = binding_csr(ctx, binding).await?;
+    let reading = std::time::Instant::now();
+    let csr = binding_csr(ctx, binding).await;
+    ctx.metrics
+        .stage("node", "read", reading.elapsed().as_secs_f64());
+    let csr = csr?;
     if node_is_the_holders(false, csr) {
         return Ok(true);
     }
@@ -429,15 +530,15 @@ async fn is_the_holders(ctx: &Context, binding: &FlavorBinding) -> Result<bool, 
 }
 
 /// Applies the planned patch, if any (it carries the Node's resourceVersion), and returns
-/// the Node's resourceVersion after it.
+/// the Node's fingerprint after it.
 async fn patch_node(
     ctx: &Context,
     binding: &FlavorBinding,
     node: &Node,
     patch: Option<&serde_json::Value>,
-) -> Result<String, Error> {
+) -> Result<Fingerprint, Error> {
     let Some(patch) = patch else {
-        return Ok(node.resource_version().unwrap_or_default());
+        return Ok(node_fingerprint(node));
     };
     let name = node.name_any();
     let patched = async {
@@ -450,7 +551,7 @@ async fn patch_node(
             })?;
         ctx.metrics.node_patches.inc();
         tracing::info!(node = %name, flavor = %binding.spec.flavor, "node flavored");
-        Ok(patched.resource_version().unwrap_or_default())
+        Ok(node_fingerprint(&patched))
     };
     ctx.write(&name, Step::NodePatched, patched).await
 }
@@ -485,21 +586,8 @@ async fn write_status(
 }
 
 /// Records what the reconcile left: whether the Node carries its flavor (the
-/// `flavored_nodes` gauge), and the (Node, binding) resourceVersions with the Flavor's
-/// version that need nothing more.
-fn remember(ctx: &Context, name: String, flavored: bool, flavor: &str, done: [(&str, &str); 2]) {
-    {
-        let mut nodes = ctx.flavored.lock().expect("flavored lock");
-        if flavored {
-            nodes.insert(name.clone());
-        } else {
-            nodes.remove(&name);
-        }
-        ctx.metrics.flavored_nodes.set(nodes.len() as i64);
-    }
-    let done = done.map(|(node_rv, binding_rv)| fingerprint(node_rv, binding_rv, flavor));
-    ctx.verified
-        .lock()
-        .expect("verified lock")
-        .insert(name, done);
+/// `flavored_nodes` gauge), and the states that need nothing more.
+fn remember(ctx: &Context, name: &str, flavored: bool, done: [Fingerprint; 2]) {
+    ctx.fleet.remember(name, flavored, done);
+    ctx.metrics.flavored_nodes.set(ctx.fleet.flavored());
 }

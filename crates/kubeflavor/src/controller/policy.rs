@@ -326,20 +326,16 @@ fn binding_status(
 }
 
 /// For each Flavor whose `status.boundNodes` differs from the number of bindings naming
-/// it, the count to write. `flavors` are (name, current count); `bound` the flavor of each
-/// binding.
+/// it, the count to write. `flavors` are (name, current count); `bound` the number of
+/// bindings naming a flavor.
 pub fn bound_node_updates<'a>(
     flavors: impl IntoIterator<Item = (&'a str, Option<i64>)>,
-    bound: impl IntoIterator<Item = &'a str>,
+    bound: impl Fn(&str) -> i64,
 ) -> Vec<(String, i64)> {
-    let mut counts: BTreeMap<&str, i64> = BTreeMap::new();
-    for flavor in bound {
-        *counts.entry(flavor).or_default() += 1;
-    }
     flavors
         .into_iter()
         .filter_map(|(name, current)| {
-            let want = counts.get(name).copied().unwrap_or(0);
+            let want = bound(name);
             (current != Some(want)).then(|| (name.to_string(), want))
         })
         .collect()
@@ -526,16 +522,18 @@ mod tests {
             ("bitter", Some(1)),
             ("umami", Some(0)),
         ];
-        let bound = ["sweet", "sour", "sweet", "sour", "sour", "gone"];
+        let bindings = ["sweet", "sour", "sweet", "sour", "sour", "gone"];
+        let bound = |f: &str| bindings.iter().filter(|b| **b == f).count() as i64;
         let mut updates = bound_node_updates(flavors, bound);
         updates.sort();
         assert_eq!(
             updates,
             vec![("bitter".to_string(), 0), ("sour".to_string(), 3)]
         );
-        assert!(bound_node_updates([("sweet", Some(0))], []).is_empty());
+        let none = |_: &str| 0;
+        assert!(bound_node_updates([("sweet", Some(0))], none).is_empty());
         assert_eq!(
-            bound_node_updates([("sweet", None)], []),
+            bound_node_updates([("sweet", None)], none),
             vec![("sweet".to_string(), 0)]
         );
     }

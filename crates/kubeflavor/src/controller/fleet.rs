@@ -1,0 +1,453 @@
+//! What the node loop knows of every name, in a few dozen bytes per name.
+//!
+//! The node loop needs, per node name: whether its Node exists and what of it could need
+//! flavoring (a fingerprint of its labels and taints), whether a FlavorBinding names it and
+//! with which flavor and version, and what a reconcile last found needing nothing. Kept as
+//! reflector stores of Kubernetes objects this was ~2.5 KiB per node (an `ObjectMeta` is
+//! several hundred bytes even when empty); kept here it is one small hash map entry, so
+//! memory stays flat per node as the fleet grows. Every decision still reads the binding
+//! and the Node from the API server (see `node`): this index only routes events and skips
+//! work already done.
+//!
+//! Relists: a watch that restarts from a list marks every name it lists; at the list's end
+//! the names it did not list lost their Node or binding while the watch was down.
+
+use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
+use std::sync::Mutex;
+
+use k8s_openapi::api::core::v1::Taint;
+
+/// A fingerprint, never 0 (0 stands for "none").
+pub type Fingerprint = u64;
+
+fn finish(h: std::collections::hash_map::DefaultHasher) -> Fingerprint {
+    h.finish().max(1)
+}
+
+/// What of a Node the node loop acts on: its labels and its taints. A kubelet's status
+/// updates leave it unchanged, so they cost no API request.
+pub fn node_fingerprint(
+    labels: Option<&std::collections::BTreeMap<String, String>>,
+    taints: &[Taint],
+) -> Fingerprint {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    labels.map(|l| l.iter().collect::<Vec<_>>()).hash(&mut h);
+    for t in taints {
+        (
+            &t.key,
+            &t.value,
+            &t.effect,
+            t.time_added.as_ref().map(|x| x.0.as_second()),
+        )
+            .hash(&mut h);
+    }
+    finish(h)
+}
+
+/// A resourceVersion (or any other opaque version string) as a fingerprint.
+pub fn version_fingerprint(version: &str) -> Fingerprint {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    version.hash(&mut h);
+    finish(h)
+}
+
+/// The state a reconcile found needing nothing: the Node, the binding and the Flavor as
+/// they were then.
+pub fn combined(node: Fingerprint, binding: Fingerprint, flavor: &str) -> Fingerprint {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    (node, binding, flavor).hash(&mut h);
+    finish(h)
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Bound {
+    /// Index into `State::flavors`.
+    flavor: u32,
+    version: Fingerprint,
+}
+
+#[derive(Debug, Default)]
+struct Entry {
+    /// The Node's fingerprint; 0 when there is no Node of the name.
+    node: Fingerprint,
+    binding: Option<Bound>,
+    /// What reconciles last found needing nothing (0: nothing).
+    done: [Fingerprint; 2],
+    /// Whether the Node carries its flavor (the `flavored_nodes` gauge).
+    flavored: bool,
+    /// The relist each side was last seen in.
+    node_mark: u32,
+    binding_mark: u32,
+}
+
+impl Entry {
+    fn is_empty(&self) -> bool {
+        self.node == 0 && self.binding.is_none()
+    }
+}
+
+#[derive(Default)]
+struct State {
+    names: HashMap<Box<str>, Entry>,
+    /// Flavor names, interned: each binding keeps an index.
+    flavors: Vec<Box<str>>,
+    flavor_ids: HashMap<Box<str>, u32>,
+    /// Bindings per flavor index.
+    bound: Vec<i64>,
+    flavored: i64,
+    node_mark: u32,
+    binding_mark: u32,
+}
+
+impl State {
+    fn flavor_id(&mut self, flavor: &str) -> u32 {
+        if let Some(id) = self.flavor_ids.get(flavor) {
+            return *id;
+        }
+        let id = u32::try_from(self.flavors.len()).expect("fewer than 2^32 flavor names");
+        self.flavors.push(flavor.into());
+        self.flavor_ids.insert(flavor.into(), id);
+        self.bound.push(0);
+        id
+    }
+
+    fn entry(&mut self, name: &str) -> &mut Entry {
+        if !self.names.contains_key(name) {
+            self.names.insert(name.into(), Entry::default());
+        }
+        self.names.get_mut(name).expect("just inserted")
+    }
+
+    /// Drops the entry of `name` once it has neither Node nor binding.
+    fn tidy(&mut self, name: &str) {
+        if self.names.get(name).is_some_and(Entry::is_empty)
+            && let Some(e) = self.names.remove(name)
+            && e.flavored
+        {
+            self.flavored -= 1;
+        }
+    }
+
+    fn set_binding(&mut self, name: &str, now: Option<Bound>) -> bool {
+        let before = {
+            let e = self.entry(name);
+            std::mem::replace(&mut e.binding, now)
+        };
+        if let Some(b) = before {
+            self.bound[b.flavor as usize] -= 1;
+        }
+        if let Some(b) = now {
+            self.bound[b.flavor as usize] += 1;
+        }
+        self.tidy(name);
+        before != now
+    }
+
+    fn set_node(&mut self, name: &str, fingerprint: Fingerprint) -> bool {
+        let e = self.entry(name);
+        let changed = e.node != fingerprint;
+        e.node = fingerprint;
+        let bound = e.binding.is_some();
+        self.tidy(name);
+        changed && bound
+    }
+}
+
+/// What a reconcile needs to know of a name.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Known {
+    /// The Node's fingerprint, when it exists.
+    pub node: Option<Fingerprint>,
+    /// The binding's flavor and version, when one names the node.
+    pub binding: Option<(String, Fingerprint)>,
+    pub done: [Fingerprint; 2],
+}
+
+/// The watches that feed the index.
+#[derive(Clone, Copy, Debug)]
+pub enum Side {
+    Nodes,
+    Bindings,
+}
+
+/// The index. Methods that take watch events return whether the name needs a reconcile.
+pub struct Fleet {
+    state: Mutex<State>,
+    /// Which watches have listed once (bit 0: Nodes, bit 1: bindings).
+    synced: tokio::sync::watch::Sender<u8>,
+}
+
+impl Default for Fleet {
+    fn default() -> Self {
+        Fleet {
+            state: Mutex::default(),
+            synced: tokio::sync::watch::Sender::new(0),
+        }
+    }
+}
+
+impl Fleet {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The watch of `side` has listed everything once.
+    pub fn synced(&self, side: Side) {
+        let bit = match side {
+            Side::Nodes => 1,
+            Side::Bindings => 2,
+        };
+        self.synced.send_modify(|s| *s |= bit);
+    }
+
+    /// Waits until both watches have listed everything once.
+    pub async fn wait_synced(&self) {
+        let mut rx = self.synced.subscribe();
+        let _ = rx.wait_for(|s| *s == 3).await;
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().expect("fleet lock")
+    }
+
+    /// A Node's state from a watch event; `None` when it was deleted. True when the node
+    /// loop must look at the name: a bound Node appeared, went or changed.
+    pub fn node(&self, name: &str, fingerprint: Option<Fingerprint>) -> bool {
+        let mut st = self.lock();
+        let mark = st.node_mark;
+        let changed = st.set_node(name, fingerprint.unwrap_or(0));
+        if fingerprint.is_some()
+            && let Some(e) = st.names.get_mut(name)
+        {
+            e.node_mark = mark;
+        }
+        changed
+    }
+
+    /// A binding's flavor and resourceVersion from a watch event; `None` when it was
+    /// deleted. True when the binding is new, gone or changed.
+    pub fn binding(&self, name: &str, now: Option<(&str, Fingerprint)>) -> bool {
+        let mut st = self.lock();
+        let bound = now.map(|(flavor, version)| Bound {
+            flavor: st.flavor_id(flavor),
+            version,
+        });
+        let mark = st.binding_mark;
+        let changed = st.set_binding(name, bound);
+        if bound.is_some()
+            && let Some(e) = st.names.get_mut(name)
+        {
+            e.binding_mark = mark;
+        }
+        changed
+    }
+
+    /// A relist of Nodes starts: from now on, names it lists are marked.
+    pub fn nodes_relisting(&self) {
+        let mut st = self.lock();
+        st.node_mark = st.node_mark.wrapping_add(1);
+    }
+
+    /// A relist of Nodes ended: the names it did not list have no Node. Returns the bound
+    /// ones among them (their Node went while the watch was down).
+    pub fn nodes_relisted(&self) -> Vec<String> {
+        let mut st = self.lock();
+        let mark = st.node_mark;
+        let gone: Vec<String> = st
+            .names
+            .iter()
+            .filter(|(_, e)| e.node != 0 && e.node_mark != mark)
+            .map(|(n, _)| n.to_string())
+            .collect();
+        let mut bound = Vec::new();
+        for n in gone {
+            if st.set_node(&n, 0) {
+                bound.push(n);
+            }
+        }
+        bound
+    }
+
+    /// A relist of bindings starts.
+    pub fn bindings_relisting(&self) {
+        let mut st = self.lock();
+        st.binding_mark = st.binding_mark.wrapping_add(1);
+    }
+
+    /// A relist of bindings ended: the names it did not list have no binding any more.
+    /// Returns them.
+    pub fn bindings_relisted(&self) -> Vec<String> {
+        let mut st = self.lock();
+        let mark = st.binding_mark;
+        let gone: Vec<String> = st
+            .names
+            .iter()
+            .filter(|(_, e)| e.binding.is_some() && e.binding_mark != mark)
+            .map(|(n, _)| n.to_string())
+            .collect();
+        for n in &gone {
+            st.set_binding(n, None);
+        }
+        gone
+    }
+
+    pub fn get(&self, name: &str) -> Known {
+        let st = self.lock();
+        let Some(e) = st.names.get(name) else {
+            return Known {
+                node: None,
+                binding: None,
+                done: [0; 2],
+            };
+        };
+        Known {
+            node: (e.node != 0).then_some(e.node),
+            binding: e
+                .binding
+                .map(|b| (st.flavors[b.flavor as usize].to_string(), b.version)),
+            done: e.done,
+        }
+    }
+
+    /// Records what a reconcile left: whether the Node carries its flavor, and the states
+    /// that need nothing more.
+    pub fn remember(&self, name: &str, flavored: bool, done: [Fingerprint; 2]) {
+        let mut st = self.lock();
+        let Some(e) = st.names.get_mut(name) else {
+            return;
+        };
+        e.done = done;
+        let was = std::mem::replace(&mut e.flavored, flavored);
+        st.flavored += i64::from(flavored) - i64::from(was);
+    }
+
+    /// Forgets what reconciles found for `name` (its Node or binding is gone).
+    pub fn forget(&self, name: &str) {
+        self.remember(name, false, [0; 2]);
+    }
+
+    /// Bound Nodes that carry their flavor.
+    pub fn flavored(&self) -> i64 {
+        self.lock().flavored
+    }
+
+    /// The names bound to `flavor`.
+    pub fn bound_to(&self, flavor: &str) -> Vec<String> {
+        let st = self.lock();
+        let Some(id) = st.flavor_ids.get(flavor).copied() else {
+            return Vec::new();
+        };
+        st.names
+            .iter()
+            .filter(|(_, e)| e.binding.is_some_and(|b| b.flavor == id))
+            .map(|(n, _)| n.to_string())
+            .collect()
+    }
+
+    /// The number of bindings naming `flavor`.
+    pub fn bound_count(&self, flavor: &str) -> i64 {
+        let st = self.lock();
+        st.flavor_ids
+            .get(flavor)
+            .map_or(0, |id| st.bound[*id as usize])
+    }
+
+    /// Names known (with a Node, a binding or both).
+    pub fn len(&self) -> usize {
+        self.lock().names.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_binding_and_its_node_make_one_entry_counted_per_flavor() {
+        let f = Fleet::new();
+        assert!(f.binding("n1", Some(("sweet", 7))), "a new binding");
+        assert!(!f.binding("n1", Some(("sweet", 7))), "the same again");
+        assert!(f.node("n1", Some(11)), "the bound Node appears");
+        assert!(!f.node("n1", Some(11)), "a status update: same fingerprint");
+        assert!(f.node("n1", Some(12)), "its labels changed");
+        assert!(!f.node("other", Some(5)), "an unbound Node is none of ours");
+        assert_eq!(f.bound_count("sweet"), 1);
+        assert_eq!(f.bound_to("sweet"), vec!["n1".to_string()]);
+        assert!(
+            f.binding("n1", Some(("sour", 8))),
+            "re-bound to another flavor"
+        );
+        assert_eq!(f.bound_count("sweet"), 0);
+        assert_eq!(f.bound_count("sour"), 1);
+        let k = f.get("n1");
+        assert_eq!(k.node, Some(12));
+        assert_eq!(k.binding, Some(("sour".to_string(), 8)));
+    }
+
+    #[test]
+    fn names_without_node_or_binding_are_dropped() {
+        let f = Fleet::new();
+        f.binding("n1", Some(("sweet", 1)));
+        f.node("n1", Some(2));
+        f.remember("n1", true, [3, 4]);
+        assert_eq!(f.flavored(), 1);
+        assert!(f.node("n1", None), "the bound Node went");
+        assert!(f.binding("n1", None), "the binding went");
+        assert_eq!(f.len(), 0);
+        assert_eq!(f.flavored(), 0, "a dropped name is not flavored");
+        assert_eq!(f.get("n1").done, [0; 2]);
+    }
+
+    #[test]
+    fn a_relist_finds_what_went_while_the_watch_was_down() {
+        let f = Fleet::new();
+        for n in ["a", "b", "c"] {
+            f.binding(n, Some(("sweet", 1)));
+            f.node(n, Some(1));
+        }
+        f.bindings_relisting();
+        f.binding("a", Some(("sweet", 1)));
+        f.binding("c", Some(("sweet", 1)));
+        assert_eq!(f.bindings_relisted(), vec!["b".to_string()]);
+        assert_eq!(f.bound_count("sweet"), 2);
+        f.nodes_relisting();
+        f.node("a", Some(1));
+        assert_eq!(
+            f.nodes_relisted(),
+            vec!["c".to_string()],
+            "b is unbound now"
+        );
+        assert_eq!(f.get("c").node, None);
+        assert_eq!(f.get("a").node, Some(1));
+        assert_eq!(f.len(), 2, "b has neither any more");
+    }
+
+    #[test]
+    fn fingerprints_see_labels_and_taints_only() {
+        let labels: std::collections::BTreeMap<String, String> =
+            [("a".to_string(), "1".to_string())].into();
+        let taint = Taint {
+            key: "k".into(),
+            effect: "NoSchedule".into(),
+            ..Taint::default()
+        };
+        let base = node_fingerprint(Some(&labels), std::slice::from_ref(&taint));
+        assert_eq!(
+            base,
+            node_fingerprint(Some(&labels.clone()), std::slice::from_ref(&taint))
+        );
+        assert_ne!(base, node_fingerprint(Some(&labels), &[]));
+        assert_ne!(base, node_fingerprint(None, std::slice::from_ref(&taint)));
+        let mut other = taint.clone();
+        other.effect = "NoExecute".into();
+        assert_ne!(base, node_fingerprint(Some(&labels), &[other]));
+        assert_ne!(version_fingerprint("1"), version_fingerprint("2"));
+        assert_ne!(combined(1, 2, "x"), combined(1, 2, "y"));
+        assert_ne!(0, version_fingerprint(""));
+    }
+}

@@ -3,17 +3,19 @@
 //!
 //!     cargo run --release -p kubeflavor --example join_storm -- --nodes 1000
 //!
-//! By default it starts testkube in-process and runs the controller as a child process
-//! (this same program, re-executed), so the controller's peak RSS is its own and its API
-//! requests are counted apart (it authenticates with its own bearer token). Prints
-//! approvals/s, p50/p99 CSR->Approved, p50/p99 Node registered->flavored, controller API
-//! writes per join by verb and resource, the controller's CPU time per join and its peak
-//! RSS (VmHWM).
+//! By default it starts testkube in-process; the controller always runs as a child process
+//! (this same program, re-executed), so its CPU time and peak RSS are its own, and on
+//! testkube its API requests are counted apart (it authenticates with its own bearer
+//! token). Prints approvals/s, p50/p99 CSR->Approved, p50/p99 Node registered->flavored,
+//! controller API writes and reads per join by verb and resource, the controller's CPU
+//! time per join, its peak RSS (VmHWM), its CPU in the steady state after the storm, and
+//! what it waited on (per loop: the turn queue, API reads, API writes; conflicts and
+//! errors, from its own metrics). The last line of the output is the run's figures as one
+//! JSON object (`--record FILE` also appends it to FILE).
 //!
-//! With `--kubeconfig FILE` it runs against that cluster instead (the controller in-process
-//! with that kubeconfig; request counters are testkube-only and are skipped). It creates
-//! `install --apply` objects, a Flavor, N tokens, CSRs and Nodes named `storm-*`: use a
-//! throwaway cluster.
+//! With `--kubeconfig FILE` it runs against that cluster instead (request counters are
+//! testkube-only and are skipped). It creates `install --apply` objects, a Flavor, N
+//! tokens, CSRs and Nodes named `storm-*`: use a throwaway cluster.
 
 use std::collections::BTreeMap;
 use std::io::Read;
@@ -55,6 +57,16 @@ struct Args {
     /// storm-*: use a throwaway cluster.
     #[arg(long, value_name = "FILE")]
     kubeconfig: Option<String>,
+    /// After the storm, measure the controller's CPU for this many seconds with no joins
+    /// (steady state); 0 to skip.
+    #[arg(long, value_name = "SECONDS", default_value_t = 30)]
+    idle_seconds: u64,
+    /// Print the N slowest CSR -> Approved latencies, with when each CSR was created.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    show_slowest: usize,
+    /// Also append the run's JSON line to this file, so runs can be compared over time.
+    #[arg(long, value_name = "FILE")]
+    record: Option<std::path::PathBuf>,
     /// Internal: run as the controller child process with this kubeconfig.
     #[arg(long, value_name = "FILE", hide = true)]
     controller_child: Option<String>,
@@ -65,7 +77,7 @@ mod args;
 #[path = "support/storm.rs"]
 mod storm;
 
-use storm::{Times, client_from, cpu_time, kubeconfig_with_user, ms, percentile, vm_hwm_kib};
+use storm::{Times, client_from, cpu_time, kubeconfig_with_user, percentile, vm_hwm_kib};
 
 fn controller_options(identity: &str, concurrency: Option<u16>) -> Options {
     let mut o = Options::new("kube-system", identity);
@@ -96,6 +108,7 @@ async fn run_child(kubeconfig_path: &str, concurrency: Option<u16>) {
     };
     let rt = Runtime::new(client, controller_options("storm", concurrency));
     let health = rt.health.clone();
+    let metrics = rt.metrics.clone();
     // Tell the parent when the caches are synced: the storm starts then, so its figures
     // measure decisions, not the controller's start-up.
     let ready = async move {
@@ -105,6 +118,8 @@ async fn run_child(kubeconfig_path: &str, concurrency: Option<u16>) {
     let run = controller::run(rt, stop);
     let (_, ran) = tokio::join!(ready, run);
     ran.expect("controller runs");
+    // What the controller waited on, for the parent's figures.
+    print!("{}", metrics.render());
 }
 
 #[tokio::main(flavor = "multi_thread")]
@@ -168,11 +183,9 @@ async fn main() {
         setup.elapsed().as_secs_f64()
     );
 
-    // The controller: a child process on testkube (own token, own counters, own RSS).
-    let mut child = None;
-    let mut cpu_at_start = None;
-    let mut in_process = None;
-    match &cluster {
+    // The controller: a child process (its own CPU time and peak RSS). On testkube it
+    // authenticates with its own token, so its requests are counted apart.
+    let controller_kubeconfig = match &cluster {
         Some(c) => {
             c.register_static_token(
                 CONTROLLER_TOKEN,
@@ -185,43 +198,37 @@ async fn main() {
                 kubeconfig_with_user(&admin_yaml, &format!("    token: {CONTROLLER_TOKEN}\n")),
             )
             .unwrap();
-            let exe = std::env::current_exe().expect("own path");
-            let mut command = std::process::Command::new(exe);
-            command.arg("--controller-child").arg(&path);
-            if let Some(c) = a.concurrency {
-                command.arg("--concurrency").arg(c.to_string());
-            }
-            let mut started = command
-                .stdin(std::process::Stdio::piped())
-                .stdout(std::process::Stdio::piped())
-                .spawn()
-                .expect("controller child starts");
-            let stdout = started.stdout.take().expect("child stdout");
-            let line = tokio::task::spawn_blocking(move || {
-                let mut line = String::new();
-                std::io::BufRead::read_line(&mut std::io::BufReader::new(stdout), &mut line)
-                    .map(|_| line)
-            })
-            .await
-            .expect("reader")
-            .expect("read the child's ready line");
-            assert_eq!(line.trim(), "ready", "the controller child did not start");
-            cpu_at_start = cpu_time(started.id());
-            child = Some(started);
-            c.counters().reset();
+            path
         }
-        None => {
-            let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-            let rt = Runtime::new(admin.clone(), controller_options("storm", a.concurrency));
-            let health = rt.health.clone();
-            in_process = Some((
-                tx,
-                tokio::spawn(controller::run(rt, async move {
-                    let _ = rx.await;
-                })),
-            ));
-            health.wait_synced().await;
-        }
+        None => admin_path.clone(),
+    };
+    let exe = std::env::current_exe().expect("own path");
+    let mut command = std::process::Command::new(exe);
+    command
+        .arg("--controller-child")
+        .arg(&controller_kubeconfig);
+    if let Some(c) = a.concurrency {
+        command.arg("--concurrency").arg(c.to_string());
+    }
+    let mut started = command
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("controller child starts");
+    let stdout = started.stdout.take().expect("child stdout");
+    let (line, reader) = tokio::task::spawn_blocking(move || {
+        let mut reader = std::io::BufReader::new(stdout);
+        let mut line = String::new();
+        std::io::BufRead::read_line(&mut reader, &mut line).map(|_| (line, reader))
+    })
+    .await
+    .expect("reader")
+    .expect("read the child's ready line");
+    assert_eq!(line.trim(), "ready", "the controller child did not start");
+    let cpu_at_start = cpu_time(started.id());
+    let mut child = Some((started, reader));
+    if let Some(c) = &cluster {
+        c.counters().reset();
     }
 
     let approved: Times = Arc::default();
@@ -267,26 +274,67 @@ async fn main() {
     let total = start.elapsed();
 
     // Figures.
+    let storm_cpu = child
+        .as_ref()
+        .and_then(|(ch, _)| cpu_time(ch.id()))
+        .zip(cpu_at_start)
+        .map(|(after, before)| after.saturating_sub(before));
+    if a.show_slowest > 0 {
+        // When in the storm the slowest approvals started: a tail at the start is the
+        // first burst; one spread out is load.
+        let created = created.lock().unwrap();
+        let approved = approved.lock().unwrap();
+        let mut slow: Vec<(Duration, Duration, &String)> = approved
+            .iter()
+            .filter_map(|(k, t)| {
+                let c = created.get(k)?;
+                Some((
+                    t.saturating_duration_since(*c),
+                    c.saturating_duration_since(start),
+                    k,
+                ))
+            })
+            .collect();
+        slow.sort();
+        eprintln!("slowest CSR -> Approved:");
+        for (latency, at, name) in slow.iter().rev().take(a.show_slowest) {
+            eprintln!(
+                "  {name}  created {:.3} s into the storm, approved {:.0} ms later",
+                at.as_secs_f64(),
+                latency.as_secs_f64() * 1000.0
+            );
+        }
+    }
     let csr_lat = storm::latencies(&created, &approved);
     let node_lat = storm::latencies(&registered, &flavored);
     let first = created.lock().unwrap().values().min().copied().unwrap();
     let last_ok = approved.lock().unwrap().values().max().copied().unwrap();
-    println!("join-storm: {n} joins, {} in flight", a.parallel);
-    println!("  total time              {:.2} s", total.as_secs_f64());
-    println!(
-        "  approvals/s             {:.0}",
-        n as f64 / last_ok.saturating_duration_since(first).as_secs_f64()
-    );
-    println!(
-        "  CSR -> Approved         p50 {}  p99 {}",
-        ms(percentile(&csr_lat, 0.5)),
-        ms(percentile(&csr_lat, 0.99))
-    );
-    println!(
-        "  Node -> flavored        p50 {}  p99 {}",
-        ms(percentile(&node_lat, 0.5)),
-        ms(percentile(&node_lat, 0.99))
-    );
+    let mut report = Report {
+        cluster: if cluster.is_some() {
+            "testkube"
+        } else {
+            "kubeconfig"
+        },
+        nodes: n,
+        in_flight: a.parallel,
+        concurrency: a.concurrency.unwrap_or(Options::new("", "").concurrency),
+        total_s: total.as_secs_f64(),
+        approvals_per_s: n as f64 / last_ok.saturating_duration_since(first).as_secs_f64(),
+        csr_approved_p50_ms: ms_f(percentile(&csr_lat, 0.5)),
+        csr_approved_p99_ms: ms_f(percentile(&csr_lat, 0.99)),
+        csr_approved_max_ms: ms_f(percentile(&csr_lat, 1.0)),
+        node_flavored_p50_ms: ms_f(percentile(&node_lat, 0.5)),
+        node_flavored_p99_ms: ms_f(percentile(&node_lat, 0.99)),
+        writes_per_join: None,
+        reads_per_join: None,
+        controller_cpu_ms_per_join: storm_cpu.map(|c| c.as_secs_f64() * 1000.0 / n as f64),
+        controller_peak_rss_mib: None,
+        idle_cpu_ms_per_min: None,
+        waited: BTreeMap::new(),
+        conflicts: BTreeMap::new(),
+        errors: BTreeMap::new(),
+    };
+    let mut by_request: Vec<(String, BTreeMap<String, u64>)> = Vec::new();
     if let Some(c) = &cluster {
         let snap = c.counters().snapshot();
         let mut writes: BTreeMap<String, u64> = BTreeMap::new();
@@ -303,49 +351,182 @@ async fn main() {
                 _ => *reads.entry(key).or_default() += v,
             }
         }
-        let total_writes: u64 = writes.values().sum();
-        println!(
-            "  controller writes/join  {:.2}",
-            total_writes as f64 / n as f64
+        report.writes_per_join = Some(writes.values().sum::<u64>() as f64 / n as f64);
+        report.reads_per_join = Some(reads.values().sum::<u64>() as f64 / n as f64);
+        by_request = vec![("writes".into(), writes), ("reads".into(), reads)];
+    }
+
+    // Steady state: no joins, the controller holding every node.
+    let idle_pid = child.as_ref().map(|(ch, _)| ch.id());
+    if a.idle_seconds > 0
+        && let Some(idle_pid) = idle_pid
+        && let Some(before) = cpu_time(idle_pid)
+    {
+        eprintln!(
+            "steady state: measuring the controller's CPU for {} s with no joins",
+            a.idle_seconds
         );
-        for (k, v) in &writes {
-            println!("    {k:<48} {:.2}", *v as f64 / n as f64);
+        let idle = Duration::from_secs(a.idle_seconds);
+        tokio::time::sleep(idle).await;
+        if let Some(after) = cpu_time(idle_pid) {
+            let used = after.saturating_sub(before).as_secs_f64() * 1000.0;
+            report.idle_cpu_ms_per_min = Some(used * 60.0 / idle.as_secs_f64());
         }
-        let total_reads: u64 = reads.values().sum();
+    }
+
+    // Stop the controller and read what it waited on.
+    let metrics_text = match child.take() {
+        Some((mut ch, reader)) => {
+            report.controller_peak_rss_mib = vm_hwm_kib(ch.id()).map(|k| k as f64 / 1024.0);
+            drop(ch.stdin.take());
+            let text = tokio::task::spawn_blocking(move || {
+                let mut text = String::new();
+                let mut reader = reader;
+                let _ = std::io::Read::read_to_string(&mut reader, &mut text);
+                text
+            })
+            .await
+            .unwrap_or_default();
+            let _ = ch.wait();
+            text
+        }
+        None => String::new(),
+    };
+    for controller in ["csr", "node"] {
+        for stage in ["queue", "read", "write"] {
+            let h = storm::histogram(
+                &metrics_text,
+                "kubeflavor_stage_duration_seconds",
+                &format!("controller=\"{controller}\",stage=\"{stage}\""),
+            );
+            report.waited.insert(
+                format!("{controller}_{stage}"),
+                Waited {
+                    ms_per_join: h.sum * 1000.0 / n as f64,
+                    count_per_join: h.count as f64 / n as f64,
+                    p99_ms_at_most: h.quantile(0.99) * 1000.0,
+                },
+            );
+        }
+    }
+    report.conflicts = storm::counter_series(&metrics_text, "kubeflavor_reconcile_conflicts_total");
+    report.errors = storm::counter_series(&metrics_text, "kubeflavor_reconcile_errors_total");
+
+    print_report(&report, &by_request);
+    let line = serde_json::to_string(&report).expect("figures serialize");
+    println!("{line}");
+    if let Some(path) = &a.record {
+        use std::io::Write;
+        let mut f = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .expect("open --record file");
+        writeln!(f, "{line}").expect("append to --record file");
+    }
+}
+
+/// Time a loop spent in one stage, per join.
+#[derive(serde::Serialize)]
+struct Waited {
+    /// Milliseconds in this stage, summed over the run, per join.
+    ms_per_join: f64,
+    /// Times this stage was entered, per join.
+    count_per_join: f64,
+    /// The 99th percentile of one stay, as the upper bound of its histogram bucket.
+    p99_ms_at_most: f64,
+}
+
+/// One run's figures: printed as a table and as one JSON line.
+#[derive(serde::Serialize)]
+struct Report {
+    cluster: &'static str,
+    nodes: usize,
+    in_flight: usize,
+    concurrency: u16,
+    total_s: f64,
+    approvals_per_s: f64,
+    csr_approved_p50_ms: f64,
+    csr_approved_p99_ms: f64,
+    csr_approved_max_ms: f64,
+    node_flavored_p50_ms: f64,
+    node_flavored_p99_ms: f64,
+    /// Controller API writes and reads per join (testkube only: it counts requests).
+    writes_per_join: Option<f64>,
+    reads_per_join: Option<f64>,
+    controller_cpu_ms_per_join: Option<f64>,
+    controller_peak_rss_mib: Option<f64>,
+    /// The controller's CPU with no joins, in ms per minute.
+    idle_cpu_ms_per_min: Option<f64>,
+    /// Per `<loop>_<stage>`: what the controller waited on.
+    waited: BTreeMap<String, Waited>,
+    /// Writes that lost an optimistic-concurrency race and were decided again, by loop
+    /// and stage.
+    conflicts: BTreeMap<String, u64>,
+    /// Failed reconciles (retried), by loop and stage.
+    errors: BTreeMap<String, u64>,
+}
+
+fn ms_f(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+fn print_report(r: &Report, by_request: &[(String, BTreeMap<String, u64>)]) {
+    let n = r.nodes as f64;
+    println!(
+        "join-storm: {} joins, {} in flight, controller concurrency {} ({})",
+        r.nodes, r.in_flight, r.concurrency, r.cluster
+    );
+    println!("  total time              {:.2} s", r.total_s);
+    println!("  approvals/s             {:.0}", r.approvals_per_s);
+    println!(
+        "  CSR -> Approved         p50 {:.1} ms  p99 {:.1} ms  max {:.1} ms",
+        r.csr_approved_p50_ms, r.csr_approved_p99_ms, r.csr_approved_max_ms
+    );
+    println!(
+        "  Node -> flavored        p50 {:.1} ms  p99 {:.1} ms",
+        r.node_flavored_p50_ms, r.node_flavored_p99_ms
+    );
+    for (what, counts) in by_request {
+        let total: u64 = counts.values().sum();
+        println!("  controller {what}/join   {:.2}", total as f64 / n);
+        for (k, v) in counts {
+            println!("    {k:<48} {:.2}", *v as f64 / n);
+        }
+    }
+    if let Some(c) = r.controller_cpu_ms_per_join {
+        println!("  controller CPU/join     {c:.2} ms (user+system during the storm)");
+    }
+    if let Some(m) = r.controller_peak_rss_mib {
         println!(
-            "  controller reads/join   {:.2} (GET/LIST/WATCH)",
-            total_reads as f64 / n as f64
+            "  controller peak RSS     {m:.1} MiB (VmHWM, {} flavored nodes)",
+            r.nodes
         );
-        for (k, v) in &reads {
-            println!("    {k:<48} {:.2}", *v as f64 / n as f64);
-        }
     }
-    if let Some(mut ch) = child {
-        if let (Some(before), Some(after)) = (cpu_at_start, cpu_time(ch.id())) {
-            let used = after.saturating_sub(before);
-            println!(
-                "  controller CPU/join     {:.2} ms (user+system of the controller process during the storm: {:.2} s)",
-                used.as_secs_f64() * 1000.0 / n as f64,
-                used.as_secs_f64()
-            );
-        }
-        if let Some(kib) = vm_hwm_kib(ch.id()) {
-            println!(
-                "  controller peak RSS     {:.1} MiB (VmHWM of the controller process, {n} flavored nodes)",
-                kib as f64 / 1024.0
-            );
-        }
-        drop(ch.stdin.take());
-        let _ = ch.wait();
+    if let Some(i) = r.idle_cpu_ms_per_min {
+        println!(
+            "  steady state CPU        {i:.1} ms per minute (no joins, {} nodes)",
+            r.nodes
+        );
     }
-    if let Some((tx, task)) = in_process {
-        let _ = tx.send(());
-        let _ = task.await;
-        if let Some(kib) = vm_hwm_kib(std::process::id()) {
-            println!(
-                "  process peak RSS        {:.1} MiB (controller in-process with the storm clients)",
-                kib as f64 / 1024.0
-            );
-        }
+    println!(
+        "  what the controller waited on, per join (ms in stage, times entered, p99 of one stay):"
+    );
+    for (k, w) in &r.waited {
+        println!(
+            "    {k:<14} {:>8.2} ms  {:>5.2}x  p99 <= {:.0} ms",
+            w.ms_per_join, w.count_per_join, w.p99_ms_at_most
+        );
     }
+    let total = |m: &BTreeMap<String, u64>| m.values().sum::<u64>();
+    println!(
+        "  conflicts (decided again) {}  {:?}",
+        total(&r.conflicts),
+        r.conflicts
+    );
+    println!(
+        "  errors (retried)          {}  {:?}",
+        total(&r.errors),
+        r.errors
+    );
 }

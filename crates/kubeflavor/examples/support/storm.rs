@@ -267,3 +267,78 @@ pub fn latencies(from: &Times, to: &Times) -> Vec<Duration> {
     v.sort();
     v
 }
+
+/// One histogram of a Prometheus text exposition: its sum, count and cumulative buckets.
+#[derive(Debug, Default)]
+pub struct Histogram {
+    pub sum: f64,
+    pub count: u64,
+    /// (upper bound, cumulative count), in the exposition's order.
+    pub buckets: Vec<(f64, u64)>,
+}
+
+impl Histogram {
+    /// The upper bound of the bucket holding quantile `q` (an upper estimate).
+    pub fn quantile(&self, q: f64) -> f64 {
+        let want = (self.count as f64 * q).ceil() as u64;
+        self.buckets
+            .iter()
+            .find(|(_, c)| *c >= want.max(1))
+            .map_or(f64::INFINITY, |(le, _)| *le)
+    }
+}
+
+/// The value of `name{labels}` (labels written as in the exposition, e.g.
+/// `controller="csr",stage="read"`), summed over series whose labels contain them.
+pub fn metric_sum(text: &str, name: &str, labels: &str) -> f64 {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            let (series, value) = l.rsplit_once(' ')?;
+            let (n, rest) = series.split_once('{').unwrap_or((series, "}"));
+            (n == name && rest.contains(labels)).then(|| value.parse::<f64>().ok())?
+        })
+        .sum()
+}
+
+/// The histogram `name` of the series whose labels contain `labels`.
+pub fn histogram(text: &str, name: &str, labels: &str) -> Histogram {
+    let mut h = Histogram {
+        sum: metric_sum(text, &format!("{name}_sum"), labels),
+        count: metric_sum(text, &format!("{name}_count"), labels) as u64,
+        buckets: Vec::new(),
+    };
+    let bucket = format!("{name}_bucket{{");
+    for l in text.lines() {
+        let Some(rest) = l.strip_prefix(&bucket) else {
+            continue;
+        };
+        if !rest.contains(labels) {
+            continue;
+        }
+        let le = rest
+            .split("le=\"")
+            .nth(1)
+            .and_then(|r| r.split('"').next())
+            .and_then(|v| match v {
+                "+Inf" => Some(f64::INFINITY),
+                v => v.parse().ok(),
+            });
+        let count = l.rsplit_once(' ').and_then(|(_, v)| v.parse::<u64>().ok());
+        if let (Some(le), Some(count)) = (le, count) {
+            h.buckets.push((le, count));
+        }
+    }
+    h
+}
+
+/// Every series of counter `name`, by its label text (e.g. `controller="csr",error="bind"`).
+pub fn counter_series(text: &str, name: &str) -> std::collections::BTreeMap<String, u64> {
+    text.lines()
+        .filter_map(|l| {
+            let rest = l.strip_prefix(name)?.strip_prefix('{')?;
+            let (labels, value) = rest.rsplit_once("} ")?;
+            Some((labels.to_string(), value.trim().parse::<f64>().ok()? as u64))
+        })
+        .collect()
+}

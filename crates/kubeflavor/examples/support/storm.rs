@@ -65,7 +65,9 @@ pub async fn create_flavor(admin: &Client, name: &str) {
         .expect("flavor created");
 }
 
-/// Mints `n` single-node tokens of `flavor`, `parallel` at a time.
+/// Mints `n` single-node tokens of `flavor`, `parallel` at a time. Token ids are six
+/// characters: among 100,000 tokens two draws of the same id are to be expected, so an id
+/// already taken is drawn again, as `kubeflavor token create` does.
 pub async fn mint_tokens(
     admin: &Client,
     flavor: &str,
@@ -73,32 +75,41 @@ pub async fn mint_tokens(
     parallel: usize,
 ) -> Vec<BootstrapToken> {
     let name: FlavorName = flavor.parse().expect("a flavor name");
-    let secrets: Api<Secret> = Api::namespaced(admin.clone(), "kube-system");
     futures::stream::iter(0..n)
         .map(|_| {
-            let secrets = secrets.clone();
             let name = name.clone();
             async move {
-                let t = BootstrapToken::generate().expect("randomness");
-                let obj =
-                    flavored_token_secret(&t, &name, None, NonZeroU32::MIN, &Default::default());
-                let s = Secret {
-                    metadata: ObjectMeta {
-                        name: Some(obj.name.clone()),
-                        namespace: Some(obj.namespace.into()),
-                        labels: Some(obj.labels.clone()),
-                        annotations: Some(obj.annotations.clone()),
-                        ..ObjectMeta::default()
-                    },
-                    type_: Some(obj.type_.into()),
-                    string_data: Some(obj.string_data.clone()),
-                    ..Secret::default()
+                let draw = || {
+                    let name = name.clone();
+                    async move {
+                        let t = BootstrapToken::generate().expect("randomness");
+                        let obj = flavored_token_secret(
+                            &t,
+                            &name,
+                            None,
+                            NonZeroU32::MIN,
+                            &Default::default(),
+                        );
+                        let s = Secret {
+                            metadata: ObjectMeta {
+                                name: Some(obj.name.clone()),
+                                namespace: Some(obj.namespace.into()),
+                                labels: Some(obj.labels.clone()),
+                                annotations: Some(obj.annotations.clone()),
+                                ..ObjectMeta::default()
+                            },
+                            type_: Some(obj.type_.into()),
+                            string_data: Some(obj.string_data.clone()),
+                            ..Secret::default()
+                        };
+                        Ok::<_, kube::Error>(Some((t, s)))
+                    }
                 };
-                secrets
-                    .create(&PostParams::default(), &s)
+                kubeflavor::cluster::token_secrets::create_with_fresh_id(admin, 8, draw, |e| e)
                     .await
-                    .expect("token");
-                t
+                    .expect("token")
+                    .expect("a free token id within 8 draws")
+                    .token
             }
         })
         .buffer_unordered(parallel)

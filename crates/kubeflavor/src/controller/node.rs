@@ -591,3 +591,70 @@ fn remember(ctx: &Context, name: &str, flavored: bool, done: [Fingerprint; 2]) {
     ctx.fleet.remember(name, flavored, done);
     ctx.metrics.flavored_nodes.set(ctx.fleet.flavored());
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(
+        labels: serde_json::Value,
+        taints: serde_json::Value,
+        status: &str,
+    ) -> serde_json::Value {
+        serde_json::json!({
+            "apiVersion": "v1", "kind": "Node",
+            "metadata": {
+                "name": "n1", "resourceVersion": status,
+                "labels": labels,
+                "annotations": {"node.alpha.kubernetes.io/ttl": "0"},
+                "managedFields": [{"manager": "kubelet", "operation": "Update"}],
+            },
+            "spec": {"taints": taints, "podCIDR": "10.244.0.0/24"},
+            "status": {
+                "conditions": [{"type": "Ready", "status": "True", "lastHeartbeatTime": status}],
+                "images": [{"names": ["registry.k8s.io/pause:3.10"], "sizeBytes": 320368}],
+            },
+        })
+    }
+
+    /// The fingerprint of a watched Node (NodeView) and of a Node read or patched whole.
+    fn both(json: &serde_json::Value) -> (Fingerprint, Fingerprint) {
+        let view: NodeView = serde_json::from_value(json.clone()).expect("a NodeView");
+        let whole: Node = serde_json::from_value(json.clone()).expect("a Node");
+        (view.fingerprint(), node_fingerprint(&whole))
+    }
+
+    #[test]
+    fn a_node_fingerprint_moves_with_labels_and_taints_only() {
+        let labels =
+            serde_json::json!({"kubeflavor.node-restriction.kubernetes.io/flavor": "sweet"});
+        let taints =
+            serde_json::json!([{"key": "kubeflavor.io/unverified", "effect": "NoSchedule"}]);
+        let base = both(&node(
+            labels.clone(),
+            taints.clone(),
+            "2026-01-01T00:00:00Z",
+        ));
+        assert_eq!(
+            base.0, base.1,
+            "the watch and a GET see the same Node alike"
+        );
+        // A kubelet's status update: new resourceVersion, heartbeat, same labels and taints.
+        let heartbeat = both(&node(
+            labels.clone(),
+            taints.clone(),
+            "2026-01-01T00:05:00Z",
+        ));
+        assert_eq!(heartbeat, base, "a status update needs no reconcile");
+        let relabeled = both(&node(
+            serde_json::json!({}),
+            taints.clone(),
+            "2026-01-01T00:00:00Z",
+        ));
+        assert_ne!(relabeled.0, base.0, "a label removed");
+        assert_eq!(relabeled.0, relabeled.1);
+        let untainted = both(&node(labels, serde_json::json!([]), "2026-01-01T00:00:00Z"));
+        assert_ne!(untainted.0, base.0, "a taint removed");
+        assert_eq!(untainted.0, untainted.1);
+    }
+}

@@ -580,7 +580,7 @@ fn every_field_of_the_controller_pod_is_explained() {
         .map(|l| l.trim_start().trim_start_matches("# "))
         .collect::<Vec<_>>()
         .join(" ");
-    for figure in ["27 MiB", "47 MiB", "2.5 KiB", "3 ms", "No CPU limit"] {
+    for figure in ["26 MiB", "51 MiB", "0.26 KiB", "3 ms", "No CPU limit"] {
         assert!(resources.contains(figure), "{resources}");
     }
 }

@@ -402,9 +402,9 @@ pub fn deployment(namespace: &str, image: &str, replicas: u16, mode: super::Mode
     )
     .note(
         &format!("{container}.resources"),
-        "Measured peak RSS: ~27 MiB with 1,000 flavored nodes, ~47 MiB with 10,000 (about 2.5 KiB \
-         per node); CPU about 3 ms per join, near zero at rest. The 64Mi request holds about \
-         15,000 nodes, the 256Mi limit about 90,000 and stops a leak before it starves the node. \
+        "Measured peak RSS: ~26 MiB with 1,000 flavored nodes, ~30 MiB with 10,000, ~51 MiB \
+         with 100,000 (about 0.26 KiB per node); CPU 2 to 3 ms per join, none at rest. The 64Mi \
+         request holds 100,000 nodes; the 256Mi limit stops a leak before it starves the node. \
          No CPU limit: CFS throttling during a burst of joins would delay Lease renewals and can \
          cost the leader its Lease; 50m is what the scheduler reserves.",
     )

@@ -12,8 +12,7 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
-use k8s_openapi::api::core::v1::{Node, Secret};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::api::core::v1::Node;
 use kube::api::PostParams;
 use kube::config::Kubeconfig;
 use kube::runtime::{WatchStreamExt, watcher};
@@ -90,18 +89,7 @@ pub async fn mint_tokens(
                             NonZeroU32::MIN,
                             &Default::default(),
                         );
-                        let s = Secret {
-                            metadata: ObjectMeta {
-                                name: Some(obj.name.clone()),
-                                namespace: Some(obj.namespace.into()),
-                                labels: Some(obj.labels.clone()),
-                                annotations: Some(obj.annotations.clone()),
-                                ..ObjectMeta::default()
-                            },
-                            type_: Some(obj.type_.into()),
-                            string_data: Some(obj.string_data.clone()),
-                            ..Secret::default()
-                        };
+                        let s = kubeflavor::cluster::token_secrets::to_secret(&obj);
                         Ok::<_, kube::Error>(Some((t, s)))
                     }
                 };

@@ -254,9 +254,10 @@ pub struct Context {
 ///
 /// kube-runtime's own limit (`Config::concurrency`) parks the requests it cannot run yet in
 /// a hash set and picks from it in no particular order, so under a steady stream of new
-/// CSRs an early one can wait for seconds while later ones go first. The loops therefore
-/// let kube-runtime start every reconcile and take a turn here (tokio's semaphore queues
-/// waiters first in, first out) before they talk to the API server.
+/// CSRs an early one can wait for seconds while later ones go first. The CSR loop therefore
+/// lets kube-runtime start every reconcile and take a turn here (tokio's semaphore queues
+/// waiters first in, first out) before it talks to the API server. (The node loop, whose
+/// triggers grow with the fleet, has its own first-in first-out work queue, `queue`.)
 pub struct Turns(tokio::sync::Semaphore);
 
 impl Turns {

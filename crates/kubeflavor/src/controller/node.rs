@@ -414,6 +414,7 @@ pub async fn reconcile(name: &str, ctx: &Context) -> Result<(), Error> {
     let known = ctx.fleet.get(name);
     let Some((flavor_name, binding_version)) = known.binding else {
         // No binding (any more): not kubeflavor's Node.
+        forget(ctx, name);
         return Ok(());
     };
     let Some(node) = known.node else {

@@ -647,3 +647,49 @@ async fn write_condition(
         .map(|_| ())
         .map_err(|source| Error::Decide { csr: name, source })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn secret(name: &str, rv: &str) -> Secret {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "namespace": "kube-system", "resourceVersion": rv},
+            "type": "bootstrap.kubernetes.io/token",
+        }))
+        .expect("a Secret")
+    }
+
+    #[test]
+    fn only_the_csr_whose_write_it_was_skips_that_version() {
+        let own = OwnTokenWrites::default();
+        own.wrote(&secret("bootstrap-token-abcdef", "7"), "csr-1");
+        assert_eq!(
+            own.seen(&secret("bootstrap-token-abcdef", "7")).as_deref(),
+            Some("csr-1"),
+            "the version csr-1 wrote"
+        );
+        assert_eq!(
+            own.seen(&secret("bootstrap-token-abcdef", "7")),
+            None,
+            "seen once: a later event of the Secret is news again"
+        );
+        own.wrote(&secret("bootstrap-token-abcdef", "8"), "csr-1");
+        assert_eq!(
+            own.seen(&secret("bootstrap-token-abcdef", "9")),
+            None,
+            "someone else's version"
+        );
+        assert_eq!(
+            own.seen(&secret("bootstrap-token-abcdef", "8")),
+            None,
+            "the entry went with the first event seen after the write"
+        );
+        own.wrote(&secret("bootstrap-token-abcdef", "10"), "csr-1");
+        assert_eq!(
+            own.seen(&secret("bootstrap-token-zzzzzz", "10")),
+            None,
+            "another token"
+        );
+    }
+}

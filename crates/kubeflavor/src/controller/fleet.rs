@@ -2,9 +2,9 @@
 //!
 //! The node loop needs, per node name: whether its Node exists and what of it could need
 //! flavoring (a fingerprint of its labels and taints), whether a FlavorBinding names it and
-//! with which flavor and version, and what a reconcile last found needing nothing. Kept as
-//! reflector stores of Kubernetes objects this was ~2.5 KiB per node (an `ObjectMeta` is
-//! several hundred bytes even when empty); kept here it is one small hash map entry, so
+//! with which flavor and version, and what a reconcile last found needing nothing. Cached
+//! as Kubernetes objects in reflector stores, that costs ~2.5 KiB per node (an `ObjectMeta`
+//! is several hundred bytes even when empty); here it is one small hash map entry, so
 //! memory stays flat per node as the fleet grows. Every decision still reads the binding
 //! and the Node from the API server (see `node`): this index only routes events and skips
 //! work already done.
@@ -243,53 +243,45 @@ impl Fleet {
         changed
     }
 
-    /// A relist of Nodes starts: from now on, names it lists are marked.
-    pub fn nodes_relisting(&self) {
+    /// A relist of `side` starts: from now on, the names it lists are marked.
+    pub fn relisting(&self, side: Side) {
         let mut st = self.lock();
-        st.node_mark = st.node_mark.wrapping_add(1);
+        let mark = match side {
+            Side::Nodes => &mut st.node_mark,
+            Side::Bindings => &mut st.binding_mark,
+        };
+        *mark = mark.wrapping_add(1);
     }
 
-    /// A relist of Nodes ended: the names it did not list have no Node. Returns the bound
-    /// ones among them (their Node went while the watch was down).
-    pub fn nodes_relisted(&self) -> Vec<String> {
+    /// A relist of `side` ended: the names it did not list lost their Node (binding) while
+    /// the watch was down. Returns those the node loop must look at: for Nodes the bound
+    /// ones, for bindings all of them.
+    pub fn relisted(&self, side: Side) -> Vec<String> {
         let mut st = self.lock();
-        let mark = st.node_mark;
+        let (node_mark, binding_mark) = (st.node_mark, st.binding_mark);
         let gone: Vec<String> = st
             .names
             .iter()
-            .filter(|(_, e)| e.node != 0 && e.node_mark != mark)
+            .filter(|(_, e)| match side {
+                Side::Nodes => e.node != 0 && e.node_mark != node_mark,
+                Side::Bindings => e.binding.is_some() && e.binding_mark != binding_mark,
+            })
             .map(|(n, _)| n.to_string())
             .collect();
-        let mut bound = Vec::new();
+        let mut look = Vec::new();
         for n in gone {
-            if st.set_node(&n, 0) {
-                bound.push(n);
+            let bound = match side {
+                Side::Nodes => st.set_node(&n, 0),
+                Side::Bindings => {
+                    st.set_binding(&n, None);
+                    true
+                }
+            };
+            if bound {
+                look.push(n);
             }
         }
-        bound
-    }
-
-    /// A relist of bindings starts.
-    pub fn bindings_relisting(&self) {
-        let mut st = self.lock();
-        st.binding_mark = st.binding_mark.wrapping_add(1);
-    }
-
-    /// A relist of bindings ended: the names it did not list have no binding any more.
-    /// Returns them.
-    pub fn bindings_relisted(&self) -> Vec<String> {
-        let mut st = self.lock();
-        let mark = st.binding_mark;
-        let gone: Vec<String> = st
-            .names
-            .iter()
-            .filter(|(_, e)| e.binding.is_some() && e.binding_mark != mark)
-            .map(|(n, _)| n.to_string())
-            .collect();
-        for n in &gone {
-            st.set_binding(n, None);
-        }
-        gone
+        look
     }
 
     pub fn get(&self, name: &str) -> Known {
@@ -354,12 +346,9 @@ impl Fleet {
     }
 
     /// Names known (with a Node, a binding or both).
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    fn len(&self) -> usize {
         self.lock().names.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 }
 
@@ -410,15 +399,15 @@ mod tests {
             f.binding(n, Some(("sweet", 1)));
             f.node(n, Some(1));
         }
-        f.bindings_relisting();
+        f.relisting(Side::Bindings);
         f.binding("a", Some(("sweet", 1)));
         f.binding("c", Some(("sweet", 1)));
-        assert_eq!(f.bindings_relisted(), vec!["b".to_string()]);
+        assert_eq!(f.relisted(Side::Bindings), vec!["b".to_string()]);
         assert_eq!(f.bound_count("sweet"), 2);
-        f.nodes_relisting();
+        f.relisting(Side::Nodes);
         f.node("a", Some(1));
         assert_eq!(
-            f.nodes_relisted(),
+            f.relisted(Side::Nodes),
             vec!["c".to_string()],
             "b is unbound now"
         );

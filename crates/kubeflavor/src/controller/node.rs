@@ -240,7 +240,7 @@ async fn feed(ctx: &Context, feeds: Feeds, queue: &WorkQueue) {
     while let Some(event) = events.next().await {
         match event {
             Fed::Node(Ok(e)) => match e {
-                watcher::Event::Init => fleet.nodes_relisting(),
+                watcher::Event::Init => fleet.relisting(fleet::Side::Nodes),
                 watcher::Event::InitApply(n) | watcher::Event::Apply(n) => {
                     if fleet.node(&n.name_any(), Some(n.fingerprint())) {
                         queue.add(&n.name_any());
@@ -251,16 +251,11 @@ async fn feed(ctx: &Context, feeds: Feeds, queue: &WorkQueue) {
                         queue.add(&n.name_any());
                     }
                 }
-                watcher::Event::InitDone => {
-                    for name in fleet.nodes_relisted() {
-                        queue.add(&name);
-                    }
-                    fleet.synced(fleet::Side::Nodes);
-                }
+                watcher::Event::InitDone => relisted(fleet, fleet::Side::Nodes, queue),
             },
             Fed::Binding(Ok(e)) => {
                 match e {
-                    watcher::Event::Init => fleet.bindings_relisting(),
+                    watcher::Event::Init => fleet.relisting(fleet::Side::Bindings),
                     watcher::Event::InitApply(b) | watcher::Event::Apply(b) => {
                         let version = fleet::version_fingerprint(
                             b.metadata.resource_version.as_deref().unwrap_or_default(),
@@ -273,12 +268,7 @@ async fn feed(ctx: &Context, feeds: Feeds, queue: &WorkQueue) {
                         fleet.binding(&b.name_any(), None);
                         queue.add(&b.name_any());
                     }
-                    watcher::Event::InitDone => {
-                        for name in fleet.bindings_relisted() {
-                            queue.add(&name);
-                        }
-                        fleet.synced(fleet::Side::Bindings);
-                    }
+                    watcher::Event::InitDone => relisted(fleet, fleet::Side::Bindings, queue),
                 }
                 counts_changed.notify_one();
             }
@@ -292,6 +282,15 @@ async fn feed(ctx: &Context, feeds: Feeds, queue: &WorkQueue) {
             }
         }
     }
+}
+
+/// A watch of `side` listed everything: what went while it was down is looked at, and the
+/// side counts as synced.
+fn relisted(fleet: &fleet::Fleet, side: fleet::Side, queue: &WorkQueue) {
+    for name in fleet.relisted(side) {
+        queue.add(&name);
+    }
+    fleet.synced(side);
 }
 
 /// One worker: takes names from the queue until it is closed.

@@ -154,12 +154,9 @@ impl WorkQueue {
     }
 
     /// Names waiting now (delayed ones not counted).
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    fn len(&self) -> usize {
         self.lock().fifo.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 }
 

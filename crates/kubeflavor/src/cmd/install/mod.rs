@@ -578,6 +578,21 @@ fn shown_name(doc: &Document) -> String {
 }
 
 /// Common labels of every object kubeflavor installs.
+/// The metadata of an install object `name` (in `namespace`, if namespaced) of
+/// `component`, carrying the install's labels.
+pub fn object_meta(
+    name: &str,
+    namespace: Option<&str>,
+    component: &str,
+) -> k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+    k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+        name: Some(name.into()),
+        namespace: namespace.map(str::to_string),
+        labels: Some(labels(component)),
+        ..Default::default()
+    }
+}
+
 pub fn labels(component: &str) -> BTreeMap<String, String> {
     [
         (

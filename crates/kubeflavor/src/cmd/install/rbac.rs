@@ -7,7 +7,7 @@ use k8s_openapi::api::rbac::v1::{
 use kube::api::ObjectMeta;
 use kubeflavor_core::token_secret::{CONTROL_PLANE_GROUP, NODE_GROUP, TOKEN_SECRET_NAMESPACE};
 
-use super::{Document, labels};
+use super::Document;
 use crate::controller::trail::TRAIL_NAMESPACE;
 
 /// The controller's ServiceAccount (in the install namespace).
@@ -42,12 +42,7 @@ pub(super) fn rule(
 }
 
 fn meta(name: &str, namespace: Option<&str>) -> ObjectMeta {
-    ObjectMeta {
-        name: Some(name.into()),
-        namespace: namespace.map(str::to_string),
-        labels: Some(labels("rbac")),
-        ..Default::default()
-    }
+    super::object_meta(name, namespace, "rbac")
 }
 
 /// The notes (for the YAML comments) and the rules (for the object), in the same order.

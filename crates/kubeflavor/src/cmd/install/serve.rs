@@ -18,7 +18,7 @@ use super::workload::{
     budget, container_security_context, deployment_of, field_env, pod_security_context, port,
     probe, quantities, selector_of, spread,
 };
-use super::{Document, labels};
+use super::{Document, object_meta};
 use crate::join::fetch::{CLUSTER_INFO_NAME, CLUSTER_INFO_NAMESPACE};
 
 /// The name of the ServiceAccount, Deployment, PodDisruptionBudget and Service.
@@ -63,12 +63,7 @@ fn service_account(namespace: &str) -> Document {
          whoever takes it over must not be able to approve CSRs, read or delete tokens, or write \
          bindings. Every grant below that names it says why it is needed.",
         &ServiceAccount {
-            metadata: ObjectMeta {
-                name: Some(SERVE.into()),
-                namespace: Some(namespace.into()),
-                labels: Some(labels(COMPONENT)),
-                ..Default::default()
-            },
+            metadata: object_meta(SERVE, Some(namespace), COMPONENT),
             automount_service_account_token: Some(false),
             ..Default::default()
         },
@@ -347,12 +342,7 @@ fn deployment(namespace: &str, image: &str, replicas: i32) -> Document {
 
 fn service(namespace: &str) -> Document {
     let service = Service {
-        metadata: ObjectMeta {
-            name: Some(SERVE.into()),
-            namespace: Some(namespace.into()),
-            labels: Some(labels(COMPONENT)),
-            ..Default::default()
-        },
+        metadata: object_meta(SERVE, Some(namespace), COMPONENT),
         spec: Some(ServiceSpec {
             type_: Some("ClusterIP".into()),
             selector: Some(selector_of(COMPONENT)),

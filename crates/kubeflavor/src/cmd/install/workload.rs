@@ -18,7 +18,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::ObjectMeta;
 
 use super::rbac::CONTROLLER_SA;
-use super::{Document, labels};
+use super::{Document, labels, object_meta};
 use crate::controller::approvers::KUBEADM_RENEWAL_BINDING;
 
 /// The controller's HTTP port: /metrics, /healthz, /readyz.
@@ -62,12 +62,7 @@ pub fn service_account(namespace: &str) -> Document {
     Document::new(
         "The controller's identity; every permission below is granted to it and to nothing else.",
         &ServiceAccount {
-            metadata: ObjectMeta {
-                name: Some(CONTROLLER_SA.into()),
-                namespace: Some(namespace.into()),
-                labels: Some(labels("controller")),
-                ..Default::default()
-            },
+            metadata: object_meta(CONTROLLER_SA, Some(namespace), "controller"),
             automount_service_account_token: Some(false),
             ..Default::default()
         },
@@ -133,12 +128,7 @@ pub(super) fn deployment_of(
 ) -> Deployment {
     let selector = template.metadata.as_ref().and_then(|m| m.labels.clone());
     Deployment {
-        metadata: ObjectMeta {
-            name: Some(name.into()),
-            namespace: Some(namespace.into()),
-            labels: Some(labels(component)),
-            ..Default::default()
-        },
+        metadata: object_meta(name, Some(namespace), component),
         spec: Some(DeploymentSpec {
             replicas: Some(replicas),
             selector: LabelSelector {
@@ -431,12 +421,7 @@ pub fn disruption_budget(namespace: &str) -> Document {
 /// a drain.
 pub(super) fn budget(namespace: &str, name: &str, component: &str, about: &str) -> Document {
     let budget = PodDisruptionBudget {
-        metadata: ObjectMeta {
-            name: Some(name.into()),
-            namespace: Some(namespace.into()),
-            labels: Some(labels(component)),
-            ..Default::default()
-        },
+        metadata: object_meta(name, Some(namespace), component),
         spec: Some(PodDisruptionBudgetSpec {
             selector: Some(LabelSelector {
                 match_labels: Some(selector_of(component)),

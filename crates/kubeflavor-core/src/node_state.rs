@@ -92,6 +92,9 @@ pub enum FlavorOutcome {
     /// The Flavor does not exist or is invalid: nothing can be asserted about the node.
     #[default]
     FlavorMissing,
+    /// No binding names the node any more: what kubeflavor gave it is gone, and it is
+    /// untrusted again (the unverified taint).
+    Released,
 }
 
 impl FlavorOutcome {
@@ -106,6 +109,7 @@ impl FlavorOutcome {
             FlavorOutcome::Applied => "Applied",
             FlavorOutcome::Revoked => "Revoked",
             FlavorOutcome::FlavorMissing => "FlavorMissing",
+            FlavorOutcome::Released => "Released",
         }
     }
 
@@ -117,6 +121,9 @@ impl FlavorOutcome {
                 "the binding is revoked: flavor labels removed, NoExecute taint set"
             }
             FlavorOutcome::FlavorMissing => "the Flavor does not exist or is invalid",
+            FlavorOutcome::Released => {
+                "no binding names the node: flavor labels and taints removed, unverified taint set"
+            }
         }
     }
 }
@@ -189,6 +196,16 @@ impl NodeFacts {
     }
 }
 
+/// A taint of kubeflavor's own, without a value.
+fn own_taint(key: &str, effect: TaintEffect) -> NodeTaint {
+    NodeTaint {
+        key: key.into(),
+        value: None,
+        effect: effect.to_string(),
+        time_added: None,
+    }
+}
+
 /// The labels and taints kubeflavor wants on the node.
 fn wanted(
     flavor: Option<&FlavorRules>,
@@ -196,12 +213,7 @@ fn wanted(
     revoked: bool,
 ) -> (BTreeMap<String, String>, Vec<NodeTaint>) {
     if revoked {
-        let revoked_taint = NodeTaint {
-            key: REVOKED_TAINT.into(),
-            value: None,
-            effect: TaintEffect::NoExecute.to_string(),
-            time_added: None,
-        };
+        let revoked_taint = own_taint(REVOKED_TAINT, TaintEffect::NoExecute);
         return (BTreeMap::new(), vec![revoked_taint]);
     }
     let Some(rules) = flavor else {
@@ -273,6 +285,49 @@ pub fn desired_node_state(
             .map(|t| (t.key.clone(), t.effect.clone()))
             .collect(),
         outcome,
+    }
+}
+
+/// The change for a Node that carries kubeflavor's flavor label ([`FLAVOR_LABEL`], which
+/// only kubeflavor sets: NodeRestriction keeps the kubelet off it) while no FlavorBinding
+/// names it any more: its binding was deleted. Nothing vouches for the node now, so it
+/// loses kubeflavor's own labels and the labels and taints of the Flavor it carried
+/// (`flavor`: that Flavor's rules now, when it still exists), and gets the unverified taint
+/// back (P2 (trusted labels), P3 (binding)). A revoked taint it carries stays: deleting a
+/// binding never makes a node more trusted.
+pub fn released_node_state(flavor: Option<&FlavorRules>, node: &NodeFacts) -> NodeChange {
+    let revoked_taint = own_taint(REVOKED_TAINT, TaintEffect::NoExecute);
+    let revoked = node
+        .taints
+        .iter()
+        .any(|t| t.same_slot(&revoked_taint.key, &revoked_taint.effect));
+    let given = BindingState {
+        revoked,
+        applied_labels: flavor
+            .map(|r| r.labels().keys().map(|k| k.to_string()).collect())
+            .unwrap_or_default(),
+        applied_taints: flavor
+            .map(|r| {
+                r.taints()
+                    .iter()
+                    .map(|t| (t.key.to_string(), t.effect.to_string()))
+                    .collect()
+            })
+            .unwrap_or_default(),
+    };
+    let mut want_taints = vec![own_taint(UNVERIFIED_TAINT, TaintEffect::NoSchedule)];
+    if revoked {
+        want_taints.push(revoked_taint);
+    }
+    let want_labels = BTreeMap::new();
+    let (set_labels, remove_labels) = label_change(&want_labels, &given, node);
+    NodeChange {
+        set_labels,
+        remove_labels,
+        taints: taint_change(&want_taints, false, &given, node),
+        applied_labels: BTreeSet::new(),
+        applied_taints: Vec::new(),
+        outcome: FlavorOutcome::Released,
     }
 }
 

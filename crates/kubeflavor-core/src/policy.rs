@@ -68,8 +68,9 @@ pub struct BindingFacts {
     /// The CSR that created the binding: until it is approved, no Node of the name can be
     /// the token holder's.
     pub csr_name: String,
-    /// Lowercase hex SHA-256 of the bound key (admin trail; not used by the rules: a
-    /// kubelet in rotation mode sends a new key with every retry).
+    /// Lowercase hex SHA-256 of the key the binding's CSR asked a certificate for. Any
+    /// other bootstrap CSR for the name must carry the same key (P3: a join line found
+    /// later cannot re-key a node).
     pub public_key_sha256: String,
 }
 
@@ -155,13 +156,14 @@ pub enum DenyCause {
     NameBoundToOtherToken,
     NodeExistsWithoutBinding,
     BindingRevoked,
+    RekeyAttempt,
     RenewalRequesterMismatch,
     NotKubeflavorToken,
 }
 
 impl DenyCause {
     /// Every cause, for metrics registration and exhaustive tests.
-    pub const ALL: [DenyCause; 13] = [
+    pub const ALL: [DenyCause; 14] = [
         DenyCause::MalformedCsr,
         DenyCause::NotKubeletClientShape,
         DenyCause::TokenMissing,
@@ -173,6 +175,7 @@ impl DenyCause {
         DenyCause::NameBoundToOtherToken,
         DenyCause::NodeExistsWithoutBinding,
         DenyCause::BindingRevoked,
+        DenyCause::RekeyAttempt,
         DenyCause::RenewalRequesterMismatch,
         DenyCause::NotKubeflavorToken,
     ];
@@ -191,6 +194,7 @@ impl DenyCause {
             DenyCause::NameBoundToOtherToken => "name_bound_to_other_token",
             DenyCause::NodeExistsWithoutBinding => "node_exists_without_binding",
             DenyCause::BindingRevoked => "binding_revoked",
+            DenyCause::RekeyAttempt => "rekey_attempt",
             DenyCause::RenewalRequesterMismatch => "renewal_requester_mismatch",
             DenyCause::NotKubeflavorToken => "not_kubeflavor_token",
         }
@@ -227,7 +231,10 @@ impl DenyCause {
             DenyCause::NodeExistsWithoutBinding => {
                 "a Node of that name exists without a binding to this token (name takeover attempt)"
             }
-            DenyCause::BindingRevoked => "the node's binding is revoked",
+            DenyCause::BindingRevoked => "the node's binding is revoked or being deleted",
+            DenyCause::RekeyAttempt => {
+                "the node name is bound to this token with another key (attempted re-key of a joined node: a copy of its join line in other hands?)"
+            }
             DenyCause::RenewalRequesterMismatch => {
                 "a node asked for a certificate for another node's name"
             }
@@ -532,12 +539,31 @@ fn binding_admits(
     if binding.revoked {
         return Err(DenyCause::BindingRevoked);
     }
-    // The binding's own CSR is not approved yet, so a Node of the name cannot be the token
-    // holder's: it joined some other way meanwhile (no takeover).
-    if binding.csr_name == f.csr_name && f.node_exists {
-        return Err(DenyCause::NodeExistsWithoutBinding);
+    if binding.csr_name == f.csr_name {
+        // The binding's own CSR is not approved yet, so a Node of the name cannot be the
+        // token holder's: it joined some other way meanwhile (no takeover).
+        if f.node_exists {
+            return Err(DenyCause::NodeExistsWithoutBinding);
+        }
+        return Ok(());
+    }
+    // Another CSR of the same token for the bound name: a retry of the kubelet that holds
+    // the bound key, or someone else holding a copy of the join line asking for a
+    // certificate of their own for a node that joined. Only the key tells them apart, and
+    // only the binding's own CSR may bring a new one: whether it is approved already or
+    // about to be (its approval can be in flight while this CSR is decided), a second key
+    // would give a second holder the node's identity.
+    if !same_key(binding, f) {
+        return Err(DenyCause::RekeyAttempt);
     }
     Ok(())
+}
+
+/// Whether the CSR asks for a certificate for the key the binding recorded.
+fn same_key(binding: &BindingFacts, f: &CsrFacts) -> bool {
+    f.csr
+        .as_ref()
+        .is_ok_and(|csr| csr.public_key_sha256_hex() == binding.public_key_sha256)
 }
 
 /// A node renewing its own client certificate. Nodes kubeflavor never bound (control-plane
@@ -561,6 +587,16 @@ fn decide_renewal(f: &CsrFacts, requester: &NodeName) -> Result<Decision, DenyCa
         node: csr.node_name.clone(),
         binding,
     })
+}
+
+/// Whether a kubeflavor token has no further use: every use is bound to a name
+/// (`max_nodes` reached) and every bound name has a Node (`has_node`), so each holder has
+/// its certificate and the bootstrap token can do nothing more for them. What it could
+/// still do is authenticate whoever finds a copy of its join line (to file CSRs, which
+/// are denied, and to read what bootstrap identities read): deleting it ends that (P3
+/// (binding), P4 (rejection that ends)).
+pub fn token_is_used_up(meta: &FlavorTokenMeta, has_node: impl Fn(&NodeName) -> bool) -> bool {
+    !meta.has_room() && meta.bound_nodes.iter().all(has_node)
 }
 
 /// The fate of the token Secret the facts hold, for a denial for `cause`.

@@ -344,6 +344,32 @@ fn table() -> Vec<Row> {
             Want::Deny(NodeExistsWithoutBinding),
         ),
         (
+            "re-key: another key for a name bound to this token, Node registered",
+            |f| {
+                f.binding = binding(ID, false);
+                f.binding.as_mut().unwrap().public_key_sha256 = "08".repeat(32);
+                f.node_exists = true;
+            },
+            Want::Deny(RekeyAttempt),
+        ),
+        (
+            "re-key: another key while the binding's own CSR may still be in flight",
+            |f| {
+                f.binding = binding(ID, false);
+                f.binding.as_mut().unwrap().public_key_sha256 = "08".repeat(32);
+            },
+            Want::Deny(RekeyAttempt),
+        ),
+        (
+            "the binding's own CSR carries the bound key by definition",
+            |f| {
+                f.binding = binding(ID, false);
+                f.binding.as_mut().unwrap().csr_name = f.csr_name.clone();
+                f.binding.as_mut().unwrap().public_key_sha256 = "08".repeat(32);
+            },
+            APPROVE_RETRY,
+        ),
+        (
             "existing Node without binding, even if the token listed the name",
             |f| {
                 with_token(
@@ -511,6 +537,38 @@ fn retry_of_the_same_token_for_the_same_name_uses_nothing_twice() {
     );
     f.binding = binding(ID, false);
     f.csr_name = "csr-retry".into();
+    assert_eq!(want(&decide(&f)), APPROVE_RETRY);
+}
+
+/// P3 (binding): a join line found after its node joined (in a cloud-init file, a portal
+/// log, a shell history) cannot get a second certificate for that node: the same token,
+/// a new key and a new CSR are denied, counted on the token, and named in the trail.
+#[test]
+fn rekey_of_a_joined_node_is_denied() {
+    let mut f = base();
+    with_token(
+        &mut f,
+        TokenSpec {
+            bound: vec![NODE.into()],
+            ..TokenSpec::default()
+        },
+    );
+    f.binding = binding(ID, false);
+    f.node_exists = true;
+    f.csr_name = "csr-someone-else".into();
+    f.csr = Ok(kubeflavor_core::csr::KubeletClientCsr {
+        node_name: NODE.parse().unwrap(),
+        public_key_sha256: [8; 32],
+    });
+    assert_eq!(
+        decide(&f),
+        Decision::Deny {
+            cause: DenyCause::RekeyAttempt,
+            token_fate: TokenFate::Count,
+        }
+    );
+    // The kubelet that holds the bound key still gets its retry approved.
+    f.csr = parsed(NODE);
     assert_eq!(want(&decide(&f)), APPROVE_RETRY);
 }
 

@@ -9,6 +9,7 @@ use kubeflavor_core::flavor::{
 };
 use kubeflavor_core::node_state::{
     BindingState, FlavorOutcome, NodeChange, NodeFacts, NodeTaint, desired_node_state,
+    released_node_state,
 };
 use proptest::prelude::*;
 use serde_json::json;
@@ -430,4 +431,50 @@ fn only_an_approved_binding_makes_a_node_the_holders() {
     ] {
         assert!(node_is_the_holders(true, csr), "{csr:?}");
     }
+}
+
+/// P2/P3: a Node whose binding was deleted keeps nothing kubeflavor gave it and is
+/// untrusted again; what the kubelet or others put there stays.
+#[test]
+fn a_node_whose_binding_went_loses_the_flavor_and_is_unverified_again() {
+    let (_, flavored) = converge(Some(&sweet()), &BindingState::default(), &fresh_node());
+    let change = released_node_state(Some(&sweet()), &flavored);
+    assert_eq!(change.outcome, FlavorOutcome::Released);
+    assert!(!change.flavored());
+    let after = flavored.apply(&change);
+    assert_eq!(
+        after.labels,
+        fresh_node().labels,
+        "only the kubelet's own labels are left"
+    );
+    assert_eq!(
+        after.taints,
+        vec![
+            taint("node.kubernetes.io/not-ready", None, "NoSchedule"),
+            taint(UNVERIFIED_TAINT, None, "NoSchedule"),
+        ]
+    );
+    let again = released_node_state(Some(&sweet()), &after);
+    assert!(again.is_empty(), "converged: {again:?}");
+}
+
+/// Without the Flavor (deleted too), kubeflavor's own labels still go and the node is
+/// unverified; a revoked node keeps its NoExecute taint: deleting its binding never
+/// makes it more trusted.
+#[test]
+fn a_released_node_without_its_flavor_or_revoked_stays_untrusted() {
+    let mut node = fresh_node();
+    node.labels.insert(FLAVOR_LABEL.into(), "sweet".into());
+    node.labels.insert(TRUST_LEVEL_LABEL.into(), "70".into());
+    node.taints = vec![taint(REVOKED_TAINT, None, "NoExecute")];
+    let after = node.apply(&released_node_state(None, &node));
+    assert!(!after.labels.contains_key(FLAVOR_LABEL));
+    assert!(!after.labels.contains_key(TRUST_LEVEL_LABEL));
+    assert_eq!(
+        after.taints,
+        vec![
+            taint(REVOKED_TAINT, None, "NoExecute"),
+            taint(UNVERIFIED_TAINT, None, "NoSchedule"),
+        ]
+    );
 }

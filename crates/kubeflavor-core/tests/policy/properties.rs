@@ -269,6 +269,27 @@ proptest! {
     }
 }
 
+proptest! {
+    /// P3 (binding): whatever else the facts say, a bootstrap CSR other than the binding's
+    /// own is approved only for the key the binding recorded.
+    #[test]
+    fn a_bound_name_is_approved_only_for_its_bound_key(
+        f in arb_facts(),
+        key in prop_oneof![Just([7u8; 32]), any::<[u8; 32]>()],
+    ) {
+        let mut f = f;
+        if let Ok(csr) = f.csr.as_mut() {
+            csr.public_key_sha256 = key;
+        }
+        if let (Some(b), Decision::Approve { .. }) = (&f.binding, decide(&f)) {
+            let bootstrap = f.requester_username.starts_with("system:bootstrap:");
+            if bootstrap && b.csr_name != f.csr_name {
+                prop_assert_eq!(&b.public_key_sha256, &hex::encode(key));
+            }
+        }
+    }
+}
+
 /// End to end through the CSR validator: a real CSR made by a sour token holder for the
 /// name of a node bound to a sweet token.
 #[test]
@@ -296,4 +317,35 @@ fn name_takeover_with_a_real_csr_is_denied() {
         want(&decide(&f)),
         Want::Deny(DenyCause::NameBoundToOtherToken)
     );
+}
+
+proptest! {
+    /// A token is used up exactly when it has no room left and every name it bound has a
+    /// Node: never while a use is free, never while a holder may still need it to get its
+    /// certificate.
+    #[test]
+    fn a_token_is_used_up_only_when_full_and_every_holder_joined(
+        max_nodes in 1u32..4,
+        bound in proptest::collection::btree_set(0usize..5, 0..5),
+        joined in proptest::collection::btree_set(0usize..5, 0..5),
+    ) {
+        let names: Vec<String> = bound.iter().map(|n| format!("worker-{n}")).collect();
+        let TokenLookup::Found(record) = record_with(max_nodes, &names) else {
+            unreachable!("a valid token")
+        };
+        let meta = record.kubeflavor.expect("a kubeflavor token");
+        let used_up = kubeflavor_core::policy::token_is_used_up(&meta, |n| {
+            joined.iter().any(|j| n.as_str() == format!("worker-{j}"))
+        });
+        let full = bound.len() >= max_nodes as usize;
+        prop_assert_eq!(used_up, full && bound.is_subset(&joined));
+    }
+}
+
+fn record_with(max_nodes: u32, bound: &[String]) -> TokenLookup {
+    TokenLookup::Found(record(&TokenSpec {
+        max_nodes,
+        bound: bound.to_vec(),
+        ..TokenSpec::default()
+    }))
 }

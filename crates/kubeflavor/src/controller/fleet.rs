@@ -76,6 +76,9 @@ struct Entry {
     done: [Fingerprint; 2],
     /// Whether the Node carries its flavor (the `flavored_nodes` gauge).
     flavored: bool,
+    /// Whether the Node carries kubeflavor's flavor label: without a binding, such a Node
+    /// must be released (see `node::release`).
+    flavor_labeled: bool,
     /// The relist each side was last seen in.
     node_mark: u32,
     binding_mark: u32,
@@ -144,13 +147,16 @@ impl State {
         before != now
     }
 
-    fn set_node(&mut self, name: &str, fingerprint: Fingerprint) -> bool {
+    /// True when the name needs a look: a bound Node changed, or a Node that carries the
+    /// flavor label without a binding did.
+    fn set_node(&mut self, name: &str, fingerprint: Fingerprint, flavor_labeled: bool) -> bool {
         let e = self.entry(name);
         let changed = e.node != fingerprint;
         e.node = fingerprint;
-        let bound = e.binding.is_some();
+        e.flavor_labeled = flavor_labeled && fingerprint != 0;
+        let look = e.binding.is_some() || e.flavor_labeled;
         self.tidy(name);
-        changed && bound
+        changed && look
     }
 }
 
@@ -162,6 +168,8 @@ pub struct Known {
     /// The binding's flavor and version, when one names the node.
     pub binding: Option<(String, Fingerprint)>,
     pub done: [Fingerprint; 2],
+    /// The Node carries kubeflavor's flavor label.
+    pub flavor_labeled: bool,
 }
 
 /// The watches that feed the index.
@@ -211,12 +219,14 @@ impl Fleet {
         self.state.lock().expect("fleet lock")
     }
 
-    /// A Node's state from a watch event; `None` when it was deleted. True when the node
-    /// loop must look at the name: a bound Node appeared, went or changed.
-    pub fn node(&self, name: &str, fingerprint: Option<Fingerprint>) -> bool {
+    /// A Node's state from a watch event; `None` when it was deleted; `flavor_labeled`:
+    /// it carries kubeflavor's flavor label. True when the node loop must look at the name:
+    /// a bound Node appeared, went or changed, or a Node with the flavor label and no
+    /// binding did.
+    pub fn node(&self, name: &str, fingerprint: Option<Fingerprint>, flavor_labeled: bool) -> bool {
         let mut st = self.lock();
         let mark = st.node_mark;
-        let changed = st.set_node(name, fingerprint.unwrap_or(0));
+        let changed = st.set_node(name, fingerprint.unwrap_or(0), flavor_labeled);
         if fingerprint.is_some()
             && let Some(e) = st.names.get_mut(name)
         {
@@ -271,7 +281,7 @@ impl Fleet {
         let mut look = Vec::new();
         for n in gone {
             let bound = match side {
-                Side::Nodes => st.set_node(&n, 0),
+                Side::Nodes => st.set_node(&n, 0, false),
                 Side::Bindings => {
                     st.set_binding(&n, None);
                     true
@@ -291,6 +301,7 @@ impl Fleet {
                 node: None,
                 binding: None,
                 done: [0; 2],
+                flavor_labeled: false,
             };
         };
         Known {
@@ -299,6 +310,7 @@ impl Fleet {
                 .binding
                 .map(|b| (st.flavors[b.flavor as usize].to_string(), b.version)),
             done: e.done,
+            flavor_labeled: e.flavor_labeled,
         }
     }
 
@@ -361,10 +373,19 @@ mod tests {
         let f = Fleet::new();
         assert!(f.binding("n1", Some(("sweet", 7))), "a new binding");
         assert!(!f.binding("n1", Some(("sweet", 7))), "the same again");
-        assert!(f.node("n1", Some(11)), "the bound Node appears");
-        assert!(!f.node("n1", Some(11)), "a status update: same fingerprint");
-        assert!(f.node("n1", Some(12)), "its labels changed");
-        assert!(!f.node("other", Some(5)), "an unbound Node is none of ours");
+        assert!(f.node("n1", Some(11), false), "the bound Node appears");
+        assert!(!f.node("n1", Some(11), false), "a status update: same fingerprint");
+        assert!(f.node("n1", Some(12), false), "its labels changed");
+        assert!(!f.node("other", Some(5), false), "an unbound Node is none of ours");
+        assert!(
+            f.node("left", Some(5), true),
+            "an unbound Node with the flavor label must be released"
+        );
+        assert!(f.get("left").flavor_labeled);
+        assert!(
+            !f.node("left", Some(6), false),
+            "released: none of ours any more"
+        );
         assert_eq!(f.bound_count("sweet"), 1);
         assert_eq!(f.bound_to("sweet"), vec!["n1".to_string()]);
         assert!(
@@ -382,10 +403,10 @@ mod tests {
     fn names_without_node_or_binding_are_dropped() {
         let f = Fleet::new();
         f.binding("n1", Some(("sweet", 1)));
-        f.node("n1", Some(2));
+        f.node("n1", Some(2), false);
         f.remember("n1", true, [3, 4]);
         assert_eq!(f.flavored(), 1);
-        assert!(f.node("n1", None), "the bound Node went");
+        assert!(f.node("n1", None, false), "the bound Node went");
         assert!(f.binding("n1", None), "the binding went");
         assert_eq!(f.len(), 0);
         assert_eq!(f.flavored(), 0, "a dropped name is not flavored");
@@ -397,7 +418,7 @@ mod tests {
         let f = Fleet::new();
         for n in ["a", "b", "c"] {
             f.binding(n, Some(("sweet", 1)));
-            f.node(n, Some(1));
+            f.node(n, Some(1), false);
         }
         f.relisting(Side::Bindings);
         f.binding("a", Some(("sweet", 1)));
@@ -405,7 +426,7 @@ mod tests {
         assert_eq!(f.relisted(Side::Bindings), vec!["b".to_string()]);
         assert_eq!(f.bound_count("sweet"), 2);
         f.relisting(Side::Nodes);
-        f.node("a", Some(1));
+        f.node("a", Some(1), false);
         assert_eq!(
             f.relisted(Side::Nodes),
             vec!["c".to_string()],

@@ -122,13 +122,15 @@ pub enum Step {
     NodePatched,
     /// The FlavorBinding status was written.
     StatusWritten,
+    /// A used-up token (every use bound, every bound Node registered) was deleted.
+    TokenRetired,
 }
 
 impl Step {
     /// The loop whose write this is, as a metric label.
     pub fn controller(self) -> &'static str {
         match self {
-            Step::NodePatched | Step::StatusWritten => "node",
+            Step::NodePatched | Step::StatusWritten | Step::TokenRetired => "node",
             _ => "csr",
         }
     }
@@ -171,6 +173,12 @@ pub enum Error {
         #[source]
         source: kube::Error,
     },
+    #[error("deleting the used-up token Secret {token} failed: {source}")]
+    RetireToken {
+        token: String,
+        #[source]
+        source: kube::Error,
+    },
     #[error("patching Node {node} failed: {source}")]
     PatchNode {
         node: String,
@@ -198,6 +206,7 @@ impl Error {
             Error::Bind { .. } => "bind",
             Error::Decide { .. } => "decide",
             Error::TokenAfterDenial { .. } => "token_after_denial",
+            Error::RetireToken { .. } => "retire_token",
             Error::PatchNode { .. } => "patch_node",
             Error::BindingStatus { .. } => "binding_status",
             Error::Changed { .. } => "changed_before_approval",
@@ -212,6 +221,7 @@ impl Error {
             | Error::Bind { source, .. }
             | Error::Decide { source, .. }
             | Error::TokenAfterDenial { source, .. }
+            | Error::RetireToken { source, .. }
             | Error::PatchNode { source, .. }
             | Error::BindingStatus { source, .. } => Some(source),
             Error::Changed { .. } | Error::Halted(_) => None,

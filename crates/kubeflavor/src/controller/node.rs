@@ -15,14 +15,16 @@ use std::time::Duration;
 use futures::StreamExt;
 use futures::stream::BoxStream;
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
-use k8s_openapi::api::core::v1::{Node, Taint};
+use k8s_openapi::api::core::v1::{Node, Secret, Taint};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Api;
-use kube::api::{Patch, PatchParams};
+use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
+use kubeflavor_core::flavor::{FLAVOR_LABEL, UNVERIFIED_TAINT};
 use kubeflavor_core::node_state::{BindingCsr, node_is_the_holders};
+use kubeflavor_core::policy::token_is_used_up;
 use kubeflavor_core::policy::APPROVED_CONDITION;
 use tokio::sync::Notify;
 
@@ -30,7 +32,9 @@ use super::fleet::{self, Fingerprint};
 use super::metrics::Metrics;
 use super::queue::WorkQueue;
 use super::{Context, Error, Options, Step, Stop};
+use super::trail::{self, Regarding};
 use super::{cache, facts, policy};
+use crate::cluster::token_secrets;
 use crate::crd::{Flavor, FlavorBinding, FlavorBindingStatus};
 
 type Events<K> = BoxStream<'static, Result<K, watcher::Error>>;
@@ -76,6 +80,14 @@ impl kube::Resource for NodeView {
 }
 
 impl NodeView {
+    /// The Node carries kubeflavor's flavor label, which only kubeflavor sets.
+    fn flavor_labeled(&self) -> bool {
+        self.metadata
+            .labels
+            .as_ref()
+            .is_some_and(|l| l.contains_key(FLAVOR_LABEL))
+    }
+
     fn fingerprint(&self) -> Fingerprint {
         fleet::node_fingerprint(
             self.metadata.labels.as_ref(),
@@ -242,12 +254,12 @@ async fn feed(ctx: &Context, feeds: Feeds, queue: &WorkQueue) {
             Fed::Node(Ok(e)) => match e {
                 watcher::Event::Init => fleet.relisting(fleet::Side::Nodes),
                 watcher::Event::InitApply(n) | watcher::Event::Apply(n) => {
-                    if fleet.node(&n.name_any(), Some(n.fingerprint())) {
+                    if fleet.node(&n.name_any(), Some(n.fingerprint()), n.flavor_labeled()) {
                         queue.add(&n.name_any());
                     }
                 }
                 watcher::Event::Delete(n) => {
-                    if fleet.node(&n.name_any(), None) {
+                    if fleet.node(&n.name_any(), None, false) {
                         queue.add(&n.name_any());
                     }
                 }
@@ -412,8 +424,13 @@ fn flavor_version(flavor: Option<&Flavor>) -> String {
 pub async fn reconcile(name: &str, ctx: &Context) -> Result<(), Error> {
     let known = ctx.fleet.get(name);
     let Some((flavor_name, binding_version)) = known.binding else {
-        // No binding (any more): not kubeflavor's Node.
+        // No binding (any more): not kubeflavor's Node, unless it still carries the flavor
+        // its deleted binding gave it.
         forget(ctx, name);
+        if known.node.is_some() && known.flavor_labeled && ctx.may_write(Step::NodePatched).is_ok()
+        {
+            return release(name, ctx).await;
+        }
         return Ok(());
     };
     let Some(node) = known.node else {
@@ -431,6 +448,68 @@ pub async fn reconcile(name: &str, ctx: &Context) -> Result<(), Error> {
         return Ok(());
     }
     flavor_node(name.to_string(), &flavor_name, flavor, ctx).await
+}
+
+/// Releases a Node that carries kubeflavor's flavor label while no FlavorBinding names it
+/// (its binding was deleted, also while no controller ran): it loses what kubeflavor gave
+/// it and gets the unverified taint back (core's `released_node_state`). The index may
+/// lag, so the binding and the Node are read first; a binding that exists wins.
+async fn release(name: &str, ctx: &Context) -> Result<(), Error> {
+    // Right after a start, Nodes can be listed before their bindings are.
+    ctx.fleet.wait_synced().await;
+    if ctx.fleet.get(name).binding.is_some() {
+        return Ok(());
+    }
+    let read = |what: String| move |source| Error::Read { what, source };
+    let (binding, node) = tokio::try_join!(
+        async {
+            Api::<FlavorBinding>::all(ctx.client.clone())
+                .get_metadata_opt(name)
+                .await
+                .map_err(read(format!("FlavorBinding {name}")))
+        },
+        async {
+            Api::<Node>::all(ctx.client.clone())
+                .get_opt(name)
+                .await
+                .map_err(read(format!("Node {name}")))
+        },
+    )?;
+    let (None, Some(node)) = (binding, node) else {
+        return Ok(());
+    };
+    let flavor = node
+        .labels()
+        .get(FLAVOR_LABEL)
+        .and_then(|f| ctx.flavors.get(&ObjectRef::new(f)));
+    let Some(patch) = policy::plan_release(&node, flavor.as_deref()) else {
+        return Ok(());
+    };
+    let released = async {
+        Api::<Node>::all(ctx.client.clone())
+            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map_err(|source| Error::PatchNode {
+                node: name.to_string(),
+                source,
+            })?;
+        ctx.metrics.node_patches.inc();
+        Ok(())
+    };
+    ctx.write(name, Step::NodePatched, released).await?;
+    let note = format!(
+        "released Node {name}: no FlavorBinding names it, so it lost the flavor {:?} kubeflavor gave it and is tainted {UNVERIFIED_TAINT}:NoSchedule again",
+        node.labels().get(FLAVOR_LABEL).map_or("", String::as_str)
+    );
+    tracing::warn!(node = %name, "{note}");
+    let regarding = Regarding {
+        api_version: "v1",
+        kind: "Node",
+        name,
+        uid: node.metadata.uid.as_deref(),
+    };
+    trail::record(ctx, regarding, "Warning", "Release", "NodeReleased", &note).await;
+    Ok(())
 }
 
 /// Reads the binding and the Node, and brings the Node and the binding's status to what
@@ -461,6 +540,11 @@ async fn flavor_node(
     };
     let plan = policy::plan_node(&binding, flavor.as_deref(), &node);
     let node_after = patch_node(ctx, &binding, &node, plan.patch.as_ref()).await?;
+    // Before the status says "flavored": a crash in between leaves the binding unflavored,
+    // so the next run looks at the token again.
+    if plan.flavored && !was_flavored(&binding) {
+        retire_used_up_token(ctx, &binding).await?;
+    }
     let binding_rv = write_status(ctx, &binding, &plan.status).await?;
     let read_rv = binding.resource_version().unwrap_or_default();
     let flavor = flavor_version(flavor.as_deref());
@@ -479,6 +563,65 @@ async fn flavor_node(
         ],
     );
     Ok(())
+}
+
+/// Deletes the binding's token once it is used up (core's `token_is_used_up`: every use
+/// bound, every bound name with a Node), looked at when a binding flavors its Node the
+/// first time. The join line then authenticates nobody: a copy found later cannot even
+/// file a CSR. A token some of whose names have not joined yet stays (the last of them to
+/// be flavored retires it); one left behind still expires, and the binding's key check
+/// keeps its nodes from being re-keyed either way.
+async fn retire_used_up_token(ctx: &Context, binding: &FlavorBinding) -> Result<(), Error> {
+    let Some(uid) = binding.spec.token_uid.clone() else {
+        return Ok(());
+    };
+    let secrets = Api::<Secret>::namespaced(ctx.client.clone(), super::TOKEN_NAMESPACE);
+    let name = token_secrets::name_of(&binding.spec.token_id);
+    let secret = secrets
+        .get_opt(&name)
+        .await
+        .map_err(|source| Error::Read {
+            what: format!("Secret {}/{name}", super::TOKEN_NAMESPACE),
+            source,
+        })?;
+    let Some(secret) = secret else {
+        return Ok(());
+    };
+    let this_token = secret.metadata.uid.as_deref() == Some(uid.as_str());
+    let used_up = policy::kubeflavor_meta(&secret).is_some_and(|meta| {
+        token_is_used_up(&meta, |n| {
+            n.as_str() == binding.spec.node || ctx.fleet.get(n.as_str()).node.is_some()
+        })
+    });
+    if !this_token || !used_up {
+        return Ok(());
+    }
+    let dp = DeleteParams {
+        preconditions: Some(Preconditions {
+            uid: Some(uid),
+            resource_version: secret.metadata.resource_version.clone(),
+        }),
+        ..DeleteParams::default()
+    };
+    let retired = async {
+        secrets
+            .delete(&name, &dp)
+            .await
+            .map(|_| ())
+            .map_err(|source| Error::RetireToken {
+                token: name.clone(),
+                source,
+            })
+    };
+    match ctx.write(&name, Step::TokenRetired, retired).await {
+        Ok(()) => {
+            tracing::info!(token = %binding.spec.token_id, node = %binding.spec.node, "token used up: every use is bound and every node joined; deleted");
+            Ok(())
+        }
+        // Gone or changed meanwhile (a reservation, a denial count): the next look decides.
+        Err(e) if e.is_not_found() || e.is_conflict() => Ok(()),
+        Err(e) => Err(e),
+    }
 }
 
 /// The binding and the Node of `name`, read together; `None` when either is gone. The

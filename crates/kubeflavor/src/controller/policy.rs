@@ -10,7 +10,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kubeflavor_core::csr::{CsrError, KubeletClientCsr, validate_kubelet_client_csr};
 use kubeflavor_core::flavor::{FlavorName, FlavorRules};
 use kubeflavor_core::names::NodeName;
-use kubeflavor_core::node_state::{NodeChange, NodeFacts, NodeTaint, desired_node_state};
+use kubeflavor_core::node_state::{
+    NodeChange, NodeFacts, NodeTaint, desired_node_state, released_node_state,
+};
 use kubeflavor_core::policy::{
     CsrFacts, Decision, DenyCause, PolicyOptions, TokenFate, TokenInstance, TokenLookup,
     decide as core_decide, token_fate,
@@ -158,7 +160,8 @@ fn with_meta(secret: &Secret, meta: &FlavorTokenMeta) -> Secret {
     s
 }
 
-fn kubeflavor_meta(secret: &Secret) -> Option<FlavorTokenMeta> {
+/// kubeflavor's metadata on a token Secret, when it is a readable kubeflavor token.
+pub fn kubeflavor_meta(secret: &Secret) -> Option<FlavorTokenMeta> {
     token_secrets::record(secret)
         .ok()
         .and_then(|r| r.kubeflavor)
@@ -250,6 +253,16 @@ fn flavor_rules(binding: &FlavorBinding, flavor: Option<&Flavor>) -> Option<Flav
             None
         }
     }
+}
+
+/// The merge patch (with the Node's resourceVersion) that releases a Node no binding
+/// names any more (core's `released_node_state`), given the Flavor its flavor label names;
+/// `None` when nothing is left to remove.
+pub fn plan_release(node: &Node, flavor: Option<&Flavor>) -> Option<serde_json::Value> {
+    let rules = flavor.and_then(|f| rules_from_flavor(f).ok().map(|(_, r)| r));
+    let change = released_node_state(rules.as_ref(), &node_facts(node));
+    (!change.is_empty())
+        .then(|| change.to_merge_patch(node.metadata.resource_version.as_deref().unwrap_or("")))
 }
 
 /// Computes, with core's `desired_node_state`, the Node patch and the binding status.

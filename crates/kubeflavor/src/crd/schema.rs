@@ -196,8 +196,8 @@ pub fn issued_to(_: &mut SchemaGenerator) -> Schema {
 pub fn binding_spec_rules() -> Value {
     json!([
         rule(
-            "self.node == oldSelf.node && self.tokenId == oldSelf.tokenId && self.flavor == oldSelf.flavor",
-            "node, tokenId and flavor of a FlavorBinding cannot change (delete the binding and let the controller create a new one)"
+            "self.node == oldSelf.node && self.tokenId == oldSelf.tokenId && self.flavor == oldSelf.flavor && self.csrName == oldSelf.csrName && self.publicKeySha256 == oldSelf.publicKeySha256 && self.boundAt == oldSelf.boundAt && has(self.tokenUid) == has(oldSelf.tokenUid) && (!has(self.tokenUid) || self.tokenUid == oldSelf.tokenUid)",
+            "node, flavor, tokenId, tokenUid, csrName, publicKeySha256 and boundAt of a FlavorBinding are written once, when it is made, and cannot change (delete the binding: its Node loses the flavor, and a new join makes a new binding)"
         ),
         rule(
             "has(self.issuedTo) == has(oldSelf.issuedTo) && (!has(self.issuedTo) || self.issuedTo == oldSelf.issuedTo) && has(self.issuedBy) == has(oldSelf.issuedBy) && (!has(self.issuedBy) || self.issuedBy == oldSelf.issuedBy)",

@@ -158,7 +158,7 @@ async fn a_flavor_binding_cannot_move_to_another_token() {
     assert!(
         got[0]
             .1
-            .contains("node, tokenId and flavor of a FlavorBinding cannot change"),
+            .contains("node, flavor, tokenId, tokenUid, csrName, publicKeySha256 and boundAt of a FlavorBinding are written once"),
         "{got:?}"
     );
     bindings

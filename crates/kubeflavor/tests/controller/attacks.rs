@@ -342,3 +342,112 @@ async fn a_csr_as_large_as_the_api_server_stores_is_denied_and_enrollment_goes_o
     assert_eq!(h.decision(&node).await, "Approved");
     ctl.stop().await;
 }
+
+/// A join line copied into a cloud-init file, a portal log or a shell history is still
+/// valid after its node joined. Whoever finds it must not get a certificate of their own
+/// for that node: a CSR with the same token and a new key is denied as a re-key and counted
+/// on the token; the node's own kubelet, retrying with its key, is still approved.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_join_line_cannot_rekey_a_joined_node() {
+    let h = Harness::start().await;
+    let f = h.gold_flavor("rekey").await;
+    let ctl = h.start_controller(h.options("ctl"));
+    let node = h.name("node-rekey");
+    // Room for a second node, so the token is still there after the first joined.
+    let t = h.token(&f, 2, None).await;
+    let first = h.name("csr-first");
+    h.submit_csr(&h.bootstrap_client(&t).await, &first, &node)
+        .await;
+    assert_eq!(h.decision(&first).await, "Approved");
+    h.register_node(&first, &node, &[], &[]).await;
+    h.node_until(&node, "flavored", |n| label(n, TIER_KEY) == Some("gold"))
+        .await;
+
+    let rekey = h.name("csr-rekey");
+    h.submit_csr(&h.bootstrap_client(&t).await, &rekey, &node)
+        .await;
+    assert_eq!(h.decision(&rekey).await, "Denied");
+    trail_names(&h, &rekey, &["rekey_attempt"]).await;
+    let secret = h.token_secret(&t).await.expect("token kept below the limit");
+    let denials = secret
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(kubeflavor_core::token_secret::DENIALS_ANNOTATION))
+        .cloned();
+    assert_eq!(denials.as_deref(), Some("1"), "the re-key is counted");
+    let binding = h.bindings().get(&node).await.expect("binding kept");
+    assert_eq!(binding.spec.csr_name, first, "the binding is unchanged");
+
+    let retry = h.name("csr-retry");
+    h.resubmit_csr(&h.bootstrap_client(&t).await, &retry, &node, &first)
+        .await;
+    assert_eq!(h.decision(&retry).await, "Approved");
+    ctl.stop().await;
+}
+
+/// A deleted FlavorBinding must not leave its Node trusted: the Node loses the flavor
+/// kubeflavor gave it and is tainted unverified again, also when the binding went while no
+/// controller ran. A binding's identity (token, uid, CSR, key, time) cannot be edited.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_binding_leaves_no_trusted_node_and_bindings_cannot_be_edited() {
+    use kube::api::{Patch, PatchParams};
+    let h = Harness::start().await;
+    let f = h.gold_flavor("released").await;
+    let ctl = h.start_controller(h.options("ctl"));
+    let (live, offline) = (h.name("node-live"), h.name("node-offline"));
+    for node in [&live, &offline] {
+        let t = h.token(&f, 1, None).await;
+        let csr = h.name(&format!("csr-{node}"));
+        h.submit_csr(&h.bootstrap_client(&t).await, &csr, node)
+            .await;
+        assert_eq!(h.decision(&csr).await, "Approved");
+        h.register_node(&csr, node, &[], &[("kubeflavor.io/unverified", "NoSchedule")])
+            .await;
+        h.node_until(node, "flavored", |n| {
+            label(n, TIER_KEY) == Some("gold") && !has_taint(n, "kubeflavor.io/unverified")
+        })
+        .await;
+    }
+
+    for (field, value) in [
+        ("tokenId", serde_json::json!("zzzzzz")),
+        ("tokenUid", serde_json::json!("another-secret")),
+        ("csrName", serde_json::json!("csr-someone-else")),
+        ("publicKeySha256", serde_json::json!("ab".repeat(32))),
+        ("boundAt", serde_json::json!("2020-01-01T00:00:00Z")),
+    ] {
+        let patch = serde_json::json!({"spec": {field: value}});
+        let err = h
+            .bindings()
+            .patch(&live, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .expect_err("identity fields are immutable");
+        assert!(
+            matches!(&err, kube::Error::Api(s) if s.code == 422),
+            "{field}: {err}"
+        );
+    }
+
+    // Deleted while the controller runs.
+    h.bindings()
+        .delete(&live, &Default::default())
+        .await
+        .expect("binding deleted");
+    let released = |n: &k8s_openapi::api::core::v1::Node| {
+        label(n, TIER_KEY).is_none()
+            && label(n, FLAVOR_KEY).is_none()
+            && has_taint(n, "kubeflavor.io/unverified")
+    };
+    h.node_until(&live, "released", released).await;
+
+    // Deleted while no controller runs: the next one releases the Node.
+    ctl.stop().await;
+    h.bindings()
+        .delete(&offline, &Default::default())
+        .await
+        .expect("binding deleted");
+    let ctl = h.start_controller(h.options("ctl-next"));
+    h.node_until(&offline, "released", released).await;
+    ctl.stop().await;
+}

@@ -157,9 +157,9 @@ async fn a_binding_records_the_custody_of_its_token() {
     assert_eq!(binding.spec.issued_to.as_deref(), Some("acme-corp/alice"));
     assert_eq!(binding.spec.issued_by.as_deref(), Some(me.as_str()));
 
-    // A retry of the same CSR's name by the same token leaves the binding as it is.
+    // A retry of the kubelet (same token, same key) leaves the binding as it is.
     let retry = h.name("csr-retry");
-    h.submit_csr(&h.bootstrap_client(&token).await, &retry, &node)
+    h.resubmit_csr(&h.bootstrap_client(&token).await, &retry, &node, &csr)
         .await;
     assert_eq!(h.decision(&retry).await, "Approved");
     let again = h.bindings().get(&node).await.expect("binding exists");
@@ -419,8 +419,9 @@ async fn controller_works_with_the_rbac_install_grants() {
     trail_names(&h, &bad, &["name_bound_to_other_token"]).await;
     // P1 (hidden flavor): the trail names causes, so no token holder and no node may read
     // it.
+    let holder = h.token(&f, 1, None).await;
     for (who, client) in [
-        ("a token holder", h.bootstrap_client(&t).await),
+        ("a token holder", h.bootstrap_client(&holder).await),
         ("the node", h.node_client(&csr).await),
     ] {
         let events =

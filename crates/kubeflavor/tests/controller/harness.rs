@@ -213,6 +213,35 @@ impl Harness {
         csr
     }
 
+    /// Files a kubelet client CSR for `node` as `client` with the key of the CSR
+    /// `key_of` filed here before: a kubelet retrying with the key it holds.
+    pub async fn resubmit_csr(
+        &self,
+        client: &Client,
+        csr_name: &str,
+        node: &str,
+        key_of: &str,
+    ) -> CertificateSigningRequest {
+        let key = self
+            .keys
+            .lock()
+            .unwrap()
+            .get(key_of)
+            .cloned()
+            .expect("key of a CSR filed here");
+        let pair = rcgen::KeyPair::from_pem(&key).expect("a key pair");
+        let csr = submit_csr_for(
+            client,
+            csr_name,
+            &format!("system:node:{node}"),
+            &["system:nodes"],
+            &pair,
+        )
+        .await;
+        self.keys.lock().unwrap().insert(csr_name.to_string(), key);
+        csr
+    }
+
     pub fn csrs(&self) -> Api<CertificateSigningRequest> {
         Api::all(self.admin.clone())
     }
@@ -360,6 +389,18 @@ pub async fn submit_csr_with(
     orgs: &[&str],
 ) -> (CertificateSigningRequest, String) {
     let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).expect("key");
+    let created = submit_csr_for(client, csr_name, cn, orgs, &key).await;
+    (created, key.serialize_pem())
+}
+
+/// Files a CSR named `csr_name` for `cn` and `orgs` with `key`, as `client`.
+async fn submit_csr_for(
+    client: &Client,
+    csr_name: &str,
+    cn: &str,
+    orgs: &[&str],
+    key: &rcgen::KeyPair,
+) -> CertificateSigningRequest {
     let mut params = rcgen::CertificateParams::default();
     let mut dn = rcgen::DistinguishedName::new();
     for o in orgs {
@@ -368,17 +409,16 @@ pub async fn submit_csr_with(
     dn.push(rcgen::DnType::CommonName, cn);
     params.distinguished_name = dn;
     let pem = params
-        .serialize_request(&key)
+        .serialize_request(key)
         .expect("csr")
         .pem()
         .expect("pem");
     let csr = kubeflavor::join::tls_bootstrap::kubelet_csr_object(Some(csr_name), &pem);
     let api = Api::<CertificateSigningRequest>::all(client.clone());
     let params = PostParams::default();
-    let created = crate::support::fresh(|| api.create(&params, &csr))
+    crate::support::fresh(|| api.create(&params, &csr))
         .await
-        .expect("CSR created");
-    (created, key.serialize_pem())
+        .expect("CSR created")
 }
 
 /// "Approved" or "Denied" when decided.

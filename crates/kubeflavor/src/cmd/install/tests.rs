@@ -681,6 +681,24 @@ fn with_serve(replicas: u16) -> Vec<Document> {
     documents("kubeflavor", "example.com/kubeflavor:test", replicas, mode)
 }
 
+/// `install --serve` with these `--serve-replicas`, `--serve-rate-per-minute` and
+/// `--serve-burst`, everything else as by default.
+fn with_serve_flags(replicas: u16, per_minute: u32, burst: u32) -> InstallArgs {
+    InstallArgs {
+        namespace: "kubeflavor".into(),
+        apply: false,
+        image: None,
+        replicas: 2,
+        manage_renewals: false,
+        sole_approver: false,
+        no_token_node_read: false,
+        serve: true,
+        serve_replicas: replicas,
+        serve_rate_per_minute: per_minute,
+        serve_burst: burst,
+    }
+}
+
 /// The objects of the join-token API: (kind, namespace, name).
 fn serve_objects() -> Vec<(&'static str, Option<&'static str>, &'static str)> {
     vec![
@@ -738,19 +756,7 @@ fn the_join_token_api_is_installed_only_with_serve() {
     for (read, doc) in plain.iter().zip(&served) {
         assert_eq!(read.object, doc.object, "--serve changes nothing else");
     }
-    let args = InstallArgs {
-        namespace: "kubeflavor".into(),
-        apply: false,
-        image: None,
-        replicas: 2,
-        manage_renewals: false,
-        sole_approver: false,
-        no_token_node_read: false,
-        serve: true,
-        serve_replicas: 2,
-        serve_rate_per_minute: 60,
-        serve_burst: 20,
-    };
+    let args = with_serve_flags(2, 60, 20);
     assert_eq!(Mode::of(&args).unwrap().serve, Some(ServePlan::default()));
     assert!(Mode::default_install().serve.is_none());
     // Without replicas nothing runs: the Deployment has 0 and no budget.
@@ -826,19 +832,7 @@ fn a_callers_rate_is_split_over_the_serve_replicas() {
         "the note gives the arithmetic: {note}"
     );
 
-    let args = InstallArgs {
-        namespace: "kubeflavor".into(),
-        apply: false,
-        image: None,
-        replicas: 2,
-        manage_renewals: false,
-        sole_approver: false,
-        no_token_node_read: false,
-        serve: true,
-        serve_replicas: 3,
-        serve_rate_per_minute: 60,
-        serve_burst: 2,
-    };
+    let args = with_serve_flags(3, 60, 2);
     let refused = Mode::of(&args).unwrap_err();
     assert_eq!(refused.code, crate::exit::ExitCode::Refused);
     assert!(

@@ -16,8 +16,10 @@ pub mod token_record;
 pub mod token_secret;
 pub mod ttl;
 
-// The join-token API: what a request may ask, what a machine is handed.
+// The join-token API: what a request may ask, how many a caller may make, what a
+// machine is handed.
 pub mod cloud_init;
+pub mod mint_rate;
 pub mod mint_request;
 
 // Discovery, copy-certs, PKI and the kubelet CSR (core-crypto).

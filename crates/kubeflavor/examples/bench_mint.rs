@@ -119,6 +119,7 @@ async fn main() {
             burst: u32::MAX,
             audience: None,
             instance: NAME.into(),
+            connections: Default::default(),
         },
     )
     .await

@@ -309,6 +309,7 @@ async fn portal_chapter(
             burst: 20,
             audience: None,
             instance: "walkthrough".into(),
+            connections: Default::default(),
         },
     )
     .await?;

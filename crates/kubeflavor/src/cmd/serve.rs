@@ -2,12 +2,14 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use clap::Args;
 
+use crate::cli::discovery_flags::parse_duration;
 use crate::cluster::Cluster;
 use crate::error::{CliError, Result};
-use crate::serve::{self, Options, TlsSource};
+use crate::serve::{self, ConnectionLimits, Options, TlsSource};
 
 #[derive(Debug, Args)]
 #[command(after_help = "\
@@ -20,7 +22,18 @@ A caller (e.g. a portal's back end) sends its Kubernetes ServiceAccount token:
 and gets 201 with the token, its id and expiry and the kubeadm join line. It may mint the
 flavors named by a rule like
   {apiGroups: [kubeflavor.io], resources: [flavors/jointoken], resourceNames: [sour], verbs: [create]}
-and no other; it needs no access to Secrets. The OpenAPI document is at /openapi.json.")]
+and no other; it needs no access to Secrets. The OpenAPI document is at /openapi.json.
+
+Limits are per replica. --rate-per-minute and --burst count one caller's mints on this
+replica only: N replicas behind a Service without session affinity let a caller mint up to
+N x --burst at once and N x --rate-per-minute a minute, and only one replica's share when its
+connections all reach one replica. `kubeflavor install --serve` takes a caller's limit
+across the API (--serve-rate-per-minute, --serve-burst) and gives each of its
+--serve-replicas that limit divided by the replicas. A connection holds one of
+--max-connections slots until it closes; one that carries no request for --idle-timeout
+(a TLS handshake or request headers not finished, an h2 preface alone, a wait between
+requests) is closed, and a request whose body has not arrived --request-timeout after it
+was accepted gets 408.")]
 pub struct ServeArgs {
     /// Where the HTTPS API listens.
     #[arg(long, value_name = "ADDR", default_value = "0.0.0.0:8443")]
@@ -47,10 +60,13 @@ pub struct ServeArgs {
     /// Where /metrics, /healthz and /readyz are served (plain HTTP).
     #[arg(long, value_name = "ADDR", default_value = "0.0.0.0:8081")]
     pub http_address: SocketAddr,
-    /// Join tokens one caller may mint per minute, on average.
+    /// Join tokens one caller may mint per minute from this replica, on average. Each
+    /// replica counts on its own: behind a Service over N replicas a caller mints up to N
+    /// times this (install --serve divides a caller's rate by its replicas).
     #[arg(long, value_name = "N", default_value_t = 60)]
     pub rate_per_minute: u32,
-    /// Join tokens one caller may mint at once before the rate applies.
+    /// Join tokens one caller may mint at once from this replica before the rate applies;
+    /// up to N times this behind a Service over N replicas.
     #[arg(long, value_name = "N", default_value_t = 20)]
     pub burst: u32,
     /// Accept only caller tokens for this audience (e.g. mint with `kubectl create token
@@ -58,6 +74,20 @@ pub struct ServeArgs {
     /// the API server's own audience.
     #[arg(long, value_name = "AUDIENCE")]
     pub token_audience: Option<String>,
+    /// Connections held at once; further ones wait in the listen backlog until one
+    /// closes. Idle connections are closed after --idle-timeout, so clients that connect
+    /// and send nothing cannot hold every slot for longer than that.
+    #[arg(long, value_name = "N", default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_connections: u32,
+    /// Close a connection that carries no request for this long: one that has not
+    /// finished its TLS handshake or its first request's headers (however slowly it sends
+    /// them), or that waits between requests. HTTP/1.1 and h2 alike.
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
+    pub idle_timeout: Duration,
+    /// Answer 408 to a request whose body has not arrived this long after it was accepted
+    /// (authenticated and authorized).
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
+    pub request_timeout: Duration,
 }
 
 pub async fn run(cluster: Cluster, args: &ServeArgs) -> Result<()> {
@@ -81,6 +111,11 @@ pub async fn run(cluster: Cluster, args: &ServeArgs) -> Result<()> {
         burst: args.burst,
         audience: args.token_audience.clone(),
         instance,
+        connections: ConnectionLimits {
+            max_connections: args.max_connections as usize,
+            idle_timeout: args.idle_timeout,
+            request_timeout: args.request_timeout,
+        },
     };
     let bound = serve::bind(cluster, opts)
         .await

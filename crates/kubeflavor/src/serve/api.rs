@@ -8,7 +8,7 @@
 //! more.
 
 use std::collections::BTreeMap;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use http::header::{self, HeaderMap, HeaderValue};
 use http::{Method, Request, Response, StatusCode};
@@ -225,8 +225,10 @@ fn not_found(flavor: &str) -> Response<Body> {
     )
 }
 
-/// Reads the body, refusing it as soon as it is larger than a request can be.
-async fn read_body(req: Request<Incoming>) -> Result<Bytes, Response<Body>> {
+/// Reads the body, refusing it as soon as it is larger than a request can be, or when it
+/// has not all arrived within `limit` (a body sent a byte at a time, or never ended, must
+/// not hold the connection).
+async fn read_body(req: Request<Incoming>, limit: Duration) -> Result<Bytes, Response<Body>> {
     let too_large = |size: &str| {
         status(
             StatusCode::PAYLOAD_TOO_LARGE,
@@ -246,10 +248,18 @@ async fn read_body(req: Request<Incoming>) -> Result<Bytes, Response<Body>> {
     if let Some(size) = declared.filter(|s| *s > mint_request::MAX_BODY_BYTES) {
         return Err(too_large(&size.to_string()));
     }
-    match Limited::new(req.into_body(), mint_request::MAX_BODY_BYTES)
-        .collect()
-        .await
-    {
+    let read = Limited::new(req.into_body(), mint_request::MAX_BODY_BYTES).collect();
+    let Ok(read) = tokio::time::timeout(limit, read).await else {
+        return Err(status(
+            StatusCode::REQUEST_TIMEOUT,
+            "Timeout",
+            &format!(
+                "the request body did not arrive within {limit:?}; send the whole request at once"
+            ),
+            None,
+        ));
+    };
+    match read {
         Ok(collected) => Ok(collected.to_bytes()),
         Err(e) if e.is::<http_body_util::LengthLimitError>() => Err(too_large("more than that")),
         Err(_) => Err(status(
@@ -344,7 +354,7 @@ async fn mint_for(server: &Server, flavor: &str, req: Request<Incoming>) -> Resp
         .get(header::ACCEPT)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.contains(CLOUD_CONFIG));
-    let body = match read_body(req).await {
+    let body = match read_body(req, server.request_timeout).await {
         Ok(body) => body,
         Err(response) => return response,
     };

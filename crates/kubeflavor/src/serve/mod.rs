@@ -5,6 +5,7 @@
 //! identity does the reviews and writes the token Secrets.
 
 pub mod api;
+mod connection;
 pub mod limits;
 pub mod openapi;
 pub mod tls;
@@ -14,8 +15,6 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use hyper::service::service_fn;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -27,6 +26,7 @@ use tokio_rustls::TlsAcceptor;
 use crate::cluster::Cluster;
 use crate::controller::http::{self as ops, Exposition, Health};
 
+pub use self::limits::ConnectionLimits;
 use self::limits::RateLimiter;
 
 /// Who writes the trail's mint Events.
@@ -34,10 +34,6 @@ pub const REPORTING_CONTROLLER: &str = "kubeflavor.io/serve";
 /// At most this many TokenReviews and SubjectAccessReviews in flight: a flood of requests
 /// with bad tokens queues here instead of on the API server.
 const REVIEWS_IN_FLIGHT: usize = 32;
-/// At most this many connections at once.
-const CONNECTIONS: usize = 1024;
-/// A client must finish its TLS handshake, and send its request headers, within this.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Where the serving certificate comes from.
 #[derive(Debug, Clone)]
@@ -54,13 +50,16 @@ pub struct Options {
     pub tls: TlsSource,
     /// `/metrics`, `/healthz`, `/readyz` on plain HTTP; `None` for none.
     pub ops_address: Option<SocketAddr>,
-    /// Mints per caller: on average `per_minute` a minute, `burst` at once.
+    /// Mints per caller on this server: on average `per_minute` a minute, `burst` at once.
+    /// Each replica counts on its own (see `kubeflavor_core::mint_rate`).
     pub per_minute: u32,
     pub burst: u32,
     /// The audience callers' tokens must carry; `None`: the API server's own.
     pub audience: Option<String>,
     /// This server's name in the trail (the pod name in a Deployment).
     pub instance: String,
+    /// Connections held at once and how long each may take.
+    pub connections: ConnectionLimits,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -136,6 +135,8 @@ pub struct Server {
     pub metrics: ServeMetrics,
     pub audience: Option<String>,
     pub instance: String,
+    /// How long a request's body may take once the request is accepted.
+    pub request_timeout: Duration,
 }
 
 /// A server bound to its address, not yet serving.
@@ -144,6 +145,7 @@ pub struct Bound {
     listener: TcpListener,
     ops: Option<TcpListener>,
     acceptor: TlsAcceptor,
+    connections: ConnectionLimits,
     /// The self-signed certificate, when one was made.
     pub self_signed_pem: Option<String>,
 }
@@ -185,12 +187,14 @@ pub async fn bind(cluster: Cluster, opts: Options) -> anyhow::Result<Bound> {
         metrics: ServeMetrics::default(),
         audience: opts.audience,
         instance: opts.instance,
+        request_timeout: opts.connections.request_timeout,
     };
     Ok(Bound {
         server: Arc::new(server),
         listener,
         ops,
         acceptor,
+        connections: opts.connections,
         self_signed_pem,
     })
 }
@@ -211,6 +215,7 @@ impl Bound {
             listener,
             ops,
             acceptor,
+            connections,
             ..
         } = self;
         tracing::info!(addr = %listener.local_addr().map(|a| a.to_string()).unwrap_or_default(), "serving the join-token API");
@@ -228,7 +233,7 @@ impl Bound {
                 tracing::warn!(error = %e, "operations endpoint failed");
             }
         };
-        let accept = accept_loop(server, listener, acceptor, shutdown);
+        let accept = accept_loop(server, listener, acceptor, connections, shutdown);
         let accept = async {
             accept.await;
             health.set_stopping();
@@ -242,10 +247,11 @@ async fn accept_loop(
     server: Arc<Server>,
     listener: TcpListener,
     acceptor: TlsAcceptor,
+    limits: ConnectionLimits,
     shutdown: impl std::future::Future<Output = ()>,
 ) {
     tokio::pin!(shutdown);
-    let connections = Arc::new(Semaphore::new(CONNECTIONS));
+    let connections = Arc::new(Semaphore::new(limits.max_connections));
     loop {
         let permit = tokio::select! {
             _ = &mut shutdown => return,
@@ -263,30 +269,9 @@ async fn accept_loop(
         };
         let (server, acceptor) = (server.clone(), acceptor.clone());
         tokio::spawn(async move {
+            // The slot is taken until the connection ends.
             let _permit = permit;
-            let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
-                Ok(Ok(tls)) => tls,
-                Ok(Err(e)) => {
-                    tracing::debug!(%peer, error = %e, "TLS handshake failed");
-                    return;
-                }
-                Err(_) => {
-                    tracing::debug!(%peer, "TLS handshake timed out");
-                    return;
-                }
-            };
-            let service = service_fn(move |req| {
-                let server = server.clone();
-                async move { Ok::<_, std::convert::Infallible>(api::handle(&server, req).await) }
-            });
-            let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
-            builder
-                .http1()
-                .timer(TokioTimer::new())
-                .header_read_timeout(HANDSHAKE_TIMEOUT);
-            if let Err(e) = builder.serve_connection(TokioIo::new(tls), service).await {
-                tracing::debug!(%peer, error = %e, "connection ended with an error");
-            }
+            connection::serve(server, acceptor, stream, peer, limits).await;
         });
     }
 }

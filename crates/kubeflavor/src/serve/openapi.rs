@@ -93,6 +93,7 @@ pub fn document() -> Value {
                         "403": status_response("The caller may not mint tokens of this flavor."),
                         "404": status_response("No such flavor (only said to callers allowed to mint it)."),
                         "409": status_response("The flavor's definition is invalid."),
+                        "408": status_response("The body did not arrive in time (serve --request-timeout)."),
                         "413": status_response("The body is larger than the limit."),
                         "422": status_response("A field is invalid; details.causes names each."),
                         "429": status_response("Too many requests from this caller; see Retry-After."),

@@ -2,18 +2,22 @@
 //! to mint one flavor mints a token over HTTPS, a node joins with it; everything else the
 //! portal might send gets its own answer and creates nothing.
 
+use std::time::Duration;
+
 use http::StatusCode;
 use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
 use kube::api::ListParams;
 use kubeflavor::cluster::{Cluster, ClusterArgs};
-use kubeflavor::serve::{self, Options, TlsSource};
+use kubeflavor::serve::{self, ConnectionLimits, Options, TlsSource};
 use kubeflavor_core::token::BootstrapToken;
 use serde_json::Value;
 
 use crate::harness::*;
 use crate::support::https::HttpsClient;
 use crate::support::portal::service_account_token;
+use crate::support::stall::{Seen, Stall, hold};
+use crate::support::within_for;
 
 /// The namespace of the portal's ServiceAccount.
 const PORTAL_NAMESPACE: &str = "default";
@@ -39,28 +43,36 @@ async fn start_api(h: &Harness) -> MintApi {
 /// The API running with the credentials of `kubeconfig`, letting each caller mint `burst`
 /// tokens at once.
 async fn start_api_with(h: &Harness, kubeconfig: std::path::PathBuf, burst: u32) -> MintApi {
+    start_api_tuned(h, kubeconfig, |o| o.burst = burst).await
+}
+
+/// The API running with the credentials of `kubeconfig` and the options `tune` sets (by
+/// default: 1 mint a minute per caller, burst 1, the default connection limits).
+async fn start_api_tuned(
+    h: &Harness,
+    kubeconfig: std::path::PathBuf,
+    tune: impl FnOnce(&mut Options),
+) -> MintApi {
+    let mut options = Options {
+        address: "127.0.0.1:0".parse().unwrap(),
+        tls: TlsSource::SelfSigned {
+            names: vec!["127.0.0.1".into()],
+        },
+        ops_address: None,
+        per_minute: 1,
+        burst: 1,
+        audience: None,
+        instance: h.name("serve"),
+        connections: ConnectionLimits::default(),
+    };
+    tune(&mut options);
     let cluster = Cluster::connect(&ClusterArgs {
         kubeconfig: Some(kubeconfig),
         context: None,
     })
     .await
     .expect("admin kubeconfig");
-    let bound = serve::bind(
-        cluster,
-        Options {
-            address: "127.0.0.1:0".parse().unwrap(),
-            tls: TlsSource::SelfSigned {
-                names: vec!["127.0.0.1".into()],
-            },
-            ops_address: None,
-            per_minute: 1,
-            burst,
-            audience: None,
-            instance: h.name("serve"),
-        },
-    )
-    .await
-    .expect("the API binds");
+    let bound = serve::bind(cluster, options).await.expect("the API binds");
     let client = HttpsClient::new(
         bound.local_addr().expect("bound"),
         bound.self_signed_pem.as_deref().expect("self-signed"),
@@ -357,4 +369,169 @@ async fn a_caller_past_its_rate_gets_429_and_no_token() {
     // Unauthenticated requests are answered before any bucket is touched.
     let (anonymous, _) = call(&api, &path(&sour), None, None, body).await;
     assert_eq!(anonymous, StatusCode::UNAUTHORIZED);
+}
+
+/// Connection slots of the API in [`stalled_clients_cannot_hold_the_api`].
+const SLOTS: usize = 16;
+
+/// Clients that connect and then send nothing, too little or too slowly cannot take the
+/// API from a portal: with 16 slots, 20 stalled connections of each kind (silent after
+/// the handshake, HTTP/1.1 headers cut short or sent a byte at a time, an h2 preface
+/// alone, a body sent a byte at a time, an h2 stream whose body never ends) are closed
+/// by the server and a mint sent behind them gets its token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stalled_clients_cannot_hold_the_api() {
+    let h = Harness::start().await;
+    let sour = h.gold_flavor("sour").await;
+    let portal = portal(&h, &[&sour]).await;
+    let limits = ConnectionLimits {
+        max_connections: SLOTS,
+        idle_timeout: Duration::from_secs(2),
+        request_timeout: Duration::from_secs(2),
+    };
+    let body = br#"{"issuedTo": "acme-corp/alice"}"#;
+    let (h, sour, portal) = (&h, &sour, &portal);
+    // One API per kind of stall, all at once.
+    let kinds = [
+        (Stall::Silent, Seen::Closed),
+        (Stall::PartialHeaders, Seen::Closed),
+        (Stall::H2Preface, Seen::Closed),
+        (Stall::HeadersByTheByte, Seen::Closed),
+        (
+            Stall::BodyByTheByte,
+            Seen::Answered(StatusCode::REQUEST_TIMEOUT),
+        ),
+        (
+            Stall::H2BodyNeverEnds,
+            Seen::Answered(StatusCode::REQUEST_TIMEOUT),
+        ),
+    ]
+    .map(|(stall, answer)| async move {
+        let api = start_api_tuned(h, h.env.kubeconfig.clone(), |o| {
+            o.burst = 100;
+            o.connections = limits;
+        })
+        .await;
+        let (ready_tx, mut ready) = tokio::sync::mpsc::unbounded_channel();
+        let held: Vec<_> = (0..SLOTS + 4)
+            .map(|_| {
+                tokio::spawn(hold(
+                    api.client.clone(),
+                    stall,
+                    path(sour),
+                    portal.clone(),
+                    ready_tx.clone(),
+                ))
+            })
+            .collect();
+        within(
+            &format!("{SLOTS} {stall:?} connections holding every slot"),
+            async {
+                for _ in 0..SLOTS {
+                    ready.recv().await.expect("a held connection");
+                }
+            },
+        )
+        .await;
+        // Every slot is held and more stalled clients wait ahead of this mint.
+        let (code, minted) = within_for(
+            Duration::from_secs(20),
+            &format!("a mint behind {} {stall:?} connections", SLOTS + 4),
+            call(&api, &path(sour), Some(portal), None, body),
+        )
+        .await;
+        assert_eq!(code, StatusCode::CREATED, "{stall:?}: {minted}");
+        for client in held {
+            let seen = within(
+                &format!("the server closing a {stall:?} connection"),
+                client,
+            )
+            .await
+            .expect("the stalled client ran");
+            assert_eq!(seen, answer, "{stall:?}");
+        }
+    });
+    futures::future::join_all(kinds).await;
+}
+
+/// The rate a caller gets is the one `install --serve` is given, whatever the replicas:
+/// `--serve-rate-per-minute 3 --serve-burst 3` over `--serve-replicas 3` runs each replica
+/// with `--rate-per-minute=1 --burst=1`, and a caller whose requests are spread over the
+/// three (as a Service without session affinity does) mints 3 tokens at once, not 9.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_callers_rate_is_the_installed_one_across_replicas() {
+    let h = Harness::start().await;
+    let printed = h
+        .env
+        .kf(&[
+            "install",
+            "--serve",
+            "--serve-replicas",
+            "3",
+            "--serve-rate-per-minute",
+            "3",
+            "--serve-burst",
+            "3",
+        ])
+        .await;
+    let docs: Vec<Value> = serde_saphyr::from_multiple(printed.expect_ok()).expect("YAML");
+    let deployment = docs
+        .iter()
+        .find(|d| d["kind"] == "Deployment" && d["metadata"]["name"] == "kubeflavor-serve")
+        .expect("the join-token API's Deployment");
+    assert_eq!(deployment["spec"]["replicas"], 3);
+    let args: Vec<&str> = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+        .as_array()
+        .expect("args")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    let flag = |name: &str| -> u32 {
+        let prefix = format!("--{name}=");
+        args.iter()
+            .find_map(|a| a.strip_prefix(prefix.as_str()))
+            .unwrap_or_else(|| panic!("{prefix} in {args:?}"))
+            .parse()
+            .expect("a number")
+    };
+    let (per_minute, burst) = (flag("rate-per-minute"), flag("burst"));
+    assert_eq!((per_minute, burst), (1, 1), "3 and 3 split over 3 replicas");
+
+    let sour = h.gold_flavor("sour").await;
+    let portal = portal(&h, &[&sour]).await;
+    let mut replicas = Vec::new();
+    for _ in 0..3 {
+        replicas.push(
+            start_api_tuned(&h, h.env.kubeconfig.clone(), |o| {
+                o.per_minute = per_minute;
+                o.burst = burst;
+            })
+            .await,
+        );
+    }
+    let body = br#"{"issuedTo": "acme-corp/alice"}"#;
+    let mut codes = Vec::new();
+    for _ in 0..2 {
+        for api in &replicas {
+            codes.push(call(api, &path(&sour), Some(&portal), None, body).await.0);
+        }
+    }
+    use StatusCode as S;
+    assert_eq!(
+        codes,
+        [
+            S::CREATED,
+            S::CREATED,
+            S::CREATED,
+            S::TOO_MANY_REQUESTS,
+            S::TOO_MANY_REQUESTS,
+            S::TOO_MANY_REQUESTS
+        ],
+        "one mint at once per replica"
+    );
+    assert_eq!(
+        tokens_of(&h, &sour).await.len(),
+        3,
+        "the caller minted the installed burst, 3, across the replicas"
+    );
 }

@@ -34,6 +34,15 @@ impl HttpsClient {
         }
     }
 
+    /// A new connection with its TLS handshake done and nothing sent yet.
+    pub async fn connect(&self) -> tokio_rustls::client::TlsStream<tokio::net::TcpStream> {
+        let tcp = tokio::net::TcpStream::connect(self.addr)
+            .await
+            .expect("connect");
+        let name = ServerName::from(self.addr.ip());
+        self.tls.connect(name, tcp).await.expect("TLS handshake")
+    }
+
     /// One POST on a new connection; the status and the body (JSON when it is JSON, else
     /// a string).
     pub async fn post(
@@ -43,11 +52,7 @@ impl HttpsClient {
         accept: Option<&str>,
         body: &[u8],
     ) -> (StatusCode, Value) {
-        let tcp = tokio::net::TcpStream::connect(self.addr)
-            .await
-            .expect("connect");
-        let name = ServerName::from(self.addr.ip());
-        let tls = self.tls.connect(name, tcp).await.expect("TLS handshake");
+        let tls = self.connect().await;
         let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
             .await
             .expect("HTTP handshake");

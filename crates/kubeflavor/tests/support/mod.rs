@@ -15,6 +15,7 @@
 pub mod https;
 pub mod minted;
 pub mod portal;
+pub mod stall;
 mod sweep;
 pub mod token_secret;
 

@@ -14,11 +14,12 @@ use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams};
 use kube::runtime::wait::{await_condition, conditions};
+use kubeflavor_core::mint_rate::MintRate;
 use serde::Serialize;
 use serde_json::Value;
 
 pub use rbac::{CONTROLLER_SA, KUBELET_CLIENT_SIGNER};
-pub use serve::{SERVE, TLS_SECRET};
+pub use serve::{SERVE, ServePlan, TLS_SECRET};
 pub use workload::{HTTP_PORT, default_image};
 
 use crate::cluster::Cluster;
@@ -81,6 +82,19 @@ pub struct InstallArgs {
     /// kubeflavor-serve-tls (type kubernetes.io/tls), which you create.
     #[arg(long)]
     pub serve: bool,
+    /// With --serve: replicas of the join-token API (none run with --replicas 0).
+    #[arg(long, value_name = "N", default_value_t = serve::DEFAULT_REPLICAS, requires = "serve", value_parser = clap::value_parser!(u16).range(1..))]
+    pub serve_replicas: u16,
+    /// With --serve: join tokens one caller may mint per minute on average, across all
+    /// the API's replicas. Each replica keeps its own count and is given this divided by
+    /// --serve-replicas, rounded down (its --rate-per-minute).
+    #[arg(long, value_name = "N", default_value_t = serve::DEFAULT_RATE.per_minute, requires = "serve")]
+    pub serve_rate_per_minute: u32,
+    /// With --serve: join tokens one caller may mint at once, across all the API's
+    /// replicas; each replica is given this divided by --serve-replicas, rounded down (its
+    /// --burst).
+    #[arg(long, value_name = "N", default_value_t = serve::DEFAULT_RATE.burst, requires = "serve")]
+    pub serve_burst: u32,
 }
 
 /// One object of the install set, with the comments printed above it.
@@ -286,18 +300,33 @@ pub struct Mode {
     pub strict: bool,
     /// Bootstrap tokens may read Nodes (kubeadm join's check for an existing Node).
     pub token_node_read: bool,
-    /// The join-token API is installed too (`--serve`).
-    pub serve: bool,
+    /// The join-token API is installed too (`--serve`): its replicas and what each allows
+    /// a caller.
+    pub serve: Option<ServePlan>,
 }
 
 impl Mode {
-    pub fn of(args: &InstallArgs) -> Mode {
-        Mode {
+    pub fn of(args: &InstallArgs) -> Result<Mode> {
+        let serve = if args.serve {
+            let total = MintRate {
+                per_minute: args.serve_rate_per_minute,
+                burst: args.serve_burst,
+            };
+            Some(ServePlan::new(args.serve_replicas, total).map_err(|e| {
+                CliError::refused(
+                    e,
+                    "give --serve-rate-per-minute and --serve-burst at least --serve-replicas, or run fewer replicas",
+                )
+            })?)
+        } else {
+            None
+        };
+        Ok(Mode {
             manage_renewals: args.manage_renewals || args.sole_approver,
             strict: args.sole_approver,
             token_node_read: !args.no_token_node_read,
-            serve: args.serve,
-        }
+            serve,
+        })
     }
 
     /// What `install` does without flags.
@@ -341,8 +370,8 @@ pub fn documents(namespace: &str, image: &str, replicas: u16, mode: Mode) -> Vec
     if replicas > 0 {
         docs.push(workload::disruption_budget(namespace));
     }
-    if mode.serve {
-        docs.extend(serve::documents(namespace, image, replicas > 0));
+    if let Some(plan) = mode.serve {
+        docs.extend(serve::documents(namespace, image, replicas > 0, plan));
     }
     docs
 }
@@ -376,7 +405,7 @@ pub fn render_all(docs: &[Document]) -> Result<String> {
 pub fn print(args: &InstallArgs, out: &mut dyn Write) -> Result<()> {
     validate_namespace(&args.namespace)?;
     let image = args.image.clone().unwrap_or_else(default_image);
-    let mode = Mode::of(args);
+    let mode = Mode::of(args)?;
     let docs = documents(&args.namespace, &image, args.replicas, mode);
     let mut remove = mode.bindings_to_remove();
     if !mode.token_node_read {
@@ -447,7 +476,7 @@ fn resource_of(doc: &Document) -> Result<(ApiResource, bool)> {
 pub async fn apply(cluster: &Cluster, args: &InstallArgs, out: &mut dyn Write) -> Result<()> {
     validate_namespace(&args.namespace)?;
     let image = args.image.clone().unwrap_or_else(default_image);
-    let mode = Mode::of(args);
+    let mode = Mode::of(args)?;
     let docs = documents(&args.namespace, &image, args.replicas, mode);
     let params = PatchParams::apply(FIELD_MANAGER).force();
     for doc in &docs {

@@ -9,6 +9,7 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::ObjectMeta;
+use kubeflavor_core::mint_rate::{MintRate, SplitError};
 use kubeflavor_core::token_secret::TOKEN_SECRET_NAMESPACE;
 
 use super::rbac::{
@@ -33,17 +34,49 @@ pub const HTTPS_PORT: i32 = 8443;
 pub const SERVE_HTTP_PORT: i32 = 8081;
 /// The labels' component, and the pods' selector.
 const COMPONENT: &str = "serve";
-/// Stateless replicas, each answering on its own.
-pub const SERVE_REPLICAS: i32 = 2;
+/// Stateless replicas, each answering on its own (`--serve-replicas`).
+pub const DEFAULT_REPLICAS: u16 = 2;
+/// What one caller may mint across all replicas (`--serve-rate-per-minute`,
+/// `--serve-burst`).
+pub const DEFAULT_RATE: MintRate = MintRate {
+    per_minute: 60,
+    burst: 20,
+};
+
+/// How the join-token API runs: its replicas, and the caller's limit split over them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ServePlan {
+    pub replicas: u16,
+    /// What one caller may mint across all replicas, as asked.
+    pub total: MintRate,
+    /// What each replica allows one caller (its `--rate-per-minute` and `--burst`).
+    pub per_replica: MintRate,
+}
+
+impl ServePlan {
+    pub fn new(replicas: u16, total: MintRate) -> Result<ServePlan, SplitError> {
+        Ok(ServePlan {
+            replicas,
+            total,
+            per_replica: total.per_replica(u32::from(replicas))?,
+        })
+    }
+}
+
+impl Default for ServePlan {
+    fn default() -> Self {
+        ServePlan::new(DEFAULT_REPLICAS, DEFAULT_RATE).expect("the defaults split evenly")
+    }
+}
 
 /// Every object of the join-token API, in apply order: identity, RBAC, Deployment, its
 /// PodDisruptionBudget when replicas run, Service. `run` false installs the Deployment with
 /// 0 replicas (`install --replicas 0`: nothing runs in the cluster).
-pub fn documents(namespace: &str, image: &str, run: bool) -> Vec<Document> {
+pub fn documents(namespace: &str, image: &str, run: bool, plan: ServePlan) -> Vec<Document> {
     let mut docs = vec![service_account(namespace)];
     docs.extend(rbac(namespace));
-    let replicas = if run { SERVE_REPLICAS } else { 0 };
-    docs.push(deployment(namespace, image, replicas));
+    let replicas = if run { i32::from(plan.replicas) } else { 0 };
+    docs.push(deployment(namespace, image, replicas, plan));
     if run {
         docs.push(budget(
             namespace,
@@ -177,7 +210,13 @@ fn rbac(namespace: &str) -> Vec<Document> {
     ]
 }
 
-fn deployment(namespace: &str, image: &str, replicas: i32) -> Document {
+fn deployment(namespace: &str, image: &str, replicas: i32, plan: ServePlan) -> Document {
+    let ServePlan {
+        replicas: planned,
+        total,
+        per_replica: each,
+    } = plan;
+    let most = each.across(u32::from(planned));
     let selector = selector_of(COMPONENT);
     let affinity = spread(&selector);
     let container = Container {
@@ -189,6 +228,8 @@ fn deployment(namespace: &str, image: &str, replicas: i32) -> Document {
             format!("--tls-key-file={TLS_DIR}/tls.key"),
             format!("--address=0.0.0.0:{HTTPS_PORT}"),
             format!("--http-address=0.0.0.0:{SERVE_HTTP_PORT}"),
+            format!("--rate-per-minute={}", each.per_minute),
+            format!("--burst={}", each.burst),
         ]),
         env: Some(vec![field_env("POD_NAME", "metadata.name")]),
         ports: Some(vec![
@@ -250,8 +291,13 @@ fn deployment(namespace: &str, image: &str, replicas: i32) -> Document {
     )
     .note(
         "spec.replicas",
-        "Stateless: each replica answers on its own, no leader election; the Service spreads \
-         callers over them. install --replicas 0 installs it with 0 (nothing runs in the cluster).",
+        &format!(
+            "install --serve-replicas ({planned}), or 0 with install --replicas 0 (nothing runs \
+             in the cluster). Stateless: each replica answers on its own, no leader election; the \
+             Service spreads callers over them. Each replica counts a caller's \
+             mints on its own, so scaling this Deployment by hand scales what a caller may mint: \
+             re-run install with --serve-replicas instead."
+        ),
     )
     .note(
         "spec.strategy",
@@ -298,8 +344,20 @@ fn deployment(namespace: &str, image: &str, replicas: i32) -> Document {
         &format!("{container}.args"),
         &format!(
             "HTTPS on port {HTTPS_PORT} with the mounted certificate; /metrics, /healthz and /readyz \
-             on plain HTTP port {SERVE_HTTP_PORT}. Rate limits (--rate-per-minute, --burst) and \
-             --token-audience keep their defaults (kubeflavor serve --help)."
+             on plain HTTP port {SERVE_HTTP_PORT}. Rate limits are per replica: a caller's {} a \
+             minute and {} at once across the API (install --serve-rate-per-minute, --serve-burst) \
+             divided by the {planned} replicas, rounded down: --rate-per-minute={} --burst={}. A \
+             Service without session affinity spreads a caller's connections, so a caller mints \
+             at most {} a minute and {} at once in all, and only one replica's share when its \
+             connections all reach one replica. --token-audience and the connection limits \
+             (--max-connections, --idle-timeout, --request-timeout) keep their defaults \
+             (kubeflavor serve --help).",
+            total.per_minute,
+            total.burst,
+            each.per_minute,
+            each.burst,
+            most.per_minute,
+            most.burst,
         ),
     )
     .note(
@@ -325,7 +383,8 @@ fn deployment(namespace: &str, image: &str, replicas: i32) -> Document {
         &format!("{container}.resources"),
         "Estimates until measured: requests 50m CPU and 32Mi, a 128Mi memory limit against a leak. \
          No CPU limit: minting is short bursts of API calls, and throttling would only add \
-         latency. The server caps connections (1024) and reviews in flight (32).",
+         latency. The server caps connections (1024, each closed after 10 s without a request) and \
+         reviews in flight (32).",
     )
     .note(
         &format!("{container}.securityContext"),

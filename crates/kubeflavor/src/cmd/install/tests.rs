@@ -675,10 +675,28 @@ fn every_mode_and_replica_count_renders_and_reads_back() {
 
 fn with_serve(replicas: u16) -> Vec<Document> {
     let mode = Mode {
-        serve: true,
+        serve: Some(ServePlan::default()),
         ..Mode::default_install()
     };
     documents("kubeflavor", "example.com/kubeflavor:test", replicas, mode)
+}
+
+/// `install --serve` with these `--serve-replicas`, `--serve-rate-per-minute` and
+/// `--serve-burst`, everything else as by default.
+fn with_serve_flags(replicas: u16, per_minute: u32, burst: u32) -> InstallArgs {
+    InstallArgs {
+        namespace: "kubeflavor".into(),
+        apply: false,
+        image: None,
+        replicas: 2,
+        manage_renewals: false,
+        sole_approver: false,
+        no_token_node_read: false,
+        serve: true,
+        serve_replicas: replicas,
+        serve_rate_per_minute: per_minute,
+        serve_burst: burst,
+    }
 }
 
 /// The objects of the join-token API: (kind, namespace, name).
@@ -738,18 +756,9 @@ fn the_join_token_api_is_installed_only_with_serve() {
     for (read, doc) in plain.iter().zip(&served) {
         assert_eq!(read.object, doc.object, "--serve changes nothing else");
     }
-    let args = InstallArgs {
-        namespace: "kubeflavor".into(),
-        apply: false,
-        image: None,
-        replicas: 2,
-        manage_renewals: false,
-        sole_approver: false,
-        no_token_node_read: false,
-        serve: true,
-    };
-    assert!(Mode::of(&args).serve);
-    assert!(!Mode::default_install().serve);
+    let args = with_serve_flags(2, 60, 20);
+    assert_eq!(Mode::of(&args).unwrap().serve, Some(ServePlan::default()));
+    assert!(Mode::default_install().serve.is_none());
     // Without replicas nothing runs: the Deployment has 0 and no budget.
     let none = with_serve(0);
     let d = find(&none, "Deployment", SERVE);
@@ -762,6 +771,77 @@ fn the_join_token_api_is_installed_only_with_serve() {
         let (ar, _) = resource_of(doc).unwrap();
         assert_eq!(ar.kind, doc.kind());
     }
+}
+
+/// The flags of the join-token API's container that start with `prefix`.
+fn serve_args(docs: &[Document], prefix: &str) -> Vec<String> {
+    find(docs, "Deployment", SERVE).object["spec"]["template"]["spec"]["containers"][0]["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .filter(|a| a.starts_with(prefix))
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn a_callers_rate_is_split_over_the_serve_replicas() {
+    // The defaults: 60 a minute and 20 at once per caller across 2 replicas.
+    let docs = with_serve(2);
+    assert_eq!(
+        serve_args(&docs, "--rate-per-minute=")
+            .into_iter()
+            .chain(serve_args(&docs, "--burst="))
+            .collect::<Vec<_>>(),
+        ["--rate-per-minute=30", "--burst=10"]
+    );
+    assert_eq!(
+        find(&docs, "Deployment", SERVE).object["spec"]["replicas"],
+        2
+    );
+    let plan = ServePlan::new(
+        3,
+        MintRate {
+            per_minute: 90,
+            burst: 7,
+        },
+    )
+    .unwrap();
+    let mode = Mode {
+        serve: Some(plan),
+        ..Mode::default_install()
+    };
+    let docs = documents("kubeflavor", "example.com/kubeflavor:test", 2, mode);
+    let deployment = find(&docs, "Deployment", SERVE);
+    assert_eq!(deployment.object["spec"]["replicas"], 3);
+    assert_eq!(
+        serve_args(&docs, "--burst="),
+        ["--burst=2"],
+        "7 / 3 rounded down"
+    );
+    let (_, note) = deployment
+        .notes
+        .iter()
+        .find(|(path, _)| path == "spec.template.spec.containers.args")
+        .expect("a note on the args");
+    assert!(
+        note.contains("a caller's 90 a minute and 7 at once across the API")
+            && note.contains("--rate-per-minute=30 --burst=2")
+            && note.contains("at most 90 a minute and 6 at once in all"),
+        "the note gives the arithmetic: {note}"
+    );
+
+    let args = with_serve_flags(3, 60, 2);
+    let refused = Mode::of(&args).unwrap_err();
+    assert_eq!(refused.code, crate::exit::ExitCode::Refused);
+    assert!(
+        refused
+            .message
+            .contains("burst 2 cannot be split over 3 replicas"),
+        "{}",
+        refused.message
+    );
 }
 
 /// One rule as (apiGroups, resources, verbs, resourceNames).
@@ -924,6 +1004,8 @@ fn the_join_token_api_pod_is_locked_down_and_mounts_its_certificate() {
             "--tls-key-file=/etc/kubeflavor/tls/tls.key",
             "--address=0.0.0.0:8443",
             "--http-address=0.0.0.0:8081",
+            "--rate-per-minute=30",
+            "--burst=10",
         ]
     );
     assert_eq!(c["env"][0]["name"], "POD_NAME");

@@ -1,0 +1,157 @@
+//! One connection of the join-token API, from its TLS handshake to its close.
+//!
+//! A connection holds one of the server's slots while it is open, so a connection that
+//! carries no request is closed after the idle timeout, whatever it sends and in either
+//! protocol: before or during its TLS handshake, before its first request's headers are
+//! complete (sent a byte at a time or not at all, an h2 preface alone), and between
+//! requests. A request counts from the moment its headers are complete (hyper calls the
+//! service) until its answer is returned; its body has its own deadline in the handler
+//! ([`ConnectionLimits::request_timeout`]). hyper's own HTTP/1.1 header timeout is not
+//! used: it starts only once the version is known, so a client that sends nothing at all
+//! escapes it, and h2 has none.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto::Builder;
+use tokio::net::TcpStream;
+use tokio::sync::watch;
+use tokio::time::timeout;
+use tokio_rustls::TlsAcceptor;
+
+use super::limits::ConnectionLimits;
+use super::{Server, api};
+
+/// How long an idle connection asked to close (h2: GOAWAY; HTTP/1.1: no keep-alive) may
+/// take to end by itself before it is dropped.
+const CLOSE_GRACE: Duration = Duration::from_secs(1);
+
+/// Serves one accepted connection until it ends or has been idle for the idle timeout.
+pub(super) async fn serve(
+    server: Arc<Server>,
+    acceptor: TlsAcceptor,
+    stream: TcpStream,
+    peer: SocketAddr,
+    limits: ConnectionLimits,
+) {
+    let tls = match timeout(limits.idle_timeout, acceptor.accept(stream)).await {
+        Ok(Ok(tls)) => tls,
+        Ok(Err(e)) => {
+            tracing::debug!(%peer, error = %e, "TLS handshake failed");
+            return;
+        }
+        Err(_) => {
+            tracing::debug!(%peer, "TLS handshake timed out");
+            return;
+        }
+    };
+    let requests = Arc::new(watch::Sender::new(0usize));
+    let service = {
+        let requests = requests.clone();
+        service_fn(move |req| {
+            // Counted as soon as hyper hands the request over, before the handler runs.
+            let in_progress = InProgress::start(&requests);
+            let server = server.clone();
+            async move {
+                let response = api::handle(&server, req).await;
+                drop(in_progress);
+                Ok::<_, Infallible>(response)
+            }
+        })
+    };
+    let builder = Builder::new(TokioExecutor::new());
+    let conn = builder.serve_connection(TokioIo::new(tls), service);
+    tokio::pin!(conn);
+    tokio::select! {
+        ended = conn.as_mut() => {
+            if let Err(e) = ended {
+                tracing::debug!(%peer, error = %e, "connection ended with an error");
+            }
+            return;
+        }
+        () = idle_for(requests.subscribe(), limits.idle_timeout) => {}
+    }
+    tracing::debug!(%peer, idle = ?limits.idle_timeout, "closing an idle connection");
+    conn.as_mut().graceful_shutdown();
+    if timeout(CLOSE_GRACE, conn).await.is_err() {
+        tracing::debug!(%peer, "dropped an idle connection that did not close by itself");
+    }
+}
+
+/// One request in progress on a connection, for as long as it lives.
+struct InProgress(Arc<watch::Sender<usize>>);
+
+impl InProgress {
+    fn start(requests: &Arc<watch::Sender<usize>>) -> InProgress {
+        requests.send_modify(|n| *n += 1);
+        InProgress(requests.clone())
+    }
+}
+
+impl Drop for InProgress {
+    fn drop(&mut self) {
+        self.0.send_modify(|n| *n -= 1);
+    }
+}
+
+/// Resolves once no request has been in progress for `limit` at a stretch.
+async fn idle_for(mut requests: watch::Receiver<usize>, limit: Duration) {
+    loop {
+        if requests.wait_for(|n| *n == 0).await.is_err() {
+            return;
+        }
+        match timeout(limit, requests.wait_for(|n| *n > 0)).await {
+            Ok(Ok(_)) => continue,
+            Ok(Err(_)) | Err(_) => return,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::pin::Pin;
+
+    use super::*;
+
+    /// Whether `idle` has resolved once the paused clock has moved on by `by`; it is polled
+    /// before and after, so it sees every change of the count when it happens.
+    async fn idle_after(idle: &mut Pin<Box<impl Future<Output = ()>>>, by: Duration) -> bool {
+        if futures::poll!(idle.as_mut()).is_ready() {
+            return true;
+        }
+        tokio::time::advance(by).await;
+        futures::poll!(idle.as_mut()).is_ready()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_connection_is_idle_only_without_a_request_for_the_whole_limit() {
+        let requests = Arc::new(watch::Sender::new(0usize));
+        let limit = Duration::from_secs(10);
+        let mut idle = Box::pin(idle_for(requests.subscribe(), limit));
+        assert!(!idle_after(&mut idle, Duration::from_secs(9)).await);
+        // A request starts before the limit: the count starts again once it ends.
+        let request = InProgress::start(&requests);
+        assert!(
+            !idle_after(&mut idle, Duration::from_secs(60)).await,
+            "not idle while a request is in progress, however long"
+        );
+        drop(request);
+        assert!(!idle_after(&mut idle, Duration::from_secs(9)).await);
+        assert!(idle_after(&mut idle, Duration::from_secs(1)).await);
+    }
+
+    #[test]
+    fn requests_in_progress_are_counted_until_they_end() {
+        let requests = Arc::new(watch::Sender::new(0usize));
+        let (a, b) = (InProgress::start(&requests), InProgress::start(&requests));
+        assert_eq!(*requests.borrow(), 2);
+        drop(a);
+        assert_eq!(*requests.borrow(), 1);
+        drop(b);
+        assert_eq!(*requests.borrow(), 0);
+    }
+}

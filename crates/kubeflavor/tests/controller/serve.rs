@@ -379,19 +379,7 @@ fn causes(answer: &Value) -> Vec<(String, String, String)> {
 async fn a_portal_cannot_mint_past_the_flavors_limits() {
     let h = Harness::start().await;
     let plain = h.gold_flavor("plain").await;
-    let limited = h
-        .env
-        .create_flavor(
-            "limited",
-            &[
-                "--max-ttl",
-                "48h",
-                "--max-nodes-limit",
-                "5",
-                "--allow-never-expiring",
-            ],
-        )
-        .await;
+    let limited = h.name("limited");
     let portal = portal(&h, &[&plain, &limited]).await;
     let api = start_api(&h).await;
 
@@ -444,6 +432,19 @@ async fn a_portal_cannot_mint_past_the_flavors_limits() {
     assert_eq!(code, StatusCode::CREATED, "{minted}");
 
     // A flavor that states its limits gets up to them, and no further.
+    h.env
+        .kf(&[
+            "flavor",
+            "create",
+            &limited,
+            "--max-ttl",
+            "48h",
+            "--max-nodes-limit",
+            "5",
+            "--allow-never-expiring",
+        ])
+        .await
+        .expect_ok();
     let (code, minted) = call(
         &api,
         &path(&limited),

@@ -23,6 +23,17 @@ async fn mint(env: &Env, flavor: &str, extra: &[&str]) -> String {
     token
 }
 
+/// `token create --flavor FLAVOR EXTRA... -o json`, read.
+async fn create_json(env: &Env, flavor: &str, extra: &[&str]) -> Value {
+    let args = [
+        &["token", "create", "--flavor", flavor][..],
+        extra,
+        &["-o", "json"],
+    ]
+    .concat();
+    serde_json::from_str(env.kf(&args).await.expect_ok()).unwrap()
+}
+
 async fn secrets(env: &Env) -> Api<Secret> {
     Api::namespaced(env.client.clone(), "kube-system")
 }
@@ -376,22 +387,12 @@ async fn token_create_holds_to_the_flavors_limits_unless_overridden() {
     let created = secrets(&env).await.list(&selector).await.unwrap().items;
     assert!(created.is_empty(), "a refused command created a token");
 
-    let out = env
-        .kf(&[
-            "token",
-            "create",
-            "--flavor",
-            &flavor,
-            "--ttl",
-            "0",
-            "--max-nodes",
-            "7",
-            "--override-flavor-limits",
-            "-o",
-            "json",
-        ])
-        .await;
-    let view: Value = serde_json::from_str(out.expect_ok()).unwrap();
+    let view = create_json(
+        &env,
+        &flavor,
+        &["--ttl", "0", "--max-nodes", "7", "--override-flavor-limits"],
+    )
+    .await;
     assert_eq!(view["maxNodes"], 7);
     assert!(view.get("expiration").is_none(), "{view}");
     let token = view["token"].as_str().unwrap().to_string();
@@ -500,10 +501,7 @@ async fn token_create_uses_flavor_defaults_and_flags_override_them() {
         )
         .await;
 
-    let out = env
-        .kf(&["token", "create", "--flavor", &flavor, "-o", "json"])
-        .await;
-    let view: Value = serde_json::from_str(out.expect_ok()).unwrap();
+    let view = create_json(&env, &flavor, &[]).await;
     assert_eq!(view["maxNodes"], 3);
     assert_eq!(view["flavor"], flavor.as_str());
     let expires: jiff::Timestamp = view["expiration"].as_str().unwrap().parse().unwrap();

@@ -359,6 +359,11 @@ async fn a_caller_past_its_rate_gets_429_and_no_token() {
     assert_eq!(anonymous, StatusCode::UNAUTHORIZED);
 }
 
+/// A portal's POST of `body` for `flavor`, answered.
+async fn post(api: &MintApi, flavor: &str, portal: &str, body: &[u8]) -> (StatusCode, Value) {
+    call(api, &path(flavor), Some(portal), None, body).await
+}
+
 /// The causes of a refusal: (field, reason, message).
 fn causes(answer: &Value) -> Vec<(String, String, String)> {
     answer["details"]["causes"]
@@ -400,7 +405,7 @@ async fn a_portal_cannot_mint_past_the_flavors_limits() {
             "tokenLimits.maxTTL",
         ),
     ] {
-        let (code, answer) = call(&api, &path(&plain), Some(&portal), None, body).await;
+        let (code, answer) = post(&api, &plain, &portal, body).await;
         assert_eq!(code, StatusCode::UNPROCESSABLE_ENTITY, "{answer}");
         assert_eq!(answer["reason"], "Invalid", "{answer}");
         let causes = causes(&answer);
@@ -410,22 +415,20 @@ async fn a_portal_cannot_mint_past_the_flavors_limits() {
     }
     assert!(tokens_of(&h, &plain).await.is_empty(), "nothing minted");
     // Both limits at once: both named.
-    let (_, both) = call(
+    let (_, both) = post(
         &api,
-        &path(&plain),
-        Some(&portal),
-        None,
+        &plain,
+        &portal,
         br#"{"issuedTo": "a", "ttl": "0", "maxNodes": 2}"#,
     )
     .await;
     let fields: Vec<String> = causes(&both).into_iter().map(|c| c.0).collect();
     assert_eq!(fields, ["ttl", "maxNodes"], "{both}");
     // At the defaults, it mints.
-    let (code, minted) = call(
+    let (code, minted) = post(
         &api,
-        &path(&plain),
-        Some(&portal),
-        None,
+        &plain,
+        &portal,
         br#"{"issuedTo": "acme-corp/alice", "ttl": "24h", "maxNodes": 1}"#,
     )
     .await;
@@ -445,31 +448,28 @@ async fn a_portal_cannot_mint_past_the_flavors_limits() {
         ])
         .await
         .expect_ok();
-    let (code, minted) = call(
+    let (code, minted) = post(
         &api,
-        &path(&limited),
-        Some(&portal),
-        None,
+        &limited,
+        &portal,
         br#"{"issuedTo": "acme-corp/alice", "ttl": "48h", "maxNodes": 5}"#,
     )
     .await;
     assert_eq!(code, StatusCode::CREATED, "{minted}");
     assert_eq!(minted["maxNodes"], 5);
-    let (code, never) = call(
+    let (code, never) = post(
         &api,
-        &path(&limited),
-        Some(&portal),
-        None,
+        &limited,
+        &portal,
         br#"{"issuedTo": "acme-corp/alice", "ttl": "0"}"#,
     )
     .await;
     assert_eq!(code, StatusCode::CREATED, "{never}");
     assert!(never.get("expiration").is_none(), "{never}");
-    let (code, over) = call(
+    let (code, over) = post(
         &api,
-        &path(&limited),
-        Some(&portal),
-        None,
+        &limited,
+        &portal,
         br#"{"issuedTo": "acme-corp/alice", "ttl": "49h", "maxNodes": 6}"#,
     )
     .await;
@@ -500,7 +500,7 @@ async fn lying_custody_text_and_repeated_keys_are_refused() {
         (br#"{"issuedTo": "alice\u2028bob"}"#, "U+2028"),
         (br#"{"issuedTo": "\ufeffalice"}"#, "U+FEFF"),
     ] {
-        let (code, answer) = call(&api, &path(&sour), Some(&portal), None, body).await;
+        let (code, answer) = post(&api, &sour, &portal, body).await;
         assert_eq!(code, StatusCode::UNPROCESSABLE_ENTITY, "{answer}");
         let causes = causes(&answer);
         assert_eq!(causes.len(), 1, "{answer}");
@@ -518,7 +518,7 @@ async fn lying_custody_text_and_repeated_keys_are_refused() {
         ),
         (br#"{"issuedTo": "a", "x": {"k": 1, "k": 2}}"#, "x.k"),
     ] {
-        let (code, answer) = call(&api, &path(&sour), Some(&portal), None, body).await;
+        let (code, answer) = post(&api, &sour, &portal, body).await;
         assert_eq!(code, StatusCode::BAD_REQUEST, "{answer}");
         assert_eq!(answer["reason"], "BadRequest", "{answer}");
         assert!(

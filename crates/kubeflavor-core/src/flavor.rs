@@ -14,6 +14,7 @@ use serde::{Deserialize, Serialize};
 use crate::labels::{LabelKey, LabelKeyError, LabelValue, LabelValueError, check_flavor_label_key};
 use crate::names::{DNS1123_LABEL_MAX_LEN, Dns1123Error, check_dns1123_subdomain_max};
 pub use crate::taint::{Taint, TaintEffect, TaintError};
+use crate::token_limits::{EffectiveLimits, LimitExceeded, TokenLimits};
 pub use crate::ttl::{DEFAULT_TOKEN_TTL, MAX_TOKEN_TTL_SECS, TokenTtl, TtlError};
 
 /// Node label carrying the flavor's name on every flavored node.
@@ -143,6 +144,24 @@ pub struct FlavorSpec {
     pub token_ttl: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_nodes: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token_limits: Option<TokenLimitsSpec>,
+}
+
+/// What a portal (or `token create` without an override) may ask for, as a Flavor's
+/// `spec.tokenLimits` spells it; see [`crate::token_limits`].
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TokenLimitsSpec {
+    /// The longest TTL, e.g. `168h`.
+    #[serde(default, rename = "maxTTL", skip_serializing_if = "Option::is_none")]
+    pub max_ttl: Option<String>,
+    /// The largest `maxNodes`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_nodes: Option<i64>,
+    /// Whether a token that never expires (TTL 0) may be minted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allow_never_expiring: Option<bool>,
 }
 
 /// One taint of a [`FlavorSpec`], as in a Node's `spec.taints`.
@@ -180,6 +199,18 @@ pub enum FlavorError {
     TokenTtl(TtlError),
     #[error("flavor max nodes {0} is out of range; use a whole number of at least 1")]
     MaxNodes(i64),
+    #[error("flavor tokenLimits.maxTTL: {0}")]
+    LimitTtl(TtlError),
+    #[error(
+        "flavor tokenLimits.maxTTL is 0; it must be a positive duration such as 168h (to allow tokens that never expire, set tokenLimits.allowNeverExpiring: true)"
+    )]
+    LimitTtlNever,
+    #[error("flavor tokenLimits.maxNodes {0} is out of range; use a whole number of at least 1")]
+    LimitMaxNodes(i64),
+    #[error(
+        "flavor tokenDefaults break the flavor's own tokenLimits: {0} (lower the default or raise the limit)"
+    )]
+    DefaultBeyondLimit(LimitExceeded),
 }
 
 /// A validated flavor: every label key is one a kubelet cannot write (P2, trusted labels),
@@ -192,6 +223,7 @@ pub struct FlavorRules {
     trust_level: Option<TrustLevel>,
     token_ttl: Option<TokenTtl>,
     max_nodes: Option<NonZeroU32>,
+    token_limits: TokenLimits,
 }
 
 /// Checks a max-nodes value given as a signed integer (CLI flag, CRD field, annotation).
@@ -251,12 +283,14 @@ impl FlavorRules {
             .transpose()
             .map_err(FlavorError::TokenTtl)?;
         let max_nodes = spec.max_nodes.map(parse_max_nodes).transpose()?;
+        let token_limits = parse_token_limits(spec.token_limits.as_ref())?;
         Ok(FlavorRules {
             labels,
             taints,
             trust_level,
             token_ttl,
             max_nodes,
+            token_limits,
         })
     }
 
@@ -280,6 +314,14 @@ impl FlavorRules {
             trust_level: self.trust_level.map(|t| i64::from(t.get())),
             token_ttl: self.token_ttl.map(|t| t.to_string()),
             max_nodes: self.max_nodes.map(|n| i64::from(n.get())),
+            token_limits: (self.token_limits != TokenLimits::default()).then(|| TokenLimitsSpec {
+                max_ttl: self
+                    .token_limits
+                    .max_ttl_secs
+                    .map(|s| TokenTtl::Seconds(s).to_string()),
+                max_nodes: self.token_limits.max_nodes.map(|n| i64::from(n.get())),
+                allow_never_expiring: self.token_limits.allow_never_expiring,
+            }),
         }
     }
 
@@ -306,6 +348,53 @@ impl FlavorRules {
     pub fn max_nodes(&self) -> Option<NonZeroU32> {
         self.max_nodes
     }
+
+    /// The token limits the flavor states.
+    pub fn token_limits(&self) -> TokenLimits {
+        self.token_limits
+    }
+
+    /// The token limits in force: those stated, the rest from the defaults.
+    pub fn effective_token_limits(&self) -> EffectiveLimits {
+        self.token_limits.effective(self.token_ttl, self.max_nodes)
+    }
+
+    /// Refuses a flavor whose own defaults break its limits (a default TTL of 0 without
+    /// `allowNeverExpiring`, a default above a stated maximum): `flavor create` and
+    /// `flavor apply` write no such flavor. A stored one is still read (its nodes keep
+    /// their labels); minting its defaults is refused by the limits check.
+    pub fn check_defaults_within_limits(&self) -> Result<(), FlavorError> {
+        let limits = self.effective_token_limits();
+        let ttl = self.token_ttl.unwrap_or(crate::ttl::DEFAULT_TOKEN_TTL);
+        match limits
+            .check(ttl, self.max_nodes.unwrap_or(DEFAULT_MAX_NODES))
+            .first()
+        {
+            Some(exceeded) => Err(FlavorError::DefaultBeyondLimit(*exceeded)),
+            None => Ok(()),
+        }
+    }
+}
+
+fn parse_token_limits(spec: Option<&TokenLimitsSpec>) -> Result<TokenLimits, FlavorError> {
+    let Some(spec) = spec else {
+        return Ok(TokenLimits::default());
+    };
+    let max_ttl_secs = match spec.max_ttl.as_deref().map(str::parse::<TokenTtl>) {
+        None => None,
+        Some(Err(e)) => return Err(FlavorError::LimitTtl(e)),
+        Some(Ok(TokenTtl::Never)) => return Err(FlavorError::LimitTtlNever),
+        Some(Ok(TokenTtl::Seconds(secs))) => Some(secs),
+    };
+    let max_nodes = spec
+        .max_nodes
+        .map(|n| parse_max_nodes(n).map_err(|_| FlavorError::LimitMaxNodes(n)))
+        .transpose()?;
+    Ok(TokenLimits {
+        max_ttl_secs,
+        max_nodes,
+        allow_never_expiring: spec.allow_never_expiring,
+    })
 }
 
 #[cfg(test)]
@@ -420,6 +509,11 @@ mod tests {
             trust_level: Some(70),
             token_ttl: Some("1h30m".into()),
             max_nodes: Some(3),
+            token_limits: Some(TokenLimitsSpec {
+                max_ttl: Some("168h".into()),
+                max_nodes: Some(10),
+                allow_never_expiring: Some(false),
+            }),
         };
         let rules = FlavorRules::from_spec(&spec).unwrap();
         assert_eq!(rules.to_spec(), spec);
@@ -428,6 +522,94 @@ mod tests {
         let json = serde_json::to_value(&spec).unwrap();
         assert_eq!(json["trustLevel"], 70);
         assert_eq!(json["tokenTtl"], "1h30m");
+        assert_eq!(json["tokenLimits"]["maxTTL"], "168h");
+        assert_eq!(
+            rules.token_limits().max_ttl_secs,
+            Some(168 * 3600),
+            "the limits are read"
+        );
+    }
+
+    #[test]
+    fn flavor_refuses_bad_token_limits() {
+        let with = |limits: TokenLimitsSpec| {
+            FlavorRules::from_spec(&FlavorSpec {
+                token_limits: Some(limits),
+                ..FlavorSpec::default()
+            })
+        };
+        let ttl = |t: &str| TokenLimitsSpec {
+            max_ttl: Some(t.into()),
+            ..TokenLimitsSpec::default()
+        };
+        assert_eq!(with(ttl("0")), Err(FlavorError::LimitTtlNever));
+        assert_eq!(with(ttl("0h0m")), Err(FlavorError::LimitTtlNever));
+        assert!(matches!(with(ttl("7d")), Err(FlavorError::LimitTtl(_))));
+        assert!(
+            FlavorError::LimitTtlNever
+                .to_string()
+                .contains("allowNeverExpiring")
+        );
+        for n in [0, -1, i64::from(u32::MAX) + 1] {
+            assert_eq!(
+                with(TokenLimitsSpec {
+                    max_nodes: Some(n),
+                    ..TokenLimitsSpec::default()
+                }),
+                Err(FlavorError::LimitMaxNodes(n))
+            );
+        }
+        // Empty limits are no limits stated.
+        assert_eq!(
+            with(TokenLimitsSpec::default()).unwrap().token_limits(),
+            TokenLimits::default()
+        );
+    }
+
+    #[test]
+    fn defaults_must_fit_the_flavors_own_limits() {
+        let rules = |spec: FlavorSpec| FlavorRules::from_spec(&spec).unwrap();
+        let fits = |spec: FlavorSpec| rules(spec).check_defaults_within_limits();
+        assert_eq!(fits(FlavorSpec::default()), Ok(()));
+        let never = FlavorSpec {
+            token_ttl: Some("0".into()),
+            ..FlavorSpec::default()
+        };
+        assert_eq!(
+            fits(never.clone()),
+            Err(FlavorError::DefaultBeyondLimit(
+                LimitExceeded::NeverExpiring
+            ))
+        );
+        assert_eq!(
+            fits(FlavorSpec {
+                token_limits: Some(TokenLimitsSpec {
+                    allow_never_expiring: Some(true),
+                    ..TokenLimitsSpec::default()
+                }),
+                ..never
+            }),
+            Ok(())
+        );
+        let above = FlavorSpec {
+            token_ttl: Some("48h".into()),
+            max_nodes: Some(4),
+            token_limits: Some(TokenLimitsSpec {
+                max_ttl: Some("24h".into()),
+                ..TokenLimitsSpec::default()
+            }),
+            ..FlavorSpec::default()
+        };
+        let err = fits(above).unwrap_err().to_string();
+        assert!(err.contains("tokenLimits.maxTTL is 24h"), "{err}");
+        // Unstated limits follow the defaults: a default of 4 nodes fits.
+        assert_eq!(
+            fits(FlavorSpec {
+                max_nodes: Some(4),
+                ..FlavorSpec::default()
+            }),
+            Ok(())
+        );
     }
 
     #[test]

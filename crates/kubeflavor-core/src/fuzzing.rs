@@ -23,7 +23,7 @@ use crate::certkey::CertificateKey;
 use crate::copycerts::{self, Provenance};
 use crate::csr::{self, KUBELET_CLIENT_SIGNER};
 use crate::discovery::{self, CaVerification, KUBECONFIG_KEY};
-use crate::flavor::{FlavorName, FlavorRules, FlavorSpec, TaintSpec};
+use crate::flavor::{FlavorName, FlavorRules, FlavorSpec, TaintSpec, TokenLimitsSpec};
 use crate::jws;
 use crate::kubeconfig::{ClusterInfo, Kubeconfig};
 use crate::mint_request;
@@ -321,9 +321,20 @@ pub fn kubeconfig(data: &[u8]) {
     }
 }
 
-/// The join-token API's request body (`POST /v1/flavors/<flavor>/jointokens`).
+/// The join-token API's request body (`POST /v1/flavors/<flavor>/jointokens`), and a
+/// valid one against the limits of a flavor that states none: whatever passes is within
+/// them.
 pub fn mint_request(data: &[u8]) {
-    let _ = mint_request::parse(data).map_err(|e| e.to_string());
+    let Ok(request) = mint_request::parse(data).map_err(|e| e.to_string()) else {
+        return;
+    };
+    let rules = FlavorRules::from_spec(&FlavorSpec::default()).expect("the empty flavor is valid");
+    if let Ok((ttl, max_nodes)) = mint_request::within_limits(&request, &rules) {
+        assert!(
+            ttl != crate::ttl::TokenTtl::Never && max_nodes.get() == 1,
+            "a flavor without limits let {ttl:?} and {max_nodes} through"
+        );
+    }
 }
 
 /// A Flavor object's `spec` in the CRD's JSON (`trustLevel`, `tokenDefaults.ttl` and
@@ -340,6 +351,8 @@ struct FlavorObjectSpec {
     trust_level: Option<i64>,
     #[serde(default)]
     token_defaults: Option<FlavorObjectTokenDefaults>,
+    #[serde(default)]
+    token_limits: Option<TokenLimitsSpec>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -403,8 +416,12 @@ pub fn flavor(data: &[u8]) {
         trust_level: spec.trust_level,
         token_ttl,
         max_nodes,
+        token_limits: spec.token_limits,
     };
     if let Ok(rules) = FlavorRules::from_spec(&core) {
+        let _ = rules
+            .check_defaults_within_limits()
+            .map_err(|e| e.to_string());
         let again = FlavorRules::from_spec(&rules.to_spec());
         assert!(
             again.as_ref() == Ok(&rules),

@@ -5,12 +5,14 @@
 // Tokens, flavors, the CSR policy and node flavoring.
 pub mod csr;
 pub mod flavor;
+pub mod invisible;
 pub mod labels;
 pub mod names;
 pub mod node_state;
 pub mod policy;
 pub mod taint;
 pub mod token;
+pub mod token_limits;
 pub mod token_meta;
 pub mod token_record;
 pub mod token_secret;

@@ -6,12 +6,17 @@
 //! {"issuedTo": "acme-corp/alice", "ttl": "24h", "maxNodes": 1, "output": "cloud-init"}
 //! ```
 
+use std::cell::RefCell;
+use std::fmt;
 use std::num::NonZeroU32;
 
+use serde::de::{self, DeserializeSeed, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Value};
 
+use crate::flavor::{DEFAULT_MAX_NODES, FlavorRules};
+use crate::token_limits::LimitExceeded;
 use crate::token_meta::IssuedTo;
-use crate::ttl::TokenTtl;
+use crate::ttl::{DEFAULT_TOKEN_TTL, TokenTtl};
 
 /// The largest body accepted: a valid request is well under 1 KiB.
 pub const MAX_BODY_BYTES: usize = 16 * 1024;
@@ -44,6 +49,7 @@ pub enum FieldReason {
     Required,
     Invalid,
     NotSupported,
+    Forbidden,
 }
 
 impl FieldReason {
@@ -52,6 +58,7 @@ impl FieldReason {
             FieldReason::Required => "FieldValueRequired",
             FieldReason::Invalid => "FieldValueInvalid",
             FieldReason::NotSupported => "FieldValueNotSupported",
+            FieldReason::Forbidden => "FieldValueForbidden",
         }
     }
 }
@@ -70,6 +77,10 @@ pub enum MintRequestError {
     TooLarge(usize),
     #[error("the request body is not a JSON object: {0}")]
     Malformed(String),
+    #[error(
+        "the request body repeats the key {0:?}; JSON readers disagree on which copy counts, so send each key once"
+    )]
+    DuplicateKey(String),
     #[error("the request is invalid: {}", describe(.0))]
     Invalid(Vec<FieldProblem>),
 }
@@ -90,11 +101,7 @@ pub fn parse(body: &[u8]) -> Result<MintRequest, MintRequestError> {
     if body.len() > MAX_BODY_BYTES {
         return Err(MintRequestError::TooLarge(body.len()));
     }
-    let value: Value = serde_json::from_slice(body).map_err(|e| {
-        MintRequestError::Malformed(format!(
-            "{e} (send a JSON object such as {{\"issuedTo\": \"acme-corp/alice\"}})"
-        ))
-    })?;
+    let value = read_json(body)?;
     let Value::Object(fields) = value else {
         return Err(MintRequestError::Malformed(
             "it is JSON but not an object (send {\"issuedTo\": \"...\"})".into(),
@@ -121,6 +128,152 @@ pub fn parse(body: &[u8]) -> Result<MintRequest, MintRequestError> {
         }),
         _ => Err(MintRequestError::Invalid(problems)),
     }
+}
+
+/// The body as JSON, refusing a key repeated in any object: serde_json keeps the last of
+/// two equal keys, other readers the first, so a body with both could be checked as one
+/// request and acted on as another.
+fn read_json(body: &[u8]) -> Result<Value, MintRequestError> {
+    let repeated = RefCell::new(None);
+    let mut reader = serde_json::Deserializer::from_slice(body);
+    let value = UniqueKeys {
+        path: String::new(),
+        repeated: &repeated,
+    }
+    .deserialize(&mut reader)
+    .and_then(|value| reader.end().map(|()| value));
+    match (value, repeated.into_inner()) {
+        (_, Some(path)) => Err(MintRequestError::DuplicateKey(path)),
+        (Ok(value), None) => Ok(value),
+        (Err(e), None) => Err(MintRequestError::Malformed(format!(
+            "{e} (send a JSON object such as {{\"issuedTo\": \"acme-corp/alice\"}})"
+        ))),
+    }
+}
+
+/// Builds a JSON value as serde_json's own `Value` does, but stops at the first key an
+/// object repeats and records where it is (`ttl`, `x.k`, `x[1].k`).
+struct UniqueKeys<'a> {
+    path: String,
+    repeated: &'a RefCell<Option<String>>,
+}
+
+impl UniqueKeys<'_> {
+    fn child(&self, step: String) -> Self {
+        UniqueKeys {
+            path: step,
+            repeated: self.repeated,
+        }
+    }
+}
+
+impl<'de> DeserializeSeed<'de> for UniqueKeys<'_> {
+    type Value = Value;
+    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for UniqueKeys<'_> {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+    fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
+        Ok(Value::Bool(v))
+    }
+    fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+    fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+    fn visit_f64<E>(self, v: f64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+    fn visit_str<E>(self, v: &str) -> Result<Value, E> {
+        Ok(Value::String(v.to_owned()))
+    }
+    fn visit_string<E>(self, v: String) -> Result<Value, E> {
+        Ok(Value::String(v))
+    }
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let mut items = Vec::new();
+        while let Some(item) =
+            seq.next_element_seed(self.child(format!("{}[{}]", self.path, items.len())))?
+        {
+            items.push(item);
+        }
+        Ok(Value::Array(items))
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let mut fields = Map::new();
+        while let Some(key) = map.next_key::<String>()? {
+            let path = if self.path.is_empty() {
+                key.clone()
+            } else {
+                format!("{}.{key}", self.path)
+            };
+            if fields.contains_key(&key) {
+                let message = format!("duplicate key {path:?}");
+                *self.repeated.borrow_mut() = Some(path);
+                return Err(de::Error::custom(message));
+            }
+            let value = map.next_value_seed(self.child(path))?;
+            fields.insert(key, value);
+        }
+        Ok(Value::Object(fields))
+    }
+}
+
+/// The TTL and max nodes of `request` once the flavor's defaults fill what it leaves out,
+/// if the flavor's token limits allow them; else every limit broken, as field problems
+/// (the join-token API answers them as a 422, like its other field problems).
+pub fn within_limits(
+    request: &MintRequest,
+    rules: &FlavorRules,
+) -> Result<(TokenTtl, NonZeroU32), MintRequestError> {
+    let ttl = request
+        .ttl
+        .or(rules.token_ttl())
+        .unwrap_or(DEFAULT_TOKEN_TTL);
+    let max_nodes = request
+        .max_nodes
+        .or(rules.max_nodes())
+        .unwrap_or(DEFAULT_MAX_NODES);
+    let exceeded = rules.effective_token_limits().check(ttl, max_nodes);
+    if exceeded.is_empty() {
+        return Ok((ttl, max_nodes));
+    }
+    let problems = exceeded
+        .iter()
+        .map(|e| {
+            let asked = match e.field() {
+                "ttl" => request.ttl.is_some(),
+                _ => request.max_nodes.is_some(),
+            };
+            FieldProblem {
+                field: e.field().into(),
+                reason: match e {
+                    LimitExceeded::NeverExpiring => FieldReason::Forbidden,
+                    _ => FieldReason::Invalid,
+                },
+                message: if asked {
+                    e.to_string()
+                } else {
+                    format!(
+                        "{e} (the request named no {}: the flavor's default was used)",
+                        e.field()
+                    )
+                },
+            }
+        })
+        .collect();
+    Err(MintRequestError::Invalid(problems))
 }
 
 fn problem(problems: &mut Vec<FieldProblem>, field: &str, reason: FieldReason, message: String) {
@@ -296,6 +449,46 @@ mod tests {
             );
         }
         assert!(parse("{\"issuedTo\":\"Zoë Ωmega\"}".as_bytes()).is_ok());
+    }
+
+    /// serde_json keeps the last of two equal keys, another reader may keep the first: a
+    /// body that says two things is refused, whatever the depth and however the key is
+    /// spelled (a `\u0054` escape is the letter `T`).
+    #[test]
+    fn a_repeated_key_is_refused_at_any_depth() {
+        for (body, key) in [
+            (
+                &br#"{"issuedTo":"alice","issuedTo":"mallory"}"#[..],
+                "issuedTo",
+            ),
+            (
+                br#"{"issuedTo":"a","ttl":"1h","maxNodes":1,"ttl":"0"}"#,
+                "ttl",
+            ),
+            (br#"{"issuedTo":"a","issued\u0054o":"b"}"#, "issuedTo"),
+            (br#"{"issuedTo":"a","x":{"k":1,"k":2}}"#, "x.k"),
+            (br#"{"issuedTo":"a","x":[{"k":1},{"k":1,"k":2}]}"#, "x[1].k"),
+            (
+                br#"{"maxNodes":{"a":{"b":[[{"c":1,"c":1}]]}}}"#,
+                "maxNodes.a.b[0][0].c",
+            ),
+        ] {
+            assert_eq!(
+                parse(body),
+                Err(MintRequestError::DuplicateKey(key.into())),
+                "{}",
+                String::from_utf8_lossy(body)
+            );
+        }
+        let message = parse(br#"{"issuedTo":"a","issuedTo":"b"}"#)
+            .unwrap_err()
+            .to_string();
+        assert!(message.contains("\"issuedTo\""), "{message}");
+        // Equal keys in different objects are no repeat.
+        assert_eq!(
+            fields_of(parse(br#"{"issuedTo":"a","x":[{"k":1},{"k":2}]}"#).unwrap_err()),
+            [("x".to_string(), FieldReason::NotSupported)]
+        );
     }
 
     #[test]

@@ -29,8 +29,10 @@ pub const ISSUED_BY_ANNOTATION: &str = "kubeflavor.io/issued-by";
 pub const ISSUED_TO_MAX_CHARS: usize = 256;
 
 /// On whose behalf a token was minted, as free text (e.g. `acme-corp/alice`): 1 to
-/// [`ISSUED_TO_MAX_CHARS`] characters, no control characters, no whitespace at either end
-/// (kept exactly as given, never trimmed, so what is shown is what was written).
+/// [`ISSUED_TO_MAX_CHARS`] characters, no control characters, no character that is
+/// invisible or changes how the text is shown ([`crate::invisible`]: a U+202E override
+/// would make `node list` show another name than the one stored), no whitespace at either
+/// end (kept exactly as given, never trimmed, so what is shown is what was written).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct IssuedTo(String);
 
@@ -49,6 +51,10 @@ pub enum IssuedToError {
         "issued-to {value:?} holds a control character; it must be printable text (remove tabs, newlines and other control characters)"
     )]
     ControlCharacter { value: String },
+    #[error(
+        "issued-to {value:?} holds U+{code_point:04X}, a character that is invisible or changes how the text around it is shown (text-direction controls, zero-width and other format characters, line separators); it must be visible text (remove it)"
+    )]
+    InvisibleCharacter { value: String, code_point: u32 },
     #[error(
         "issued-to {value:?} starts or ends with whitespace; it must not (remove the surrounding spaces)"
     )]
@@ -74,6 +80,12 @@ impl FromStr for IssuedTo {
         if s.chars().any(char::is_control) {
             return Err(IssuedToError::ControlCharacter {
                 value: s.to_owned(),
+            });
+        }
+        if let Some(c) = s.chars().find(|&c| crate::invisible::is_invisible(c)) {
+            return Err(IssuedToError::InvisibleCharacter {
+                value: s.to_owned(),
+                code_point: u32::from(c),
             });
         }
         if s.starts_with(char::is_whitespace) || s.ends_with(char::is_whitespace) {
@@ -269,6 +281,7 @@ impl FlavorTokenMeta {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::invisible::FORMAT_CHARACTERS;
     use proptest::prelude::*;
 
     #[test]
@@ -373,6 +386,86 @@ mod tests {
         assert!(message.contains("whitespace"), "{message}");
         let message = "".parse::<IssuedTo>().unwrap_err().to_string();
         assert!(message.contains("1 to 256 characters"), "{message}");
+    }
+
+    /// Text that shows one name and stores another is refused: bidi overrides and isolates,
+    /// zero-width and other format characters (general category Cf), line and paragraph
+    /// separators, and invisible fillers, wherever they stand.
+    #[test]
+    fn issued_to_refuses_text_that_displays_other_than_it_reads() {
+        for (value, code_point) in [
+            ("acme\u{202e}ecila", 0x202e),
+            ("\u{202a}alice", 0x202a),
+            ("al\u{2066}ice\u{2069}", 0x2066),
+            ("al\u{200e}ice", 0x200e),
+            ("al\u{200f}ice", 0x200f),
+            ("al\u{61c}ice", 0x061c),
+            ("al\u{200b}ice", 0x200b),
+            ("al\u{200d}ice", 0x200d),
+            ("al\u{feff}ice", 0xfeff),
+            ("al\u{ad}ice", 0x00ad),
+            ("al\u{2060}ice", 0x2060),
+            ("al\u{e0041}ice", 0xe0041),
+            ("al\u{2028}ice", 0x2028),
+            ("al\u{2029}ice", 0x2029),
+            ("al\u{3164}ice", 0x3164),
+        ] {
+            assert_eq!(
+                value.parse::<IssuedTo>(),
+                Err(IssuedToError::InvisibleCharacter {
+                    value: value.to_owned(),
+                    code_point,
+                }),
+                "{value:?}"
+            );
+        }
+        let message = "a\u{202e}b".parse::<IssuedTo>().unwrap_err().to_string();
+        assert!(message.contains("U+202E"), "{message}");
+        // The value is shown escaped in the error, so the error cannot lie either.
+        assert!(!message.contains('\u{202e}'), "{message}");
+        // Visible text of any script stays accepted, inner spaces too.
+        for ok in [
+            "\u{5d0}\u{5d1} team",
+            "\u{627}\u{644}\u{639}\u{631}\u{628}\u{64a}\u{629}",
+            "a\u{3000}b",
+            "\u{1f600} ok",
+        ] {
+            assert!(ok.parse::<IssuedTo>().is_ok(), "{ok:?}");
+        }
+    }
+
+    #[test]
+    fn custody_annotations_with_invisible_characters_are_refused() {
+        let labels: BTreeMap<String, String> = [(FLAVOR_TOKEN_LABEL.into(), "sweet".into())].into();
+        let annotations: BTreeMap<String, String> =
+            [(ISSUED_TO_ANNOTATION.into(), "eve\u{202e}ecila".into())].into();
+        assert!(matches!(
+            FlavorTokenMeta::from_metadata(&labels, &annotations),
+            Err(TokenMetaError::IssuedTo(
+                IssuedToError::InvisibleCharacter {
+                    code_point: 0x202e,
+                    ..
+                }
+            ))
+        ));
+    }
+
+    proptest! {
+        /// Every code point of general category Cf is refused, alone or inside a name.
+        #[test]
+        fn every_format_character_is_refused(i in 0..FORMAT_CHARACTERS.len(), offset in 0u32..0x60) {
+            let (first, last) = FORMAT_CHARACTERS[i];
+            let cp = first + offset % (last - first + 1);
+            let c = char::from_u32(cp).expect("a scalar value");
+            let value = format!("acme{c}alice");
+            prop_assert!(
+                matches!(
+                    value.parse::<IssuedTo>(),
+                    Err(IssuedToError::InvisibleCharacter { code_point, .. }) if code_point == cp
+                ),
+                "U+{:04X}", cp
+            );
+        }
     }
 
     #[test]

@@ -105,6 +105,9 @@ async fn main() -> anyhow::Result<()> {
             "partner=sour:NoSchedule",
             "--trust-level",
             "20",
+            // Its tokens may bind up to two node names (through the portal too).
+            "--max-nodes-limit",
+            "2",
         ],
         Quiet::No,
     )

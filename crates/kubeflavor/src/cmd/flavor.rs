@@ -6,7 +6,9 @@ use std::path::PathBuf;
 use jiff::Timestamp;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::core::ObjectMeta;
-use kubeflavor_core::flavor::{FlavorName, FlavorRules, FlavorSpec as CoreSpec, TaintSpec};
+use kubeflavor_core::flavor::{
+    FlavorName, FlavorRules, FlavorSpec as CoreSpec, TaintSpec, TokenLimitsSpec,
+};
 use serde_json::Value;
 
 use clap::{Args, Subcommand};
@@ -56,6 +58,18 @@ pub struct FlavorCreateArgs {
     /// Default number of node names one token of this flavor may bind.
     #[arg(long, value_name = "N", allow_negative_numbers = true)]
     pub max_nodes: Option<MaxNodes>,
+    /// The longest TTL a token of this flavor may be minted with (tokenLimits.maxTTL), through
+    /// the join-token API or `token create`. Default: the flavor's default TTL, else 24h.
+    #[arg(long, value_name = "DURATION", allow_hyphen_values = true)]
+    pub max_ttl: Option<TokenTtl>,
+    /// The largest max-nodes a token of this flavor may be minted with
+    /// (tokenLimits.maxNodes). Default: the flavor's default max-nodes, else 1.
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    pub max_nodes_limit: Option<MaxNodes>,
+    /// Allow tokens of this flavor that never expire (TTL 0) (tokenLimits.allowNeverExpiring;
+    /// refused without it).
+    #[arg(long)]
+    pub allow_never_expiring: bool,
 }
 
 #[derive(Debug, Args)]
@@ -117,10 +131,24 @@ pub async fn create(cluster: &Cluster, args: &FlavorCreateArgs, out: &mut dyn Wr
         trust_level: args.trust_level.map(|t| i64::from(t.0.get())),
         token_ttl: args.ttl.map(|t| t.to_string()),
         max_nodes: args.max_nodes.map(|m| i64::from(m.0.get())),
+        token_limits: (args.max_ttl.is_some()
+            || args.max_nodes_limit.is_some()
+            || args.allow_never_expiring)
+            .then(|| TokenLimitsSpec {
+                max_ttl: args.max_ttl.map(|t| t.to_string()),
+                max_nodes: args.max_nodes_limit.map(|m| i64::from(m.0.get())),
+                allow_never_expiring: args.allow_never_expiring.then_some(true),
+            }),
     };
     // Duplicate taints and the like are only visible on the whole set.
     let rules = FlavorRules::from_spec(&spec)
-        .map_err(|e| CliError::refused(e, "fix the flags and retry"))?;
+        .and_then(|rules| rules.check_defaults_within_limits().map(|()| rules))
+        .map_err(|e| {
+            CliError::refused(
+                e,
+                "fix the flags and retry (--max-ttl, --max-nodes-limit and --allow-never-expiring set the limits)",
+            )
+        })?;
     let flavor = flavor_from_rules(&args.name, &rules);
     let api: Api<Flavor> = Api::all(cluster.client.clone());
     match api.create(&PostParams::default(), &flavor).await {
@@ -149,9 +177,15 @@ pub async fn apply(cluster: &Cluster, args: &FlavorApplyArgs, out: &mut dyn Writ
     // Every document is checked before the first write: a bad file changes nothing.
     let mut checked = Vec::new();
     for flavor in &flavors {
-        let (name, rules) = rules_from_flavor(flavor).map_err(|e| {
-            CliError::refused(format!("{shown}: {e}"), "fix the file and apply again")
-        })?;
+        let (name, rules) = rules_from_flavor(flavor)
+            .map_err(|e| e.to_string())
+            .and_then(|(name, rules)| match rules.check_defaults_within_limits() {
+                Ok(()) => Ok((name, rules)),
+                Err(e) => Err(format!("flavor {name}: {e}")),
+            })
+            .map_err(|e| {
+                CliError::refused(format!("{shown}: {e}"), "fix the file and apply again")
+            })?;
         // The applied object is rebuilt from the validated rules; the file's own labels and
         // annotations are kept, server-set metadata (uid, resourceVersion...) is not.
         let mut object = flavor_from_rules(&name, &rules);
@@ -318,7 +352,14 @@ fn print_table(items: &[Flavor], wide: bool, out: &mut dyn Write) -> Result<()> 
     }
     let mut header = vec!["name", "trust", "labels", "taints"];
     if wide {
-        header.extend(["token ttl", "max nodes", "bound"]);
+        header.extend([
+            "token ttl",
+            "max nodes",
+            "ttl limit",
+            "nodes limit",
+            "never expiring",
+            "bound",
+        ]);
     }
     header.push("age");
     let mut table = Table::new(&header);
@@ -348,14 +389,31 @@ fn print_table(items: &[Flavor], wide: bool, out: &mut dyn Write) -> Result<()> 
     Ok(())
 }
 
-/// TOKEN TTL, MAX NODES and BOUND.
-fn wide_columns(f: &Flavor) -> [String; 3] {
+/// TOKEN TTL, MAX NODES (the defaults), the limits in force (stated, else from the
+/// defaults; `<invalid>` for a Flavor kubeflavor cannot read) and BOUND.
+fn wide_columns(f: &Flavor) -> [String; 6] {
     let defaults = f.spec.token_defaults.clone().unwrap_or_default();
+    let limits = rules_from_flavor(f)
+        .ok()
+        .map(|(_, rules)| rules.effective_token_limits());
+    let limit = |show: &dyn Fn(&kubeflavor_core::token_limits::EffectiveLimits) -> String| {
+        limits.as_ref().map_or("<invalid>".into(), show)
+    };
     [
         defaults.ttl.unwrap_or_else(|| "<default>".into()),
         defaults
             .max_nodes
             .map_or("<default>".into(), |n| n.to_string()),
+        limit(&|l| TokenTtl::Seconds(l.max_ttl_secs).to_string()),
+        limit(&|l| l.max_nodes.to_string()),
+        limit(&|l| {
+            if l.allow_never_expiring {
+                "allowed"
+            } else {
+                "refused"
+            }
+            .into()
+        }),
         f.status
             .as_ref()
             .and_then(|s| s.bound_nodes)

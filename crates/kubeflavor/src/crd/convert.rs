@@ -10,7 +10,7 @@ use kubeflavor_core::flavor::{
     self as core, FlavorError, FlavorName, FlavorNameError, FlavorRules,
 };
 
-use super::{Flavor, FlavorSpec, FlavorTaint, TaintEffect, TokenDefaults};
+use super::{Flavor, FlavorSpec, FlavorTaint, TaintEffect, TokenDefaults, TokenLimits};
 
 /// Why a stored Flavor cannot be used.
 #[derive(Debug, thiserror::Error)]
@@ -41,6 +41,11 @@ pub fn core_spec(spec: &FlavorSpec) -> core::FlavorSpec {
             .as_ref()
             .and_then(|d| d.max_nodes)
             .map(i64::from),
+        token_limits: spec.token_limits.as_ref().map(|l| core::TokenLimitsSpec {
+            max_ttl: l.max_ttl.clone(),
+            max_nodes: l.max_nodes.map(i64::from),
+            allow_never_expiring: l.allow_never_expiring,
+        }),
     }
 }
 
@@ -72,6 +77,14 @@ pub fn flavor_from_rules(name: &FlavorName, rules: &FlavorRules) -> Flavor {
             ttl: rules.token_ttl().map(|t| t.to_string()),
             max_nodes: rules.max_nodes().map(|n| n.get()),
         });
+    let limits = rules.token_limits();
+    let token_limits = (limits != Default::default()).then(|| TokenLimits {
+        max_ttl: limits
+            .max_ttl_secs
+            .map(|s| core::TokenTtl::Seconds(s).to_string()),
+        max_nodes: limits.max_nodes.map(|n| n.get()),
+        allow_never_expiring: limits.allow_never_expiring,
+    });
     Flavor {
         metadata: ObjectMeta {
             name: Some(name.to_string()),
@@ -82,6 +95,7 @@ pub fn flavor_from_rules(name: &FlavorName, rules: &FlavorRules) -> Flavor {
             taints,
             trust_level: rules.trust_level().map(|t| t.get()),
             token_defaults,
+            token_limits,
         },
         status: None,
     }
@@ -135,6 +149,11 @@ mod tests {
             token_defaults: Some(TokenDefaults {
                 ttl: Some("1h30m".into()),
                 max_nodes: Some(3),
+            }),
+            token_limits: Some(TokenLimits {
+                max_ttl: Some("168h".into()),
+                max_nodes: Some(10),
+                allow_never_expiring: Some(true),
             }),
         };
         let original = flavor("sweet", spec);

@@ -47,6 +47,9 @@ pub const VERSION: &str = "v1alpha1";
     printcolumn = r#"{"name":"Trust","type":"integer","jsonPath":".spec.trustLevel"}"#,
     printcolumn = r#"{"name":"TTL","type":"string","jsonPath":".spec.tokenDefaults.ttl"}"#,
     printcolumn = r#"{"name":"Max Nodes","type":"integer","jsonPath":".spec.tokenDefaults.maxNodes"}"#,
+    printcolumn = r#"{"name":"TTL Limit","type":"string","jsonPath":".spec.tokenLimits.maxTTL","priority":1}"#,
+    printcolumn = r#"{"name":"Nodes Limit","type":"integer","jsonPath":".spec.tokenLimits.maxNodes","priority":1}"#,
+    printcolumn = r#"{"name":"Never Expiring","type":"boolean","jsonPath":".spec.tokenLimits.allowNeverExpiring","priority":1}"#,
     printcolumn = r#"{"name":"Bound","type":"integer","jsonPath":".status.boundNodes"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
@@ -75,6 +78,11 @@ pub struct FlavorSpec {
     /// Defaults for `kubeflavor token create --flavor <this>`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub token_defaults: Option<TokenDefaults>,
+
+    /// The most a token of this flavor may be minted with, through the join-token API and
+    /// by `token create` (unless `--override-flavor-limits`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token_limits: Option<TokenLimits>,
 }
 
 /// A taint as the Node API spells it.
@@ -110,6 +118,25 @@ pub struct TokenDefaults {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "schema::max_nodes")]
     pub max_nodes: Option<u32>,
+}
+
+/// The most a token of the flavor may be minted with. A limit left out is the flavor's
+/// default (`tokenDefaults.ttl`, else 24h; `tokenDefaults.maxNodes`, else 1), and a token
+/// that never expires is refused unless `allowNeverExpiring` is true.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TokenLimits {
+    /// The longest TTL a token may be minted with, e.g. `168h` (a positive duration).
+    #[serde(rename = "maxTTL", default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "schema::max_ttl")]
+    pub max_ttl: Option<String>,
+    /// The largest `maxNodes` a token may be minted with.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "schema::max_nodes")]
+    pub max_nodes: Option<u32>,
+    /// Whether a token that never expires (TTL 0) may be minted (default false).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allow_never_expiring: Option<bool>,
 }
 
 /// Written by the controller.

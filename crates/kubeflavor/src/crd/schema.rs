@@ -140,6 +140,21 @@ pub fn duration(_: &mut SchemaGenerator) -> Schema {
     json_schema!({ "type": "string", "minLength": 1, "maxLength": 32, "pattern": DURATION_PATTERN })
 }
 
+/// `tokenLimits.maxTTL`: a duration as [`duration`] takes it, but positive: "may never
+/// expire" is `allowNeverExpiring`'s to say.
+pub fn max_ttl(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({
+        "type": "string",
+        "minLength": 1,
+        "maxLength": 32,
+        "pattern": DURATION_PATTERN,
+        "x-kubernetes-validations": [
+            rule("!self.matches('^(0|(0+h)?(0+m)?(0+s)?)$')",
+                 "maxTTL must be a positive duration such as 168h; to allow tokens that never expire, set allowNeverExpiring: true"),
+        ]
+    })
+}
+
 pub fn max_nodes(_: &mut SchemaGenerator) -> Schema {
     json_schema!({ "type": "integer", "minimum": 1, "maximum": 10000 })
 }

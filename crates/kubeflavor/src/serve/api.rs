@@ -8,6 +8,7 @@
 //! more.
 
 use std::collections::BTreeMap;
+use std::num::NonZeroU32;
 use std::time::{Duration, Instant};
 
 use http::header::{self, HeaderMap, HeaderValue};
@@ -21,7 +22,7 @@ use k8s_openapi::api::authorization::v1::{
 };
 use kube::Api;
 use kube::api::PostParams;
-use kubeflavor_core::flavor::FlavorName;
+use kubeflavor_core::flavor::{FlavorName, TokenTtl};
 use kubeflavor_core::mint_request::{self, MintOutput, MintRequest, MintRequestError};
 use kubeflavor_core::token::BootstrapToken;
 use kubeflavor_core::token_meta::Custody;
@@ -31,7 +32,7 @@ use zeroize::Zeroizing;
 
 use super::Server;
 use crate::cmd::token::join_line::{join_command_line, join_target};
-use crate::cmd::token::{DEFAULT_TTL, mint, stored_flavor_rules};
+use crate::cmd::token::{mint, stored_flavor_rules};
 use crate::controller::trail::{self, Regarding};
 use crate::error::CliError;
 use crate::exit::ExitCode;
@@ -287,6 +288,14 @@ fn invalid(err: MintRequestError) -> Response<Body> {
             &err.to_string(),
             None,
         ),
+        MintRequestError::DuplicateKey(ref key) => status(
+            StatusCode::BAD_REQUEST,
+            "BadRequest",
+            &err.to_string(),
+            Some(vec![
+                json!({"reason": "FieldValueDuplicate", "message": "the key appears more than once", "field": key}),
+            ]),
+        ),
         MintRequestError::Invalid(ref problems) => {
             let causes = problems
                 .iter()
@@ -362,10 +371,35 @@ async fn mint_for(server: &Server, flavor: &str, req: Request<Incoming>) -> Resp
         Ok(request) => request,
         Err(err) => return invalid(err),
     };
-    match mint_token(server, &flavor_name, &request, &caller).await {
+    let rules = match stored_flavor_rules(&server.cluster, &flavor_name).await {
+        Ok(Some(rules)) => rules,
+        Ok(None) => return not_found(flavor),
+        Err(err) => return failed(flavor, err),
+    };
+    // What the caller asks, filled in with the flavor's defaults, within the flavor's
+    // limits; else a 422 naming each limit.
+    let (ttl, max_nodes) = match mint_request::within_limits(&request, &rules) {
+        Ok(granted) => granted,
+        Err(err) => return invalid(err),
+    };
+    let asked = Asked {
+        request: &request,
+        ttl,
+        max_nodes,
+        caller: &caller,
+    };
+    match mint_token(server, &flavor_name, &asked).await {
         Ok(minted) => answer(&minted, &request, wants_document),
         Err(err) => failed(flavor, err),
     }
+}
+
+/// A request within its flavor's limits, with the defaults filled in.
+struct Asked<'a> {
+    request: &'a MintRequest,
+    ttl: TokenTtl,
+    max_nodes: NonZeroU32,
+    caller: &'a str,
 }
 
 /// A token as minted, with what the answer says about it.
@@ -383,18 +417,10 @@ struct Minted {
 async fn mint_token(
     server: &Server,
     flavor: &FlavorName,
-    request: &MintRequest,
-    caller: &str,
+    asked: &Asked<'_>,
 ) -> Result<Minted, CliError> {
-    let rules = stored_flavor_rules(&server.cluster, flavor)
-        .await?
-        .ok_or_else(|| CliError::not_found(format!("flavor {flavor} does not exist"), ""))?;
-    let ttl = request.ttl.or(rules.token_ttl()).unwrap_or(DEFAULT_TTL);
-    let max_nodes = request
-        .max_nodes
-        .or(rules.max_nodes())
-        .unwrap_or(kubeflavor_core::flavor::DEFAULT_MAX_NODES);
-    let expiration = ttl.expiration(Timestamp::now());
+    let (request, caller, max_nodes) = (asked.request, asked.caller, asked.max_nodes);
+    let expiration = asked.ttl.expiration(Timestamp::now());
     // Where nodes join, resolved before the token exists: a token nobody is handed is never
     // stored.
     let target = join_target(&server.cluster).await?;

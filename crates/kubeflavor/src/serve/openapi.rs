@@ -3,6 +3,7 @@
 use serde_json::{Value, json};
 
 use kubeflavor_core::mint_request::MAX_BODY_BYTES;
+use kubeflavor_core::token_limits::{ALLOW_NEVER_EXPIRING_FIELD, MAX_NODES_FIELD, MAX_TTL_FIELD};
 use kubeflavor_core::token_meta::ISSUED_TO_MAX_CHARS;
 
 fn status_response(description: &str) -> Value {
@@ -32,9 +33,9 @@ pub fn document() -> Value {
                     "additionalProperties": false,
                     "required": ["issuedTo"],
                     "properties": {
-                        "issuedTo": {"type": "string", "minLength": 1, "maxLength": ISSUED_TO_MAX_CHARS, "description": "On whose behalf the token is minted (e.g. acme-corp/alice); kept with the token and copied into the binding of every node that joins with it. No control characters, no white space at either end.", "example": "acme-corp/alice"},
-                        "ttl": {"type": "string", "description": "Lifetime like kubeadm's --ttl: 24h, 90m, 1h30m, or 0 for never. Default: the flavor's, else 24h.", "example": "24h"},
-                        "maxNodes": {"type": "integer", "minimum": 1, "maximum": 4294967295u64, "description": "How many node names the token may bind. Default: the flavor's, else 1."},
+                        "issuedTo": {"type": "string", "minLength": 1, "maxLength": ISSUED_TO_MAX_CHARS, "description": "On whose behalf the token is minted (e.g. acme-corp/alice); kept with the token and copied into the binding of every node that joins with it. Visible text only: no control or format characters (Unicode Cc, Cf: text-direction overrides and isolates, zero-width characters, the byte-order mark), no line or paragraph separators, no white space at either end.", "example": "acme-corp/alice"},
+                        "ttl": {"type": "string", "description": format!("Lifetime like kubeadm's --ttl: 24h, 90m, 1h30m, or 0 for never. Default: the flavor's, else 24h. At most the flavor's {MAX_TTL_FIELD} (default: its default TTL, else 24h); 0 only where its {ALLOW_NEVER_EXPIRING_FIELD} is true (default false)."), "example": "24h"},
+                        "maxNodes": {"type": "integer", "minimum": 1, "maximum": 4294967295u64, "description": format!("How many node names the token may bind. Default: the flavor's, else 1. At most the flavor's {MAX_NODES_FIELD} (default: its default maxNodes, else 1).")},
                         "output": {"type": "string", "enum": ["json", "cloud-init"], "default": "json", "description": "cloud-init: the answer also carries a cloud-init user-data document that joins the machine on first boot."}
                     }
                 },
@@ -88,14 +89,14 @@ pub fn document() -> Value {
                                 "text/cloud-config": {"schema": {"type": "string"}}
                             }
                         },
-                        "400": status_response("The body is not a JSON object."),
+                        "400": status_response("The body is not a JSON object, or repeats a key (at any depth; details.causes names it, reason FieldValueDuplicate)."),
                         "401": status_response("No bearer token, or one the Kubernetes API does not accept."),
                         "403": status_response("The caller may not mint tokens of this flavor."),
                         "404": status_response("No such flavor (only said to callers allowed to mint it)."),
                         "409": status_response("The flavor's definition is invalid."),
                         "408": status_response("The body did not arrive in time (serve --request-timeout)."),
                         "413": status_response("The body is larger than the limit."),
-                        "422": status_response("A field is invalid; details.causes names each."),
+                        "422": status_response("A field is invalid, or asks for more than the flavor's tokenLimits allow; details.causes names each field, and the limit it breaks."),
                         "429": status_response("Too many requests from this caller; see Retry-After."),
                         "503": status_response("The Kubernetes API could not be reached; retry.")
                     }
@@ -109,6 +110,7 @@ pub fn document() -> Value {
 mod tests {
     use super::*;
     use kubeflavor_core::mint_request::FIELDS;
+    use kubeflavor_core::token_limits::LimitExceeded;
 
     #[test]
     fn the_document_describes_the_fields_the_server_accepts() {
@@ -125,6 +127,30 @@ mod tests {
         accepted.sort();
         assert_eq!(described, accepted);
         assert_eq!(request["required"], serde_json::json!(["issuedTo"]));
+        // Each limit a request can break is described on the field the core names.
+        let n = std::num::NonZeroU32::MIN;
+        for exceeded in [
+            LimitExceeded::NeverExpiring,
+            LimitExceeded::Ttl {
+                asked_secs: 2,
+                max_secs: 1,
+                stated: true,
+            },
+            LimitExceeded::MaxNodes {
+                asked: n,
+                max: n,
+                stated: true,
+            },
+        ] {
+            let description = request["properties"][exceeded.field()]["description"]
+                .as_str()
+                .expect("described");
+            assert!(
+                description.contains(exceeded.limit()),
+                "{}: {description}",
+                exceeded.field()
+            );
+        }
         assert!(
             doc["paths"]["/v1/flavors/{flavor}/jointokens"]["post"]["responses"]["201"].is_object()
         );

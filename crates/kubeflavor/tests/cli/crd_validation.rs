@@ -115,6 +115,81 @@ async fn the_api_server_refuses_a_kubelet_writable_label_key_and_accepts_a_restr
         .unwrap();
 }
 
+/// `spec.tokenLimits` is checked by the API server too: a positive maxTTL in kubeadm's
+/// duration syntax (0 is allowNeverExpiring's to say), a maxNodes of 1 to 10000, a boolean.
+#[tokio::test]
+async fn the_api_server_checks_token_limits() {
+    let env = Env::start().await;
+    env.install().await;
+    let flavors: Api<Flavor> = Api::all(env.client.clone());
+    let pp = PostParams::default();
+    let name = env.name("limits");
+    for (limits, field, needle) in [
+        (
+            json!({"maxTTL": "0"}),
+            "spec.tokenLimits.maxTTL",
+            "allowNeverExpiring",
+        ),
+        (
+            json!({"maxTTL": "0h0m"}),
+            "spec.tokenLimits.maxTTL",
+            "allowNeverExpiring",
+        ),
+        (
+            json!({"maxTTL": "7d"}),
+            "spec.tokenLimits.maxTTL",
+            "should match",
+        ),
+        (
+            json!({"maxNodes": 0}),
+            "spec.tokenLimits.maxNodes",
+            "greater than or equal to 1",
+        ),
+        (
+            json!({"allowNeverExpiring": "yes"}),
+            "spec.tokenLimits.allowNeverExpiring",
+            "boolean",
+        ),
+    ] {
+        let bad = serde_json::from_value::<serde_json::Value>(json!({
+            "apiVersion": "kubeflavor.io/v1alpha1", "kind": "Flavor",
+            "metadata": {"name": name}, "spec": {"tokenLimits": limits},
+        }))
+        .unwrap();
+        let raw: Api<kube::core::DynamicObject> = Api::all_with(
+            env.client.clone(),
+            &kube::core::ApiResource::erase::<Flavor>(&()),
+        );
+        let err = raw
+            .create(&pp, &serde_json::from_value(bad).unwrap())
+            .await
+            .unwrap_err();
+        // A type error comes first; the API server then adds a cause saying the CEL rules
+        // were not run.
+        let got = causes(err);
+        assert_eq!(got[0].0, field, "{limits}: {got:?}");
+        assert!(got[0].1.contains(needle), "{limits}: {got:?}");
+    }
+    let good = flavor(
+        &name,
+        json!({"tokenLimits": {"maxTTL": "168h", "maxNodes": 10, "allowNeverExpiring": true}}),
+    );
+    let created = flavors.create(&pp, &good).await.expect("valid limits");
+    let limits = created.spec.token_limits.expect("stored");
+    assert_eq!(
+        (
+            limits.max_ttl.as_deref(),
+            limits.max_nodes,
+            limits.allow_never_expiring
+        ),
+        (Some("168h"), Some(10), Some(true))
+    );
+    flavors
+        .delete(&name, &DeleteParams::default())
+        .await
+        .unwrap();
+}
+
 /// A FlavorBinding's node, token and flavor are fixed once written (a transition rule with
 /// `oldSelf`), and it must be named after its node (a rule on the object root).
 #[tokio::test]

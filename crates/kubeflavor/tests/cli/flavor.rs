@@ -33,6 +33,11 @@ async fn create_get_list_delete_round_trip() {
             "2h",
             "--max-nodes",
             "4",
+            "--max-ttl",
+            "168h",
+            "--max-nodes-limit",
+            "10",
+            "--allow-never-expiring",
         ])
         .await;
     assert_eq!(
@@ -53,10 +58,21 @@ async fn create_get_list_delete_round_trip() {
         (defaults.ttl.as_deref(), defaults.max_nodes),
         (Some("2h"), Some(4))
     );
+    let limits = stored.spec.token_limits.clone().unwrap();
+    assert_eq!(
+        (
+            limits.max_ttl.as_deref(),
+            limits.max_nodes,
+            limits.allow_never_expiring
+        ),
+        (Some("168h"), Some(10), Some(true))
+    );
 
     let yaml = env.kf(&["flavor", "get", &name, "-o", "yaml"]).await;
     let read: Value = serde_saphyr::from_str(yaml.expect_ok()).unwrap();
     assert_eq!(read["spec"]["trustLevel"], 75);
+    assert_eq!(read["spec"]["tokenLimits"]["maxTTL"], "168h");
+    assert_eq!(read["spec"]["tokenLimits"]["maxNodes"], 10);
     assert!(read["metadata"].get("managedFields").is_none());
     let json = env.kf(&["flavor", "get", &name, "-o", "json"]).await;
     let read: Value = serde_json::from_str(json.expect_ok()).unwrap();
@@ -74,10 +90,31 @@ async fn create_get_list_delete_round_trip() {
         "{row}"
     );
     let wide = env.kf(&["flavor", "list", "-o", "wide"]).await;
+    let wide = wide.expect_ok();
+    let header: Vec<&str> = wide
+        .lines()
+        .next()
+        .unwrap()
+        .split("  ")
+        .map(str::trim)
+        .filter(|c| !c.is_empty())
+        .collect();
     assert!(
-        wide.expect_ok()
-            .lines()
-            .any(|l| l.starts_with(&name) && l.contains("2h"))
+        header.contains(&"TTL LIMIT")
+            && header.contains(&"NODES LIMIT")
+            && header.contains(&"NEVER EXPIRING"),
+        "{wide}"
+    );
+    let row: Vec<&str> = wide
+        .lines()
+        .find(|l| l.starts_with(&name))
+        .expect("listed wide")
+        .split_whitespace()
+        .collect();
+    assert!(
+        row.windows(5)
+            .any(|w| w == ["2h", "4", "168h", "10", "allowed"]),
+        "{row:?}"
     );
     let names = env.kf(&["flavor", "list", "-o", "name"]).await;
     assert!(
@@ -170,6 +207,18 @@ async fn bad_flavor_input_is_refused_and_creates_nothing() {
         (vec!["--trust-level", "-1"], "0 to 100"),
         (vec!["--max-nodes", "0"], "at least 1"),
         (vec!["--ttl", "-5m"], "negative"),
+        (vec!["--max-ttl", "0"], "allowNeverExpiring"),
+        (vec!["--max-nodes-limit", "0"], "at least 1"),
+        // The flavor's own defaults must fit its limits.
+        (vec!["--ttl", "0"], "tokenLimits.allowNeverExpiring"),
+        (
+            vec!["--ttl", "48h", "--max-ttl", "24h"],
+            "tokenLimits.maxTTL is 24h",
+        ),
+        (
+            vec!["--max-nodes", "3", "--max-nodes-limit", "2"],
+            "tokenLimits.maxNodes is 2",
+        ),
     ];
     for (flags, needle) in cases {
         let mut args = vec!["flavor", "create", name.as_str()];

@@ -249,15 +249,27 @@ async fn kubectl_get_shows_the_printer_columns() {
         .iter()
         .map(|c| c["name"].as_str().unwrap())
         .collect();
+    // The API server's Table carries the priority-1 (-o wide) columns too.
     assert_eq!(
         columns,
-        ["Name", "Trust", "TTL", "Max Nodes", "Bound", "Age"]
+        [
+            "Name",
+            "Trust",
+            "TTL",
+            "Max Nodes",
+            "TTL Limit",
+            "Nodes Limit",
+            "Never Expiring",
+            "Bound",
+            "Age"
+        ]
     );
     let cells = &table["rows"][0]["cells"];
     assert_eq!(cells[0], name.as_str());
     assert_eq!(cells[1], 42);
     assert_eq!(cells[2], "3h");
     assert_eq!(cells[3], 2);
-    assert!(cells[4].is_null(), "no status yet: {cells}");
+    assert!(cells[4].is_null(), "no tokenLimits: {cells}");
+    assert!(cells[7].is_null(), "no status yet: {cells}");
     env.kf(&["flavor", "delete", &name]).await.expect_ok();
 }

@@ -23,6 +23,17 @@ async fn mint(env: &Env, flavor: &str, extra: &[&str]) -> String {
     token
 }
 
+/// `token create --flavor FLAVOR EXTRA... -o json`, read.
+async fn create_json(env: &Env, flavor: &str, extra: &[&str]) -> Value {
+    let args = [
+        &["token", "create", "--flavor", flavor][..],
+        extra,
+        &["-o", "json"],
+    ]
+    .concat();
+    serde_json::from_str(env.kf(&args).await.expect_ok()).unwrap()
+}
+
 async fn secrets(env: &Env) -> Api<Secret> {
     Api::namespaced(env.client.clone(), "kube-system")
 }
@@ -312,11 +323,17 @@ async fn an_invalid_issued_to_is_refused_and_nothing_is_created() {
     let flavor = env.create_flavor("refused", &[]).await;
     let selector = ListParams::default().labels(&format!("kubeflavor.io/flavor={flavor}"));
     let long = "x".repeat(257);
-    let cases: [(&str, &str); 4] = [
+    let cases: [(&str, &str); 8] = [
         ("", "1 to 256 characters"),
         (long.as_str(), "at most 256 characters"),
         ("alice\tsmith", "control character"),
         (" alice", "whitespace"),
+        // Text that shows another name than it stores: a right-to-left override, a
+        // zero-width space, a line separator, a left-to-right isolate.
+        ("eve\u{202e}ecila", "U+202E"),
+        ("al\u{200b}ice", "U+200B"),
+        ("alice\u{2028}bob", "U+2028"),
+        ("\u{2066}acme\u{2069}/alice", "U+2066"),
     ];
     for (value, needle) in cases {
         let out = env
@@ -332,6 +349,54 @@ async fn an_invalid_issued_to_is_refused_and_nothing_is_created() {
     let created = secrets(&env).await.list(&selector).await.unwrap().items;
     assert!(created.is_empty(), "a refused command created a token");
     cleanup(&env, &[], &[&flavor]).await;
+}
+
+/// `token create` holds to the flavor's tokenLimits as the join-token API does (without
+/// them: at most the flavor's defaults, never a token that never expires), naming the
+/// limit and the flag that overrides it; `--override-flavor-limits` is the admin's way
+/// past them.
+#[tokio::test]
+async fn token_create_holds_to_the_flavors_limits_unless_overridden() {
+    let env = Env::start().await;
+    env.install().await;
+    let flavor = env.create_flavor("limits", &[]).await;
+    let selector = ListParams::default().labels(&format!("kubeflavor.io/flavor={flavor}"));
+    for (flags, needle) in [
+        (vec!["--ttl", "0"], "tokenLimits.allowNeverExpiring"),
+        (vec!["--max-nodes", "2"], "tokenLimits.maxNodes"),
+        (vec!["--ttl", "25h"], "tokenLimits.maxTTL"),
+        (
+            vec!["--control-plane", "--max-nodes", "4294967295"],
+            "tokenLimits.maxNodes",
+        ),
+    ] {
+        let out = env
+            .kf(&[
+                &["token", "create", "--flavor", flavor.as_str()][..],
+                &flags,
+            ]
+            .concat())
+            .await;
+        assert_one_line_error(&out, ExitCode::Refused);
+        assert!(
+            out.stderr.contains(needle) && out.stderr.contains("--override-flavor-limits"),
+            "{flags:?}: {:?}",
+            out.stderr
+        );
+    }
+    let created = secrets(&env).await.list(&selector).await.unwrap().items;
+    assert!(created.is_empty(), "a refused command created a token");
+
+    let view = create_json(
+        &env,
+        &flavor,
+        &["--ttl", "0", "--max-nodes", "7", "--override-flavor-limits"],
+    )
+    .await;
+    assert_eq!(view["maxNodes"], 7);
+    assert!(view.get("expiration").is_none(), "{view}");
+    let token = view["token"].as_str().unwrap().to_string();
+    cleanup(&env, &[&token], &[&flavor]).await;
 }
 
 #[tokio::test]
@@ -422,13 +487,21 @@ async fn token_create_uses_flavor_defaults_and_flags_override_them() {
     let env = Env::start().await;
     env.install().await;
     let flavor = env
-        .create_flavor("defaults", &["--ttl", "90m", "--max-nodes", "3"])
+        .create_flavor(
+            "defaults",
+            &[
+                "--ttl",
+                "90m",
+                "--max-nodes",
+                "3",
+                "--max-nodes-limit",
+                "5",
+                "--allow-never-expiring",
+            ],
+        )
         .await;
 
-    let out = env
-        .kf(&["token", "create", "--flavor", &flavor, "-o", "json"])
-        .await;
-    let view: Value = serde_json::from_str(out.expect_ok()).unwrap();
+    let view = create_json(&env, &flavor, &[]).await;
     assert_eq!(view["maxNodes"], 3);
     assert_eq!(view["flavor"], flavor.as_str());
     let expires: jiff::Timestamp = view["expiration"].as_str().unwrap().parse().unwrap();

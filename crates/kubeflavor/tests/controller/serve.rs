@@ -535,3 +535,184 @@ async fn a_callers_rate_is_the_installed_one_across_replicas() {
         "the caller minted the installed burst, 3, across the replicas"
     );
 }
+
+/// A portal's POST of `body` for `flavor`, answered.
+async fn post(api: &MintApi, flavor: &str, portal: &str, body: &[u8]) -> (StatusCode, Value) {
+    call(api, &path(flavor), Some(portal), None, body).await
+}
+
+/// The causes of a refusal: (field, reason, message).
+fn causes(answer: &Value) -> Vec<(String, String, String)> {
+    answer["details"]["causes"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no causes: {answer}"))
+        .iter()
+        .map(|c| {
+            let text = |k: &str| c[k].as_str().unwrap_or_default().to_string();
+            (text("field"), text("reason"), text("message"))
+        })
+        .collect()
+}
+
+/// A portal asks for no more than the flavor allows: without `tokenLimits` at most the
+/// flavor's defaults (24h, one node) and never a token that never expires; with them, up
+/// to the limits. Each refusal is a 422 naming the field and the limit, and mints nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_portal_cannot_mint_past_the_flavors_limits() {
+    let h = Harness::start().await;
+    let plain = h.gold_flavor("plain").await;
+    let limited = h.name("limited");
+    let portal = portal(&h, &[&plain, &limited]).await;
+    let api = start_api(&h).await;
+
+    for (body, field, needle) in [
+        (
+            &br#"{"issuedTo": "acme-corp/alice", "ttl": "0"}"#[..],
+            "ttl",
+            "tokenLimits.allowNeverExpiring",
+        ),
+        (
+            br#"{"issuedTo": "acme-corp/alice", "maxNodes": 4294967295}"#,
+            "maxNodes",
+            "tokenLimits.maxNodes",
+        ),
+        (
+            br#"{"issuedTo": "acme-corp/alice", "ttl": "24h1s"}"#,
+            "ttl",
+            "tokenLimits.maxTTL",
+        ),
+    ] {
+        let (code, answer) = post(&api, &plain, &portal, body).await;
+        assert_eq!(code, StatusCode::UNPROCESSABLE_ENTITY, "{answer}");
+        assert_eq!(answer["reason"], "Invalid", "{answer}");
+        let causes = causes(&answer);
+        assert_eq!(causes.len(), 1, "{answer}");
+        assert_eq!(causes[0].0, field, "{answer}");
+        assert!(causes[0].2.contains(needle), "{answer}");
+    }
+    assert!(tokens_of(&h, &plain).await.is_empty(), "nothing minted");
+    // Both limits at once: both named.
+    let (_, both) = post(
+        &api,
+        &plain,
+        &portal,
+        br#"{"issuedTo": "a", "ttl": "0", "maxNodes": 2}"#,
+    )
+    .await;
+    let fields: Vec<String> = causes(&both).into_iter().map(|c| c.0).collect();
+    assert_eq!(fields, ["ttl", "maxNodes"], "{both}");
+    // At the defaults, it mints.
+    let (code, minted) = post(
+        &api,
+        &plain,
+        &portal,
+        br#"{"issuedTo": "acme-corp/alice", "ttl": "24h", "maxNodes": 1}"#,
+    )
+    .await;
+    assert_eq!(code, StatusCode::CREATED, "{minted}");
+
+    // A flavor that states its limits gets up to them, and no further.
+    h.env
+        .kf(&[
+            "flavor",
+            "create",
+            &limited,
+            "--max-ttl",
+            "48h",
+            "--max-nodes-limit",
+            "5",
+            "--allow-never-expiring",
+        ])
+        .await
+        .expect_ok();
+    let (code, minted) = post(
+        &api,
+        &limited,
+        &portal,
+        br#"{"issuedTo": "acme-corp/alice", "ttl": "48h", "maxNodes": 5}"#,
+    )
+    .await;
+    assert_eq!(code, StatusCode::CREATED, "{minted}");
+    assert_eq!(minted["maxNodes"], 5);
+    let (code, never) = post(
+        &api,
+        &limited,
+        &portal,
+        br#"{"issuedTo": "acme-corp/alice", "ttl": "0"}"#,
+    )
+    .await;
+    assert_eq!(code, StatusCode::CREATED, "{never}");
+    assert!(never.get("expiration").is_none(), "{never}");
+    let (code, over) = post(
+        &api,
+        &limited,
+        &portal,
+        br#"{"issuedTo": "acme-corp/alice", "ttl": "49h", "maxNodes": 6}"#,
+    )
+    .await;
+    assert_eq!(code, StatusCode::UNPROCESSABLE_ENTITY, "{over}");
+    let messages: Vec<String> = causes(&over).into_iter().map(|c| c.2).collect();
+    assert!(
+        messages[0].contains("48h") && messages[1].contains('5'),
+        "{over}"
+    );
+    assert_eq!(tokens_of(&h, &limited).await.len(), 2, "two minted");
+    assert_eq!(tokens_of(&h, &plain).await.len(), 1, "one minted");
+}
+
+/// Custody text must read as it shows, and a body must say one thing: an issuedTo with a
+/// text-direction override or another invisible character is a 422 naming the character;
+/// a body repeating a key (at any depth, whichever copy would have won) is a 400 naming it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lying_custody_text_and_repeated_keys_are_refused() {
+    let h = Harness::start().await;
+    let sour = h.gold_flavor("sour").await;
+    let portal = portal(&h, &[&sour]).await;
+    let api = start_api(&h).await;
+
+    for (body, code_point) in [
+        (&br#"{"issuedTo": "eve\u202eecila"}"#[..], "U+202E"),
+        (br#"{"issuedTo": "\u2066acme\u2069/alice"}"#, "U+2066"),
+        (br#"{"issuedTo": "al\u200bice"}"#, "U+200B"),
+        (br#"{"issuedTo": "alice\u2028bob"}"#, "U+2028"),
+        (br#"{"issuedTo": "\ufeffalice"}"#, "U+FEFF"),
+    ] {
+        let (code, answer) = post(&api, &sour, &portal, body).await;
+        assert_eq!(code, StatusCode::UNPROCESSABLE_ENTITY, "{answer}");
+        let causes = causes(&answer);
+        assert_eq!(causes.len(), 1, "{answer}");
+        assert_eq!(causes[0].0, "issuedTo", "{answer}");
+        assert!(causes[0].2.contains(code_point), "{answer}");
+    }
+    for (body, key) in [
+        (
+            &br#"{"issuedTo": "acme-corp/alice", "issuedTo": "mallory"}"#[..],
+            "issuedTo",
+        ),
+        (
+            br#"{"issuedTo": "acme-corp/alice", "ttl": "1h", "ttl": "0"}"#,
+            "ttl",
+        ),
+        (br#"{"issuedTo": "a", "x": {"k": 1, "k": 2}}"#, "x.k"),
+    ] {
+        let (code, answer) = post(&api, &sour, &portal, body).await;
+        assert_eq!(code, StatusCode::BAD_REQUEST, "{answer}");
+        assert_eq!(answer["reason"], "BadRequest", "{answer}");
+        assert!(
+            answer["message"]
+                .as_str()
+                .is_some_and(|m| m.contains(&format!("{key:?}"))),
+            "{answer}"
+        );
+        assert_eq!(
+            causes(&answer),
+            [(
+                key.to_string(),
+                "FieldValueDuplicate".to_string(),
+                "the key appears more than once".to_string()
+            )],
+            "{answer}"
+        );
+    }
+    assert!(tokens_of(&h, &sour).await.is_empty(), "nothing minted");
+}

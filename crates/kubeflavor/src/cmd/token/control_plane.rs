@@ -17,7 +17,7 @@ use kubeflavor_core::token_secret::{
 use zeroize::Zeroize;
 
 use super::join_line::{JoinTarget, join_command_line, join_target};
-use super::{TokenCreateArgs, TokenOutput, custody, flavor_rules, max_nodes};
+use super::{TokenCreateArgs, TokenOutput, custody, flavor_rules, max_nodes, within_flavor_limits};
 use crate::cluster::{Cluster, token_secrets};
 use crate::error::CliError;
 
@@ -65,20 +65,20 @@ pub async fn create_control_plane_token(
     // The flavor (if any) first: no token for a flavor that does not exist.
     // The custody is recorded with the flavor's metadata, so only on flavored tokens
     // (`--issued-to` needs `--flavor`).
+    let ttl = args.ttl.unwrap_or(CONTROL_PLANE_TOKEN_TTL);
     let meta = match &args.flavor {
         Some(flavor) => {
             let rules = flavor_rules(cluster, flavor).await?;
+            let max_nodes = max_nodes(args, &rules);
+            within_flavor_limits(args, flavor, &rules, ttl, max_nodes)?;
             Some(
-                FlavorTokenMeta::new(flavor.clone(), max_nodes(args, &rules))
+                FlavorTokenMeta::new(flavor.clone(), max_nodes)
                     .with_custody(custody(cluster, args).await),
             )
         }
         None => None,
     };
-    let expiration = args
-        .ttl
-        .unwrap_or(CONTROL_PLANE_TOKEN_TTL)
-        .expiration(Timestamp::now());
+    let expiration = ttl.expiration(Timestamp::now());
     let token = store(cluster, expiration, meta.as_ref()).await?;
     match &join_target {
         Some(target) => print_join_line(target, &token, out),

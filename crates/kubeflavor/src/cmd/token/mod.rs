@@ -82,11 +82,18 @@ pub struct TokenCreateArgs {
     #[arg(long, value_name = "N", allow_negative_numbers = true)]
     pub max_nodes: Option<MaxNodes>,
     /// On whose behalf the token is minted, as free text (e.g. acme-corp/alice): 1 to 256
-    /// characters, no control characters, no whitespace at either end. Recorded on the
+    /// characters of visible text (no control or format characters such as the
+    /// text-direction override U+202E or zero-width spaces, no line separators), no
+    /// whitespace at either end. Recorded on the
     /// token Secret and on every FlavorBinding made with the token, with the minting user
     /// as issued-by; only admins can read either.
     #[arg(long, value_name = "TEXT", requires = "flavor")]
     pub issued_to: Option<IssuedTo>,
+    /// Mint even beyond the flavor's tokenLimits (a longer TTL, more nodes, a token that
+    /// never expires). Without it `token create` holds to the same limits as the
+    /// join-token API and refuses more (exit 4), naming the limit.
+    #[arg(long)]
+    pub override_flavor_limits: bool,
     /// What to print: the token alone, or a description of it as JSON or YAML.
     #[arg(short, long, value_enum, default_value_t = TokenOutput::Token)]
     pub output: TokenOutput,
@@ -190,6 +197,7 @@ pub async fn create(cluster: &Cluster, args: &TokenCreateArgs, out: &mut dyn Wri
     let rules = flavor_rules(cluster, flavor_name).await?;
     let ttl = args.ttl.or(rules.token_ttl()).unwrap_or(DEFAULT_TTL);
     let max_nodes = max_nodes(args, &rules);
+    within_flavor_limits(args, flavor_name, &rules, ttl, max_nodes)?;
     let expiration = ttl.expiration(Timestamp::now());
 
     // --print-join-command: resolved before the token exists, so a cluster whose server or
@@ -285,6 +293,29 @@ pub async fn stored_flavor_rules(
         )
     })?;
     Ok(Some(rules))
+}
+
+/// Refuses a token beyond the flavor's limits (kubeflavor-core's check, as the join-token
+/// API applies it), unless `--override-flavor-limits`.
+pub fn within_flavor_limits(
+    args: &TokenCreateArgs,
+    flavor: &FlavorName,
+    rules: &FlavorRules,
+    ttl: TokenTtl,
+    max_nodes: NonZeroU32,
+) -> Result<()> {
+    let exceeded = rules.effective_token_limits().check(ttl, max_nodes);
+    if exceeded.is_empty() || args.override_flavor_limits {
+        return Ok(());
+    }
+    let problems: Vec<String> = exceeded.iter().map(ToString::to_string).collect();
+    Err(CliError::refused(
+        format!(
+            "flavor {flavor} does not allow this token: {}",
+            problems.join("; ")
+        ),
+        "ask for less, raise the flavor's tokenLimits (kubeflavor flavor apply), or pass --override-flavor-limits",
+    ))
 }
 
 /// `--max-nodes`, else the flavor's default, else 1.

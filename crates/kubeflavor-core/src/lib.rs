@@ -14,6 +14,7 @@ pub mod token;
 pub mod token_meta;
 pub mod token_record;
 pub mod token_secret;
+pub mod token_shape;
 pub mod ttl;
 
 // The join-token API: what a request may ask, what a machine is handed.

@@ -26,6 +26,7 @@ use kubeflavor_core::mint_request::{self, MintOutput, MintRequest, MintRequestEr
 use kubeflavor_core::token::BootstrapToken;
 use kubeflavor_core::token_meta::Custody;
 use kubeflavor_core::token_secret::format_expiration;
+use kubeflavor_core::ttl::TokenTtl;
 use serde_json::{Value, json};
 use zeroize::Zeroizing;
 
@@ -380,6 +381,15 @@ async fn mint_token(
         .await?
         .ok_or_else(|| CliError::not_found(format!("flavor {flavor} does not exist"), ""))?;
     let ttl = request.ttl.or(rules.token_ttl()).unwrap_or(DEFAULT_TTL);
+    if ttl == TokenTtl::Never {
+        // The API server would refuse it (the policy on this identity's Secrets).
+        return Err(CliError::refused(
+            format!(
+                "flavor {flavor}'s default token TTL is 0 (never expires); the join-token API mints only tokens that expire"
+            ),
+            "pass a ttl such as 24h, or give the flavor a token TTL",
+        ));
+    }
     let max_nodes = request
         .max_nodes
         .or(rules.max_nodes())

@@ -33,7 +33,7 @@ pub fn document() -> Value {
                     "required": ["issuedTo"],
                     "properties": {
                         "issuedTo": {"type": "string", "minLength": 1, "maxLength": ISSUED_TO_MAX_CHARS, "description": "On whose behalf the token is minted (e.g. acme-corp/alice); kept with the token and copied into the binding of every node that joins with it. No control characters, no white space at either end.", "example": "acme-corp/alice"},
-                        "ttl": {"type": "string", "description": "Lifetime like kubeadm's --ttl: 24h, 90m, 1h30m, or 0 for never. Default: the flavor's, else 24h.", "example": "24h"},
+                        "ttl": {"type": "string", "description": "Lifetime like kubeadm's --ttl: 24h, 90m, 1h30m; 0 (never) is refused: the API mints only tokens that expire. Default: the flavor's, else 24h.", "example": "24h"},
                         "maxNodes": {"type": "integer", "minimum": 1, "maximum": 4294967295u64, "description": "How many node names the token may bind. Default: the flavor's, else 1."},
                         "output": {"type": "string", "enum": ["json", "cloud-init"], "default": "json", "description": "cloud-init: the answer also carries a cloud-init user-data document that joins the machine on first boot."}
                     }
@@ -47,7 +47,7 @@ pub fn document() -> Value {
                         "token": {"type": "string", "pattern": "^[a-z0-9]{6}\\.[a-z0-9]{16}$", "description": "The bootstrap token. Shown once; keep it secret."},
                         "id": {"type": "string", "pattern": "^[a-z0-9]{6}$"},
                         "flavor": {"type": "string"},
-                        "expiration": {"type": "string", "format": "date-time", "description": "Absent when the token never expires."},
+                        "expiration": {"type": "string", "format": "date-time", "description": "When the token expires (always set)."},
                         "maxNodes": {"type": "integer"},
                         "issuedTo": {"type": "string"},
                         "issuedBy": {"type": "string", "description": "The Kubernetes user that minted the token (the caller)."},

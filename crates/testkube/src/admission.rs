@@ -35,15 +35,7 @@ pub fn admit(
 
 /// Validating admission that runs after the object passed its own validation, as
 /// upstream's `createValidation`/`updateValidation`: the ValidatingAdmissionPolicies.
-pub fn validate(
-    attrs: &RequestAttributes,
-    op: Operation,
-    old: Option<&Value>,
-    new: Option<&Value>,
-    reader: &dyn ObjectReader,
-) -> Result<(), ApiError> {
-    validating_policy::admit(attrs, op, old, new, reader)
-}
+pub use validating_policy::admit as validate;
 
 #[cfg(test)]
 mod tests;

@@ -40,6 +40,7 @@ use serde_json::{Value, json};
 
 use crate::crd_validation::cel_functions::base_context;
 use crate::crd_validation::cel_rules::{compile, execute};
+use crate::errors::details_of;
 use crate::types::{ApiError, ObjectReader, Operation, RequestAttributes, ResourceKey};
 
 fn policies_key() -> ResourceKey {
@@ -141,7 +142,7 @@ fn evaluate(expression: &str, ctx: &Context) -> Result<bool, String> {
 
 /// Every binding with `Deny`, and the policy it names, in name order (the order upstream's
 /// policy source lists them).
-fn bindings<'a>(reader: &'a dyn ObjectReader) -> Vec<(&'a Value, &'a Value)> {
+fn bindings(reader: &dyn ObjectReader) -> Vec<(&Value, &Value)> {
     let mut found: Vec<(&Value, &Value)> = reader
         .list(&bindings_key(), None)
         .into_iter()
@@ -265,14 +266,7 @@ fn denial(
     } else {
         format!("{resource} \"{name}\"")
     };
-    let mut details = serde_json::Map::new();
-    if !name.is_empty() {
-        details.insert("name".into(), json!(name));
-    }
-    if !attrs.api_group.is_empty() {
-        details.insert("group".into(), json!(attrs.api_group));
-    }
-    details.insert("kind".into(), json!(attrs.resource));
+    let mut details = details_of(&attrs.api_group, &attrs.resource, name);
     details.insert("causes".into(), json!([{"message": cause}]));
     ApiError::new(422, "Invalid", format!("{subject} is forbidden: {cause}"))
         .with_details(Value::Object(details))

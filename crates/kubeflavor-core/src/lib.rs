@@ -16,6 +16,7 @@ pub mod token_limits;
 pub mod token_meta;
 pub mod token_record;
 pub mod token_secret;
+pub mod token_shape;
 pub mod ttl;
 
 // The join-token API: what a request may ask, how many a caller may make, what a

@@ -320,11 +320,23 @@ fn ttl(fields: &Map<String, Value>, problems: &mut Vec<FieldProblem>) -> Option<
             problems,
             "ttl",
             FieldReason::Invalid,
-            "must be a string such as \"24h\", \"90m\" or \"0\" (never expires)".into(),
+            "must be a string such as \"24h\" or \"90m\"".into(),
         );
         return None;
     };
     match text.parse::<TokenTtl>() {
+        // The API server refuses the join-token API's identity a token without an
+        // expiration (the policy `install --serve` ships): say so here, per field.
+        Ok(TokenTtl::Never) => {
+            problem(
+                problems,
+                "ttl",
+                FieldReason::Invalid,
+                "must be a duration such as \"24h\": the join-token API mints only tokens that expire"
+                    .into(),
+            );
+            None
+        }
         Ok(ttl) => Some(ttl),
         Err(e) => {
             problem(problems, "ttl", FieldReason::Invalid, e.to_string());
@@ -419,6 +431,22 @@ mod tests {
                 ("output".to_string(), FieldReason::NotSupported),
                 ("ttl".to_string(), FieldReason::Invalid),
             ]
+        );
+    }
+
+    #[test]
+    fn a_token_that_never_expires_is_refused() {
+        let err = parse(br#"{"issuedTo":"bob","ttl":"0"}"#).unwrap_err();
+        let MintRequestError::Invalid(problems) = err else {
+            panic!("expected Invalid");
+        };
+        assert_eq!(
+            problems,
+            [FieldProblem {
+                field: "ttl".into(),
+                reason: FieldReason::Invalid,
+                message: "must be a duration such as \"24h\": the join-token API mints only tokens that expire".into(),
+            }]
         );
     }
 

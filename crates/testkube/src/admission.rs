@@ -1,9 +1,11 @@
 //! Admission and type-specific rules: NodeRestriction for node identities, and the CSR
 //! rules (requester identity filled in on create, conditions only through `/approval`,
-//! Approved and Denied exclusive and permanent, `approve`/`sign` on the signer).
+//! Approved and Denied exclusive and permanent, `approve`/`sign` on the signer); and, after
+//! the object's own validation, ValidatingAdmissionPolicies.
 
 pub(crate) mod csr;
 mod node_restriction;
+mod validating_policy;
 
 use serde_json::Value;
 
@@ -30,6 +32,10 @@ pub fn admit(
     }
     Ok(())
 }
+
+/// Validating admission that runs after the object passed its own validation, as
+/// upstream's `createValidation`/`updateValidation`: the ValidatingAdmissionPolicies.
+pub use validating_policy::admit as validate;
 
 #[cfg(test)]
 mod tests;

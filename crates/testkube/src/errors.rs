@@ -10,15 +10,20 @@ use crate::types::ApiError;
 /// `details` for errors that name the resource: `kind` is the plural resource (`secrets`),
 /// `group` only for non-core groups.
 fn resource_details(info: &ResourceInfo, name: &str) -> Value {
+    Value::Object(details_of(&info.group, &info.resource, name))
+}
+
+/// The `details` of [`resource_details`] from the group and plural resource alone.
+pub fn details_of(group: &str, resource: &str, name: &str) -> serde_json::Map<String, Value> {
     let mut details = serde_json::Map::new();
     if !name.is_empty() {
         details.insert("name".into(), json!(name));
     }
-    if !info.group.is_empty() {
-        details.insert("group".into(), json!(info.group));
+    if !group.is_empty() {
+        details.insert("group".into(), json!(group));
     }
-    details.insert("kind".into(), json!(info.resource));
-    Value::Object(details)
+    details.insert("kind".into(), json!(resource));
+    details
 }
 
 /// `details` for 422s and failed delete preconditions: `kind` is the Kind.

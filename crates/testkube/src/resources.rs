@@ -413,6 +413,34 @@ fn builtins() -> &'static [ResourceInfo] {
             rbac.create_on_update = true;
             all.push(rbac);
         }
+        // Stored, and enforced by admission::validating_policy. A new policy's status is
+        // the empty struct (upstream's type checker fills it in later); no defaults are
+        // filled in.
+        let mut policy = builtin(Def {
+            group: "admissionregistration.k8s.io",
+            version: "v1",
+            resource: "validatingadmissionpolicies",
+            kind: "ValidatingAdmissionPolicy",
+            namespaced: false,
+            short: &[],
+            subs: &["status"],
+            known: &["spec", "status"],
+        });
+        policy.has_generation = true;
+        policy.status_on_create = StatusOnCreate::Reset(json!({}));
+        all.push(policy);
+        let mut policy_binding = builtin(Def {
+            group: "admissionregistration.k8s.io",
+            version: "v1",
+            resource: "validatingadmissionpolicybindings",
+            kind: "ValidatingAdmissionPolicyBinding",
+            namespaced: false,
+            short: &[],
+            subs: &[],
+            known: &["spec"],
+        });
+        policy_binding.has_generation = true;
+        all.push(policy_binding);
         let mut crd = builtin(Def {
             group: "apiextensions.k8s.io",
             version: "v1",
@@ -454,6 +482,7 @@ const GROUP_ORDER: &[&str] = &[
     "certificates.k8s.io",
     "policy",
     "rbac.authorization.k8s.io",
+    "admissionregistration.k8s.io",
     "apiextensions.k8s.io",
     "coordination.k8s.io",
 ];

@@ -34,7 +34,7 @@ pub fn document() -> Value {
                     "required": ["issuedTo"],
                     "properties": {
                         "issuedTo": {"type": "string", "minLength": 1, "maxLength": ISSUED_TO_MAX_CHARS, "description": "On whose behalf the token is minted (e.g. acme-corp/alice); kept with the token and copied into the binding of every node that joins with it. Visible text only: no control or format characters (Unicode Cc, Cf: text-direction overrides and isolates, zero-width characters, the byte-order mark), no line or paragraph separators, no white space at either end.", "example": "acme-corp/alice"},
-                        "ttl": {"type": "string", "description": format!("Lifetime like kubeadm's --ttl: 24h, 90m, 1h30m, or 0 for never. Default: the flavor's, else 24h. At most the flavor's {MAX_TTL_FIELD} (default: its default TTL, else 24h); 0 only where its {ALLOW_NEVER_EXPIRING_FIELD} is true (default false)."), "example": "24h"},
+                        "ttl": {"type": "string", "description": format!("Lifetime like kubeadm's --ttl: 24h, 90m, 1h30m. Default: the flavor's, else 24h. At most the flavor's {MAX_TTL_FIELD} (default: its default TTL, else 24h). 0 (never expires) is refused whatever the flavor's {ALLOW_NEVER_EXPIRING_FIELD} says: the API mints only tokens that expire, and the API server's admission policy refuses this API any token Secret without an expiration."), "example": "24h"},
                         "maxNodes": {"type": "integer", "minimum": 1, "maximum": 4294967295u64, "description": format!("How many node names the token may bind. Default: the flavor's, else 1. At most the flavor's {MAX_NODES_FIELD} (default: its default maxNodes, else 1).")},
                         "output": {"type": "string", "enum": ["json", "cloud-init"], "default": "json", "description": "cloud-init: the answer also carries a cloud-init user-data document that joins the machine on first boot."}
                     }
@@ -48,7 +48,7 @@ pub fn document() -> Value {
                         "token": {"type": "string", "pattern": "^[a-z0-9]{6}\\.[a-z0-9]{16}$", "description": "The bootstrap token. Shown once; keep it secret."},
                         "id": {"type": "string", "pattern": "^[a-z0-9]{6}$"},
                         "flavor": {"type": "string"},
-                        "expiration": {"type": "string", "format": "date-time", "description": "Absent when the token never expires."},
+                        "expiration": {"type": "string", "format": "date-time", "description": "When the token expires (always set)."},
                         "maxNodes": {"type": "integer"},
                         "issuedTo": {"type": "string"},
                         "issuedBy": {"type": "string", "description": "The Kubernetes user that minted the token (the caller)."},

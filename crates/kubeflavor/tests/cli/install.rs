@@ -89,6 +89,8 @@ async fn install_apply_creates_everything_print_shows_and_is_idempotent() {
             "Deployment" => "deployments",
             "PodDisruptionBudget" => "poddisruptionbudgets",
             "Service" => "services",
+            "ValidatingAdmissionPolicy" => "validatingadmissionpolicies",
+            "ValidatingAdmissionPolicyBinding" => "validatingadmissionpolicybindings",
             other => panic!("unexpected kind {other}"),
         };
         let ar = ApiResource {

@@ -15,3 +15,4 @@ mod flow;
 mod leader;
 mod policy;
 mod serve;
+mod serve_shape;

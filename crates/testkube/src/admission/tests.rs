@@ -40,3 +40,4 @@ pub(super) fn assert_admission_forbidden(
 
 mod csr;
 mod node_restriction;
+mod validating_policy;

@@ -123,7 +123,7 @@ thread_local! {
     static PROGRAMS: RefCell<HashMap<String, Result<Rc<Program>, String>>> = RefCell::new(HashMap::new());
 }
 
-fn compile(text: &str) -> Result<Rc<Program>, String> {
+pub(crate) fn compile(text: &str) -> Result<Rc<Program>, String> {
     PROGRAMS.with(|cache| {
         cache
             .borrow_mut()
@@ -165,7 +165,7 @@ fn type_value(schema: &Value) -> String {
     quote(schema["type"].as_str().unwrap_or(""))
 }
 
-fn execute(program: &Program, ctx: &Context) -> Result<Cel, String> {
+pub(crate) fn execute(program: &Program, ctx: &Context) -> Result<Cel, String> {
     // The interpreter panics on a few constructs it does not support (struct literals).
     match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| program.execute(ctx))) {
         Ok(Ok(v)) => Ok(v),

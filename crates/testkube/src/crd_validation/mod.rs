@@ -6,8 +6,8 @@
 //! On update, errors under a value that did not change are dropped (CRD validation
 //! ratcheting, on by default since v1.30), except those of transition rules (`oldSelf`).
 
-mod cel_functions;
-mod cel_rules;
+pub(crate) mod cel_functions;
+pub(crate) mod cel_rules;
 mod formats;
 mod schema;
 

@@ -186,6 +186,7 @@ pub fn create(
     check_namespace(st, info, &ns)?;
     admission::admit(cx.attrs, Operation::Create, None, Some(&mut obj), &*st)?;
     validate_object(info, &obj, None)?;
+    admission::validate(cx.attrs, Operation::Create, None, Some(&obj), &*st)?;
     let name = meta_str(&obj, "name").to_string();
     if st.get_object(&info.storage, &ns, &name).is_some() {
         return Err(already_exists(info, &name));
@@ -355,6 +356,7 @@ fn finish_update(
         &*st,
     )?;
     validate_object(info, &new, Some(&old))?;
+    admission::validate(cx.attrs, Operation::Update, Some(&old), Some(&new), &*st)?;
     if info.has_generation && spec_part(info, &new) != spec_part(info, &old) {
         let generation = old["metadata"]["generation"].as_i64().unwrap_or(1);
         new["metadata"]["generation"] = json!(generation + 1);

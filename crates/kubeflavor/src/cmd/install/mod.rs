@@ -19,7 +19,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 pub use rbac::{CONTROLLER_SA, KUBELET_CLIENT_SIGNER};
-pub use serve::{SERVE, ServePlan, TLS_SECRET};
+pub use serve::{SERVE, ServePlan, TLS_SECRET, TOKEN_POLICY, serve_user};
 pub use workload::{HTTP_PORT, default_image};
 
 use crate::cluster::Cluster;
@@ -450,6 +450,8 @@ fn resource_of(doc: &Document) -> Result<(ApiResource, bool)> {
         "Deployment" => ("deployments", true),
         "PodDisruptionBudget" => ("poddisruptionbudgets", true),
         "Service" => ("services", true),
+        "ValidatingAdmissionPolicy" => ("validatingadmissionpolicies", false),
+        "ValidatingAdmissionPolicyBinding" => ("validatingadmissionpolicybindings", false),
         other => {
             return Err(CliError::failed(
                 format!("install set holds an unexpected kind {other}"),

@@ -1,8 +1,15 @@
 //! `install --serve`: the join-token API (`kubeflavor serve`) as a Deployment of its own,
 //! with an identity of its own. It faces the network, so it gets only what minting needs:
 //! it cannot approve CSRs, read or delete tokens, or write anything but new token Secrets
-//! and the Events that record them.
+//! and the Events that record them. RBAC cannot say which Secrets it may create, so a
+//! ValidatingAdmissionPolicy makes the API server refuse every Secret of this identity that
+//! is not a kubeflavor node token as `mint` writes it (`kubeflavor_core::token_shape`).
 
+use k8s_openapi::api::admissionregistration::v1::{
+    MatchCondition, MatchResources, NamedRuleWithOperations, ValidatingAdmissionPolicy,
+    ValidatingAdmissionPolicyBinding, ValidatingAdmissionPolicyBindingSpec,
+    ValidatingAdmissionPolicySpec, Validation, Variable,
+};
 use k8s_openapi::api::core::v1::{
     Container, PodSpec, PodTemplateSpec, ResourceRequirements, SecretVolumeSource, Service,
     ServiceAccount, ServicePort, ServiceSpec, Volume, VolumeMount,
@@ -11,6 +18,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::ObjectMeta;
 use kubeflavor_core::mint_rate::{MintRate, SplitError};
 use kubeflavor_core::token_secret::TOKEN_SECRET_NAMESPACE;
+use kubeflavor_core::token_shape;
 
 use super::rbac::{
     cluster_role, cluster_role_binding, role, role_binding, rule, service_account_subject,
@@ -68,12 +76,16 @@ impl Default for ServePlan {
         ServePlan::new(DEFAULT_REPLICAS, DEFAULT_RATE).expect("the defaults split evenly")
     }
 }
+/// The ValidatingAdmissionPolicy (and its binding) shaping the Secrets it may create.
+pub const TOKEN_POLICY: &str = "kubeflavor-serve-token-secrets";
 
-/// Every object of the join-token API, in apply order: identity, RBAC, Deployment, its
+/// Every object of the join-token API, in apply order: the policy on the Secrets it may
+/// create and its binding (before the grant they shape), identity, RBAC, Deployment, its
 /// PodDisruptionBudget when replicas run, Service. `run` false installs the Deployment with
 /// 0 replicas (`install --replicas 0`: nothing runs in the cluster).
 pub fn documents(namespace: &str, image: &str, run: bool, plan: ServePlan) -> Vec<Document> {
-    let mut docs = vec![service_account(namespace)];
+    let mut docs = Vec::from(token_policy(namespace));
+    docs.push(service_account(namespace));
     docs.extend(rbac(namespace));
     let replicas = if run { i32::from(plan.replicas) } else { 0 };
     docs.push(deployment(namespace, image, replicas, plan));
@@ -88,6 +100,119 @@ pub fn documents(namespace: &str, image: &str, run: bool, plan: ServePlan) -> Ve
     }
     docs.push(service(namespace));
     docs
+}
+
+/// The user name of the join-token API's ServiceAccount in `namespace`.
+pub fn serve_user(namespace: &str) -> String {
+    format!("system:serviceaccount:{namespace}:{SERVE}")
+}
+
+/// The ValidatingAdmissionPolicy that lets the join-token API's identity create only
+/// kubeflavor node token Secrets, and the binding that makes the API server enforce it.
+fn token_policy(namespace: &str) -> [Document; 2] {
+    let user = serve_user(namespace);
+    let strings = |v: &[&str]| Some(v.iter().map(|s| s.to_string()).collect::<Vec<_>>());
+    let policy = ValidatingAdmissionPolicy {
+        metadata: object_meta(TOKEN_POLICY, None, COMPONENT),
+        spec: Some(ValidatingAdmissionPolicySpec {
+            failure_policy: Some("Fail".into()),
+            match_constraints: Some(MatchResources {
+                resource_rules: Some(vec![NamedRuleWithOperations {
+                    api_groups: strings(&[""]),
+                    api_versions: strings(&["v1"]),
+                    operations: strings(&["CREATE", "UPDATE"]),
+                    resources: strings(&["secrets"]),
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            }),
+            match_conditions: Some(vec![MatchCondition {
+                name: "join-token-api".into(),
+                expression: token_shape::applies_to(&user),
+            }]),
+            variables: Some(
+                token_shape::variables()
+                    .into_iter()
+                    .map(|v| Variable {
+                        name: v.name.into(),
+                        expression: v.expression,
+                    })
+                    .collect(),
+            ),
+            validations: Some(
+                token_shape::rules()
+                    .into_iter()
+                    .map(|r| Validation {
+                        expression: r.expression,
+                        message: Some(r.message),
+                        ..Default::default()
+                    })
+                    .collect(),
+            ),
+            ..Default::default()
+        }),
+        status: None,
+    };
+    let binding = ValidatingAdmissionPolicyBinding {
+        metadata: object_meta(TOKEN_POLICY, None, COMPONENT),
+        spec: Some(ValidatingAdmissionPolicyBindingSpec {
+            policy_name: Some(TOKEN_POLICY.into()),
+            validation_actions: Some(vec!["Deny".into()]),
+            ..Default::default()
+        }),
+    };
+    [
+        Document::new(
+            &format!(
+                "What the join-token API's identity ({user}) may create, enforced by the API server. \
+                 RBAC can grant it create on Secrets in {TOKEN_SECRET_NAMESPACE} but cannot say which \
+                 Secrets; unshaped, a stolen token of it could create a kubeadm token (kubeadm's \
+                 groups are auto-approved by kube-controller-manager, for any node name). This policy \
+                 refuses every Secret of that identity but a kubeflavor node token exactly as \
+                 kubeflavor mints it, so such a token can mint only kubeflavor tokens, which \
+                 kubeflavor's controller judges. No other identity is affected."
+            ),
+            &policy,
+        )
+        .note(
+            "spec.failurePolicy",
+            "Fail: a rule that cannot be evaluated refuses the request.",
+        )
+        .note(
+            "spec.matchConstraints",
+            "Creates and updates of Secrets. The identity has no update grant; should one appear, \
+             the first rule refuses every update anyway (changing a token's secret or its \
+             controller state would take a token over).",
+        )
+        .note(
+            "spec.matchConditions",
+            "Only requests of the join-token API's ServiceAccount: admins, the controller and \
+             kubeadm create their Secrets as before.",
+        )
+        .note(
+            "spec.variables",
+            "The token id in the Secret's name, encoded in base64: CEL sees a Secret's data \
+             values as their base64 text and Kubernetes' CEL has no base64 decoder, so the rule \
+             compares the name's id with data.token-id in base64.",
+        )
+        .note(
+            "spec.validations",
+            "Each rule with the message the API server answers when it fails (HTTP 422, reason \
+             Invalid; the first failing rule is named). Data values are compared with the base64 \
+             of what kubeflavor writes: the group system:bootstrappers:kubeflavor:node, usages \
+             \"true\", the one description. An expiration must be present (its value is judged \
+             by the API server's authenticator, which treats an unreadable one as expired, and by \
+             the controller).",
+        ),
+        Document::new(
+            "Makes the API server enforce the policy above on every matching request.",
+            &binding,
+        )
+        .note(
+            "spec.validationActions",
+            "Deny: a failing rule refuses the request (not a warning or an audit note).",
+        ),
+    ]
 }
 
 fn service_account(namespace: &str) -> Document {
@@ -135,9 +260,10 @@ fn rbac(namespace: &str) -> Vec<Document> {
             &["create"],
             &[],
             "create: the new token's bootstrap-token Secret. RBAC cannot limit create by name \
-             (the name is not known when the request is authorized), so this allows creating any \
-             Secret in kube-system; it allows no get, list, watch, update or delete, so no \
-             existing Secret, token or not, can be read or changed.",
+             (the name is not known when the request is authorized) or by content; the \
+             ValidatingAdmissionPolicy kubeflavor-serve-token-secrets refuses every Secret but a \
+             kubeflavor node token as kubeflavor mints it. No get, list, watch, update or delete, \
+             so no existing Secret, token or not, can be read or changed.",
         ),
         rule(
             &["events.k8s.io"],

@@ -702,6 +702,8 @@ fn with_serve_flags(replicas: u16, per_minute: u32, burst: u32) -> InstallArgs {
 /// The objects of the join-token API: (kind, namespace, name).
 fn serve_objects() -> Vec<(&'static str, Option<&'static str>, &'static str)> {
     vec![
+        ("ValidatingAdmissionPolicy", None, TOKEN_POLICY),
+        ("ValidatingAdmissionPolicyBinding", None, TOKEN_POLICY),
         ("ServiceAccount", Some("kubeflavor"), SERVE),
         (
             "ClusterRoleBinding",
@@ -733,9 +735,9 @@ fn the_join_token_api_is_installed_only_with_serve() {
     let plain = docs();
     let served = with_serve(2);
     assert!(
-        plain
-            .iter()
-            .all(|d| d.name() != SERVE && !d.name().starts_with("kubeflavor:serve")),
+        plain.iter().all(|d| d.name() != SERVE
+            && d.name() != TOKEN_POLICY
+            && !d.name().starts_with("kubeflavor:serve")),
         "nothing of serve without --serve"
     );
     let extra: Vec<(String, Option<String>, String)> = served[plain.len()..]
@@ -892,7 +894,8 @@ fn the_join_token_api_gets_exactly_its_rbac() {
         kubeflavor_core::token_secret::TOKEN_SECRET_NAMESPACE
     );
     assert!(
-        tokens.rule_notes[0].contains("cannot limit create by name"),
+        tokens.rule_notes[0].contains("cannot limit create by name")
+            && tokens.rule_notes[0].contains(TOKEN_POLICY),
         "{}",
         tokens.rule_notes[0]
     );
@@ -1127,4 +1130,94 @@ fn the_serve_set_renders_reads_back_and_every_note_finds_its_field() {
             }
         }
     }
+}
+
+/// RBAC lets the join-token API create any Secret in kube-system; the policy shipped with
+/// it makes the API server refuse all but kubeflavor node tokens, for that identity alone,
+/// on create and update, and it is applied before the grant it shapes.
+#[test]
+fn the_join_token_api_secrets_are_shaped_by_a_policy_on_its_identity() {
+    let docs = with_serve(2);
+    let policy = find(&docs, "ValidatingAdmissionPolicy", TOKEN_POLICY);
+    assert_eq!(policy.api_version(), "admissionregistration.k8s.io/v1");
+    let spec = &policy.object["spec"];
+    assert_eq!(spec["failurePolicy"], "Fail");
+    assert_eq!(
+        spec["matchConstraints"],
+        serde_json::json!({"resourceRules": [{
+            "apiGroups": [""], "apiVersions": ["v1"],
+            "operations": ["CREATE", "UPDATE"], "resources": ["secrets"],
+        }]})
+    );
+    assert_eq!(
+        spec["matchConditions"],
+        serde_json::json!([{
+            "name": "join-token-api",
+            "expression": "request.userInfo.username == 'system:serviceaccount:kubeflavor:kubeflavor-serve'",
+        }])
+    );
+    assert_eq!(
+        serve_user("kubeflavor"),
+        "system:serviceaccount:kubeflavor:kubeflavor-serve"
+    );
+    let rules = kubeflavor_core::token_shape::rules();
+    let validations = spec["validations"].as_array().unwrap();
+    assert_eq!(validations.len(), rules.len());
+    for (v, r) in validations.iter().zip(&rules) {
+        assert_eq!(v["expression"], r.expression.as_str());
+        assert_eq!(v["message"], r.message.as_str());
+        assert!(
+            v["reason"].is_null(),
+            "the API server's default: Invalid, 422"
+        );
+    }
+    assert_eq!(
+        spec["variables"].as_array().unwrap().len(),
+        kubeflavor_core::token_shape::variables().len()
+    );
+    let binding = find(&docs, "ValidatingAdmissionPolicyBinding", TOKEN_POLICY);
+    assert_eq!(
+        binding.object["spec"],
+        serde_json::json!({"policyName": TOKEN_POLICY, "validationActions": ["Deny"]})
+    );
+    let at = |kind: &str, name: &str| {
+        docs.iter()
+            .position(|d| d.kind() == kind && d.name() == name)
+            .unwrap()
+    };
+    assert!(
+        at("ValidatingAdmissionPolicyBinding", TOKEN_POLICY)
+            < at("RoleBinding", "kubeflavor:serve:tokens"),
+        "the policy is in force before the grant it shapes"
+    );
+    for (doc, plural) in [
+        (policy, "validatingadmissionpolicies"),
+        (binding, "validatingadmissionpolicybindings"),
+    ] {
+        let (ar, namespaced) = resource_of(doc).unwrap();
+        assert_eq!((ar.plural.as_str(), namespaced), (plural, false));
+    }
+    // Another namespace, another identity.
+    let elsewhere = documents(
+        "portal-tokens",
+        "example.com/kubeflavor:test",
+        2,
+        Mode {
+            serve: Some(ServePlan::default()),
+            ..Mode::default_install()
+        },
+    );
+    let policy = find(&elsewhere, "ValidatingAdmissionPolicy", TOKEN_POLICY);
+    assert!(
+        policy.object["spec"]["matchConditions"][0]["expression"]
+            .as_str()
+            .unwrap()
+            .ends_with("'system:serviceaccount:portal-tokens:kubeflavor-serve'")
+    );
+    let text = render_all(&docs).unwrap();
+    assert!(
+        text.contains("# Deny: a failing rule refuses the request"),
+        "{text}"
+    );
+    assert!(text.contains("can mint only kubeflavor tokens"), "{text}");
 }

@@ -202,33 +202,9 @@ async fn scenario(a: &Args, run: &mut Run) -> anyhow::Result<serde_json::Value> 
     tokio::time::timeout(Duration::from_secs(60), health.wait_synced())
         .await
         .context("the controller's caches did not sync within 60 s")?;
-    let cluster = kubeflavor::cluster::Cluster::connect(&kubeflavor::cluster::ClusterArgs {
-        kubeconfig: Some(a.kubeconfig.clone()),
-        context: None,
-    })
-    .await
-    .map_err(|e| anyhow::anyhow!("{e}"))?;
-    let bound = kubeflavor::serve::bind(
-        cluster,
-        kubeflavor::serve::Options {
-            address: "127.0.0.1:0".parse()?,
-            tls: kubeflavor::serve::TlsSource::SelfSigned {
-                names: vec!["127.0.0.1".into()],
-            },
-            ops_address: None,
-            per_minute: 60,
-            burst: 20,
-            audience: None,
-            instance: "appliance-join".into(),
-        },
-    )
-    .await?;
-    let api = https::HttpsClient::new(
-        bound.local_addr()?,
-        bound.self_signed_pem.as_deref().unwrap_or_default(),
-    );
-    run.tasks
-        .push(tokio::spawn(bound.serve(std::future::pending())));
+    let (api, server) =
+        https::serve_self_signed(&a.kubeconfig, "appliance-join", std::future::pending()).await?;
+    run.tasks.push(server);
 
     progress(&format!(
         "the portal mints a {flavor} token with output cloud-init"
@@ -392,7 +368,7 @@ async fn scenario(a: &Args, run: &mut Run) -> anyhow::Result<serde_json::Value> 
         "flavor": flavor,
         "power_on_to_registered_s": secs(registered_after),
         "power_on_to_flavored_s": secs(flavored_after),
-        "registered_to_flavored_s": secs(flavored_after - registered_after),
+        "registered_to_flavored_ms": (flavored_after - registered_after).as_millis() as u64,
         "taints_at_registration": taints_at_registration,
         "taints_after": taints_after,
         "flavor_labels_after": {

@@ -4,9 +4,13 @@
 //! The token goes into a kubeadm `JoinConfiguration` file readable by root only, which
 //! `runcmd` passes to `kubeadm join --config` and then removes: the token never appears on
 //! a command line (where `ps` and cloud-init's own logs would show it).
+//!
+//! The node registers tainted [`UNVERIFIED_TAINT`]`:NoSchedule`, as with `kubeflavor join`:
+//! no ordinary pod lands on it until the controller has flavored it (and removed the taint).
 
 use zeroize::Zeroizing;
 
+use crate::flavor::UNVERIFIED_TAINT;
 use crate::pin::CaPin;
 use crate::token::BootstrapToken;
 
@@ -35,6 +39,13 @@ pub fn user_data(endpoint: &str, token: &BootstrapToken, pins: &[CaPin]) -> Zero
     doc.push_str("    content: |\n");
     doc.push_str("      apiVersion: kubeadm.k8s.io/v1beta4\n");
     doc.push_str("      kind: JoinConfiguration\n");
+    // kubeadm hands these to the kubelet (--register-with-taints). Set, they are the whole
+    // list: for a worker that replaces kubeadm's default of none (v1beta4
+    // NodeRegistrationOptions.Taints).
+    doc.push_str("      nodeRegistration:\n");
+    doc.push_str("        taints:\n");
+    doc.push_str(&format!("          - key: {}\n", quoted(UNVERIFIED_TAINT)));
+    doc.push_str("            effect: NoSchedule\n");
     doc.push_str("      discovery:\n");
     doc.push_str("        bootstrapToken:\n");
     doc.push_str(&format!(
@@ -94,6 +105,24 @@ mod tests {
                 ["kubeadm", "join", "--config", JOIN_CONFIG_PATH],
                 ["rm", "-f", JOIN_CONFIG_PATH]
             ])
+        );
+    }
+
+    /// kubeadm passes `nodeRegistration.taints` to the kubelet as `--register-with-taints`
+    /// (v1beta4 `NodeRegistrationOptions.Taints`: unset means kubeadm's default, none for a
+    /// worker; set, it is the whole list), so the Node exists untrusted from its first
+    /// moment, as with `kubeflavor join`, until the controller flavors it.
+    #[test]
+    fn the_node_registers_with_the_unverified_taint_only() {
+        let token: BootstrapToken = "abcdef.0123456789abcdef".parse().unwrap();
+        let doc = user_data("192.0.2.10:6443", &token, &[pin('d')]);
+        let v: Value = serde_saphyr::from_str(&doc).expect("YAML");
+        let config: Value =
+            serde_saphyr::from_str(v["write_files"][0]["content"].as_str().expect("content"))
+                .expect("YAML");
+        assert_eq!(
+            config["nodeRegistration"],
+            serde_json::json!({"taints": [{"key": UNVERIFIED_TAINT, "effect": "NoSchedule"}]})
         );
     }
 

@@ -294,35 +294,12 @@ async fn portal_chapter(
     let portal_token = portal::portal(admin, "default", "portal", &["sour"]).await;
     say("$ kubectl create token portal    # the portal's credential (a TokenRequest)");
 
-    let cluster = kubeflavor::cluster::Cluster::connect(&kubeflavor::cluster::ClusterArgs {
-        kubeconfig: Some(kubeconfig.to_path_buf()),
-        context: None,
-    })
-    .await
-    .map_err(|e| anyhow::anyhow!("{e}"))?;
-    let bound = kubeflavor::serve::bind(
-        cluster,
-        kubeflavor::serve::Options {
-            address: "127.0.0.1:0".parse()?,
-            tls: kubeflavor::serve::TlsSource::SelfSigned {
-                names: vec!["127.0.0.1".into()],
-            },
-            ops_address: None,
-            per_minute: 60,
-            burst: 20,
-            audience: None,
-            instance: "walkthrough".into(),
-            connections: Default::default(),
-        },
-    )
-    .await?;
-    let addr = bound.local_addr()?;
-    let portal =
-        https::HttpsClient::new(addr, bound.self_signed_pem.as_deref().unwrap_or_default());
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(bound.serve(async {
+    let (portal, server) = https::serve_self_signed(kubeconfig, "walkthrough", async {
         let _ = stopped.await;
-    }));
+    })
+    .await?;
+    let addr = portal.addr();
     say(&format!(
         "$ kubeflavor serve --self-signed    # listening on https://{addr}"
     ));

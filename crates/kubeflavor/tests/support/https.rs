@@ -1,6 +1,9 @@
 //! A small HTTPS client for the join-token API, trusting one certificate: what a portal's
 //! back end does, without a client library. Shared by the tests and the mint benchmark.
 
+// Each includer uses its own part of this module.
+#![allow(dead_code)]
+
 use std::net::SocketAddr;
 use std::sync::Arc;
 
@@ -43,6 +46,11 @@ impl HttpsClient {
         self.tls.connect(name, tcp).await.expect("TLS handshake")
     }
 
+    /// The server's address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
     /// One POST on a new connection; the status and the body (JSON when it is JSON, else
     /// a string).
     pub async fn post(
@@ -74,4 +82,41 @@ impl HttpsClient {
             .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()));
         (status, value)
     }
+}
+
+/// `kubeflavor serve --self-signed` in-process on a free loopback port, with the credentials
+/// of `kubeconfig` and a portal's ordinary rate (60 mints a minute, 20 at once), until
+/// `shutdown` resolves: a client trusting the certificate it made, and the server's task.
+pub async fn serve_self_signed(
+    kubeconfig: &std::path::Path,
+    instance: &str,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<(HttpsClient, tokio::task::JoinHandle<()>)> {
+    let cluster = kubeflavor::cluster::Cluster::connect(&kubeflavor::cluster::ClusterArgs {
+        kubeconfig: Some(kubeconfig.to_path_buf()),
+        context: None,
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let bound = kubeflavor::serve::bind(
+        cluster,
+        kubeflavor::serve::Options {
+            address: "127.0.0.1:0".parse()?,
+            tls: kubeflavor::serve::TlsSource::SelfSigned {
+                names: vec!["127.0.0.1".into()],
+            },
+            ops_address: None,
+            per_minute: 60,
+            burst: 20,
+            audience: None,
+            instance: instance.into(),
+            connections: Default::default(),
+        },
+    )
+    .await?;
+    let client = HttpsClient::new(
+        bound.local_addr()?,
+        bound.self_signed_pem.as_deref().unwrap_or_default(),
+    );
+    Ok((client, tokio::spawn(bound.serve(shutdown))))
 }

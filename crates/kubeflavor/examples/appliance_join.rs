@@ -1,0 +1,602 @@
+//! appliance_join: our users' scenario end to end, with a real VM. A portal mints a token
+//! with output cloud-init through `kubeflavor serve`; the appliance VM (../shared/appliance)
+//! boots with that document as its cloud-init user-data, and its own cloud-init, kubeadm and
+//! kubelet join the real control plane; the kubeflavor controller flavors the Node.
+//!
+//!     img=$(../shared/appliance/build | tail -1)
+//!     cargo run -p kubeflavor --example appliance_join -- --kubeconfig FILE --image "$img"
+//!
+//! It checks that the Node registers tainted `kubeflavor.io/unverified:NoSchedule` (no
+//! ordinary pod lands on it before it is judged), then carries its flavor's labels with the
+//! taint gone, and that its FlavorBinding names the minted token. The last line of the
+//! output is the run's figures as one JSON object: power-on to Node registered, to
+//! flavored, the taints seen at registration. Exit code 1 when an expectation fails.
+//!
+//! It makes, named after a run id, and removes on success and failure alike: the VM (killed,
+//! its overlay, seed and console deleted), a Flavor, a portal ServiceAccount with its
+//! ClusterRole and binding, the token, the Node, its FlavorBinding and CSR, the trail's
+//! Events. `kubeflavor install --apply --replicas 0` stays, as with the e2e suites. The
+//! controller runs in-process, scoped to the run's names as the e2e suites scope theirs.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail, ensure};
+use clap::Parser;
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::events::v1::Event;
+use kube::Api;
+use kube::api::{ListParams, WatchEvent, WatchParams};
+use kubeflavor::controller::{self, Options, Runtime};
+use kubeflavor::crd::FlavorBinding;
+use kubeflavor_core::flavor::{FLAVOR_LABEL, TRUST_LEVEL_LABEL, UNVERIFIED_TAINT};
+use serde_json::json;
+
+#[path = "../../kubeflavor-core/examples/support/args.rs"]
+mod args;
+#[path = "../tests/support/https.rs"]
+mod https;
+#[path = "../tests/support/portal.rs"]
+mod portal;
+// The e2e suites' clean-up, of which this run records its token alone.
+#[allow(dead_code)]
+#[path = "../tests/support/sweep.rs"]
+mod sweep;
+
+/// appliance_join: a real VM joins through the cloud-init document `kubeflavor serve`
+/// mints; its Node must register tainted unverified, then be flavored with the taint gone.
+#[derive(Debug, Parser)]
+#[command(
+    name = "appliance_join",
+    after_help = "Run: cargo run -p kubeflavor --example appliance_join -- --kubeconfig FILE --image DIR"
+)]
+struct Args {
+    /// The admin kubeconfig of the real control plane (../shared/real-k8s start).
+    #[arg(long, value_name = "FILE")]
+    kubeconfig: PathBuf,
+    /// The appliance image folder (what ../shared/appliance/build prints).
+    #[arg(long, value_name = "DIR")]
+    image: PathBuf,
+    /// The appliance's boot script.
+    #[arg(long, value_name = "FILE", default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/appliance/boot"))]
+    boot: PathBuf,
+    /// How long the Node may take from power-on to flavored (an emulated VM boots in about
+    /// a minute on an idle machine, several under load).
+    #[arg(long, value_name = "SECONDS", default_value_t = 600)]
+    timeout: u64,
+}
+
+/// The flavor's class label and trust level: what the flavored Node must carry.
+const CLASS_LABEL: &str = "tier.node-restriction.kubernetes.io/class";
+const CLASS: &str = "appliance";
+const TRUST_LEVEL: &str = "60";
+/// How often the wait says where the VM is.
+const PROGRESS_EVERY: Duration = Duration::from_secs(30);
+
+/// For `sweep`, which makes its clients with `super::client_from`.
+async fn client_from(kubeconfig_yaml: &str) -> kube::Client {
+    kubeflavor::join::client_from_kubeconfig(kubeconfig_yaml)
+        .await
+        .expect("a usable kubeconfig")
+}
+
+#[tokio::main(flavor = "multi_thread")]
+async fn main() -> ExitCode {
+    kubeflavor::cluster::install_crypto_provider();
+    let a = args::parse_or_exit::<Args>();
+    // The in-process controller's and API's warnings, as `kubeflavor controller` logs them.
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,kube_client=off")),
+        )
+        .with_writer(std::io::stderr)
+        .try_init();
+    let run_id = match kubeflavor_core::token::BootstrapToken::generate() {
+        Ok(t) => t.id().to_string(),
+        Err(e) => {
+            eprintln!("error: no randomness for a run id: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let mut run = Run {
+        id: run_id,
+        made: sweep::Made::default(),
+        vm: None,
+        tasks: Vec::new(),
+        secret: None,
+    };
+    let outcome = scenario(&a, &mut run).await;
+    // Everything the run made goes, whatever happened: the VM first (its kubelet would
+    // register the Node again), then the processes, then the objects.
+    if let Some(vm) = run.vm.take() {
+        if outcome.is_err() {
+            vm.show_console_tail(run.secret.as_deref());
+        }
+        vm.remove();
+    }
+    for task in &run.tasks {
+        task.abort();
+    }
+    let (kubeconfig, id, made) = (a.kubeconfig.clone(), run.id.clone(), run.made);
+    let _ = tokio::task::spawn_blocking(move || sweep::sweep(&kubeconfig, &id, &made)).await;
+    if let Err(e) = delete_node_events(&a.kubeconfig, &run.id).await {
+        eprintln!("warning: the Node's Events in default were not deleted: {e:#}");
+    }
+    match outcome {
+        Ok(figures) => {
+            println!("{figures}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// What the run made, for the clean-up.
+struct Run {
+    id: String,
+    made: sweep::Made,
+    vm: Option<Vm>,
+    /// The controller and the join-token API.
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+    /// The token's secret half, masked wherever the VM's console is shown.
+    secret: Option<String>,
+}
+
+impl Run {
+    fn name(&self, base: &str) -> String {
+        format!("{base}-{}", self.id)
+    }
+}
+
+async fn scenario(a: &Args, run: &mut Run) -> anyhow::Result<serde_json::Value> {
+    let admin_yaml = std::fs::read_to_string(&a.kubeconfig)
+        .with_context(|| format!("reading --kubeconfig {}", a.kubeconfig.display()))?;
+    let admin = kubeflavor::join::client_from_kubeconfig(&admin_yaml)
+        .await
+        .map_err(anyhow::Error::msg)?;
+    let api_port = api_server_port(&a.kubeconfig)?;
+    ensure!(
+        a.image.join("root.img").is_file(),
+        "--image {} holds no root.img: build the appliance first (../shared/appliance/build)",
+        a.image.display()
+    );
+
+    progress("kubeflavor install --apply --replicas 0; a flavor; a portal allowed to mint it");
+    kf(&a.kubeconfig, &["install", "--apply", "--replicas", "0"]).await?;
+    let flavor = run.name("appliance");
+    let node = flavor.clone();
+    kf(
+        &a.kubeconfig,
+        &[
+            "flavor",
+            "create",
+            &flavor,
+            "--label",
+            &format!("{CLASS_LABEL}={CLASS}"),
+            "--trust-level",
+            TRUST_LEVEL,
+        ],
+    )
+    .await?;
+    let portal_token =
+        portal::portal(&admin, "default", &run.name("appliance-portal"), &[&flavor]).await;
+
+    progress("the controller, scoped to this run's names; the join-token API");
+    let mut opts = Options::new("kube-system", "appliance-join");
+    opts.leader_elect = false;
+    opts.scope = Some(format!("-{}", run.id));
+    opts.lease_name = run.name("kubeflavor-controller");
+    let rt = Runtime::new(admin.clone(), opts);
+    let health = rt.health.clone();
+    run.tasks.push(tokio::spawn(async move {
+        if let Err(e) = controller::run(rt, std::future::pending()).await {
+            eprintln!("error: the controller stopped: {e:#}");
+        }
+    }));
+    tokio::time::timeout(Duration::from_secs(60), health.wait_synced())
+        .await
+        .context("the controller's caches did not sync within 60 s")?;
+    let (api, server) =
+        https::serve_self_signed(&a.kubeconfig, "appliance-join", std::future::pending()).await?;
+    run.tasks.push(server);
+
+    progress(&format!(
+        "the portal mints a {flavor} token with output cloud-init"
+    ));
+    let body =
+        json!({"issuedTo": format!("appliance-join/{node}"), "ttl": "30m", "output": "cloud-init"});
+    let (code, minted) = api
+        .post(
+            &format!("/v1/flavors/{flavor}/jointokens"),
+            Some(&portal_token),
+            None,
+            body.to_string().as_bytes(),
+        )
+        .await;
+    if let Some(id) = minted["id"].as_str() {
+        run.made.token_id(id);
+    }
+    ensure!(
+        code == http::StatusCode::CREATED,
+        "the mint answered {code}: {}",
+        minted["message"]
+    );
+    let token_id = minted["id"].as_str().context("no token id")?.to_string();
+    run.secret = minted["token"]
+        .as_str()
+        .and_then(|t| t.split_once('.'))
+        .map(|(_, s)| s.to_string());
+    let document = minted["cloudInit"]
+        .as_str()
+        .context("the answer has no cloudInit")?;
+
+    // The Node's events from before power-on: the first one is the Node as registered.
+    let nodes: Api<Node> = Api::all(admin.clone());
+    let by_name = format!("metadata.name={node}");
+    let listed = nodes.list(&ListParams::default().fields(&by_name)).await?;
+    ensure!(listed.items.is_empty(), "a Node {node} exists already");
+    let mut rv = listed.metadata.resource_version.unwrap_or_default();
+
+    let seed = tempfile::tempdir()?;
+    let user_data = seed.path().join("user-data");
+    write_private(&user_data, document)?;
+    progress(&format!(
+        "power-on: {} {} {node} (APPLIANCE_API_PORT={api_port})",
+        a.boot.display(),
+        a.image.display()
+    ));
+    let powered_on = Instant::now();
+    run.vm = Some(Vm::boot(&a.boot, &a.image, &node, &user_data, api_port)?);
+    drop(seed);
+
+    let deadline = powered_on + Duration::from_secs(a.timeout);
+    let mut registered: Option<(Duration, Vec<String>)> = None;
+    let mut last_progress = Instant::now();
+    let flavored = 'wait: loop {
+        let params = WatchParams::default().fields(&by_name).timeout(60);
+        let mut stream = nodes.watch(&params, &rv).await?.boxed();
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            ensure!(
+                !left.is_zero(),
+                "Node {node} {} within {} s of power-on",
+                match registered {
+                    None => "did not register",
+                    Some(_) => "registered but was not flavored",
+                },
+                a.timeout
+            );
+            let vm = run.vm.as_ref().expect("booted");
+            ensure!(vm.running(), "the VM (QEMU pid {}) exited", vm.pid);
+            if last_progress.elapsed() >= PROGRESS_EVERY {
+                last_progress = Instant::now();
+                progress(&format!(
+                    "{} s after power-on, {}; console: {}",
+                    powered_on.elapsed().as_secs(),
+                    if registered.is_some() {
+                        "Node registered"
+                    } else {
+                        "no Node yet"
+                    },
+                    vm.console_last_line(run.secret.as_deref())
+                ));
+            }
+            let next = tokio::time::timeout(
+                left.min(PROGRESS_EVERY.saturating_sub(last_progress.elapsed())),
+                stream.try_next(),
+            )
+            .await;
+            let event = match next {
+                Err(_) => continue,
+                Ok(Ok(Some(event))) => event,
+                // The server ended the watch: watch again from where it stopped.
+                Ok(Ok(None)) => continue 'wait,
+                Ok(Err(e)) => return Err(e).context("watching the Node"),
+            };
+            let node_now = match event {
+                WatchEvent::Added(n) | WatchEvent::Modified(n) => n,
+                WatchEvent::Bookmark(b) => {
+                    rv = b.metadata.resource_version;
+                    continue;
+                }
+                WatchEvent::Deleted(_) => bail!("Node {node} was deleted while joining"),
+                WatchEvent::Error(e) => bail!("watching Node {node}: {e}"),
+            };
+            rv = node_now
+                .metadata
+                .resource_version
+                .clone()
+                .unwrap_or_default();
+            if registered.is_none() {
+                let taints = taints_of(&node_now);
+                progress(&format!(
+                    "Node {node} registered {} s after power-on, taints {taints:?}",
+                    powered_on.elapsed().as_secs()
+                ));
+                registered = Some((powered_on.elapsed(), taints));
+            }
+            if is_flavored(&node_now, &flavor) {
+                break 'wait (powered_on.elapsed(), node_now);
+            }
+        }
+    };
+    let (registered_after, taints_at_registration) = registered.expect("seen before flavored");
+    let (flavored_after, node_flavored) = flavored;
+    progress(&format!(
+        "Node {node} flavored {} s after power-on",
+        flavored_after.as_secs()
+    ));
+
+    // What must hold: untrusted from its first moment, then exactly its flavor.
+    let unverified = format!("{UNVERIFIED_TAINT}:NoSchedule");
+    ensure!(
+        taints_at_registration.contains(&unverified),
+        "Node {node} registered without {unverified} (taints {taints_at_registration:?}): ordinary pods could land on it before the controller judged it; the JoinConfiguration needs nodeRegistration.taints"
+    );
+    let labels = node_flavored.metadata.labels.clone().unwrap_or_default();
+    for (key, want) in [
+        (FLAVOR_LABEL, flavor.as_str()),
+        (TRUST_LEVEL_LABEL, TRUST_LEVEL),
+        (CLASS_LABEL, CLASS),
+    ] {
+        ensure!(
+            labels.get(key).map(String::as_str) == Some(want),
+            "the flavored Node has {key}={:?}, not {want:?}",
+            labels.get(key)
+        );
+    }
+    let taints_after = taints_of(&node_flavored);
+    let binding = Api::<FlavorBinding>::all(admin.clone())
+        .get(&node)
+        .await
+        .with_context(|| format!("FlavorBinding {node}"))?;
+    ensure!(
+        binding.spec.token_id == token_id && binding.spec.flavor == flavor,
+        "FlavorBinding {node} names token {} of flavor {}, not the minted {token_id} of {flavor}",
+        binding.spec.token_id,
+        binding.spec.flavor
+    );
+    Ok(json!({
+        "scenario": "appliance_join",
+        "node": node,
+        "flavor": flavor,
+        "power_on_to_registered_s": secs(registered_after),
+        "power_on_to_flavored_s": secs(flavored_after),
+        "registered_to_flavored_ms": (flavored_after - registered_after).as_millis() as u64,
+        "taints_at_registration": taints_at_registration,
+        "taints_after": taints_after,
+        "flavor_labels_after": {
+            FLAVOR_LABEL: labels.get(FLAVOR_LABEL),
+            TRUST_LEVEL_LABEL: labels.get(TRUST_LEVEL_LABEL),
+            CLASS_LABEL: labels.get(CLASS_LABEL),
+        },
+        "load_average_1m": load_average(),
+    }))
+}
+
+/// The Events the VM's kubelet and kube-controller-manager wrote about the Node, in
+/// `default` (where Events about a Node go), named after it; the e2e sweep looks in
+/// kube-system only, where kubeflavor's trail is.
+async fn delete_node_events(kubeconfig: &Path, run_id: &str) -> anyhow::Result<()> {
+    let client = client_from(&std::fs::read_to_string(kubeconfig)?).await;
+    let events: Api<Event> = Api::namespaced(client, "default");
+    for event in events.list(&ListParams::default()).await? {
+        let name = event.metadata.name.unwrap_or_default();
+        if name.contains(run_id) {
+            events.delete(&name, &Default::default()).await?;
+        }
+    }
+    Ok(())
+}
+
+/// The Node carries its flavor's label and no longer the unverified taint.
+fn is_flavored(node: &Node, flavor: &str) -> bool {
+    let labelled = node
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(FLAVOR_LABEL))
+        .is_some_and(|f| f == flavor);
+    labelled
+        && !node
+            .spec
+            .as_ref()
+            .and_then(|s| s.taints.as_ref())
+            .is_some_and(|t| t.iter().any(|t| t.key == UNVERIFIED_TAINT))
+}
+
+/// `key[=value]:effect` of every taint.
+fn taints_of(node: &Node) -> Vec<String> {
+    node.spec
+        .as_ref()
+        .and_then(|s| s.taints.clone())
+        .unwrap_or_default()
+        .into_iter()
+        .map(|t| match t.value {
+            Some(v) if !v.is_empty() => format!("{}={v}:{}", t.key, t.effect),
+            _ => format!("{}:{}", t.key, t.effect),
+        })
+        .collect()
+}
+
+/// One kubeflavor command in-process, its output discarded.
+async fn kf(kubeconfig: &Path, args: &[&str]) -> anyhow::Result<()> {
+    let mut argv = vec![
+        "kubeflavor".to_string(),
+        "--kubeconfig".into(),
+        kubeconfig.display().to_string(),
+    ];
+    argv.extend(args.iter().map(|a| a.to_string()));
+    let mut out = Vec::new();
+    kubeflavor::run(argv, &mut out)
+        .await
+        .map_err(|e| anyhow::anyhow!("kubeflavor {}: {e}", args.join(" ")))
+}
+
+/// The API server's port on this host: the VM reaches it there (the boot script's
+/// APPLIANCE_API_PORT).
+fn api_server_port(kubeconfig: &Path) -> anyhow::Result<u16> {
+    let config = kube::config::Kubeconfig::read_from(kubeconfig)?;
+    let server = config
+        .clusters
+        .iter()
+        .find_map(|c| c.cluster.as_ref().and_then(|c| c.server.clone()))
+        .context("the kubeconfig names no server")?;
+    let uri: http::Uri = server.parse()?;
+    uri.port_u16()
+        .with_context(|| format!("the server {server} names no port"))
+}
+
+/// Writes `text` readable by its owner only (it holds a token).
+fn write_private(path: &Path, text: &str) -> anyhow::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)?;
+    file.write_all(text.as_bytes())?;
+    Ok(())
+}
+
+/// One booted appliance VM.
+struct Vm {
+    pid: u32,
+    /// `<image>/vms/<name>`: the overlay, seed, ISO and console are this plus a suffix.
+    stem: PathBuf,
+}
+
+impl Vm {
+    fn boot(
+        script: &Path,
+        image: &Path,
+        name: &str,
+        user_data: &Path,
+        api_port: u16,
+    ) -> anyhow::Result<Vm> {
+        let out = Command::new("bash")
+            .arg(script)
+            .arg(image)
+            .arg(name)
+            .arg(user_data)
+            .arg(name)
+            .env("APPLIANCE_API_PORT", api_port.to_string())
+            .output()
+            .with_context(|| format!("running {}", script.display()))?;
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let pid = stdout.trim().lines().last().and_then(|l| l.parse().ok());
+        match (out.status.success(), pid) {
+            (true, Some(pid)) => Ok(Vm {
+                pid,
+                stem: image.join("vms").join(name),
+            }),
+            _ => bail!(
+                "{} failed ({}): {}{}",
+                script.display(),
+                out.status,
+                stdout.trim(),
+                String::from_utf8_lossy(&out.stderr).trim()
+            ),
+        }
+    }
+
+    /// QEMU still runs (a zombie counts as gone).
+    fn running(&self) -> bool {
+        std::fs::read_to_string(format!("/proc/{}/stat", self.pid))
+            .ok()
+            .and_then(|s| {
+                s.rsplit_once(')')
+                    .map(|(_, rest)| !rest.trim_start().starts_with('Z'))
+            })
+            .unwrap_or(false)
+    }
+
+    fn path(&self, suffix: &str) -> PathBuf {
+        let mut p = self.stem.clone().into_os_string();
+        p.push(suffix);
+        PathBuf::from(p)
+    }
+
+    fn console(&self, secret: Option<&str>) -> String {
+        let text = std::fs::read(self.path(".console")).unwrap_or_default();
+        let text = String::from_utf8_lossy(&text).into_owned();
+        match secret {
+            Some(s) if !s.is_empty() => text.replace(s, "****************"),
+            _ => text,
+        }
+    }
+
+    /// The console's last line with text, without terminal control characters.
+    fn console_last_line(&self, secret: Option<&str>) -> String {
+        let text = self.console(secret);
+        let line = text
+            .lines()
+            .map(printable)
+            .rfind(|l| !l.trim().is_empty())
+            .unwrap_or_default();
+        line.chars().take(160).collect()
+    }
+
+    fn show_console_tail(&self, secret: Option<&str>) {
+        let text = self.console(secret);
+        let lines: Vec<String> = text.lines().map(printable).collect();
+        eprintln!("--- the VM's console, last 40 lines:");
+        for line in &lines[lines.len().saturating_sub(40)..] {
+            eprintln!("    {line}");
+        }
+    }
+
+    /// Kills QEMU and deletes the overlay, the seed (it holds the token) and the console.
+    fn remove(self) {
+        let kill = |signal: &str| {
+            let _ = Command::new("kill")
+                .args([signal, &self.pid.to_string()])
+                .status();
+        };
+        kill("-TERM");
+        let asked = Instant::now();
+        while self.running() {
+            if asked.elapsed() > Duration::from_secs(10) {
+                kill("-KILL");
+            }
+            if asked.elapsed() > Duration::from_secs(30) {
+                eprintln!("warning: QEMU pid {} did not exit", self.pid);
+                break;
+            }
+            // Waiting for another process's exit: nothing to be woken by.
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        for suffix in [".qcow2", ".iso", ".console", ".qemu.log"] {
+            let _ = std::fs::remove_file(self.path(suffix));
+        }
+        let _ = std::fs::remove_dir_all(self.path(".seed"));
+    }
+}
+
+fn printable(line: &str) -> String {
+    line.chars().filter(|c| !c.is_control()).collect()
+}
+
+fn progress(what: &str) {
+    eprintln!("[appliance_join] {what}");
+}
+
+fn secs(d: Duration) -> f64 {
+    (d.as_secs_f64() * 10.0).round() / 10.0
+}
+
+fn load_average() -> Option<f64> {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}

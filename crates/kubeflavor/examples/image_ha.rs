@@ -943,7 +943,9 @@ async fn check_joins(admin: &Client, run: &Run, token_of: &BTreeMap<String, Stri
                 match secrets.get_opt(&name).await.expect("read the token Secret") {
                     None => return,
                     Some(s) => assert_eq!(
-                        s.annotations().get(BOUND_NODES_ANNOTATION).map(String::as_str),
+                        s.annotations()
+                            .get(BOUND_NODES_ANNOTATION)
+                            .map(String::as_str),
                         Some(node.as_str()),
                         "{node}: the token's record names the node and nothing else"
                     ),

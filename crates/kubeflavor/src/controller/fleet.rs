@@ -374,9 +374,15 @@ mod tests {
         assert!(f.binding("n1", Some(("sweet", 7))), "a new binding");
         assert!(!f.binding("n1", Some(("sweet", 7))), "the same again");
         assert!(f.node("n1", Some(11), false), "the bound Node appears");
-        assert!(!f.node("n1", Some(11), false), "a status update: same fingerprint");
+        assert!(
+            !f.node("n1", Some(11), false),
+            "a status update: same fingerprint"
+        );
         assert!(f.node("n1", Some(12), false), "its labels changed");
-        assert!(!f.node("other", Some(5), false), "an unbound Node is none of ours");
+        assert!(
+            !f.node("other", Some(5), false),
+            "an unbound Node is none of ours"
+        );
         assert!(
             f.node("left", Some(5), true),
             "an unbound Node with the flavor label must be released"

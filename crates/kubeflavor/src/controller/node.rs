@@ -24,15 +24,15 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use kubeflavor_core::flavor::{FLAVOR_LABEL, UNVERIFIED_TAINT};
 use kubeflavor_core::node_state::{BindingCsr, node_is_the_holders};
-use kubeflavor_core::policy::token_is_used_up;
 use kubeflavor_core::policy::APPROVED_CONDITION;
+use kubeflavor_core::policy::token_is_used_up;
 use tokio::sync::Notify;
 
 use super::fleet::{self, Fingerprint};
 use super::metrics::Metrics;
 use super::queue::WorkQueue;
-use super::{Context, Error, Options, Step, Stop};
 use super::trail::{self, Regarding};
+use super::{Context, Error, Options, Step, Stop};
 use super::{cache, facts, policy};
 use crate::cluster::token_secrets;
 use crate::crd::{Flavor, FlavorBinding, FlavorBindingStatus};
@@ -577,13 +577,10 @@ async fn retire_used_up_token(ctx: &Context, binding: &FlavorBinding) -> Result<
     };
     let secrets = Api::<Secret>::namespaced(ctx.client.clone(), super::TOKEN_NAMESPACE);
     let name = token_secrets::name_of(&binding.spec.token_id);
-    let secret = secrets
-        .get_opt(&name)
-        .await
-        .map_err(|source| Error::Read {
-            what: format!("Secret {}/{name}", super::TOKEN_NAMESPACE),
-            source,
-        })?;
+    let secret = secrets.get_opt(&name).await.map_err(|source| Error::Read {
+        what: format!("Secret {}/{name}", super::TOKEN_NAMESPACE),
+        source,
+    })?;
     let Some(secret) = secret else {
         return Ok(());
     };

@@ -386,13 +386,15 @@ async fn mint_for(server: &Server, flavor: &str, req: Request<Incoming>) -> Resp
         // Only a flavor whose own default is "never" and which allows it gets here: the
         // API server refuses this identity any token Secret without an expiration (the
         // policy `install --serve` ships), whatever the flavor allows.
-        return invalid(MintRequestError::Invalid(vec![mint_request::FieldProblem {
-            field: "ttl".into(),
-            reason: mint_request::FieldReason::Invalid,
-            message: format!(
-                "flavor {flavor}'s default token TTL is 0 (never expires); the join-token API mints only tokens that expire: pass a ttl such as \"24h\""
-            ),
-        }]));
+        return invalid(MintRequestError::Invalid(vec![
+            mint_request::FieldProblem {
+                field: "ttl".into(),
+                reason: mint_request::FieldReason::Invalid,
+                message: format!(
+                    "flavor {flavor}'s default token TTL is 0 (never expires); the join-token API mints only tokens that expire: pass a ttl such as \"24h\""
+                ),
+            },
+        ]));
     }
     let asked = Asked {
         request: &request,

@@ -368,7 +368,10 @@ async fn a_join_line_cannot_rekey_a_joined_node() {
         .await;
     assert_eq!(h.decision(&rekey).await, "Denied");
     trail_names(&h, &rekey, &["rekey_attempt"]).await;
-    let secret = h.token_secret(&t).await.expect("token kept below the limit");
+    let secret = h
+        .token_secret(&t)
+        .await
+        .expect("token kept below the limit");
     let denials = secret
         .metadata
         .annotations
@@ -402,8 +405,13 @@ async fn a_deleted_binding_leaves_no_trusted_node_and_bindings_cannot_be_edited(
         h.submit_csr(&h.bootstrap_client(&t).await, &csr, node)
             .await;
         assert_eq!(h.decision(&csr).await, "Approved");
-        h.register_node(&csr, node, &[], &[("kubeflavor.io/unverified", "NoSchedule")])
-            .await;
+        h.register_node(
+            &csr,
+            node,
+            &[],
+            &[("kubeflavor.io/unverified", "NoSchedule")],
+        )
+        .await;
         h.node_until(node, "flavored", |n| {
             label(n, TIER_KEY) == Some("gold") && !has_taint(n, "kubeflavor.io/unverified")
         })

@@ -57,16 +57,7 @@ impl Health {
     }
     /// Resolves once this replica leads (`true`) or does not (`false`).
     pub async fn wait_leading(&self, leading: bool) {
-        loop {
-            let notified = self.leading_changed.notified();
-            tokio::pin!(notified);
-            // Registered before the check, so a set_leading in between is not missed.
-            notified.as_mut().enable();
-            if self.is_leading() == leading {
-                return;
-            }
-            notified.await;
-        }
+        wait_on(&self.leading_changed, || self.is_leading() == leading).await
     }
     pub fn set_synced(&self, v: bool) {
         self.synced.store(v, Ordering::SeqCst);
@@ -77,16 +68,7 @@ impl Health {
     /// Resolves once a leadership term has its caches synced: from then on the
     /// controller decides what it sees.
     pub async fn wait_synced(&self) {
-        loop {
-            let notified = self.synced_changed.notified();
-            tokio::pin!(notified);
-            // Registered before the check, so a set_synced in between is not missed.
-            notified.as_mut().enable();
-            if self.synced.load(Ordering::SeqCst) {
-                return;
-            }
-            notified.await;
-        }
+        wait_on(&self.synced_changed, || self.synced.load(Ordering::SeqCst)).await
     }
     pub fn set_stopping(&self) {
         self.stopping.store(true, Ordering::SeqCst);
@@ -106,16 +88,10 @@ impl Health {
     /// Resolves once another approver keeps this replica from being ready (`true`), or
     /// none does (`false`).
     pub async fn wait_blocked(&self, blocked: bool) {
-        loop {
-            let notified = self.blocked_changed.notified();
-            tokio::pin!(notified);
-            // Registered before the check, so a set_blocked in between is not missed.
-            notified.as_mut().enable();
-            if self.blocked().is_some() == blocked {
-                return;
-            }
-            notified.await;
-        }
+        wait_on(&self.blocked_changed, || {
+            self.blocked().is_some() == blocked
+        })
+        .await
     }
     /// Why another approver keeps this replica from being ready, if it does.
     pub fn blocked(&self) -> Option<String> {
@@ -133,6 +109,20 @@ impl Health {
         !self.stopping.load(Ordering::SeqCst)
             && self.blocked().is_none()
             && (!self.is_leading() || self.synced.load(Ordering::SeqCst))
+    }
+}
+
+/// Resolves once `done` holds, re-checked each time `changed` wakes its waiters.
+async fn wait_on(changed: &tokio::sync::Notify, done: impl Fn() -> bool) {
+    loop {
+        let notified = changed.notified();
+        tokio::pin!(notified);
+        // Registered before the check, so a change in between is not missed.
+        notified.as_mut().enable();
+        if done() {
+            return;
+        }
+        notified.await;
     }
 }
 

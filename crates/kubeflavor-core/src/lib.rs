@@ -3,6 +3,7 @@
 //! these functions and applies their results.
 
 // Tokens, flavors, the CSR policy and node flavoring.
+pub mod approvers;
 pub mod csr;
 pub mod flavor;
 pub mod invisible;

@@ -3,6 +3,8 @@
 //! `/healthz` says the process loop is alive. `/readyz` says this replica is useful: a
 //! standby is ready (it is waiting for the Lease, which is its job), a leader is ready once
 //! its watch caches have synced, so a rolling update waits for the new leader to see state.
+//! No replica is ready while another approver decides CSRs the options say are kubeflavor's
+//! (see `approvers`): `/readyz` then names the binding and the fix.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -41,6 +43,10 @@ pub struct Health {
     synced_changed: tokio::sync::Notify,
     /// Woken when `leading` changes.
     leading_changed: tokio::sync::Notify,
+    /// Why another approver keeps this replica from being ready, if it does.
+    blocked: std::sync::Mutex<Option<String>>,
+    /// Woken when `blocked` changes between some and none.
+    blocked_changed: tokio::sync::Notify,
 }
 
 impl Health {
@@ -51,16 +57,7 @@ impl Health {
     }
     /// Resolves once this replica leads (`true`) or does not (`false`).
     pub async fn wait_leading(&self, leading: bool) {
-        loop {
-            let notified = self.leading_changed.notified();
-            tokio::pin!(notified);
-            // Registered before the check, so a set_leading in between is not missed.
-            notified.as_mut().enable();
-            if self.is_leading() == leading {
-                return;
-            }
-            notified.await;
-        }
+        wait_on(&self.leading_changed, || self.is_leading() == leading).await
     }
     pub fn set_synced(&self, v: bool) {
         self.synced.store(v, Ordering::SeqCst);
@@ -71,27 +68,61 @@ impl Health {
     /// Resolves once a leadership term has its caches synced: from then on the
     /// controller decides what it sees.
     pub async fn wait_synced(&self) {
-        loop {
-            let notified = self.synced_changed.notified();
-            tokio::pin!(notified);
-            // Registered before the check, so a set_synced in between is not missed.
-            notified.as_mut().enable();
-            if self.synced.load(Ordering::SeqCst) {
-                return;
-            }
-            notified.await;
-        }
+        wait_on(&self.synced_changed, || self.synced.load(Ordering::SeqCst)).await
     }
     pub fn set_stopping(&self) {
         self.stopping.store(true, Ordering::SeqCst);
     }
+    /// Another approver decides CSRs the options say are kubeflavor's (`Some(why)`), or
+    /// none does any more (`None`).
+    pub fn set_blocked(&self, why: Option<String>) {
+        let now = why.is_some();
+        let was = std::mem::replace(
+            &mut *self.blocked.lock().unwrap_or_else(|e| e.into_inner()),
+            why,
+        );
+        if was.is_some() != now {
+            self.blocked_changed.notify_waiters();
+        }
+    }
+    /// Resolves once another approver keeps this replica from being ready (`true`), or
+    /// none does (`false`).
+    pub async fn wait_blocked(&self, blocked: bool) {
+        wait_on(&self.blocked_changed, || {
+            self.blocked().is_some() == blocked
+        })
+        .await
+    }
+    /// Why another approver keeps this replica from being ready, if it does.
+    pub fn blocked(&self) -> Option<String> {
+        self.blocked
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
     pub fn is_leading(&self) -> bool {
         self.leading.load(Ordering::SeqCst)
     }
-    /// Ready: not shutting down, and either standing by or leading with synced caches.
+    /// Ready: not shutting down, no other approver in the way, and either standing by or
+    /// leading with synced caches.
     pub fn is_ready(&self) -> bool {
         !self.stopping.load(Ordering::SeqCst)
+            && self.blocked().is_none()
             && (!self.is_leading() || self.synced.load(Ordering::SeqCst))
+    }
+}
+
+/// Resolves once `done` holds, re-checked each time `changed` wakes its waiters.
+async fn wait_on(changed: &tokio::sync::Notify, done: impl Fn() -> bool) {
+    loop {
+        let notified = changed.notified();
+        tokio::pin!(notified);
+        // Registered before the check, so a change in between is not missed.
+        notified.as_mut().enable();
+        if done() {
+            return;
+        }
+        notified.await;
     }
 }
 
@@ -115,7 +146,10 @@ pub fn route(path: &str, health: &Health, metrics: &dyn Exposition) -> Response<
         "/readyz" => respond(
             StatusCode::SERVICE_UNAVAILABLE,
             "text/plain",
-            "not ready: the leader's caches have not synced yet\n".into(),
+            match health.blocked() {
+                Some(why) => format!("not ready: {why}\n"),
+                None => "not ready: the leader's caches have not synced yet\n".into(),
+            },
         ),
         _ => respond(StatusCode::NOT_FOUND, "text/plain", "not found\n".into()),
     }
@@ -220,6 +254,23 @@ mod tests {
         );
         assert_eq!(route("/healthz", &h, &m).status(), StatusCode::OK);
         assert_eq!(route("/nope", &h, &m).status(), StatusCode::NOT_FOUND);
+    }
+
+    #[test]
+    fn readyz_fails_while_another_approver_is_in_the_way_and_says_why() {
+        let h = Health::default();
+        let m = Metrics::new();
+        h.set_leading(true);
+        h.set_synced(true);
+        h.set_blocked(Some(
+            "ClusterRoleBinding x lets ... (run: kubectl delete clusterrolebinding x)".into(),
+        ));
+        let resp = route("/readyz", &h, &m);
+        assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);
+        h.set_leading(false);
+        assert!(!h.is_ready(), "a standby is not ready either");
+        h.set_blocked(None);
+        assert!(h.is_ready(), "ready again once the grant is gone");
     }
 
     #[tokio::test]

@@ -160,7 +160,7 @@ impl Metrics {
             competing_approvals: registered(
                 &mut r,
                 "competing_approvals",
-                "1 when kube-controller-manager auto-approves this kind of kubelet client CSR before kubeflavor decides (kind: other_tokens, renewals), found at start",
+                "1 while RBAC lets kube-controller-manager auto-approve this kind of kubelet client CSR before kubeflavor decides (kind: kubeflavor_tokens, other_tokens, renewals, other_requesters), read at start and after every RBAC change",
                 Family::default(),
             ),
             stages: registered(

@@ -418,9 +418,34 @@ pub async fn run(
     rt: Runtime,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    approvers::check(&rt.client, &rt.opts, &rt.metrics).await?;
+    // Who else approves kubelet CSRs: read from RBAC at start (refusing to run where that
+    // defeats kubeflavor or the options) and kept current for the controller's whole life.
+    let rbac_changed = Arc::new(tokio::sync::Notify::new());
+    let (rbac, mut rbac_feed) = approvers::watch_rbac(rt.client.clone(), rbac_changed.clone());
+    let baseline = tokio::select! {
+        checked = approvers::check_with(&rt.client, &rt.opts, &rt.metrics, &rbac) => checked?,
+        _ = &mut rbac_feed => anyhow::bail!("the watches of ClusterRoles and ClusterRoleBindings ended"),
+    };
     let (shut_tx, shut_rx) = watch::channel(false);
     let stopping = stop_when(shut_rx.clone(), true);
+    let keeper = approvers::Keeper {
+        client: rt.client.clone(),
+        opts: rt.opts.clone(),
+        metrics: rt.metrics.clone(),
+        health: rt.health.clone(),
+        view: rbac,
+        changed: rbac_changed,
+    };
+    let approvers = {
+        let stopping = stopping.clone();
+        async move {
+            tokio::select! {
+                _ = rbac_feed => {}
+                _ = keeper.run(baseline) => {}
+                _ = stopping => {}
+            }
+        }
+    };
     // Nothing is spawned detached: aborting the task that runs this future stops every
     // part of the controller at once, which is what a crash looks like to the cluster.
     let forward = async move {
@@ -451,7 +476,7 @@ pub async fn run(
         run_loops(&rt, stopping.clone()).await;
         rt.health.set_stopping();
     };
-    tokio::join!(forward, ops, work);
+    tokio::join!(forward, ops, work, approvers);
     tracing::info!(identity = %rt.opts.identity, "controller stopped");
     Ok(())
 }

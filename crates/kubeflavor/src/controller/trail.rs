@@ -65,7 +65,7 @@ pub fn event(
     let suffix = format!("{:x}", now.as_nanosecond() as u64 ^ rand_u64());
     Event {
         metadata: ObjectMeta {
-            name: Some(format!("{}.{suffix}", regarding.name)),
+            name: Some(format!("{}.{suffix}", name_part(regarding.name))),
             namespace: Some(TRAIL_NAMESPACE.to_string()),
             ..ObjectMeta::default()
         },
@@ -98,9 +98,52 @@ pub async fn post(client: &kube::Client, event: &Event) {
     }
 }
 
+/// The part of an Event's name taken from what it is about: Event names must be DNS
+/// subdomains (dot-separated labels of lower-case alphanumerics and `-`, each starting and
+/// ending with an alphanumeric), and some objects' names are not (kubeadm's
+/// `kubeadm:node-autoapprove-bootstrap`): other characters become `-`, and the part is cut
+/// so the whole name stays within 253 characters. A valid name is kept as it is.
+fn name_part(name: &str) -> String {
+    let mapped: String = name
+        .chars()
+        .take(200)
+        .map(|c| match c {
+            'a'..='z' | '0'..='9' | '.' => c,
+            'A'..='Z' => c.to_ascii_lowercase(),
+            _ => '-',
+        })
+        .collect();
+    let labels: Vec<&str> = mapped
+        .split('.')
+        .map(|l| l.trim_matches('-'))
+        .filter(|l| !l.is_empty())
+        .collect();
+    match labels.join(".") {
+        part if part.is_empty() => "x".to_string(),
+        part => part,
+    }
+}
+
 fn rand_u64() -> u64 {
     use std::hash::{BuildHasher, Hasher};
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
     h.write_u64(0);
     h.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn event_names_are_dns_subdomains_whatever_they_are_about() {
+        assert_eq!(name_part("csr-abc.1"), "csr-abc.1", "valid names are kept");
+        assert_eq!(
+            name_part("kubeadm:node-autoapprove-bootstrap"),
+            "kubeadm-node-autoapprove-bootstrap"
+        );
+        assert_eq!(name_part(":A-:.b"), "a.b");
+        assert_eq!(name_part("::"), "x");
+        assert_eq!(name_part(&"y".repeat(300)).len(), 200);
+    }
 }

@@ -1,6 +1,6 @@
 //! The controller, run in-process against a cluster: the join flow from CSR to flavored
 //! Node, the CSR policy as the API sees it, attacks on it, API faults, leader election, and
-//! the join-token API that mints tokens for portals.
+//! the join-token API that mints tokens for portals, and who else approves kubelet CSRs.
 //!
 //! `cargo test -p kubeflavor --test controller [name filter]`
 
@@ -9,6 +9,7 @@ mod support;
 
 mod harness;
 
+mod approvers;
 mod attacks;
 mod faults;
 mod flow;

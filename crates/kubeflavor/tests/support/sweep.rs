@@ -4,7 +4,8 @@
 //!
 //! Nodes, Flavors, FlavorBindings, CSRs, ClusterRoles and ClusterRoleBindings, Leases,
 //! ServiceAccounts and Events are found by the run id in their names (a CSR also by the node name it asks
-//! for); token Secrets by their flavor label or by the ids recorded in [`Made`].
+//! for, an Event also by the controller that wrote it); token Secrets by their flavor label or by the
+//! ids recorded in [`Made`], ClusterRoleBindings of fixed names by their names recorded there.
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -29,6 +30,8 @@ pub struct Made {
     tokens: Mutex<BTreeSet<String>>,
     /// The run wrote kube-system/kubeadm-certs (a name shared by every run).
     kubeadm_certs: AtomicBool,
+    /// ClusterRoleBindings of fixed names the run made (kubeadm's, re-created).
+    cluster_role_bindings: Mutex<BTreeSet<String>>,
 }
 
 impl Default for Made {
@@ -37,6 +40,7 @@ impl Default for Made {
             started: jiff::Timestamp::now() - jiff::SignedDuration::from_secs(1),
             tokens: Default::default(),
             kubeadm_certs: Default::default(),
+            cluster_role_bindings: Default::default(),
         }
     }
 }
@@ -70,6 +74,14 @@ impl Made {
     pub fn kubeadm_certs(&self) {
         self.kubeadm_certs.store(true, Ordering::SeqCst);
     }
+
+    /// Notes a ClusterRoleBinding of a fixed name the run is about to make.
+    pub fn cluster_role_binding(&self, name: &str) {
+        self.cluster_role_bindings
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(name.to_string());
+    }
 }
 
 /// Deletes what the run `run_id` made on the cluster of `kubeconfig`. Runs on a thread of
@@ -87,13 +99,18 @@ pub fn sweep(kubeconfig: &Path, run_id: &str, made: &Made) {
         .kubeadm_certs
         .load(Ordering::SeqCst)
         .then_some(made.started);
+    let bindings = made
+        .cluster_role_bindings
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone();
     let (kubeconfig, run_id) = (kubeconfig.to_path_buf(), run_id.to_string());
     let swept = std::thread::spawn(move || {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .expect("runtime");
-        rt.block_on(sweep_async(&kubeconfig, &run_id, &tokens, certs))
+        rt.block_on(sweep_async(&kubeconfig, &run_id, &tokens, &bindings, certs))
     })
     .join();
     if let Ok(Err(e)) = swept {
@@ -105,6 +122,7 @@ async fn sweep_async(
     kubeconfig: &Path,
     run_id: &str,
     tokens: &BTreeSet<String>,
+    bindings: &BTreeSet<String>,
     certs_since: Option<jiff::Timestamp>,
 ) -> Result<(), String> {
     let text = std::fs::read_to_string(kubeconfig).map_err(|e| e.to_string())?;
@@ -167,19 +185,22 @@ async fn sweep_async(
     }
     delete_where(Api::<Flavor>::all(client.clone()), |o| named(&o.name_any())).await;
     delete_where(Api::<ClusterRoleBinding>::all(client.clone()), |o| {
-        named(&o.name_any())
+        named(&o.name_any()) || bindings.contains(&o.name_any())
     })
     .await;
     delete_where(Api::<ClusterRole>::all(client.clone()), |o| {
         named(&o.name_any())
     })
     .await;
-    // The trail's Events: about this run's CSRs (a join's CSR has a generated name).
+    // The trail's Events: about this run's CSRs (a join's CSR has a generated name), or
+    // written by a controller of this run (about RBAC objects of fixed names).
     delete_where(
         Api::<k8s_openapi::api::events::v1::Event>::namespaced(client.clone(), "kube-system"),
         |e| {
             let about = e.regarding.as_ref().and_then(|r| r.name.clone());
-            named(&e.name_any()) || about.is_some_and(|a| csrs.contains(&a))
+            named(&e.name_any())
+                || about.is_some_and(|a| csrs.contains(&a))
+                || e.reporting_instance.as_deref().is_some_and(named)
         },
     )
     .await;

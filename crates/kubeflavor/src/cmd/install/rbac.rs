@@ -237,7 +237,14 @@ pub fn controller(namespace: &str) -> Vec<Document> {
             &["subjectaccessreviews"],
             &["create"],
             &[],
-            "create: at start the controller asks whether kube-controller-manager auto-approves kubelet CSRs (kubeadm's nodeclient and selfnodeclient bindings) before it can decide them, warns, and refuses --strict or --manage-renewals while it does. It learns only yes or no, and which binding.",
+            "create: at start the controller asks, as a cross-check of its RBAC reading, whether another authorizer (a webhook) lets kube-controller-manager auto-approve kubelet CSRs of kubeflavor's tokens, other tokens or renewals. It learns only yes or no, and which binding.",
+        ),
+        rule(
+            &["rbac.authorization.k8s.io"],
+            &["clusterroles", "clusterrolebindings"],
+            &["list", "watch"],
+            &[],
+            "list, watch: read who may create certificatesigningrequests/nodeclient or /selfnodeclient (whose kubelet CSRs kube-controller-manager approves before kubeflavor decides), at start and whenever RBAC changes. Read only: no get of other objects, no writes.",
         ),
     ];
     let token_rules = vec![

@@ -297,6 +297,19 @@ fn modes_change_the_controller_flags_and_the_token_grants_only() {
             .iter()
             .any(|r| r["resources"][0] == "subjectaccessreviews")
     );
+    // So is the RBAC reading behind it, in every mode: list and watch, nothing more.
+    for mode in [&plain, &r, &s] {
+        let rbac_rules: Vec<Value> = rules(find(mode, "ClusterRole", "kubeflavor:controller"))
+            .into_iter()
+            .filter(|r| r["apiGroups"][0] == "rbac.authorization.k8s.io")
+            .collect();
+        assert_eq!(rbac_rules.len(), 1, "{rbac_rules:?}");
+        assert_eq!(
+            strings(&rbac_rules[0]["resources"]),
+            ["clusterroles", "clusterrolebindings"]
+        );
+        assert_eq!(strings(&rbac_rules[0]["verbs"]), ["list", "watch"]);
+    }
     let h = documents("kubeflavor", &default_image(), 2, hidden);
     assert!(h.iter().all(|d| d.name() != "kubeflavor:get-nodes"));
     assert_eq!(h.len() + 2, plain.len());

@@ -528,16 +528,21 @@ fn retry_of_the_same_token_for_the_same_name_uses_nothing_twice() {
     let mut f = base();
     assert_eq!(want(&decide(&f)), APPROVE_NEW);
     // The controller reserved the use and wrote the binding; the kubelet retries.
+    bound_to_this_token(&mut f);
+    f.csr_name = "csr-retry".into();
+    assert_eq!(want(&decide(&f)), APPROVE_RETRY);
+}
+
+/// The name is in the token's bound names and bound to it by a binding another CSR made.
+fn bound_to_this_token(f: &mut CsrFacts) {
     with_token(
-        &mut f,
+        f,
         TokenSpec {
             bound: vec![NODE.into()],
             ..TokenSpec::default()
         },
     );
     f.binding = binding(ID, false);
-    f.csr_name = "csr-retry".into();
-    assert_eq!(want(&decide(&f)), APPROVE_RETRY);
 }
 
 /// P3 (binding): a join line found after its node joined (in a cloud-init file, a portal
@@ -546,14 +551,7 @@ fn retry_of_the_same_token_for_the_same_name_uses_nothing_twice() {
 #[test]
 fn rekey_of_a_joined_node_is_denied() {
     let mut f = base();
-    with_token(
-        &mut f,
-        TokenSpec {
-            bound: vec![NODE.into()],
-            ..TokenSpec::default()
-        },
-    );
-    f.binding = binding(ID, false);
+    bound_to_this_token(&mut f);
     f.node_exists = true;
     f.csr_name = "csr-someone-else".into();
     f.csr = Ok(kubeflavor_core::csr::KubeletClientCsr {

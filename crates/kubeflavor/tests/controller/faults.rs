@@ -5,8 +5,8 @@
 use crate::harness::*;
 use kubeflavor::controller::Step;
 
-/// The end state every scenario must reach for one join.
-async fn assert_joined_once(
+/// The CSR is approved and its node bound to the token.
+async fn assert_approved_and_bound(
     h: &Harness,
     token: &kubeflavor_core::token::BootstrapToken,
     csr: &str,
@@ -19,6 +19,16 @@ async fn assert_joined_once(
         .await
         .expect("an approved node has a binding");
     assert_eq!(binding.spec.token_id, token.id().as_str());
+}
+
+/// The end state every scenario must reach for one join.
+async fn assert_joined_once(
+    h: &Harness,
+    token: &kubeflavor_core::token::BootstrapToken,
+    csr: &str,
+    node: &str,
+) {
+    assert_approved_and_bound(h, token, csr, node).await;
     assert_eq!(
         h.bound_nodes(token).await,
         vec![node.to_string()],
@@ -36,13 +46,7 @@ async fn assert_joined_and_retired(
     csr: &str,
     node: &str,
 ) {
-    assert_eq!(h.decision(csr).await, "Approved");
-    let binding = h
-        .bindings()
-        .get(node)
-        .await
-        .expect("an approved node has a binding");
-    assert_eq!(binding.spec.token_id, token.id().as_str());
+    assert_approved_and_bound(h, token, csr, node).await;
     h.token_gone(token).await;
 }
 

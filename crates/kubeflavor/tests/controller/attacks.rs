@@ -459,3 +459,47 @@ async fn a_deleted_binding_leaves_no_trusted_node_and_bindings_cannot_be_edited(
     h.node_until(&offline, "released", released).await;
     ctl.stop().await;
 }
+
+/// A token whose every use is bound and whose nodes all registered has no further use:
+/// the controller deletes it, and a copy of its join line then authenticates nobody. A
+/// token with a use left stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_used_up_token_is_retired_once_its_nodes_joined() {
+    use k8s_openapi::api::authentication::v1::SelfSubjectReview;
+    let h = Harness::start().await;
+    let f = h.gold_flavor("used-up").await;
+    let ctl = h.start_controller(h.options("ctl"));
+    let (single, spare) = (h.token(&f, 1, None).await, h.token(&f, 2, None).await);
+    let copy = h.bootstrap_client(&single).await;
+    for (t, node) in [(&single, h.name("node-single")), (&spare, h.name("node-spare"))] {
+        let csr = h.name(&format!("csr-{node}"));
+        h.submit_csr(&h.bootstrap_client(t).await, &csr, &node)
+            .await;
+        assert_eq!(h.decision(&csr).await, "Approved");
+        assert!(h.token_secret(t).await.is_some(), "kept until its node joined");
+        h.register_node(&csr, &node, &[], &[]).await;
+        h.node_until(&node, "flavored", |n| label(n, TIER_KEY) == Some("gold"))
+            .await;
+    }
+    h.token_gone(&single).await;
+    // The API server's token authenticator reads its own cache of token Secrets, which can
+    // trail the deletion by a moment: ask until it refuses (there is no event to wait on).
+    within("the copied join line to stop authenticating", async {
+        loop {
+            let review = Api::<SelfSubjectReview>::all(copy.clone())
+                .create(&Default::default(), &SelfSubjectReview::default())
+                .await;
+            match review {
+                Err(kube::Error::Api(s)) if s.code == 401 => break,
+                Err(e) => panic!("{e}"),
+                Ok(_) => tokio::time::sleep(std::time::Duration::from_millis(100)).await,
+            }
+        }
+    })
+    .await;
+    assert!(
+        h.token_secret(&spare).await.is_some(),
+        "a token with a use left stays"
+    );
+    ctl.stop().await;
+}

@@ -471,12 +471,18 @@ async fn a_used_up_token_is_retired_once_its_nodes_joined() {
     let ctl = h.start_controller(h.options("ctl"));
     let (single, spare) = (h.token(&f, 1, None).await, h.token(&f, 2, None).await);
     let copy = h.bootstrap_client(&single).await;
-    for (t, node) in [(&single, h.name("node-single")), (&spare, h.name("node-spare"))] {
+    for (t, node) in [
+        (&single, h.name("node-single")),
+        (&spare, h.name("node-spare")),
+    ] {
         let csr = h.name(&format!("csr-{node}"));
         h.submit_csr(&h.bootstrap_client(t).await, &csr, &node)
             .await;
         assert_eq!(h.decision(&csr).await, "Approved");
-        assert!(h.token_secret(t).await.is_some(), "kept until its node joined");
+        assert!(
+            h.token_secret(t).await.is_some(),
+            "kept until its node joined"
+        );
         h.register_node(&csr, &node, &[], &[]).await;
         h.node_until(&node, "flavored", |n| label(n, TIER_KEY) == Some("gold"))
             .await;

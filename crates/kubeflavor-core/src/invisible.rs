@@ -64,9 +64,35 @@ pub fn is_invisible(c: char) -> bool {
     c.is_control() || is_format(c) || SEPARATORS.contains(&c) || FILLERS.contains(&c)
 }
 
+/// `text` as it may be shown on a screen: every invisible character written as a visible
+/// escape (`\u{202e}`), the rest as it is. What a table shows is then what is stored,
+/// even for text written before it was checked, or by someone who bypassed the checks.
+pub fn shown(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text.chars().any(is_invisible) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if is_invisible(c) {
+            out.push_str(&c.escape_unicode().to_string());
+        } else {
+            out.push(c);
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn shown_text_escapes_what_would_not_be_seen() {
+        assert_eq!(shown("acme-corp/alice"), "acme-corp/alice");
+        assert_eq!(shown("eve\u{202e}ecila"), "eve\\u{202e}ecila");
+        assert_eq!(shown("a\u{200b}b\tc"), "a\\u{200b}b\\u{9}c");
+        assert!(!shown("\u{feff}x\u{2028}").chars().any(is_invisible));
+    }
     use proptest::prelude::*;
 
     #[test]

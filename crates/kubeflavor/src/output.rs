@@ -40,12 +40,19 @@ impl Table {
         }
     }
 
+    /// Adds a row. A cell's invisible characters (control and format characters such as
+    /// U+202E) are shown as escapes: text from the cluster (a token's issued-to) cannot
+    /// make a row read other than it is stored.
     pub fn row(&mut self, cells: Vec<String>) {
         debug_assert_eq!(
             cells.len(),
             self.header.len(),
             "row width must match the header"
         );
+        let cells = cells
+            .into_iter()
+            .map(|c| kubeflavor_core::invisible::shown(&c).into_owned())
+            .collect();
         self.rows.push(cells);
     }
 
@@ -209,6 +216,15 @@ mod tests {
             t.render(),
             "ID      FLAVOR  AGE\nabcdef  sweet   5m\nx       <none>  12d\n"
         );
+    }
+
+    #[test]
+    fn a_cell_cannot_hide_what_it_holds() {
+        let mut t = Table::new(&["node", "issued-to"]);
+        t.row(vec!["n1".into(), "eve\u{202e}ecila".into()]);
+        let out = t.render();
+        assert!(out.contains("eve\\u{202e}ecila"), "{out}");
+        assert!(!out.contains('\u{202e}'), "{out}");
     }
 
     #[test]

@@ -490,19 +490,18 @@ async fn a_used_up_token_is_retired_once_its_nodes_joined() {
     h.token_gone(&single).await;
     // The API server's token authenticator reads its own cache of token Secrets, which can
     // trail the deletion by a moment: ask until it refuses (there is no event to wait on).
-    within("the copied join line to stop authenticating", async {
-        loop {
-            let review = Api::<SelfSubjectReview>::all(copy.clone())
-                .create(&Default::default(), &SelfSubjectReview::default())
-                .await;
-            match review {
-                Err(kube::Error::Api(s)) if s.code == 401 => break,
-                Err(e) => panic!("{e}"),
-                Ok(_) => tokio::time::sleep(std::time::Duration::from_millis(100)).await,
-            }
-        }
-    })
+    let reviews = Api::<SelfSubjectReview>::all(copy);
+    let (params, review) = (Default::default(), SelfSubjectReview::default());
+    let answer = kubeflavor::cluster::until_settled(
+        std::time::Duration::from_secs(10),
+        || reviews.create(&params, &review),
+        |answer| answer.is_err(),
+    )
     .await;
+    assert!(
+        matches!(&answer, Err(kube::Error::Api(s)) if s.code == 401),
+        "the join line authenticates nobody: {answer:?}"
+    );
     assert!(
         h.token_secret(&spare).await.is_some(),
         "a token with a use left stays"

@@ -50,15 +50,13 @@ async fn as_serve(h: &Harness) -> Api<Secret> {
         dry_run: true,
         ..Default::default()
     };
-    let deadline = tokio::time::Instant::now() + POLICY_PROPAGATION;
-    while tokio::time::Instant::now() < deadline {
-        if let Err(kube::Error::Api(s)) = secrets.create(&dry, &probe).await
-            && s.code == 422
-        {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    kubeflavor::cluster::until_settled(
+        POLICY_PROPAGATION,
+        || secrets.create(&dry, &probe),
+        |answer| matches!(answer, Err(kube::Error::Api(s)) if s.code == 422),
+    )
+    .await
+    .ok();
     secrets
 }
 

@@ -11,6 +11,7 @@ pub mod crd;
 pub mod error;
 pub mod exit;
 pub mod join;
+pub mod minting;
 pub mod output;
 pub mod serve;
 

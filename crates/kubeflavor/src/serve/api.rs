@@ -31,11 +31,10 @@ use serde_json::{Value, json};
 use zeroize::Zeroizing;
 
 use super::Server;
-use crate::cmd::token::join_line::{join_command_line, join_target};
-use crate::cmd::token::{mint, stored_flavor_rules};
 use crate::controller::trail::{self, Regarding};
 use crate::error::CliError;
 use crate::exit::ExitCode;
+use crate::minting::{join_command_line, join_target, mint, stored_flavor_rules};
 
 pub type Body = Full<Bytes>;
 

@@ -176,7 +176,7 @@ async fn p1_tokens_differing_only_in_custody_look_the_same_to_their_holders() {
         issued_to: Some("globex/bob".parse().unwrap()),
         issued_by: Some("system:serviceaccount:portal:minter".into()),
     };
-    let b = kubeflavor::cmd::token::mint(
+    let b = kubeflavor::minting::mint(
         &cluster,
         &flavor.parse().unwrap(),
         Some(jiff::Timestamp::now() + std::time::Duration::from_secs(7200)),
@@ -449,7 +449,7 @@ async fn token_create_draws_a_new_id_when_the_id_is_taken() {
             .snapshot()
             .by_verb_resource("create", "secrets")
     });
-    let minted = kubeflavor::cmd::token::mint(
+    let minted = kubeflavor::minting::mint(
         &cluster,
         &flavor.parse().unwrap(),
         None,

@@ -59,7 +59,7 @@ async fn a_recycled_token_id_inherits_no_name() {
     let mut draws = vec![BootstrapToken::generate().unwrap(), bound_id]
         .into_iter()
         .rev();
-    let minted = kubeflavor::cmd::token::mint(
+    let minted = kubeflavor::minting::mint(
         &cluster,
         &sour.parse().unwrap(),
         None,

@@ -16,16 +16,15 @@ use kubeflavor_core::token_secret::{
 };
 use zeroize::Zeroize;
 
-use super::join_line::{JoinTarget, join_command_line, join_target};
 use super::{TokenCreateArgs, TokenOutput, custody, flavor_rules, max_nodes, within_flavor_limits};
 use crate::cluster::{Cluster, token_secrets};
 use crate::error::CliError;
+use crate::minting::{CREATE_ATTEMPTS, JoinTarget, join_command_line, join_target};
 
 /// Default lifetime of a control-plane join token: the lifetime of the kubeadm-certs
 /// Secret it exists to read (`certs upload --ttl`).
 pub const CONTROL_PLANE_TOKEN_TTL: TokenTtl = TokenTtl::Seconds(2 * 3600);
 const CONTROL_PLANE_TOKEN_DESCRIPTION: &str = "kubeflavor control-plane join token";
-const CREATE_ATTEMPTS: usize = 5;
 
 /// What `token create --control-plane -o json|yaml` prints (it holds the token).
 #[derive(serde::Serialize)]

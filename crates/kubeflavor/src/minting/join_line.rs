@@ -1,7 +1,6 @@
-//! The join line `token create --print-join-command` prints: where a node joins and how it
-//! recognises the cluster, around the new token.
-
-use std::io::Write;
+//! The join line around a new token: where a node joins and how it recognises the cluster
+//! (`token create --print-join-command` prints it; the join-token API answers with it and
+//! with the cloud-init document built from the same target).
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
@@ -85,8 +84,8 @@ fn endpoint_of(server: &str) -> Result<String, String> {
     })
 }
 
-/// The join line. It carries the token: printing it is this command's job, and the
-/// buffer is wiped afterwards.
+/// The join line. It carries the token: whoever shows it does so once, and the buffer is
+/// wiped afterwards.
 pub fn join_command_line(
     target: &JoinTarget,
     token: &BootstrapToken,
@@ -101,15 +100,6 @@ pub fn join_command_line(
     }
     line.push('\n');
     line
-}
-
-pub fn print_join_command(
-    target: &JoinTarget,
-    token: &BootstrapToken,
-    out: &mut dyn Write,
-) -> Result<(), CliError> {
-    out.write_all(join_command_line(target, token).as_bytes())?;
-    Ok(())
 }
 
 #[cfg(test)]

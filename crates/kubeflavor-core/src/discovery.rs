@@ -13,8 +13,13 @@ use crate::jws::{self, JwsError};
 use crate::kubeconfig::{ClusterInfo, KubeconfigError};
 use crate::pin::CaPin;
 
+/// Where kubeadm publishes the cluster's address and CA for joining nodes.
+pub const CLUSTER_INFO_NAMESPACE: &str = "kube-public";
+pub const CLUSTER_INFO_NAME: &str = "cluster-info";
 /// The ConfigMap data key holding the kubeconfig.
 pub const KUBECONFIG_KEY: &str = "kubeconfig";
+/// The prefix of the ConfigMap keys holding each token's signature of that kubeconfig.
+pub const JWS_KEY_PREFIX: &str = "jws-kubeconfig-";
 
 /// How the CA is authenticated.
 #[derive(Debug, Clone, Copy)]

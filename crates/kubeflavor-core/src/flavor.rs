@@ -349,6 +349,23 @@ impl FlavorRules {
         self.max_nodes
     }
 
+    /// The TTL and max nodes a token of this flavor is minted with when asked for `ttl`
+    /// and `max_nodes`: what is asked, else the flavor's defaults, else kubeadm's (24h, one
+    /// node). The one place these defaults are filled in, for `token create` and the
+    /// join-token API alike; whether the flavor's limits allow the result is
+    /// [`EffectiveLimits::check`]'s answer.
+    pub fn granted(
+        &self,
+        ttl: Option<TokenTtl>,
+        max_nodes: Option<NonZeroU32>,
+    ) -> (TokenTtl, NonZeroU32) {
+        (
+            ttl.or(self.token_ttl)
+                .unwrap_or(crate::ttl::DEFAULT_TOKEN_TTL),
+            max_nodes.or(self.max_nodes).unwrap_or(DEFAULT_MAX_NODES),
+        )
+    }
+
     /// The token limits the flavor states.
     pub fn token_limits(&self) -> TokenLimits {
         self.token_limits
@@ -364,12 +381,8 @@ impl FlavorRules {
     /// `flavor apply` write no such flavor. A stored one is still read (its nodes keep
     /// their labels); minting its defaults is refused by the limits check.
     pub fn check_defaults_within_limits(&self) -> Result<(), FlavorError> {
-        let limits = self.effective_token_limits();
-        let ttl = self.token_ttl.unwrap_or(crate::ttl::DEFAULT_TOKEN_TTL);
-        match limits
-            .check(ttl, self.max_nodes.unwrap_or(DEFAULT_MAX_NODES))
-            .first()
-        {
+        let (ttl, max_nodes) = self.granted(None, None);
+        match self.effective_token_limits().check(ttl, max_nodes).first() {
             Some(exceeded) => Err(FlavorError::DefaultBeyondLimit(*exceeded)),
             None => Ok(()),
         }

@@ -13,10 +13,10 @@ use std::num::NonZeroU32;
 use serde::de::{self, DeserializeSeed, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Value};
 
-use crate::flavor::{DEFAULT_MAX_NODES, FlavorRules};
+use crate::flavor::FlavorRules;
 use crate::token_limits::LimitExceeded;
 use crate::token_meta::IssuedTo;
-use crate::ttl::{DEFAULT_TOKEN_TTL, TokenTtl};
+use crate::ttl::TokenTtl;
 
 /// The largest body accepted: a valid request is well under 1 KiB.
 pub const MAX_BODY_BYTES: usize = 16 * 1024;
@@ -237,14 +237,7 @@ pub fn within_limits(
     request: &MintRequest,
     rules: &FlavorRules,
 ) -> Result<(TokenTtl, NonZeroU32), MintRequestError> {
-    let ttl = request
-        .ttl
-        .or(rules.token_ttl())
-        .unwrap_or(DEFAULT_TOKEN_TTL);
-    let max_nodes = request
-        .max_nodes
-        .or(rules.max_nodes())
-        .unwrap_or(DEFAULT_MAX_NODES);
+    let (ttl, max_nodes) = rules.granted(request.ttl, request.max_nodes);
     let exceeded = rules.effective_token_limits().check(ttl, max_nodes);
     if exceeded.is_empty() {
         return Ok((ttl, max_nodes));

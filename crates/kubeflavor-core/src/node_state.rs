@@ -243,14 +243,62 @@ pub enum BindingCsr {
     Gone,
 }
 
-/// P3 (binding): whether a Node of a binding's name is the token holder's to flavor. Until the
-/// binding's CSR is approved the holder has no node credentials, so a Node that is there
-/// belongs to someone else (a kubelet that joined another way, an admin) and must not get
-/// the token's flavor. Once the binding has flavored its Node, that Node (and one
-/// re-created under the name) is the holder's. A binding never flavored whose CSR is gone
-/// is not trusted either: the CSR can no longer show it was approved.
-pub fn node_is_the_holders(flavored_before: bool, csr: BindingCsr) -> bool {
-    flavored_before || csr == BindingCsr::Approved
+/// What a binding tells about its Node's holder, before its CSR is read.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct HolderFacts {
+    /// The binding is revoked.
+    pub revoked: bool,
+    /// The binding's status records that it flavored its Node (labels or taints applied,
+    /// or the Flavored condition).
+    pub flavored_before: bool,
+}
+
+/// P3 (binding): whether a Node of a binding's name is the token holder's to act on.
+///
+/// A revoked binding always acts on its Node (to take the flavor away). Once the binding
+/// has flavored its Node, that Node (and one re-created under the name) is the holder's.
+/// Otherwise only the binding's CSR can tell: until it is approved the holder has no node
+/// credentials, so a Node that is there belongs to someone else (a kubelet that joined
+/// another way, an admin) and must not get the token's flavor; a binding never flavored
+/// whose CSR is gone is not trusted either, as the CSR can no longer show it was approved.
+///
+/// `csr` is where the binding's CSR stands, `None` when it has not been read: the answer
+/// is then `None` when only the CSR can tell (read it and ask again), so the CSR is read
+/// only for a binding that never flavored its Node.
+pub fn node_is_the_holders(binding: HolderFacts, csr: Option<BindingCsr>) -> Option<bool> {
+    if binding.revoked || binding.flavored_before {
+        return Some(true);
+    }
+    csr.map(|csr| csr == BindingCsr::Approved)
+}
+
+/// Why a binding is revoked: the reason and message of its Revoked condition.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Revocation {
+    /// `node revoke`.
+    ByAdmin,
+    /// `token revoke ID --nodes`: every node bound to the token.
+    TokenRevoked(crate::token::TokenId),
+}
+
+impl Revocation {
+    /// The Revoked condition's reason.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Revocation::ByAdmin => "RevokedByAdmin",
+            Revocation::TokenRevoked(_) => "TokenRevoked",
+        }
+    }
+
+    /// The Revoked condition's message.
+    pub fn message(&self) -> String {
+        match self {
+            Revocation::ByAdmin => "revoked with 'kubeflavor node revoke'".to_string(),
+            Revocation::TokenRevoked(id) => {
+                format!("revoked with 'kubeflavor token revoke {id} --nodes'")
+            }
+        }
+    }
 }
 
 /// The change that gives the node exactly the state its binding and Flavor call for.

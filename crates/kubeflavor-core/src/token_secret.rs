@@ -66,6 +66,8 @@ pub const CONTROL_PLANE_GROUP: &str = "system:bootstrappers:kubeflavor:control-p
 /// The ONE description of every kubeflavor node token. It must never name a flavor (P1, hidden
 /// flavor).
 pub const KUBEFLAVOR_TOKEN_DESCRIPTION: &str = "kubeflavor node bootstrap token";
+/// The description of a control-plane join token (`token create --control-plane`).
+pub const CONTROL_PLANE_TOKEN_DESCRIPTION: &str = "kubeflavor control-plane join token";
 
 /// The Secret name of a token: `bootstrap-token-<id>`.
 pub fn secret_name(id: &TokenId) -> String {
@@ -205,6 +207,34 @@ impl TokenSecretData {
         }
     }
 
+    /// The data of a control-plane join token: both usages (kubeadm join runs discovery
+    /// with it) and the ONE group [`CONTROL_PLANE_GROUP`], which alone may read the
+    /// control-plane certificate Secret.
+    pub fn control_plane(token: BootstrapToken, expiration: Option<Timestamp>) -> Self {
+        TokenSecretData {
+            token,
+            expiration,
+            usage_authentication: true,
+            usage_signing: true,
+            extra_groups: vec![AuthGroup(CONTROL_PLANE_GROUP.to_owned())],
+            description: Some(CONTROL_PLANE_TOKEN_DESCRIPTION.to_owned()),
+        }
+    }
+
+    /// The data of the TTL-proxy token `kubeadm init phase upload-certs` makes: no usages
+    /// and no groups, so it can never authenticate; it exists only so that tokencleaner
+    /// deletes it at `expiration`, and garbage collection then the Secret it owns.
+    pub fn ttl_proxy(token: BootstrapToken, expiration: Timestamp) -> Self {
+        TokenSecretData {
+            token,
+            expiration: Some(expiration),
+            usage_authentication: false,
+            usage_signing: false,
+            extra_groups: Vec::new(),
+            description: Some(crate::copycerts::OWNER_TOKEN_DESCRIPTION.to_owned()),
+        }
+    }
+
     /// The Secret's string data (kubeadm's keys; values not yet base64-encoded). Holds the
     /// token secret: zeroize the map when done with it.
     pub fn to_string_data(&self) -> BTreeMap<String, String> {
@@ -295,6 +325,20 @@ pub struct TokenSecretObject {
 }
 
 impl TokenSecretObject {
+    /// The token Secret holding `data`, with kubeflavor's metadata `meta` (the flavor, its
+    /// uses and custody) when it is a flavored token. Every token Secret kubeflavor writes
+    /// is built here.
+    pub fn new(data: &TokenSecretData, meta: Option<&FlavorTokenMeta>) -> Self {
+        TokenSecretObject {
+            name: secret_name(data.token.id()),
+            namespace: TOKEN_SECRET_NAMESPACE,
+            type_: TOKEN_SECRET_TYPE,
+            string_data: data.to_string_data(),
+            labels: meta.map(FlavorTokenMeta::labels).unwrap_or_default(),
+            annotations: meta.map(FlavorTokenMeta::annotations).unwrap_or_default(),
+        }
+    }
+
     /// This Secret as the API server would read it back (not being deleted).
     pub fn view(&self) -> SecretView<'_> {
         SecretView {
@@ -354,14 +398,8 @@ pub fn flavored_token_secret(
     custody: &Custody,
 ) -> TokenSecretObject {
     let meta = FlavorTokenMeta::new(flavor.clone(), max_nodes).with_custody(custody.clone());
-    TokenSecretObject {
-        name: secret_name(token.id()),
-        namespace: TOKEN_SECRET_NAMESPACE,
-        type_: TOKEN_SECRET_TYPE,
-        string_data: TokenSecretData::kubeflavor_node(token.clone(), expiration).to_string_data(),
-        labels: meta.labels(),
-        annotations: meta.annotations(),
-    }
+    let data = TokenSecretData::kubeflavor_node(token.clone(), expiration);
+    TokenSecretObject::new(&data, Some(&meta))
 }
 
 #[cfg(test)]

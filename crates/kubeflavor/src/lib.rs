@@ -12,6 +12,7 @@ pub mod error;
 pub mod exit;
 pub mod join;
 pub mod minting;
+pub mod ops;
 pub mod output;
 pub mod serve;
 

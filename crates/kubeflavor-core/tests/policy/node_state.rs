@@ -420,16 +420,50 @@ proptest! {
 /// holder's.
 #[test]
 fn only_an_approved_binding_makes_a_node_the_holders() {
-    use kubeflavor_core::node_state::{BindingCsr, node_is_the_holders};
-    assert!(node_is_the_holders(false, BindingCsr::Approved));
-    assert!(!node_is_the_holders(false, BindingCsr::NotApproved));
-    assert!(!node_is_the_holders(false, BindingCsr::Gone));
-    for csr in [
-        BindingCsr::Approved,
-        BindingCsr::NotApproved,
-        BindingCsr::Gone,
-    ] {
-        assert!(node_is_the_holders(true, csr), "{csr:?}");
+    use kubeflavor_core::node_state::{BindingCsr, HolderFacts, node_is_the_holders};
+    let never_flavored = HolderFacts::default();
+    assert_eq!(
+        node_is_the_holders(never_flavored, None),
+        None,
+        "only the CSR can tell"
+    );
+    assert_eq!(
+        node_is_the_holders(never_flavored, Some(BindingCsr::Approved)),
+        Some(true)
+    );
+    assert_eq!(
+        node_is_the_holders(never_flavored, Some(BindingCsr::NotApproved)),
+        Some(false)
+    );
+    assert_eq!(
+        node_is_the_holders(never_flavored, Some(BindingCsr::Gone)),
+        Some(false)
+    );
+    let flavored = HolderFacts {
+        flavored_before: true,
+        ..HolderFacts::default()
+    };
+    let revoked = HolderFacts {
+        revoked: true,
+        ..HolderFacts::default()
+    };
+    for binding in [flavored, revoked] {
+        assert_eq!(
+            node_is_the_holders(binding, None),
+            Some(true),
+            "{binding:?}: no CSR read"
+        );
+        for csr in [
+            BindingCsr::Approved,
+            BindingCsr::NotApproved,
+            BindingCsr::Gone,
+        ] {
+            assert_eq!(
+                node_is_the_holders(binding, Some(csr)),
+                Some(true),
+                "{binding:?} {csr:?}"
+            );
+        }
     }
 }
 

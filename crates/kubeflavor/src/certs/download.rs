@@ -14,6 +14,7 @@ use kubeflavor_core::copycerts::{self, CopyCertsError, Provenance};
 use super::CertsError;
 use super::objects::{self, NAMESPACE, SECRET_NAME};
 use super::pki_files::{self, WriteReport};
+use crate::cluster::token_secrets;
 
 #[derive(Debug)]
 pub struct DownloadOptions {
@@ -91,7 +92,7 @@ pub async fn fetch_secret(
         .collect();
     let mut never_expires = owners.is_empty().then_some(NeverExpires::NoOwner);
     for owner in owners {
-        match secrets.get_opt(&owner.name).await {
+        match token_secrets::get_named(client, &owner.name).await {
             Ok(Some(token)) if token.metadata.uid.as_deref() == Some(owner.uid.as_str()) => {
                 match objects::token_expiration(&token) {
                     Ok(Some(exp)) if exp <= now => return Err(CertsError::SecretGone),

@@ -78,7 +78,7 @@ pub async fn inspect(
         .collect();
     let mut owners = Vec::new();
     for r in secret.metadata.owner_references.iter().flatten() {
-        owners.push(owner(&secrets, &r.name, now).await);
+        owners.push(owner(client, &r.name, now).await);
     }
     let readable_by = match bindings.get_opt(RBAC_NAME).await {
         Ok(Some(b)) => objects::binding_subjects(&b),
@@ -103,8 +103,8 @@ pub async fn inspect(
 }
 
 /// One owner token of the Secret, and whether it still keeps the Secret alive at `now`.
-async fn owner(secrets: &Api<Secret>, name: &str, now: Timestamp) -> Owner {
-    let (expires, state) = match secrets.get_opt(name).await {
+async fn owner(client: &Client, name: &str, now: Timestamp) -> Owner {
+    let (expires, state) = match token_secrets::get_named(client, name).await {
         Ok(Some(t)) => match objects::token_expiration(&t) {
             Ok(Some(exp)) => {
                 let state = if exp <= now { "expired" } else { "valid" };

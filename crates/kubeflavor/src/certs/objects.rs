@@ -10,7 +10,10 @@ use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::Api;
 use kube::api::PostParams;
-use kubeflavor_core::token_secret::{TOKEN_SECRET_NAME_PREFIX, TOKEN_SECRET_TYPE};
+use kubeflavor_core::token::BootstrapToken;
+use kubeflavor_core::token_secret::{TOKEN_SECRET_TYPE, TokenSecretData, TokenSecretObject};
+
+use crate::cluster::token_secrets;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
@@ -44,31 +47,13 @@ impl ReadableBy {
     }
 }
 
-/// The TTL-proxy token Secret, in kubeadm's exact layout: no usages and no groups, so the
-/// token can never authenticate; it exists only so that tokencleaner deletes it at
-/// `expiration` and garbage collection then deletes the Secret it owns.
-pub fn proxy_token_secret(token_id: &str, token_secret: &str, expiration: &str) -> Secret {
-    let string_data = BTreeMap::from([
-        ("token-id".to_owned(), token_id.to_owned()),
-        ("token-secret".to_owned(), token_secret.to_owned()),
-        ("expiration".to_owned(), expiration.to_owned()),
-        ("description".to_owned(), PROXY_TOKEN_DESCRIPTION.to_owned()),
-    ]);
-    Secret {
-        metadata: ObjectMeta {
-            name: Some(format!("{TOKEN_SECRET_NAME_PREFIX}{token_id}")),
-            namespace: Some(NAMESPACE.to_owned()),
-            ..ObjectMeta::default()
-        },
-        type_: Some(TOKEN_SECRET_TYPE.to_owned()),
-        data: Some(
-            string_data
-                .into_iter()
-                .map(|(k, v)| (k, ByteString(v.into_bytes())))
-                .collect(),
-        ),
-        ..Secret::default()
-    }
+/// The TTL-proxy token Secret, in kubeadm's exact layout (core's
+/// [`TokenSecretData::ttl_proxy`]): no usages and no groups, so the token can never
+/// authenticate; it exists only so that tokencleaner deletes it at `expiration` and garbage
+/// collection then deletes the Secret it owns.
+pub fn proxy_token_secret(token: &BootstrapToken, expiration: jiff::Timestamp) -> Secret {
+    let data = TokenSecretData::ttl_proxy(token.clone(), expiration);
+    token_secrets::to_secret(&TokenSecretObject::new(&data, None))
 }
 
 /// The ownerReference kubeadm puts on the Secret (`metav1.NewControllerRef`).
@@ -182,8 +167,8 @@ where
 /// Removes the ownerReference-based link to a superseded proxy token by deleting that token,
 /// once the Secret no longer names it as owner. Only tokens in kubeadm's proxy layout are
 /// deleted: never a token someone could authenticate with.
-pub async fn delete_if_proxy_token(api: &Api<Secret>, name: &str) -> Result<bool, kube::Error> {
-    let token = match api.get_opt(name).await? {
+pub async fn delete_if_proxy_token(client: &kube::Client, name: &str) -> Result<bool, kube::Error> {
+    let token = match token_secrets::get_named(client, name).await? {
         Some(t) => t,
         None => return Ok(false),
     };
@@ -198,7 +183,7 @@ pub async fn delete_if_proxy_token(api: &Api<Secret>, name: &str) -> Result<bool
     if !is_proxy {
         return Ok(false);
     }
-    api.delete(name, &Default::default()).await?;
+    token_secrets::delete_instance(client, name, token.metadata.uid.clone(), None).await?;
     Ok(true)
 }
 
@@ -228,9 +213,17 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    fn token(id: &str) -> BootstrapToken {
+        format!("{id}.0123456789abcdef").parse().unwrap()
+    }
+
+    fn ts(s: &str) -> jiff::Timestamp {
+        s.parse().unwrap()
+    }
+
     #[test]
     fn proxy_token_has_kubeadm_layout_and_cannot_authenticate() {
-        let s = proxy_token_secret("012q3l", "0123456789abcdef", "2026-11-30T06:27:54Z");
+        let s = proxy_token_secret(&token("012q3l"), ts("2026-11-30T06:27:54Z"));
         let v = serde_json::to_value(&s).unwrap();
         // The layout of the proxy token `kubeadm init phase upload-certs` makes: no usages,
         // no groups, kubeadm's description.
@@ -257,7 +250,7 @@ mod tests {
 
     #[test]
     fn certs_secret_is_owned_like_kubeadm_does_it() {
-        let mut owner = proxy_token_secret("abcdef", "0123456789abcdef", "2026-11-30T06:27:54Z");
+        let mut owner = proxy_token_secret(&token("abcdef"), ts("2026-11-30T06:27:54Z"));
         owner.metadata.uid = Some("baf2463d-8c31-4d4c-b9d2-1c54729e37d2".into());
         let s = certs_secret(
             BTreeMap::from([("ca.crt".to_owned(), vec![1, 2])]),
@@ -281,7 +274,7 @@ mod tests {
 
     #[test]
     fn an_owner_without_uid_gives_no_reference() {
-        let owner = proxy_token_secret("abcdef", "0123456789abcdef", "x");
+        let owner = proxy_token_secret(&token("abcdef"), ts("2030-01-01T00:00:00Z"));
         assert!(owner_reference(&owner).is_none());
     }
 
@@ -313,7 +306,11 @@ mod tests {
 
     #[test]
     fn unparsable_expiration_is_reported_as_such() {
-        let s = proxy_token_secret("abcdef", "0123456789abcdef", "2030-01-01 00:00:00");
+        let mut s = proxy_token_secret(&token("abcdef"), ts("2030-01-01T00:00:00Z"));
+        s.data.as_mut().unwrap().insert(
+            "expiration".into(),
+            ByteString(b"2030-01-01 00:00:00".to_vec()),
+        );
         assert_eq!(token_expiration(&s), Err("2030-01-01 00:00:00".to_owned()));
     }
 }

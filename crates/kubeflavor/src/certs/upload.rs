@@ -199,7 +199,7 @@ pub async fn upload(
     objects::create_or_replace(&secrets, &objects::certs_secret(data, owner_ref))
         .await
         .map_err(|e| objects::api_error("storing kube-system/kubeadm-certs", e))?;
-    delete_superseded(&secrets, previous_owners).await;
+    delete_superseded(client, previous_owners).await;
 
     Ok(Uploaded {
         key,
@@ -268,9 +268,9 @@ async fn previous_owners(
 
 /// Deletes the proxy tokens a previous upload used. Best effort: a superseded proxy token
 /// expires on its own anyway.
-async fn delete_superseded(secrets: &Api<Secret>, names: Vec<String>) {
+async fn delete_superseded(client: &Client, names: Vec<String>) {
     for name in names {
-        match objects::delete_if_proxy_token(secrets, &name).await {
+        match objects::delete_if_proxy_token(client, &name).await {
             Ok(true) => tracing::debug!(token = %name, "deleted the superseded proxy token"),
             Ok(false) => {}
             Err(e) => {
@@ -306,12 +306,9 @@ fn entry_sizes(sources: &[Source]) -> Vec<(String, usize)> {
 
 /// Creates a fresh TTL-proxy token, drawing a new id if one is already taken.
 async fn create_proxy_token(client: &Client, expiration: Timestamp) -> Result<Secret, CertsError> {
-    // RFC 3339 UTC without fractional seconds, the form the API server parses.
-    let expiration = format!("{expiration:.0}");
     let draw = async || -> Result<Option<(BootstrapToken, Secret)>, CertsError> {
         let token = BootstrapToken::generate().map_err(|e| CertsError::Other(e.to_string()))?;
-        let secret =
-            objects::proxy_token_secret(token.id().as_str(), token.secret().expose(), &expiration);
+        let secret = objects::proxy_token_secret(&token, expiration);
         Ok(Some((token, secret)))
     };
     let created = token_secrets::create_with_fresh_id(client, TOKEN_ID_ATTEMPTS, draw, |e| {

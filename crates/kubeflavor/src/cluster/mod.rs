@@ -1,6 +1,9 @@
 //! Access to the cluster: which kubeconfig and context to use (resolved in kubectl's order),
-//! the kube-rs client built from it, and errors that name the server and the kubeconfig.
+//! the kube-rs client built from it, errors that name the server and the kubeconfig, and the
+//! reads and writes of the two kinds of objects kubeflavor keeps: token Secrets
+//! (`token_secrets`) and FlavorBindings (`bindings`).
 
+pub mod bindings;
 pub mod cache_lag;
 mod errors;
 mod resolve;

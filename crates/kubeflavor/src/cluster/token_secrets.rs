@@ -1,6 +1,7 @@
 //! Every read and write of bootstrap token Secrets (`kube-system/bootstrap-token-<id>`):
 //! decoding one into kubeflavor-core's [`TokenRecord`], listing them, creating one under a
-//! fresh id, deleting one. The layout and the rules are the core's
+//! fresh id (built by [`to_secret`] only), the controller's writes (reserve a use, count a
+//! denial, delete by uid) and rereads, deleting one. The layout and the rules are the core's
 //! ([`kubeflavor_core::token_secret`], [`kubeflavor_core::token_record`]); this module only
 //! moves Secrets to and from the API server, and wipes every copy of a token secret it made
 //! once it is no longer needed.
@@ -10,13 +11,15 @@ use std::collections::BTreeMap;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use kube::Client;
-use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, PostParams, Preconditions};
 use kubeflavor_core::flavor::FlavorName;
+use kubeflavor_core::names::NodeName;
+use kubeflavor_core::policy::TokenInstance;
 use kubeflavor_core::token::{BootstrapToken, TokenId};
 use kubeflavor_core::token_record::{SecretView, TokenRecord, TokenRecordError};
 use kubeflavor_core::token_secret::{
-    FLAVOR_TOKEN_LABEL, KEY_DESCRIPTION, TOKEN_SECRET_NAME_PREFIX, TOKEN_SECRET_NAMESPACE,
-    TOKEN_SECRET_TYPE, TokenSecretObject, secret_name,
+    FLAVOR_TOKEN_LABEL, FlavorTokenMeta, KEY_DESCRIPTION, TOKEN_SECRET_NAME_PREFIX,
+    TOKEN_SECRET_NAMESPACE, TOKEN_SECRET_TYPE, TokenSecretObject, secret_name,
 };
 use zeroize::Zeroize;
 
@@ -44,6 +47,100 @@ pub fn name_of(id: &str) -> String {
 pub fn record(secret: &Secret) -> Result<TokenRecord, TokenRecordError> {
     let data = decoded_data(secret);
     TokenRecord::from_secret(&view(secret, &data))
+}
+
+/// The flavor a token Secret's label names (set on every kubeflavor token), unchecked.
+pub fn flavor_of(secret: &Secret) -> Option<&str> {
+    secret
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(FLAVOR_TOKEN_LABEL))
+        .map(String::as_str)
+}
+
+/// Which Secret this is (uid, creation time): a token re-created under its name is
+/// another token.
+pub fn instance_of(secret: &Secret) -> Option<TokenInstance> {
+    Some(TokenInstance {
+        uid: secret.metadata.uid.clone()?,
+        created: secret.metadata.creation_timestamp.as_ref().map(|t| t.0),
+    })
+}
+
+/// kubeflavor's metadata on a token Secret, when it is a readable kubeflavor token.
+pub fn kubeflavor_meta(secret: &Secret) -> Option<FlavorTokenMeta> {
+    record(secret).ok().and_then(|r| r.kubeflavor)
+}
+
+/// The Secret with its kubeflavor metadata replaced by `meta`.
+fn with_meta(secret: &Secret, meta: &FlavorTokenMeta) -> Secret {
+    let mut s = secret.clone();
+    s.metadata
+        .annotations
+        .get_or_insert_with(BTreeMap::new)
+        .extend(meta.annotations());
+    s
+}
+
+/// The Secret with `node` added to its bound names (the reservation), or `None` when it is
+/// not a readable kubeflavor token.
+pub fn with_reservation(secret: &Secret, node: &NodeName) -> Option<Secret> {
+    let meta = kubeflavor_meta(secret)?;
+    Some(with_meta(secret, &meta.with_bound_node(node)))
+}
+
+/// The Secret with its denial count raised by one, or `None` when it is not a readable
+/// kubeflavor token.
+pub fn with_denial(secret: &Secret) -> Option<Secret> {
+    let meta = kubeflavor_meta(secret)?;
+    Some(with_meta(secret, &meta.with_denial()))
+}
+
+/// PUTs `updated` (an edit of a Secret as read: [`with_reservation`], [`with_denial`]) with
+/// the resourceVersion it was read at, so a concurrent write makes this a 409. Returns the
+/// Secret as written.
+pub async fn replace(client: &Client, updated: &Secret) -> Result<Secret, kube::Error> {
+    let name = updated.metadata.name.clone().unwrap_or_default();
+    api(client)
+        .replace(&name, &PostParams::default(), updated)
+        .await
+}
+
+/// Deletes the Secret `name` only if it is still the token `uid` (and, when given, still
+/// at `resource_version`): never a token re-created under the same name, nor one written
+/// since it was judged. A failed precondition is a 409.
+pub async fn delete_instance(
+    client: &Client,
+    name: &str,
+    uid: Option<String>,
+    resource_version: Option<String>,
+) -> Result<(), kube::Error> {
+    let dp = DeleteParams {
+        preconditions: Some(Preconditions {
+            uid,
+            resource_version,
+        }),
+        ..DeleteParams::default()
+    };
+    api(client).delete(name, &dp).await.map(|_| ())
+}
+
+/// The token Secret of id `id` (unchecked: see [`name_of`]), if there is one.
+pub async fn get(client: &Client, id: &str) -> Result<Option<Secret>, kube::Error> {
+    get_named(client, &name_of(id)).await
+}
+
+/// The token Secret named `name` (as an ownerReference names it), if there is one.
+pub async fn get_named(client: &Client, name: &str) -> Result<Option<Secret>, kube::Error> {
+    api(client).get_opt(name).await
+}
+
+/// The token Secret as it is now, if it is still the one that was read (same uid).
+pub async fn reread(client: &Client, secret: &Secret) -> Result<Option<Secret>, kube::Error> {
+    let name = secret.metadata.name.clone().unwrap_or_default();
+    let fresh = api(client).get_opt(&name).await?;
+    Ok(fresh.filter(|s| s.metadata.uid == secret.metadata.uid))
 }
 
 /// One token Secret of a [`list`]: its metadata, description and record. The token
@@ -133,14 +230,15 @@ fn view<'a>(secret: &'a Secret, data: &'a BTreeMap<String, String>) -> SecretVie
 }
 
 /// The Secret object the API takes for the core's token Secret (`data` is base64 on the
-/// wire; k8s-openapi encodes it).
+/// wire; k8s-openapi encodes it). Every token Secret kubeflavor creates is made here.
 pub fn to_secret(object: &TokenSecretObject) -> Secret {
+    let map = |m: &BTreeMap<String, String>| (!m.is_empty()).then(|| m.clone());
     Secret {
         metadata: ObjectMeta {
             name: Some(object.name.clone()),
             namespace: Some(object.namespace.to_string()),
-            labels: Some(object.labels.clone()),
-            annotations: Some(object.annotations.clone()),
+            labels: map(&object.labels),
+            annotations: map(&object.annotations),
             ..Default::default()
         },
         type_: Some(object.type_.to_string()),
@@ -258,5 +356,38 @@ mod tests {
         wipe(&mut secret);
         let data = secret.data.unwrap();
         assert!(data["token-secret"].0.is_empty());
+    }
+
+    fn flavored_secret(bound: &str) -> Secret {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {
+                "name": "bootstrap-token-abcdef", "namespace": "kube-system", "resourceVersion": "42",
+                "labels": {"kubeflavor.io/flavor": "sweet"},
+                "annotations": {"kubeflavor.io/max-nodes": "3", "kubeflavor.io/bound-nodes": bound},
+            },
+            "type": "bootstrap.kubernetes.io/token",
+            "stringData": {},
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn reservation_adds_the_name_and_keeps_the_resource_version() {
+        let node: NodeName = "b-node".parse().unwrap();
+        let s = with_reservation(&flavored_secret("c-node"), &node).expect("a kubeflavor token");
+        // The read's resourceVersion is what makes the PUT fail on a concurrent reservation.
+        assert_eq!(s.metadata.resource_version.as_deref(), Some("42"));
+        let ann = s.metadata.annotations.unwrap();
+        assert_eq!(ann["kubeflavor.io/bound-nodes"], "b-node,c-node");
+        assert_eq!(ann["kubeflavor.io/max-nodes"], "3");
+    }
+
+    #[test]
+    fn a_plain_kubeadm_token_is_never_reserved_or_counted() {
+        let mut s = flavored_secret("");
+        s.metadata.labels = None;
+        let node: NodeName = "a".parse().unwrap();
+        assert!(with_reservation(&s, &node).is_none());
+        assert!(with_denial(&s).is_none());
     }
 }

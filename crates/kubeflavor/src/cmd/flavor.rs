@@ -15,8 +15,8 @@ use clap::{Args, Subcommand};
 use kubeflavor_core::flavor::{Taint, TokenTtl};
 
 use crate::cli::{FlavorLabel, MaxNodes, TrustLevelArg};
-use crate::cluster::{Cluster, is_api_reason, is_not_found, token_secrets};
-use crate::crd::{Flavor, FlavorBinding, effect_str, flavor_from_rules, rules_from_flavor};
+use crate::cluster::{Cluster, bindings, is_api_reason, is_not_found, token_secrets};
+use crate::crd::{Flavor, effect_str, flavor_from_rules, rules_from_flavor};
 use crate::error::{CliError, Result};
 use crate::output::{self, Format, List, Table};
 
@@ -512,20 +512,10 @@ async fn flavor_users(cluster: &Cluster, name: &FlavorName) -> Result<FlavorUser
             .collect(),
         ..Default::default()
     };
-    let bindings: Api<FlavorBinding> = Api::all(cluster.client.clone());
-    match bindings.list(&ListParams::default()).await {
-        Ok(list) => {
-            users.bindings = list
-                .items
-                .into_iter()
-                .filter(|b| b.spec.flavor == name.as_str())
-                .filter_map(|b| b.metadata.name)
-                .collect();
-        }
-        Err(err) => return Err(cluster.error("list flavorbindings", err)),
-    }
+    users.bindings = bindings::names_of_flavor(&cluster.client, name)
+        .await
+        .map_err(|err| cluster.error("list flavorbindings", err))?;
     users.tokens.sort();
-    users.bindings.sort();
     Ok(users)
 }
 

@@ -7,12 +7,12 @@ use std::io::Write;
 
 use clap::{Args, Subcommand};
 use jiff::Timestamp;
-use kube::api::{Api, ListParams, Patch, PatchParams};
-use kube::{Client, ResourceExt};
+use kube::ResourceExt;
 use kubeflavor_core::names::NodeName;
+use kubeflavor_core::node_state::Revocation;
 
-use crate::cluster::Cluster;
-use crate::crd::{CONDITION_FLAVORED, CONDITION_REVOKED, Condition, FlavorBinding};
+use crate::cluster::{Cluster, bindings};
+use crate::crd::FlavorBinding;
 use crate::error::{CliError, Result};
 use crate::exit::ExitCode;
 use crate::output::{self, Format, Table};
@@ -48,16 +48,9 @@ pub struct NodeRevokeArgs {
 
 /// Revoked, Flavored, or Pending (bound, Node not flavored yet).
 pub fn status_of(b: &FlavorBinding) -> &'static str {
-    let has = |t: &str| {
-        b.status.as_ref().is_some_and(|s| {
-            s.conditions
-                .iter()
-                .any(|c| c.type_ == t && c.status == "True")
-        })
-    };
-    if has(CONDITION_REVOKED) {
+    if b.is_revoked() {
         "Revoked"
-    } else if has(CONDITION_FLAVORED) {
+    } else if b.is_flavored() {
         "Flavored"
     } else {
         "Pending"
@@ -118,20 +111,15 @@ fn print(
 }
 
 pub async fn list(cluster: &Cluster, args: &NodeListArgs, out: &mut dyn Write) -> Result<()> {
-    let api: Api<FlavorBinding> = Api::all(cluster.client.clone());
-    let mut items = api
-        .list(&ListParams::default())
+    let items = bindings::list(&cluster.client)
         .await
-        .map_err(|e| cluster.error("list FlavorBindings", e))?
-        .items;
-    items.sort_by_key(|b| b.name_any());
+        .map_err(|e| cluster.error("list FlavorBindings", e))?;
     print(out, &items, args.output, false)
 }
 
 pub async fn get(cluster: &Cluster, args: &NodeGetArgs, out: &mut dyn Write) -> Result<()> {
-    let api: Api<FlavorBinding> = Api::all(cluster.client.clone());
     let name = args.name.as_str();
-    match api.get_opt(name).await {
+    match bindings::api(&cluster.client).get_opt(name).await {
         Ok(Some(b)) => print(out, &[b], args.output, true),
         Ok(None) => Err(CliError::not_found(
             format!("node {name} has no FlavorBinding"),
@@ -141,63 +129,9 @@ pub async fn get(cluster: &Cluster, args: &NodeGetArgs, out: &mut dyn Write) -> 
     }
 }
 
-/// Adds the Revoked condition to one binding's status. Returns false if it was already
-/// revoked. The write carries the resourceVersion read, and is retried on a conflict with
-/// the controller's own status writes.
-pub async fn revoke_binding(
-    client: &Client,
-    name: &str,
-    reason: &str,
-    message: &str,
-) -> std::result::Result<bool, kube::Error> {
-    let api: Api<FlavorBinding> = Api::all(client.clone());
-    loop {
-        let b = api.get(name).await?;
-        let mut status = b.status.clone().unwrap_or_default();
-        if status
-            .conditions
-            .iter()
-            .any(|c| c.type_ == CONDITION_REVOKED && c.status == "True")
-        {
-            return Ok(false);
-        }
-        status.conditions.retain(|c| c.type_ != CONDITION_REVOKED);
-        status.conditions.push(Condition {
-            type_: CONDITION_REVOKED.into(),
-            status: "True".into(),
-            reason: reason.into(),
-            message: message.into(),
-            last_transition_time: Timestamp::from_second(Timestamp::now().as_second())
-                .unwrap_or_else(|_| Timestamp::now()),
-            observed_generation: b.metadata.generation,
-        });
-        // A merge patch replaces the whole conditions list; resourceVersion makes it fail
-        // instead of dropping a condition written concurrently.
-        let patch = serde_json::json!({
-            "metadata": {"resourceVersion": b.resource_version()},
-            "status": status,
-        });
-        match api
-            .patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-        {
-            Ok(_) => return Ok(true),
-            Err(kube::Error::Api(s)) if s.is_conflict() => continue,
-            Err(e) => return Err(e),
-        }
-    }
-}
-
 pub async fn revoke(cluster: &Cluster, args: &NodeRevokeArgs, out: &mut dyn Write) -> Result<()> {
     let name = args.name.as_str();
-    match revoke_binding(
-        &cluster.client,
-        name,
-        "RevokedByAdmin",
-        "revoked with 'kubeflavor node revoke'",
-    )
-    .await
-    {
+    match bindings::revoke(&cluster.client, name, &Revocation::ByAdmin).await {
         Ok(true) => {
             writeln!(out, "node {name} revoked")?;
             Ok(())

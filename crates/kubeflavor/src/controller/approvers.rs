@@ -49,9 +49,9 @@ use tokio::sync::Notify;
 pub use kubeflavor_core::approvers::Kind;
 
 use super::Options;
-use super::http::Health;
 use super::metrics::Metrics;
-use super::trail;
+use crate::ops::http::Health;
+use crate::ops::trail;
 
 /// kubeadm's binding of its token group to the nodeclient auto-approval.
 pub const KUBEADM_BOOTSTRAP_BINDING: &str = "kubeadm:node-autoapprove-bootstrap";
@@ -408,7 +408,7 @@ impl Keeper {
         tracing::error!(binding = %g.binding, kind = g.kind.as_str(), "{note}");
         let uid = self.view.binding_uid(&g.binding);
         let event = trail::event(
-            trail::REPORTING_CONTROLLER,
+            super::REPORTING_CONTROLLER,
             &self.opts.identity,
             trail::Regarding {
                 api_version: "rbac.authorization.k8s.io/v1",

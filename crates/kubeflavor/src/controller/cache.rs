@@ -11,7 +11,7 @@ use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::runtime::watcher::Event;
 
-use super::facts::is_decided;
+use super::csr::facts::is_decided;
 
 /// Keeps only an object's name, namespace and resourceVersion.
 fn slim_meta(meta: &mut ObjectMeta) {

@@ -86,6 +86,12 @@ impl std::fmt::Debug for Metrics {
     }
 }
 
+impl crate::ops::http::Exposition for Metrics {
+    fn render(&self) -> String {
+        Metrics::render(self)
+    }
+}
+
 impl Metrics {
     pub fn new() -> Self {
         let mut r = Registry::with_prefix("kubeflavor");

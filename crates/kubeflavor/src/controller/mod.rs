@@ -13,15 +13,11 @@
 pub mod approvers;
 pub mod cache;
 pub mod csr;
-pub mod facts;
 pub mod fleet;
-pub mod http;
 pub mod leader;
 pub mod metrics;
 pub mod node;
-pub mod policy;
 pub mod queue;
-pub mod trail;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -32,9 +28,10 @@ use futures::future::{BoxFuture, Shared};
 use kube::Client;
 use tokio::sync::watch;
 
-use self::http::Health;
 use self::leader::{LeaderElector, LeaseConfig};
 use self::metrics::Metrics;
+use crate::ops::http::{self, Health};
+use crate::ops::trail::{self, Regarding};
 
 /// The signer of kubelet client certificates.
 pub use kubeflavor_core::csr::KUBELET_CLIENT_SIGNER;
@@ -42,6 +39,9 @@ pub use kubeflavor_core::csr::KUBELET_CLIENT_SIGNER;
 /// reads them from kube-system only.
 pub use kubeflavor_core::token_secret::TOKEN_SECRET_NAMESPACE as TOKEN_NAMESPACE;
 /// The Lease the replicas compete for.
+/// Who writes the controller's Events (`reportingController`).
+pub const REPORTING_CONTROLLER: &str = "kubeflavor.io/controller";
+
 pub const LEASE_NAME: &str = "kubeflavor-controller";
 
 /// What the operator chose on the command line.
@@ -76,6 +76,15 @@ pub struct Options {
 }
 
 impl Options {
+    /// The switches that change core's CSR decisions.
+    pub fn policy(&self) -> kubeflavor_core::policy::PolicyOptions {
+        kubeflavor_core::policy::PolicyOptions {
+            strict: self.strict,
+            manage_renewals: self.manage_renewals,
+            denial_limit: std::num::NonZeroU32::new(self.denial_limit),
+        }
+    }
+
     pub fn new(namespace: &str, identity: &str) -> Self {
         Options {
             namespace: namespace.to_string(),
@@ -354,6 +363,24 @@ impl Context {
         self.step(name, step)?;
         Ok(written)
     }
+
+    /// Records an Event in the admin trail; `what` is (type, action, reason). Failures are
+    /// logged, never fatal: the decision itself already happened and the log line and
+    /// metric carry the same facts.
+    pub async fn record(&self, regarding: Regarding<'_>, what: (&str, &str, &str), note: &str) {
+        // A record is a write like any other: none once this replica's term has ended.
+        if self.begin_write(Step::Denied).is_err() {
+            return;
+        }
+        let event = trail::event(
+            REPORTING_CONTROLLER,
+            &self.opts.identity,
+            regarding,
+            what,
+            note,
+        );
+        trail::post(&self.client, &event).await;
+    }
 }
 
 type Stop = Shared<BoxFuture<'static, ()>>;
@@ -418,54 +445,17 @@ pub async fn run(
     rt: Runtime,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    // Who else approves kubelet CSRs: read from RBAC at start (refusing to run where that
-    // defeats kubeflavor or the options) and kept current for the controller's whole life.
-    let rbac_changed = Arc::new(tokio::sync::Notify::new());
-    let (rbac, mut rbac_feed) = approvers::watch_rbac(rt.client.clone(), rbac_changed.clone());
-    let baseline = tokio::select! {
-        checked = approvers::check_with(&rt.client, &rt.opts, &rt.metrics, &rbac) => checked?,
-        _ = &mut rbac_feed => anyhow::bail!("the watches of ClusterRoles and ClusterRoleBindings ended"),
-    };
     let (shut_tx, shut_rx) = watch::channel(false);
     let stopping = stop_when(shut_rx.clone(), true);
-    let keeper = approvers::Keeper {
-        client: rt.client.clone(),
-        opts: rt.opts.clone(),
-        metrics: rt.metrics.clone(),
-        health: rt.health.clone(),
-        view: rbac,
-        changed: rbac_changed,
-    };
-    let approvers = {
-        let stopping = stopping.clone();
-        async move {
-            tokio::select! {
-                _ = rbac_feed => {}
-                _ = keeper.run(baseline) => {}
-                _ = stopping => {}
-            }
-        }
-    };
+    let approvers = watch_approvers(&rt, stopping.clone()).await?;
     // Nothing is spawned detached: aborting the task that runs this future stops every
     // part of the controller at once, which is what a crash looks like to the cluster.
     let forward = async move {
         shutdown.await;
         let _ = shut_tx.send(true);
     };
-
     let listener = bind_ops(&rt.opts).await?;
-    let ops = async {
-        let Some(listener) = listener else { return };
-        let served = http::serve(
-            listener,
-            rt.health.clone(),
-            Arc::new(rt.metrics.clone()),
-            stopping.clone(),
-        );
-        if let Err(e) = served.await {
-            tracing::warn!(error = %e, "operations endpoint failed");
-        }
-    };
+    let ops = serve_ops(&rt, listener, stopping.clone());
     let work = async {
         if rt.opts.leader_elect {
             lead(&rt, stopping.clone(), shut_rx).await;
@@ -479,6 +469,50 @@ pub async fn run(
     tokio::join!(forward, ops, work, approvers);
     tracing::info!(identity = %rt.opts.identity, "controller stopped");
     Ok(())
+}
+
+/// Who else approves kubelet CSRs: read from RBAC at start (refusing to run where that
+/// defeats kubeflavor or the options), then kept current for the controller's whole life
+/// by the task returned, until `stopping`.
+async fn watch_approvers(
+    rt: &Runtime,
+    stopping: Stop,
+) -> anyhow::Result<impl std::future::Future<Output = ()> + use<>> {
+    let rbac_changed = Arc::new(tokio::sync::Notify::new());
+    let (rbac, mut rbac_feed) = approvers::watch_rbac(rt.client.clone(), rbac_changed.clone());
+    let baseline = tokio::select! {
+        checked = approvers::check_with(&rt.client, &rt.opts, &rt.metrics, &rbac) => checked?,
+        _ = &mut rbac_feed => anyhow::bail!("the watches of ClusterRoles and ClusterRoleBindings ended"),
+    };
+    let keeper = approvers::Keeper {
+        client: rt.client.clone(),
+        opts: rt.opts.clone(),
+        metrics: rt.metrics.clone(),
+        health: rt.health.clone(),
+        view: rbac,
+        changed: rbac_changed,
+    };
+    Ok(async move {
+        tokio::select! {
+            _ = rbac_feed => {}
+            _ = keeper.run(baseline) => {}
+            _ = stopping => {}
+        }
+    })
+}
+
+/// Serves /metrics and the probes on `listener`, if there is one, until `stopping`.
+async fn serve_ops(rt: &Runtime, listener: Option<tokio::net::TcpListener>, stopping: Stop) {
+    let Some(listener) = listener else { return };
+    let served = http::serve(
+        listener,
+        rt.health.clone(),
+        Arc::new(rt.metrics.clone()),
+        stopping,
+    );
+    if let Err(e) = served.await {
+        tracing::warn!(error = %e, "operations endpoint failed");
+    }
 }
 
 /// Binds the address for /metrics and the probes, if one was asked for.

@@ -1,20 +1,153 @@
-//! From a stored FlavorBinding to the facts kubeflavor-core's policy and node-state
-//! functions take. The controller reads bindings only through these.
+//! A FlavorBinding and kubeflavor-core's view of it, both ways: the facts core's policy and
+//! node-state functions take from a stored binding, and the binding (and its status) that
+//! core's answers call for. The controller reads and builds bindings only through these;
+//! `cluster::bindings` moves them to and from the API server.
 
-use kubeflavor_core::node_state::BindingState;
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kubeflavor_core::flavor::FlavorName;
+use kubeflavor_core::names::NodeName;
+use kubeflavor_core::node_state::{BindingState, HolderFacts, NodeChange, NodeFacts, Revocation};
 use kubeflavor_core::policy::BindingFacts;
 use kubeflavor_core::token::TokenId;
+use kubeflavor_core::token_meta::Custody;
 
-use super::{CONDITION_REVOKED, FlavorBinding, effect_str};
+use super::{
+    BINDING_TOKEN_ID_LABEL, CONDITION_FLAVORED, CONDITION_REVOKED, Condition, FlavorBinding,
+    FlavorBindingSpec, FlavorBindingStatus, FlavorTaint, effect_str,
+};
+
+/// What an approval records in a new binding: the token, its Secret and flavor, the CSR and
+/// its key, and the token's custody.
+pub struct NewBinding<'a> {
+    pub node: &'a NodeName,
+    pub token: &'a TokenId,
+    /// The uid of the token Secret the CSR was decided on.
+    pub token_uid: Option<String>,
+    pub flavor: &'a FlavorName,
+    pub csr_name: &'a str,
+    /// The SHA-256 of the CSR's public key, hex.
+    pub public_key_sha256: String,
+    pub custody: &'a Custody,
+}
 
 impl FlavorBinding {
-    /// The binding's Revoked condition is True.
-    pub fn is_revoked(&self) -> bool {
+    /// The binding an approval creates first (named after the node, labelled with its token
+    /// id: `token create` looks bindings up by id, so it never mints an id a binding still
+    /// names).
+    pub fn for_approval(new: NewBinding<'_>, now: jiff::Timestamp) -> FlavorBinding {
+        FlavorBinding {
+            metadata: ObjectMeta {
+                name: Some(new.node.to_string()),
+                labels: Some([(BINDING_TOKEN_ID_LABEL.to_string(), new.token.to_string())].into()),
+                ..ObjectMeta::default()
+            },
+            spec: FlavorBindingSpec {
+                node: new.node.to_string(),
+                flavor: new.flavor.to_string(),
+                token_id: new.token.to_string(),
+                token_uid: new.token_uid,
+                csr_name: new.csr_name.to_string(),
+                public_key_sha256: new.public_key_sha256,
+                bound_at: whole_seconds(now),
+                issued_to: new.custody.issued_to.as_ref().map(|t| t.to_string()),
+                issued_by: new.custody.issued_by.clone(),
+            },
+            status: None,
+        }
+    }
+
+    fn has_condition(&self, type_: &str) -> bool {
         self.status.as_ref().is_some_and(|s| {
             s.conditions
                 .iter()
-                .any(|c| c.type_ == CONDITION_REVOKED && c.status == "True")
+                .any(|c| c.type_ == type_ && c.status == "True")
         })
+    }
+
+    /// The binding's Revoked condition is True.
+    pub fn is_revoked(&self) -> bool {
+        self.has_condition(CONDITION_REVOKED)
+    }
+
+    /// The binding's Flavored condition is True: its Node carries the flavor.
+    pub fn is_flavored(&self) -> bool {
+        self.has_condition(CONDITION_FLAVORED)
+    }
+
+    /// What core's `node_is_the_holders` needs before the binding's CSR is read: revoked,
+    /// and whether the status records a flavor applied to the Node.
+    pub fn holder_facts(&self) -> HolderFacts {
+        let applied = self
+            .status
+            .as_ref()
+            .is_some_and(|s| !s.applied_labels.is_empty() || !s.applied_taints.is_empty());
+        HolderFacts {
+            revoked: self.is_revoked(),
+            flavored_before: applied || self.is_flavored(),
+        }
+    }
+
+    /// The status with the Revoked condition `why` set (any earlier Revoked condition
+    /// replaced), or `None` when the binding is revoked already.
+    pub fn revoked_status(&self, why: &Revocation) -> Option<FlavorBindingStatus> {
+        if self.is_revoked() {
+            return None;
+        }
+        let mut status = self.status.clone().unwrap_or_default();
+        status.conditions.retain(|c| c.type_ != CONDITION_REVOKED);
+        status.conditions.push(Condition {
+            observed_generation: self.metadata.generation,
+            ..condition(CONDITION_REVOKED, true, why.reason(), &why.message(), None)
+        });
+        Some(status)
+    }
+
+    /// The status once `change` (core's answer) made the Node `after`: what kubeflavor
+    /// applied (with the values it has), the Flavored condition core chose, and the
+    /// administrator's Revoked condition carried over unchanged.
+    pub fn status_after(&self, change: &NodeChange, after: &NodeFacts) -> FlavorBindingStatus {
+        let prev = self.status.as_ref();
+        let applied_labels: BTreeMap<String, String> = change
+            .applied_labels
+            .iter()
+            .filter_map(|k| after.labels.get(k).map(|v| (k.clone(), v.clone())))
+            .collect();
+        let applied_taints: Vec<FlavorTaint> = change
+            .applied_taints
+            .iter()
+            .filter_map(|(k, e)| {
+                let t = after
+                    .taints
+                    .iter()
+                    .find(|t| &t.key == k && &t.effect == e)?;
+                Some(FlavorTaint {
+                    key: k.clone(),
+                    value: t.value.clone().unwrap_or_default(),
+                    effect: serde_json::from_value(serde_json::json!(e)).ok()?,
+                })
+            })
+            .collect();
+        let outcome = change.outcome;
+        let flavored = condition(
+            CONDITION_FLAVORED,
+            outcome.is_flavored(),
+            outcome.reason(),
+            outcome.message(),
+            prev,
+        );
+        let revoked = prev
+            .into_iter()
+            .flat_map(|p| p.conditions.iter())
+            .filter(|c| c.type_ == CONDITION_REVOKED)
+            .cloned();
+        FlavorBindingStatus {
+            conditions: std::iter::once(flavored).chain(revoked).collect(),
+            applied_labels,
+            applied_taints,
+            observed_generation: self.metadata.generation,
+        }
     }
 
     /// What the CSR policy needs to know about this binding. A token id or flavor name the
@@ -43,6 +176,36 @@ impl FlavorBinding {
                 .map(|t| (t.key.clone(), effect_str(t.effect).to_string()))
                 .collect(),
         }
+    }
+}
+
+/// metav1.Time has second precision on the wire.
+pub fn whole_seconds(t: jiff::Timestamp) -> jiff::Timestamp {
+    jiff::Timestamp::from_second(t.as_second()).unwrap_or(t)
+}
+
+/// A binding condition of `type_`, keeping the previous transition time while the status
+/// holds, so an unchanged status compares equal and is not written again.
+fn condition(
+    type_: &str,
+    ok: bool,
+    reason: &str,
+    message: &str,
+    prev: Option<&FlavorBindingStatus>,
+) -> Condition {
+    let status = if ok { "True" } else { "False" };
+    let old = prev.and_then(|p| p.conditions.iter().find(|c| c.type_ == type_));
+    let last_transition_time = match old {
+        Some(c) if c.status == status => c.last_transition_time,
+        _ => whole_seconds(jiff::Timestamp::now()),
+    };
+    Condition {
+        type_: type_.into(),
+        status: status.into(),
+        reason: reason.into(),
+        message: message.into(),
+        last_transition_time,
+        observed_generation: None,
     }
 }
 

@@ -21,6 +21,7 @@ use kube::{CustomResource, CustomResourceExt};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+pub use binding::NewBinding;
 pub use convert::{RulesError, core_spec, effect_str, flavor_from_rules, rules_from_flavor};
 
 /// The API group of kubeflavor's resources.

@@ -19,13 +19,9 @@ use tokio::time::Instant;
 
 use super::Report;
 
-/// Where kubeadm publishes the cluster's address and CA for joining nodes.
-pub const CLUSTER_INFO_NAMESPACE: &str = "kube-public";
-pub const CLUSTER_INFO_NAME: &str = "cluster-info";
-/// The ConfigMap key holding the kubeconfig with the cluster's address and CA.
-pub const KUBECONFIG_KEY: &str = "kubeconfig";
-/// The prefix of the ConfigMap keys holding each token's signature of that kubeconfig.
-pub const JWS_KEY_PREFIX: &str = "jws-kubeconfig-";
+pub use kubeflavor_core::discovery::{
+    CLUSTER_INFO_NAME, CLUSTER_INFO_NAMESPACE, JWS_KEY_PREFIX, KUBECONFIG_KEY,
+};
 
 /// The most a cluster-info answer may hold (1 MiB). kubeadm's cluster-info is a kubeconfig
 /// with one CA bundle plus one signature per signing token: a few KiB. Anything near this

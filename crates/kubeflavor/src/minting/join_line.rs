@@ -7,9 +7,9 @@ use kube::Api;
 use kubeflavor_core::pin::CaPin;
 use kubeflavor_core::token::BootstrapToken;
 
+use super::MintError;
 use crate::cluster::Cluster;
-use crate::error::CliError;
-use crate::join::discovery::{CLUSTER_INFO_NAME, CLUSTER_INFO_NAMESPACE, KUBECONFIG_KEY};
+use kubeflavor_core::discovery::{CLUSTER_INFO_NAME, CLUSTER_INFO_NAMESPACE, KUBECONFIG_KEY};
 
 /// Where a node joins and how it recognises the cluster: what `token create
 /// --print-join-command` prints around the token.
@@ -23,7 +23,7 @@ pub struct JoinTarget {
 
 /// The server and CA as cluster-info publishes them (what a joining node will see), or,
 /// when the cluster has no cluster-info, as the admin's kubeconfig knows them.
-pub async fn join_target(cluster: &Cluster) -> Result<JoinTarget, CliError> {
+pub async fn join_target(cluster: &Cluster) -> Result<JoinTarget, MintError> {
     let api: Api<ConfigMap> = Api::namespaced(cluster.client.clone(), CLUSTER_INFO_NAMESPACE);
     let published = match api.get_opt(CLUSTER_INFO_NAME).await {
         Ok(cm) => cm
@@ -31,38 +31,37 @@ pub async fn join_target(cluster: &Cluster) -> Result<JoinTarget, CliError> {
             .and_then(|mut d| d.remove(KUBECONFIG_KEY)),
         // Reading kube-public is a courtesy; an admin without it still has the kubeconfig.
         Err(kube::Error::Api(s)) if s.code == 403 => None,
-        Err(err) => return Err(cluster.error("read kube-public/cluster-info", err)),
+        Err(err) => return Err(MintError::api("read kube-public/cluster-info")(err)),
     };
     let (server, ca_certs_der) = match published {
         Some(text) => {
             let info = kubeflavor_core::kubeconfig::ClusterInfo::from_kubeconfig(&text).map_err(|e| {
-                CliError::failed(
-                    format!("kube-public/cluster-info's kubeconfig is not usable: {e}"),
-                    "recreate it (kubeadm init phase bootstrap-token) or fix its kubeconfig key",
-                )
+                MintError::JoinTarget {
+                    problem: format!("kube-public/cluster-info's kubeconfig is not usable: {e}"),
+                    fix: "recreate it (kubeadm init phase bootstrap-token) or fix its kubeconfig key",
+                }
             })?;
             (info.server, info.ca_certs_der)
         }
         None => (cluster.origin.server.clone(), cluster.ca_certs_der.clone()),
     };
     if ca_certs_der.is_empty() {
-        return Err(CliError::failed(
-            "cannot print a join command: the cluster has no kube-public/cluster-info and the kubeconfig names no CA certificate",
-            "use a kubeconfig with certificate-authority-data, or create cluster-info (kubeadm init phase bootstrap-token)",
-        ));
+        return Err(MintError::JoinTarget {
+            problem: "cannot print a join command: the cluster has no kube-public/cluster-info and the kubeconfig names no CA certificate".into(),
+            fix: "use a kubeconfig with certificate-authority-data, or create cluster-info (kubeadm init phase bootstrap-token)",
+        });
     }
     let pins = ca_certs_der
         .iter()
         .map(|der| CaPin::from_cert_der(der))
         .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| {
-            CliError::failed(
-                format!("the cluster CA certificate is unusable: {e}"),
-                "check the cluster's CA",
-            )
+        .map_err(|e| MintError::JoinTarget {
+            problem: format!("the cluster CA certificate is unusable: {e}"),
+            fix: "check the cluster's CA",
         })?;
-    let endpoint = endpoint_of(&server).map_err(|m| {
-        CliError::failed(m, "check the server URL in cluster-info or the kubeconfig")
+    let endpoint = endpoint_of(&server).map_err(|problem| MintError::JoinTarget {
+        problem,
+        fix: "check the server URL in cluster-info or the kubeconfig",
     })?;
     Ok(JoinTarget { endpoint, pins })
 }

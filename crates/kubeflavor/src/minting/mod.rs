@@ -8,15 +8,16 @@ pub mod join_line;
 use std::num::NonZeroU32;
 
 use jiff::Timestamp;
-use kube::api::{Api, ListParams};
-use kubeflavor_core::flavor::{FlavorName, FlavorRules, TokenTtl};
+use kube::api::Api;
+use kubeflavor_core::flavor::{FlavorName, FlavorRules};
 use kubeflavor_core::token::{BootstrapToken, TokenId};
 use kubeflavor_core::token_meta::Custody;
-use kubeflavor_core::token_secret::flavored_token_secret;
+use kubeflavor_core::token_secret::{
+    FlavorTokenMeta, TokenSecretData, TokenSecretObject, flavored_token_secret,
+};
 
-use crate::cluster::{Cluster, token_secrets};
-use crate::crd::{BINDING_TOKEN_ID_LABEL, Flavor, FlavorBinding, rules_from_flavor};
-use crate::error::{CliError, Result};
+use crate::cluster::{Cluster, bindings, token_secrets};
+use crate::crd::{Flavor, rules_from_flavor};
 
 pub use join_line::{JoinTarget, join_command_line, join_target};
 
@@ -24,8 +25,72 @@ pub use join_line::{JoinTarget, join_command_line, join_target};
 /// second collision in a row means something else is wrong.
 pub const CREATE_ATTEMPTS: usize = 5;
 
-/// kubeadm's default token lifetime, used when neither `--ttl` nor the flavor sets one.
-pub const DEFAULT_TTL: TokenTtl = TokenTtl::Seconds(24 * 3600);
+/// Why a token could not be minted. Each caller says it in its own terms: `token create`
+/// as an error line and exit code, the join-token API as a Kubernetes `Status`; a metric
+/// labels it with [`MintError::metric_label`].
+#[derive(Debug, thiserror::Error)]
+pub enum MintError {
+    /// The Flavor exists but its spec is not one kubeflavor can mint for.
+    #[error("flavor {flavor} is invalid: {problem}")]
+    InvalidFlavor { flavor: FlavorName, problem: String },
+    /// A call to the API server failed; `doing` says which.
+    #[error("could not {doing}: {source}")]
+    Api {
+        doing: String,
+        #[source]
+        source: kube::Error,
+    },
+    /// Every fresh id drawn was taken.
+    #[error("{0} freshly generated token ids were all taken")]
+    IdsTaken(usize),
+    /// The system's random number generator failed.
+    #[error("no random token could be drawn: {0}")]
+    Random(String),
+    /// Where nodes join could not be told (cluster-info, the kubeconfig, the CA).
+    #[error("{problem}")]
+    JoinTarget { problem: String, fix: &'static str },
+}
+
+impl MintError {
+    pub(crate) fn api(doing: impl Into<String>) -> impl Fn(kube::Error) -> MintError {
+        let doing = doing.into();
+        move |source| MintError::Api {
+            doing: doing.clone(),
+            source,
+        }
+    }
+
+    /// What failed, as a metric label.
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            MintError::InvalidFlavor { .. } => "invalid_flavor",
+            MintError::Api { .. } => "api",
+            MintError::IdsTaken(_) => "ids_taken",
+            MintError::Random(_) => "random",
+            MintError::JoinTarget { .. } => "join_target",
+        }
+    }
+
+    /// What the person minting can do about it.
+    pub fn fix(&self) -> &'static str {
+        match self {
+            MintError::InvalidFlavor { .. } => {
+                "fix it with 'kubeflavor flavor apply -f FILE' before minting tokens for it"
+            }
+            MintError::Api { .. } => "check the cluster and retry",
+            MintError::IdsTaken(_) => {
+                "this should not happen with random ids; check the system's random number generator"
+            }
+            MintError::Random(_) => "retry",
+            MintError::JoinTarget { fix, .. } => fix,
+        }
+    }
+}
+
+/// A fresh random token.
+pub fn generate() -> Result<BootstrapToken, MintError> {
+    BootstrapToken::generate().map_err(|e| MintError::Random(e.to_string()))
+}
 
 /// The rules of Flavor `flavor_name`, `None` when there is no such Flavor: one GET, and
 /// nothing about the cluster's other flavors (the join-token API must not tell a caller
@@ -33,74 +98,101 @@ pub const DEFAULT_TTL: TokenTtl = TokenTtl::Seconds(24 * 3600);
 pub async fn stored_flavor_rules(
     cluster: &Cluster,
     flavor_name: &FlavorName,
-) -> Result<Option<FlavorRules>> {
+) -> Result<Option<FlavorRules>, MintError> {
     let flavors: Api<Flavor> = Api::all(cluster.client.clone());
-    let flavor = match flavors.get_opt(flavor_name.as_str()).await {
-        Ok(Some(f)) => f,
-        Ok(None) => return Ok(None),
-        Err(err) => return Err(cluster.error(&format!("get flavor {}", flavor_name), err)),
+    let Some(flavor) = flavors
+        .get_opt(flavor_name.as_str())
+        .await
+        .map_err(MintError::api(format!("get flavor {flavor_name}")))?
+    else {
+        return Ok(None);
     };
-    let (_, rules) = rules_from_flavor(&flavor).map_err(|e| {
-        CliError::refused(
-            format!("flavor {} is invalid: {e}", flavor_name),
-            "fix it with 'kubeflavor flavor apply -f FILE' before minting tokens for it",
-        )
+    let (_, rules) = rules_from_flavor(&flavor).map_err(|e| MintError::InvalidFlavor {
+        flavor: flavor_name.clone(),
+        problem: e.to_string(),
     })?;
     Ok(Some(rules))
 }
 
 /// Store a new token Secret of `flavor` recording `custody`, drawing tokens from `next`
 /// until one's id is free: a 409 AlreadyExists means another token has that id, so draw
-/// again (as kubeadm does). One POST per attempt; nothing is read first.
+/// again (as kubeadm does), and an id a FlavorBinding still names is skipped. One LIST and
+/// one POST per attempt.
 pub async fn mint(
     cluster: &Cluster,
     flavor: &FlavorName,
     expiration: Option<Timestamp>,
     max_nodes: NonZeroU32,
     custody: &Custody,
-    mut next: impl FnMut() -> Result<BootstrapToken>,
-) -> Result<BootstrapToken> {
+    next: impl FnMut() -> Result<BootstrapToken, MintError>,
+) -> Result<BootstrapToken, MintError> {
+    let secret = |token: &BootstrapToken| {
+        flavored_token_secret(token, flavor, expiration, max_nodes, custody)
+    };
+    store(cluster, secret, true, next).await
+}
+
+/// Store a new control-plane join token (`token create --control-plane`): kubeadm's
+/// layout with the control-plane group, plus the flavor's metadata `meta` when it has a
+/// flavor, so the controller decides its kubelet's CSR by the same binding rules.
+pub async fn mint_control_plane(
+    cluster: &Cluster,
+    expiration: Option<Timestamp>,
+    meta: Option<&FlavorTokenMeta>,
+) -> Result<BootstrapToken, MintError> {
+    let secret = |token: &BootstrapToken| {
+        TokenSecretObject::new(
+            &TokenSecretData::control_plane(token.clone(), expiration),
+            meta,
+        )
+    };
+    store(cluster, secret, false, generate).await
+}
+
+/// Stores the Secret `secret` makes for tokens drawn from `next` until one's id is free
+/// (and, with `skip_bound_ids`, named by no FlavorBinding).
+async fn store(
+    cluster: &Cluster,
+    secret: impl Fn(&BootstrapToken) -> TokenSecretObject,
+    skip_bound_ids: bool,
+    mut next: impl FnMut() -> Result<BootstrapToken, MintError>,
+) -> Result<BootstrapToken, MintError> {
     // The token is drawn before the future starts, so the future borrows nothing of
     // `next` and can be sent between threads (the join-token API mints on any worker).
     let draw = || {
         let token = next();
+        let secret = &secret;
         async move {
             let token = token?;
-            if id_still_bound(cluster, token.id()).await? {
+            if skip_bound_ids && id_still_bound(cluster, token.id()).await? {
                 tracing::info!(id = %token.id(), "token id still named by a FlavorBinding, drawing another");
                 return Ok(None);
             }
-            let object = flavored_token_secret(&token, flavor, expiration, max_nodes, custody);
-            Ok::<_, CliError>(Some((token, token_secrets::to_secret(&object))))
+            let object = secret(&token);
+            Ok::<_, MintError>(Some((token, token_secrets::to_secret(&object))))
         }
     };
-    let created =
-        token_secrets::create_with_fresh_id(&cluster.client, CREATE_ATTEMPTS, draw, |e| {
-            cluster.error("create the token Secret in kube-system", e)
-        })
-        .await?;
-    created.map(|c| c.token).ok_or_else(|| {
-        CliError::failed(
-            format!("{CREATE_ATTEMPTS} freshly generated token ids were all taken"),
-            "this should not happen with random ids; check the system's random number generator",
-        )
-    })
+    let created = token_secrets::create_with_fresh_id(
+        &cluster.client,
+        CREATE_ATTEMPTS,
+        draw,
+        MintError::api("create the token Secret in kube-system"),
+    )
+    .await?;
+    created
+        .map(|c| c.token)
+        .ok_or(MintError::IdsTaken(CREATE_ATTEMPTS))
 }
 
 /// Whether a FlavorBinding still names token id `id`: the id of a token that is gone is
 /// not minted again, so a binding's token id always means one token (the binding also
 /// records the Secret's uid, so a re-used id could not take the name over anyway). One
 /// list call, by the binding's token-id label.
-pub async fn id_still_bound(cluster: &Cluster, id: &TokenId) -> Result<bool> {
-    let bindings: Api<FlavorBinding> = Api::all(cluster.client.clone());
-    let params = ListParams::default()
-        .labels(&format!("{BINDING_TOKEN_ID_LABEL}={id}"))
-        .limit(1);
-    let found = bindings
-        .list_metadata(&params)
+pub async fn id_still_bound(cluster: &Cluster, id: &TokenId) -> Result<bool, MintError> {
+    let found = bindings::names_of_token(&cluster.client, id, Some(1))
         .await
-        .map_err(|e| cluster.error("list FlavorBindings by token id", e))?;
-    Ok(!found.items.is_empty())
+        .map_err(MintError::api("list FlavorBindings by token id"))?;
+    Ok(!found.is_empty())
 }
 
 #[cfg(test)]

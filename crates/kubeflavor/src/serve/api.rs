@@ -31,10 +31,8 @@ use serde_json::{Value, json};
 use zeroize::Zeroizing;
 
 use super::Server;
-use crate::controller::trail::{self, Regarding};
-use crate::error::CliError;
-use crate::exit::ExitCode;
-use crate::minting::{join_command_line, join_target, mint, stored_flavor_rules};
+use crate::minting::{self, MintError, join_command_line, join_target, mint, stored_flavor_rules};
+use crate::ops::trail::{self, Regarding};
 
 pub type Body = Full<Bytes>;
 
@@ -311,10 +309,9 @@ fn invalid(err: MintRequestError) -> Response<Body> {
 }
 
 /// Errors of the minting itself, with nothing of the cluster's other flavors in them.
-fn failed(flavor: &str, err: CliError) -> Response<Body> {
-    match err.code {
-        ExitCode::NotFound => not_found(flavor),
-        ExitCode::Refused => status(
+fn failed(flavor: &str, err: MintError) -> Response<Body> {
+    match err {
+        MintError::InvalidFlavor { .. } => status(
             StatusCode::CONFLICT,
             "Conflict",
             &format!(
@@ -323,13 +320,14 @@ fn failed(flavor: &str, err: CliError) -> Response<Body> {
             None,
         ),
         _ => {
-            tracing::warn!(flavor, error = %err.message, "minting a join token failed");
+            tracing::warn!(flavor, error = %err, cause = err.metric_label(), "minting a join token failed");
             unavailable("mint the token")
         }
     }
 }
 
-/// `POST /v1/flavors/{flavor}/jointokens`.
+/// `POST /v1/flavors/{flavor}/jointokens`: who calls, within their rate, allowed this
+/// flavor; then what they ask, within the flavor's limits; then the token.
 async fn mint_for(server: &Server, flavor: &str, req: Request<Incoming>) -> Response<Body> {
     let user = match authenticate(server, req.headers()).await {
         Ok(user) => user,
@@ -337,19 +335,7 @@ async fn mint_for(server: &Server, flavor: &str, req: Request<Incoming>) -> Resp
     };
     let caller = user.username.clone().unwrap_or_default();
     if let Err(wait) = server.limiter.check(&caller, Instant::now()) {
-        let mut response = status(
-            StatusCode::TOO_MANY_REQUESTS,
-            "TooManyRequests",
-            &format!(
-                "too many join tokens requested by {caller:?}; retry in {} s",
-                wait.as_secs() + 1
-            ),
-            None,
-        );
-        response
-            .headers_mut()
-            .insert(header::RETRY_AFTER, HeaderValue::from(wait.as_secs() + 1));
-        return response;
+        return too_many(&caller, wait);
     }
     if let Err(response) = authorize(server, &user, flavor).await {
         return response;
@@ -362,39 +348,14 @@ async fn mint_for(server: &Server, flavor: &str, req: Request<Incoming>) -> Resp
         .get(header::ACCEPT)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.contains(CLOUD_CONFIG));
-    let body = match read_body(req, server.request_timeout).await {
-        Ok(body) => body,
+    let request = match read_request(server, req).await {
+        Ok(request) => request,
         Err(response) => return response,
     };
-    let request = match mint_request::parse(&body) {
-        Ok(request) => request,
-        Err(err) => return invalid(err),
-    };
-    let rules = match stored_flavor_rules(&server.cluster, &flavor_name).await {
-        Ok(Some(rules)) => rules,
-        Ok(None) => return not_found(flavor),
-        Err(err) => return failed(flavor, err),
-    };
-    // What the caller asks, filled in with the flavor's defaults, within the flavor's
-    // limits; else a 422 naming each limit.
-    let (ttl, max_nodes) = match mint_request::within_limits(&request, &rules) {
+    let (ttl, max_nodes) = match granted(server, &flavor_name, &request).await {
         Ok(granted) => granted,
-        Err(err) => return invalid(err),
+        Err(response) => return response,
     };
-    if ttl == TokenTtl::Never {
-        // Only a flavor whose own default is "never" and which allows it gets here: the
-        // API server refuses this identity any token Secret without an expiration (the
-        // policy `install --serve` ships), whatever the flavor allows.
-        return invalid(MintRequestError::Invalid(vec![
-            mint_request::FieldProblem {
-                field: "ttl".into(),
-                reason: mint_request::FieldReason::Invalid,
-                message: format!(
-                    "flavor {flavor}'s default token TTL is 0 (never expires); the join-token API mints only tokens that expire: pass a ttl such as \"24h\""
-                ),
-            },
-        ]));
-    }
     let asked = Asked {
         request: &request,
         ttl,
@@ -405,6 +366,63 @@ async fn mint_for(server: &Server, flavor: &str, req: Request<Incoming>) -> Resp
         Ok(minted) => answer(&minted, &request, wants_document),
         Err(err) => failed(flavor, err),
     }
+}
+
+/// 429, with when to retry.
+fn too_many(caller: &str, wait: Duration) -> Response<Body> {
+    let mut response = status(
+        StatusCode::TOO_MANY_REQUESTS,
+        "TooManyRequests",
+        &format!(
+            "too many join tokens requested by {caller:?}; retry in {} s",
+            wait.as_secs() + 1
+        ),
+        None,
+    );
+    response
+        .headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from(wait.as_secs() + 1));
+    response
+}
+
+/// The body, read within the request timeout and parsed as a mint request.
+async fn read_request(
+    server: &Server,
+    req: Request<Incoming>,
+) -> Result<MintRequest, Response<Body>> {
+    let body = read_body(req, server.request_timeout).await?;
+    mint_request::parse(&body).map_err(invalid)
+}
+
+/// What the caller asks, filled in with the flavor's defaults, within the flavor's limits
+/// (core's `within_limits`); else a 404 for a flavor that does not exist, a 422 naming
+/// each limit, or the minting error.
+async fn granted(
+    server: &Server,
+    flavor: &FlavorName,
+    request: &MintRequest,
+) -> Result<(TokenTtl, NonZeroU32), Response<Body>> {
+    let rules = match stored_flavor_rules(&server.cluster, flavor).await {
+        Ok(Some(rules)) => rules,
+        Ok(None) => return Err(not_found(flavor.as_str())),
+        Err(err) => return Err(failed(flavor.as_str(), err)),
+    };
+    let (ttl, max_nodes) = mint_request::within_limits(request, &rules).map_err(invalid)?;
+    if ttl == TokenTtl::Never {
+        // Only a flavor whose own default is "never" and which allows it gets here: the
+        // API server refuses this identity any token Secret without an expiration (the
+        // policy `install --serve` ships), whatever the flavor allows.
+        return Err(invalid(MintRequestError::Invalid(vec![
+            mint_request::FieldProblem {
+                field: "ttl".into(),
+                reason: mint_request::FieldReason::Invalid,
+                message: format!(
+                    "flavor {flavor}'s default token TTL is 0 (never expires); the join-token API mints only tokens that expire: pass a ttl such as \"24h\""
+                ),
+            },
+        ])));
+    }
+    Ok((ttl, max_nodes))
 }
 
 /// A request within its flavor's limits, with the defaults filled in.
@@ -431,7 +449,7 @@ async fn mint_token(
     server: &Server,
     flavor: &FlavorName,
     asked: &Asked<'_>,
-) -> Result<Minted, CliError> {
+) -> Result<Minted, MintError> {
     let (request, caller, max_nodes) = (asked.request, asked.caller, asked.max_nodes);
     let expiration = asked.ttl.expiration(Timestamp::now());
     // Where nodes join, resolved before the token exists: a token nobody is handed is never
@@ -448,7 +466,7 @@ async fn mint_token(
         expiration,
         max_nodes,
         &custody,
-        || BootstrapToken::generate().map_err(|e| CliError::failed(e, "retry")),
+        minting::generate,
     )
     .await?;
     let minted = Minted {

@@ -24,7 +24,7 @@ use tokio::sync::Semaphore;
 use tokio_rustls::TlsAcceptor;
 
 use crate::cluster::Cluster;
-use crate::controller::http::{self as ops, Exposition, Health};
+use crate::ops::http::{self as ops, Exposition, Health};
 
 pub use self::limits::ConnectionLimits;
 use self::limits::RateLimiter;

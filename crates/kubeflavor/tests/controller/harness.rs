@@ -461,7 +461,7 @@ pub struct ControllerHandle {
     stop: Option<oneshot::Sender<()>>,
     task: Option<tokio::task::JoinHandle<()>>,
     pub metrics: kubeflavor::controller::metrics::Metrics,
-    pub health: Arc<kubeflavor::controller::http::Health>,
+    pub health: Arc<kubeflavor::ops::http::Health>,
 }
 
 impl ControllerHandle {

@@ -8,7 +8,7 @@ use kube::api::ObjectMeta;
 use kubeflavor_core::token_secret::{CONTROL_PLANE_GROUP, NODE_GROUP, TOKEN_SECRET_NAMESPACE};
 
 use super::Document;
-use crate::controller::trail::TRAIL_NAMESPACE;
+use crate::ops::trail::TRAIL_NAMESPACE;
 
 /// The controller's ServiceAccount (in the install namespace).
 pub const CONTROLLER_SA: &str = "kubeflavor-controller";

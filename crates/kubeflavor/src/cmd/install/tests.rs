@@ -903,7 +903,7 @@ fn the_join_token_api_gets_exactly_its_rbac() {
     );
     // The trail's Events go where this Role grants them.
     assert_eq!(
-        crate::controller::trail::TRAIL_NAMESPACE,
+        crate::ops::trail::TRAIL_NAMESPACE,
         kubeflavor_core::token_secret::TOKEN_SECRET_NAMESPACE
     );
     assert!(

@@ -4,27 +4,21 @@
 use std::io::Write;
 
 use jiff::Timestamp;
-use k8s_openapi::ByteString;
-use k8s_openapi::api::core::v1::Secret;
-use kube::api::ObjectMeta;
 use kubeflavor_core::flavor::TokenTtl;
 use kubeflavor_core::token::BootstrapToken;
 use kubeflavor_core::token_meta::FlavorTokenMeta;
-use kubeflavor_core::token_secret::{
-    AuthGroup, CONTROL_PLANE_GROUP, TOKEN_SECRET_NAMESPACE, TOKEN_SECRET_TYPE, TokenSecretData,
-    format_expiration, secret_name,
-};
-use zeroize::Zeroize;
+use kubeflavor_core::token_secret::{CONTROL_PLANE_GROUP, format_expiration};
 
-use super::{TokenCreateArgs, TokenOutput, custody, flavor_rules, max_nodes, within_flavor_limits};
-use crate::cluster::{Cluster, token_secrets};
+use super::{
+    TokenCreateArgs, TokenOutput, custody, flavor_rules, mint_failed, within_flavor_limits,
+};
+use crate::cluster::Cluster;
 use crate::error::CliError;
-use crate::minting::{CREATE_ATTEMPTS, JoinTarget, join_command_line, join_target};
+use crate::minting::{JoinTarget, join_command_line, join_target, mint_control_plane};
 
 /// Default lifetime of a control-plane join token: the lifetime of the kubeadm-certs
 /// Secret it exists to read (`certs upload --ttl`).
 pub const CONTROL_PLANE_TOKEN_TTL: TokenTtl = TokenTtl::Seconds(2 * 3600);
-const CONTROL_PLANE_TOKEN_DESCRIPTION: &str = "kubeflavor control-plane join token";
 
 /// What `token create --control-plane -o json|yaml` prints (it holds the token).
 #[derive(serde::Serialize)]
@@ -58,7 +52,7 @@ pub async fn create_control_plane_token(
 ) -> Result<(), CliError> {
     // Resolved before the token exists, as for node tokens: no token nobody will see.
     let join_target = match args.print_join_command {
-        true => Some(join_target(cluster).await?),
+        true => Some(join_target(cluster).await.map_err(mint_failed(cluster))?),
         false => None,
     };
     // The flavor (if any) first: no token for a flavor that does not exist.
@@ -68,7 +62,7 @@ pub async fn create_control_plane_token(
     let meta = match &args.flavor {
         Some(flavor) => {
             let rules = flavor_rules(cluster, flavor).await?;
-            let max_nodes = max_nodes(args, &rules);
+            let (_, max_nodes) = rules.granted(None, args.max_nodes.map(|m| m.0));
             within_flavor_limits(args, flavor, &rules, ttl, max_nodes)?;
             Some(
                 FlavorTokenMeta::new(flavor.clone(), max_nodes)
@@ -78,76 +72,13 @@ pub async fn create_control_plane_token(
         None => None,
     };
     let expiration = ttl.expiration(Timestamp::now());
-    let token = store(cluster, expiration, meta.as_ref()).await?;
+    let token = mint_control_plane(cluster, expiration, meta.as_ref())
+        .await
+        .map_err(mint_failed(cluster))?;
     match &join_target {
         Some(target) => print_join_line(target, &token, out),
         None => print_token(&token, expiration, meta.as_ref(), args.output, out),
     }
-}
-
-/// Stores the token Secret under a fresh id.
-async fn store(
-    cluster: &Cluster,
-    expiration: Option<Timestamp>,
-    meta: Option<&FlavorTokenMeta>,
-) -> Result<BootstrapToken, CliError> {
-    let group: AuthGroup = CONTROL_PLANE_GROUP
-        .parse()
-        .map_err(|e| CliError::failed(e, "report this bug"))?;
-    let draw = async || -> Result<Option<(BootstrapToken, Secret)>, CliError> {
-        let token = BootstrapToken::generate().map_err(|e| CliError::failed(e, "retry"))?;
-        let secret = token_secret(&token, expiration, group.clone(), meta);
-        Ok(Some((token, secret)))
-    };
-    let created =
-        token_secrets::create_with_fresh_id(&cluster.client, CREATE_ATTEMPTS, draw, |e| {
-            cluster.error("create the token Secret in kube-system", e)
-        })
-        .await?;
-    created.map(|c| c.token).ok_or_else(|| {
-        CliError::failed(
-            format!("{CREATE_ATTEMPTS} freshly generated token ids were all taken"),
-            "check the system's random number generator",
-        )
-    })
-}
-
-/// kubeadm's token layout with both usages and the control-plane group, plus the flavor's
-/// metadata when there is one.
-fn token_secret(
-    token: &BootstrapToken,
-    expiration: Option<Timestamp>,
-    group: AuthGroup,
-    meta: Option<&FlavorTokenMeta>,
-) -> Secret {
-    let data = TokenSecretData {
-        token: token.clone(),
-        expiration,
-        usage_authentication: true,
-        usage_signing: true,
-        extra_groups: vec![group],
-        description: Some(CONTROL_PLANE_TOKEN_DESCRIPTION.to_owned()),
-    };
-    let mut string_data = data.to_string_data();
-    let secret = Secret {
-        metadata: ObjectMeta {
-            name: Some(secret_name(token.id())),
-            namespace: Some(TOKEN_SECRET_NAMESPACE.to_owned()),
-            labels: meta.map(FlavorTokenMeta::labels),
-            annotations: meta.map(FlavorTokenMeta::annotations),
-            ..ObjectMeta::default()
-        },
-        type_: Some(TOKEN_SECRET_TYPE.to_owned()),
-        data: Some(
-            string_data
-                .iter()
-                .map(|(k, v)| (k.clone(), ByteString(v.as_bytes().to_vec())))
-                .collect(),
-        ),
-        ..Secret::default()
-    };
-    string_data.values_mut().for_each(Zeroize::zeroize);
-    secret
 }
 
 /// The control-plane join line, with the certificate key in a file: on a command line

@@ -14,7 +14,7 @@ use clap::{Args, Subcommand, ValueEnum};
 use jiff::Timestamp;
 use k8s_openapi::api::authentication::v1::SelfSubjectReview;
 use kube::api::{Api, PostParams};
-use kubeflavor_core::flavor::{DEFAULT_MAX_NODES, FlavorName, FlavorRules, TokenTtl};
+use kubeflavor_core::flavor::{FlavorName, FlavorRules, TokenTtl};
 use kubeflavor_core::token::{BootstrapToken, TokenId};
 use kubeflavor_core::token_meta::{Custody, IssuedTo};
 use kubeflavor_core::token_secret::{
@@ -28,7 +28,7 @@ use crate::cluster::{Cluster, token_secrets};
 use crate::cmd::flavor::unknown_flavor;
 use crate::error::{CliError, Result};
 use crate::exit::ExitCode;
-use crate::minting::{DEFAULT_TTL, join_target, mint, stored_flavor_rules};
+use crate::minting::{self, MintError, join_target, mint, stored_flavor_rules};
 use crate::output::{self, Format};
 
 mod control_plane;
@@ -188,15 +188,14 @@ pub async fn create(cluster: &Cluster, args: &TokenCreateArgs, out: &mut dyn Wri
         ));
     };
     let rules = flavor_rules(cluster, flavor_name).await?;
-    let ttl = args.ttl.or(rules.token_ttl()).unwrap_or(DEFAULT_TTL);
-    let max_nodes = max_nodes(args, &rules);
+    let (ttl, max_nodes) = rules.granted(args.ttl, args.max_nodes.map(|m| m.0));
     within_flavor_limits(args, flavor_name, &rules, ttl, max_nodes)?;
     let expiration = ttl.expiration(Timestamp::now());
 
     // --print-join-command: resolved before the token exists, so a cluster whose server or
     // CA cannot be found never gets a token nobody will see.
     let join_target = match args.print_join_command {
-        true => Some(join_target(cluster).await?),
+        true => Some(join_target(cluster).await.map_err(mint_failed(cluster))?),
         false => None,
     };
     let custody = custody(cluster, args).await;
@@ -206,9 +205,10 @@ pub async fn create(cluster: &Cluster, args: &TokenCreateArgs, out: &mut dyn Wri
         expiration,
         max_nodes,
         &custody,
-        || BootstrapToken::generate().map_err(|e| CliError::failed(e, "retry")),
+        minting::generate,
     )
-    .await?;
+    .await
+    .map_err(mint_failed(cluster))?;
     if let Some(target) = &join_target {
         return print_join_command(target, &token, out);
     }
@@ -260,7 +260,10 @@ pub async fn caller_name(cluster: &Cluster) -> Option<String> {
 /// The rules of the Flavor a new token is to carry: one GET, and errors that say what to
 /// do when it is missing or invalid.
 pub async fn flavor_rules(cluster: &Cluster, flavor_name: &FlavorName) -> Result<FlavorRules> {
-    match stored_flavor_rules(cluster, flavor_name).await? {
+    match stored_flavor_rules(cluster, flavor_name)
+        .await
+        .map_err(mint_failed(cluster))?
+    {
         Some(rules) => Ok(rules),
         None => Err(unknown_flavor(cluster, flavor_name).await),
     }
@@ -289,12 +292,14 @@ pub fn within_flavor_limits(
     ))
 }
 
-/// `--max-nodes`, else the flavor's default, else 1.
-pub fn max_nodes(args: &TokenCreateArgs, rules: &FlavorRules) -> NonZeroU32 {
-    args.max_nodes
-        .map(|m| m.0)
-        .or(rules.max_nodes())
-        .unwrap_or(DEFAULT_MAX_NODES)
+/// A minting error as `token create` reports it: an API error names the server and the
+/// kubeconfig, an invalid flavor is refused (the administrator must fix it first).
+pub fn mint_failed(cluster: &Cluster) -> impl Fn(MintError) -> CliError + '_ {
+    move |err| match err {
+        MintError::Api { doing, source } => cluster.error(&doing, source),
+        MintError::InvalidFlavor { .. } => CliError::refused(&err, err.fix()),
+        _ => CliError::failed(&err, err.fix()),
+    }
 }
 
 /// What a node token was minted with, for printing.

@@ -6,13 +6,10 @@
 use std::io::Write;
 
 use clap::Args;
-use kube::ResourceExt;
-use kube::api::{Api, ListParams};
+use kubeflavor_core::node_state::Revocation;
 use kubeflavor_core::token::TokenId;
 
-use crate::cluster::{Cluster, token_secrets};
-use crate::cmd::node::revoke_binding;
-use crate::crd::FlavorBinding;
+use crate::cluster::{Cluster, bindings, token_secrets};
 use crate::error::{CliError, Result};
 
 #[derive(Debug, Args)]
@@ -37,19 +34,12 @@ pub async fn revoke(cluster: &Cluster, args: &TokenRevokeArgs, out: &mut dyn Wri
     if !args.nodes {
         return Ok(());
     }
-    let bindings: Api<FlavorBinding> = Api::all(cluster.client.clone());
-    let bound: Vec<String> = bindings
-        .list(&ListParams::default())
+    let bound = bindings::names_of_token(&cluster.client, id, None)
         .await
-        .map_err(|e| cluster.error("list FlavorBindings", e))?
-        .items
-        .into_iter()
-        .filter(|b| b.spec.token_id == id.as_str())
-        .map(|b| b.name_any())
-        .collect();
+        .map_err(|e| cluster.error("list FlavorBindings", e))?;
+    let why = Revocation::TokenRevoked(id.clone());
     for name in &bound {
-        let msg = format!("revoked with 'kubeflavor token revoke {id} --nodes'");
-        match revoke_binding(&cluster.client, name, "TokenRevoked", &msg).await {
+        match bindings::revoke(&cluster.client, name, &why).await {
             Ok(_) => writeln!(out, "node {name} revoked")?,
             Err(e) => return Err(cluster.error(&format!("revoke node {name}"), e)),
         }

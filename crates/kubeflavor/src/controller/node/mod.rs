@@ -9,16 +9,18 @@
 //! (core, pure) -> apply (merge patch with the Node's resourceVersion, only when it
 //! differs) -> status (only when it differs).
 
+mod plan;
+
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
 use futures::stream::BoxStream;
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
-use k8s_openapi::api::core::v1::{Node, Secret, Taint};
+use k8s_openapi::api::core::v1::{Node, Taint};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Api;
-use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
+use kube::api::{Patch, PatchParams};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
@@ -28,14 +30,15 @@ use kubeflavor_core::policy::APPROVED_CONDITION;
 use kubeflavor_core::policy::token_is_used_up;
 use tokio::sync::Notify;
 
+use super::cache;
+use super::csr::facts;
 use super::fleet::{self, Fingerprint};
 use super::metrics::Metrics;
 use super::queue::WorkQueue;
-use super::trail::{self, Regarding};
 use super::{Context, Error, Options, Step, Stop};
-use super::{cache, facts, policy};
-use crate::cluster::token_secrets;
+use crate::cluster::{bindings, token_secrets};
 use crate::crd::{Flavor, FlavorBinding, FlavorBindingStatus};
+use crate::ops::trail::Regarding;
 
 type Events<K> = BoxStream<'static, Result<K, watcher::Error>>;
 type WatchEvents<K> = BoxStream<'static, Result<watcher::Event<K>, watcher::Error>>;
@@ -176,7 +179,7 @@ pub async fn keep_bound_counts(ctx: Arc<Context>, changed: Arc<Notify>, until: S
 /// write no more.
 async fn write_bound_counts(ctx: &Context, changed: &Notify) -> Result<(), Error> {
     let flavors = ctx.flavors.state();
-    let updates = policy::bound_node_updates(
+    let updates = plan::bound_node_updates(
         flavors.iter().map(|f| {
             (
                 f.metadata.name.as_deref().unwrap_or_default(),
@@ -373,17 +376,6 @@ fn forget(ctx: &Context, name: &str) {
     ctx.metrics.flavored_nodes.set(ctx.fleet.flavored());
 }
 
-/// Whether the binding has flavored its Node before (its status says so).
-fn was_flavored(binding: &FlavorBinding) -> bool {
-    binding.status.as_ref().is_some_and(|s| {
-        !s.applied_labels.is_empty()
-            || !s.applied_taints.is_empty()
-            || s.conditions
-                .iter()
-                .any(|c| c.type_ == crate::crd::CONDITION_FLAVORED && c.status == "True")
-    })
-}
-
 /// Where the CSR that created the binding stands.
 async fn binding_csr(ctx: &Context, binding: &FlavorBinding) -> Result<BindingCsr, Error> {
     let name = &binding.spec.csr_name;
@@ -463,7 +455,7 @@ async fn release(name: &str, ctx: &Context) -> Result<(), Error> {
     let read = |what: String| move |source| Error::Read { what, source };
     let (binding, node) = tokio::try_join!(
         async {
-            Api::<FlavorBinding>::all(ctx.client.clone())
+            bindings::api(&ctx.client)
                 .get_metadata_opt(name)
                 .await
                 .map_err(read(format!("FlavorBinding {name}")))
@@ -482,7 +474,7 @@ async fn release(name: &str, ctx: &Context) -> Result<(), Error> {
         .labels()
         .get(FLAVOR_LABEL)
         .and_then(|f| ctx.flavors.get(&ObjectRef::new(f)));
-    let Some(patch) = policy::plan_release(&node, flavor.as_deref()) else {
+    let Some(patch) = plan::plan_release(&node, flavor.as_deref()) else {
         return Ok(());
     };
     let released = async {
@@ -508,7 +500,8 @@ async fn release(name: &str, ctx: &Context) -> Result<(), Error> {
         name,
         uid: node.metadata.uid.as_deref(),
     };
-    trail::record(ctx, regarding, "Warning", "Release", "NodeReleased", &note).await;
+    ctx.record(regarding, ("Warning", "Release", "NodeReleased"), &note)
+        .await;
     Ok(())
 }
 
@@ -538,11 +531,11 @@ async fn flavor_node(
     } else {
         ctx.flavors.get(&ObjectRef::new(&binding.spec.flavor))
     };
-    let plan = policy::plan_node(&binding, flavor.as_deref(), &node);
+    let plan = plan::plan_node(&binding, flavor.as_deref(), &node);
     let node_after = patch_node(ctx, &binding, &node, plan.patch.as_ref()).await?;
     // Before the status says "flavored": a crash in between leaves the binding unflavored,
     // so the next run looks at the token again.
-    if plan.flavored && !was_flavored(&binding) {
+    if plan.flavored && !binding.holder_facts().flavored_before {
         retire_used_up_token(ctx, &binding).await?;
     }
     let binding_rv = write_status(ctx, &binding, &plan.status).await?;
@@ -575,17 +568,18 @@ async fn retire_used_up_token(ctx: &Context, binding: &FlavorBinding) -> Result<
     let Some(uid) = binding.spec.token_uid.clone() else {
         return Ok(());
     };
-    let secrets = Api::<Secret>::namespaced(ctx.client.clone(), super::TOKEN_NAMESPACE);
     let name = token_secrets::name_of(&binding.spec.token_id);
-    let secret = secrets.get_opt(&name).await.map_err(|source| Error::Read {
-        what: format!("Secret {}/{name}", super::TOKEN_NAMESPACE),
-        source,
-    })?;
+    let secret = token_secrets::get(&ctx.client, &binding.spec.token_id)
+        .await
+        .map_err(|source| Error::Read {
+            what: format!("Secret {}/{name}", super::TOKEN_NAMESPACE),
+            source,
+        })?;
     let Some(secret) = secret else {
         return Ok(());
     };
     let this_token = secret.metadata.uid.as_deref() == Some(uid.as_str());
-    let used_up = policy::kubeflavor_meta(&secret).is_some_and(|meta| {
+    let used_up = token_secrets::kubeflavor_meta(&secret).is_some_and(|meta| {
         token_is_used_up(&meta, |n| {
             n.as_str() == binding.spec.node || ctx.fleet.get(n.as_str()).node.is_some()
         })
@@ -593,18 +587,10 @@ async fn retire_used_up_token(ctx: &Context, binding: &FlavorBinding) -> Result<
     if !this_token || !used_up {
         return Ok(());
     }
-    let dp = DeleteParams {
-        preconditions: Some(Preconditions {
-            uid: Some(uid),
-            resource_version: secret.metadata.resource_version.clone(),
-        }),
-        ..DeleteParams::default()
-    };
+    let rv = secret.metadata.resource_version.clone();
     let retired = async {
-        secrets
-            .delete(&name, &dp)
+        token_secrets::delete_instance(&ctx.client, &name, Some(uid), rv)
             .await
-            .map(|_| ())
             .map_err(|source| Error::RetireToken {
                 token: name.clone(),
                 source,
@@ -630,7 +616,7 @@ async fn read_binding_and_node(
     name: &str,
 ) -> Result<Option<(FlavorBinding, Node)>, Error> {
     let read = |what: String| move |source| Error::Read { what, source };
-    let bindings: Api<FlavorBinding> = Api::all(ctx.client.clone());
+    let bindings = bindings::api(&ctx.client);
     let nodes: Api<Node> = Api::all(ctx.client.clone());
     let (binding, node) = tokio::try_join!(
         async {
@@ -649,18 +635,20 @@ async fn read_binding_and_node(
     Ok(binding.zip(node))
 }
 
-/// P3 (binding): whether the Node of the binding's name is the token holder's to flavor
-/// (core's `node_is_the_holders`). A revoked binding always acts on its Node.
+/// P3 (binding): whether the Node of the binding's name is the token holder's to act on
+/// (core's `node_is_the_holders`). The binding's CSR is read only when core needs it (a
+/// binding that never flavored its Node).
 async fn is_the_holders(ctx: &Context, binding: &FlavorBinding) -> Result<bool, Error> {
-    if binding.is_revoked() || was_flavored(binding) {
-        return Ok(true);
+    let facts = binding.holder_facts();
+    if let Some(answer) = node_is_the_holders(facts, None) {
+        return Ok(answer);
     }
     let reading = std::time::Instant::now();
     let csr = binding_csr(ctx, binding).await;
     ctx.metrics
         .stage("node", "read", reading.elapsed().as_secs_f64());
     let csr = csr?;
-    if node_is_the_holders(false, csr) {
+    if node_is_the_holders(facts, Some(csr)) == Some(true) {
         return Ok(true);
     }
     // Not (yet) the token holder's Node: leave it alone. The holder's own registration
@@ -709,18 +697,12 @@ async fn write_status(
     }
     let name = binding.name_any();
     let written = async {
-        let body = serde_json::json!({
-            "metadata": {"resourceVersion": read_rv},
-            "status": status,
-        });
-        let written = Api::<FlavorBinding>::all(ctx.client.clone())
-            .patch_status(&name, &PatchParams::default(), &Patch::Merge(&body))
+        bindings::write_status(&ctx.client, &name, &read_rv, status)
             .await
             .map_err(|source| Error::BindingStatus {
                 node: name.clone(),
                 source,
-            })?;
-        Ok(written.resource_version().unwrap_or_default())
+            })
     };
     ctx.write(&name, Step::StatusWritten, written).await
 }

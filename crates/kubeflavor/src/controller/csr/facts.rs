@@ -6,18 +6,26 @@
 //! So the facts of a pending CSR are read straight from the API server (GETs), and the
 //! writes that follow are guarded by resourceVersion / AlreadyExists, so a fact that
 //! changes between read and write makes the write fail and the CSR is decided again.
+//!
+//! What was read is then handed to core as its [`CsrFacts`]; core decides.
 
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use k8s_openapi::api::core::v1::{Node, Secret};
 use kube::Api;
 use kube::core::PartialObjectMeta;
 
-use kubeflavor_core::csr::{CsrError, KubeletClientCsr};
-use kubeflavor_core::policy::{APPROVED_CONDITION, DENIED_CONDITION};
+use kubeflavor_core::csr::{CsrError, KubeletClientCsr, validate_kubelet_client_csr};
+use kubeflavor_core::flavor::FlavorName;
+use kubeflavor_core::names::NodeName;
+use kubeflavor_core::policy::{
+    APPROVED_CONDITION, CsrFacts, DENIED_CONDITION, DenyCause, TokenLookup,
+};
+use kubeflavor_core::token::TokenId;
+use kubeflavor_core::token_meta::Custody;
 
-use super::{Context, Error, TOKEN_NAMESPACE};
-use crate::cluster::token_secrets;
-use crate::crd::{Flavor, FlavorBinding};
+use super::super::{Context, Error, Options, TOKEN_NAMESPACE};
+use crate::cluster::{bindings, token_secrets};
+use crate::crd::{Flavor, FlavorBinding, NewBinding};
 
 /// Node identities (renewals) are `system:node:<name>`.
 pub use kubeflavor_core::csr::NODE_USER_PREFIX;
@@ -72,6 +80,12 @@ impl CsrView {
     pub fn bootstrap_token_id(&self) -> Option<&str> {
         self.username.strip_prefix(BOOTSTRAP_USER_PREFIX)
     }
+
+    /// The CSR validated as a kubelet client CSR by core, as Kubernetes' own
+    /// `ValidateKubeletClientCSR` does. Done once per decision: the facts carry the result.
+    pub fn validate(&self) -> Result<KubeletClientCsr, CsrError> {
+        validate_kubelet_client_csr(&self.signer_name, &self.request, &self.usages)
+    }
 }
 
 /// Everything read for one pending CSR.
@@ -102,13 +116,12 @@ pub async fn gather(
     ctx: &Context,
     view: CsrView,
     parsed: Result<KubeletClientCsr, CsrError>,
-    flavor_of: impl Fn(&Secret) -> Option<String>,
 ) -> Result<CsrFactsRead, Error> {
     let node_name = parsed.as_ref().ok().map(|p| p.node_name.as_str());
     // The token (then its Flavor) and the name's binding and Node are independent reads:
     // issue them together so a decision waits for one round trip, not four.
     let ((token_secret, flavor), binding, node_exists) = tokio::try_join!(
-        read_token_and_flavor(ctx, view.bootstrap_token_id(), flavor_of),
+        read_token_and_flavor(ctx, view.bootstrap_token_id()),
         read_binding(ctx, node_name),
         node_exists(ctx, node_name),
     )?;
@@ -126,22 +139,19 @@ pub async fn gather(
 async fn read_token_and_flavor(
     ctx: &Context,
     id: Option<&str>,
-    flavor_of: impl Fn(&Secret) -> Option<String>,
 ) -> Result<(Option<Secret>, Option<Flavor>), Error> {
-    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), TOKEN_NAMESPACE);
     let token_secret = match id {
-        Some(id) => {
-            let name = token_secrets::name_of(id);
-            secrets
-                .get_opt(&name)
-                .await
-                .map_err(read_err(format!("Secret {TOKEN_NAMESPACE}/{name}")))?
-        }
+        Some(id) => token_secrets::get(&ctx.client, id)
+            .await
+            .map_err(read_err(format!(
+                "Secret {TOKEN_NAMESPACE}/{}",
+                token_secrets::name_of(id)
+            )))?,
         None => None,
     };
-    let flavor = match token_secret.as_ref().and_then(&flavor_of) {
+    let flavor = match token_secret.as_ref().and_then(token_secrets::flavor_of) {
         Some(name) => Api::<Flavor>::all(ctx.client.clone())
-            .get_opt(&name)
+            .get_opt(name)
             .await
             .map_err(read_err(format!("Flavor {name}")))?,
         None => None,
@@ -152,7 +162,7 @@ async fn read_token_and_flavor(
 /// The FlavorBinding of the node name, if the CSR names one.
 async fn read_binding(ctx: &Context, node: Option<&str>) -> Result<Option<FlavorBinding>, Error> {
     let Some(node) = node else { return Ok(None) };
-    Api::<FlavorBinding>::all(ctx.client.clone())
+    bindings::api(&ctx.client)
         .get_opt(node)
         .await
         .map_err(read_err(format!("FlavorBinding {node}")))
@@ -166,4 +176,78 @@ async fn node_exists(ctx: &Context, node: Option<&str>) -> Result<bool, Error> {
         .await
         .map_err(read_err(format!("Node {node}")))?;
     Ok(meta.is_some())
+}
+
+impl CsrFactsRead {
+    /// Core's facts for this CSR.
+    pub fn core_facts(&self, opts: &Options, now: jiff::Timestamp) -> CsrFacts {
+        let token = match &self.token_secret {
+            None => TokenLookup::Missing,
+            Some(s) => match token_secrets::record(s) {
+                Ok(r) => TokenLookup::Found(r),
+                Err(e) => TokenLookup::Unreadable(e),
+            },
+        };
+        CsrFacts {
+            csr_name: self.csr.name.clone(),
+            signer_name: self.csr.signer_name.clone(),
+            requester_username: self.csr.username.clone(),
+            requester_groups: self.csr.groups.clone(),
+            csr: self.parsed.clone(),
+            already_decided: self.csr.decided,
+            token,
+            token_instance: self
+                .token_secret
+                .as_ref()
+                .and_then(token_secrets::instance_of),
+            flavor_exists: self.flavor.is_some(),
+            binding: self.binding.as_ref().map(FlavorBinding::policy_facts),
+            node_exists: self.node_exists,
+            options: opts.policy(),
+            now,
+        }
+    }
+
+    /// The binding of `node` to `token` with `flavor` (core's `BindingStep::Create`) that an
+    /// approval of this CSR creates first, recording the token's `custody`.
+    pub fn new_binding(
+        &self,
+        node: &NodeName,
+        token: &TokenId,
+        flavor: &FlavorName,
+        custody: &Custody,
+        now: jiff::Timestamp,
+    ) -> FlavorBinding {
+        let new = NewBinding {
+            node,
+            token,
+            token_uid: self
+                .token_secret
+                .as_ref()
+                .and_then(|s| s.metadata.uid.clone()),
+            flavor,
+            csr_name: &self.csr.name,
+            public_key_sha256: self
+                .parsed
+                .as_ref()
+                .map(KubeletClientCsr::public_key_sha256_hex)
+                .unwrap_or_default(),
+            custody,
+        };
+        FlavorBinding::for_approval(new, now)
+    }
+
+    /// Core's description of the cause plus the particulars, for the admin trail only.
+    pub fn describe(&self, cause: DenyCause) -> String {
+        let node = self
+            .parsed
+            .as_ref()
+            .map(|c| c.node_name.to_string())
+            .unwrap_or_else(|e| format!("? ({e})"));
+        format!(
+            "{} (requester {}, node {node})",
+            cause.description(),
+            self.csr.username
+        )
+    }
 }

@@ -13,9 +13,6 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::Api;
 use kube::api::PostParams;
 
-use super::Context;
-
-pub const REPORTING_CONTROLLER: &str = "kubeflavor.io/controller";
 /// Where the trail's Events live (see the module documentation).
 pub const TRAIL_NAMESPACE: &str = "kube-system";
 
@@ -25,30 +22,6 @@ pub struct Regarding<'a> {
     pub kind: &'a str,
     pub name: &'a str,
     pub uid: Option<&'a str>,
-}
-
-/// Records an Event; failures are logged, never fatal: the decision itself already
-/// happened and the log line and metric carry the same facts.
-pub async fn record(
-    ctx: &Context,
-    regarding: Regarding<'_>,
-    type_: &str,
-    action: &str,
-    reason: &str,
-    note: &str,
-) {
-    // A record is a write like any other: none once this replica's term has ended.
-    if ctx.begin_write(super::Step::Denied).is_err() {
-        return;
-    }
-    let event = event(
-        REPORTING_CONTROLLER,
-        &ctx.opts.identity,
-        regarding,
-        (type_, action, reason),
-        note,
-    );
-    post(&ctx.client, &event).await;
 }
 
 /// An Event of the trail: `reporting` (controller, instance) says who writes it; `what` is

@@ -19,18 +19,10 @@ use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::net::TcpListener;
 
-use super::metrics::Metrics;
-
-/// What `/metrics` shows: the controller's metrics, or another server's.
+/// What `/metrics` shows: the controller's metrics, or the join-token API's.
 pub trait Exposition: Send + Sync + 'static {
     /// The OpenMetrics text exposition.
     fn render(&self) -> String;
-}
-
-impl Exposition for Metrics {
-    fn render(&self) -> String {
-        Metrics::render(self)
-    }
 }
 
 /// Shared health flags, flipped by the controller's tasks.
@@ -198,6 +190,26 @@ pub async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
 mod tests {
     use super::*;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// A `/metrics` exposition that says what it was given.
+    struct Metrics(std::sync::Mutex<String>);
+
+    impl Metrics {
+        fn new() -> Self {
+            Metrics(std::sync::Mutex::new(String::new()))
+        }
+
+        fn decision(&self, decision: &str, cause: &str) {
+            *self.0.lock().unwrap() =
+                format!("decisions_total{{decision=\"{decision}\",cause=\"{cause}\"}} 1\n");
+        }
+    }
+
+    impl Exposition for Metrics {
+        fn render(&self) -> String {
+            self.0.lock().unwrap().clone()
+        }
+    }
 
     async fn get(addr: SocketAddr, path: &str) -> String {
         let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect");

@@ -1,6 +1,7 @@
 //! `kubeflavor install`: everything the controller needs, as YAML documents to read (and to
 //! pipe into `kubectl apply -f -`), or applied directly with server-side apply.
 
+mod pods;
 mod rbac;
 mod serve;
 mod workload;
@@ -506,7 +507,6 @@ fn shown_name(doc: &Document) -> String {
     }
 }
 
-/// Common labels of every object kubeflavor installs.
 /// The metadata of an install object `name` (in `namespace`, if namespaced) of
 /// `component`, carrying the install's labels.
 pub fn object_meta(
@@ -522,6 +522,7 @@ pub fn object_meta(
     }
 }
 
+/// Common labels of every object kubeflavor installs.
 pub fn labels(component: &str) -> BTreeMap<String, String> {
     [
         (

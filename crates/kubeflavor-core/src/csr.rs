@@ -10,7 +10,10 @@ use std::fmt;
 
 use sha2::{Digest, Sha256};
 use x509_parser::cri_attributes::ParsedCriAttribute;
-use x509_parser::prelude::{FromDer, X509CertificationRequest};
+use x509_parser::pem::Pem;
+use x509_parser::prelude::{
+    FromDer, X509CertificationRequest, X509CertificationRequestInfo, X509Name,
+};
 
 use crate::names::{NodeName, NodeNameError};
 
@@ -144,13 +147,7 @@ pub fn validate_kubelet_client_csr(
     if signer_name != KUBELET_CLIENT_SIGNER {
         return Err(CsrError::WrongSigner(signer_name.to_owned()));
     }
-    if request_pem.len() > MAX_CSR_REQUEST_BYTES {
-        return Err(CsrError::TooLarge(request_pem.len()));
-    }
-    let (_, pem) = x509_parser::pem::parse_x509_pem(request_pem).map_err(|_| CsrError::NotPem)?;
-    if pem.label != CSR_PEM_LABEL {
-        return Err(CsrError::WrongPemType(pem.label));
-    }
+    let pem = request_block(request_pem)?;
     let (_, req) = X509CertificationRequest::from_der(&pem.contents)
         .map_err(|e| CsrError::NotPkcs10(e.to_string()))?;
     // Proof of possession: the fingerprint recorded in the binding is only meaningful if
@@ -158,9 +155,34 @@ pub fn validate_kubelet_client_csr(
     // aws_lc_rs feature in this workspace.)
     req.verify_signature().map_err(|_| CsrError::BadSignature)?;
     let info = &req.certification_request_info;
+    check_organization(&info.subject)?;
+    refuse_subject_alt_names(info)?;
+    let node_name = node_name_of(&info.subject)?;
+    if !usages_are_kubelet_client(usages) {
+        return Err(CsrError::Usages(usages.to_vec()));
+    }
+    Ok(KubeletClientCsr {
+        node_name,
+        public_key_sha256: Sha256::digest(info.subject_pki.raw).into(),
+    })
+}
 
-    let organizations = info
-        .subject
+/// The one `CERTIFICATE REQUEST` PEM block of `request_pem`, which is refused unread above
+/// [`MAX_CSR_REQUEST_BYTES`].
+fn request_block(request_pem: &[u8]) -> Result<Pem, CsrError> {
+    if request_pem.len() > MAX_CSR_REQUEST_BYTES {
+        return Err(CsrError::TooLarge(request_pem.len()));
+    }
+    let (_, pem) = x509_parser::pem::parse_x509_pem(request_pem).map_err(|_| CsrError::NotPem)?;
+    if pem.label != CSR_PEM_LABEL {
+        return Err(CsrError::WrongPemType(pem.label));
+    }
+    Ok(pem)
+}
+
+/// The subject's organizations are exactly [`NODES_GROUP`].
+fn check_organization(subject: &X509Name) -> Result<(), CsrError> {
+    let organizations = subject
         .iter_organization()
         .map(|a| a.as_str().map(str::to_owned))
         .collect::<Result<Vec<_>, _>>()
@@ -168,6 +190,12 @@ pub fn validate_kubelet_client_csr(
     if organizations != [NODES_GROUP] {
         return Err(CsrError::Organization(organizations));
     }
+    Ok(())
+}
+
+/// Any SAN extension at all, even an empty or unparsable one, is refused: the kubelet never
+/// asks for one and a signer might honour a type Go's check ignores.
+fn refuse_subject_alt_names(info: &X509CertificationRequestInfo) -> Result<(), CsrError> {
     for attr in info.iter_attributes() {
         if attr.oid.to_id_string() != OID_EXTENSION_REQUEST {
             continue;
@@ -177,8 +205,6 @@ pub fn validate_kubelet_client_csr(
                 "unreadable extension request attribute".into(),
             ));
         };
-        // Any SAN extension at all, even an empty or unparsable one, is refused: the
-        // kubelet never asks for one and a signer might honour a type Go's check ignores.
         if requested
             .extensions
             .iter()
@@ -187,8 +213,12 @@ pub fn validate_kubelet_client_csr(
             return Err(CsrError::SubjectAltNames);
         }
     }
-    let common_names = info
-        .subject
+    Ok(())
+}
+
+/// The node name of the subject's one common name, `system:node:<name>`.
+fn node_name_of(subject: &X509Name) -> Result<NodeName, CsrError> {
+    let common_names = subject
         .iter_common_name()
         .map(|a| a.as_str())
         .collect::<Result<Vec<_>, _>>()
@@ -200,14 +230,7 @@ pub fn validate_kubelet_client_csr(
     let name = cn
         .strip_prefix(NODE_USER_PREFIX)
         .ok_or_else(|| CsrError::CommonNamePrefix(cn.to_owned()))?;
-    let node_name: NodeName = name.parse().map_err(CsrError::NodeName)?;
-    if !usages_are_kubelet_client(usages) {
-        return Err(CsrError::Usages(usages.to_vec()));
-    }
-    Ok(KubeletClientCsr {
-        node_name,
-        public_key_sha256: Sha256::digest(info.subject_pki.raw).into(),
-    })
+    name.parse().map_err(CsrError::NodeName)
 }
 
 /// The node name a CSR asks for (`system:node:<name>` in its last subject CN), read

@@ -1,4 +1,5 @@
-//! Entry points for fuzzing and its regression replay.
+//! Entry points for fuzzing and its regression replay, compiled only with the `fuzzing`
+//! feature (the fuzz crate's, and this crate's tests'): not for users of the core.
 //!
 //! One function per place where bytes from outside enter kubeflavor. The fuzz targets under
 //! `fuzz/` and the replay test (`tests/codecs/fuzz_replay.rs`) call these same functions, so a
@@ -78,6 +79,8 @@ pub fn csr(data: &[u8]) {
     csr_request(wrapped.as_bytes());
 }
 
+/// One request through the validator and the routing read, then the validator's verdict
+/// through the policy as the CSR of the fixed kubeflavor token.
 fn csr_request(request: &[u8]) {
     let parsed =
         csr::validate_kubelet_client_csr(KUBELET_CLIENT_SIGNER, request, &kubelet_usages());
@@ -91,6 +94,43 @@ fn csr_request(request: &[u8]) {
     let Ok(id) = FUZZ_TOKEN_ID.parse::<TokenId>() else {
         return;
     };
+    let decision = policy::decide(&kubeflavor_token_csr(&id, parsed));
+    let _ = decision.condition();
+}
+
+/// What the controller knows of a CSR filed with the fixed kubeflavor token `id` (a fresh
+/// node token of flavor `sweet`, for a node with neither binding nor Node yet), whose
+/// request the validator read as `csr`.
+fn kubeflavor_token_csr(
+    id: &TokenId,
+    csr: Result<csr::KubeletClientCsr, csr::CsrError>,
+) -> CsrFacts {
+    CsrFacts {
+        csr_name: "csr-fuzz".into(),
+        signer_name: KUBELET_CLIENT_SIGNER.into(),
+        requester_username: id.bootstrap_username(),
+        requester_groups: vec![
+            NODE_GROUP.into(),
+            BOOTSTRAPPERS_GROUP.into(),
+            "system:authenticated".into(),
+        ],
+        csr,
+        already_decided: false,
+        token: kubeflavor_token(id),
+        token_instance: Some(TokenInstance {
+            uid: "uid-fuzz".into(),
+            created: Some(Timestamp::UNIX_EPOCH),
+        }),
+        flavor_exists: true,
+        binding: None,
+        node_exists: false,
+        options: PolicyOptions::default(),
+        now: now(),
+    }
+}
+
+/// The fixed token `id` as its Secret reads: a node token of flavor `sweet`.
+fn kubeflavor_token(id: &TokenId) -> TokenLookup {
     let labels = BTreeMap::from([(
         crate::token_meta::FLAVOR_TOKEN_LABEL.to_owned(),
         "sweet".to_owned(),
@@ -105,7 +145,7 @@ fn csr_request(request: &[u8]) {
         ),
         ("auth-extra-groups".to_owned(), NODE_GROUP.to_owned()),
     ]);
-    let name = crate::token_secret::secret_name(&id);
+    let name = crate::token_secret::secret_name(id);
     let view = SecretView {
         namespace: TOKEN_SECRET_NAMESPACE,
         name: &name,
@@ -115,34 +155,10 @@ fn csr_request(request: &[u8]) {
         labels: &labels,
         annotations: &empty,
     };
-    let token = match TokenRecord::from_secret(&view) {
+    match TokenRecord::from_secret(&view) {
         Ok(r) => TokenLookup::Found(r),
         Err(e) => TokenLookup::Unreadable(e),
-    };
-    let facts = CsrFacts {
-        csr_name: "csr-fuzz".into(),
-        signer_name: KUBELET_CLIENT_SIGNER.into(),
-        requester_username: id.bootstrap_username(),
-        requester_groups: vec![
-            NODE_GROUP.into(),
-            BOOTSTRAPPERS_GROUP.into(),
-            "system:authenticated".into(),
-        ],
-        csr: parsed,
-        already_decided: false,
-        token,
-        token_instance: Some(TokenInstance {
-            uid: "uid-fuzz".into(),
-            created: Some(Timestamp::UNIX_EPOCH),
-        }),
-        flavor_exists: true,
-        binding: None,
-        node_exists: false,
-        options: PolicyOptions::default(),
-        now: now(),
-    };
-    let decision = policy::decide(&facts);
-    let _ = decision.condition();
+    }
 }
 
 /// `kube-public/cluster-info` as a joining node reads it: the input is the ConfigMap's

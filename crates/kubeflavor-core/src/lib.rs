@@ -40,5 +40,7 @@ pub mod pin;
 pub mod pki;
 pub mod random;
 
-// Entry points for fuzzing and its regression replay.
+// Entry points for fuzzing and its regression replay: only with the `fuzzing` feature,
+// which the fuzz crate and this crate's tests enable.
+#[cfg(feature = "fuzzing")]
 pub mod fuzzing;

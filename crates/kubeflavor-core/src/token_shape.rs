@@ -139,26 +139,48 @@ pub fn variables() -> Vec<Variable> {
     ]
 }
 
-/// The rules, broad causes first.
+/// The rules, broad causes first: the request, the token it creates, its data, its
+/// metadata, and how it may be deleted or changed.
 pub fn rules() -> Vec<Rule> {
-    let rule = |expression: String, message: String| Rule {
-        expression,
-        message,
-    };
-    let data_list = DATA_KEYS.join(", ");
-    let annotations_list = ANNOTATIONS.join(", ");
+    [
+        request_rules(),
+        token_rules(),
+        data_rules(),
+        metadata_rules(),
+        lifecycle_rules(),
+    ]
+    .concat()
+}
+
+fn rule(expression: impl Into<String>, message: impl Into<String>) -> Rule {
+    Rule {
+        expression: expression.into(),
+        message: message.into(),
+    }
+}
+
+/// A create, in the namespace of token Secrets.
+fn request_rules() -> Vec<Rule> {
     vec![
         rule(
-            "request.operation == 'CREATE'".into(),
-            "the join-token API creates token Secrets and never changes one; this update is refused"
-                .into(),
+            "request.operation == 'CREATE'",
+            "the join-token API creates token Secrets and never changes one; this update is refused",
         ),
         rule(
-            format!("request.namespace == {}", cel_string(TOKEN_SECRET_NAMESPACE)),
+            format!(
+                "request.namespace == {}",
+                cel_string(TOKEN_SECRET_NAMESPACE)
+            ),
             format!(
                 "the join-token API creates Secrets in {TOKEN_SECRET_NAMESPACE} only, where token Secrets live"
             ),
         ),
+    ]
+}
+
+/// A bootstrap token Secret named after its token id, which expires.
+fn token_rules() -> Vec<Rule> {
+    vec![
         rule(
             format!(
                 "has(object.type) && object.type == {}",
@@ -188,6 +210,14 @@ pub fn rules() -> Vec<Rule> {
                 "data.{KEY_EXPIRATION} is missing: tokens the join-token API mints must expire"
             ),
         ),
+    ]
+}
+
+/// Exactly the data keys kubeflavor writes, with the values every kubeflavor node token
+/// has: its group, both usages, the one description.
+fn data_rules() -> Vec<Rule> {
+    let data_list = DATA_KEYS.join(", ");
+    vec![
         rule(
             format!(
                 "has(object.data) && object.data.size() == {n} && {keys}.all(k, k in object.data)",
@@ -222,6 +252,14 @@ pub fn rules() -> Vec<Rule> {
                  description of every kubeflavor token"
             ),
         ),
+    ]
+}
+
+/// The flavor label alone, and only the annotations `mint` writes, with the controller's
+/// state (bound nodes, denials) as a new token has it.
+fn metadata_rules() -> Vec<Rule> {
+    let annotations_list = ANNOTATIONS.join(", ");
+    vec![
         rule(
             format!(
                 "has(object.metadata.labels) && object.metadata.labels.size() == 1 && {l} in \
@@ -264,16 +302,20 @@ pub fn rules() -> Vec<Rule> {
                  no denial, and only the controller counts them"
             ),
         ),
+    ]
+}
+
+/// Nothing that would keep the Secret after it is deleted, or stop the controller writing it.
+fn lifecycle_rules() -> Vec<Rule> {
+    vec![
         rule(
-            "!has(object.metadata.finalizers) && !has(object.metadata.ownerReferences)".into(),
+            "!has(object.metadata.finalizers) && !has(object.metadata.ownerReferences)",
             "metadata.finalizers and metadata.ownerReferences must be absent: a token Secret must \
-             go when the controller or the token cleaner deletes it, and only then"
-                .into(),
+             go when the controller or the token cleaner deletes it, and only then",
         ),
         rule(
-            "!has(object.immutable) || object.immutable == false".into(),
-            "immutable must not be set: the controller records bound nodes and denials on the token"
-                .into(),
+            "!has(object.immutable) || object.immutable == false",
+            "immutable must not be set: the controller records bound nodes and denials on the token",
         ),
     ]
 }

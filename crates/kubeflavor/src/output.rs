@@ -1,5 +1,8 @@
 //! kubectl-like output: aligned tables with UPPERCASE headers and two spaces between
-//! columns, ages such as `5m` / `3h` / `2d`, and `-o json|yaml|wide|name`.
+//! columns, ages such as `5m` / `3h` / `2d`, and `-o json|yaml|wide|name`; comments in
+//! rendered YAML ([`yaml`]).
+
+pub mod yaml;
 
 use std::io::Write;
 

@@ -12,13 +12,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
-use prometheus_client::registry::{Metric, Registry};
-
-/// Registers `metric` under `name` and hands back a handle to it.
-fn registered<M: Metric + Clone>(registry: &mut Registry, name: &str, help: &str, metric: M) -> M {
-    registry.register(name, help, metric.clone());
-    metric
-}
+use prometheus_client::registry::Registry;
 
 /// Buckets from 1 ms to about 16 s.
 fn duration_histogram() -> Histogram {
@@ -93,90 +87,121 @@ impl crate::ops::http::Exposition for Metrics {
 }
 
 impl Metrics {
+    /// Every metric, registered under the `kubeflavor_` prefix in the order /metrics lists
+    /// them.
     pub fn new() -> Self {
-        let mut r = Registry::with_prefix("kubeflavor");
-        // In registration order, which is the order of /metrics.
+        let metrics = Metrics {
+            decisions: Family::default(),
+            decision_duration: duration_histogram(),
+            flavoring_duration: duration_histogram(),
+            flavored_nodes: Gauge::default(),
+            errors: Family::default(),
+            conflicts: Family::default(),
+            tokens_deleted: Counter::default(),
+            node_patches: Counter::default(),
+            leader: Gauge::default(),
+            writes: Counter::default(),
+            last_write: Gauge::default(),
+            competing_approvals: Family::default(),
+            stages: Family::new_with_constructor(duration_histogram as fn() -> Histogram),
+            registry: Arc::default(),
+        };
+        let mut registry = Registry::with_prefix("kubeflavor");
+        metrics.register_outcomes(&mut registry);
+        metrics.register_failures(&mut registry);
+        metrics.register_cleanups(&mut registry);
+        metrics.register_leadership(&mut registry);
+        metrics.register_diagnostics(&mut registry);
         Metrics {
-            decisions: registered(
-                &mut r,
-                "csr_decisions",
-                "CSR decisions by outcome and exact cause",
-                Family::default(),
-            ),
-            decision_duration: registered(
-                &mut r,
-                "csr_decision_duration_seconds",
-                "Time to decide and apply one CSR decision (reads and writes included)",
-                duration_histogram(),
-            ),
-            flavoring_duration: registered(
-                &mut r,
-                "node_flavoring_duration_seconds",
-                "Time to bring one Node to its binding's desired labels and taints",
-                duration_histogram(),
-            ),
-            flavored_nodes: registered(
-                &mut r,
-                "flavored_nodes",
-                "Nodes whose labels and taints match their binding",
-                Gauge::default(),
-            ),
-            errors: registered(
-                &mut r,
-                "reconcile_errors",
-                "Reconcile failures by controller and stage",
-                Family::default(),
-            ),
-            conflicts: registered(
-                &mut r,
-                "reconcile_conflicts",
-                "Writes that lost an optimistic-concurrency race (409) and were decided again at once, by controller and stage: normal when others write the same objects (kube-controller-manager edits new Nodes), not an error",
-                Family::default(),
-            ),
-            tokens_deleted: registered(
-                &mut r,
-                "tokens_deleted",
-                "Token Secrets deleted after a denial so the kubelet stops retrying",
-                Counter::default(),
-            ),
-            node_patches: registered(
-                &mut r,
-                "node_patches",
-                "Node patches written to restore or apply a flavor",
-                Counter::default(),
-            ),
-            leader: registered(
-                &mut r,
-                "leader",
-                "1 while this replica holds the leader Lease",
-                Gauge::default(),
-            ),
-            writes: registered(
-                &mut r,
-                "api_writes",
-                "API writes this replica started, each one allowed only inside a leadership term",
-                Counter::default(),
-            ),
-            last_write: registered(
-                &mut r,
-                "last_api_write_timestamp_seconds",
-                "Unix time at which this replica last started an API write (0: never); a replica whose term ended stays below the next holder's acquire time",
-                Gauge::default(),
-            ),
-            competing_approvals: registered(
-                &mut r,
-                "competing_approvals",
-                "1 while RBAC lets kube-controller-manager auto-approve this kind of kubelet client CSR before kubeflavor decides (kind: kubeflavor_tokens, other_tokens, renewals, other_requesters), read at start and after every RBAC change",
-                Family::default(),
-            ),
-            stages: registered(
-                &mut r,
-                "stage_duration_seconds",
-                "Where reconciles spend their time, by controller and stage: waiting for a turn (queue), the API reads of one reconcile (read), one API write (write)",
-                Family::new_with_constructor(duration_histogram as fn() -> Histogram),
-            ),
-            registry: Arc::new(r),
+            registry: Arc::new(registry),
+            ..metrics
         }
+    }
+
+    /// What the controller is for: CSR decisions, flavored Nodes, and how long each takes.
+    fn register_outcomes(&self, r: &mut Registry) {
+        r.register(
+            "csr_decisions",
+            "CSR decisions by outcome and exact cause",
+            self.decisions.clone(),
+        );
+        r.register(
+            "csr_decision_duration_seconds",
+            "Time to decide and apply one CSR decision (reads and writes included)",
+            self.decision_duration.clone(),
+        );
+        r.register(
+            "node_flavoring_duration_seconds",
+            "Time to bring one Node to its binding's desired labels and taints",
+            self.flavoring_duration.clone(),
+        );
+        r.register(
+            "flavored_nodes",
+            "Nodes whose labels and taints match their binding",
+            self.flavored_nodes.clone(),
+        );
+    }
+
+    /// Reconciles that failed, and writes that lost a race and were decided again.
+    fn register_failures(&self, r: &mut Registry) {
+        r.register(
+            "reconcile_errors",
+            "Reconcile failures by controller and stage",
+            self.errors.clone(),
+        );
+        r.register(
+            "reconcile_conflicts",
+            "Writes that lost an optimistic-concurrency race (409) and were decided again at once, by controller and stage: normal when others write the same objects (kube-controller-manager edits new Nodes), not an error",
+            self.conflicts.clone(),
+        );
+    }
+
+    /// Writes that undo what a denial or drift left behind: deleted tokens, patched Nodes.
+    fn register_cleanups(&self, r: &mut Registry) {
+        r.register(
+            "tokens_deleted",
+            "Token Secrets deleted after a denial so the kubelet stops retrying",
+            self.tokens_deleted.clone(),
+        );
+        r.register(
+            "node_patches",
+            "Node patches written to restore or apply a flavor",
+            self.node_patches.clone(),
+        );
+    }
+
+    /// The leader Lease, and the writes only its holder may start (a check that no two
+    /// replicas wrote in the same term).
+    fn register_leadership(&self, r: &mut Registry) {
+        r.register(
+            "leader",
+            "1 while this replica holds the leader Lease",
+            self.leader.clone(),
+        );
+        r.register(
+            "api_writes",
+            "API writes this replica started, each one allowed only inside a leadership term",
+            self.writes.clone(),
+        );
+        r.register(
+            "last_api_write_timestamp_seconds",
+            "Unix time at which this replica last started an API write (0: never); a replica whose term ended stays below the next holder's acquire time",
+            self.last_write.clone(),
+        );
+    }
+
+    /// Who else approves kubelet CSRs, and where reconciles spend their time.
+    fn register_diagnostics(&self, r: &mut Registry) {
+        r.register(
+            "competing_approvals",
+            "1 while RBAC lets kube-controller-manager auto-approve this kind of kubelet client CSR before kubeflavor decides (kind: kubeflavor_tokens, other_tokens, renewals, other_requesters), read at start and after every RBAC change",
+            self.competing_approvals.clone(),
+        );
+        r.register(
+            "stage_duration_seconds",
+            "Where reconciles spend their time, by controller and stage: waiting for a turn (queue), the API reads of one reconcile (read), one API write (write)",
+            self.stages.clone(),
+        );
     }
 
     pub fn decision(&self, outcome: &str, cause: &str) {

@@ -13,95 +13,121 @@ fn status_response(description: &str) -> Value {
     })
 }
 
+/// The whole document: what the API is, its one operation, and the schemas it names.
 pub fn document() -> Value {
     json!({
         "openapi": "3.0.3",
-        "info": {
-            "title": "kubeflavor join-token API",
-            "version": env!("CARGO_PKG_VERSION"),
-            "description": format!(
-                "Mints kubeflavor join tokens of one flavor for a caller that authenticates with a Kubernetes bearer token (checked by TokenReview) and may `create` `flavors/jointoken` of API group `kubeflavor.io` named after the flavor (checked by SubjectAccessReview). Bodies are at most {MAX_BODY_BYTES} bytes; errors are Kubernetes Status objects."
-            ),
-        },
+        "info": info(),
         "components": {
             "securitySchemes": {
                 "kubernetesToken": {"type": "http", "scheme": "bearer", "description": "A Kubernetes ServiceAccount token, e.g. from `kubectl create token`."}
             },
             "schemas": {
-                "JoinTokenRequest": {
-                    "type": "object",
-                    "additionalProperties": false,
-                    "required": ["issuedTo"],
-                    "properties": {
-                        "issuedTo": {"type": "string", "minLength": 1, "maxLength": ISSUED_TO_MAX_CHARS, "description": "On whose behalf the token is minted (e.g. acme-corp/alice); kept with the token and copied into the binding of every node that joins with it. Visible text only: no control or format characters (Unicode Cc, Cf: text-direction overrides and isolates, zero-width characters, the byte-order mark), no line or paragraph separators, no white space at either end.", "example": "acme-corp/alice"},
-                        "ttl": {"type": "string", "description": format!("Lifetime like kubeadm's --ttl: 24h, 90m, 1h30m. Default: the flavor's, else 24h. At most the flavor's {MAX_TTL_FIELD} (default: its default TTL, else 24h). 0 (never expires) is refused whatever the flavor's {ALLOW_NEVER_EXPIRING_FIELD} says: the API mints only tokens that expire, and the API server's admission policy refuses this API any token Secret without an expiration."), "example": "24h"},
-                        "maxNodes": {"type": "integer", "minimum": 1, "maximum": 4294967295u64, "description": format!("How many node names the token may bind. Default: the flavor's, else 1. At most the flavor's {MAX_NODES_FIELD} (default: its default maxNodes, else 1).")},
-                        "output": {"type": "string", "enum": ["json", "cloud-init"], "default": "json", "description": "cloud-init: the answer also carries a cloud-init user-data document that joins the machine on first boot."}
-                    }
-                },
-                "JoinToken": {
-                    "type": "object",
-                    "required": ["kind", "apiVersion", "token", "id", "flavor", "maxNodes", "issuedTo", "issuedBy", "joinCommand"],
-                    "properties": {
-                        "kind": {"type": "string", "enum": ["JoinToken"]},
-                        "apiVersion": {"type": "string", "enum": ["kubeflavor.io/v1alpha1"]},
-                        "token": {"type": "string", "pattern": "^[a-z0-9]{6}\\.[a-z0-9]{16}$", "description": "The bootstrap token. Shown once; keep it secret."},
-                        "id": {"type": "string", "pattern": "^[a-z0-9]{6}$"},
-                        "flavor": {"type": "string"},
-                        "expiration": {"type": "string", "format": "date-time", "description": "When the token expires (always set)."},
-                        "maxNodes": {"type": "integer"},
-                        "issuedTo": {"type": "string"},
-                        "issuedBy": {"type": "string", "description": "The Kubernetes user that minted the token (the caller)."},
-                        "joinCommand": {"type": "string", "description": "kubeadm join <server> --token <token> --discovery-token-ca-cert-hash sha256:<pin>"},
-                        "cloudInit": {"type": "string", "description": "Present with output cloud-init."}
-                    }
-                },
-                "Status": {
-                    "type": "object",
-                    "description": "A Kubernetes Status (kind Status, apiVersion v1).",
-                    "properties": {
-                        "kind": {"type": "string"},
-                        "apiVersion": {"type": "string"},
-                        "status": {"type": "string"},
-                        "message": {"type": "string"},
-                        "reason": {"type": "string"},
-                        "code": {"type": "integer"},
-                        "details": {"type": "object", "properties": {"causes": {"type": "array", "items": {"type": "object", "properties": {
-                            "reason": {"type": "string"}, "message": {"type": "string"}, "field": {"type": "string"}
-                        }}}}}
-                    }
-                }
+                "JoinTokenRequest": join_token_request(),
+                "JoinToken": join_token(),
+                "Status": status(),
             }
         },
         "paths": {
             "/v1/flavors/{flavor}/jointokens": {
-                "post": {
-                    "operationId": "createJoinToken",
-                    "summary": "Mint a join token of a flavor",
-                    "security": [{"kubernetesToken": []}],
-                    "parameters": [{"name": "flavor", "in": "path", "required": true, "schema": {"type": "string"}}],
-                    "requestBody": {"required": true, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/JoinTokenRequest"}}}},
-                    "responses": {
-                        "201": {
-                            "description": "Minted. With `Accept: text/cloud-config` the body is the cloud-init document alone.",
-                            "content": {
-                                "application/json": {"schema": {"$ref": "#/components/schemas/JoinToken"}},
-                                "text/cloud-config": {"schema": {"type": "string"}}
-                            }
-                        },
-                        "400": status_response("The body is not a JSON object, or repeats a key (at any depth; details.causes names it, reason FieldValueDuplicate)."),
-                        "401": status_response("No bearer token, or one the Kubernetes API does not accept."),
-                        "403": status_response("The caller may not mint tokens of this flavor."),
-                        "404": status_response("No such flavor (only said to callers allowed to mint it)."),
-                        "409": status_response("The flavor's definition is invalid."),
-                        "408": status_response("The body did not arrive in time (serve --request-timeout)."),
-                        "413": status_response("The body is larger than the limit."),
-                        "422": status_response("A field is invalid, or asks for more than the flavor's tokenLimits allow; details.causes names each field, and the limit it breaks."),
-                        "429": status_response("Too many requests from this caller; see Retry-After."),
-                        "503": status_response("The Kubernetes API could not be reached; retry.")
-                    }
-                }
+                "post": create_join_token()
             }
+        }
+    })
+}
+
+/// Who may call the API and how it answers.
+fn info() -> Value {
+    json!({
+        "title": "kubeflavor join-token API",
+        "version": env!("CARGO_PKG_VERSION"),
+        "description": format!(
+            "Mints kubeflavor join tokens of one flavor for a caller that authenticates with a Kubernetes bearer token (checked by TokenReview) and may `create` `flavors/jointoken` of API group `kubeflavor.io` named after the flavor (checked by SubjectAccessReview). Bodies are at most {MAX_BODY_BYTES} bytes; errors are Kubernetes Status objects."
+        ),
+    })
+}
+
+/// The request body: every field the server accepts, with the limits it checks.
+fn join_token_request() -> Value {
+    json!({
+        "type": "object",
+        "additionalProperties": false,
+        "required": ["issuedTo"],
+        "properties": {
+            "issuedTo": {"type": "string", "minLength": 1, "maxLength": ISSUED_TO_MAX_CHARS, "description": "On whose behalf the token is minted (e.g. acme-corp/alice); kept with the token and copied into the binding of every node that joins with it. Visible text only: no control or format characters (Unicode Cc, Cf: text-direction overrides and isolates, zero-width characters, the byte-order mark), no line or paragraph separators, no white space at either end.", "example": "acme-corp/alice"},
+            "ttl": {"type": "string", "description": format!("Lifetime like kubeadm's --ttl: 24h, 90m, 1h30m. Default: the flavor's, else 24h. At most the flavor's {MAX_TTL_FIELD} (default: its default TTL, else 24h). 0 (never expires) is refused whatever the flavor's {ALLOW_NEVER_EXPIRING_FIELD} says: the API mints only tokens that expire, and the API server's admission policy refuses this API any token Secret without an expiration."), "example": "24h"},
+            "maxNodes": {"type": "integer", "minimum": 1, "maximum": 4294967295u64, "description": format!("How many node names the token may bind. Default: the flavor's, else 1. At most the flavor's {MAX_NODES_FIELD} (default: its default maxNodes, else 1).")},
+            "output": {"type": "string", "enum": ["json", "cloud-init"], "default": "json", "description": "cloud-init: the answer also carries a cloud-init user-data document that joins the machine on first boot."}
+        }
+    })
+}
+
+/// The minted token, as the 201 answer carries it.
+fn join_token() -> Value {
+    json!({
+        "type": "object",
+        "required": ["kind", "apiVersion", "token", "id", "flavor", "maxNodes", "issuedTo", "issuedBy", "joinCommand"],
+        "properties": {
+            "kind": {"type": "string", "enum": ["JoinToken"]},
+            "apiVersion": {"type": "string", "enum": ["kubeflavor.io/v1alpha1"]},
+            "token": {"type": "string", "pattern": "^[a-z0-9]{6}\\.[a-z0-9]{16}$", "description": "The bootstrap token. Shown once; keep it secret."},
+            "id": {"type": "string", "pattern": "^[a-z0-9]{6}$"},
+            "flavor": {"type": "string"},
+            "expiration": {"type": "string", "format": "date-time", "description": "When the token expires (always set)."},
+            "maxNodes": {"type": "integer"},
+            "issuedTo": {"type": "string"},
+            "issuedBy": {"type": "string", "description": "The Kubernetes user that minted the token (the caller)."},
+            "joinCommand": {"type": "string", "description": "kubeadm join <server> --token <token> --discovery-token-ca-cert-hash sha256:<pin>"},
+            "cloudInit": {"type": "string", "description": "Present with output cloud-init."}
+        }
+    })
+}
+
+/// The error body: a Kubernetes Status.
+fn status() -> Value {
+    json!({
+        "type": "object",
+        "description": "A Kubernetes Status (kind Status, apiVersion v1).",
+        "properties": {
+            "kind": {"type": "string"},
+            "apiVersion": {"type": "string"},
+            "status": {"type": "string"},
+            "message": {"type": "string"},
+            "reason": {"type": "string"},
+            "code": {"type": "integer"},
+            "details": {"type": "object", "properties": {"causes": {"type": "array", "items": {"type": "object", "properties": {
+                "reason": {"type": "string"}, "message": {"type": "string"}, "field": {"type": "string"}
+            }}}}}
+        }
+    })
+}
+
+/// `POST /v1/flavors/{flavor}/jointokens`: its parameter, body and every answer.
+fn create_join_token() -> Value {
+    json!({
+        "operationId": "createJoinToken",
+        "summary": "Mint a join token of a flavor",
+        "security": [{"kubernetesToken": []}],
+        "parameters": [{"name": "flavor", "in": "path", "required": true, "schema": {"type": "string"}}],
+        "requestBody": {"required": true, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/JoinTokenRequest"}}}},
+        "responses": {
+            "201": {
+                "description": "Minted. With `Accept: text/cloud-config` the body is the cloud-init document alone.",
+                "content": {
+                    "application/json": {"schema": {"$ref": "#/components/schemas/JoinToken"}},
+                    "text/cloud-config": {"schema": {"type": "string"}}
+                }
+            },
+            "400": status_response("The body is not a JSON object, or repeats a key (at any depth; details.causes names it, reason FieldValueDuplicate)."),
+            "401": status_response("No bearer token, or one the Kubernetes API does not accept."),
+            "403": status_response("The caller may not mint tokens of this flavor."),
+            "404": status_response("No such flavor (only said to callers allowed to mint it)."),
+            "409": status_response("The flavor's definition is invalid."),
+            "408": status_response("The body did not arrive in time (serve --request-timeout)."),
+            "413": status_response("The body is larger than the limit."),
+            "422": status_response("A field is invalid, or asks for more than the flavor's tokenLimits allow; details.causes names each field, and the limit it breaks."),
+            "429": status_response("Too many requests from this caller; see Retry-After."),
+            "503": status_response("The Kubernetes API could not be reached; retry.")
         }
     })
 }

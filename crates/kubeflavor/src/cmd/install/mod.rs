@@ -1,6 +1,7 @@
 //! `kubeflavor install`: everything the controller needs, as YAML documents to read (and to
 //! pipe into `kubectl apply -f -`), or applied directly with server-side apply.
 
+mod pods;
 mod rbac;
 mod serve;
 mod workload;
@@ -28,6 +29,7 @@ use crate::controller::approvers::{self, KUBEADM_RENEWAL_BINDING};
 use crate::crd;
 use crate::error::{CliError, Result};
 use crate::output;
+use crate::output::yaml::{comment, with_notes};
 
 /// How long `install --apply` waits for the CRDs to be served.
 const CRD_ESTABLISHED_TIMEOUT: Duration = Duration::from_secs(60);
@@ -125,9 +127,8 @@ impl Document {
 
     /// Prints `text` as a comment above the field at `path`: its keys joined by `.`, list
     /// items transparent (`spec.template.spec.containers.resources` is the `resources` of
-    /// the first container). The comment is indented like the key, or like the `- ` of a
-    /// list item whose first key it is. [`Document::render`] fails on a path the object
-    /// does not have.
+    /// the first container), as [`with_notes`] places it. [`Document::render`] fails on a
+    /// path the object does not have.
     pub fn note(mut self, path: &str, text: &str) -> Document {
         self.notes.push((path.into(), text.into()));
         self
@@ -185,108 +186,6 @@ impl Document {
         }
         Ok(text)
     }
-}
-
-/// Block YAML (as [`output::to_yaml`] writes it: one key or item per line, no multi-line
-/// scalars) with each note's comment inserted above the first line of its key path. Err
-/// names the path of a note that matched no line.
-fn with_notes(yaml: &str, notes: &[(String, String)]) -> std::result::Result<String, String> {
-    if notes.is_empty() {
-        return Ok(yaml.to_string());
-    }
-    let mut used = vec![false; notes.len()];
-    // The keys leading to the current line, with the column each key starts at.
-    let mut path: Vec<(usize, String)> = Vec::new();
-    let mut out = String::new();
-    for line in yaml.lines() {
-        let indent = line.len() - line.trim_start_matches(' ').len();
-        let mut column = indent;
-        let mut rest = &line[indent..];
-        while let Some(item) = rest.strip_prefix("- ") {
-            column += 2;
-            rest = item;
-        }
-        if let Some(key) = mapping_key(rest) {
-            path.retain(|(c, _)| *c < column);
-            path.push((column, key));
-            let here = path
-                .iter()
-                .map(|(_, k)| k.as_str())
-                .collect::<Vec<_>>()
-                .join(".");
-            for (i, (at, text)) in notes.iter().enumerate() {
-                if !used[i] && *at == here {
-                    used[i] = true;
-                    out.push_str(&comment(text, &line[..indent]));
-                }
-            }
-        }
-        out.push_str(line);
-        out.push('\n');
-    }
-    match notes.iter().zip(&used).find(|(_, used)| !**used) {
-        Some(((at, _), _)) => Err(at.clone()),
-        None => Ok(out),
-    }
-}
-
-/// The key of a `key: value` or `key:` line (plain, or quoted as the YAML writer quotes
-/// keys that need it); None for a scalar list item.
-fn mapping_key(line: &str) -> Option<String> {
-    if line.starts_with('"') || line.starts_with('\'') {
-        // A quoted key: parse it as the YAML string it is.
-        let end = quoted_end(line)?;
-        let after = &line[end..];
-        if after.starts_with(": ") || after == ":" {
-            return serde_saphyr::from_str::<String>(&line[..end]).ok();
-        }
-        return None;
-    }
-    let key = match line.split_once(": ") {
-        Some((key, _)) => key,
-        None => line.strip_suffix(':')?,
-    };
-    (!key.is_empty() && !key.starts_with(['{', '[', '#'])).then(|| key.to_string())
-}
-
-/// The byte just past the closing quote of the quoted scalar `line` starts with.
-fn quoted_end(line: &str) -> Option<usize> {
-    let quote = line.chars().next()?;
-    let mut chars = line.char_indices().skip(1);
-    while let Some((i, c)) = chars.next() {
-        match (quote, c) {
-            ('"', '\\') => {
-                chars.next();
-            }
-            ('\'', '\'') if line[i + 1..].starts_with('\'') => {
-                chars.next();
-            }
-            (q, c) if c == q => return Some(i + 1),
-            _ => {}
-        }
-    }
-    None
-}
-
-/// `# ` lines, wrapped near 96 columns (indent included).
-fn comment(text: &str, indent: &str) -> String {
-    let width = 94usize.saturating_sub(indent.len()).max(40);
-    let mut out = String::new();
-    for paragraph in text.lines() {
-        let mut line = String::new();
-        for word in paragraph.split_whitespace() {
-            if !line.is_empty() && line.len() + word.len() + 1 > width {
-                out.push_str(&format!("{indent}# {line}\n"));
-                line.clear();
-            }
-            if !line.is_empty() {
-                line.push(' ');
-            }
-            line.push_str(word);
-        }
-        out.push_str(&format!("{indent}# {line}\n"));
-    }
-    out
 }
 
 /// Who approves what, and what tokens may read: the choices of `install` beyond where
@@ -608,7 +507,6 @@ fn shown_name(doc: &Document) -> String {
     }
 }
 
-/// Common labels of every object kubeflavor installs.
 /// The metadata of an install object `name` (in `namespace`, if namespaced) of
 /// `component`, carrying the install's labels.
 pub fn object_meta(
@@ -624,6 +522,7 @@ pub fn object_meta(
     }
 }
 
+/// Common labels of every object kubeflavor installs.
 pub fn labels(component: &str) -> BTreeMap<String, String> {
     [
         (

@@ -78,10 +78,6 @@ pub(super) fn role(name: &str, namespace: &str, about: &str, rules: Vec<Rule>) -
     )
 }
 
-fn sa_subject(namespace: &str) -> Subject {
-    service_account_subject(CONTROLLER_SA, namespace)
-}
-
 /// The ServiceAccount `name` of `namespace` as a binding's subject.
 pub(super) fn service_account_subject(name: &str, namespace: &str) -> Subject {
     Subject {
@@ -151,23 +147,46 @@ fn token_groups() -> Vec<Subject> {
     ]
 }
 
-/// A Role of the controller and the RoleBinding (of the same name) granting it to the
-/// controller's ServiceAccount in `sa_namespace`.
-fn controller_role(
+/// Who a role is granted to: the binding's subjects, and how its comment names them.
+pub(super) struct Grantee {
+    pub shown: String,
+    pub subjects: Vec<Subject>,
+}
+
+/// A ClusterRole and the ClusterRoleBinding (of the same name) granting it to `to`.
+pub(super) fn granted_cluster_role(
+    name: &str,
+    about: &str,
+    rules: Vec<Rule>,
+    to: &Grantee,
+) -> [Document; 2] {
+    [
+        cluster_role(name, about, rules),
+        cluster_role_binding(
+            name,
+            &format!("Grants {name} to {}.", to.shown),
+            name,
+            to.subjects.clone(),
+        ),
+    ]
+}
+
+/// A Role in `namespace` and the RoleBinding (of the same name) granting it to `to`.
+pub(super) fn granted_role(
     name: &str,
     namespace: &str,
     about: &str,
     rules: Vec<Rule>,
-    sa_namespace: &str,
+    to: &Grantee,
 ) -> [Document; 2] {
     [
         role(name, namespace, about, rules),
         role_binding(
             name,
             namespace,
-            &format!("Grants {name} to the controller's ServiceAccount."),
+            &format!("Grants {name} to {}.", to.shown),
             name,
-            vec![sa_subject(sa_namespace)],
+            to.subjects.clone(),
         ),
     ]
 }
@@ -175,7 +194,56 @@ fn controller_role(
 /// The controller's permissions: one ClusterRole for cluster-scoped work, and Roles for
 /// token Secrets (kube-system only), leader election and Events.
 pub fn controller(namespace: &str) -> Vec<Document> {
-    let cluster_rules = vec![
+    let to = Grantee {
+        shown: "the controller's ServiceAccount".into(),
+        subjects: vec![service_account_subject(CONTROLLER_SA, namespace)],
+    };
+    let cluster_rules = [
+        csr_approval_rules(),
+        flavor_and_binding_rules(),
+        node_rules(),
+        approver_check_rules(),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    [
+        granted_cluster_role(
+            "kubeflavor:controller",
+            "The controller's cluster-wide permissions: only what approving kubelet client CSRs, binding nodes and flavoring them needs.",
+            cluster_rules,
+            &to,
+        ),
+        granted_role(
+            "kubeflavor:controller:tokens",
+            TOKEN_SECRET_NAMESPACE,
+            "The controller's access to bootstrap token Secrets, in kube-system only (a Role, not a ClusterRole: no Secret elsewhere is readable).",
+            token_rules(),
+            &to,
+        ),
+        granted_role(
+            "kubeflavor:controller:leader-election",
+            namespace,
+            "Leader election in the controller's own namespace.",
+            election_rules(),
+            &to,
+        ),
+        granted_role(
+            "kubeflavor:controller:trail",
+            TRAIL_NAMESPACE,
+            "The admin trail: Events about CSR decisions, in kube-system.",
+            trail_rules(),
+            &to,
+        ),
+    ]
+    .into_iter()
+    .flatten()
+    .collect()
+}
+
+/// Seeing kubelet client CSRs and deciding them, for the kubelet client signer only.
+fn csr_approval_rules() -> Vec<Rule> {
+    vec![
         rule(
             &["certificates.k8s.io"],
             &["certificatesigningrequests"],
@@ -197,6 +265,12 @@ pub fn controller(namespace: &str) -> Vec<Document> {
             &[KUBELET_CLIENT_SIGNER],
             "approve: the API server also requires 'approve' on the CSR's signer. Limited by resourceNames to the kubelet client signer, so this controller cannot approve any other kind of certificate (serving, legacy, custom signers).",
         ),
+    ]
+}
+
+/// Reading flavors and publishing their status; keeping the bindings, never deleting one.
+fn flavor_and_binding_rules() -> Vec<Rule> {
+    vec![
         rule(
             &["kubeflavor.io"],
             &["flavors"],
@@ -225,13 +299,23 @@ pub fn controller(namespace: &str) -> Vec<Document> {
             &[],
             "update, patch: record whether the Node carries its flavor (Flavored, Revoked conditions, applied labels and taints).",
         ),
-        rule(
-            &[""],
-            &["nodes"],
-            &["get", "list", "watch", "patch"],
-            &[],
-            "get, list, watch: notice new, changed and re-created Nodes. patch: put the flavor's labels and taints on the Node (and restore them after drift). No update, create or delete.",
-        ),
+    ]
+}
+
+/// Watching Nodes and patching their flavor onto them.
+fn node_rules() -> Vec<Rule> {
+    vec![rule(
+        &[""],
+        &["nodes"],
+        &["get", "list", "watch", "patch"],
+        &[],
+        "get, list, watch: notice new, changed and re-created Nodes. patch: put the flavor's labels and taints on the Node (and restore them after drift). No update, create or delete.",
+    )]
+}
+
+/// Finding out who else approves kubelet CSRs: RBAC reads and one access review.
+fn approver_check_rules() -> Vec<Rule> {
+    vec![
         rule(
             &["authorization.k8s.io"],
             &["subjectaccessreviews"],
@@ -246,8 +330,12 @@ pub fn controller(namespace: &str) -> Vec<Document> {
             &[],
             "list, watch: read who may create certificatesigningrequests/nodeclient or /selfnodeclient (whose kubelet CSRs kube-controller-manager approves before kubeflavor decides), at start and whenever RBAC changes. Read only: no get of other objects, no writes.",
         ),
-    ];
-    let token_rules = vec![
+    ]
+}
+
+/// Reading token Secrets, reserving their uses and deleting the ones that must stop.
+fn token_rules() -> Vec<Rule> {
+    vec![
         rule(
             &[""],
             &["secrets"],
@@ -269,57 +357,29 @@ pub fn controller(namespace: &str) -> Vec<Document> {
             &[],
             "delete: P4, rejection that ends. A denied kubelet files a new CSR about every 32 s for as long as its token authenticates; deleting an exhausted or misused token is what stops it.",
         ),
-    ];
-    let election_rules = vec![rule(
+    ]
+}
+
+/// Leader election among the replicas.
+fn election_rules() -> Vec<Rule> {
+    vec![rule(
         &["coordination.k8s.io"],
         &["leases"],
         &["get", "create", "update"],
         &[],
         "get, create, update: leader election among the replicas; only the holder of the Lease writes.",
-    )];
-    let trail_rules = vec![rule(
+    )]
+}
+
+/// The admin trail: Events about decisions, written and never read back.
+fn trail_rules() -> Vec<Rule> {
+    vec![rule(
         &["events.k8s.io"],
         &["events"],
         &["create"],
         &[],
         "create: the admin-only record of each decision's exact cause. The Events are about CSRs, which are cluster-scoped, so the API server accepts them only in default or kube-system; kube-system is readable by cluster admins and by no token holder or node. No read: the controller never reads them back.",
-    )];
-    [
-        cluster_role(
-            "kubeflavor:controller",
-            "The controller's cluster-wide permissions: only what approving kubelet client CSRs, binding nodes and flavoring them needs.",
-            cluster_rules,
-        ),
-        cluster_role_binding(
-            "kubeflavor:controller",
-            "Grants kubeflavor:controller to the controller's ServiceAccount.",
-            "kubeflavor:controller",
-            vec![sa_subject(namespace)],
-        ),
-    ]
-    .into_iter()
-    .chain(controller_role(
-        "kubeflavor:controller:tokens",
-        TOKEN_SECRET_NAMESPACE,
-        "The controller's access to bootstrap token Secrets, in kube-system only (a Role, not a ClusterRole: no Secret elsewhere is readable).",
-        token_rules,
-        namespace,
-    ))
-    .chain(controller_role(
-        "kubeflavor:controller:leader-election",
-        namespace,
-        "Leader election in the controller's own namespace.",
-        election_rules,
-        namespace,
-    ))
-    .chain(controller_role(
-        "kubeflavor:controller:trail",
-        TRAIL_NAMESPACE,
-        "The admin trail: Events about CSR decisions, in kube-system.",
-        trail_rules,
-        namespace,
-    ))
-    .collect()
+    )]
 }
 
 /// What kubeflavor's join tokens (node and control-plane) may do: exactly what `kubeadm
@@ -327,44 +387,38 @@ pub fn controller(namespace: &str) -> Vec<Document> {
 /// auto-approval.
 pub fn bootstrap_tokens(token_node_read: bool) -> Vec<Document> {
     let groups = format!("groups {NODE_GROUP} and {CONTROL_PLANE_GROUP}");
-    let mut docs = vec![
-        cluster_role_binding(
-            "kubeflavor:node-bootstrapper",
-            &format!(
-                "Lets kubeflavor's join tokens ({groups}) file kubelet CSRs: the built-in \
-                 system:node-bootstrapper role (create/get/list/watch CSRs). A control-plane node's \
-                 kubelet bootstraps like any other, by the same binding rules.\n\
-                 Deliberately NO binding to system:certificates.k8s.io:certificatesigningrequests:nodeclient: \
-                 with it, kube-controller-manager would approve any CSR of these tokens for any node name. \
-                 kubeflavor's controller decides instead."
-            ),
-            "system:node-bootstrapper",
-            token_groups(),
+    let to = Grantee {
+        shown: format!("kubeflavor's join tokens ({groups})"),
+        subjects: token_groups(),
+    };
+    let csr_filing = cluster_role_binding(
+        "kubeflavor:node-bootstrapper",
+        &format!(
+            "Lets kubeflavor's join tokens ({groups}) file kubelet CSRs: the built-in \
+             system:node-bootstrapper role (create/get/list/watch CSRs). A control-plane node's \
+             kubelet bootstraps like any other, by the same binding rules.\n\
+             Deliberately NO binding to system:certificates.k8s.io:certificatesigningrequests:nodeclient: \
+             with it, kube-controller-manager would approve any CSR of these tokens for any node name. \
+             kubeflavor's controller decides instead."
         ),
-        role(
-            "kubeflavor:kubeadm-config-reader",
-            TOKEN_SECRET_NAMESPACE,
-            "kubeadm join reads the cluster's kubeadm and kubelet configuration.",
-            vec![rule(
-                &[""],
-                &["configmaps"],
-                &["get"],
-                &["kubeadm-config", "kubelet-config"],
-                "get: only the kubeadm-config and kubelet-config ConfigMaps (resourceNames), which kubeadm join downloads.",
-            )],
-        ),
-        role_binding(
-            "kubeflavor:kubeadm-config-reader",
-            TOKEN_SECRET_NAMESPACE,
-            &format!(
-                "Grants kubeflavor:kubeadm-config-reader to kubeflavor's join tokens ({groups})."
-            ),
-            "kubeflavor:kubeadm-config-reader",
-            token_groups(),
-        ),
-    ];
-    if token_node_read {
-        docs.push(cluster_role(
+        "system:node-bootstrapper",
+        to.subjects.clone(),
+    );
+    let config_read = granted_role(
+        "kubeflavor:kubeadm-config-reader",
+        TOKEN_SECRET_NAMESPACE,
+        "kubeadm join reads the cluster's kubeadm and kubelet configuration.",
+        vec![rule(
+            &[""],
+            &["configmaps"],
+            &["get"],
+            &["kubeadm-config", "kubelet-config"],
+            "get: only the kubeadm-config and kubelet-config ConfigMaps (resourceNames), which kubeadm join downloads.",
+        )],
+        &to,
+    );
+    let node_read = token_node_read.then(|| {
+        granted_cluster_role(
             GET_NODES,
             "kubeadm join reads the Node of its own name (to refuse joining over an existing node).",
             vec![rule(
@@ -376,15 +430,13 @@ pub fn bootstrap_tokens(token_node_read: bool) -> Vec<Document> {
                  It also lets a token holder read the labels (the flavor) of any Node whose name it knows; \
                  install --no-token-node-read leaves this grant out (kubeflavor join does not need it, kubeadm join does).",
             )],
-        ));
-        docs.push(cluster_role_binding(
-            GET_NODES,
-            &format!("Grants {GET_NODES} to kubeflavor's join tokens ({groups})."),
-            GET_NODES,
-            token_groups(),
-        ));
-    }
-    docs
+            &to,
+        )
+    });
+    std::iter::once(csr_filing)
+        .chain(config_read)
+        .chain(node_read.into_iter().flatten())
+        .collect()
 }
 
 /// The ClusterRole and ClusterRoleBinding that let join tokens read Nodes.

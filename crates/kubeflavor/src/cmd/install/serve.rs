@@ -11,8 +11,8 @@ use k8s_openapi::api::admissionregistration::v1::{
     ValidatingAdmissionPolicySpec, Validation, Variable,
 };
 use k8s_openapi::api::core::v1::{
-    Container, PodSpec, PodTemplateSpec, ResourceRequirements, SecretVolumeSource, Service,
-    ServiceAccount, ServicePort, ServiceSpec, Volume, VolumeMount,
+    Container, PodSpec, PodTemplateSpec, SecretVolumeSource, Service, ServicePort, ServiceSpec,
+    Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::ObjectMeta;
@@ -20,12 +20,13 @@ use kubeflavor_core::mint_rate::{MintRate, SplitError};
 use kubeflavor_core::token_secret::TOKEN_SECRET_NAMESPACE;
 use kubeflavor_core::token_shape;
 
-use super::rbac::{
-    cluster_role, cluster_role_binding, role, role_binding, rule, service_account_subject,
+use super::pods::{
+    LIVENESS_NOTE, budget, deployment_of, field_env, pod_spec, port, probed_container, resources,
+    selector_of,
 };
-use super::workload::{
-    budget, container_security_context, deployment_of, field_env, pod_security_context, port,
-    probe, quantities, selector_of, spread,
+use super::rbac::{
+    Grantee, Rule, cluster_role_binding, granted_cluster_role, granted_role, rule,
+    service_account_subject,
 };
 use super::{Document, object_meta};
 use crate::join::fetch::{CLUSTER_INFO_NAME, CLUSTER_INFO_NAMESPACE};
@@ -42,6 +43,10 @@ pub const HTTPS_PORT: i32 = 8443;
 pub const SERVE_HTTP_PORT: i32 = 8081;
 /// The labels' component, and the pods' selector.
 const COMPONENT: &str = "serve";
+/// The pod template's spec, as note paths name it.
+const POD: &str = "spec.template.spec";
+/// The API's container, as note paths name it.
+const CONTAINER: &str = "spec.template.spec.containers";
 /// Stateless replicas, each answering on its own (`--serve-replicas`).
 pub const DEFAULT_REPLICAS: u16 = 2;
 /// What one caller may mint across all replicas (`--serve-rate-per-minute`,
@@ -110,49 +115,104 @@ pub fn serve_user(namespace: &str) -> String {
 /// The ValidatingAdmissionPolicy that lets the join-token API's identity create only
 /// kubeflavor node token Secrets, and the binding that makes the API server enforce it.
 fn token_policy(namespace: &str) -> [Document; 2] {
-    let user = serve_user(namespace);
-    let strings = |v: &[&str]| Some(v.iter().map(|s| s.to_string()).collect::<Vec<_>>());
+    [policy(&serve_user(namespace)), policy_binding()]
+}
+
+/// The policy on the Secrets `user` writes, with why each part is there.
+fn policy(user: &str) -> Document {
     let policy = ValidatingAdmissionPolicy {
         metadata: object_meta(TOKEN_POLICY, None, COMPONENT),
-        spec: Some(ValidatingAdmissionPolicySpec {
-            failure_policy: Some("Fail".into()),
-            match_constraints: Some(MatchResources {
-                resource_rules: Some(vec![NamedRuleWithOperations {
-                    api_groups: strings(&[""]),
-                    api_versions: strings(&["v1"]),
-                    operations: strings(&["CREATE", "UPDATE"]),
-                    resources: strings(&["secrets"]),
-                    ..Default::default()
-                }]),
-                ..Default::default()
-            }),
-            match_conditions: Some(vec![MatchCondition {
-                name: "join-token-api".into(),
-                expression: token_shape::applies_to(&user),
-            }]),
-            variables: Some(
-                token_shape::variables()
-                    .into_iter()
-                    .map(|v| Variable {
-                        name: v.name.into(),
-                        expression: v.expression,
-                    })
-                    .collect(),
-            ),
-            validations: Some(
-                token_shape::rules()
-                    .into_iter()
-                    .map(|r| Validation {
-                        expression: r.expression,
-                        message: Some(r.message),
-                        ..Default::default()
-                    })
-                    .collect(),
-            ),
-            ..Default::default()
-        }),
+        spec: Some(policy_spec(user)),
         status: None,
     };
+    Document::new(
+        &format!(
+            "What the join-token API's identity ({user}) may create, enforced by the API server. \
+             RBAC can grant it create on Secrets in {TOKEN_SECRET_NAMESPACE} but cannot say which \
+             Secrets; unshaped, a stolen token of it could create a kubeadm token (kubeadm's \
+             groups are auto-approved by kube-controller-manager, for any node name). This policy \
+             refuses every Secret of that identity but a kubeflavor node token exactly as \
+             kubeflavor mints it, so such a token can mint only kubeflavor tokens, which \
+             kubeflavor's controller judges. No other identity is affected."
+        ),
+        &policy,
+    )
+    .note(
+        "spec.failurePolicy",
+        "Fail: a rule that cannot be evaluated refuses the request.",
+    )
+    .note(
+        "spec.matchConstraints",
+        "Creates and updates of Secrets. The identity has no update grant; should one appear, \
+         the first rule refuses every update anyway (changing a token's secret or its \
+         controller state would take a token over).",
+    )
+    .note(
+        "spec.matchConditions",
+        "Only requests of the join-token API's ServiceAccount: admins, the controller and \
+         kubeadm create their Secrets as before.",
+    )
+    .note(
+        "spec.variables",
+        "The token id in the Secret's name, encoded in base64: CEL sees a Secret's data \
+         values as their base64 text and Kubernetes' CEL has no base64 decoder, so the rule \
+         compares the name's id with data.token-id in base64.",
+    )
+    .note(
+        "spec.validations",
+        "Each rule with the message the API server answers when it fails (HTTP 422, reason \
+         Invalid; the first failing rule is named). Data values are compared with the base64 \
+         of what kubeflavor writes: the group system:bootstrappers:kubeflavor:node, usages \
+         \"true\", the one description. An expiration must be present (its value is judged \
+         by the API server's authenticator, which treats an unreadable one as expired, and by \
+         the controller).",
+    )
+}
+
+/// Creates and updates of Secrets by `user`, refused unless they pass every rule of
+/// [`token_shape`].
+fn policy_spec(user: &str) -> ValidatingAdmissionPolicySpec {
+    let strings = |v: &[&str]| Some(v.iter().map(|s| s.to_string()).collect::<Vec<_>>());
+    ValidatingAdmissionPolicySpec {
+        failure_policy: Some("Fail".into()),
+        match_constraints: Some(MatchResources {
+            resource_rules: Some(vec![NamedRuleWithOperations {
+                api_groups: strings(&[""]),
+                api_versions: strings(&["v1"]),
+                operations: strings(&["CREATE", "UPDATE"]),
+                resources: strings(&["secrets"]),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        }),
+        match_conditions: Some(vec![MatchCondition {
+            name: "join-token-api".into(),
+            expression: token_shape::applies_to(user),
+        }]),
+        variables: Some(
+            token_shape::variables()
+                .into_iter()
+                .map(|v| Variable {
+                    name: v.name.into(),
+                    expression: v.expression,
+                })
+                .collect(),
+        ),
+        validations: Some(
+            token_shape::rules()
+                .into_iter()
+                .map(|r| Validation {
+                    expression: r.expression,
+                    message: Some(r.message),
+                    ..Default::default()
+                })
+                .collect(),
+        ),
+        ..Default::default()
+    }
+}
+
+fn policy_binding() -> Document {
     let binding = ValidatingAdmissionPolicyBinding {
         metadata: object_meta(TOKEN_POLICY, None, COMPONENT),
         spec: Some(ValidatingAdmissionPolicyBindingSpec {
@@ -161,81 +221,82 @@ fn token_policy(namespace: &str) -> [Document; 2] {
             ..Default::default()
         }),
     };
-    [
-        Document::new(
-            &format!(
-                "What the join-token API's identity ({user}) may create, enforced by the API server. \
-                 RBAC can grant it create on Secrets in {TOKEN_SECRET_NAMESPACE} but cannot say which \
-                 Secrets; unshaped, a stolen token of it could create a kubeadm token (kubeadm's \
-                 groups are auto-approved by kube-controller-manager, for any node name). This policy \
-                 refuses every Secret of that identity but a kubeflavor node token exactly as \
-                 kubeflavor mints it, so such a token can mint only kubeflavor tokens, which \
-                 kubeflavor's controller judges. No other identity is affected."
-            ),
-            &policy,
-        )
-        .note(
-            "spec.failurePolicy",
-            "Fail: a rule that cannot be evaluated refuses the request.",
-        )
-        .note(
-            "spec.matchConstraints",
-            "Creates and updates of Secrets. The identity has no update grant; should one appear, \
-             the first rule refuses every update anyway (changing a token's secret or its \
-             controller state would take a token over).",
-        )
-        .note(
-            "spec.matchConditions",
-            "Only requests of the join-token API's ServiceAccount: admins, the controller and \
-             kubeadm create their Secrets as before.",
-        )
-        .note(
-            "spec.variables",
-            "The token id in the Secret's name, encoded in base64: CEL sees a Secret's data \
-             values as their base64 text and Kubernetes' CEL has no base64 decoder, so the rule \
-             compares the name's id with data.token-id in base64.",
-        )
-        .note(
-            "spec.validations",
-            "Each rule with the message the API server answers when it fails (HTTP 422, reason \
-             Invalid; the first failing rule is named). Data values are compared with the base64 \
-             of what kubeflavor writes: the group system:bootstrappers:kubeflavor:node, usages \
-             \"true\", the one description. An expiration must be present (its value is judged \
-             by the API server's authenticator, which treats an unreadable one as expired, and by \
-             the controller).",
-        ),
-        Document::new(
-            "Makes the API server enforce the policy above on every matching request.",
-            &binding,
-        )
-        .note(
-            "spec.validationActions",
-            "Deny: a failing rule refuses the request (not a warning or an audit note).",
-        ),
-    ]
+    Document::new(
+        "Makes the API server enforce the policy above on every matching request.",
+        &binding,
+    )
+    .note(
+        "spec.validationActions",
+        "Deny: a failing rule refuses the request (not a warning or an audit note).",
+    )
 }
 
 fn service_account(namespace: &str) -> Document {
-    Document::new(
+    super::pods::service_account(
+        namespace,
+        (SERVE, COMPONENT),
         "The join-token API's identity, separate from the controller's: it faces the network, so \
          whoever takes it over must not be able to approve CSRs, read or delete tokens, or write \
          bindings. Every grant below that names it says why it is needed.",
-        &ServiceAccount {
-            metadata: object_meta(SERVE, Some(namespace), COMPONENT),
-            automount_service_account_token: Some(false),
-            ..Default::default()
-        },
-    )
-    .note(
-        "automountServiceAccountToken",
-        "No API token in pods running as this ServiceAccount unless the pod asks for one; only \
-         the join-token API's pod does.",
+        "the join-token API's pod",
     )
 }
 
+/// The join-token API's grants: reviewing its callers, reading flavors and bindings,
+/// creating token Secrets and their Events in kube-system, reading cluster-info.
 fn rbac(namespace: &str) -> Vec<Document> {
-    let subject = || vec![service_account_subject(SERVE, namespace)];
-    let cluster_rules = vec![
+    let to = Grantee {
+        shown: "the join-token API's ServiceAccount".into(),
+        subjects: vec![service_account_subject(SERVE, namespace)],
+    };
+    let reviews = cluster_role_binding(
+        "kubeflavor:serve:auth-delegator",
+        "Lets the join-token API review its callers: the built-in system:auth-delegator role \
+         (create tokenreviews: who is this bearer token; create subjectaccessreviews: may they \
+         create flavors/jointoken of this flavor). Nothing else.",
+        "system:auth-delegator",
+        to.subjects.clone(),
+    );
+    let cluster_info_rules = vec![rule(
+        &[""],
+        &["configmaps"],
+        &["get"],
+        &[CLUSTER_INFO_NAME],
+        "get: only the cluster-info ConfigMap (resourceNames): the API server address and CA \
+         the join line names.",
+    )];
+    std::iter::once(reviews)
+        .chain(granted_cluster_role(
+            "kubeflavor:serve",
+            "The join-token API's cluster-wide reads: what minting a token of a flavor needs.",
+            flavor_read_rules(),
+            &to,
+        ))
+        .chain(granted_role(
+            "kubeflavor:serve:tokens",
+            TOKEN_SECRET_NAMESPACE,
+            "The join-token API's writes, in kube-system only: new token Secrets and the Events \
+             that record them. Not the controller's token Role: this identity cannot read, update \
+             or delete tokens.",
+            token_write_rules(),
+            &to,
+        ))
+        .chain(granted_role(
+            "kubeflavor:serve:cluster-info",
+            CLUSTER_INFO_NAMESPACE,
+            "Reads kube-public/cluster-info for the join line. kubeadm's \
+             kubeadm:bootstrap-signer-clusterinfo Role grants it to User system:anonymous only, \
+             which covers unauthenticated requests where the API server allows anonymous ones, \
+             not this authenticated ServiceAccount; this Role does not depend on either.",
+            cluster_info_rules,
+            &to,
+        ))
+        .collect()
+}
+
+/// Flavors for their token defaults, bindings for the token ids they still name: reads only.
+fn flavor_read_rules() -> Vec<Rule> {
+    vec![
         rule(
             &["kubeflavor.io"],
             &["flavors"],
@@ -252,8 +313,12 @@ fn rbac(namespace: &str) -> Vec<Document> {
             "list: a token id still named by a binding is never minted again (P3). No get, watch \
              or write: bindings are the controller's.",
         ),
-    ];
-    let token_rules = vec![
+    ]
+}
+
+/// New token Secrets and the Events recording them: create only.
+fn token_write_rules() -> Vec<Rule> {
+    vec![
         rule(
             &[""],
             &["secrets"],
@@ -273,81 +338,61 @@ fn rbac(namespace: &str) -> Vec<Document> {
             "create: the admin trail of mints (who minted which token id of which flavor, for \
              whom), next to the controller's decisions. No read.",
         ),
-    ];
-    let cluster_info_rules = vec![rule(
-        &[""],
-        &["configmaps"],
-        &["get"],
-        &[CLUSTER_INFO_NAME],
-        "get: only the cluster-info ConfigMap (resourceNames): the API server address and CA \
-         the join line names.",
-    )];
-    vec![
-        cluster_role_binding(
-            "kubeflavor:serve:auth-delegator",
-            "Lets the join-token API review its callers: the built-in system:auth-delegator role \
-             (create tokenreviews: who is this bearer token; create subjectaccessreviews: may they \
-             create flavors/jointoken of this flavor). Nothing else.",
-            "system:auth-delegator",
-            subject(),
-        ),
-        cluster_role(
-            "kubeflavor:serve",
-            "The join-token API's cluster-wide reads: what minting a token of a flavor needs.",
-            cluster_rules,
-        ),
-        cluster_role_binding(
-            "kubeflavor:serve",
-            "Grants kubeflavor:serve to the join-token API's ServiceAccount.",
-            "kubeflavor:serve",
-            subject(),
-        ),
-        role(
-            "kubeflavor:serve:tokens",
-            TOKEN_SECRET_NAMESPACE,
-            "The join-token API's writes, in kube-system only: new token Secrets and the Events \
-             that record them. Not the controller's token Role: this identity cannot read, update \
-             or delete tokens.",
-            token_rules,
-        ),
-        role_binding(
-            "kubeflavor:serve:tokens",
-            TOKEN_SECRET_NAMESPACE,
-            "Grants kubeflavor:serve:tokens to the join-token API's ServiceAccount.",
-            "kubeflavor:serve:tokens",
-            subject(),
-        ),
-        role(
-            "kubeflavor:serve:cluster-info",
-            CLUSTER_INFO_NAMESPACE,
-            "Reads kube-public/cluster-info for the join line. kubeadm's \
-             kubeadm:bootstrap-signer-clusterinfo Role grants it to User system:anonymous only, \
-             which covers unauthenticated requests where the API server allows anonymous ones, \
-             not this authenticated ServiceAccount; this Role does not depend on either.",
-            cluster_info_rules,
-        ),
-        role_binding(
-            "kubeflavor:serve:cluster-info",
-            CLUSTER_INFO_NAMESPACE,
-            "Grants kubeflavor:serve:cluster-info to the join-token API's ServiceAccount.",
-            "kubeflavor:serve:cluster-info",
-            subject(),
-        ),
     ]
 }
 
+/// The join-token API's Deployment (`replicas` pods, 0 with `install --replicas 0`) with
+/// the caller's limit of `plan` split over its planned replicas, and a note on every field a
+/// reviewer would ask about.
 fn deployment(namespace: &str, image: &str, replicas: i32, plan: ServePlan) -> Document {
-    let ServePlan {
-        replicas: planned,
-        total,
-        per_replica: each,
-    } = plan;
-    let most = each.across(u32::from(planned));
+    let deployment = deployment_of(
+        namespace,
+        (SERVE, COMPONENT),
+        replicas,
+        0,
+        pod_template(image, plan.per_replica),
+    );
+    let doc = Document::new(
+        &format!(
+            "The join-token API (kubeflavor serve): a portal POSTs /v1/flavors/<flavor>/jointokens \
+             with its own Kubernetes bearer token and gets a join token of a flavor its RBAC names \
+             (create on flavors/jointoken of kubeflavor.io, resourceNames: the flavors). It needs \
+             the Secret {TLS_SECRET} (type kubernetes.io/tls) in this namespace: from cert-manager \
+             (a Certificate for {SERVE}.{namespace}.svc with secretName {TLS_SECRET}) or \
+             kubectl create secret tls {TLS_SECRET} -n {namespace} --cert=tls.crt --key=tls.key. \
+             Its pods wait in ContainerCreating until it exists."
+        ),
+        &deployment,
+    );
+    container_notes(pod_notes(rollout_notes(doc, plan.replicas)), plan)
+}
+
+/// The API's pod: its container and the serving certificate's Secret as a volume.
+fn pod_template(image: &str, each: MintRate) -> PodTemplateSpec {
     let selector = selector_of(COMPONENT);
-    let affinity = spread(&selector);
-    let container = Container {
-        name: "serve".into(),
-        image: Some(image.into()),
+    let pod = pod_spec(SERVE, &selector, container(image, each));
+    PodTemplateSpec {
+        metadata: Some(ObjectMeta {
+            labels: Some(selector),
+            ..Default::default()
+        }),
+        spec: Some(PodSpec {
+            volumes: Some(vec![Volume {
+                name: "tls".into(),
+                secret: Some(SecretVolumeSource {
+                    secret_name: Some(TLS_SECRET.into()),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }]),
+            ..pod
+        }),
+    }
+}
+
+/// `kubeflavor serve` on the mounted certificate, allowing a caller `each` per replica.
+fn container(image: &str, each: MintRate) -> Container {
+    Container {
         args: Some(vec![
             "serve".into(),
             format!("--tls-cert-file={TLS_DIR}/tls.crt"),
@@ -362,60 +407,20 @@ fn deployment(namespace: &str, image: &str, replicas: i32, plan: ServePlan) -> D
             port("https", HTTPS_PORT),
             port("http", SERVE_HTTP_PORT),
         ]),
-        liveness_probe: Some(probe("/healthz", 10)),
-        readiness_probe: Some(probe("/readyz", 5)),
-        resources: Some(ResourceRequirements {
-            requests: Some(quantities(&[("cpu", "50m"), ("memory", "32Mi")])),
-            limits: Some(quantities(&[("memory", "128Mi")])),
-            ..Default::default()
-        }),
-        security_context: Some(container_security_context()),
+        resources: Some(resources("50m", "32Mi", "128Mi")),
         volume_mounts: Some(vec![VolumeMount {
             name: "tls".into(),
             mount_path: TLS_DIR.into(),
             read_only: Some(true),
             ..Default::default()
         }]),
-        ..Default::default()
-    };
-    let template = PodTemplateSpec {
-        metadata: Some(ObjectMeta {
-            labels: Some(selector),
-            ..Default::default()
-        }),
-        spec: Some(PodSpec {
-            service_account_name: Some(SERVE.into()),
-            automount_service_account_token: Some(true),
-            security_context: Some(pod_security_context()),
-            affinity: Some(affinity),
-            containers: vec![container],
-            volumes: Some(vec![Volume {
-                name: "tls".into(),
-                secret: Some(SecretVolumeSource {
-                    secret_name: Some(TLS_SECRET.into()),
-                    ..Default::default()
-                }),
-                ..Default::default()
-            }]),
-            ..Default::default()
-        }),
-    };
-    let deployment = deployment_of(namespace, (SERVE, COMPONENT), replicas, 0, template);
-    let spec = "spec.template.spec";
-    let container = "spec.template.spec.containers";
-    Document::new(
-        &format!(
-            "The join-token API (kubeflavor serve): a portal POSTs /v1/flavors/<flavor>/jointokens \
-             with its own Kubernetes bearer token and gets a join token of a flavor its RBAC names \
-             (create on flavors/jointoken of kubeflavor.io, resourceNames: the flavors). It needs \
-             the Secret {TLS_SECRET} (type kubernetes.io/tls) in this namespace: from cert-manager \
-             (a Certificate for {SERVE}.{namespace}.svc with secretName {TLS_SECRET}) or \
-             kubectl create secret tls {TLS_SECRET} -n {namespace} --cert=tls.crt --key=tls.key. \
-             Its pods wait in ContainerCreating until it exists."
-        ),
-        &deployment,
-    )
-    .note(
+        ..probed_container("serve", image)
+    }
+}
+
+/// Why the replicas and the rollout strategy are what they are: stateless, always answering.
+fn rollout_notes(doc: Document, planned: u16) -> Document {
+    doc.note(
         "spec.replicas",
         &format!(
             "install --serve-replicas ({planned}), or 0 with install --replicas 0 (nothing runs \
@@ -430,35 +435,39 @@ fn deployment(namespace: &str, image: &str, replicas: i32, plan: ServePlan) -> D
         "Rollouts start a new pod before an old one goes (none unavailable, one extra), so the \
          API keeps answering.",
     )
-    .note(
-        spec,
+}
+
+/// The pod's priority, identity, security, placement and certificate.
+fn pod_notes(doc: Document) -> Document {
+    doc.note(
+        POD,
         "No priorityClassName: unlike the controller, which nodes need to join at all, a portal \
          API that is briefly down only delays new tokens; it should not preempt workloads or \
          outlast them under node pressure.",
     )
     .note(
-        &format!("{spec}.serviceAccountName"),
+        &format!("{POD}.serviceAccountName"),
         "Its own identity, not the controller's: see the ServiceAccount and its grants.",
     )
     .note(
-        &format!("{spec}.automountServiceAccountToken"),
+        &format!("{POD}.automountServiceAccountToken"),
         "The ServiceAccount mounts no token by default; this pod, which reviews callers and writes \
          token Secrets through the API server, opts in. The kubelet mounts a projected token that \
          expires and is rotated.",
     )
     .note(
-        &format!("{spec}.securityContext"),
+        &format!("{POD}.securityContext"),
         "Non-root uid and gid 65532 with the container runtime's default seccomp profile, as the \
          controller's pod: what the restricted Pod Security Standard this namespace enforces \
          requires.",
     )
     .note(
-        &format!("{spec}.affinity"),
+        &format!("{POD}.affinity"),
         "Prefer replicas on different nodes, so losing one node leaves one answering. Preferred, \
          not required: a one-node cluster still runs them all.",
     )
     .note(
-        &format!("{spec}.volumes"),
+        &format!("{POD}.volumes"),
         &format!(
             "The serving certificate: Secret {TLS_SECRET}, type kubernetes.io/tls (tls.crt, \
              tls.key). The kubelet updates the mounted files when the Secret changes (cert-manager \
@@ -466,62 +475,66 @@ fn deployment(namespace: &str, image: &str, replicas: i32, plan: ServePlan) -> D
              restart."
         ),
     )
-    .note(
-        &format!("{container}.args"),
-        &format!(
-            "HTTPS on port {HTTPS_PORT} with the mounted certificate; /metrics, /healthz and /readyz \
-             on plain HTTP port {SERVE_HTTP_PORT}. Rate limits are per replica: a caller's {} a \
-             minute and {} at once across the API (install --serve-rate-per-minute, --serve-burst) \
-             divided by the {planned} replicas, rounded down: --rate-per-minute={} --burst={}. A \
-             Service without session affinity spreads a caller's connections, so a caller mints \
-             at most {} a minute and {} at once in all, and only one replica's share when its \
-             connections all reach one replica. --token-audience and the connection limits \
-             (--max-connections, --idle-timeout, --request-timeout) keep their defaults \
-             (kubeflavor serve --help).",
-            total.per_minute,
-            total.burst,
-            each.per_minute,
-            each.burst,
-            most.per_minute,
-            most.burst,
-        ),
-    )
-    .note(
-        &format!("{container}.env"),
-        "Downward API: the pod's name is this replica's name in the trail's Events \
-         (reportingInstance).",
-    )
-    .note(
-        &format!("{container}.ports"),
-        "https: the join-token API, behind the Service. http: /metrics, /healthz and /readyz, not \
-         in the Service.",
-    )
-    .note(
-        &format!("{container}.livenessProbe"),
-        "/healthz answers while the process serves; 3 failures 10 s apart restart the container.",
-    )
-    .note(
-        &format!("{container}.readinessProbe"),
-        "/readyz: ready while serving, not while shutting down, so the Service stops sending it \
-         callers first. Rollouts wait for it.",
-    )
-    .note(
-        &format!("{container}.resources"),
-        "Estimates until measured: requests 50m CPU and 32Mi, a 128Mi memory limit against a leak. \
-         No CPU limit: minting is short bursts of API calls, and throttling would only add \
-         latency. The server caps connections (1024, each closed after 10 s without a request) and \
-         reviews in flight (32).",
-    )
-    .note(
-        &format!("{container}.securityContext"),
-        "No privilege escalation, no capabilities, non-root, read-only root filesystem: the \
-         server writes no files.",
-    )
-    .note(
-        &format!("{container}.volumeMounts"),
-        &format!(
-            "{TLS_DIR}/tls.crt and tls.key, read-only, as the args name them."
-        ),
+}
+
+/// The container's flags and limits, name in the trail, ports, probes, sizing, lockdown and
+/// certificate mount.
+fn container_notes(doc: Document, plan: ServePlan) -> Document {
+    doc.note(&format!("{CONTAINER}.args"), &args_note(plan))
+        .note(
+            &format!("{CONTAINER}.env"),
+            "Downward API: the pod's name is this replica's name in the trail's Events \
+             (reportingInstance).",
+        )
+        .note(
+            &format!("{CONTAINER}.ports"),
+            "https: the join-token API, behind the Service. http: /metrics, /healthz and /readyz, \
+             not in the Service.",
+        )
+        .note(&format!("{CONTAINER}.livenessProbe"), LIVENESS_NOTE)
+        .note(
+            &format!("{CONTAINER}.readinessProbe"),
+            "/readyz: ready while serving, not while shutting down, so the Service stops sending \
+             it callers first. Rollouts wait for it.",
+        )
+        .note(
+            &format!("{CONTAINER}.resources"),
+            "Estimates until measured: requests 50m CPU and 32Mi, a 128Mi memory limit against a \
+             leak. No CPU limit: minting is short bursts of API calls, and throttling would only \
+             add latency. The server caps connections (1024, each closed after 10 s without a \
+             request) and reviews in flight (32).",
+        )
+        .note(
+            &format!("{CONTAINER}.securityContext"),
+            "No privilege escalation, no capabilities, non-root, read-only root filesystem: the \
+             server writes no files.",
+        )
+        .note(
+            &format!("{CONTAINER}.volumeMounts"),
+            &format!("{TLS_DIR}/tls.crt and tls.key, read-only, as the args name them."),
+        )
+}
+
+/// The ports the server listens on, and how the caller's limit is split over the replicas
+/// (and what that makes of it when a Service spreads the caller's connections).
+fn args_note(plan: ServePlan) -> String {
+    let ServePlan {
+        replicas: planned,
+        total,
+        per_replica: each,
+    } = plan;
+    let most = each.across(u32::from(planned));
+    format!(
+        "HTTPS on port {HTTPS_PORT} with the mounted certificate; /metrics, /healthz and /readyz \
+         on plain HTTP port {SERVE_HTTP_PORT}. Rate limits are per replica: a caller's {} a \
+         minute and {} at once across the API (install --serve-rate-per-minute, --serve-burst) \
+         divided by the {planned} replicas, rounded down: --rate-per-minute={} --burst={}. A \
+         Service without session affinity spreads a caller's connections, so a caller mints \
+         at most {} a minute and {} at once in all, and only one replica's share when its \
+         connections all reach one replica. --token-audience and the connection limits \
+         (--max-connections, --idle-timeout, --request-timeout) keep their defaults \
+         (kubeflavor serve --help).",
+        total.per_minute, total.burst, each.per_minute, each.burst, most.per_minute, most.burst,
     )
 }
 

@@ -441,74 +441,6 @@ fn noted(object: Value, notes: &[(&str, &str)]) -> Document {
 }
 
 #[test]
-fn a_note_lands_above_its_key_indented_like_it() {
-    let doc = noted(
-        serde_json::json!({
-            "kind": "Thing",
-            "spec": {
-                "replicas": 2,
-                "template": {"spec": {"containers": [
-                    {"image": "i", "name": "a", "resources": {"limits": {"memory": "1Mi"}}},
-                ]}},
-            },
-        }),
-        &[
-            ("spec.replicas", "How many."),
-            ("spec.template.spec.containers.resources", "Sized."),
-            ("spec.template.spec.containers.name", "Named."),
-            (
-                "spec.template.spec.containers.image",
-                "First key of the item.",
-            ),
-            ("spec", "The spec."),
-        ],
-    );
-    let text = doc.render().unwrap();
-    assert_eq!(comments_above(&text, "spec:"), ["# The spec."]);
-    assert_eq!(comments_above(&text, "  replicas: 2"), ["  # How many."]);
-    assert_eq!(
-        comments_above(&text, "      - image: i"),
-        ["      # First key of the item."]
-    );
-    assert_eq!(
-        comments_above(&text, "        name: a"),
-        ["        # Named."]
-    );
-    assert_eq!(
-        comments_above(&text, "        resources:"),
-        ["        # Sized."]
-    );
-    // Comments change nothing a YAML reader sees.
-    let read: Value = serde_saphyr::from_str(&text).unwrap();
-    assert_eq!(read, doc.object);
-}
-
-#[test]
-fn a_note_matches_whole_keys_only_and_quoted_keys_by_their_value() {
-    let doc = noted(
-        serde_json::json!({
-            "metadata": {"annotations": {"prometheus.io/port": "8080", "true": "yes"}},
-            "spec": {"replica": 1, "replicas": 2, "args": ["a: b", "c"]},
-        }),
-        &[
-            ("spec.replicas", "Two."),
-            ("metadata.annotations.prometheus.io/port", "Port."),
-            ("metadata.annotations.true", "Quoted."),
-        ],
-    );
-    let text = doc.render().unwrap();
-    assert!(comments_above(&text, "  replica: 1").is_empty(), "{text}");
-    assert_eq!(comments_above(&text, "  replicas: 2"), ["  # Two."]);
-    let port = text
-        .lines()
-        .find(|l| l.contains("prometheus.io/port"))
-        .unwrap();
-    assert_eq!(comments_above(&text, port), ["    # Port."]);
-    let quoted = text.lines().find(|l| l.contains("yes")).unwrap();
-    assert_eq!(comments_above(&text, quoted), ["    # Quoted."]);
-}
-
-#[test]
 fn a_note_for_a_field_the_object_lacks_fails_the_render() {
     let doc = noted(
         serde_json::json!({"spec": {"replicas": 2}}),
@@ -522,21 +454,6 @@ fn a_note_for_a_field_the_object_lacks_fails_the_render() {
         &[("items.0.name", "Indexed.")],
     );
     assert!(doc.render().is_err());
-}
-
-#[test]
-fn long_notes_wrap_within_the_width_at_any_depth() {
-    let long = "word ".repeat(60);
-    let doc = noted(
-        serde_json::json!({"a": {"b": {"c": {"d": 1}}}}),
-        &[("a.b.c.d", &long)],
-    );
-    let text = doc.render().unwrap();
-    let lines = comments_above(&text, "      d: 1");
-    assert!(lines.len() > 2, "{text}");
-    for line in lines {
-        assert!(line.starts_with("      # ") && line.len() <= 96, "{line:?}");
-    }
 }
 
 #[test]

@@ -321,7 +321,7 @@ pub async fn delete(client: &Client, id: &TokenId) -> Result<bool, kube::Error> 
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     fn token_secret(namespace: Option<&str>) -> Secret {
@@ -358,7 +358,9 @@ mod tests {
         assert!(data["token-secret"].0.is_empty());
     }
 
-    fn flavored_secret(bound: &str) -> Secret {
+    /// A kubeflavor token Secret of flavor `sweet` (max nodes 3) whose bound names are
+    /// `bound`, as read at resourceVersion 42.
+    pub(crate) fn flavored_secret(bound: &str) -> Secret {
         serde_json::from_value(serde_json::json!({
             "metadata": {
                 "name": "bootstrap-token-abcdef", "namespace": "kube-system", "resourceVersion": "42",

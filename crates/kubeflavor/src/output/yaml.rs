@@ -108,7 +108,7 @@ pub fn comment(text: &str, indent: &str) -> String {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use serde_json::Value;
 
     use super::*;
@@ -123,7 +123,7 @@ mod tests {
     }
 
     /// The line of `text` that is exactly `line`, and the comment lines right above it.
-    fn comments_above<'a>(text: &'a str, line: &str) -> Vec<&'a str> {
+    pub(crate) fn comments_above<'a>(text: &'a str, line: &str) -> Vec<&'a str> {
         let lines: Vec<&str> = text.lines().collect();
         let at = lines
             .iter()

@@ -415,22 +415,7 @@ fn all_modes() -> Vec<Vec<Document>> {
         .collect()
 }
 
-/// The line of `text` that is exactly `line`, and the comment lines right above it.
-fn comments_above<'a>(text: &'a str, line: &str) -> Vec<&'a str> {
-    let lines: Vec<&str> = text.lines().collect();
-    let at = lines
-        .iter()
-        .position(|l| *l == line)
-        .unwrap_or_else(|| panic!("no line {line:?} in\n{text}"));
-    let mut above: Vec<&str> = lines[..at]
-        .iter()
-        .rev()
-        .take_while(|l| l.trim_start().starts_with('#'))
-        .copied()
-        .collect();
-    above.reverse();
-    above
-}
+use crate::output::yaml::tests::comments_above;
 
 fn noted(object: Value, notes: &[(&str, &str)]) -> Document {
     notes

@@ -186,20 +186,7 @@ impl TokenWrite {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
-
-    fn token_secret(bound: &str) -> Secret {
-        serde_json::from_value(json!({
-            "metadata": {
-                "name": "bootstrap-token-abcdef", "namespace": "kube-system", "resourceVersion": "42",
-                "labels": {"kubeflavor.io/flavor": "sweet"},
-                "annotations": {"kubeflavor.io/max-nodes": "3", "kubeflavor.io/bound-nodes": bound},
-            },
-            "type": "bootstrap.kubernetes.io/token",
-            "stringData": {},
-        }))
-        .unwrap()
-    }
+    use crate::cluster::token_secrets::tests::flavored_secret as token_secret;
 
     #[test]
     fn a_raced_denial_is_judged_on_the_current_count() {

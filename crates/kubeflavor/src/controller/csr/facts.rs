@@ -159,6 +159,17 @@ async fn read_token_and_flavor(
     Ok((token_secret, flavor))
 }
 
+/// The CSR `name` as the API server has it now, if it exists.
+pub async fn read_csr(
+    ctx: &Context,
+    name: &str,
+) -> Result<Option<CertificateSigningRequest>, Error> {
+    Api::<CertificateSigningRequest>::all(ctx.client.clone())
+        .get_opt(name)
+        .await
+        .map_err(read_err(format!("CertificateSigningRequest {name}")))
+}
+
 /// The FlavorBinding of the node name, if the CSR names one.
 async fn read_binding(ctx: &Context, node: Option<&str>) -> Result<Option<FlavorBinding>, Error> {
     let Some(node) = node else { return Ok(None) };

@@ -242,13 +242,7 @@ async fn read_pending(
     ctx: &Context,
     name: &str,
 ) -> Result<Option<CertificateSigningRequest>, Error> {
-    let csr = Api::<CertificateSigningRequest>::all(ctx.client.clone())
-        .get_opt(name)
-        .await
-        .map_err(|source| Error::Read {
-            what: format!("CertificateSigningRequest {name}"),
-            source,
-        })?;
+    let csr = facts::read_csr(ctx, name).await?;
     Ok(csr.filter(|csr| !facts::is_decided(csr)))
 }
 

@@ -378,14 +378,7 @@ fn forget(ctx: &Context, name: &str) {
 
 /// Where the CSR that created the binding stands.
 async fn binding_csr(ctx: &Context, binding: &FlavorBinding) -> Result<BindingCsr, Error> {
-    let name = &binding.spec.csr_name;
-    let csr = Api::<CertificateSigningRequest>::all(ctx.client.clone())
-        .get_opt(name)
-        .await
-        .map_err(|source| Error::Read {
-            what: format!("CertificateSigningRequest {name}"),
-            source,
-        })?;
+    let csr = facts::read_csr(ctx, &binding.spec.csr_name).await?;
     Ok(match csr {
         None => BindingCsr::Gone,
         Some(csr) if approved(&csr) => BindingCsr::Approved,

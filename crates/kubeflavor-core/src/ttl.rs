@@ -8,6 +8,9 @@ use serde::{Deserialize, Serialize};
 
 /// Token TTL when neither the command line nor the flavor sets one (kubeadm's default).
 pub const DEFAULT_TOKEN_TTL: TokenTtl = TokenTtl::Seconds(24 * 3600);
+/// Control-plane join token TTL when the command line sets none: the lifetime of the
+/// control-plane certificate Secret it exists to read (`certs upload --ttl`).
+pub const CONTROL_PLANE_TOKEN_TTL: TokenTtl = TokenTtl::Seconds(2 * 3600);
 /// The longest token TTL accepted (ten years): beyond it a typo is likelier than intent.
 pub const MAX_TOKEN_TTL_SECS: u64 = 10 * 366 * 24 * 3600;
 

@@ -4,7 +4,7 @@
 use std::io::Write;
 
 use jiff::Timestamp;
-use kubeflavor_core::flavor::TokenTtl;
+use kubeflavor_core::ttl::CONTROL_PLANE_TOKEN_TTL;
 use kubeflavor_core::token::BootstrapToken;
 use kubeflavor_core::token_meta::FlavorTokenMeta;
 use kubeflavor_core::token_secret::{CONTROL_PLANE_GROUP, format_expiration};
@@ -16,9 +16,6 @@ use crate::cluster::Cluster;
 use crate::error::CliError;
 use crate::minting::{JoinTarget, join_command_line, join_target, mint_control_plane};
 
-/// Default lifetime of a control-plane join token: the lifetime of the kubeadm-certs
-/// Secret it exists to read (`certs upload --ttl`).
-pub const CONTROL_PLANE_TOKEN_TTL: TokenTtl = TokenTtl::Seconds(2 * 3600);
 
 /// What `token create --control-plane -o json|yaml` prints (it holds the token).
 #[derive(serde::Serialize)]

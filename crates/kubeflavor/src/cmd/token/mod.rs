@@ -36,7 +36,7 @@ mod list;
 mod print;
 mod revoke;
 
-pub use control_plane::{CONTROL_PLANE_TOKEN_TTL, create_control_plane_token};
+pub use control_plane::create_control_plane_token;
 pub use list::{TokenInfo, list};
 pub use print::print_join_command;
 pub use revoke::{TokenRevokeArgs, revoke};

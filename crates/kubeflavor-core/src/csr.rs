@@ -147,11 +147,11 @@ pub fn validate_kubelet_client_csr(
     if request_pem.len() > MAX_CSR_REQUEST_BYTES {
         return Err(CsrError::TooLarge(request_pem.len()));
     }
-    let (_, pem) = x509_parser::pem::parse_x509_pem(request_pem).map_err(|_| CsrError::NotPem)?;
+    let pem = crate::pem::decode_first(request_pem).map_err(|_| CsrError::NotPem)?;
     if pem.label != CSR_PEM_LABEL {
         return Err(CsrError::WrongPemType(pem.label));
     }
-    let (_, req) = X509CertificationRequest::from_der(&pem.contents)
+    let (_, req) = X509CertificationRequest::from_der(&pem.der)
         .map_err(|e| CsrError::NotPkcs10(e.to_string()))?;
     // Proof of possession: the fingerprint recorded in the binding is only meaningful if
     // the requester holds the key. (x509-parser's `verify` is enabled through rcgen's
@@ -218,8 +218,8 @@ pub fn requested_node_name(request_pem: &[u8]) -> Option<String> {
     if request_pem.len() > MAX_CSR_REQUEST_BYTES {
         return None;
     }
-    let (_, pem) = x509_parser::pem::parse_x509_pem(request_pem).ok()?;
-    let (_, req) = X509CertificationRequest::from_der(&pem.contents).ok()?;
+    let pem = crate::pem::decode_first(request_pem).ok()?;
+    let (_, req) = X509CertificationRequest::from_der(&pem.der).ok()?;
     let cn = req
         .certification_request_info
         .subject
@@ -410,8 +410,8 @@ pub(crate) mod tests {
     #[test]
     fn a_tampered_request_fails_its_signature() {
         let (pem, _) = make_csr("worker-1", Shape::default());
-        let (_, block) = x509_parser::pem::parse_x509_pem(pem.as_bytes()).unwrap();
-        let mut der = block.contents.clone();
+        let block = crate::pem::decode_first(pem.as_bytes()).unwrap();
+        let mut der = block.der.to_vec();
         // Flip a bit inside the common name "system:node:worker-1" ('1' -> '0').
         let pos = der
             .windows(8)

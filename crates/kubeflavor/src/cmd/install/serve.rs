@@ -155,11 +155,11 @@ fn token_policy(namespace: &str) -> [Document; 2] {
     };
     let binding = ValidatingAdmissionPolicyBinding {
         metadata: object_meta(TOKEN_POLICY, None, COMPONENT),
-        spec: Some(ValidatingAdmissionPolicyBindingSpec {
-            policy_name: Some(TOKEN_POLICY.into()),
-            validation_actions: Some(vec!["Deny".into()]),
+        spec: ValidatingAdmissionPolicyBindingSpec {
+            policy_name: TOKEN_POLICY.into(),
+            validation_actions: vec!["Deny".into()],
             ..Default::default()
-        }),
+        },
     };
     [
         Document::new(

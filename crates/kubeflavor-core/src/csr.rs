@@ -10,7 +10,6 @@ use std::fmt;
 
 use sha2::{Digest, Sha256};
 use x509_parser::cri_attributes::ParsedCriAttribute;
-use x509_parser::pem::Pem;
 use x509_parser::prelude::{
     FromDer, X509CertificationRequest, X509CertificationRequestInfo, X509Name,
 };
@@ -148,7 +147,7 @@ pub fn validate_kubelet_client_csr(
         return Err(CsrError::WrongSigner(signer_name.to_owned()));
     }
     let pem = request_block(request_pem)?;
-    let (_, req) = X509CertificationRequest::from_der(&pem.contents)
+    let (_, req) = X509CertificationRequest::from_der(&pem.der)
         .map_err(|e| CsrError::NotPkcs10(e.to_string()))?;
     // Proof of possession: the fingerprint recorded in the binding is only meaningful if
     // the requester holds the key. (x509-parser's `verify` is enabled through rcgen's
@@ -169,11 +168,11 @@ pub fn validate_kubelet_client_csr(
 
 /// The one `CERTIFICATE REQUEST` PEM block of `request_pem`, which is refused unread above
 /// [`MAX_CSR_REQUEST_BYTES`].
-fn request_block(request_pem: &[u8]) -> Result<Pem, CsrError> {
+fn request_block(request_pem: &[u8]) -> Result<crate::pem::Block, CsrError> {
     if request_pem.len() > MAX_CSR_REQUEST_BYTES {
         return Err(CsrError::TooLarge(request_pem.len()));
     }
-    let (_, pem) = x509_parser::pem::parse_x509_pem(request_pem).map_err(|_| CsrError::NotPem)?;
+    let pem = crate::pem::decode_first(request_pem).map_err(|_| CsrError::NotPem)?;
     if pem.label != CSR_PEM_LABEL {
         return Err(CsrError::WrongPemType(pem.label));
     }
@@ -241,8 +240,8 @@ pub fn requested_node_name(request_pem: &[u8]) -> Option<String> {
     if request_pem.len() > MAX_CSR_REQUEST_BYTES {
         return None;
     }
-    let (_, pem) = x509_parser::pem::parse_x509_pem(request_pem).ok()?;
-    let (_, req) = X509CertificationRequest::from_der(&pem.contents).ok()?;
+    let pem = crate::pem::decode_first(request_pem).ok()?;
+    let (_, req) = X509CertificationRequest::from_der(&pem.der).ok()?;
     let cn = req
         .certification_request_info
         .subject
@@ -433,8 +432,8 @@ pub(crate) mod tests {
     #[test]
     fn a_tampered_request_fails_its_signature() {
         let (pem, _) = make_csr("worker-1", Shape::default());
-        let (_, block) = x509_parser::pem::parse_x509_pem(pem.as_bytes()).unwrap();
-        let mut der = block.contents.clone();
+        let block = crate::pem::decode_first(pem.as_bytes()).unwrap();
+        let mut der = block.der.to_vec();
         // Flip a bit inside the common name "system:node:worker-1" ('1' -> '0').
         let pos = der
             .windows(8)

@@ -1,80 +1,45 @@
-//! Just enough DER to unwrap a PKCS#8 PrivateKeyInfo into the PKCS#1 / SEC1 forms kubeadm
-//! writes (rcgen and aws-lc hand out PKCS#8 only). Every buffer that may hold key material is
-//! zeroized.
+//! A PKCS#8 PrivateKeyInfo unwrapped into the PKCS#1 / SEC1 forms kubeadm writes (rcgen and
+//! aws-lc hand out PKCS#8 only), read and written with asn1-rs, the DER reader under
+//! x509-parser.
+//!
+//! asn1-rs wipes nothing, so no key material is left to it: reading borrows from the
+//! caller's buffer (rcgen's PKCS#8, wiped by `KeyPairGuard`) without copying, and the SEC1
+//! key is written straight into one `Zeroizing` buffer, reserved at its full length first so
+//! that no reallocation leaves a copy behind.
 
+use x509_parser::asn1_rs::{
+    Any, BitString, Error, FromDer, Header, Integer, Length, OctetString, Oid, Sequence, Tag,
+    TaggedExplicit, ToDer,
+};
 use zeroize::Zeroizing;
-
-pub(crate) const TAG_INTEGER: u8 = 0x02;
-pub(crate) const TAG_BIT_STRING: u8 = 0x03;
-pub(crate) const TAG_OCTET_STRING: u8 = 0x04;
-pub(crate) const TAG_OID: u8 = 0x06;
-pub(crate) const TAG_SEQUENCE: u8 = 0x30;
-pub(crate) const TAG_CONTEXT_0: u8 = 0xa0;
-pub(crate) const TAG_CONTEXT_1: u8 = 0xa1;
-
-/// Splits one TLV off the front of `input`: `(tag, contents, rest)`.
-pub(crate) fn read_tlv(input: &[u8]) -> Option<(u8, &[u8], &[u8])> {
-    let (&tag, rest) = input.split_first()?;
-    let (&first, rest) = rest.split_first()?;
-    let (len, rest) = if first < 0x80 {
-        (usize::from(first), rest)
-    } else {
-        let n = usize::from(first & 0x7f);
-        if n == 0 || n > 4 || rest.len() < n {
-            return None;
-        }
-        let len = rest[..n]
-            .iter()
-            .fold(0usize, |acc, &b| (acc << 8) | usize::from(b));
-        (len, &rest[n..])
-    };
-    if rest.len() < len {
-        return None;
-    }
-    Some((tag, &rest[..len], &rest[len..]))
-}
-
-/// Reads a TLV that must carry `tag`.
-pub(crate) fn expect(input: &[u8], tag: u8) -> Option<(&[u8], &[u8])> {
-    match read_tlv(input)? {
-        (t, contents, rest) if t == tag => Some((contents, rest)),
-        _ => None,
-    }
-}
-
-/// Appends one TLV to `out`.
-pub(crate) fn write_tlv(out: &mut Vec<u8>, tag: u8, contents: &[u8]) {
-    out.push(tag);
-    let len = contents.len();
-    if len < 0x80 {
-        out.push(len as u8);
-    } else {
-        let bytes = len.to_be_bytes();
-        let skip = bytes.iter().take_while(|&&b| b == 0).count();
-        out.push(0x80 | (bytes.len() - skip) as u8);
-        out.extend_from_slice(&bytes[skip..]);
-    }
-    out.extend_from_slice(contents);
-}
 
 /// The parts of a PKCS#8 PrivateKeyInfo (RFC 5208) kubeflavor needs.
 pub(crate) struct Pkcs8<'a> {
-    /// The AlgorithmIdentifier's parameters TLV, if any (for EC, the named curve OID).
-    pub(crate) parameters: &'a [u8],
+    /// The AlgorithmIdentifier's parameters, if any (for EC, the named curve OID).
+    parameters: Option<Any<'a>>,
     /// The privateKey OCTET STRING contents: PKCS#1 RSAPrivateKey or SEC1 ECPrivateKey.
     pub(crate) private_key: &'a [u8],
 }
 
+/// `PrivateKeyInfo ::= SEQUENCE { version, AlgorithmIdentifier, privateKey OCTET STRING, ... }`.
 pub(crate) fn parse_pkcs8(der: &[u8]) -> Option<Pkcs8<'_>> {
-    let (info, _) = expect(der, TAG_SEQUENCE)?;
-    let (_version, rest) = expect(info, TAG_INTEGER)?;
-    let (alg_id, rest) = expect(rest, TAG_SEQUENCE)?;
-    let (_algorithm, parameters) = expect(alg_id, TAG_OID)?;
-    let (private_key, _) = expect(rest, TAG_OCTET_STRING)?;
-    Some(Pkcs8 {
-        parameters,
-        private_key,
+    let (_, pkcs8) = Sequence::from_der_and_then(der, |info| {
+        let (rest, _version) = Integer::from_der(info)?;
+        let (rest, parameters) = Sequence::from_der_and_then(rest, |alg_id| {
+            let (parameters, _algorithm) = Oid::from_der(alg_id)?;
+            Option::<Any>::from_der(parameters)
+        })?;
+        let (rest, private_key) = <&[u8]>::from_der(rest)?;
+        Ok::<_, x509_parser::nom::Err<Error>>((
+            rest,
+            Pkcs8 {
+                parameters,
+                private_key,
+            },
+        ))
     })
+    .ok()?;
+    Some(pkcs8)
 }
 
 /// Builds a SEC1 ECPrivateKey (RFC 5915) with the curve and public key present, as Go's
@@ -83,22 +48,53 @@ pub(crate) fn sec1_from_pkcs8(
     pkcs8: &Pkcs8<'_>,
     public_point: &[u8],
 ) -> Option<Zeroizing<Vec<u8>>> {
-    let (inner, _) = expect(pkcs8.private_key, TAG_SEQUENCE)?;
-    let (_version, rest) = expect(inner, TAG_INTEGER)?;
-    let (scalar, _) = expect(rest, TAG_OCTET_STRING)?;
-    let mut body = Zeroizing::new(Vec::with_capacity(160));
-    write_tlv(&mut body, TAG_INTEGER, &[1]);
-    write_tlv(&mut body, TAG_OCTET_STRING, scalar);
-    write_tlv(&mut body, TAG_CONTEXT_0, pkcs8.parameters);
-    let mut bits = Vec::with_capacity(public_point.len() + 1);
-    bits.push(0); // no unused bits
-    bits.extend_from_slice(public_point);
-    let mut bit_string = Vec::with_capacity(bits.len() + 4);
-    write_tlv(&mut bit_string, TAG_BIT_STRING, &bits);
-    write_tlv(&mut body, TAG_CONTEXT_1, &bit_string);
-    let mut out = Zeroizing::new(Vec::with_capacity(body.len() + 4));
-    write_tlv(&mut out, TAG_SEQUENCE, &body);
+    let (_, scalar) = Sequence::from_der_and_then(pkcs8.private_key, |inner| {
+        let (rest, _version) = Integer::from_der(inner)?;
+        <&[u8]>::from_der(rest)
+    })
+    .ok()?;
+    let version = 1u32; // ecPrivkeyVer1
+    let private_key = OctetString::new(scalar);
+    let parameters = TaggedExplicit::<Any, Error, 0>::explicit(pkcs8.parameters.clone()?);
+    let public_key =
+        TaggedExplicit::<BitString, Error, 1>::explicit(BitString::new(0, public_point));
+    let fields: [&dyn ToDer; 4] = [&version, &private_key, &parameters, &public_key];
+    let body_len = fields
+        .iter()
+        .map(|f| f.to_der_len())
+        .sum::<Result<usize, _>>()
+        .ok()?;
+    let header = Header::new(
+        x509_parser::asn1_rs::Class::Universal,
+        true,
+        Tag::Sequence,
+        Length::Definite(body_len),
+    );
+    // A few bytes of slack over the computed length: the buffer must never grow.
+    let mut out = Zeroizing::new(Vec::with_capacity(body_len + 16));
+    header.write_der_header(&mut *out).ok()?;
+    for field in fields {
+        field.write_der(&mut *out).ok()?;
+    }
     Some(out)
+}
+
+/// SEQUENCE's identifier octet, for building test inputs.
+#[cfg(test)]
+pub(crate) const TAG_SEQUENCE: u8 = 0x30;
+
+/// Appends one TLV to `out`, the header written by asn1-rs: for building test inputs.
+#[cfg(test)]
+pub(crate) fn write_tlv(out: &mut Vec<u8>, tag: u8, contents: &[u8]) {
+    let class = x509_parser::asn1_rs::Class::try_from(tag >> 6).expect("a two-bit class");
+    let header = Header::new(
+        class,
+        tag & 0x20 != 0,
+        Tag(u32::from(tag & 0x1f)),
+        Length::Definite(contents.len()),
+    );
+    header.write_der_header(out).expect("writing to a Vec");
+    out.extend_from_slice(contents);
 }
 
 #[cfg(test)]
@@ -106,21 +102,42 @@ mod tests {
     use super::*;
 
     #[test]
-    fn long_lengths_round_trip() {
-        for len in [0usize, 1, 127, 128, 255, 256, 70_000] {
-            let contents = vec![7u8; len];
-            let mut out = Vec::new();
-            write_tlv(&mut out, TAG_OCTET_STRING, &contents);
-            let (tag, got, rest) = read_tlv(&out).unwrap();
-            assert_eq!((tag, got.len(), rest.len()), (TAG_OCTET_STRING, len, 0));
-        }
+    fn sec1_is_laid_out_as_go_writes_it() {
+        let pair = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap();
+        let pkcs8 = parse_pkcs8(pair.serialized_der()).unwrap();
+        let point = pair.public_key_raw();
+        let sec1 = sec1_from_pkcs8(&pkcs8, point).unwrap();
+        // SEQUENCE { INTEGER 1, OCTET STRING (32-byte scalar), [0] { OID prime256v1 },
+        // [1] { BIT STRING (the uncompressed point) } }: 121 bytes, as from Go.
+        assert_eq!(sec1.len(), 121);
+        assert_eq!(sec1[..7], [0x30, 0x77, 0x02, 0x01, 0x01, 0x04, 0x20]);
+        let curve = [
+            0xa0, 0x0a, 0x06, 0x08, 0x2a, 0x86, 0x48, 0xce, 0x3d, 0x03, 0x01, 0x07,
+        ];
+        assert_eq!(sec1[39..51], curve);
+        assert_eq!(sec1[51..56], [0xa1, 0x44, 0x03, 0x42, 0x00]);
+        assert_eq!(&sec1[56..], point);
+        // And the key loads back as the same key.
+        let back = rcgen::KeyPair::try_from(&sec1[..]).unwrap();
+        assert_eq!(back.public_key_raw(), point);
     }
 
     #[test]
-    fn truncated_input_is_refused() {
-        let mut out = Vec::new();
-        write_tlv(&mut out, TAG_SEQUENCE, &[1, 2, 3, 4]);
-        assert!(read_tlv(&out[..out.len() - 1]).is_none());
-        assert!(read_tlv(&[0x30, 0x84, 0xff]).is_none());
+    fn malformed_pkcs8_is_refused() {
+        let pair = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap();
+        let der = pair.serialized_der();
+        assert!(parse_pkcs8(&der[..der.len() - 1]).is_none());
+        assert!(parse_pkcs8(&[0x30, 0x84, 0xff]).is_none());
+        assert!(parse_pkcs8(&[]).is_none());
+    }
+
+    #[test]
+    fn test_tlvs_have_definite_lengths() {
+        for len in [0usize, 1, 127, 128, 255, 256, 70_000] {
+            let mut out = Vec::new();
+            write_tlv(&mut out, TAG_SEQUENCE, &vec![7u8; len]);
+            let (rest, seq) = Sequence::from_der(&out).unwrap();
+            assert_eq!((rest.len(), seq.content.len()), (0, len));
+        }
     }
 }

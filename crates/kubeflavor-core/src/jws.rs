@@ -13,7 +13,7 @@
 
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use hmac::{Hmac, Mac};
+use hmac::{Hmac, KeyInit, Mac};
 use sha2::Sha256;
 use subtle::ConstantTimeEq;
 use zeroize::Zeroizing;
@@ -49,7 +49,7 @@ pub fn sign(token_id: &str, secret: &str, content: &[u8]) -> String {
     let payload = URL_SAFE_NO_PAD.encode(content);
     let signing_input = Zeroizing::new(format!("{header}.{payload}"));
     // HMAC accepts keys of any length, including empty.
-    let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(secret.as_bytes())
+    let mut mac = <Hmac<Sha256> as KeyInit>::new_from_slice(secret.as_bytes())
         .expect("HMAC-SHA256 accepts keys of any length");
     mac.update(signing_input.as_bytes());
     let signature = URL_SAFE_NO_PAD.encode(mac.finalize().into_bytes());

@@ -22,6 +22,7 @@ pub(crate) const LABEL_PKCS1: &str = "RSA PRIVATE KEY";
 pub(crate) const LABEL_SEC1: &str = "EC PRIVATE KEY";
 pub(crate) const LABEL_PKCS8: &str = "PRIVATE KEY";
 pub(crate) const LABEL_PUBLIC_KEY: &str = "PUBLIC KEY";
+const EXPECTED_PRIVATE_KEY: &str = "a private key (RSA PRIVATE KEY, EC PRIVATE KEY or PRIVATE KEY)";
 
 /// The encoding of a private key PEM block.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -156,7 +157,7 @@ impl PrivateKey {
             .ok_or(PemError::NoBlock)?;
         let PemKind::PrivateKey(form) = kind_of_label(&block.label) else {
             return Err(KeyError::UnexpectedBlock {
-                expected: "a private key (RSA PRIVATE KEY, EC PRIVATE KEY or PRIVATE KEY)",
+                expected: EXPECTED_PRIVATE_KEY,
                 found: block.label.clone(),
             });
         };
@@ -279,6 +280,36 @@ pub fn parse_certificates_pem(text: &[u8]) -> Result<Vec<Vec<u8>>, KeyError> {
         certs.push(block.der.to_vec());
     }
     Ok(certs)
+}
+
+/// A serving certificate chain: every `CERTIFICATE` block of a PEM file as DER, in order,
+/// other blocks skipped, the way Go's `tls.X509KeyPair` reads a certificate file. Unlike
+/// [`parse_certificates_pem`] nothing but unreadable PEM is refused; the TLS stack checks
+/// the certificates.
+pub fn tls_certificate_chain(text: &[u8]) -> Result<Vec<Vec<u8>>, PemError> {
+    Ok(pem::decode_all(text)?
+        .into_iter()
+        .filter(|b| b.label == LABEL_CERTIFICATE)
+        .map(|b| b.der.to_vec())
+        .collect())
+}
+
+/// A serving key: the first private key block of a PEM file, in any of the three forms,
+/// other blocks before it skipped, the way Go's `tls.X509KeyPair` reads a key file. The DER
+/// comes back zeroizing, to be handed to the TLS stack.
+pub fn tls_private_key(text: &[u8]) -> Result<(PrivateKeyForm, Zeroizing<Vec<u8>>), KeyError> {
+    let blocks = pem::decode_all(text)?;
+    let found = blocks[0].label.clone();
+    blocks
+        .into_iter()
+        .find_map(|b| match kind_of_label(&b.label) {
+            PemKind::PrivateKey(form) => Some((form, b.der)),
+            _ => None,
+        })
+        .ok_or(KeyError::UnexpectedBlock {
+            expected: EXPECTED_PRIVATE_KEY,
+            found,
+        })
 }
 
 /// What `certs inspect` shows about a certificate.

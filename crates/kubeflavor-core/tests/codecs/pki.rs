@@ -3,7 +3,7 @@
 use jiff::{SignedDuration, Timestamp};
 use kubeflavor_core::keys::{
     CertificateSummary, KeyError, PemKind, PrivateKey, PrivateKeyForm, PublicKey, classify_pem,
-    parse_certificates_pem,
+    parse_certificates_pem, tls_certificate_chain, tls_private_key,
 };
 use kubeflavor_core::pin::CaPin;
 use kubeflavor_core::pki::{
@@ -240,6 +240,30 @@ fn wrong_material_is_refused_with_what_was_found() {
     assert!(matches!(
         parse_certificates_pem(bad_cert.as_bytes()),
         Err(KeyError::InvalidCertificate { index: 0, .. })
+    ));
+}
+
+#[test]
+fn serving_files_are_read_as_go_tls_reads_them() {
+    let files = generate_shared_ca_set(KeyAlgorithm::EcdsaP256, now()).unwrap();
+    let text = |name: &str| String::from_utf8(file(&files, name).contents().to_vec()).unwrap();
+    let (crt, key) = (text("ca.crt"), text("ca.key"));
+    // Other blocks in a certificate file are skipped, and so are blocks before the key.
+    let chain = tls_certificate_chain(format!("{crt}{key}{crt}").as_bytes()).unwrap();
+    assert_eq!(
+        chain,
+        [cert_der(&files, "ca.crt"), cert_der(&files, "ca.crt")]
+    );
+    let (form, der) = tls_private_key(format!("{crt}{key}").as_bytes()).unwrap();
+    assert_eq!(form, PrivateKeyForm::Sec1);
+    assert_eq!(
+        PrivateKey::from_pem(key.as_bytes()).unwrap(),
+        PrivateKey::from_pem(kubeflavor_core::keys::encode_pem("EC PRIVATE KEY", &der).as_bytes())
+            .unwrap()
+    );
+    assert!(matches!(
+        tls_private_key(crt.as_bytes()),
+        Err(KeyError::UnexpectedBlock { found, .. }) if found == "CERTIFICATE"
     ));
 }
 

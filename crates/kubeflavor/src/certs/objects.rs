@@ -110,7 +110,7 @@ pub fn reader_binding(readable_by: ReadableBy) -> RoleBinding {
             ..ObjectMeta::default()
         },
         role_ref: RoleRef {
-            api_group: RBAC_GROUP.to_owned(),
+            api_group: Some(RBAC_GROUP.to_owned()),
             kind: "Role".to_owned(),
             name: RBAC_NAME.to_owned(),
         },

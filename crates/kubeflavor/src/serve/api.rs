@@ -147,7 +147,7 @@ async fn authenticate(server: &Server, headers: &HeaderMap) -> Result<UserInfo, 
     };
     let review = TokenReview {
         spec: TokenReviewSpec {
-            token: Some(token.to_string()),
+            token: token.to_string(),
             audiences: server.audience.clone().map(|a| vec![a]),
         },
         ..TokenReview::default()

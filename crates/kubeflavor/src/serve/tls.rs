@@ -6,11 +6,14 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
+use kubeflavor_core::keys::{self, PrivateKeyForm};
 use rustls::crypto::aws_lc_rs::sign::any_supported_type;
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
-use rustls_pki_types::pem::PemObject;
-use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+use rustls_pki_types::{
+    CertificateDer, PrivateKeyDer, PrivatePkcs1KeyDer, PrivatePkcs8KeyDer, PrivateSec1KeyDer,
+};
+use zeroize::Zeroizing;
 
 /// How often the files are looked at (on a handshake, never in between).
 const RECHECK: Duration = Duration::from_secs(2);
@@ -55,28 +58,36 @@ fn stamp(cert: &Path, key: &Path) -> Option<(SystemTime, SystemTime)> {
 
 /// Reads a certificate chain and its private key from PEM files.
 pub fn load(cert: &Path, key: &Path) -> Result<Arc<CertifiedKey>, TlsError> {
-    let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert)
-        .and_then(|certs| certs.collect::<Result<_, _>>())
-        .map_err(|e| TlsError::Certificate {
-            path: cert.into(),
-            reason: e.to_string(),
-        })?;
+    let cert_error = |reason: String| TlsError::Certificate {
+        path: cert.into(),
+        reason,
+    };
+    let text = std::fs::read(cert).map_err(|e| cert_error(e.to_string()))?;
+    let chain: Vec<CertificateDer<'static>> = keys::tls_certificate_chain(&text)
+        .map_err(|e| cert_error(e.to_string()))?
+        .into_iter()
+        .map(CertificateDer::from)
+        .collect();
     if chain.is_empty() {
-        return Err(TlsError::Certificate {
-            path: cert.into(),
-            reason: "no CERTIFICATE block in it".into(),
-        });
+        return Err(cert_error("no CERTIFICATE block in it".into()));
     }
-    let private = PrivateKeyDer::from_pem_file(key).map_err(|e| TlsError::Key {
+    let key_error = |reason: String| TlsError::Key {
         path: key.into(),
-        reason: e.to_string(),
-    })?;
+        reason,
+    };
+    let text = Zeroizing::new(std::fs::read(key).map_err(|e| key_error(e.to_string()))?);
+    let (form, der) = keys::tls_private_key(&text).map_err(|e| key_error(e.to_string()))?;
+    let private = match form {
+        PrivateKeyForm::Pkcs1 => PrivateKeyDer::Pkcs1(PrivatePkcs1KeyDer::from(&der[..])),
+        PrivateKeyForm::Sec1 => PrivateKeyDer::Sec1(PrivateSec1KeyDer::from(&der[..])),
+        PrivateKeyForm::Pkcs8 => PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(&der[..])),
+    };
     certified(chain, private, key)
 }
 
 fn certified(
     chain: Vec<CertificateDer<'static>>,
-    private: PrivateKeyDer<'static>,
+    private: PrivateKeyDer<'_>,
     key_path: &Path,
 ) -> Result<Arc<CertifiedKey>, TlsError> {
     let signing = any_supported_type(&private).map_err(|e| TlsError::Key {
@@ -244,7 +255,7 @@ mod tests {
     fn a_self_signed_certificate_is_served_and_printed() {
         crate::cluster::install_crypto_provider();
         let (key, pem) = self_signed(&["localhost".into(), "127.0.0.1".into()]).unwrap();
-        let printed = CertificateDer::from_pem_slice(pem.as_bytes()).unwrap();
-        assert_eq!(printed.as_ref(), key.cert[0].as_ref());
+        let printed = keys::tls_certificate_chain(pem.as_bytes()).unwrap();
+        assert_eq!(printed[0], key.cert[0].as_ref());
     }
 }

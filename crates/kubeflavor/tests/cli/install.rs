@@ -175,11 +175,8 @@ async fn install_apply_with_replicas_adds_the_disruption_budget() {
     assert_eq!(pdb.metadata.generation, Some(1));
     let deployments: Api<Deployment> = Api::namespaced(env.client.clone(), "kubeflavor");
     let deployment = deployments.get("kubeflavor-controller").await.unwrap();
-    assert_eq!(
-        spec.selector,
-        deployment.spec.as_ref().map(|s| s.selector.clone())
-    );
-    let pod = deployment.spec.unwrap().template.spec.unwrap();
+    assert_eq!(spec.selector, Some(deployment.spec.selector.clone()));
+    let pod = deployment.spec.template.spec.unwrap();
     assert_eq!(
         pod.priority_class_name.as_deref(),
         Some("system-cluster-critical")

@@ -471,17 +471,20 @@ async fn service_account_client(h: &Harness) -> kube::Client {
     use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
     use k8s_openapi::api::core::v1::ServiceAccount;
     let request = TokenRequest {
-        spec: TokenRequestSpec {
-            audiences: Vec::new(),
+        spec: Some(TokenRequestSpec {
+            audiences: Some(Vec::new()),
             expiration_seconds: Some(600),
             ..Default::default()
-        },
+        }),
         ..Default::default()
     };
     let issued = Api::<ServiceAccount>::namespaced(h.admin.clone(), "kubeflavor")
         .create_token_request("kubeflavor-controller", &Default::default(), &request)
         .await
         .expect("TokenRequest for the controller's ServiceAccount");
-    let token = issued.status.expect("token issued").token;
+    let token = issued
+        .status
+        .and_then(|status| status.token)
+        .expect("token issued");
     h.env.token_client(&token).await
 }

@@ -311,7 +311,7 @@ async fn strict_mode_denies_other_tokens_without_deleting_them() {
             ..Default::default()
         },
         role_ref: RoleRef {
-            api_group: "rbac.authorization.k8s.io".into(),
+            api_group: Some("rbac.authorization.k8s.io".into()),
             kind: "ClusterRole".into(),
             name: "system:node-bootstrapper".into(),
         },
@@ -358,7 +358,7 @@ async fn manage_renewals_is_refused_while_renewals_are_auto_approved() {
             ..Default::default()
         },
         role_ref: RoleRef {
-            api_group: "rbac.authorization.k8s.io".into(),
+            api_group: Some("rbac.authorization.k8s.io".into()),
             kind: "ClusterRole".into(),
             name: "system:certificates.k8s.io:certificatesigningrequests:selfnodeclient".into(),
         },

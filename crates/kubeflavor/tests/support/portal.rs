@@ -21,10 +21,10 @@ pub async fn service_account_token(
     seconds: i64,
 ) -> String {
     let request = TokenRequest {
-        spec: TokenRequestSpec {
+        spec: Some(TokenRequestSpec {
             expiration_seconds: Some(seconds),
             ..TokenRequestSpec::default()
-        },
+        }),
         ..TokenRequest::default()
     };
     Api::<ServiceAccount>::namespaced(admin.clone(), namespace)
@@ -32,8 +32,8 @@ pub async fn service_account_token(
         .await
         .unwrap_or_else(|e| panic!("TokenRequest for {namespace}/{name}: {e}"))
         .status
+        .and_then(|status| status.token)
         .expect("a TokenRequest answers with a token")
-        .token
 }
 
 /// ServiceAccount `namespace/name`, allowed to mint the flavors `may_mint` and nothing

@@ -1,6 +1,7 @@
-//! The functions CRD rules may call beyond what the interpreter provides: CEL's `size` by
-//! code points, a `matches` with cached regexes, and the Kubernetes string and list
-//! extensions (k8s.io/apiserver/pkg/cel/library and cel-go's strings extension).
+//! The functions CRD rules may call beyond what the interpreter provides: the Kubernetes
+//! string and list extensions (k8s.io/apiserver/pkg/cel/library and cel-go's strings
+//! extension). The interpreter's own `size` counts code points and its `matches` is RE2-like
+//! (the regex crate), as CEL specifies; it refuses to have them redeclared.
 
 use std::sync::Arc;
 
@@ -11,12 +12,15 @@ use super::schema::cached_regex;
 
 type CelResult = Result<Cel, ExecutionError>;
 
+/// The error the interpreter gives a member function called on a type it has no overload for.
+fn no_overload(ftx: &FunctionContext) -> ExecutionError {
+    ExecutionError::no_such_member_overload(ftx.name, Vec::new())
+}
+
 /// The standard functions plus the Kubernetes string and list extensions CRD rules use
 /// (k8s.io/apiserver/pkg/cel/library and cel-go's strings extension).
-pub fn base_context() -> Context<'static> {
+pub fn base_context() -> Context<'static, 'static> {
     let mut ctx = Context::default();
-    ctx.add_function("size", size);
-    ctx.add_function("matches", matches);
     for name in [
         "lowerAscii",
         "upperAscii",
@@ -31,30 +35,10 @@ pub fn base_context() -> Context<'static> {
         "find",
         "findAll",
     ] {
-        ctx.add_function(name, extension);
+        ctx.add_function(name, extension)
+            .expect("the interpreter declares no function of this name");
     }
     ctx
-}
-
-/// `size()` counts Unicode code points of a string, as CEL specifies.
-fn size(ftx: &FunctionContext, This(this): This<Cel>) -> Result<i64, ExecutionError> {
-    Ok(match this {
-        Cel::String(s) => s.chars().count(),
-        Cel::List(l) => l.len(),
-        Cel::Map(m) => m.map.len(),
-        Cel::Bytes(b) => b.len(),
-        other => return Err(ftx.error(format!("cannot determine the size of {other:?}"))),
-    } as i64)
-}
-
-fn matches(
-    ftx: &FunctionContext,
-    This(this): This<Arc<String>>,
-    re: Arc<String>,
-) -> Result<bool, ExecutionError> {
-    cached_regex(&re)
-        .map(|r| r.is_match(&this))
-        .map_err(|e| ftx.error(format!("'{re}' not a valid regex: {e}")))
 }
 
 fn int_arg(ftx: &FunctionContext, args: &[Cel], i: usize) -> Result<Option<i64>, ExecutionError> {
@@ -97,7 +81,7 @@ fn extension(
         return list_extension(ftx, list, &args);
     }
     let Cel::String(s) = this else {
-        return Err(ExecutionError::NoSuchOverload);
+        return Err(no_overload(ftx));
     };
     let s = s.as_str();
     let string = |x: String| Cel::String(Arc::new(x));
@@ -172,7 +156,7 @@ fn extension(
                 ))
             }
         }
-        _ => return Err(ExecutionError::NoSuchOverload),
+        _ => return Err(no_overload(ftx)),
     })
 }
 
@@ -187,7 +171,7 @@ fn list_extension(ftx: &FunctionContext, list: &[Cel], args: &[Cel]) -> CelResul
             for item in list {
                 match item {
                     Cel::String(s) => parts.push(s.to_string()),
-                    _ => return Err(ExecutionError::NoSuchOverload),
+                    _ => return Err(no_overload(ftx)),
                 }
             }
             Cel::String(Arc::new(parts.join(&sep)))
@@ -202,6 +186,6 @@ fn list_extension(ftx: &FunctionContext, list: &[Cel], args: &[Cel]) -> CelResul
                 .rposition(|x| Some(x) == args.first())
                 .map_or(-1, |i| i as i64),
         ),
-        _ => return Err(ExecutionError::NoSuchOverload),
+        _ => return Err(no_overload(ftx)),
     })
 }

@@ -171,7 +171,7 @@ pub(crate) fn execute(program: &Program, ctx: &Context) -> Result<Cel, String> {
         Ok(Ok(v)) => Ok(v),
         Ok(Err(ExecutionError::NoSuchKey(k))) => Err(format!("no such key: {k}")),
         Ok(Err(
-            ExecutionError::NoSuchOverload
+            ExecutionError::NoSuchOverload(_)
             | ExecutionError::UnsupportedBinaryOperator(..)
             | ExecutionError::UnexpectedType { .. }
             | ExecutionError::UnsupportedTargetType { .. },

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use crate::support::{admin, client_from, kubelet_csr, within};
 use base64::Engine;
 use futures::{StreamExt, TryStreamExt};
-use hmac::{Hmac, Mac};
+use hmac::{Hmac, KeyInit, Mac};
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams};

@@ -7,7 +7,7 @@
 use crate::support::{admin, client_from, within};
 use base64::Engine;
 use futures::{StreamExt, TryStreamExt};
-use hmac::{Hmac, Mac};
+use hmac::{Hmac, KeyInit, Mac};
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::{Api, PostParams, WatchEvent, WatchParams};
 use serde_json::json;

@@ -83,7 +83,7 @@ pub(super) fn deployment_of(
     let selector = template.metadata.as_ref().and_then(|m| m.labels.clone());
     Deployment {
         metadata: object_meta(name, Some(namespace), component),
-        spec: Some(DeploymentSpec {
+        spec: DeploymentSpec {
             replicas: Some(replicas),
             selector: LabelSelector {
                 match_labels: selector,
@@ -98,7 +98,7 @@ pub(super) fn deployment_of(
             }),
             template,
             ..Default::default()
-        }),
+        },
         status: None,
     }
 }

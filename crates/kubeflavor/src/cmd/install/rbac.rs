@@ -99,7 +99,7 @@ fn group_subject(group: &str) -> Subject {
 
 fn role_ref(kind: &str, name: &str) -> RoleRef {
     RoleRef {
-        api_group: "rbac.authorization.k8s.io".into(),
+        api_group: Some("rbac.authorization.k8s.io".into()),
         kind: kind.into(),
         name: name.into(),
     }

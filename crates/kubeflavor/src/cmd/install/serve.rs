@@ -215,11 +215,11 @@ fn policy_spec(user: &str) -> ValidatingAdmissionPolicySpec {
 fn policy_binding() -> Document {
     let binding = ValidatingAdmissionPolicyBinding {
         metadata: object_meta(TOKEN_POLICY, None, COMPONENT),
-        spec: Some(ValidatingAdmissionPolicyBindingSpec {
-            policy_name: Some(TOKEN_POLICY.into()),
-            validation_actions: Some(vec!["Deny".into()]),
+        spec: ValidatingAdmissionPolicyBindingSpec {
+            policy_name: TOKEN_POLICY.into(),
+            validation_actions: vec!["Deny".into()],
             ..Default::default()
-        }),
+        },
     };
     Document::new(
         "Makes the API server enforce the policy above on every matching request.",

@@ -606,6 +606,7 @@ fn with_serve_flags(replicas: u16, per_minute: u32, burst: u32) -> InstallArgs {
         replicas: 2,
         manage_renewals: false,
         sole_approver: false,
+        approve_serving: false,
         no_token_node_read: false,
         serve: true,
         serve_replicas: replicas,

@@ -611,7 +611,10 @@ fn serving_approvers_are_those_granted_approve_on_the_serving_signer() {
     ));
     roles.push(mk_role(
         "client-only",
-        vec![signer_rule(&["approve"], &["kubernetes.io/kube-apiserver-client-kubelet"])],
+        vec![signer_rule(
+            &["approve"],
+            &["kubernetes.io/kube-apiserver-client-kubelet"],
+        )],
     ));
     roles.push(mk_role(
         "read-only",
@@ -629,5 +632,9 @@ fn serving_approvers_are_those_granted_approve_on_the_serving_signer() {
     let found = serving_approvers(&roles, &bindings, &own);
     let names: Vec<&str> = found.iter().map(|a| a.binding.as_str()).collect();
     assert_eq!(names, ["approver", "domain"]);
-    assert!(found[0].to_string().contains("kubectl delete clusterrolebinding approver"));
+    assert!(
+        found[0]
+            .to_string()
+            .contains("kubectl delete clusterrolebinding approver")
+    );
 }

@@ -166,7 +166,13 @@ fn optional_old_self_runs_on_create_and_field_path_names_a_map_key() {
 #[test]
 fn is_cidr_reads_ranges_as_kubernetes_does() {
     let s = json!({"type": "string"});
-    for good in ["10.0.0.0/8", "10.0.0.1/8", "0.0.0.0/0", "::/0", "2001:db8::/48"] {
+    for good in [
+        "10.0.0.0/8",
+        "10.0.0.1/8",
+        "0.0.0.0/0",
+        "::/0",
+        "2001:db8::/48",
+    ] {
         assert_eq!(
             rule_errors("isCIDR(self)", s.clone(), json!(good)),
             Vec::<String>::new(),

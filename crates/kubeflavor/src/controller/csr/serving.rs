@@ -243,9 +243,8 @@ async fn record_denial(
         name,
         uid: csr.metadata.uid.as_deref(),
     };
-    let note = format!(
-        "denied serving CSR {name} of {requester}: {cause}: {description} ({asked})"
-    );
+    let note =
+        format!("denied serving CSR {name} of {requester}: {cause}: {description} ({asked})");
     ctx.record(regarding, ("Warning", "Deny", "ServingCSRDenied"), &note)
         .await;
 }
@@ -297,9 +296,10 @@ pub async fn latest_serving_csr(
     node: &str,
 ) -> Result<Option<ServingCsrState>, kube::Error> {
     let list = Api::<CertificateSigningRequest>::all(client.clone())
-        .list(&kube::api::ListParams::default().fields(&format!(
-            "spec.signerName={KUBELET_SERVING_SIGNER}"
-        )))
+        .list(
+            &kube::api::ListParams::default()
+                .fields(&format!("spec.signerName={KUBELET_SERVING_SIGNER}")),
+        )
         .await?;
     let user = format!("{}{node}", facts::NODE_USER_PREFIX);
     Ok(list

@@ -267,8 +267,9 @@ async fn a_flavored_nodes_serving_csr_is_approved_only_as_its_flavor_allows() {
         "binding_revoked",
     ] {
         assert!(
-            text.contains(&format!("kubeflavor_serving_csr_decisions_total{{"))
-                && text.contains(&format!("cause=\"{cause}\"")),
+            text.lines()
+                .any(|l| l.starts_with("kubeflavor_serving_csr_decisions_total{")
+                    && l.contains(&format!("cause=\"{cause}\""))),
             "{cause}: {text}"
         );
     }

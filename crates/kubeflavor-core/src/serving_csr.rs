@@ -538,6 +538,31 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn another_requested_extension_is_refused() {
+        let key = KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap();
+        let mut params = CertificateParams::new(vec!["n".to_string()]).unwrap();
+        params
+            .distinguished_name
+            .push(DnType::OrganizationName, crate::csr::NODES_GROUP);
+        params
+            .distinguished_name
+            .push(DnType::CommonName, "system:node:n");
+        params
+            .custom_extensions
+            .push(rcgen::CustomExtension::from_oid_content(
+                &[1, 3, 6, 1, 4, 1, 99999, 1],
+                vec![0x05, 0x00],
+            ));
+        let pem = params.serialize_request(&key).unwrap().pem().unwrap();
+        assert_eq!(
+            check(&pem, &serving_usages()),
+            Err(ServingCsrError::OtherExtension(
+                "1.3.6.1.4.1.99999.1".into()
+            ))
+        );
+    }
+
+    #[test]
     fn too_many_names_are_refused() {
         let pem = make_serving_csr(
             "n",

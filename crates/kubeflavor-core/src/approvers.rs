@@ -380,5 +380,88 @@ pub fn describe(grant: &Grant) -> String {
     )
 }
 
+/// The kubelet serving signer, as RBAC names it in `signers` rules.
+pub const SERVING_SIGNER: &str = "kubernetes.io/kubelet-serving";
+
+impl Rule {
+    /// Whether the rule grants `approve` on the signer `kubernetes.io/kubelet-serving`
+    /// the way a CSR approver is granted it: a rule that names `signers` (the API server
+    /// checks `approve` on the CSR's signer name, and on `kubernetes.io/*`,
+    /// plugin/pkg/admission/certificates). Rules for every resource (`*`, as in
+    /// cluster-admin) are an administrator's, not an approver's, and are not counted.
+    pub fn approves_serving(&self) -> bool {
+        let verb = self.verbs.iter().any(|v| v == "*" || v == "approve");
+        let group = self
+            .api_groups
+            .iter()
+            .any(|g| g == "*" || g == CERTIFICATES_GROUP);
+        let resource = self.resources.iter().any(|r| r == "signers");
+        let name = self.resource_names.is_empty()
+            || self
+                .resource_names
+                .iter()
+                .any(|n| n == SERVING_SIGNER || n == "kubernetes.io/*");
+        verb && group && resource && name
+    }
+}
+
+/// One grant that lets someone else approve kubelet serving CSRs (with
+/// `--approve-serving`, such an approver can approve what kubeflavor denies).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct ServingApprover {
+    pub binding: String,
+    pub role: String,
+    pub subject: Subject,
+}
+
+impl std::fmt::Display for ServingApprover {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "ClusterRoleBinding {} (ClusterRole {}) lets {} approve kubelet serving CSRs, so it can approve serving \
+             certificates kubeflavor denies (run: kubectl delete clusterrolebinding {}, or remove that approver)",
+            self.binding, self.role, self.subject, self.binding
+        )
+    }
+}
+
+/// Every subject but `own` (kubeflavor's controller) and `system:masters` that RBAC lets
+/// approve kubelet serving CSRs through a ClusterRoleBinding, sorted, each once.
+pub fn serving_approvers(
+    roles: &[ClusterRole],
+    bindings: &[ClusterRoleBinding],
+    own: &Subject,
+) -> Vec<ServingApprover> {
+    let by_name: BTreeMap<&str, &ClusterRole> =
+        roles.iter().map(|r| (r.name.as_str(), r)).collect();
+    let mut found = BTreeSet::new();
+    for binding in bindings {
+        if binding.role_kind != "ClusterRole" {
+            continue;
+        }
+        let Some(role) = by_name.get(binding.role_name.as_str()) else {
+            continue;
+        };
+        if !effective_rules(role, roles)
+            .iter()
+            .any(|r| r.approves_serving())
+        {
+            continue;
+        }
+        for subject in &binding.subjects {
+            let masters = *subject == Subject::Group(MASTERS_GROUP.into());
+            if subject == own || masters || matches!(subject, Subject::Other(..)) {
+                continue;
+            }
+            found.insert(ServingApprover {
+                binding: binding.name.clone(),
+                role: role.name.clone(),
+                subject: subject.clone(),
+            });
+        }
+    }
+    found.into_iter().collect()
+}
+
 #[cfg(test)]
 mod tests;

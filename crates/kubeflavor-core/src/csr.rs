@@ -41,8 +41,8 @@ pub const MAX_CSR_REQUEST_BYTES: usize = 64 * 1024;
 /// so no SAN list is ever walked.
 pub const MAX_CSR_SUBJECT_ALT_NAMES: usize = 0;
 
-const OID_EXTENSION_REQUEST: &str = "1.2.840.113549.1.9.14";
-const OID_SUBJECT_ALT_NAME: &str = "2.5.29.17";
+pub(crate) const OID_EXTENSION_REQUEST: &str = "1.2.840.113549.1.9.14";
+pub(crate) const OID_SUBJECT_ALT_NAME: &str = "2.5.29.17";
 
 /// A CSR that passed every kubelet-client rule.
 #[derive(Clone, PartialEq, Eq)]
@@ -168,7 +168,7 @@ pub fn validate_kubelet_client_csr(
 
 /// The one `CERTIFICATE REQUEST` PEM block of `request_pem`, which is refused unread above
 /// [`MAX_CSR_REQUEST_BYTES`].
-fn request_block(request_pem: &[u8]) -> Result<crate::pem::Block, CsrError> {
+pub(crate) fn request_block(request_pem: &[u8]) -> Result<crate::pem::Block, CsrError> {
     if request_pem.len() > MAX_CSR_REQUEST_BYTES {
         return Err(CsrError::TooLarge(request_pem.len()));
     }
@@ -180,7 +180,7 @@ fn request_block(request_pem: &[u8]) -> Result<crate::pem::Block, CsrError> {
 }
 
 /// The subject's organizations are exactly [`NODES_GROUP`].
-fn check_organization(subject: &X509Name) -> Result<(), CsrError> {
+pub(crate) fn check_organization(subject: &X509Name) -> Result<(), CsrError> {
     let organizations = subject
         .iter_organization()
         .map(|a| a.as_str().map(str::to_owned))
@@ -216,7 +216,7 @@ fn refuse_subject_alt_names(info: &X509CertificationRequestInfo) -> Result<(), C
 }
 
 /// The node name of the subject's one common name, `system:node:<name>`.
-fn node_name_of(subject: &X509Name) -> Result<NodeName, CsrError> {
+pub(crate) fn node_name_of(subject: &X509Name) -> Result<NodeName, CsrError> {
     let common_names = subject
         .iter_common_name()
         .map(|a| a.as_str())

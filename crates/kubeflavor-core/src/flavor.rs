@@ -11,6 +11,7 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
+use crate::cidr::{Cidr, CidrError};
 use crate::labels::{LabelKey, LabelKeyError, LabelValue, LabelValueError, check_flavor_label_key};
 use crate::names::{DNS1123_LABEL_MAX_LEN, Dns1123Error, check_dns1123_subdomain_max};
 pub use crate::taint::{Taint, TaintEffect, TaintError};
@@ -146,6 +147,9 @@ pub struct FlavorSpec {
     pub max_nodes: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub token_limits: Option<TokenLimitsSpec>,
+    /// IP ranges a node of this flavor may name in its serving certificate.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub serving_addresses: Vec<String>,
 }
 
 /// What a portal (or `token create` without an override) may ask for, as a Flavor's
@@ -211,7 +215,16 @@ pub enum FlavorError {
         "flavor tokenDefaults break the flavor's own tokenLimits: {0} (lower the default or raise the limit)"
     )]
     DefaultBeyondLimit(LimitExceeded),
+    #[error("flavor servingAddresses: {0}")]
+    ServingAddress(CidrError),
+    #[error(
+        "flavor servingAddresses lists {0} ranges; at most {MAX_SERVING_ADDRESSES} are allowed (merge neighbouring ranges)"
+    )]
+    TooManyServingAddresses(usize),
 }
+
+/// The most ranges a Flavor's `spec.servingAddresses` may list.
+pub const MAX_SERVING_ADDRESSES: usize = 16;
 
 /// A validated flavor: every label key is one a kubelet cannot write (P2, trusted labels),
 /// no label collides with kubeflavor's own, taints are well-formed and unique per key and
@@ -224,6 +237,7 @@ pub struct FlavorRules {
     token_ttl: Option<TokenTtl>,
     max_nodes: Option<NonZeroU32>,
     token_limits: TokenLimits,
+    serving_addresses: Vec<Cidr>,
 }
 
 /// Checks a max-nodes value given as a signed integer (CLI flag, CRD field, annotation).
@@ -284,6 +298,17 @@ impl FlavorRules {
             .map_err(FlavorError::TokenTtl)?;
         let max_nodes = spec.max_nodes.map(parse_max_nodes).transpose()?;
         let token_limits = parse_token_limits(spec.token_limits.as_ref())?;
+        if spec.serving_addresses.len() > MAX_SERVING_ADDRESSES {
+            return Err(FlavorError::TooManyServingAddresses(
+                spec.serving_addresses.len(),
+            ));
+        }
+        let serving_addresses = spec
+            .serving_addresses
+            .iter()
+            .map(|s| s.parse())
+            .collect::<Result<_, _>>()
+            .map_err(FlavorError::ServingAddress)?;
         Ok(FlavorRules {
             labels,
             taints,
@@ -291,6 +316,7 @@ impl FlavorRules {
             token_ttl,
             max_nodes,
             token_limits,
+            serving_addresses,
         })
     }
 
@@ -322,7 +348,14 @@ impl FlavorRules {
                 max_nodes: self.token_limits.max_nodes.map(|n| i64::from(n.get())),
                 allow_never_expiring: self.token_limits.allow_never_expiring,
             }),
+            serving_addresses: self.serving_addresses.iter().map(Cidr::to_string).collect(),
         }
+    }
+
+    /// The IP ranges a node of this flavor may name in its serving certificate (empty:
+    /// none); see [`crate::serving_policy`].
+    pub fn serving_addresses(&self) -> &[Cidr] {
+        &self.serving_addresses
     }
 
     /// Extra labels the flavor puts on its nodes (not including [`FLAVOR_LABEL`] and
@@ -504,6 +537,27 @@ mod tests {
     }
 
     #[test]
+    fn serving_addresses_are_ip_ranges_and_few() {
+        let with = |addrs: Vec<String>| {
+            FlavorRules::from_spec(&FlavorSpec {
+                serving_addresses: addrs,
+                ..FlavorSpec::default()
+            })
+        };
+        assert!(matches!(
+            with(vec!["10.0.0.0".into()]),
+            Err(FlavorError::ServingAddress(_))
+        ));
+        assert!(matches!(
+            with(vec!["10.0.0.0/8".into(); MAX_SERVING_ADDRESSES + 1]),
+            Err(FlavorError::TooManyServingAddresses(_))
+        ));
+        let rules = with(vec!["10.0.0.0/8".into(); MAX_SERVING_ADDRESSES]).unwrap();
+        assert_eq!(rules.serving_addresses().len(), MAX_SERVING_ADDRESSES);
+        assert!(with(vec![]).unwrap().serving_addresses().is_empty());
+    }
+
+    #[test]
     fn flavor_spec_round_trips_through_rules() {
         let spec = FlavorSpec {
             labels: [
@@ -527,6 +581,7 @@ mod tests {
                 max_nodes: Some(10),
                 allow_never_expiring: Some(false),
             }),
+            serving_addresses: vec!["10.20.0.0/16".into(), "2001:db8::/48".into()],
         };
         let rules = FlavorRules::from_spec(&spec).unwrap();
         assert_eq!(rules.to_spec(), spec);

@@ -369,6 +369,8 @@ struct FlavorObjectSpec {
     token_defaults: Option<FlavorObjectTokenDefaults>,
     #[serde(default)]
     token_limits: Option<TokenLimitsSpec>,
+    #[serde(default)]
+    serving_addresses: Vec<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -433,6 +435,7 @@ pub fn flavor(data: &[u8]) {
         token_ttl,
         max_nodes,
         token_limits: spec.token_limits,
+        serving_addresses: spec.serving_addresses,
     };
     if let Ok(rules) = FlavorRules::from_spec(&core) {
         let _ = rules

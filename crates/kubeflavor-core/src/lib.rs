@@ -4,6 +4,7 @@
 
 // Tokens, flavors, the CSR policy and node flavoring.
 pub mod approvers;
+pub mod cidr;
 pub mod csr;
 pub mod flavor;
 pub mod invisible;
@@ -11,6 +12,8 @@ pub mod labels;
 pub mod names;
 pub mod node_state;
 pub mod policy;
+pub mod serving_csr;
+pub mod serving_policy;
 pub mod taint;
 pub mod token;
 pub mod token_limits;

@@ -588,3 +588,53 @@ proptest! {
         }
     }
 }
+
+fn signer_rule(verbs: &[&str], names: &[&str]) -> Rule {
+    Rule {
+        resource_names: strings(names),
+        ..rule(verbs, &[CERTIFICATES_GROUP], &["signers"])
+    }
+}
+
+#[test]
+fn serving_approvers_are_those_granted_approve_on_the_serving_signer() {
+    let own = Subject::ServiceAccount("kubeflavor".into(), "kubeflavor-controller".into());
+    let other = Subject::ServiceAccount("kube-system".into(), "kubelet-csr-approver".into());
+    let mut roles = seeded_roles();
+    roles.push(mk_role(
+        "serving",
+        vec![signer_rule(&["approve"], &[SERVING_SIGNER])],
+    ));
+    roles.push(mk_role(
+        "domain",
+        vec![signer_rule(&["approve"], &["kubernetes.io/*"])],
+    ));
+    roles.push(mk_role(
+        "client-only",
+        vec![signer_rule(
+            &["approve"],
+            &["kubernetes.io/kube-apiserver-client-kubelet"],
+        )],
+    ));
+    roles.push(mk_role(
+        "read-only",
+        vec![signer_rule(&["get"], &[SERVING_SIGNER])],
+    ));
+    let bindings = vec![
+        mk_binding("kubeflavor", "serving", vec![own.clone()]),
+        mk_binding("approver", "serving", vec![other.clone()]),
+        mk_binding("domain", "domain", vec![group("approvers")]),
+        mk_binding("client-only", "client-only", vec![group("x")]),
+        mk_binding("read-only", "read-only", vec![group("y")]),
+        mk_binding("admins", "cluster-admin", vec![group("admins")]),
+        mk_binding("masters", "serving", vec![group(MASTERS_GROUP)]),
+    ];
+    let found = serving_approvers(&roles, &bindings, &own);
+    let names: Vec<&str> = found.iter().map(|a| a.binding.as_str()).collect();
+    assert_eq!(names, ["approver", "domain"]);
+    assert!(
+        found[0]
+            .to_string()
+            .contains("kubectl delete clusterrolebinding approver")
+    );
+}

@@ -40,6 +40,19 @@ pub struct ControllerArgs {
     /// kube-controller-manager approves renewals before kubeflavor sees them.
     #[arg(long)]
     pub manage_renewals: bool,
+    /// Also decide kubelet serving CSRs (kubernetes.io/kubelet-serving, filed by kubelets
+    /// with serverTLSBootstrap: true): approve those of system:node:<name> when <name> has
+    /// an unrevoked FlavorBinding for that name, the CSR names only <name> as DNS name and
+    /// only addresses inside the Flavor's spec.servingAddresses, with a key and usages a
+    /// kubelet uses; deny the rest of those nodes' serving CSRs. Nodes kubeflavor never
+    /// bound are left to other approvers (see --deny-unbound-serving). Off by default;
+    /// `install --sole-approver` turns it on (and grants 'approve' on that signer).
+    #[arg(long)]
+    pub approve_serving: bool,
+    /// With --approve-serving: also deny serving CSRs of nodes kubeflavor never bound
+    /// (control-plane nodes, kubeadm joins) instead of leaving them to other approvers.
+    #[arg(long, requires = "approve_serving")]
+    pub deny_unbound_serving: bool,
     /// Denials of one token after which its Secret is deleted so the kubelet stops
     /// retrying (0: only exhausted or misused tokens are deleted).
     #[arg(long, value_name = "N", default_value_t = 5)]
@@ -72,6 +85,8 @@ pub fn options(args: &ControllerArgs) -> Options {
     o.leader_elect = args.leader_elect;
     o.strict = args.strict;
     o.manage_renewals = args.manage_renewals;
+    o.approve_serving = args.approve_serving;
+    o.deny_unbound_serving = args.deny_unbound_serving;
     o.denial_limit = args.denial_limit;
     o.ops_addr = Some(args.http_address);
     o.concurrency = args.concurrency.max(1);
@@ -109,7 +124,7 @@ pub async fn termination() {
 
 pub async fn run(cluster: &Cluster, args: &ControllerArgs) -> Result<()> {
     let opts = options(args);
-    tracing::info!(identity = %opts.identity, namespace = %opts.namespace, leader_elect = opts.leader_elect, strict = opts.strict, manage_renewals = opts.manage_renewals, "starting the kubeflavor controller");
+    tracing::info!(identity = %opts.identity, namespace = %opts.namespace, leader_elect = opts.leader_elect, strict = opts.strict, manage_renewals = opts.manage_renewals, approve_serving = opts.approve_serving, "starting the kubeflavor controller");
     controller::run(Runtime::new(cluster.client.clone(), opts), termination())
         .await
         .map_err(|e| CliError::failed(e, "see the log lines above"))

@@ -70,6 +70,11 @@ pub struct FlavorCreateArgs {
     /// refused without it).
     #[arg(long)]
     pub allow_never_expiring: bool,
+    /// An IP range (e.g. 10.20.0.0/16) a node of this flavor may name in its kubelet
+    /// serving certificate (spec.servingAddresses; repeat the flag for more). None: the
+    /// controller approves no serving certificate that names an IP address.
+    #[arg(long = "serving-address", value_name = "CIDR")]
+    pub serving_addresses: Vec<String>,
 }
 
 #[derive(Debug, Args)]
@@ -139,6 +144,7 @@ pub async fn create(cluster: &Cluster, args: &FlavorCreateArgs, out: &mut dyn Wr
                 max_nodes: args.max_nodes_limit.map(|m| i64::from(m.0.get())),
                 allow_never_expiring: args.allow_never_expiring.then_some(true),
             }),
+        serving_addresses: args.serving_addresses.clone(),
     };
     // Duplicate taints and the like are only visible on the whole set.
     let rules = FlavorRules::from_spec(&spec)
@@ -146,7 +152,7 @@ pub async fn create(cluster: &Cluster, args: &FlavorCreateArgs, out: &mut dyn Wr
         .map_err(|e| {
             CliError::refused(
                 e,
-                "fix the flags and retry (--max-ttl, --max-nodes-limit and --allow-never-expiring set the limits)",
+                "fix the flags and retry (--max-ttl, --max-nodes-limit and --allow-never-expiring set the limits; --serving-address takes an IP range such as 10.20.0.0/16)",
             )
         })?;
     let flavor = flavor_from_rules(&args.name, &rules);

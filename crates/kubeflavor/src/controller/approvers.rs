@@ -27,6 +27,10 @@
 //!
 //! `install --apply --sole-approver` (and `--manage-renewals` for renewals alone) hands the
 //! approvals over by deleting kubeadm's bindings.
+//!
+//! With `--approve-serving` the start-up check also names everyone else RBAC lets approve
+//! kubelet serving CSRs (`approve` on the signer `kubernetes.io/kubelet-serving`): a
+//! warning and `kubeflavor_competing_approvals{kind="serving_approvers"}`.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -59,6 +63,9 @@ pub const KUBEADM_BOOTSTRAP_BINDING: &str = "kubeadm:node-autoapprove-bootstrap"
 pub const KUBEADM_RENEWAL_BINDING: &str = "kubeadm:node-autoapprove-certificate-rotation";
 /// kubeadm's token group.
 pub const KUBEADM_TOKEN_GROUP: &str = "system:bootstrappers:kubeadm:default-node-token";
+/// The ServiceAccount `install` runs the controller as (in its namespace): its own
+/// approvals are not a competitor's.
+pub const CONTROLLER_SERVICE_ACCOUNT: &str = "kubeflavor-controller";
 /// The reason of the Event written when a competing approval appears.
 pub const COMPETING_REASON: &str = "CompetingApprover";
 
@@ -158,6 +165,18 @@ impl RbacView {
             .map(|b| binding_of(b))
             .collect();
         core::competing_approvals(&roles, &bindings)
+    }
+
+    /// Everyone but `own` the watched RBAC lets approve kubelet serving CSRs.
+    pub fn serving_approvers(&self, own: &core::Subject) -> Vec<core::ServingApprover> {
+        let roles: Vec<core::ClusterRole> = self.roles.state().iter().map(|r| role_of(r)).collect();
+        let bindings: Vec<core::ClusterRoleBinding> = self
+            .bindings
+            .state()
+            .iter()
+            .map(|b| binding_of(b))
+            .collect();
+        core::serving_approvers(&roles, &bindings, own)
     }
 
     /// Resolves once both watches have listed.
@@ -287,8 +306,28 @@ pub async fn check_with(
     for g in &grants {
         report_allowed(g);
     }
+    if opts.approve_serving {
+        report_serving_approvers(opts, metrics, view);
+    }
     cross_check(client, opts, &grants).await?;
     Ok(grants)
+}
+
+/// With `--approve-serving`: warns about everyone else RBAC lets approve kubelet serving
+/// CSRs (they can approve what kubeflavor denies), and publishes
+/// `competing_approvals{kind="serving_approvers"}`. A warning, not a refusal: unlike
+/// kube-controller-manager's client approvals, no serving approver is there by default,
+/// and one an admin installed is that admin's choice.
+fn report_serving_approvers(opts: &Options, metrics: &Metrics, view: &RbacView) {
+    let own = core::Subject::ServiceAccount(
+        opts.namespace.clone(),
+        CONTROLLER_SERVICE_ACCOUNT.to_string(),
+    );
+    let approvers = view.serving_approvers(&own);
+    metrics.competing_approval("serving_approvers", !approvers.is_empty());
+    for a in &approvers {
+        tracing::warn!(binding = %a.binding, "{a}");
+    }
 }
 
 /// Logs a grant the options allow: other tokens (a takeover risk) as a warning, the rest

@@ -53,6 +53,7 @@ pub struct KindLabels {
 #[derive(Clone)]
 pub struct Metrics {
     pub decisions: Family<DecisionLabels, Counter>,
+    pub serving_decisions: Family<DecisionLabels, Counter>,
     pub decision_duration: Histogram,
     pub flavoring_duration: Histogram,
     pub flavored_nodes: Gauge<i64, AtomicI64>,
@@ -92,6 +93,7 @@ impl Metrics {
     pub fn new() -> Self {
         let metrics = Metrics {
             decisions: Family::default(),
+            serving_decisions: Family::default(),
             decision_duration: duration_histogram(),
             flavoring_duration: duration_histogram(),
             flavored_nodes: Gauge::default(),
@@ -124,6 +126,11 @@ impl Metrics {
             "csr_decisions",
             "CSR decisions by outcome and exact cause",
             self.decisions.clone(),
+        );
+        r.register(
+            "serving_csr_decisions",
+            "Kubelet serving CSR decisions (--approve-serving) by outcome and exact cause",
+            self.serving_decisions.clone(),
         );
         r.register(
             "csr_decision_duration_seconds",
@@ -206,6 +213,15 @@ impl Metrics {
 
     pub fn decision(&self, outcome: &str, cause: &str) {
         self.decisions
+            .get_or_create(&DecisionLabels {
+                outcome: outcome.to_string(),
+                cause: cause.to_string(),
+            })
+            .inc();
+    }
+
+    pub fn serving_decision(&self, outcome: &str, cause: &str) {
+        self.serving_decisions
             .get_or_create(&DecisionLabels {
                 outcome: outcome.to_string(),
                 cause: cause.to_string(),

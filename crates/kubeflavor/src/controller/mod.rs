@@ -62,6 +62,12 @@ pub struct Options {
     pub manage_renewals: bool,
     /// Denials of one token after which its Secret is deleted (P4, rejection that ends).
     pub denial_limit: u32,
+    /// Decide kubelet serving CSRs (`kubernetes.io/kubelet-serving`) of the nodes
+    /// kubeflavor bound (`--approve-serving`).
+    pub approve_serving: bool,
+    /// With `approve_serving`: deny serving CSRs of nodes kubeflavor never bound, instead
+    /// of leaving them to other approvers (`--deny-unbound-serving`).
+    pub deny_unbound_serving: bool,
     /// Where /metrics, /healthz and /readyz are served; None to serve nothing.
     pub ops_addr: Option<SocketAddr>,
     /// Parallel reconciles per loop (the rest wait their turn, first come first served).
@@ -85,6 +91,13 @@ impl Options {
         }
     }
 
+    /// The switches that change core's serving-CSR decisions.
+    pub fn serving_policy(&self) -> kubeflavor_core::serving_policy::ServingOptions {
+        kubeflavor_core::serving_policy::ServingOptions {
+            deny_unbound: self.deny_unbound_serving,
+        }
+    }
+
     pub fn new(namespace: &str, identity: &str) -> Self {
         Options {
             namespace: namespace.to_string(),
@@ -96,6 +109,8 @@ impl Options {
             strict: false,
             manage_renewals: false,
             denial_limit: 5,
+            approve_serving: false,
+            deny_unbound_serving: false,
             ops_addr: None,
             concurrency: 16,
             lease_name: LEASE_NAME.to_string(),
@@ -601,8 +616,15 @@ async fn run_loops(rt: &Runtime, until: Stop) {
             }
         }
     };
+    let serving_until = until.clone();
     let csr_loop = async {
-        csr_loop.await;
+        let serving_loop = async {
+            if rt.opts.approve_serving {
+                csr::serving::run(ctx.clone(), serving_until).await;
+                tracing::debug!("serving csr loop ended");
+            }
+        };
+        tokio::join!(csr_loop, serving_loop);
         tracing::debug!("csr loop ended");
     };
     let node_loop = async {

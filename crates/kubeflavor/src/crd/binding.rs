@@ -10,6 +10,7 @@ use kubeflavor_core::flavor::FlavorName;
 use kubeflavor_core::names::NodeName;
 use kubeflavor_core::node_state::{BindingState, HolderFacts, NodeChange, NodeFacts, Revocation};
 use kubeflavor_core::policy::BindingFacts;
+use kubeflavor_core::serving_policy::ServingBinding;
 use kubeflavor_core::token::TokenId;
 use kubeflavor_core::token_meta::Custody;
 
@@ -161,6 +162,15 @@ impl FlavorBinding {
             revoked: self.is_revoked(),
             csr_name: self.spec.csr_name.clone(),
             public_key_sha256: self.spec.public_key_sha256.clone(),
+        }
+    }
+
+    /// What the serving-certificate policy needs to know about this binding: its node, and
+    /// whether it is revoked or being deleted (either way it vouches for nothing more).
+    pub fn serving_facts(&self) -> ServingBinding {
+        ServingBinding {
+            node: self.spec.node.clone(),
+            revoked: self.is_revoked() || self.metadata.deletion_timestamp.is_some(),
         }
     }
 

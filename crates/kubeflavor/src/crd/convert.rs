@@ -46,6 +46,7 @@ pub fn core_spec(spec: &FlavorSpec) -> core::FlavorSpec {
             max_nodes: l.max_nodes.map(i64::from),
             allow_never_expiring: l.allow_never_expiring,
         }),
+        serving_addresses: spec.serving_addresses.clone(),
     }
 }
 
@@ -96,6 +97,11 @@ pub fn flavor_from_rules(name: &FlavorName, rules: &FlavorRules) -> Flavor {
             trust_level: rules.trust_level().map(|t| t.get()),
             token_defaults,
             token_limits,
+            serving_addresses: rules
+                .serving_addresses()
+                .iter()
+                .map(ToString::to_string)
+                .collect(),
         },
         status: None,
     }
@@ -155,6 +161,7 @@ mod tests {
                 max_nodes: Some(10),
                 allow_never_expiring: Some(true),
             }),
+            serving_addresses: vec!["10.20.0.0/16".into()],
         };
         let original = flavor("sweet", spec);
         let (name, rules) = rules_from_flavor(&original).unwrap();

@@ -84,6 +84,14 @@ pub struct FlavorSpec {
     /// by `token create` (unless `--override-flavor-limits`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub token_limits: Option<TokenLimits>,
+
+    /// IP ranges (e.g. `10.20.0.0/16`) a node of this flavor may name in its kubelet
+    /// serving certificate, when the controller approves serving CSRs. The kubelet reports
+    /// its own addresses, so they prove nothing alone: these ranges are the owner's word.
+    /// Empty: no IP address is approved (a CSR naming one is denied).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "schema::serving_addresses")]
+    pub serving_addresses: Vec<String>,
 }
 
 /// A taint as the Node API spells it.

@@ -155,6 +155,23 @@ pub fn max_ttl(_: &mut SchemaGenerator) -> Schema {
     })
 }
 
+/// `spec.servingAddresses`: IP ranges, checked by the API server with Kubernetes' CEL
+/// `isCIDR` (served since v1.31), which core's `Cidr` reads alike.
+pub fn serving_addresses(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({
+        "type": "array",
+        "maxItems": kubeflavor_core::flavor::MAX_SERVING_ADDRESSES,
+        "items": {
+            "type": "string",
+            "maxLength": 64,
+            "x-kubernetes-validations": [
+                rule("isCIDR(self)",
+                     "every serving address must be an IP range such as 10.20.0.0/16 or 2001:db8::/48 (no IPv4-mapped IPv6)"),
+            ]
+        }
+    })
+}
+
 pub fn max_nodes(_: &mut SchemaGenerator) -> Schema {
     json_schema!({ "type": "integer", "minimum": 1, "maximum": 10000 })
 }

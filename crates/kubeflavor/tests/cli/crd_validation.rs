@@ -316,3 +316,54 @@ async fn a_flavor_binding_keeps_the_custody_it_was_made_with() {
         .await
         .unwrap();
 }
+
+/// `spec.servingAddresses`: IP ranges as Kubernetes' CEL `isCIDR` reads them, at most 16.
+#[tokio::test]
+async fn the_api_server_checks_serving_addresses() {
+    let env = Env::start().await;
+    env.install().await;
+    let flavors: Api<Flavor> = Api::all(env.client.clone());
+    let pp = PostParams::default();
+    let name = env.name("serving");
+    for (addresses, field, needle) in [
+        (json!(["10.0.0.0"]), "spec.servingAddresses[0]", "IP range"),
+        (
+            json!(["10.0.0.0/8", "::ffff:10.0.0.0/104"]),
+            "spec.servingAddresses[1]",
+            "IP range",
+        ),
+        (
+            json!(["10.0.0.0/33"]),
+            "spec.servingAddresses[0]",
+            "IP range",
+        ),
+        (
+            json!(vec!["10.0.0.0/8"; 17]),
+            "spec.servingAddresses",
+            "must have at most 16 items",
+        ),
+    ] {
+        let err = flavors
+            .create(&pp, &flavor(&name, json!({"servingAddresses": addresses})))
+            .await
+            .unwrap_err();
+        let got = causes(err);
+        assert!(
+            got.iter().any(|(f, m)| f == field && m.contains(needle)),
+            "{addresses}: {got:?}"
+        );
+    }
+    let good = flavor(
+        &name,
+        json!({"servingAddresses": ["10.20.0.0/16", "2001:db8::/48"]}),
+    );
+    let created = flavors.create(&pp, &good).await.expect("valid ranges");
+    assert_eq!(
+        created.spec.serving_addresses,
+        ["10.20.0.0/16", "2001:db8::/48"]
+    );
+    flavors
+        .delete(&name, &DeleteParams::default())
+        .await
+        .unwrap();
+}

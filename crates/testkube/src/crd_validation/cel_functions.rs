@@ -21,6 +21,8 @@ fn no_overload(ftx: &FunctionContext) -> ExecutionError {
 /// (k8s.io/apiserver/pkg/cel/library and cel-go's strings extension).
 pub fn base_context() -> Context<'static, 'static> {
     let mut ctx = Context::default();
+    ctx.add_function("isCIDR", is_cidr)
+        .expect("the interpreter declares no isCIDR");
     for name in [
         "lowerAscii",
         "upperAscii",
@@ -39,6 +41,36 @@ pub fn base_context() -> Context<'static, 'static> {
             .expect("the interpreter declares no function of this name");
     }
     ctx
+}
+
+/// `isCIDR(string)` of the Kubernetes CIDR library
+/// (k8s.io/apiserver/pkg/cel/library/cidr.go, `isCIDR` -> `parseCIDR`): Go's
+/// `netip.ParsePrefix` succeeds (no zone; the prefix length decimal, without sign or
+/// leading zero, within the address's width) and the address is not IPv4-mapped IPv6.
+/// Bits after the prefix are allowed.
+fn is_cidr(raw: Arc<String>) -> bool {
+    let Some((addr, bits)) = raw.split_once('/') else {
+        return false;
+    };
+    if addr.contains('%') {
+        return false;
+    }
+    // Rust's parsers refuse what netip.ParseAddr refuses (leading zeros in IPv4 octets
+    // included).
+    let Ok(addr) = addr.parse::<std::net::IpAddr>() else {
+        return false;
+    };
+    if let std::net::IpAddr::V6(v6) = addr
+        && matches!(v6.segments(), [0, 0, 0, 0, 0, 0xffff, _, _])
+    {
+        return false;
+    }
+    let plain = !bits.is_empty()
+        && bits.len() <= 3
+        && bits.bytes().all(|b| b.is_ascii_digit())
+        && !(bits.len() > 1 && bits.starts_with('0'));
+    let width = if addr.is_ipv4() { 32 } else { 128 };
+    plain && bits.parse::<u32>().is_ok_and(|b| b <= width)
 }
 
 fn int_arg(ftx: &FunctionContext, args: &[Cel], i: usize) -> Result<Option<i64>, ExecutionError> {

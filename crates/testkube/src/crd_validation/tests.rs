@@ -162,3 +162,38 @@ fn optional_old_self_runs_on_create_and_field_path_names_a_map_key() {
         .collect();
     assert_eq!(got, vec!["m[a.b]: Invalid value: bad a.b"]);
 }
+
+#[test]
+fn is_cidr_reads_ranges_as_kubernetes_does() {
+    let s = json!({"type": "string"});
+    for good in [
+        "10.0.0.0/8",
+        "10.0.0.1/8",
+        "0.0.0.0/0",
+        "::/0",
+        "2001:db8::/48",
+    ] {
+        assert_eq!(
+            rule_errors("isCIDR(self)", s.clone(), json!(good)),
+            Vec::<String>::new(),
+            "{good}"
+        );
+    }
+    for bad in [
+        "10.0.0.0",
+        "10.0.0.0/33",
+        "10.0.0.0/08",
+        "10.0.0.0/+8",
+        "010.0.0.0/8",
+        "::ffff:10.0.0.0/104",
+        "fe80::1%eth0/64",
+        "2001:db8::/129",
+        "",
+    ] {
+        assert_eq!(
+            rule_errors("isCIDR(self)", s.clone(), json!(bad)).len(),
+            1,
+            "{bad}"
+        );
+    }
+}

@@ -19,7 +19,7 @@ use kubeflavor_core::mint_rate::MintRate;
 use serde::Serialize;
 use serde_json::Value;
 
-pub use rbac::{CONTROLLER_SA, KUBELET_CLIENT_SIGNER};
+pub use rbac::{CONTROLLER_SA, KUBELET_CLIENT_SIGNER, KUBELET_SERVING_SIGNER};
 pub use serve::{SERVE, ServePlan, TLS_SECRET, TOKEN_POLICY, serve_user};
 pub use workload::{HTTP_PORT, default_image};
 
@@ -72,6 +72,12 @@ pub struct InstallArgs {
     /// tokens can no longer join nodes.
     #[arg(long)]
     pub sole_approver: bool,
+    /// Let the controller approve kubelet serving certificates (kubernetes.io/kubelet-serving)
+    /// of the nodes kubeflavor bound: it runs with --approve-serving and is granted 'approve'
+    /// on that signer. On by default with --sole-approver, off otherwise. Nodes list the
+    /// addresses they may name in the Flavor's spec.servingAddresses.
+    #[arg(long)]
+    pub approve_serving: bool,
     /// Leave out the grant that lets join tokens read Nodes (kubeflavor:get-nodes).
     /// kubeadm join needs it to check for an existing Node (it fails without it);
     /// kubeflavor join does not. Without it a token holder cannot read any Node's
@@ -197,6 +203,9 @@ pub struct Mode {
     /// The controller also denies other tokens' CSRs (`--strict`): with
     /// `install --sole-approver`.
     pub strict: bool,
+    /// The controller decides kubelet serving CSRs (`--approve-serving`): with
+    /// `install --approve-serving` or `--sole-approver`.
+    pub approve_serving: bool,
     /// Bootstrap tokens may read Nodes (kubeadm join's check for an existing Node).
     pub token_node_read: bool,
     /// The join-token API is installed too (`--serve`): its replicas and what each allows
@@ -223,6 +232,7 @@ impl Mode {
         Ok(Mode {
             manage_renewals: args.manage_renewals || args.sole_approver,
             strict: args.sole_approver,
+            approve_serving: args.approve_serving || args.sole_approver,
             token_node_read: !args.no_token_node_read,
             serve,
         })
@@ -263,7 +273,7 @@ pub fn documents(namespace: &str, image: &str, replicas: u16, mode: Mode) -> Vec
         .collect();
     docs.push(workload::namespace(namespace));
     docs.push(workload::service_account(namespace));
-    docs.extend(rbac::controller(namespace));
+    docs.extend(rbac::controller(namespace, mode.approve_serving));
     docs.extend(rbac::bootstrap_tokens(mode.token_node_read));
     docs.push(workload::deployment(namespace, image, replicas, mode));
     if replicas > 0 {

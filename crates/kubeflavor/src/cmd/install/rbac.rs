@@ -11,9 +11,11 @@ use super::Document;
 use crate::ops::trail::TRAIL_NAMESPACE;
 
 /// The controller's ServiceAccount (in the install namespace).
-pub const CONTROLLER_SA: &str = "kubeflavor-controller";
+pub use crate::controller::approvers::CONTROLLER_SERVICE_ACCOUNT as CONTROLLER_SA;
 /// The signer of kubelet client certificates: the only one the controller may approve for.
 pub use kubeflavor_core::csr::KUBELET_CLIENT_SIGNER;
+/// The signer of kubelet serving certificates: approved for only with --approve-serving.
+pub use kubeflavor_core::serving_csr::KUBELET_SERVING_SIGNER;
 
 /// A rule and the sentence a reader of the YAML needs to judge it.
 pub struct Rule {
@@ -193,13 +195,14 @@ pub(super) fn granted_role(
 
 /// The controller's permissions: one ClusterRole for cluster-scoped work, and Roles for
 /// token Secrets (kube-system only), leader election and Events.
-pub fn controller(namespace: &str) -> Vec<Document> {
+pub fn controller(namespace: &str, approve_serving: bool) -> Vec<Document> {
     let to = Grantee {
         shown: "the controller's ServiceAccount".into(),
         subjects: vec![service_account_subject(CONTROLLER_SA, namespace)],
     };
     let cluster_rules = [
         csr_approval_rules(),
+        serving_approval_rules(approve_serving),
         flavor_and_binding_rules(),
         node_rules(),
         approver_check_rules(),
@@ -266,6 +269,23 @@ fn csr_approval_rules() -> Vec<Rule> {
             "approve: the API server also requires 'approve' on the CSR's signer. Limited by resourceNames to the kubelet client signer, so this controller cannot approve any other kind of certificate (serving, legacy, custom signers).",
         ),
     ]
+}
+
+/// With `--approve-serving`: 'approve' on the kubelet serving signer too. The CSR rules
+/// above already let the controller see and decide CSRs of any signer; the API server's
+/// signer check is what limits approvals, so this grant exists only when the controller
+/// runs with the flag.
+fn serving_approval_rules(approve_serving: bool) -> Vec<Rule> {
+    if !approve_serving {
+        return Vec::new();
+    }
+    vec![rule(
+        &["certificates.k8s.io"],
+        &["signers"],
+        &["approve"],
+        &[KUBELET_SERVING_SIGNER],
+        "approve (--approve-serving): kubelet serving certificates of nodes kubeflavor bound. Limited by resourceNames to the kubelet serving signer.",
+    )]
 }
 
 /// Reading flavors and publishing their status; keeping the bindings, never deleting one.

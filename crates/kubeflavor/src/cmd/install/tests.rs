@@ -606,6 +606,7 @@ fn with_serve_flags(replicas: u16, per_minute: u32, burst: u32) -> InstallArgs {
         replicas: 2,
         manage_renewals: false,
         sole_approver: false,
+        approve_serving: false,
         no_token_node_read: false,
         serve: true,
         serve_replicas: replicas,
@@ -1135,4 +1136,38 @@ fn the_join_token_api_secrets_are_shaped_by_a_policy_on_its_identity() {
         "{text}"
     );
     assert!(text.contains("can mint only kubeflavor tokens"), "{text}");
+}
+
+#[test]
+fn serving_approval_comes_with_its_flag_and_signer_grant_only() {
+    let signers = |docs: &[Document]| -> Vec<String> {
+        rules(find(docs, "ClusterRole", "kubeflavor:controller"))
+            .into_iter()
+            .filter(|r| strings(&r["resources"]).contains(&"signers".into()))
+            .flat_map(|r| strings(&r["resourceNames"]))
+            .collect()
+    };
+    let args = |docs: &[Document]| {
+        find(docs, "Deployment", "kubeflavor-controller").object["spec"]["template"]["spec"]
+            ["containers"][0]["args"]
+            .to_string()
+    };
+    let plain = docs();
+    assert_eq!(signers(&plain), [KUBELET_CLIENT_SIGNER]);
+    assert!(!args(&plain).contains("--approve-serving"));
+    let mut flags = with_serve_flags(2, 60, 10);
+    flags.serve = false;
+    flags.sole_approver = true;
+    let sole = Mode::of(&flags).expect("a mode");
+    assert!(sole.approve_serving, "on by default with --sole-approver");
+    let docs = documents("kubeflavor", "example.com/kubeflavor:test", 2, sole);
+    assert_eq!(
+        signers(&docs),
+        [KUBELET_CLIENT_SIGNER, KUBELET_SERVING_SIGNER]
+    );
+    assert!(args(&docs).contains("--approve-serving"));
+    flags.sole_approver = false;
+    assert!(!Mode::of(&flags).expect("a mode").approve_serving);
+    flags.approve_serving = true;
+    assert!(Mode::of(&flags).expect("a mode").approve_serving);
 }

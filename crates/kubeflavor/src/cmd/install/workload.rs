@@ -137,6 +137,10 @@ fn args(mode: Mode) -> Vec<String> {
             .then(|| "--manage-renewals".to_string()),
     )
     .chain(mode.strict.then(|| "--strict".to_string()))
+    .chain(
+        mode.approve_serving
+            .then(|| "--approve-serving".to_string()),
+    )
     .collect()
 }
 
@@ -260,6 +264,13 @@ fn args_note(mode: Mode) -> String {
     }
     if mode.strict {
         note.push_str(" --strict: CSRs of bootstrap tokens that are not kubeflavor's are denied.");
+    }
+    if mode.approve_serving {
+        note.push_str(
+            " --approve-serving: kubelet serving CSRs of bound, unrevoked nodes are approved when \
+             they name only the node and addresses in the Flavor's spec.servingAddresses; the rest \
+             of those nodes' serving CSRs are denied, other nodes' left alone.",
+        );
     }
     note
 }

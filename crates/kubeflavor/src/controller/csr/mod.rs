@@ -21,6 +21,7 @@
 pub mod approve;
 pub mod deny;
 pub mod facts;
+pub mod serving;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -38,7 +39,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 
 use kubeflavor_core::csr::{CsrError, KubeletClientCsr};
 use kubeflavor_core::flavor::FlavorName;
-use kubeflavor_core::policy::{BindingStep, Decision, decide as core_decide};
+use kubeflavor_core::policy::{BindingStep, CsrCondition, Decision, decide as core_decide};
 use kubeflavor_core::token::TokenId;
 
 use super::cache;
@@ -275,9 +276,7 @@ fn served(
 }
 
 /// Writes core's decision on the CSR: the one condition [`Decision::condition`] gives, the
-/// same for every approval or every denial (P1 (hidden flavor)). PUT `/approval` with the
-/// whole object as read: its resourceVersion guards the write, and Approved and Denied are
-/// permanent. Every CSR condition kubeflavor writes is written here.
+/// same for every approval or every denial (P1 (hidden flavor)).
 async fn conclude(
     ctx: &Context,
     csr: &CertificateSigningRequest,
@@ -291,6 +290,24 @@ async fn conclude(
         Decision::Approve { .. } => Step::Approved,
         _ => Step::Denied,
     };
+    write_condition(ctx, csr, condition, step, || {
+        record_decision(ctx, &name, decision)
+    })
+    .await
+}
+
+/// Writes `condition` on the CSR, as write `step`, then calls `written`. PUT `/approval`
+/// with the whole object as read: its resourceVersion guards the write, and Approved and
+/// Denied are permanent. Every CSR condition kubeflavor writes, for client and serving
+/// CSRs alike, is written here.
+async fn write_condition(
+    ctx: &Context,
+    csr: &CertificateSigningRequest,
+    condition: CsrCondition,
+    step: Step,
+    written: impl FnOnce(),
+) -> Result<(), Error> {
+    let name = csr.metadata.name.clone().unwrap_or_default();
     let mut updated = csr.clone();
     let status = updated
         .status
@@ -313,7 +330,7 @@ async fn conclude(
                 csr: name.clone(),
                 source,
             })?;
-        record_decision(ctx, &name, decision);
+        written();
         Ok(())
     };
     ctx.write(&name, step, write).await

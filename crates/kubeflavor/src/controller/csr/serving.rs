@@ -1,0 +1,341 @@
+//! The serving-CSR loop (`--approve-serving`): kubelet serving CSRs
+//! (`kubernetes.io/kubelet-serving`) of nodes kubeflavor bound, decided by core's
+//! [`decide_serving`]. The same machinery as the client-CSR loop: a watch filtered by
+//! signer on the server, a cache of pending CSRs only, facts read fresh from the API server
+//! (the CSR, the requester's FlavorBinding and its Flavor), the leadership write bracket,
+//! one generic condition on the CSR (P1 (hidden flavor)) and the exact cause of a denial
+//! in the admin trail only (Event and log).
+//!
+//! An approval rests on the binding as read; right before the Approved condition is
+//! written the binding's resourceVersion is read once more, so a revocation that landed in
+//! between sends the CSR back to be decided again (and denied).
+
+use std::sync::Arc;
+
+use futures::StreamExt;
+use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
+use kube::Api;
+use kube::runtime::controller::{Action, Config, Controller};
+use kube::runtime::reflector;
+use kube::runtime::{WatchStreamExt, watcher};
+
+use kubeflavor_core::names::NodeName;
+use kubeflavor_core::serving_csr::{KUBELET_SERVING_SIGNER, validate_kubelet_serving_csr};
+use kubeflavor_core::serving_policy::{
+    ServingDecision, ServingDenyCause, ServingFacts, decide_serving, requesting_node,
+};
+
+use super::facts::{self, CsrView};
+use super::{error_policy, read_pending, write_condition};
+use crate::cluster::bindings;
+use crate::controller::metrics::Metrics;
+use crate::controller::{Context, Error, Step, Stop, cache};
+use crate::crd::{Flavor, FlavorBinding, rules_from_flavor};
+use crate::ops::trail::Regarding;
+
+/// Metric label of this loop (errors, queue and read stages).
+const LOOP: &str = "serving";
+
+/// Runs the serving-CSR loop until `until` resolves.
+pub async fn run(ctx: Arc<Context>, until: Stop) {
+    let csrs: Api<CertificateSigningRequest> = Api::all(ctx.client.clone());
+    // Server-side filter: only kubelet serving CSRs reach this loop.
+    let wc =
+        watcher::Config::default().fields(&format!("spec.signerName={KUBELET_SERVING_SIGNER}"));
+    let (store, writer) = reflector::store();
+    let events = watcher(csrs, wc)
+        .default_backoff()
+        .modify(cache::slim_csr)
+        .filter_map(|event| std::future::ready(event.map(cache::pending_only).transpose()))
+        .reflect(writer)
+        .applied_objects();
+    let fut = Controller::for_stream(events, store.clone())
+        .with_config(Config::default().concurrency(0))
+        .graceful_shutdown_on(until.clone())
+        .run(reconcile, error_policy, ctx.clone())
+        .for_each(|res| async move {
+            if let Err(e) = res {
+                tracing::debug!(error = %e, "serving csr loop");
+            }
+        });
+    crate::controller::with_grace(fut, until, store).await;
+}
+
+async fn reconcile(
+    cached: Arc<CertificateSigningRequest>,
+    ctx: Arc<Context>,
+) -> Result<Action, Error> {
+    if facts::is_decided(&cached) {
+        return Ok(Action::await_change());
+    }
+    let view = CsrView::from_object(&mut cached.as_ref().clone());
+    // Routed by the requester (the one name the API server vouches for); a requester that
+    // is no node is no scoped controller's, and core ignores it anyway.
+    let requester = requesting_node(&view.username);
+    let served = match &requester {
+        Some(node) => ctx.opts.serves(node.as_str()),
+        None => ctx.opts.scope.is_none(),
+    };
+    if !served {
+        return Ok(Action::await_change());
+    }
+    let _turn = ctx.csr_turns.take(&ctx.metrics, LOOP).await;
+    if ctx.may_write(Step::Approved).is_err() {
+        return Ok(Action::await_change());
+    }
+    Box::pin(decide(&cached, view, requester, &ctx)).await
+}
+
+/// What was read for one serving CSR besides the CSR itself.
+struct Read {
+    binding: Option<FlavorBinding>,
+    flavor: Option<Flavor>,
+}
+
+async fn decide(
+    cached: &CertificateSigningRequest,
+    view: CsrView,
+    requester: Option<NodeName>,
+    ctx: &Context,
+) -> Result<Action, Error> {
+    let name = view.name.clone();
+    let _timer = Metrics::measure(&ctx.metrics.decision_duration);
+    let reading = std::time::Instant::now();
+    let (csr, read) = tokio::join!(
+        read_pending(ctx, &name),
+        read_binding_and_flavor(ctx, requester.as_ref())
+    );
+    ctx.metrics
+        .stage(LOOP, "read", reading.elapsed().as_secs_f64());
+    let Some(csr) = csr? else {
+        return Ok(Action::await_change());
+    };
+    if csr.metadata.uid != cached.metadata.uid {
+        return Err(Error::Changed {
+            csr: name,
+            node: String::new(),
+        });
+    }
+    let read = read?;
+    let facts = ServingFacts {
+        signer_name: view.signer_name.clone(),
+        requester_username: view.username.clone(),
+        already_decided: view.decided,
+        csr: validate_kubelet_serving_csr(&view.signer_name, &view.request, &view.usages),
+        binding: read.binding.as_ref().map(FlavorBinding::serving_facts),
+        flavor_addresses: read
+            .flavor
+            .as_ref()
+            .and_then(|f| rules_from_flavor(f).ok())
+            .map(|(_, rules)| rules.serving_addresses().to_vec()),
+        options: ctx.opts.serving_policy(),
+    };
+    let decision = decide_serving(&facts);
+    let step = match &decision {
+        ServingDecision::Ignore(why) => {
+            tracing::debug!(csr = %name, why = why.as_str(), "serving CSR not kubeflavor's to decide");
+            ctx.metrics.serving_decision("ignored", why.as_str());
+            return Ok(Action::await_change());
+        }
+        ServingDecision::Approve { node } => {
+            last_look(ctx, &name, node, read.binding.as_ref()).await?;
+            Step::Approved
+        }
+        ServingDecision::Deny(cause) => {
+            ctx.may_write(Step::Denied)?;
+            record_denial(ctx, &csr, &view, &facts, *cause).await;
+            Step::Denied
+        }
+    };
+    let Some(condition) = decision.condition() else {
+        return Ok(Action::await_change());
+    };
+    write_condition(ctx, &csr, condition, step, || {
+        record_decision(ctx, &name, &decision)
+    })
+    .await?;
+    Ok(Action::await_change())
+}
+
+/// The requester's FlavorBinding and the Flavor it names (GETs: an approval must not rest
+/// on a cache that has not seen a revocation yet).
+async fn read_binding_and_flavor(ctx: &Context, node: Option<&NodeName>) -> Result<Read, Error> {
+    let Some(node) = node else {
+        return Ok(Read {
+            binding: None,
+            flavor: None,
+        });
+    };
+    let binding = bindings::api(&ctx.client)
+        .get_opt(node.as_str())
+        .await
+        .map_err(|source| Error::Read {
+            what: format!("FlavorBinding {node}"),
+            source,
+        })?;
+    let flavor = match &binding {
+        Some(b) => Api::<Flavor>::all(ctx.client.clone())
+            .get_opt(&b.spec.flavor)
+            .await
+            .map_err(|source| Error::Read {
+                what: format!("Flavor {}", b.spec.flavor),
+                source,
+            })?,
+        None => None,
+    };
+    Ok(Read { binding, flavor })
+}
+
+/// The binding an approval rests on, read once more right before the approval: changed
+/// since (revoked, re-made, deleted) sends the CSR back to be decided again.
+async fn last_look(
+    ctx: &Context,
+    csr: &str,
+    node: &NodeName,
+    binding: Option<&FlavorBinding>,
+) -> Result<(), Error> {
+    let now = bindings::api(&ctx.client)
+        .get_metadata_opt(node.as_str())
+        .await
+        .map_err(|source| Error::Read {
+            what: format!("FlavorBinding {node}"),
+            source,
+        })?;
+    let was = binding.and_then(|b| b.metadata.resource_version.clone());
+    if now.and_then(|b| b.metadata.resource_version) != was {
+        return Err(Error::Changed {
+            csr: csr.to_string(),
+            node: node.to_string(),
+        });
+    }
+    Ok(())
+}
+
+/// The denial's admin trail: a log line and an Event with the exact cause, which never
+/// goes on the CSR (P1 (hidden flavor)).
+async fn record_denial(
+    ctx: &Context,
+    csr: &CertificateSigningRequest,
+    view: &CsrView,
+    facts: &ServingFacts,
+    cause: ServingDenyCause,
+) {
+    let name = view.name.as_str();
+    let asked = match &facts.csr {
+        Ok(c) => format!(
+            "node {}, DNS names {:?}, IP addresses {:?}",
+            c.node_name,
+            c.dns_names,
+            c.ip_addresses
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+        ),
+        Err(e) => format!("request refused: {e}"),
+    };
+    let description = cause.description();
+    let requester = view.username.as_str();
+    let cause = cause.as_str();
+    tracing::info!(csr = %name, requester, cause, "serving CSR denied: {description} ({asked})");
+    let regarding = Regarding {
+        api_version: "certificates.k8s.io/v1",
+        kind: "CertificateSigningRequest",
+        name,
+        uid: csr.metadata.uid.as_deref(),
+    };
+    let note =
+        format!("denied serving CSR {name} of {requester}: {cause}: {description} ({asked})");
+    ctx.record(regarding, ("Warning", "Deny", "ServingCSRDenied"), &note)
+        .await;
+}
+
+/// The decision just written, in the metrics and the log.
+fn record_decision(ctx: &Context, csr: &str, decision: &ServingDecision) {
+    match decision {
+        ServingDecision::Approve { node } => {
+            ctx.metrics.serving_decision("approved", "ok");
+            tracing::info!(csr = %csr, node = %node, "serving CSR approved");
+        }
+        ServingDecision::Deny(cause) => ctx.metrics.serving_decision("denied", cause.as_str()),
+        ServingDecision::Ignore(_) => {}
+    }
+}
+
+/// The latest serving CSR a node filed, and where it stands: for `kubeflavor node get`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServingCsrState {
+    pub csr: String,
+    /// `Pending`, `Approved` (not signed yet), `Issued`, `Denied` or `Failed`.
+    pub state: &'static str,
+    pub created: Option<jiff::Timestamp>,
+}
+
+/// The state of one CSR as its conditions and certificate say.
+pub fn csr_state(csr: &CertificateSigningRequest) -> &'static str {
+    if facts::has_condition(csr, "Denied") {
+        "Denied"
+    } else if facts::has_condition(csr, "Failed") {
+        "Failed"
+    } else if csr
+        .status
+        .as_ref()
+        .and_then(|s| s.certificate.as_ref())
+        .is_some_and(|c| !c.0.is_empty())
+    {
+        "Issued"
+    } else if facts::has_condition(csr, "Approved") {
+        "Approved"
+    } else {
+        "Pending"
+    }
+}
+
+/// The latest serving CSR filed by `system:node:<node>` (by creation time), if any.
+pub async fn latest_serving_csr(
+    client: &kube::Client,
+    node: &str,
+) -> Result<Option<ServingCsrState>, kube::Error> {
+    let list = Api::<CertificateSigningRequest>::all(client.clone())
+        .list(
+            &kube::api::ListParams::default()
+                .fields(&format!("spec.signerName={KUBELET_SERVING_SIGNER}")),
+        )
+        .await?;
+    let user = format!("{}{node}", facts::NODE_USER_PREFIX);
+    Ok(list
+        .items
+        .iter()
+        .filter(|c| c.spec.username.as_deref() == Some(user.as_str()))
+        .max_by_key(|c| c.metadata.creation_timestamp.as_ref().map(|t| t.0))
+        .map(|c| ServingCsrState {
+            csr: c.metadata.name.clone().unwrap_or_default(),
+            state: csr_state(c),
+            created: c.metadata.creation_timestamp.as_ref().map(|t| t.0),
+        }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn csr(conditions: &[&str], certificate: bool) -> CertificateSigningRequest {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "c"},
+            "spec": {"request": "", "signerName": KUBELET_SERVING_SIGNER},
+            "status": {
+                "conditions": conditions.iter().map(|t| serde_json::json!({"type": t, "status": "True"})).collect::<Vec<_>>(),
+                "certificate": if certificate { "AAAA" } else { "" },
+            }
+        }))
+        .expect("a CSR")
+    }
+
+    #[test]
+    fn a_csrs_state_is_read_from_conditions_and_certificate() {
+        assert_eq!(csr_state(&csr(&[], false)), "Pending");
+        assert_eq!(csr_state(&csr(&["Approved"], false)), "Approved");
+        assert_eq!(csr_state(&csr(&["Approved"], true)), "Issued");
+        assert_eq!(csr_state(&csr(&["Denied"], false)), "Denied");
+        assert_eq!(csr_state(&csr(&["Approved", "Failed"], false)), "Failed");
+    }
+}

@@ -17,3 +17,4 @@ mod leader;
 mod policy;
 mod serve;
 mod serve_shape;
+mod unverified;

@@ -5,10 +5,13 @@
 
 use kube::Client;
 use kube::api::{Api, ApiResource, DynamicObject};
-use kubeflavor_core::unverified_policy::POLICY_NAME;
+use kubeflavor_core::flavor::UNVERIFIED_TAINT;
+use kubeflavor_core::unverified_policy::{EFFECT, POLICY_NAME};
 
 /// The group and version serving the policy (v1.36 and later).
 pub const API_VERSION: &str = "admissionregistration.k8s.io/v1";
+/// The first Kubernetes version serving [`API_VERSION`] for the policy (KEP-3962 GA).
+pub const SINCE: &str = "v1.36";
 const GROUP: &str = "admissionregistration.k8s.io";
 const VERSION: &str = "v1";
 const POLICIES: &str = "mutatingadmissionpolicies";
@@ -64,4 +67,14 @@ pub async fn presence(client: &Client) -> Result<Presence, kube::Error> {
     } else {
         Presence::NotInstalled { policy, binding }
     })
+}
+
+/// What a cluster without the policy loses, as install and the controller say it.
+pub fn without_policy() -> String {
+    format!(
+        "without it a Node is tainted {UNVERIFIED_TAINT}:{EFFECT} only when its kubelet asks \
+         (registerWithTaints, as kubeflavor join writes it): a kubelet that leaves it out registers \
+         schedulable, and pods with their Secrets and ServiceAccount tokens can land on it before \
+         kubeflavor judged it"
+    )
 }

@@ -90,6 +90,14 @@ async fn a_kubelet_registering_without_the_taint_gets_it() {
         ],
         "the API server appends the taint after the kubelet's own"
     );
+    // The controller found the policy in place at start.
+    assert!(
+        ctl.metrics
+            .render()
+            .contains("kubeflavor_unverified_policy_enforced 1"),
+        "{}",
+        ctl.metrics.render()
+    );
     // Nothing else of the Node changed: the labels are the kubelet's (none).
     assert_eq!(
         created.metadata.labels.clone().unwrap_or_default().len(),
@@ -193,5 +201,54 @@ async fn a_node_created_by_an_admin_is_untouched() {
         .delete(&by_admin, &Default::default())
         .await
         .expect("admin's node deleted");
+    ctl.stop().await;
+}
+
+/// Without the policy's binding the controller still runs, and says the Nodes are not
+/// tainted by the API server (testkube only: on a shared cluster the policy serves every
+/// test running beside this one).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_controller_warns_when_the_policy_is_not_installed() {
+    let h = Harness::start().await;
+    if h.env
+        .testkube_or_skip("removes the cluster-wide policy binding")
+        .is_none()
+    {
+        return;
+    }
+    let bindings = kube::Api::<kube::api::DynamicObject>::all_with(
+        h.admin.clone(),
+        &kube::api::ApiResource {
+            group: "admissionregistration.k8s.io".into(),
+            version: "v1".into(),
+            api_version: "admissionregistration.k8s.io/v1".into(),
+            kind: "MutatingAdmissionPolicyBinding".into(),
+            plural: "mutatingadmissionpolicybindings".into(),
+        },
+    );
+    bindings
+        .delete(
+            kubeflavor_core::unverified_policy::POLICY_NAME,
+            &Default::default(),
+        )
+        .await
+        .expect("binding deleted");
+    let gold = h.name("gold");
+    h.flavor(&gold, &[(TIER_KEY, "gold")], &[]).await;
+    let ctl = h.start_controller(h.options("ctl-u"));
+    let (node, csr) = (h.name("node-u"), h.name("csr-u"));
+    let token = h.token(&gold, 1, None).await;
+    h.submit_csr(&h.bootstrap_client(&token).await, &csr, &node)
+        .await;
+    h.decided(&csr).await;
+    assert!(
+        ctl.metrics
+            .render()
+            .contains("kubeflavor_unverified_policy_enforced 0"),
+        "{}",
+        ctl.metrics.render()
+    );
+    let created = h.register_node(&csr, &node, &[], &[]).await;
+    assert_eq!(unverified_count(&created), 0, "{created:?}");
     ctl.stop().await;
 }

@@ -335,7 +335,7 @@ pub fn print(args: &InstallArgs, out: &mut dyn Write) -> Result<()> {
                  ({}); on an older API server leave both out (kubectl refuses them) and know that {}.",
                 unverified::SINCE,
                 unverified_policy::API_VERSION,
-                unverified::without_policy(),
+                unverified_policy::without_policy(),
             ),
             "",
         )
@@ -411,7 +411,7 @@ pub async fn apply(cluster: &Cluster, args: &InstallArgs, out: &mut dyn Write) -
              The policy and its binding were not applied.",
             unverified_policy::API_VERSION,
             unverified::SINCE,
-            unverified::without_policy(),
+            unverified_policy::without_policy(),
         )?;
     }
     let params = PatchParams::apply(FIELD_MANAGER).force();

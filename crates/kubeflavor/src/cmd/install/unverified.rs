@@ -14,22 +14,11 @@ use kubeflavor_core::unverified_policy::{
 use serde_json::json;
 
 use super::{Document, object_meta};
-use crate::cluster::unverified_policy::API_VERSION;
+use crate::cluster::unverified_policy::{API_VERSION, without_policy};
 
-/// The first Kubernetes version serving [`API_VERSION`] for the policy.
-pub const SINCE: &str = "v1.36";
+pub use crate::cluster::unverified_policy::SINCE;
 /// The labels' component.
 const COMPONENT: &str = "unverified-nodes";
-
-/// What a cluster without the policy loses, as install and the controller say it.
-pub fn without_policy() -> String {
-    format!(
-        "without it a Node is tainted {UNVERIFIED_TAINT}:{EFFECT} only when its kubelet asks \
-         (registerWithTaints, as kubeflavor join writes it): a kubelet that leaves it out registers \
-         schedulable, and pods with their Secrets and ServiceAccount tokens can land on it before \
-         kubeflavor judged it"
-    )
-}
 
 /// The policy and its binding.
 pub fn documents() -> [Document; 2] {

@@ -22,6 +22,7 @@ pub mod token_record;
 pub mod token_secret;
 pub mod token_shape;
 pub mod ttl;
+pub mod unverified_policy;
 
 // The join-token API: what a request may ask, how many a caller may make, what a
 // machine is handed.

@@ -1,10 +1,13 @@
-//! Admission and type-specific rules: NodeRestriction for node identities, and the CSR
+//! Admission and type-specific rules: NodeRestriction for node identities, then the
+//! MutatingAdmissionPolicies; the CSR
 //! rules (requester identity filled in on create, conditions only through `/approval`,
 //! Approved and Denied exclusive and permanent, `approve`/`sign` on the signer); and, after
 //! the object's own validation, ValidatingAdmissionPolicies.
 
 pub(crate) mod csr;
+mod mutating_policy;
 mod node_restriction;
+mod policy;
 mod validating_policy;
 
 use serde_json::Value;
@@ -20,18 +23,26 @@ pub fn admit(
     attrs: &RequestAttributes,
     op: Operation,
     old: Option<&Value>,
-    new: Option<&mut Value>,
+    mut new: Option<&mut Value>,
     reader: &dyn ObjectReader,
 ) -> Result<(), ApiError> {
     // Mutating admission (NodeRestriction) sees the object as the client sent it.
     if let Some(node) = node_identity(&attrs.user) {
         node_restriction::admit(node, attrs, op, old, new.as_deref())?;
     }
+    // Then the MutatingAdmissionPolicies, on the object as the plugins above left it.
+    if matches!(op, Operation::Create | Operation::Update) {
+        mutating_policy::admit(attrs, op, old, new.as_deref_mut(), reader)?;
+    }
     if attrs.api_group == "certificates.k8s.io" && attrs.resource == "certificatesigningrequests" {
         csr::admit(attrs, op, old, new, reader)?;
     }
     Ok(())
 }
+
+/// Why a MutatingAdmissionPolicy is invalid: (field, expression, detail) of each
+/// expression that does not compile.
+pub use mutating_policy::validate_policy as mutating_policy_errors;
 
 /// Validating admission that runs after the object passed its own validation, as
 /// upstream's `createValidation`/`updateValidation`: the ValidatingAdmissionPolicies.

@@ -441,6 +441,27 @@ fn builtins() -> &'static [ResourceInfo] {
         });
         policy_binding.has_generation = true;
         all.push(policy_binding);
+        // Stored, and applied by admission::mutating_policy (v1 has no status).
+        for (resource, kind) in [
+            ("mutatingadmissionpolicies", "MutatingAdmissionPolicy"),
+            (
+                "mutatingadmissionpolicybindings",
+                "MutatingAdmissionPolicyBinding",
+            ),
+        ] {
+            let mut mutating = builtin(Def {
+                group: "admissionregistration.k8s.io",
+                version: "v1",
+                resource,
+                kind,
+                namespaced: false,
+                short: &[],
+                subs: &[],
+                known: &["spec"],
+            });
+            mutating.has_generation = true;
+            all.push(mutating);
+        }
         let mut crd = builtin(Def {
             group: "apiextensions.k8s.io",
             version: "v1",

@@ -157,6 +157,11 @@ pub fn validate_object(
             return Err(invalid("Event", "", name, &event_errs));
         }
     }
+    if !info.custom && info.resource == "mutatingadmissionpolicies" {
+        for (field, expression, detail) in crate::admission::mutating_policy_errors(obj) {
+            errs.push(FieldError::invalid(field, &expression, &detail));
+        }
+    }
     if !info.custom && matches!(info.resource.as_str(), "secrets" | "configmaps") {
         for field in ["data", "binaryData"] {
             if let Some(map) = obj[field].as_object() {

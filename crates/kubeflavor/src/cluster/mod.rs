@@ -8,6 +8,7 @@ pub mod cache_lag;
 mod errors;
 mod resolve;
 pub mod token_secrets;
+pub mod unverified_policy;
 
 use std::fmt;
 

@@ -65,6 +65,7 @@ pub struct Metrics {
     pub writes: Counter,
     pub last_write: Gauge<f64, AtomicU64>,
     pub competing_approvals: Family<KindLabels, Gauge<i64, AtomicI64>>,
+    pub unverified_policy_enforced: Gauge<i64, AtomicI64>,
     pub stages: Family<StageLabels, Histogram, fn() -> Histogram>,
     registry: Arc<Registry>,
 }
@@ -105,6 +106,7 @@ impl Metrics {
             writes: Counter::default(),
             last_write: Gauge::default(),
             competing_approvals: Family::default(),
+            unverified_policy_enforced: Gauge::default(),
             stages: Family::new_with_constructor(duration_histogram as fn() -> Histogram),
             registry: Arc::default(),
         };
@@ -203,6 +205,11 @@ impl Metrics {
             "competing_approvals",
             "1 while RBAC lets kube-controller-manager auto-approve this kind of kubelet client CSR before kubeflavor decides (kind: kubeflavor_tokens, other_tokens, renewals, other_requesters), read at start and after every RBAC change",
             self.competing_approvals.clone(),
+        );
+        r.register(
+            "unverified_policy_enforced",
+            "1 when the API server taints every kubelet-created Node kubeflavor.io/unverified:NoSchedule (MutatingAdmissionPolicy admissionregistration.k8s.io/v1 served, kubeflavor's policy and binding installed), 0 when not or unknown; read at start",
+            self.unverified_policy_enforced.clone(),
         );
         r.register(
             "stage_duration_seconds",

@@ -18,6 +18,7 @@ pub mod leader;
 pub mod metrics;
 pub mod node;
 pub mod queue;
+pub mod unverified;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -463,6 +464,7 @@ pub async fn run(
     let (shut_tx, shut_rx) = watch::channel(false);
     let stopping = stop_when(shut_rx.clone(), true);
     let approvers = watch_approvers(&rt, stopping.clone()).await?;
+    unverified::check(&rt.client, &rt.metrics).await;
     // Nothing is spawned detached: aborting the task that runs this future stops every
     // part of the controller at once, which is what a crash looks like to the cluster.
     let forward = async move {

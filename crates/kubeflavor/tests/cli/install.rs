@@ -91,6 +91,8 @@ async fn install_apply_creates_everything_print_shows_and_is_idempotent() {
             "Service" => "services",
             "ValidatingAdmissionPolicy" => "validatingadmissionpolicies",
             "ValidatingAdmissionPolicyBinding" => "validatingadmissionpolicybindings",
+            "MutatingAdmissionPolicy" => "mutatingadmissionpolicies",
+            "MutatingAdmissionPolicyBinding" => "mutatingadmissionpolicybindings",
             other => panic!("unexpected kind {other}"),
         };
         let ar = ApiResource {

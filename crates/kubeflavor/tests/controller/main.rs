@@ -18,3 +18,4 @@ mod policy;
 mod serve;
 mod serve_shape;
 mod serving;
+mod unverified;

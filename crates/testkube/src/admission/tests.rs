@@ -39,5 +39,6 @@ pub(super) fn assert_admission_forbidden(
 }
 
 mod csr;
+mod mutating_policy;
 mod node_restriction;
 mod validating_policy;

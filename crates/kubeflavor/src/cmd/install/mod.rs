@@ -4,6 +4,7 @@
 mod pods;
 mod rbac;
 mod serve;
+mod unverified;
 mod workload;
 
 use std::collections::BTreeMap;
@@ -24,12 +25,15 @@ pub use serve::{SERVE, ServePlan, TLS_SECRET, TOKEN_POLICY, serve_user};
 pub use workload::{HTTP_PORT, default_image};
 
 use crate::cluster::Cluster;
+use crate::cluster::unverified_policy;
 use crate::cmd::flavor::FIELD_MANAGER;
 use crate::controller::approvers::{self, KUBEADM_RENEWAL_BINDING};
 use crate::crd;
 use crate::error::{CliError, Result};
 use crate::output;
 use crate::output::yaml::{comment, with_notes};
+use kubeflavor_core::flavor::UNVERIFIED_TAINT;
+use kubeflavor_core::unverified_policy::POLICY_NAME;
 
 /// How long `install --apply` waits for the CRDs to be served.
 const CRD_ESTABLISHED_TIMEOUT: Duration = Duration::from_secs(60);
@@ -260,7 +264,7 @@ impl Mode {
 }
 
 /// Every object of the install set, in apply order: CRDs, namespace, controller identity
-/// and RBAC, bootstrap-token RBAC, Deployment, and its PodDisruptionBudget when replicas
+/// and RBAC, bootstrap-token RBAC, the policy tainting kubelet-created Nodes, Deployment, and its PodDisruptionBudget when replicas
 /// run; then, with `mode.serve`, the join-token API's identity, RBAC, Deployment, budget and
 /// Service.
 pub fn documents(namespace: &str, image: &str, replicas: u16, mode: Mode) -> Vec<Document> {
@@ -275,6 +279,7 @@ pub fn documents(namespace: &str, image: &str, replicas: u16, mode: Mode) -> Vec
     docs.push(workload::service_account(namespace));
     docs.extend(rbac::controller(namespace, mode.approve_serving));
     docs.extend(rbac::bootstrap_tokens(mode.token_node_read));
+    docs.extend(unverified::documents());
     docs.push(workload::deployment(namespace, image, replicas, mode));
     if replicas > 0 {
         docs.push(workload::disruption_budget(namespace));
@@ -333,6 +338,19 @@ pub fn print(args: &InstallArgs, out: &mut dyn Write) -> Result<()> {
             .as_bytes(),
         )?;
     }
+    out.write_all(
+        comment(
+            &format!(
+                "The MutatingAdmissionPolicy {POLICY_NAME} and its binding need Kubernetes {} or later \
+                 ({}); on an older API server leave both out (kubectl refuses them) and know that {}.",
+                unverified::SINCE,
+                unverified_policy::API_VERSION,
+                unverified_policy::without_policy(),
+            ),
+            "",
+        )
+        .as_bytes(),
+    )?;
     out.write_all(render_all(&docs)?.as_bytes())?;
     Ok(())
 }
@@ -361,6 +379,8 @@ fn resource_of(doc: &Document) -> Result<(ApiResource, bool)> {
         "Service" => ("services", true),
         "ValidatingAdmissionPolicy" => ("validatingadmissionpolicies", false),
         "ValidatingAdmissionPolicyBinding" => ("validatingadmissionpolicybindings", false),
+        "MutatingAdmissionPolicy" => ("mutatingadmissionpolicies", false),
+        "MutatingAdmissionPolicyBinding" => ("mutatingadmissionpolicybindings", false),
         other => {
             return Err(CliError::failed(
                 format!("install set holds an unexpected kind {other}"),
@@ -388,7 +408,22 @@ pub async fn apply(cluster: &Cluster, args: &InstallArgs, out: &mut dyn Write) -
     validate_namespace(&args.namespace)?;
     let image = args.image.clone().unwrap_or_else(default_image);
     let mode = Mode::of(args)?;
-    let docs = documents(&args.namespace, &image, args.replicas, mode);
+    let mut docs = documents(&args.namespace, &image, args.replicas, mode);
+    let served = unverified_policy::served(&cluster.client)
+        .await
+        .map_err(|e| cluster.error("ask the API server which admission APIs it serves", e))?;
+    if !served {
+        docs.retain(|d| !d.kind().starts_with("MutatingAdmissionPolicy"));
+        writeln!(
+            out,
+            "warning: this API server does not serve MutatingAdmissionPolicy {} (Kubernetes {} and later), \
+             so nothing taints kubelet-created Nodes {UNVERIFIED_TAINT}:NoSchedule on its own: {}. \
+             The policy and its binding were not applied.",
+            unverified_policy::API_VERSION,
+            unverified::SINCE,
+            unverified_policy::without_policy(),
+        )?;
+    }
     let params = PatchParams::apply(FIELD_MANAGER).force();
     for doc in &docs {
         let (ar, namespaced) = resource_of(doc)?;

@@ -350,6 +350,16 @@ fn approver_check_rules() -> Vec<Rule> {
             &[],
             "list, watch: read who may create certificatesigningrequests/nodeclient or /selfnodeclient (whose kubelet CSRs kube-controller-manager approves before kubeflavor decides), at start and whenever RBAC changes. Read only: no get of other objects, no writes.",
         ),
+        rule(
+            &["admissionregistration.k8s.io"],
+            &[
+                "mutatingadmissionpolicies",
+                "mutatingadmissionpolicybindings",
+            ],
+            &["get"],
+            &[kubeflavor_core::unverified_policy::POLICY_NAME],
+            "get, of kubeflavor's own policy and binding only: at start the controller checks that the API server taints every kubelet-created Node, and warns when it does not.",
+        ),
     ]
 }
 

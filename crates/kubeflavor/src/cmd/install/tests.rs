@@ -205,7 +205,7 @@ fn only_the_controller_may_touch_flavor_bindings() {
             .map(|d| d.name())
             .collect();
         assert!(!roles_on_kubeflavor.is_empty());
-        for doc in docs.iter().filter(|d| d.kind().ends_with("Binding")) {
+        for doc in docs.iter().filter(|d| d.kind().ends_with("RoleBinding")) {
             let role = doc.object["roleRef"]["name"].as_str().unwrap();
             if !roles_on_kubeflavor.contains(&role) {
                 continue;
@@ -1170,4 +1170,63 @@ fn serving_approval_comes_with_its_flag_and_signer_grant_only() {
     assert!(!Mode::of(&flags).expect("a mode").approve_serving);
     flags.approve_serving = true;
     assert!(Mode::of(&flags).expect("a mode").approve_serving);
+}
+
+/// Every install taints kubelet-created Nodes: the policy and its binding are in the set,
+/// CREATE of Nodes by `system:nodes` only, with core's expressions, failing closed.
+#[test]
+fn every_install_taints_kubelet_created_nodes() {
+    use kubeflavor_core::unverified_policy::{POLICY_NAME, json_patch, match_conditions};
+    let docs = docs();
+    let policy = find(&docs, "MutatingAdmissionPolicy", POLICY_NAME);
+    assert_eq!(policy.api_version(), "admissionregistration.k8s.io/v1");
+    let spec = &policy.object["spec"];
+    assert_eq!(spec["failurePolicy"], "Fail");
+    assert_eq!(
+        spec["matchConstraints"]["resourceRules"],
+        serde_json::json!([{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
+                            "resources": ["nodes"]}])
+    );
+    let conditions: Vec<&str> = spec["matchConditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["expression"].as_str().unwrap())
+        .collect();
+    let expected: Vec<String> = match_conditions()
+        .into_iter()
+        .map(|c| c.expression)
+        .collect();
+    assert_eq!(conditions, expected);
+    assert_eq!(spec["mutations"][0]["patchType"], "JSONPatch");
+    assert_eq!(
+        spec["mutations"][0]["jsonPatch"]["expression"],
+        json_patch()
+    );
+    let binding = find(&docs, "MutatingAdmissionPolicyBinding", POLICY_NAME);
+    assert_eq!(binding.object["spec"]["policyName"], POLICY_NAME);
+    let text = render_all(&docs).unwrap();
+    let above = comments_above(&text, "  failurePolicy: Fail");
+    assert!(
+        above.iter().any(|l| l.contains("Ignore would let")),
+        "{above:?}"
+    );
+}
+
+/// Plain `install` says which Kubernetes serves the policy and what is lost without it.
+#[test]
+fn printed_install_names_the_version_the_policy_needs() {
+    let mut args = with_serve_flags(2, 60, 20);
+    args.serve = false;
+    let mut out = Vec::new();
+    print(&args, &mut out).unwrap();
+    let text = String::from_utf8(out).unwrap();
+    let head: String = text
+        .lines()
+        .take_while(|l| l.starts_with('#'))
+        .map(|l| l.trim_start_matches('#').trim())
+        .collect::<Vec<_>>()
+        .join(" ");
+    assert!(head.contains("need Kubernetes v1.36 or later"), "{head}");
+    assert!(head.contains("registerWithTaints"), "{head}");
 }

@@ -6,6 +6,7 @@
 pub(crate) mod csr;
 mod node_restriction;
 mod validating_policy;
+pub(crate) use validating_policy::to_cel;
 
 use serde_json::Value;
 

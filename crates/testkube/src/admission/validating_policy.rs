@@ -94,7 +94,7 @@ fn matches_resources(policy: &Value, attrs: &RequestAttributes, op: &str) -> boo
 
 /// A JSON value as CEL sees unstructured content: objects are maps with string keys,
 /// whole numbers ints.
-fn to_cel(v: &Value) -> Cel {
+pub(crate) fn to_cel(v: &Value) -> Cel {
     match v {
         Value::Null => Cel::Null,
         Value::Bool(b) => Cel::Bool(*b),

@@ -4,10 +4,10 @@
 use std::io::Write;
 
 use jiff::Timestamp;
-use kubeflavor_core::ttl::CONTROL_PLANE_TOKEN_TTL;
 use kubeflavor_core::token::BootstrapToken;
 use kubeflavor_core::token_meta::FlavorTokenMeta;
 use kubeflavor_core::token_secret::{CONTROL_PLANE_GROUP, format_expiration};
+use kubeflavor_core::ttl::CONTROL_PLANE_TOKEN_TTL;
 
 use super::{
     TokenCreateArgs, TokenOutput, custody, flavor_rules, mint_failed, within_flavor_limits,
@@ -15,7 +15,6 @@ use super::{
 use crate::cluster::Cluster;
 use crate::error::CliError;
 use crate::minting::{JoinTarget, join_command_line, join_target, mint_control_plane};
-
 
 /// What `token create --control-plane -o json|yaml` prints (it holds the token).
 #[derive(serde::Serialize)]

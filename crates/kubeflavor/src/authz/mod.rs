@@ -291,3 +291,272 @@ async fn answer(state: &State, req: Request<Incoming>) -> (&'static str, Respons
         respond(StatusCode::OK, review::answer(&decided).to_string()),
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use hyper_util::rt::TokioIo;
+    use kube::runtime::watcher::Event;
+    use rcgen::{
+        BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
+    };
+    use rustls_pki_types::{PrivateKeyDer, ServerName};
+    use serde_json::{Value, json};
+
+    use super::index::Mark;
+    use super::*;
+
+    struct Ca {
+        pem: String,
+        issuer: Issuer<'static, KeyPair>,
+    }
+
+    fn ca(name: &str) -> Ca {
+        let key = KeyPair::generate().unwrap();
+        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.distinguished_name.push(DnType::CommonName, name);
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        let pem = params.self_signed(&key).unwrap().pem();
+        Ca {
+            pem,
+            issuer: Issuer::new(params, key),
+        }
+    }
+
+    /// (certificate PEM, key PEM) signed by `ca`.
+    fn leaf(
+        ca: &Ca,
+        names: Vec<String>,
+        cn: &str,
+        usage: ExtendedKeyUsagePurpose,
+    ) -> (String, String) {
+        let key = KeyPair::generate().unwrap();
+        let mut p = CertificateParams::new(names).unwrap();
+        p.distinguished_name.push(DnType::CommonName, cn);
+        p.extended_key_usages = vec![usage];
+        (
+            p.signed_by(&key, &ca.issuer).unwrap().pem(),
+            key.serialize_pem(),
+        )
+    }
+
+    const CN: &str = "kube-apiserver-authz-client";
+
+    struct Running {
+        addr: SocketAddr,
+        server_ca: String,
+        client_ca: Ca,
+        metrics: Metrics,
+        _dir: tempfile::TempDir,
+        stop: tokio::sync::oneshot::Sender<()>,
+    }
+
+    async fn running() -> Running {
+        crate::cluster::install_crypto_provider();
+        let dir = tempfile::tempdir().unwrap();
+        let server_ca = ca("server-ca");
+        let client_ca = ca("client-ca");
+        let (cert, key) = leaf(
+            &server_ca,
+            vec!["127.0.0.1".into()],
+            "webhook",
+            ExtendedKeyUsagePurpose::ServerAuth,
+        );
+        let write = |name: &str, text: &str| {
+            let path = dir.path().join(name);
+            std::fs::write(&path, text).unwrap();
+            path
+        };
+        let index = Arc::new(CutOffIndex::default());
+        for mark in [Mark::Binding, Mark::Node] {
+            index.apply(mark, Event::Init);
+            index.apply(mark, Event::InitDone);
+        }
+        index.apply(Mark::Binding, Event::Apply(("w1".to_string(), true)));
+        let opts = Options {
+            address: ([127, 0, 0, 1], 0).into(),
+            cert: write("tls.crt", &cert),
+            key: write("tls.key", &key),
+            client_ca: write("ca.crt", &client_ca.pem),
+            client_cn: Some(CN.into()),
+            connections: ConnectionLimits::default(),
+        };
+        let metrics = Metrics::new();
+        let bound = bind(opts, index, metrics.clone()).await.unwrap();
+        let addr = bound.local_addr().unwrap();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        tokio::spawn(bound.serve(async {
+            let _ = stopped.await;
+        }));
+        Running {
+            addr,
+            server_ca: server_ca.pem.clone(),
+            client_ca,
+            metrics,
+            _dir: dir,
+            stop,
+        }
+    }
+
+    /// POSTs `body` to `path` with the client certificate `client`: the status and JSON,
+    /// or the error text when no answer came.
+    async fn post(
+        r: &Running,
+        client: Option<&(String, String)>,
+        path: &str,
+        body: Value,
+    ) -> Result<(u16, Value), String> {
+        let mut roots = RootCertStore::empty();
+        roots
+            .add(CertificateDer::from_pem_slice(r.server_ca.as_bytes()).unwrap())
+            .unwrap();
+        let builder = rustls::ClientConfig::builder().with_root_certificates(roots);
+        let config = match client {
+            Some((cert, key)) => builder
+                .with_client_auth_cert(
+                    vec![CertificateDer::from_pem_slice(cert.as_bytes()).unwrap()],
+                    PrivateKeyDer::from_pem_slice(key.as_bytes()).unwrap(),
+                )
+                .unwrap(),
+            None => builder.with_no_client_auth(),
+        };
+        let tcp = tokio::net::TcpStream::connect(r.addr).await.unwrap();
+        let tls = tokio_rustls::TlsConnector::from(Arc::new(config))
+            .connect(ServerName::from(r.addr.ip()), tcp)
+            .await
+            .map_err(|e| e.to_string())?;
+        let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
+            .await
+            .map_err(|e| e.to_string())?;
+        tokio::spawn(conn);
+        let req = Request::post(path)
+            .header(hyper::header::CONTENT_TYPE, "application/json")
+            .body(Full::new(Bytes::from(body.to_string())))
+            .unwrap();
+        let resp = sender.send_request(req).await.map_err(|e| e.to_string())?;
+        let code = resp.status().as_u16();
+        let bytes = resp.into_body().collect().await.unwrap().to_bytes();
+        Ok((code, serde_json::from_slice(&bytes).unwrap_or(Value::Null)))
+    }
+
+    fn sar(user: &str) -> Value {
+        json!({
+            "apiVersion": "authorization.k8s.io/v1",
+            "kind": "SubjectAccessReview",
+            "spec": {"user": user, "groups": ["system:nodes", "system:authenticated"],
+                     "resourceAttributes": {"verb": "get", "resource": "nodes", "name": user}},
+        })
+    }
+
+    fn api_server(r: &Running) -> (String, String) {
+        leaf(
+            &r.client_ca,
+            vec![],
+            CN,
+            ExtendedKeyUsagePurpose::ClientAuth,
+        )
+    }
+
+    #[tokio::test]
+    async fn revoked_node_is_denied_and_others_get_no_opinion_over_https() {
+        let r = running().await;
+        let me = api_server(&r);
+        let (code, denied) = post(&r, Some(&me), PATH, sar("system:node:w1"))
+            .await
+            .unwrap();
+        assert_eq!(code, 200);
+        assert_eq!(denied["kind"], "SubjectAccessReview");
+        assert_eq!(denied["status"]["allowed"], false);
+        assert_eq!(denied["status"]["denied"], true);
+        assert!(
+            denied["status"]["reason"]
+                .as_str()
+                .unwrap()
+                .contains("node w1 is revoked")
+        );
+        let (code, other) = post(&r, Some(&me), PATH, sar("system:node:w2"))
+            .await
+            .unwrap();
+        assert_eq!(code, 200);
+        assert_eq!(other["status"], json!({"allowed": false}));
+        let text = r.metrics.render();
+        assert!(
+            text.contains("kubeflavor_authz_answers_total{answer=\"denied_revoked\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("kubeflavor_authz_answers_total{answer=\"no_opinion\"} 1"),
+            "{text}"
+        );
+        let _ = r.stop.send(());
+    }
+
+    #[tokio::test]
+    async fn only_the_api_servers_client_certificate_is_answered() {
+        let r = running().await;
+        assert!(
+            post(&r, None, PATH, sar("system:node:w1")).await.is_err(),
+            "no client certificate: no answer"
+        );
+        let stranger = leaf(
+            &ca("other-ca"),
+            vec![],
+            CN,
+            ExtendedKeyUsagePurpose::ClientAuth,
+        );
+        assert!(
+            post(&r, Some(&stranger), PATH, sar("system:node:w1"))
+                .await
+                .is_err(),
+            "a certificate of another CA: no answer"
+        );
+        // The cluster CA signs every kubelet's certificate too: the CN keeps nodes out.
+        let kubelet = leaf(
+            &r.client_ca,
+            vec![],
+            "system:node:w2",
+            ExtendedKeyUsagePurpose::ClientAuth,
+        );
+        assert!(
+            post(&r, Some(&kubelet), PATH, sar("system:node:w1"))
+                .await
+                .is_err(),
+            "a certificate of the CA with another CN: no answer"
+        );
+        assert_eq!(
+            post(&r, Some(&api_server(&r)), PATH, sar("system:node:w1"))
+                .await
+                .unwrap()
+                .0,
+            200
+        );
+        let _ = r.stop.send(());
+    }
+
+    #[tokio::test]
+    async fn anything_but_a_subject_access_review_v1_is_refused() {
+        let r = running().await;
+        let me = api_server(&r);
+        let mut beta = sar("system:node:w1");
+        beta["apiVersion"] = json!("authorization.k8s.io/v1beta1");
+        assert_eq!(post(&r, Some(&me), PATH, beta).await.unwrap().0, 400);
+        let token_review =
+            json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": {}});
+        assert_eq!(
+            post(&r, Some(&me), PATH, token_review).await.unwrap().0,
+            400
+        );
+        assert_eq!(
+            post(&r, Some(&me), "/other", sar("system:node:w1"))
+                .await
+                .unwrap()
+                .0,
+            404
+        );
+        assert!(
+            r.metrics
+                .render()
+                .contains("kubeflavor_authz_answers_total{answer=\"bad_request\"} 2")
+        );
+        let _ = r.stop.send(());
+    }
+}

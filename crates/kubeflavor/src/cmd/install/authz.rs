@@ -131,8 +131,8 @@ authorizers:
 - type: Webhook
   name: kubeflavor
   webhook:
-    # Each replica answers from memory (p99 well under 1 ms, see the README); 2 s covers a
-    # replica that is busy or a connection to open.
+    # Each replica answers from memory (tens of microseconds unloaded, see the README);
+    # 2 s covers a replica that is busy or a connection to open.
     timeout: 2s
     subjectAccessReviewVersion: v1
     matchConditionSubjectAccessReviewVersion: v1

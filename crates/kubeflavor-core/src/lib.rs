@@ -10,6 +10,7 @@ pub mod flavor;
 pub mod invisible;
 pub mod labels;
 pub mod names;
+pub mod node_cutoff;
 pub mod node_state;
 pub mod policy;
 pub mod serving_csr;

@@ -2,6 +2,7 @@
 //! the commands. `main.rs` (and the `kubectl-flavor` plugin binary) only call [`main`];
 //! tests call [`run`] in-process with their own output buffer.
 
+pub mod authz;
 pub mod certs;
 pub mod cli;
 pub mod cluster;

@@ -9,6 +9,7 @@ mod mutating_policy;
 mod node_restriction;
 mod policy;
 mod validating_policy;
+pub(crate) use policy::to_cel;
 
 use serde_json::Value;
 

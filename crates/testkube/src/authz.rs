@@ -11,6 +11,7 @@
 mod bootstrap_policy;
 pub mod node;
 pub mod rbac;
+pub mod webhook;
 
 use serde_json::{Map, Value, json};
 
@@ -26,6 +27,28 @@ pub fn authorize(attrs: &RequestAttributes, reader: &dyn ObjectReader) -> Result
     match decide(attrs, reader) {
         Ok(()) => Ok(()),
         Err(reason) => Err(forbidden(attrs, &reason)),
+    }
+}
+
+/// Authorization with the webhook's verdict already in (see `webhook`): its deny is a 403
+/// with its reason, its allow skips Node and RBAC; otherwise Node and RBAC decide, and a
+/// webhook error turns their "not allowed" into a 500 (`WithAuthorization`), or the
+/// failurePolicy's deny into one at once.
+pub fn authorize_after(
+    verdict: &webhook::Verdict,
+    attrs: &RequestAttributes,
+    reader: &dyn ObjectReader,
+) -> Result<(), ApiError> {
+    use webhook::Verdict;
+    match verdict {
+        Verdict::Allow(_) => Ok(()),
+        Verdict::Deny(reason) => Err(forbidden(attrs, reason)),
+        Verdict::Failed { deny: true, error } => Err(crate::errors::internal_error(error)),
+        Verdict::NoOpinion => authorize(attrs, reader),
+        Verdict::Failed { deny: false, error } => match decide(attrs, reader) {
+            Ok(()) => Ok(()),
+            Err(_) => Err(crate::errors::internal_error(error)),
+        },
     }
 }
 

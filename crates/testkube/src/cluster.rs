@@ -239,6 +239,7 @@ impl TestCluster {
             server_address: addr.to_string(),
             token_cache: Arc::new(TokenSecretCache::new(options.token_auth_lag)),
             sa_issuer: ServiceAccountIssuer::generate(),
+            authz_webhook: Default::default(),
         });
         let tasks = vec![
             tokio::spawn(
@@ -345,6 +346,17 @@ impl TestCluster {
     ) -> Result<(String, String), PkiError> {
         let issued = self.shared.ca.client_cert(common_name, groups)?;
         Ok((issued.cert_pem.clone(), issued.key_pem.clone()))
+    }
+
+    /// Puts an authorization webhook before the Node and RBAC authorizers (a structured
+    /// `AuthorizationConfiguration` whose first authorizer is `type: Webhook`), or removes
+    /// it (`None`).
+    pub fn set_authorization_webhook(&self, webhook: Option<crate::AuthorizationWebhook>) {
+        *self
+            .shared
+            .authz_webhook
+            .write()
+            .unwrap_or_else(|p| p.into_inner()) = webhook.map(std::sync::Arc::new);
     }
 
     /// Accept `token` as a bearer token for `user` in `groups` (plus `system:authenticated`,

@@ -275,6 +275,16 @@ fn builtins() -> &'static [ResourceInfo] {
                 "automountServiceAccountToken",
             ],
         )));
+        // Pods are stored as written (no scheduler, no kubelet runs them, as on the tests'
+        // real control plane): a test binds one to a node with spec.nodeName.
+        all.push(builtin(core(
+            "pods",
+            "Pod",
+            true,
+            &["po"],
+            &["status"],
+            &["spec", "status"],
+        )));
         let mut services = builtin(core(
             "services",
             "Service",

@@ -53,6 +53,8 @@ pub struct Shared {
     pub token_cache: Arc<authn::TokenSecretCache>,
     /// Issues (TokenRequest) and checks service-account tokens.
     pub sa_issuer: authn::ServiceAccountIssuer,
+    /// The authorization webhook asked before Node and RBAC, when one is configured.
+    pub authz_webhook: RwLock<Option<Arc<authz::webhook::AuthorizationWebhook>>>,
 }
 
 impl Shared {
@@ -333,16 +335,27 @@ async fn respond(
             return Err(err);
         }
     }
+    // The webhook is asked first (after system:masters), outside the store's lock.
+    let webhook = shared
+        .authz_webhook
+        .read()
+        .unwrap_or_else(|p| p.into_inner())
+        .clone();
+    let verdict = match webhook {
+        Some(w) if !attrs.user.in_group(authz::MASTERS_GROUP) => w.authorize(&attrs).await,
+        _ => authz::webhook::Verdict::NoOpinion,
+    };
+    let authorize = |st: &dyn ObjectReader| authz::authorize_after(&verdict, &attrs, st);
     match &route {
         Route::NonResource(p) => {
             let st = shared.store.lock();
-            authz::authorize(&attrs, &*st)?;
+            authorize(&*st)?;
             non_resource(&*st, p, pretty)
         }
         Route::Discovery(which) => {
             let doc = {
                 let st = shared.store.lock();
-                authz::authorize(&attrs, &*st)?;
+                authorize(&*st)?;
                 discovery::document(
                     &*st,
                     which,
@@ -359,7 +372,7 @@ async fn respond(
         Route::Resource(r) => {
             let reply = {
                 let mut st = shared.store.lock();
-                authz::authorize(&attrs, &*st)?;
+                authorize(&*st)?;
                 let info = resources::resolve(&*st, &r.group, &r.version, &r.resource)
                     .ok_or_else(page_not_found)?;
                 let cx = Cx {

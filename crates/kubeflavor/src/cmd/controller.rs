@@ -63,6 +63,59 @@ pub struct ControllerArgs {
     /// Parallel reconciles per loop.
     #[arg(long, value_name = "N", default_value_t = 16)]
     pub concurrency: u16,
+    #[command(flatten)]
+    pub authz: AuthzArgs,
+}
+
+/// The authorization webhook that cuts revoked nodes off (P7). Every replica serves it,
+/// leader or not, from its own in-memory index; see `kubeflavor install --authz-config`
+/// for the API server's side.
+#[derive(Debug, Args)]
+pub struct AuthzArgs {
+    /// Serve the authorization webhook (POST /authorize, SubjectAccessReview v1) here,
+    /// e.g. 0.0.0.0:8443. Without it, no webhook is served.
+    #[arg(long, value_name = "ADDR", requires_all = ["authz_tls_cert_file", "authz_tls_key_file", "authz_client_ca_file"])]
+    pub authz_address: Option<SocketAddr>,
+    /// The webhook's serving certificate (PEM; read again when it changes).
+    #[arg(long, value_name = "FILE")]
+    pub authz_tls_cert_file: Option<std::path::PathBuf>,
+    /// The key of --authz-tls-cert-file (PEM).
+    #[arg(long, value_name = "FILE")]
+    pub authz_tls_key_file: Option<std::path::PathBuf>,
+    /// Only clients with a certificate signed by this CA are answered (the API server's
+    /// client certificate from its webhook kubeconfig); every other handshake fails.
+    #[arg(long, value_name = "FILE")]
+    pub authz_client_ca_file: Option<std::path::PathBuf>,
+    /// Also require this common name in the client certificate (e.g.
+    /// kube-apiserver-authz-client), for a CA that signs other clients too.
+    #[arg(long, value_name = "CN")]
+    pub authz_client_cn: Option<String>,
+    /// Connections the webhook holds at once (more wait in the listen backlog).
+    #[arg(long, value_name = "N", default_value_t = 1024)]
+    pub authz_max_connections: usize,
+    /// Seconds a webhook connection may stay idle, and a review's body may take.
+    #[arg(long, value_name = "SECONDS", default_value_t = 30)]
+    pub authz_idle_timeout: u64,
+}
+
+impl AuthzArgs {
+    /// The webhook's options, when one is asked for.
+    pub fn options(&self) -> Option<crate::authz::Options> {
+        let address = self.authz_address?;
+        let idle = Duration::from_secs(self.authz_idle_timeout.max(1));
+        Some(crate::authz::Options {
+            address,
+            cert: self.authz_tls_cert_file.clone()?,
+            key: self.authz_tls_key_file.clone()?,
+            client_ca: self.authz_client_ca_file.clone()?,
+            client_cn: self.authz_client_cn.clone(),
+            connections: crate::serve::ConnectionLimits {
+                max_connections: self.authz_max_connections.max(1),
+                idle_timeout: idle,
+                request_timeout: idle,
+            },
+        })
+    }
 }
 
 fn default_identity() -> String {
@@ -125,7 +178,27 @@ pub async fn termination() {
 pub async fn run(cluster: &Cluster, args: &ControllerArgs) -> Result<()> {
     let opts = options(args);
     tracing::info!(identity = %opts.identity, namespace = %opts.namespace, leader_elect = opts.leader_elect, strict = opts.strict, manage_renewals = opts.manage_renewals, approve_serving = opts.approve_serving, "starting the kubeflavor controller");
-    controller::run(Runtime::new(cluster.client.clone(), opts), termination())
+    let rt = Runtime::new(cluster.client.clone(), opts);
+    let Some(authz) = args.authz.options() else {
+        return controller::run(rt, termination())
+            .await
+            .map_err(|e| CliError::failed(e, "see the log lines above"));
+    };
+    let index = std::sync::Arc::new(crate::authz::index::CutOffIndex::default());
+    let webhook = crate::authz::bind(authz, index, rt.metrics.clone())
         .await
-        .map_err(|e| CliError::failed(e, "see the log lines above"))
+        .map_err(|e| CliError::failed(e, "check the --authz-* flags"))?;
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let stopped = async move {
+        let mut rx = stop_rx;
+        let _ = rx.wait_for(|s| *s).await;
+    };
+    let served = crate::authz::run(cluster.client.clone(), webhook, stopped);
+    let controlled = async {
+        let result = controller::run(rt, termination()).await;
+        let _ = stop_tx.send(true);
+        result
+    };
+    let ((), result) = tokio::join!(served, controlled);
+    result.map_err(|e| CliError::failed(e, "see the log lines above"))
 }

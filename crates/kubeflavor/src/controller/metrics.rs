@@ -44,6 +44,18 @@ pub struct StageLabels {
     pub stage: String,
 }
 
+/// Buckets from 20 µs to about 0.3 s: the webhook answers from memory.
+fn answer_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(0.00002, 2.0, 15))
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct AnswerLabels {
+    /// The authorization webhook's answer: denied_revoked, no_opinion, or an error kind
+    /// (bad_request, not_found, not_synced, too_large).
+    pub answer: &'static str,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct KindLabels {
     pub kind: String,
@@ -67,6 +79,8 @@ pub struct Metrics {
     pub competing_approvals: Family<KindLabels, Gauge<i64, AtomicI64>>,
     pub unverified_policy_enforced: Gauge<i64, AtomicI64>,
     pub stages: Family<StageLabels, Histogram, fn() -> Histogram>,
+    pub authz_answers: Family<AnswerLabels, Counter>,
+    pub authz_answer_duration: Family<AnswerLabels, Histogram, fn() -> Histogram>,
     registry: Arc<Registry>,
 }
 
@@ -108,6 +122,10 @@ impl Metrics {
             competing_approvals: Family::default(),
             unverified_policy_enforced: Gauge::default(),
             stages: Family::new_with_constructor(duration_histogram as fn() -> Histogram),
+            authz_answers: Family::default(),
+            authz_answer_duration: Family::new_with_constructor(
+                answer_histogram as fn() -> Histogram,
+            ),
             registry: Arc::default(),
         };
         let mut registry = Registry::with_prefix("kubeflavor");
@@ -116,6 +134,7 @@ impl Metrics {
         metrics.register_cleanups(&mut registry);
         metrics.register_leadership(&mut registry);
         metrics.register_diagnostics(&mut registry);
+        metrics.register_authz(&mut registry);
         Metrics {
             registry: Arc::new(registry),
             ..metrics
@@ -200,6 +219,29 @@ impl Metrics {
     }
 
     /// Who else approves kubelet CSRs, and where reconciles spend their time.
+    /// The authorization webhook (every replica answers, leader or not).
+    fn register_authz(&self, r: &mut Registry) {
+        r.register(
+            "authz_answers",
+            "Answers of the authorization webhook by kind",
+            self.authz_answers.clone(),
+        );
+        r.register(
+            "authz_answer_duration_seconds",
+            "Time from a review's headers to its answer, by answer kind",
+            self.authz_answer_duration.clone(),
+        );
+    }
+
+    /// One answer of the authorization webhook and how long it took.
+    pub fn authz_answer(&self, answer: &'static str, seconds: f64) {
+        let labels = AnswerLabels { answer };
+        self.authz_answers.get_or_create(&labels).inc();
+        self.authz_answer_duration
+            .get_or_create(&labels)
+            .observe(seconds);
+    }
+
     fn register_diagnostics(&self, r: &mut Registry) {
         r.register(
             "competing_approvals",

@@ -15,7 +15,9 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use hyper::body::Incoming;
 use hyper::service::service_fn;
+use hyper::{Request, Response};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto::Builder;
 use tokio::net::TcpStream;
@@ -23,23 +25,33 @@ use tokio::sync::watch;
 use tokio::time::timeout;
 use tokio_rustls::TlsAcceptor;
 
+use super::api::Body;
 use super::limits::ConnectionLimits;
-use super::{Server, api};
 
 /// How long an idle connection asked to close (h2: GOAWAY; HTTP/1.1: no keep-alive) may
 /// take to end by itself before it is dropped.
 const CLOSE_GRACE: Duration = Duration::from_secs(1);
 
-/// Serves one accepted connection until it ends or has been idle for the idle timeout.
-pub(super) async fn serve(
-    server: Arc<Server>,
+/// Serves one accepted connection with `handler` until it ends or has been idle for the
+/// idle timeout. `admit` sees the finished handshake (e.g. the client's certificate) and
+/// may close the connection before any request is read.
+pub(crate) async fn serve<H, F>(
+    handler: H,
     acceptor: TlsAcceptor,
     stream: TcpStream,
     peer: SocketAddr,
     limits: ConnectionLimits,
-) {
+    admit: impl FnOnce(&rustls::ServerConnection) -> bool,
+) where
+    H: Fn(Request<Incoming>) -> F + Clone + Send + Sync + 'static,
+    F: Future<Output = Response<Body>> + Send + 'static,
+{
     let tls = match timeout(limits.idle_timeout, acceptor.accept(stream)).await {
-        Ok(Ok(tls)) => tls,
+        Ok(Ok(tls)) if admit(tls.get_ref().1) => tls,
+        Ok(Ok(_)) => {
+            tracing::debug!(%peer, "client refused after the handshake");
+            return;
+        }
         Ok(Err(e)) => {
             tracing::debug!(%peer, error = %e, "TLS handshake failed");
             return;
@@ -55,9 +67,9 @@ pub(super) async fn serve(
         service_fn(move |req| {
             // Counted as soon as hyper hands the request over, before the handler runs.
             let in_progress = InProgress::start(&requests);
-            let server = server.clone();
+            let handler = handler.clone();
             async move {
-                let response = api::handle(&server, req).await;
+                let response = handler(req).await;
                 drop(in_progress);
                 Ok::<_, Infallible>(response)
             }

@@ -5,7 +5,7 @@
 //! identity does the reviews and writes the token Secrets.
 
 pub mod api;
-mod connection;
+pub(crate) mod connection;
 pub mod limits;
 pub mod openapi;
 pub mod tls;
@@ -271,7 +271,11 @@ async fn accept_loop(
         tokio::spawn(async move {
             // The slot is taken until the connection ends.
             let _permit = permit;
-            connection::serve(server, acceptor, stream, peer, limits).await;
+            let handler = move |req| {
+                let server = server.clone();
+                async move { api::handle(&server, req).await }
+            };
+            connection::serve(handler, acceptor, stream, peer, limits, |_| true).await;
         });
     }
 }

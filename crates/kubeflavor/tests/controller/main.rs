@@ -11,6 +11,7 @@ mod harness;
 
 mod approvers;
 mod attacks;
+mod authz;
 mod faults;
 mod flow;
 mod leader;

@@ -50,7 +50,7 @@ pub(super) fn matches_resources(policy: &Value, attrs: &RequestAttributes, op: &
 
 /// A JSON value as CEL sees unstructured content: objects are maps with string keys,
 /// whole numbers ints.
-pub(super) fn to_cel(v: &Value) -> Cel {
+pub(crate) fn to_cel(v: &Value) -> Cel {
     match v {
         Value::Null => Cel::Null,
         Value::Bool(b) => Cel::Bool(*b),

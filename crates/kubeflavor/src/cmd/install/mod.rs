@@ -1,6 +1,7 @@
 //! `kubeflavor install`: everything the controller needs, as YAML documents to read (and to
 //! pipe into `kubectl apply -f -`), or applied directly with server-side apply.
 
+mod authz;
 mod pods;
 mod rbac;
 mod serve;
@@ -107,6 +108,18 @@ pub struct InstallArgs {
     /// --burst).
     #[arg(long, value_name = "N", default_value_t = serve::DEFAULT_RATE.burst, requires = "serve")]
     pub serve_burst: u32,
+    /// Every controller replica also serves the authorization webhook that cuts revoked
+    /// nodes off (port 8443, behind the Service kubeflavor-authz), with the certificate of
+    /// the Secret kubeflavor-authz-tls (tls.crt, tls.key, client-ca.crt), which you create.
+    /// The API server must then be told to ask it: see --authz-config.
+    #[arg(long)]
+    pub authz_webhook: bool,
+    /// Print, instead of the install set, what the API server needs to ask the webhook: the
+    /// AuthorizationConfiguration entry (webhook before Node and RBAC, matchConditions on
+    /// system:nodes, timeout, caching, failurePolicy and the trade-off of each choice), its
+    /// kubeconfig, and the kubeadm ClusterConfiguration that sets both.
+    #[arg(long, conflicts_with = "apply")]
+    pub authz_config: bool,
 }
 
 /// One object of the install set, with the comments printed above it.
@@ -215,6 +228,8 @@ pub struct Mode {
     /// The join-token API is installed too (`--serve`): its replicas and what each allows
     /// a caller.
     pub serve: Option<ServePlan>,
+    /// The controller serves the authorization webhook (`--authz-webhook`).
+    pub authz: bool,
 }
 
 impl Mode {
@@ -239,6 +254,7 @@ impl Mode {
             approve_serving: args.approve_serving || args.sole_approver,
             token_node_read: !args.no_token_node_read,
             serve,
+            authz: args.authz_webhook,
         })
     }
 
@@ -284,6 +300,9 @@ pub fn documents(namespace: &str, image: &str, replicas: u16, mode: Mode) -> Vec
     if replicas > 0 {
         docs.push(workload::disruption_budget(namespace));
     }
+    if mode.authz {
+        docs.push(authz::service(namespace));
+    }
     if let Some(plan) = mode.serve {
         docs.extend(serve::documents(namespace, image, replicas > 0, plan));
     }
@@ -318,6 +337,10 @@ pub fn render_all(docs: &[Document]) -> Result<String> {
 
 pub fn print(args: &InstallArgs, out: &mut dyn Write) -> Result<()> {
     validate_namespace(&args.namespace)?;
+    if args.authz_config {
+        out.write_all(authz::config(&args.namespace).as_bytes())?;
+        return Ok(());
+    }
     let image = args.image.clone().unwrap_or_else(default_image);
     let mode = Mode::of(args)?;
     let docs = documents(&args.namespace, &image, args.replicas, mode);

@@ -612,6 +612,8 @@ fn with_serve_flags(replicas: u16, per_minute: u32, burst: u32) -> InstallArgs {
         serve_replicas: replicas,
         serve_rate_per_minute: per_minute,
         serve_burst: burst,
+        authz_webhook: false,
+        authz_config: false,
     }
 }
 

@@ -93,6 +93,7 @@ fn pod_template(image: &str, mode: Mode) -> PodTemplateSpec {
         }),
         spec: Some(PodSpec {
             priority_class_name: Some(PRIORITY_CLASS.into()),
+            volumes: mode.authz.then(|| vec![super::authz::volume()]),
             ..pod
         }),
     }
@@ -117,7 +118,12 @@ fn container(image: &str, mode: Mode) -> Container {
             field_env("POD_NAME", "metadata.name"),
             field_env("POD_NAMESPACE", "metadata.namespace"),
         ]),
-        ports: Some(vec![port("http", HTTP_PORT)]),
+        ports: Some(
+            std::iter::once(port("http", HTTP_PORT))
+                .chain(mode.authz.then(|| port("authz", super::authz::AUTHZ_PORT)))
+                .collect(),
+        ),
+        volume_mounts: mode.authz.then(|| vec![super::authz::mount()]),
         resources: Some(resources("50m", "64Mi", "256Mi")),
         ..probed_container("controller", image)
     }
@@ -141,6 +147,7 @@ fn args(mode: Mode) -> Vec<String> {
         mode.approve_serving
             .then(|| "--approve-serving".to_string()),
     )
+    .chain(mode.authz.then(super::authz::args).into_iter().flatten())
     .collect()
 }
 
@@ -271,6 +278,9 @@ fn args_note(mode: Mode) -> String {
              they name only the node and addresses in the Flavor's spec.servingAddresses; the rest \
              of those nodes' serving CSRs are denied, other nodes' left alone.",
         );
+    }
+    if mode.authz {
+        note.push_str(&super::authz::args_note());
     }
     note
 }

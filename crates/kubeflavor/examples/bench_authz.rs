@@ -1,0 +1,289 @@
+//! bench_authz: how fast the authorization webhook answers, per answer kind.
+//!
+//!     cargo run --release -p kubeflavor --example bench_authz -- --bindings 100000 --parallel 64
+//!
+//! Fills the webhook's in-memory index with N FlavorBindings (one in --revoked-every
+//! revoked), serves it in-process over TLS with a client certificate required (as
+//! `kubeflavor controller --authz-*` does), and runs P API-server-like clients, each on one
+//! keep-alive HTTP/1.1 connection with its client certificate, posting SubjectAccessReview
+//! v1 bodies as kube-apiserver's webhook authorizer does: a revoked node, a node not
+//! revoked, or a user that is not a node, in turn. Prints p50/p99/max per answer kind as
+//! the client saw it, and answers per second. Asserts nothing.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use http_body_util::{BodyExt, Full};
+use hyper::body::Bytes;
+use hyper_util::rt::TokioIo;
+use kube::runtime::watcher::Event;
+use kubeflavor::authz::index::{CutOffIndex, Mark};
+use kubeflavor::controller::metrics::Metrics;
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use serde_json::json;
+
+#[path = "../../kubeflavor-core/examples/support/args.rs"]
+mod args;
+
+/// bench_authz: answers per second of the authorization webhook, by kind.
+#[derive(Debug, Parser)]
+#[command(
+    name = "bench_authz",
+    after_help = "Run: cargo run --release -p kubeflavor --example bench_authz -- --bindings 100000"
+)]
+struct Args {
+    /// FlavorBindings in the index.
+    #[arg(long, value_name = "N", default_value_t = 100_000, value_parser = args::at_least_one)]
+    bindings: usize,
+    /// One binding in this many is revoked.
+    #[arg(long, value_name = "N", default_value_t = 10, value_parser = args::at_least_one)]
+    revoked_every: usize,
+    /// Clients asking at once, each on its own connection.
+    #[arg(long, value_name = "N", default_value_t = 64, value_parser = args::at_least_one)]
+    parallel: usize,
+    /// Seconds to measure.
+    #[arg(long, value_name = "SECONDS", default_value_t = 5)]
+    seconds: u64,
+}
+
+const CLIENT_CN: &str = "kube-apiserver-authz-client";
+
+struct Pki {
+    ca_pem: String,
+    server: (String, String),
+    client: (String, String),
+}
+
+fn pki() -> Pki {
+    use rcgen::{
+        BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
+    };
+    let ca_key = KeyPair::generate().expect("key");
+    let mut ca = CertificateParams::new(Vec::<String>::new()).expect("params");
+    ca.distinguished_name.push(DnType::CommonName, "bench-ca");
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca_pem = ca.self_signed(&ca_key).expect("CA").pem();
+    let issuer = Issuer::new(ca, ca_key);
+    let leaf = |names: Vec<String>, cn: &str, usage| {
+        let key = KeyPair::generate().expect("key");
+        let mut p = CertificateParams::new(names).expect("params");
+        p.distinguished_name.push(DnType::CommonName, cn);
+        p.extended_key_usages = vec![usage];
+        (
+            p.signed_by(&key, &issuer).expect("signed").pem(),
+            key.serialize_pem(),
+        )
+    };
+    Pki {
+        ca_pem,
+        server: leaf(
+            vec!["127.0.0.1".into()],
+            "webhook",
+            ExtendedKeyUsagePurpose::ServerAuth,
+        ),
+        client: leaf(vec![], CLIENT_CN, ExtendedKeyUsagePurpose::ClientAuth),
+    }
+}
+
+fn index_of(bindings: usize, revoked_every: usize) -> CutOffIndex {
+    let index = CutOffIndex::default();
+    index.apply(Mark::Binding, Event::Init);
+    for i in 0..bindings {
+        let event = Event::InitApply((format!("node-{i}"), i % revoked_every == 0));
+        index.apply(Mark::Binding, event);
+    }
+    index.apply(Mark::Binding, Event::InitDone);
+    index.apply(Mark::Node, Event::Init);
+    index.apply(Mark::Node, Event::InitDone);
+    index
+}
+
+/// The review kube-apiserver sends for a kubelet's `get node`.
+fn review(user: &str, groups: &[&str]) -> Bytes {
+    Bytes::from(
+        json!({
+            "apiVersion": "authorization.k8s.io/v1",
+            "kind": "SubjectAccessReview",
+            "metadata": {"creationTimestamp": null},
+            "spec": {
+                "resourceAttributes": {"verb": "get", "version": "v1", "resource": "nodes", "name": user},
+                "user": user,
+                "groups": groups,
+            },
+            "status": {"allowed": false},
+        })
+        .to_string(),
+    )
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    sorted[(((sorted.len() - 1) as f64) * p).round() as usize]
+}
+
+type Samples = BTreeMap<String, Vec<Duration>>;
+
+async fn client(
+    addr: std::net::SocketAddr,
+    tls: tokio_rustls::TlsConnector,
+    args: Arc<Args>,
+    n: usize,
+    until: Instant,
+) -> Samples {
+    let tcp = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let _ = tcp.set_nodelay(true);
+    let stream = tls
+        .connect(ServerName::from(addr.ip()), tcp)
+        .await
+        .expect("TLS");
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .expect("HTTP/1.1");
+    tokio::spawn(conn);
+    let mut samples = Samples::new();
+    let nodes = ["system:nodes", "system:authenticated"];
+    let mut i = n;
+    while Instant::now() < until {
+        i += args.parallel;
+        let body = match i % 3 {
+            // A revoked node: names node-0, node-<k * revoked_every>.
+            0 => review(
+                &format!(
+                    "system:node:node-{}",
+                    (i * args.revoked_every) % args.bindings
+                ),
+                &nodes,
+            ),
+            1 => review(
+                &format!(
+                    "system:node:node-{}",
+                    (i * args.revoked_every + 1) % args.bindings
+                ),
+                &nodes,
+            ),
+            _ => review("jane", &["system:authenticated"]),
+        };
+        let request = hyper::Request::post("/authorize")
+            .header(hyper::header::HOST, addr.to_string())
+            .header(hyper::header::CONTENT_TYPE, "application/json")
+            .body(Full::new(body))
+            .expect("request");
+        let started = Instant::now();
+        let response = sender.send_request(request).await.expect("answered");
+        let status = response.status();
+        let bytes = response
+            .into_body()
+            .collect()
+            .await
+            .expect("body")
+            .to_bytes();
+        let took = started.elapsed();
+        let answer: serde_json::Value = serde_json::from_slice(&bytes).unwrap_or_default();
+        let kind = match (status.as_u16(), answer["status"]["denied"].as_bool()) {
+            (200, Some(true)) => "denied_revoked".to_string(),
+            (200, _) => "no_opinion".to_string(),
+            (code, _) => format!("error_{code}"),
+        };
+        samples.entry(kind).or_default().push(took);
+    }
+    samples
+}
+
+#[tokio::main]
+async fn main() {
+    let args = Arc::new(args::parse_or_exit::<Args>());
+    kubeflavor::cluster::install_crypto_provider();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let pki = pki();
+    let write = |name: &str, text: &str| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).expect("write");
+        path
+    };
+    let built = Instant::now();
+    let index = Arc::new(index_of(args.bindings, args.revoked_every));
+    println!(
+        "index: {} bindings, {} revoked, built in {:?}",
+        args.bindings,
+        index.len(Mark::Binding),
+        built.elapsed()
+    );
+    let opts = kubeflavor::authz::Options {
+        address: ([127, 0, 0, 1], 0).into(),
+        cert: write("tls.crt", &pki.server.0),
+        key: write("tls.key", &pki.server.1),
+        client_ca: write("ca.crt", &pki.ca_pem),
+        client_cn: Some(CLIENT_CN.into()),
+        connections: kubeflavor::serve::ConnectionLimits {
+            max_connections: args.parallel.max(1) + 16,
+            ..Default::default()
+        },
+    };
+    let bound = kubeflavor::authz::bind(opts, index, Metrics::new())
+        .await
+        .expect("bind");
+    let addr = bound.local_addr().expect("address");
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(bound.serve(async {
+        let _ = stopped.await;
+    }));
+
+    let mut roots = rustls::RootCertStore::empty();
+    roots
+        .add(CertificateDer::from_pem_slice(pki.ca_pem.as_bytes()).expect("CA"))
+        .expect("CA");
+    let chain = vec![CertificateDer::from_pem_slice(pki.client.0.as_bytes()).expect("cert")];
+    let key = PrivateKeyDer::from_pem_slice(pki.client.1.as_bytes()).expect("key");
+    let config = rustls::ClientConfig::builder()
+        .with_root_certificates(roots)
+        .with_client_auth_cert(chain, key)
+        .expect("client auth");
+    let tls = tokio_rustls::TlsConnector::from(Arc::new(config));
+
+    let started = Instant::now();
+    let until = started + Duration::from_secs(args.seconds.max(1));
+    let tasks: Vec<_> = (0..args.parallel)
+        .map(|n| tokio::spawn(client(addr, tls.clone(), args.clone(), n, until)))
+        .collect();
+    let mut all = Samples::new();
+    for t in tasks {
+        for (kind, mut samples) in t.await.expect("client") {
+            all.entry(kind).or_default().append(&mut samples);
+        }
+    }
+    let elapsed = started.elapsed();
+    let _ = stop.send(());
+    let _ = server.await;
+
+    let total: usize = all.values().map(Vec::len).sum();
+    println!(
+        "{} clients over TLS with client certificates, keep-alive, {:.1} s",
+        args.parallel,
+        elapsed.as_secs_f64()
+    );
+    println!(
+        "{:<16} {:>9} {:>10} {:>10} {:>10}",
+        "answer", "count", "p50", "p99", "max"
+    );
+    for (kind, samples) in &mut all {
+        samples.sort();
+        println!(
+            "{:<16} {:>9} {:>10.1?} {:>10.1?} {:>10.1?}",
+            kind,
+            samples.len(),
+            percentile(samples, 0.50),
+            percentile(samples, 0.99),
+            samples.last().copied().unwrap_or_default()
+        );
+    }
+    println!(
+        "answers per second: {:.0} ({} answers)",
+        total as f64 / elapsed.as_secs_f64(),
+        total
+    );
+}

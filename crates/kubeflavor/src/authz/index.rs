@@ -1,0 +1,311 @@
+//! What every replica knows, in memory, of which node names are cut off: the names whose
+//! FlavorBinding is revoked and the names whose Node carries `kubeflavor.io/revoked`, fed
+//! by two watches. The webhook answers from here alone, never with an API call per request.
+//!
+//! A watch that restarts lists everything again; the names it lists are gathered aside and
+//! replace the previous set only once the list is complete, so a relist never opens a
+//! window in which a revoked name is forgotten.
+
+use std::collections::HashSet;
+use std::sync::RwLock;
+
+use futures::{Stream, StreamExt};
+use k8s_openapi::api::core::v1::Node;
+use kube::runtime::watcher::{self, Event};
+use kube::runtime::{WatchStreamExt, watcher as watch_stream};
+use kube::{Api, Client, ResourceExt};
+use kubeflavor_core::flavor::REVOKED_TAINT;
+use kubeflavor_core::node_cutoff::CutOff;
+use tokio::sync::watch;
+
+use crate::crd::FlavorBinding;
+
+/// One of the two marks of a cut-off name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mark {
+    /// FlavorBindings with Revoked=True.
+    Binding,
+    /// Nodes tainted `kubeflavor.io/revoked`.
+    Node,
+}
+
+#[derive(Debug, Default)]
+struct Names {
+    live: HashSet<String>,
+    /// Names gathered by a list in progress.
+    relisting: Option<HashSet<String>>,
+    synced: bool,
+}
+
+impl Names {
+    fn apply(&mut self, event: Event<(String, bool)>) -> bool {
+        match event {
+            Event::Apply((name, true)) => {
+                self.live.insert(name);
+            }
+            Event::Apply((name, false)) | Event::Delete((name, _)) => {
+                self.live.remove(&name);
+            }
+            Event::Init => self.relisting = Some(HashSet::new()),
+            Event::InitApply((name, marked)) => {
+                let gathered = self.relisting.get_or_insert_with(HashSet::new);
+                if marked {
+                    gathered.insert(name);
+                }
+            }
+            Event::InitDone => {
+                if let Some(gathered) = self.relisting.take() {
+                    self.live = gathered;
+                }
+                let first = !self.synced;
+                self.synced = true;
+                return first;
+            }
+        }
+        false
+    }
+}
+
+/// The cut-off names, shared by every request of the webhook.
+#[derive(Debug)]
+pub struct CutOffIndex {
+    bindings: RwLock<Names>,
+    nodes: RwLock<Names>,
+    synced: watch::Sender<bool>,
+    /// Bumped on every event applied, for [`CutOffIndex::until`].
+    applied: watch::Sender<u64>,
+}
+
+impl Default for CutOffIndex {
+    fn default() -> Self {
+        CutOffIndex {
+            bindings: Default::default(),
+            nodes: Default::default(),
+            synced: watch::Sender::new(false),
+            applied: watch::Sender::new(0),
+        }
+    }
+}
+
+fn read(lock: &RwLock<Names>) -> std::sync::RwLockReadGuard<'_, Names> {
+    lock.read().unwrap_or_else(|p| p.into_inner())
+}
+
+impl CutOffIndex {
+    /// Whether, and why, `node` is cut off. The binding's mark is named first.
+    pub fn cut_off(&self, node: &str) -> Option<CutOff> {
+        if read(&self.bindings).live.contains(node) {
+            return Some(CutOff::BindingRevoked);
+        }
+        read(&self.nodes)
+            .live
+            .contains(node)
+            .then_some(CutOff::NodeMarkedRevoked)
+    }
+
+    /// Both watches have listed everything once: the index may be trusted.
+    pub fn is_synced(&self) -> bool {
+        *self.synced.borrow()
+    }
+
+    /// Resolves once [`CutOffIndex::is_synced`].
+    pub async fn synced(&self) {
+        let mut rx = self.synced.subscribe();
+        let _ = rx.wait_for(|s| *s).await;
+    }
+
+    /// Resolves once `holds` is true of the index (checked after every event applied).
+    pub async fn until(&self, holds: impl Fn(&CutOffIndex) -> bool) {
+        let mut rx = self.applied.subscribe();
+        while !holds(self) {
+            if rx.changed().await.is_err() {
+                return;
+            }
+        }
+    }
+
+    /// How many names carry each mark (for logs and the benchmark).
+    pub fn len(&self, mark: Mark) -> usize {
+        read(self.lock(mark)).live.len()
+    }
+
+    fn lock(&self, mark: Mark) -> &RwLock<Names> {
+        match mark {
+            Mark::Binding => &self.bindings,
+            Mark::Node => &self.nodes,
+        }
+    }
+
+    /// Applies one watch event, mapped to (name, marked).
+    pub fn apply(&self, mark: Mark, event: Event<(String, bool)>) {
+        let first_sync = {
+            let mut names = self.lock(mark).write().unwrap_or_else(|p| p.into_inner());
+            names.apply(event)
+        };
+        self.applied.send_modify(|n| *n += 1);
+        if first_sync {
+            let both = read(&self.bindings).synced && read(&self.nodes).synced;
+            if both {
+                tracing::info!(
+                    revoked_bindings = self.len(Mark::Binding),
+                    revoked_nodes = self.len(Mark::Node),
+                    "authorization webhook index synced"
+                );
+                self.synced.send_replace(true);
+            }
+        }
+    }
+
+    /// Feeds the index from watches of FlavorBindings and Nodes until the future is dropped.
+    pub async fn feed(&self, client: Client) {
+        let bindings = marks(
+            watch_stream(
+                Api::<FlavorBinding>::all(client.clone()),
+                watcher::Config::default(),
+            ),
+            |b: &FlavorBinding| (b.name_any(), b.is_revoked()),
+            "FlavorBindings",
+        )
+        .map(|e| (Mark::Binding, e));
+        let nodes = marks(
+            watch_stream(Api::<Node>::all(client), watcher::Config::default()),
+            |n: &Node| (n.name_any(), node_is_marked(n)),
+            "Nodes",
+        )
+        .map(|e| (Mark::Node, e));
+        futures::stream::select(bindings, nodes)
+            .for_each(|(mark, event)| {
+                self.apply(mark, event);
+                std::future::ready(())
+            })
+            .await;
+    }
+}
+
+/// The Node carries kubeflavor's revoked taint (any value; NoExecute, as the controller
+/// sets it).
+pub fn node_is_marked(node: &Node) -> bool {
+    node.spec
+        .as_ref()
+        .and_then(|s| s.taints.as_ref())
+        .is_some_and(|ts| {
+            ts.iter()
+                .any(|t| t.key == REVOKED_TAINT && t.effect == "NoExecute")
+        })
+}
+
+fn marks<K, S>(
+    events: S,
+    mark: fn(&K) -> (String, bool),
+    what: &'static str,
+) -> impl Stream<Item = Event<(String, bool)>> + Send + use<K, S>
+where
+    K: Send + 'static,
+    S: Stream<Item = Result<Event<K>, watcher::Error>> + Send + 'static,
+{
+    events.default_backoff().filter_map(move |e| {
+        std::future::ready(match e {
+            Ok(ev) => Some(map_event(ev, mark)),
+            Err(e) => {
+                tracing::warn!(error = %e, "watching {what} for the authorization webhook failed; retrying (answers use what was known)");
+                None
+            }
+        })
+    })
+}
+
+fn map_event<K>(ev: Event<K>, mark: fn(&K) -> (String, bool)) -> Event<(String, bool)> {
+    match ev {
+        Event::Apply(k) => Event::Apply(mark(&k)),
+        Event::Delete(k) => Event::Delete(mark(&k)),
+        Event::Init => Event::Init,
+        Event::InitApply(k) => Event::InitApply(mark(&k)),
+        Event::InitDone => Event::InitDone,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn named(name: &str, marked: bool) -> (String, bool) {
+        (name.to_string(), marked)
+    }
+
+    fn synced_index() -> CutOffIndex {
+        let index = CutOffIndex::default();
+        for mark in [Mark::Binding, Mark::Node] {
+            index.apply(mark, Event::Init);
+            index.apply(mark, Event::InitDone);
+        }
+        index
+    }
+
+    #[test]
+    fn revoked_binding_cuts_off_until_unrevoked_or_deleted() {
+        let index = synced_index();
+        index.apply(Mark::Binding, Event::Apply(named("w1", true)));
+        assert_eq!(index.cut_off("w1"), Some(CutOff::BindingRevoked));
+        assert_eq!(index.cut_off("w2"), None);
+        index.apply(Mark::Binding, Event::Delete(named("w1", true)));
+        assert_eq!(index.cut_off("w1"), None);
+    }
+
+    #[test]
+    fn deleted_revoked_binding_leaves_the_node_cut_off_while_its_node_is_marked() {
+        let index = synced_index();
+        index.apply(Mark::Binding, Event::Apply(named("w1", true)));
+        index.apply(Mark::Node, Event::Apply(named("w1", true)));
+        index.apply(Mark::Binding, Event::Delete(named("w1", true)));
+        assert_eq!(index.cut_off("w1"), Some(CutOff::NodeMarkedRevoked));
+        // The admin deletes the Node (or removes the taint): back to no opinion.
+        index.apply(Mark::Node, Event::Delete(named("w1", true)));
+        assert_eq!(index.cut_off("w1"), None);
+    }
+
+    #[test]
+    fn a_relist_replaces_the_names_only_once_complete() {
+        let index = synced_index();
+        index.apply(Mark::Binding, Event::Apply(named("gone", true)));
+        index.apply(Mark::Binding, Event::Init);
+        index.apply(Mark::Binding, Event::InitApply(named("new", true)));
+        index.apply(Mark::Binding, Event::InitApply(named("fine", false)));
+        assert_eq!(
+            index.cut_off("gone"),
+            Some(CutOff::BindingRevoked),
+            "known names hold during the relist"
+        );
+        index.apply(Mark::Binding, Event::InitDone);
+        assert_eq!(index.cut_off("gone"), None);
+        assert_eq!(index.cut_off("new"), Some(CutOff::BindingRevoked));
+        assert_eq!(index.cut_off("fine"), None);
+    }
+
+    #[test]
+    fn synced_only_once_both_watches_listed() {
+        let index = CutOffIndex::default();
+        index.apply(Mark::Binding, Event::Init);
+        index.apply(Mark::Binding, Event::InitDone);
+        assert!(!index.is_synced());
+        index.apply(Mark::Node, Event::Init);
+        index.apply(Mark::Node, Event::InitDone);
+        assert!(index.is_synced());
+    }
+
+    #[test]
+    fn only_the_noexecute_revoked_taint_marks_a_node() {
+        let node = |key: &str, effect: &str| -> Node {
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "w1"},
+                "spec": {"taints": [{"key": key, "effect": effect}]},
+            }))
+            .unwrap()
+        };
+        assert!(node_is_marked(&node(REVOKED_TAINT, "NoExecute")));
+        assert!(!node_is_marked(&node(REVOKED_TAINT, "NoSchedule")));
+        assert!(!node_is_marked(&node(
+            "kubeflavor.io/unverified",
+            "NoExecute"
+        )));
+    }
+}

@@ -1,0 +1,562 @@
+//! The authorization webhook (P7, revocation that cuts off): the API server asks it about
+//! every request of a kubelet before its Node and RBAC authorizers, and it answers
+//! "denied" for a node whose revocation still stands (see `kubeflavor_core::node_cutoff`),
+//! "no opinion" for everything else.
+//!
+//! It runs in every controller replica, leader or not, and answers from memory (`index`):
+//! no API call per request. Only the API server may ask: the TLS handshake requires a
+//! client certificate signed by the CA given, and optionally with the common name given.
+
+pub mod index;
+pub mod review;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::{Bytes, Incoming};
+use hyper::{Method, Request, Response, StatusCode};
+use kube::Client;
+use kubeflavor_core::node_cutoff::{self, Answer};
+use rustls::RootCertStore;
+use rustls::server::WebPkiClientVerifier;
+use rustls_pki_types::CertificateDer;
+use rustls_pki_types::pem::PemObject;
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+use tokio_rustls::TlsAcceptor;
+
+use self::index::CutOffIndex;
+use crate::controller::metrics::Metrics;
+use crate::serve::connection;
+use crate::serve::limits::ConnectionLimits;
+use crate::serve::tls;
+
+/// The path the API server's kubeconfig names.
+pub const PATH: &str = "/authorize";
+/// A SubjectAccessReview is a few hundred bytes; anything past this is not one.
+const MAX_BODY: usize = 64 * 1024;
+
+/// Where and how the webhook serves.
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub address: SocketAddr,
+    /// The serving certificate and key (PEM), read again when they change.
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    /// The CA that signed the API server's client certificate.
+    pub client_ca: PathBuf,
+    /// The common name the client certificate must carry (`None`: any signed by the CA).
+    pub client_cn: Option<String>,
+    pub connections: ConnectionLimits,
+}
+
+/// A webhook bound to its address, not yet serving.
+pub struct Bound {
+    listener: TcpListener,
+    acceptor: TlsAcceptor,
+    opts: Options,
+    state: Arc<State>,
+}
+
+struct State {
+    index: Arc<CutOffIndex>,
+    metrics: Metrics,
+    request_timeout: Duration,
+}
+
+fn client_verifier(
+    ca: &std::path::Path,
+) -> anyhow::Result<Arc<dyn rustls::server::danger::ClientCertVerifier>> {
+    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(ca)
+        .and_then(|it| it.collect::<Result<_, _>>())
+        .map_err(|e| {
+            anyhow::anyhow!(
+                "cannot read the client CA {}: {e} (give --authz-client-ca-file the CA of the API server's client certificate)",
+                ca.display()
+            )
+        })?;
+    let mut roots = RootCertStore::empty();
+    for cert in certs {
+        roots
+            .add(cert)
+            .map_err(|e| anyhow::anyhow!("the client CA {} is not usable: {e}", ca.display()))?;
+    }
+    if roots.is_empty() {
+        anyhow::bail!("the client CA {} holds no certificate", ca.display());
+    }
+    WebPkiClientVerifier::builder(Arc::new(roots))
+        .build()
+        .map_err(|e| anyhow::anyhow!("the client CA {} is not usable: {e}", ca.display()))
+}
+
+/// The client certificate's common name is `want` (the CA already verified the chain).
+fn client_cn_is(conn: &rustls::ServerConnection, want: &str) -> bool {
+    let Some(leaf) = conn.peer_certificates().and_then(|c| c.first()) else {
+        return false;
+    };
+    let Ok((_, cert)) = x509_parser::parse_x509_certificate(leaf.as_ref()) else {
+        return false;
+    };
+    let mut cns = cert.subject().iter_common_name();
+    let first = cns.next().and_then(|cn| cn.as_str().ok());
+    first == Some(want) && cns.next().is_none()
+}
+
+/// Loads the certificates and binds the address; an error here is a configuration error.
+pub async fn bind(
+    opts: Options,
+    index: Arc<CutOffIndex>,
+    metrics: Metrics,
+) -> anyhow::Result<Bound> {
+    crate::cluster::install_crypto_provider();
+    let serving = tls::ReloadingCert::new(opts.cert.clone(), opts.key.clone()).map_err(|e| {
+        anyhow::anyhow!("{e} (give --authz-tls-cert-file and --authz-tls-key-file the webhook's serving certificate and key)")
+    })?;
+    let mut config = rustls::ServerConfig::builder()
+        .with_client_cert_verifier(client_verifier(&opts.client_ca)?)
+        .with_cert_resolver(Arc::new(serving));
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    let listener = TcpListener::bind(opts.address).await.map_err(|e| {
+        anyhow::anyhow!(
+            "cannot listen on {} for the authorization webhook: {e} (choose another --authz-address)",
+            opts.address
+        )
+    })?;
+    let state = Arc::new(State {
+        index,
+        metrics,
+        request_timeout: opts.connections.request_timeout,
+    });
+    Ok(Bound {
+        listener,
+        acceptor: TlsAcceptor::from(Arc::new(config)),
+        opts,
+        state,
+    })
+}
+
+impl Bound {
+    pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        self.listener.local_addr()
+    }
+
+    /// Serves until `shutdown` resolves.
+    pub async fn serve(self, shutdown: impl std::future::Future<Output = ()>) {
+        let Bound {
+            listener,
+            acceptor,
+            opts,
+            state,
+        } = self;
+        tracing::info!(addr = %listener.local_addr().map(|a| a.to_string()).unwrap_or_default(), "serving the authorization webhook");
+        tokio::pin!(shutdown);
+        let limits = opts.connections;
+        let slots = Arc::new(Semaphore::new(limits.max_connections));
+        let client_cn: Option<Arc<str>> = opts.client_cn.as_deref().map(Arc::from);
+        loop {
+            let permit = tokio::select! {
+                _ = &mut shutdown => return,
+                permit = slots.clone().acquire_owned() => permit.expect("never closed"),
+            };
+            let (stream, peer) = tokio::select! {
+                _ = &mut shutdown => return,
+                accepted = listener.accept() => match accepted {
+                    Ok(a) => a,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "accepting a connection failed");
+                        continue;
+                    }
+                },
+            };
+            let _ = stream.set_nodelay(true);
+            let (state, acceptor, client_cn) = (state.clone(), acceptor.clone(), client_cn.clone());
+            tokio::spawn(async move {
+                let _permit = permit;
+                let handler = move |req| {
+                    let state = state.clone();
+                    async move { handle(&state, req).await }
+                };
+                let admit = |conn: &rustls::ServerConnection| match &client_cn {
+                    Some(cn) => client_cn_is(conn, cn),
+                    None => true,
+                };
+                connection::serve(handler, acceptor, stream, peer, limits, admit).await;
+            });
+        }
+    }
+}
+
+/// Runs the index's watches and the webhook until `shutdown` resolves.
+pub async fn run(client: Client, bound: Bound, shutdown: impl std::future::Future<Output = ()>) {
+    let index = bound.state.index.clone();
+    tokio::select! {
+        _ = index.feed(client) => tracing::warn!("the authorization webhook's watches ended"),
+        _ = bound.serve(shutdown) => {}
+    }
+}
+
+fn respond(code: StatusCode, body: String) -> Response<Full<Bytes>> {
+    Response::builder()
+        .status(code)
+        .header(hyper::header::CONTENT_TYPE, "application/json")
+        .body(Full::new(Bytes::from(body)))
+        .expect("a valid response")
+}
+
+fn error(code: StatusCode, message: &str) -> Response<Full<Bytes>> {
+    let status = serde_json::json!({
+        "apiVersion": "v1", "kind": "Status", "status": "Failure",
+        "message": message, "code": code.as_u16(),
+    });
+    respond(code, status.to_string())
+}
+
+async fn handle(state: &State, req: Request<Incoming>) -> Response<Full<Bytes>> {
+    let started = Instant::now();
+    let (kind, response) = answer(state, req).await;
+    state
+        .metrics
+        .authz_answer(kind, started.elapsed().as_secs_f64());
+    response
+}
+
+/// The answer and its metric label.
+async fn answer(state: &State, req: Request<Incoming>) -> (&'static str, Response<Full<Bytes>>) {
+    if req.uri().path() != PATH {
+        return (
+            "not_found",
+            error(StatusCode::NOT_FOUND, "the webhook serves POST /authorize"),
+        );
+    }
+    if req.method() != Method::POST {
+        return (
+            "bad_request",
+            error(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "the webhook serves POST /authorize",
+            ),
+        );
+    }
+    let body = Limited::new(req.into_body(), MAX_BODY).collect();
+    let body = match tokio::time::timeout(state.request_timeout, body).await {
+        Ok(Ok(b)) => b.to_bytes(),
+        Ok(Err(_)) => {
+            return (
+                "too_large",
+                error(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    "a SubjectAccessReview is not that large",
+                ),
+            );
+        }
+        Err(_) => {
+            return (
+                "bad_request",
+                error(
+                    StatusCode::REQUEST_TIMEOUT,
+                    "the body did not arrive in time",
+                ),
+            );
+        }
+    };
+    let subject = match review::parse(&body) {
+        Ok(s) => s,
+        Err(e) => {
+            return (
+                "bad_request",
+                error(StatusCode::BAD_REQUEST, &e.to_string()),
+            );
+        }
+    };
+    // Until both watches have listed once, the index does not know who is revoked: an
+    // error lets the API server apply its failurePolicy instead of a made-up answer.
+    if !state.index.is_synced() {
+        return (
+            "not_synced",
+            error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "the webhook has not read the FlavorBindings and Nodes yet",
+            ),
+        );
+    }
+    let decided = node_cutoff::decide(&subject.user, &subject.groups, |n| state.index.cut_off(n));
+    if let Answer::Denied(reason) = &decided {
+        tracing::debug!(user = %subject.user, reason, "denied a revoked node");
+    }
+    (
+        decided.kind(),
+        respond(StatusCode::OK, review::answer(&decided).to_string()),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use hyper_util::rt::TokioIo;
+    use kube::runtime::watcher::Event;
+    use rcgen::{
+        BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
+    };
+    use rustls_pki_types::{PrivateKeyDer, ServerName};
+    use serde_json::{Value, json};
+
+    use super::index::Mark;
+    use super::*;
+
+    struct Ca {
+        pem: String,
+        issuer: Issuer<'static, KeyPair>,
+    }
+
+    fn ca(name: &str) -> Ca {
+        let key = KeyPair::generate().unwrap();
+        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.distinguished_name.push(DnType::CommonName, name);
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        let pem = params.self_signed(&key).unwrap().pem();
+        Ca {
+            pem,
+            issuer: Issuer::new(params, key),
+        }
+    }
+
+    /// (certificate PEM, key PEM) signed by `ca`.
+    fn leaf(
+        ca: &Ca,
+        names: Vec<String>,
+        cn: &str,
+        usage: ExtendedKeyUsagePurpose,
+    ) -> (String, String) {
+        let key = KeyPair::generate().unwrap();
+        let mut p = CertificateParams::new(names).unwrap();
+        p.distinguished_name.push(DnType::CommonName, cn);
+        p.extended_key_usages = vec![usage];
+        (
+            p.signed_by(&key, &ca.issuer).unwrap().pem(),
+            key.serialize_pem(),
+        )
+    }
+
+    const CN: &str = "kube-apiserver-authz-client";
+
+    struct Running {
+        addr: SocketAddr,
+        server_ca: String,
+        client_ca: Ca,
+        metrics: Metrics,
+        _dir: tempfile::TempDir,
+        stop: tokio::sync::oneshot::Sender<()>,
+    }
+
+    async fn running() -> Running {
+        crate::cluster::install_crypto_provider();
+        let dir = tempfile::tempdir().unwrap();
+        let server_ca = ca("server-ca");
+        let client_ca = ca("client-ca");
+        let (cert, key) = leaf(
+            &server_ca,
+            vec!["127.0.0.1".into()],
+            "webhook",
+            ExtendedKeyUsagePurpose::ServerAuth,
+        );
+        let write = |name: &str, text: &str| {
+            let path = dir.path().join(name);
+            std::fs::write(&path, text).unwrap();
+            path
+        };
+        let index = Arc::new(CutOffIndex::default());
+        for mark in [Mark::Binding, Mark::Node] {
+            index.apply(mark, Event::Init);
+            index.apply(mark, Event::InitDone);
+        }
+        index.apply(Mark::Binding, Event::Apply(("w1".to_string(), true)));
+        let opts = Options {
+            address: ([127, 0, 0, 1], 0).into(),
+            cert: write("tls.crt", &cert),
+            key: write("tls.key", &key),
+            client_ca: write("ca.crt", &client_ca.pem),
+            client_cn: Some(CN.into()),
+            connections: ConnectionLimits::default(),
+        };
+        let metrics = Metrics::new();
+        let bound = bind(opts, index, metrics.clone()).await.unwrap();
+        let addr = bound.local_addr().unwrap();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        tokio::spawn(bound.serve(async {
+            let _ = stopped.await;
+        }));
+        Running {
+            addr,
+            server_ca: server_ca.pem.clone(),
+            client_ca,
+            metrics,
+            _dir: dir,
+            stop,
+        }
+    }
+
+    /// POSTs `body` to `path` with the client certificate `client`: the status and JSON,
+    /// or the error text when no answer came.
+    async fn post(
+        r: &Running,
+        client: Option<&(String, String)>,
+        path: &str,
+        body: Value,
+    ) -> Result<(u16, Value), String> {
+        let mut roots = RootCertStore::empty();
+        roots
+            .add(CertificateDer::from_pem_slice(r.server_ca.as_bytes()).unwrap())
+            .unwrap();
+        let builder = rustls::ClientConfig::builder().with_root_certificates(roots);
+        let config = match client {
+            Some((cert, key)) => builder
+                .with_client_auth_cert(
+                    vec![CertificateDer::from_pem_slice(cert.as_bytes()).unwrap()],
+                    PrivateKeyDer::from_pem_slice(key.as_bytes()).unwrap(),
+                )
+                .unwrap(),
+            None => builder.with_no_client_auth(),
+        };
+        let tcp = tokio::net::TcpStream::connect(r.addr).await.unwrap();
+        let tls = tokio_rustls::TlsConnector::from(Arc::new(config))
+            .connect(ServerName::from(r.addr.ip()), tcp)
+            .await
+            .map_err(|e| e.to_string())?;
+        let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
+            .await
+            .map_err(|e| e.to_string())?;
+        tokio::spawn(conn);
+        let req = Request::post(path)
+            .header(hyper::header::CONTENT_TYPE, "application/json")
+            .body(Full::new(Bytes::from(body.to_string())))
+            .unwrap();
+        let resp = sender.send_request(req).await.map_err(|e| e.to_string())?;
+        let code = resp.status().as_u16();
+        let bytes = resp.into_body().collect().await.unwrap().to_bytes();
+        Ok((code, serde_json::from_slice(&bytes).unwrap_or(Value::Null)))
+    }
+
+    fn sar(user: &str) -> Value {
+        json!({
+            "apiVersion": "authorization.k8s.io/v1",
+            "kind": "SubjectAccessReview",
+            "spec": {"user": user, "groups": ["system:nodes", "system:authenticated"],
+                     "resourceAttributes": {"verb": "get", "resource": "nodes", "name": user}},
+        })
+    }
+
+    fn api_server(r: &Running) -> (String, String) {
+        leaf(
+            &r.client_ca,
+            vec![],
+            CN,
+            ExtendedKeyUsagePurpose::ClientAuth,
+        )
+    }
+
+    #[tokio::test]
+    async fn revoked_node_is_denied_and_others_get_no_opinion_over_https() {
+        let r = running().await;
+        let me = api_server(&r);
+        let (code, denied) = post(&r, Some(&me), PATH, sar("system:node:w1"))
+            .await
+            .unwrap();
+        assert_eq!(code, 200);
+        assert_eq!(denied["kind"], "SubjectAccessReview");
+        assert_eq!(denied["status"]["allowed"], false);
+        assert_eq!(denied["status"]["denied"], true);
+        assert!(
+            denied["status"]["reason"]
+                .as_str()
+                .unwrap()
+                .contains("node w1 is revoked")
+        );
+        let (code, other) = post(&r, Some(&me), PATH, sar("system:node:w2"))
+            .await
+            .unwrap();
+        assert_eq!(code, 200);
+        assert_eq!(other["status"], json!({"allowed": false}));
+        let text = r.metrics.render();
+        assert!(
+            text.contains("kubeflavor_authz_answers_total{answer=\"denied_revoked\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("kubeflavor_authz_answers_total{answer=\"no_opinion\"} 1"),
+            "{text}"
+        );
+        let _ = r.stop.send(());
+    }
+
+    #[tokio::test]
+    async fn only_the_api_servers_client_certificate_is_answered() {
+        let r = running().await;
+        assert!(
+            post(&r, None, PATH, sar("system:node:w1")).await.is_err(),
+            "no client certificate: no answer"
+        );
+        let stranger = leaf(
+            &ca("other-ca"),
+            vec![],
+            CN,
+            ExtendedKeyUsagePurpose::ClientAuth,
+        );
+        assert!(
+            post(&r, Some(&stranger), PATH, sar("system:node:w1"))
+                .await
+                .is_err(),
+            "a certificate of another CA: no answer"
+        );
+        // The cluster CA signs every kubelet's certificate too: the CN keeps nodes out.
+        let kubelet = leaf(
+            &r.client_ca,
+            vec![],
+            "system:node:w2",
+            ExtendedKeyUsagePurpose::ClientAuth,
+        );
+        assert!(
+            post(&r, Some(&kubelet), PATH, sar("system:node:w1"))
+                .await
+                .is_err(),
+            "a certificate of the CA with another CN: no answer"
+        );
+        assert_eq!(
+            post(&r, Some(&api_server(&r)), PATH, sar("system:node:w1"))
+                .await
+                .unwrap()
+                .0,
+            200
+        );
+        let _ = r.stop.send(());
+    }
+
+    #[tokio::test]
+    async fn anything_but_a_subject_access_review_v1_is_refused() {
+        let r = running().await;
+        let me = api_server(&r);
+        let mut beta = sar("system:node:w1");
+        beta["apiVersion"] = json!("authorization.k8s.io/v1beta1");
+        assert_eq!(post(&r, Some(&me), PATH, beta).await.unwrap().0, 400);
+        let token_review =
+            json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": {}});
+        assert_eq!(
+            post(&r, Some(&me), PATH, token_review).await.unwrap().0,
+            400
+        );
+        assert_eq!(
+            post(&r, Some(&me), "/other", sar("system:node:w1"))
+                .await
+                .unwrap()
+                .0,
+            404
+        );
+        assert!(
+            r.metrics
+                .render()
+                .contains("kubeflavor_authz_answers_total{answer=\"bad_request\"} 2")
+        );
+        let _ = r.stop.send(());
+    }
+}

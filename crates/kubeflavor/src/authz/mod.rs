@@ -30,9 +30,8 @@ use tokio_rustls::TlsAcceptor;
 
 use self::index::CutOffIndex;
 use crate::controller::metrics::Metrics;
-use crate::serve::connection;
-use crate::serve::limits::ConnectionLimits;
-use crate::serve::tls;
+use crate::ops::connection::{self, ConnectionLimits};
+use crate::ops::tls;
 
 /// The path the API server's kubeconfig names.
 pub const PATH: &str = "/authorize";

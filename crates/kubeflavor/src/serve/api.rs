@@ -34,7 +34,7 @@ use super::Server;
 use crate::minting::{self, MintError, join_command_line, join_target, mint, stored_flavor_rules};
 use crate::ops::trail::{self, Regarding};
 
-pub type Body = Full<Bytes>;
+pub use crate::ops::connection::Body;
 
 /// The API group and resource a caller needs `create` on, per flavor name.
 pub const GROUP: &str = "kubeflavor.io";

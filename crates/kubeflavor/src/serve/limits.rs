@@ -1,5 +1,6 @@
-//! The server's limits: a token bucket per authenticated user name (a caller's rate on
-//! this replica), and how many connections it holds and for how long.
+//! The join-token API's rate limit: a token bucket per authenticated user name (a caller's
+//! rate on this replica). How many connections it holds, and for how long, is
+//! `ops::connection`'s.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -8,31 +9,6 @@ use std::time::{Duration, Instant};
 /// How many callers are remembered; beyond it, callers whose buckets are full again are
 /// forgotten (a full bucket is what a new caller gets anyway).
 const MAX_CALLERS: usize = 10_000;
-
-/// How many connections a server holds at once, and how long each may take.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ConnectionLimits {
-    /// At most this many connections at once; further ones wait in the listen backlog
-    /// until one closes.
-    pub max_connections: usize,
-    /// A connection that carries no request is closed after this: before or during its
-    /// TLS handshake, before its first request's headers are complete (whatever it
-    /// trickles), and between requests. h2 and HTTP/1.1 alike.
-    pub idle_timeout: Duration,
-    /// A request's body must have arrived within this once the request is accepted
-    /// (authenticated, authorized); else 408 and the request ends.
-    pub request_timeout: Duration,
-}
-
-impl Default for ConnectionLimits {
-    fn default() -> Self {
-        ConnectionLimits {
-            max_connections: 1024,
-            idle_timeout: Duration::from_secs(10),
-            request_timeout: Duration::from_secs(10),
-        }
-    }
-}
 
 #[derive(Debug, Clone, Copy)]
 struct Bucket {

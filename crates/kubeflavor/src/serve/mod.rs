@@ -5,10 +5,9 @@
 //! identity does the reviews and writes the token Secrets.
 
 pub mod api;
-pub(crate) mod connection;
 pub mod limits;
 pub mod openapi;
-pub mod tls;
+pub use crate::ops::tls;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -26,8 +25,9 @@ use tokio_rustls::TlsAcceptor;
 use crate::cluster::Cluster;
 use crate::ops::http::{self as ops, Exposition, Health};
 
-pub use self::limits::ConnectionLimits;
 use self::limits::RateLimiter;
+use crate::ops::connection;
+pub use crate::ops::connection::ConnectionLimits;
 
 /// Who writes the trail's mint Events.
 pub const REPORTING_CONTROLLER: &str = "kubeflavor.io/serve";

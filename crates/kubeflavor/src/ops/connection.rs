@@ -1,4 +1,5 @@
-//! One connection of the join-token API, from its TLS handshake to its close.
+//! One connection of a TLS server of kubeflavor (the join-token API, the authorization
+//! webhook), from its TLS handshake to its close, and the limits every such server keeps.
 //!
 //! A connection holds one of the server's slots while it is open, so a connection that
 //! carries no request is closed after the idle timeout, whatever it sends and in either
@@ -25,12 +26,40 @@ use tokio::sync::watch;
 use tokio::time::timeout;
 use tokio_rustls::TlsAcceptor;
 
-use super::api::Body;
-use super::limits::ConnectionLimits;
+use http_body_util::Full;
+use hyper::body::Bytes;
+
+/// The body of every answer of kubeflavor's TLS servers: whole, in memory.
+pub type Body = Full<Bytes>;
 
 /// How long an idle connection asked to close (h2: GOAWAY; HTTP/1.1: no keep-alive) may
 /// take to end by itself before it is dropped.
 const CLOSE_GRACE: Duration = Duration::from_secs(1);
+
+/// How many connections a server holds at once, and how long each may take.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConnectionLimits {
+    /// At most this many connections at once; further ones wait in the listen backlog
+    /// until one closes.
+    pub max_connections: usize,
+    /// A connection that carries no request is closed after this: before or during its
+    /// TLS handshake, before its first request's headers are complete (whatever it
+    /// trickles), and between requests. h2 and HTTP/1.1 alike.
+    pub idle_timeout: Duration,
+    /// A request's body must have arrived within this once the request is accepted
+    /// (authenticated, authorized); else 408 and the request ends.
+    pub request_timeout: Duration,
+}
+
+impl Default for ConnectionLimits {
+    fn default() -> Self {
+        ConnectionLimits {
+            max_connections: 1024,
+            idle_timeout: Duration::from_secs(10),
+            request_timeout: Duration::from_secs(10),
+        }
+    }
+}
 
 /// Serves one accepted connection with `handler` until it ends or has been idle for the
 /// idle timeout. `admit` sees the finished handshake (e.g. the client's certificate) and

@@ -134,10 +134,15 @@ async fn sweep_async(
     .await;
     delete_where(Api::<Node>::all(client.clone()), |o| named(&o.name_any())).await;
     // Pods bound to a run's nodes, and their Secrets (the authorization webhook's test).
-    delete_where(Api::<Pod>::namespaced(client.clone(), "default"), |o| {
-        named(&o.name_any())
-    })
-    .await;
+    // Deleted at once: no kubelet confirms their end, and a real cluster may run no pod
+    // garbage collector.
+    let pods = Api::<Pod>::namespaced(client.clone(), "default");
+    if let Ok(list) = pods.list(&ListParams::default()).await {
+        for pod in list.items.iter().filter(|o| named(&o.name_any())) {
+            let force = DeleteParams::default().grace_period(0);
+            let _ = pods.delete(&pod.name_any(), &force).await;
+        }
+    }
     delete_where(Api::<Secret>::namespaced(client.clone(), "default"), |o| {
         named(&o.name_any())
     })

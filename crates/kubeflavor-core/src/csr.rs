@@ -147,12 +147,7 @@ pub fn validate_kubelet_client_csr(
         return Err(CsrError::WrongSigner(signer_name.to_owned()));
     }
     let pem = request_block(request_pem)?;
-    let (_, req) = X509CertificationRequest::from_der(&pem.der)
-        .map_err(|e| CsrError::NotPkcs10(e.to_string()))?;
-    // Proof of possession: the fingerprint recorded in the binding is only meaningful if
-    // the requester holds the key. (x509-parser's `verify` is enabled through rcgen's
-    // aws_lc_rs feature in this workspace.)
-    req.verify_signature().map_err(|_| CsrError::BadSignature)?;
+    let req = signed_request(&pem)?;
     let info = &req.certification_request_info;
     check_organization(&info.subject)?;
     refuse_subject_alt_names(info)?;
@@ -164,6 +159,18 @@ pub fn validate_kubelet_client_csr(
         node_name,
         public_key_sha256: Sha256::digest(info.subject_pki.raw).into(),
     })
+}
+
+/// The PKCS#10 request of `pem`, once its signature verifies with its own key: proof of
+/// possession, without which the key fingerprint a binding records would mean nothing.
+/// (x509-parser's `verify` is enabled through rcgen's aws_lc_rs feature in this workspace.)
+pub(crate) fn signed_request(
+    pem: &crate::pem::Block,
+) -> Result<X509CertificationRequest<'_>, CsrError> {
+    let (_, req) = X509CertificationRequest::from_der(&pem.der)
+        .map_err(|e| CsrError::NotPkcs10(e.to_string()))?;
+    req.verify_signature().map_err(|_| CsrError::BadSignature)?;
+    Ok(req)
 }
 
 /// The one `CERTIFICATE REQUEST` PEM block of `request_pem`, which is refused unread above

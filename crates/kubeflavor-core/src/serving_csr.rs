@@ -22,12 +22,12 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use x509_parser::cri_attributes::ParsedCriAttribute;
 use x509_parser::der_parser::oid::Oid;
 use x509_parser::extensions::{GeneralName, ParsedExtension};
-use x509_parser::prelude::{FromDer, SubjectPublicKeyInfo, X509CertificationRequest};
+use x509_parser::prelude::{SubjectPublicKeyInfo, X509CertificationRequest};
 use x509_parser::public_key::PublicKey;
 
 use crate::csr::{
     CsrError, OID_EXTENSION_REQUEST, OID_SUBJECT_ALT_NAME, USAGE_DIGITAL_SIGNATURE,
-    USAGE_KEY_ENCIPHERMENT, check_organization, node_name_of, request_block,
+    USAGE_KEY_ENCIPHERMENT, check_organization, node_name_of, request_block, signed_request,
 };
 use crate::names::NodeName;
 
@@ -140,9 +140,7 @@ pub fn validate_kubelet_serving_csr(
         return Err(ServingCsrError::WrongSigner(signer_name.to_owned()));
     }
     let pem = request_block(request_pem)?;
-    let (_, req) = X509CertificationRequest::from_der(&pem.der)
-        .map_err(|e| CsrError::NotPkcs10(e.to_string()))?;
-    req.verify_signature().map_err(|_| CsrError::BadSignature)?;
+    let req = signed_request(&pem)?;
     let info = &req.certification_request_info;
     check_organization(&info.subject)?;
     let (dns_names, ip_addresses) = subject_alt_names(&req)?;
@@ -277,6 +275,7 @@ pub(crate) mod tests {
     use super::*;
     use proptest::prelude::*;
     use rcgen::{CertificateParams, DnType, KeyPair, SanType};
+    use x509_parser::prelude::FromDer;
 
     /// How a test serving CSR deviates from what a kubelet sends.
     #[derive(Clone)]

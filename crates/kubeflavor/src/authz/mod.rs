@@ -25,7 +25,6 @@ use rustls::server::WebPkiClientVerifier;
 use rustls_pki_types::CertificateDer;
 use rustls_pki_types::pem::PemObject;
 use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
 use tokio_rustls::TlsAcceptor;
 
 use self::index::CutOffIndex;
@@ -151,40 +150,22 @@ impl Bound {
             state,
         } = self;
         tracing::info!(addr = %listener.local_addr().map(|a| a.to_string()).unwrap_or_default(), "serving the authorization webhook");
-        tokio::pin!(shutdown);
         let limits = opts.connections;
-        let slots = Arc::new(Semaphore::new(limits.max_connections));
         let client_cn: Option<Arc<str>> = opts.client_cn.as_deref().map(Arc::from);
-        loop {
-            let permit = tokio::select! {
-                _ = &mut shutdown => return,
-                permit = slots.clone().acquire_owned() => permit.expect("never closed"),
-            };
-            let (stream, peer) = tokio::select! {
-                _ = &mut shutdown => return,
-                accepted = listener.accept() => match accepted {
-                    Ok(a) => a,
-                    Err(e) => {
-                        tracing::warn!(error = %e, "accepting a connection failed");
-                        continue;
-                    }
-                },
-            };
+        connection::accept_loop(listener, limits, shutdown, |stream, peer| {
             let _ = stream.set_nodelay(true);
             let (state, acceptor, client_cn) = (state.clone(), acceptor.clone(), client_cn.clone());
-            tokio::spawn(async move {
-                let _permit = permit;
-                let handler = move |req| {
-                    let state = state.clone();
-                    async move { handle(&state, req).await }
-                };
-                let admit = |conn: &rustls::ServerConnection| match &client_cn {
-                    Some(cn) => client_cn_is(conn, cn),
-                    None => true,
-                };
-                connection::serve(handler, acceptor, stream, peer, limits, admit).await;
-            });
-        }
+            let handler = move |req| {
+                let state = state.clone();
+                async move { handle(&state, req).await }
+            };
+            let admit = move |conn: &rustls::ServerConnection| match &client_cn {
+                Some(cn) => client_cn_is(conn, cn),
+                None => true,
+            };
+            connection::serve(handler, acceptor, stream, peer, limits, admit)
+        })
+        .await;
     }
 }
 

@@ -21,7 +21,8 @@ use hyper::service::service_fn;
 use hyper::{Request, Response};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto::Builder;
-use tokio::net::TcpStream;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Semaphore;
 use tokio::sync::watch;
 use tokio::time::timeout;
 use tokio_rustls::TlsAcceptor;
@@ -58,6 +59,44 @@ impl Default for ConnectionLimits {
             idle_timeout: Duration::from_secs(10),
             request_timeout: Duration::from_secs(10),
         }
+    }
+}
+
+/// Accepts connections on `listener` until `shutdown` resolves, at most
+/// `limits.max_connections` at once (further ones wait in the listen backlog until one
+/// closes), and runs each in its own task as `serve_one(stream, peer)` makes it; the slot
+/// is held until that task ends.
+pub(crate) async fn accept_loop<C, F>(
+    listener: TcpListener,
+    limits: ConnectionLimits,
+    shutdown: impl std::future::Future<Output = ()>,
+    mut serve_one: C,
+) where
+    C: FnMut(TcpStream, SocketAddr) -> F,
+    F: std::future::Future<Output = ()> + Send + 'static,
+{
+    tokio::pin!(shutdown);
+    let slots = Arc::new(Semaphore::new(limits.max_connections));
+    loop {
+        let permit = tokio::select! {
+            _ = &mut shutdown => return,
+            permit = slots.clone().acquire_owned() => permit.expect("never closed"),
+        };
+        let (stream, peer) = tokio::select! {
+            _ = &mut shutdown => return,
+            accepted = listener.accept() => match accepted {
+                Ok(a) => a,
+                Err(e) => {
+                    tracing::warn!(error = %e, "accepting a connection failed");
+                    continue;
+                }
+            },
+        };
+        let connection = serve_one(stream, peer);
+        tokio::spawn(async move {
+            let _slot = permit;
+            connection.await;
+        });
     }
 }
 

@@ -250,32 +250,13 @@ async fn accept_loop(
     limits: ConnectionLimits,
     shutdown: impl std::future::Future<Output = ()>,
 ) {
-    tokio::pin!(shutdown);
-    let connections = Arc::new(Semaphore::new(limits.max_connections));
-    loop {
-        let permit = tokio::select! {
-            _ = &mut shutdown => return,
-            permit = connections.clone().acquire_owned() => permit.expect("never closed"),
-        };
-        let (stream, peer) = tokio::select! {
-            _ = &mut shutdown => return,
-            accepted = listener.accept() => match accepted {
-                Ok(a) => a,
-                Err(e) => {
-                    tracing::warn!(error = %e, "accepting a connection failed");
-                    continue;
-                }
-            },
-        };
+    connection::accept_loop(listener, limits, shutdown, |stream, peer| {
         let (server, acceptor) = (server.clone(), acceptor.clone());
-        tokio::spawn(async move {
-            // The slot is taken until the connection ends.
-            let _permit = permit;
-            let handler = move |req| {
-                let server = server.clone();
-                async move { api::handle(&server, req).await }
-            };
-            connection::serve(handler, acceptor, stream, peer, limits, |_| true).await;
-        });
-    }
+        let handler = move |req| {
+            let server = server.clone();
+            async move { api::handle(&server, req).await }
+        };
+        connection::serve(handler, acceptor, stream, peer, limits, |_| true)
+    })
+    .await;
 }

@@ -375,7 +375,9 @@ async fn revocation_cuts_the_node_off_and_only_an_admin_brings_it_back() {
     let dp = DeleteParams::default();
     // No kubelet will ever confirm this Pod's end (its Node is gone, and a real cluster may
     // run no pod garbage collector): deleted at once, as `kubectl delete --force` does.
-    let _ = admin_pods.delete(&pod, &DeleteParams::default().grace_period(0)).await;
+    let _ = admin_pods
+        .delete(&pod, &DeleteParams::default().grace_period(0))
+        .await;
     let _ = admin_sas.delete(&sa, &dp).await;
     let _ = admin_secrets.delete(&secret, &dp).await;
     if let Some(tk) = h.testkube() {

@@ -21,20 +21,22 @@ use crate::output::{self, Format, Table};
 pub enum NodeCommand {
     /// List bound nodes: NODE, FLAVOR, TOKEN, BOUND, STATUS, ISSUED-TO.
     List(NodeListArgs),
-    /// Show one node's binding, with on whose behalf its token was minted and by whom.
+    /// Show one node's binding, with on whose behalf its token was minted and by whom
     ///
-    /// The table is followed by where the node stands:
+    /// Under the table, where the node stands:
     ///   Judged:   the binding's Flavored condition, and whether the Node still carries
-    ///             the kubeflavor.io/unverified taint;
+    ///             the kubeflavor.io/unverified taint.
     ///   Revoked:  the binding's Revoked condition, and whether the Node carries the
-    ///             kubeflavor.io/revoked taint;
-    ///   Cut off:  what the API server itself answers a SubjectAccessReview of
+    ///             kubeflavor.io/revoked taint.
+    ///   Cut off:  the API server's own answer to a SubjectAccessReview of
     ///             system:node:NAME (groups system:nodes, system:authenticated) for
-    ///             `get nodes NAME`: "yes" when it refuses (denied, with the authorization
-    ///             webhook's reason), "no" when it allows or has no opinion (a revoked
-    ///             node that is not refused means the webhook is not configured);
+    ///             `get nodes NAME`: "yes" when it is denied (with the authorization
+    ///             webhook's reason); "no" when allowed or no opinion (a revoked node that
+    ///             is not refused: the webhook is not configured, see README).
     ///   Serving:  the node's latest kubelet-serving CSR and its state, or "none".
-    /// `-o json|yaml` prints the binding object alone.
+    ///
+    /// `-o json|yaml` print the binding object alone.
+    #[command(verbatim_doc_comment)]
     Get(NodeGetArgs),
     /// Revoke a node: the controller strips its flavor, taints it NoExecute
     /// `kubeflavor.io/revoked`, and denies its certificate renewals.

@@ -94,6 +94,50 @@ pub fn evaluate(attrs: &RequestAttributes, reader: &dyn ObjectReader) -> Decisio
     }
 }
 
+/// A SubjectAccessReview's `status`: what the whole chain decided, the webhook included.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReviewStatus {
+    pub allowed: bool,
+    /// An authorizer (here only the webhook) denied outright.
+    pub denied: bool,
+    pub reason: String,
+    /// The error an authorizer met (the webhook could not be asked), if any.
+    pub evaluation_error: String,
+}
+
+/// The union authorizer `system:masters`, webhook, Node, RBAC with the webhook's verdict
+/// already in (staging/src/k8s.io/apiserver/pkg/authorization/union/union.go): the first
+/// allow or deny wins with its own reason and error; otherwise no opinion with every
+/// reason joined by newlines and the errors met (a failed webhook under failurePolicy
+/// Deny is a deny with its error and no reason, webhook.go).
+pub fn review(
+    verdict: &webhook::Verdict,
+    attrs: &RequestAttributes,
+    reader: &dyn ObjectReader,
+) -> ReviewStatus {
+    use webhook::Verdict;
+    let status = |allowed: bool, denied: bool, reason: &str, error: &str| ReviewStatus {
+        allowed,
+        denied,
+        reason: reason.to_string(),
+        evaluation_error: error.to_string(),
+    };
+    if attrs.user.in_group(MASTERS_GROUP) {
+        return status(true, false, "", "");
+    }
+    let error = match verdict {
+        Verdict::Allow(reason) => return status(true, false, reason, ""),
+        Verdict::Deny(reason) => return status(false, true, reason, ""),
+        Verdict::Failed { deny: true, error } => return status(false, true, "", error),
+        Verdict::Failed { deny: false, error } => error.as_str(),
+        Verdict::NoOpinion => "",
+    };
+    let rest = evaluate(attrs, reader);
+    // An allow after the error carries the allowing authorizer's (empty) error only.
+    let error = if rest.allowed { "" } else { error };
+    status(rest.allowed, false, &rest.reason, error)
+}
+
 fn decide(attrs: &RequestAttributes, reader: &dyn ObjectReader) -> Result<(), String> {
     let decision = evaluate(attrs, reader);
     if decision.allowed {

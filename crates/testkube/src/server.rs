@@ -341,8 +341,28 @@ async fn respond(
         .read()
         .unwrap_or_else(|p| p.into_inner())
         .clone();
-    let verdict = match webhook {
+    let verdict = match &webhook {
         Some(w) if !attrs.user.in_group(authz::MASTERS_GROUP) => w.authorize(&attrs).await,
+        _ => authz::webhook::Verdict::NoOpinion,
+    };
+    // A SubjectAccessReview is answered by the same chain: the webhook is asked about the
+    // request it describes now, outside the lock, too (JSON bodies; an invalid spec asks
+    // no one).
+    let review_verdict = match (&webhook, &route) {
+        (Some(w), Route::Resource(r))
+            if attrs.verb == "create"
+                && r.group == "authorization.k8s.io"
+                && r.resource == "subjectaccessreviews"
+                && r.subresource.is_empty() =>
+        {
+            let reviewed = serde_json::from_slice::<Value>(body)
+                .ok()
+                .and_then(|obj| handlers::review::reviewed_attributes(&obj["spec"]));
+            match reviewed {
+                Some(a) if !a.user.in_group(authz::MASTERS_GROUP) => w.authorize(&a).await,
+                _ => authz::webhook::Verdict::NoOpinion,
+            }
+        }
         _ => authz::webhook::Verdict::NoOpinion,
     };
     let authorize = |st: &dyn ObjectReader| authz::authorize_after(&verdict, &attrs, st);
@@ -385,6 +405,7 @@ async fn respond(
                     accept: header_str(header::ACCEPT),
                     now,
                     shared,
+                    review_verdict,
                 };
                 // A bug in a handler answers 500 instead of dropping the connection.
                 let handled = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {

@@ -21,7 +21,22 @@ use crate::output::{self, Format, Table};
 pub enum NodeCommand {
     /// List bound nodes: NODE, FLAVOR, TOKEN, BOUND, STATUS, ISSUED-TO.
     List(NodeListArgs),
-    /// Show one node's binding, with on whose behalf its token was minted and by whom.
+    /// Show one node's binding, with on whose behalf its token was minted and by whom
+    ///
+    /// Under the table, where the node stands:
+    ///   Judged:   the binding's Flavored condition, and whether the Node still carries
+    ///             the kubeflavor.io/unverified taint.
+    ///   Revoked:  the binding's Revoked condition, and whether the Node carries the
+    ///             kubeflavor.io/revoked taint.
+    ///   Cut off:  the API server's own answer to a SubjectAccessReview of
+    ///             system:node:NAME (groups system:nodes, system:authenticated) for
+    ///             `get nodes NAME`: "yes" when it is denied (with the authorization
+    ///             webhook's reason); "no" when allowed or no opinion (a revoked node that
+    ///             is not refused: the webhook is not configured, see README).
+    ///   Serving:  the node's latest kubelet-serving CSR and its state, or "none".
+    ///
+    /// `-o json|yaml` print the binding object alone.
+    #[command(verbatim_doc_comment)]
     Get(NodeGetArgs),
     /// Revoke a node: the controller strips its flavor, taints it NoExecute
     /// `kubeflavor.io/revoked`, and denies its certificate renewals.
@@ -120,7 +135,17 @@ pub async fn list(cluster: &Cluster, args: &NodeListArgs, out: &mut dyn Write) -
 pub async fn get(cluster: &Cluster, args: &NodeGetArgs, out: &mut dyn Write) -> Result<()> {
     let name = args.name.as_str();
     match bindings::api(&cluster.client).get_opt(name).await {
-        Ok(Some(b)) => print(out, &[b], args.output, true),
+        Ok(Some(b)) => {
+            print(out, std::slice::from_ref(&b), args.output, true)?;
+            if matches!(
+                args.output.unwrap_or_default(),
+                Format::Table | Format::Wide
+            ) {
+                let standing = Standing::read(&cluster.client, &b).await;
+                write!(out, "\n{}", standing.describe(Timestamp::now()))?;
+            }
+            Ok(())
+        }
         Ok(None) => Err(CliError::not_found(
             format!("node {name} has no FlavorBinding"),
             "see 'kubeflavor node list'",
@@ -146,5 +171,261 @@ pub async fn revoke(cluster: &Cluster, args: &NodeRevokeArgs, out: &mut dyn Writ
             "see 'kubeflavor node list'",
         )),
         Err(e) => Err(cluster.error(&format!("revoke node {name}"), e)),
+    }
+}
+
+/// What the API server answered about the node's own requests.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ApiServerAnswer {
+    /// `status.denied`, with the reason (the authorization webhook's).
+    Refused(String),
+    /// Allowed, or no opinion: the node's requests go through.
+    NotRefused,
+    /// The review could not be made.
+    Unknown(String),
+}
+
+/// Where a node stands for `node get`: judged, revoked, cut off, its serving certificate.
+#[derive(Debug, Clone)]
+pub struct Standing {
+    pub node: String,
+    pub flavored: Option<crate::crd::Condition>,
+    pub revoked: Option<crate::crd::Condition>,
+    /// The Node's taint keys; `None` when there is no Node (or it could not be read).
+    pub node_taints: std::result::Result<Option<Vec<String>>, String>,
+    pub api_server: ApiServerAnswer,
+    pub serving:
+        std::result::Result<Option<crate::controller::csr::serving::ServingCsrState>, String>,
+}
+
+fn condition(b: &FlavorBinding, type_: &str) -> Option<crate::crd::Condition> {
+    b.status
+        .as_ref()
+        .and_then(|s| s.conditions.iter().find(|c| c.type_ == type_).cloned())
+}
+
+/// Asks the API server whether it would let `system:node:<node>` get its own Node: the
+/// whole authorizer chain answers, the authorization webhook included.
+pub async fn api_server_answer(client: &kube::Client, node: &str) -> ApiServerAnswer {
+    use k8s_openapi::api::authorization::v1::{
+        ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
+    };
+    let review = SubjectAccessReview {
+        spec: SubjectAccessReviewSpec {
+            user: Some(format!("{}{node}", kubeflavor_core::csr::NODE_USER_PREFIX)),
+            groups: Some(vec!["system:nodes".into(), "system:authenticated".into()]),
+            resource_attributes: Some(ResourceAttributes {
+                verb: Some("get".into()),
+                version: Some("v1".into()),
+                resource: Some("nodes".into()),
+                name: Some(node.into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let api = kube::Api::<SubjectAccessReview>::all(client.clone());
+    match api.create(&kube::api::PostParams::default(), &review).await {
+        Ok(answer) => match answer.status {
+            Some(s) if s.denied == Some(true) => {
+                ApiServerAnswer::Refused(s.reason.unwrap_or_default())
+            }
+            Some(_) => ApiServerAnswer::NotRefused,
+            None => ApiServerAnswer::Unknown("the review came back without a status".into()),
+        },
+        Err(e) => ApiServerAnswer::Unknown(e.to_string()),
+    }
+}
+
+impl Standing {
+    /// Reads the Node, asks the API server and lists the serving CSRs; a failure of one
+    /// read shows in its line, not as the command's error.
+    pub async fn read(client: &kube::Client, b: &FlavorBinding) -> Standing {
+        use k8s_openapi::api::core::v1::Node;
+        let node = b.name_any();
+        let node_taints = kube::Api::<Node>::all(client.clone())
+            .get_opt(&node)
+            .await
+            .map(|n| {
+                n.map(|n| {
+                    n.spec
+                        .and_then(|s| s.taints)
+                        .unwrap_or_default()
+                        .into_iter()
+                        .map(|t| t.key)
+                        .collect()
+                })
+            })
+            .map_err(|e| e.to_string());
+        let api_server = api_server_answer(client, &node).await;
+        let serving = crate::controller::csr::serving::latest_serving_csr(client, &node)
+            .await
+            .map_err(|e| e.to_string());
+        Standing {
+            flavored: condition(b, crate::crd::CONDITION_FLAVORED),
+            revoked: condition(b, crate::crd::CONDITION_REVOKED),
+            node,
+            node_taints,
+            api_server,
+            serving,
+        }
+    }
+
+    fn node_has(&self, taint: &str) -> Option<bool> {
+        match &self.node_taints {
+            Ok(Some(keys)) => Some(keys.iter().any(|k| k == taint)),
+            _ => None,
+        }
+    }
+
+    /// The lines under `node get`'s table, like kubectl describe's.
+    pub fn describe(&self, now: Timestamp) -> String {
+        use kubeflavor_core::flavor::{REVOKED_TAINT, UNVERIFIED_TAINT};
+        let is_true =
+            |c: &Option<crate::crd::Condition>| c.as_ref().is_some_and(|c| c.status == "True");
+        let why = |c: &Option<crate::crd::Condition>| match c {
+            Some(c) if c.message.is_empty() => c.reason.clone(),
+            Some(c) => format!("{}: {}", c.reason, c.message),
+            None => "no condition yet".into(),
+        };
+        let node_note = |taint: &str, want: bool| match (&self.node_taints, self.node_has(taint)) {
+            (Err(e), _) => format!("; the Node could not be read: {e}"),
+            (Ok(None), _) => format!("; no Node {}", self.node),
+            (_, Some(true)) if want => format!("; the Node carries {taint}"),
+            (_, Some(true)) => format!("; the Node still carries {taint}"),
+            (_, _) if want => format!("; the Node does not carry {taint} yet"),
+            _ => format!("; the Node does not carry {taint}"),
+        };
+        let judged = if is_true(&self.flavored) {
+            format!(
+                "yes ({}{})",
+                why(&self.flavored),
+                node_note(UNVERIFIED_TAINT, false)
+            )
+        } else {
+            format!(
+                "no ({}{})",
+                why(&self.flavored),
+                node_note(UNVERIFIED_TAINT, false)
+            )
+        };
+        let revoked = is_true(&self.revoked);
+        let revoked_line = if revoked {
+            format!(
+                "yes ({}{})",
+                why(&self.revoked),
+                node_note(REVOKED_TAINT, true)
+            )
+        } else {
+            "no".to_string()
+        };
+        let cut_off = match (&self.api_server, revoked) {
+            (ApiServerAnswer::Refused(reason), _) => {
+                format!("yes (the API server refuses its requests: {reason})")
+            }
+            (ApiServerAnswer::NotRefused, true) => "no (revoked, but the API server does not \
+                 refuse it: the authorization webhook is not configured, see README)"
+                .to_string(),
+            (ApiServerAnswer::NotRefused, false) => "no (not revoked)".to_string(),
+            (ApiServerAnswer::Unknown(e), _) => {
+                format!("unknown (the API server could not be asked: {e})")
+            }
+        };
+        let serving = match &self.serving {
+            Ok(Some(s)) => format!(
+                "{} {} ({} ago)",
+                s.csr,
+                s.state,
+                output::age(s.created, now)
+            ),
+            Ok(None) => "none".to_string(),
+            Err(e) => format!("unknown (the CSRs could not be listed: {e})"),
+        };
+        format!(
+            "Judged:   {judged}\nRevoked:  {revoked_line}\nCut off:  {cut_off}\nServing:  {serving}\n"
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cond(type_: &str, status: &str, reason: &str, message: &str) -> crate::crd::Condition {
+        crate::crd::Condition {
+            type_: type_.into(),
+            status: status.into(),
+            reason: reason.into(),
+            message: message.into(),
+            last_transition_time: Timestamp::UNIX_EPOCH,
+            observed_generation: None,
+        }
+    }
+
+    fn standing(revoked: bool, answer: ApiServerAnswer, taints: &[&str]) -> Standing {
+        Standing {
+            node: "w1".into(),
+            flavored: Some(cond("Flavored", "True", "Applied", "")),
+            revoked: revoked.then(|| cond("Revoked", "True", "RevokedByAdmin", "by node revoke")),
+            node_taints: Ok(Some(taints.iter().map(|t| t.to_string()).collect())),
+            api_server: answer,
+            serving: Ok(None),
+        }
+    }
+
+    fn line<'a>(text: &'a str, label: &str) -> &'a str {
+        text.lines()
+            .find_map(|l| l.strip_prefix(label))
+            .unwrap_or_else(|| panic!("no {label} in {text}"))
+            .trim_start()
+    }
+
+    #[test]
+    fn cut_off_is_what_the_api_server_answers_not_the_binding() {
+        let now = Timestamp::UNIX_EPOCH;
+        let refused = ApiServerAnswer::Refused("kubeflavor: node w1 is revoked".into());
+        let text = standing(true, refused, &["kubeflavor.io/revoked"]).describe(now);
+        assert_eq!(
+            line(&text, "Cut off:"),
+            "yes (the API server refuses its requests: kubeflavor: node w1 is revoked)"
+        );
+        assert_eq!(
+            line(&text, "Revoked:"),
+            "yes (RevokedByAdmin: by node revoke; the Node carries kubeflavor.io/revoked)"
+        );
+        // Revoked, yet the API server lets it in: said so, not "yes".
+        let text = standing(true, ApiServerAnswer::NotRefused, &[]).describe(now);
+        assert!(
+            line(&text, "Cut off:")
+                .starts_with("no (revoked, but the API server does not refuse it")
+        );
+        assert!(line(&text, "Revoked:").ends_with("does not carry kubeflavor.io/revoked yet)"));
+        let text = standing(false, ApiServerAnswer::NotRefused, &[]).describe(now);
+        assert_eq!(line(&text, "Cut off:"), "no (not revoked)");
+        assert_eq!(line(&text, "Revoked:"), "no");
+        let text = standing(false, ApiServerAnswer::Unknown("403".into()), &[]).describe(now);
+        assert!(line(&text, "Cut off:").starts_with("unknown"));
+    }
+
+    #[test]
+    fn judged_names_the_condition_and_a_leftover_unverified_taint() {
+        let now = Timestamp::UNIX_EPOCH;
+        let mut s = standing(
+            false,
+            ApiServerAnswer::NotRefused,
+            &["kubeflavor.io/unverified"],
+        );
+        assert_eq!(
+            line(&s.describe(now), "Judged:"),
+            "yes (Applied; the Node still carries kubeflavor.io/unverified)"
+        );
+        s.flavored = None;
+        s.node_taints = Ok(None);
+        assert_eq!(
+            line(&s.describe(now), "Judged:"),
+            "no (no condition yet; no Node w1)"
+        );
+        assert_eq!(line(&s.describe(now), "Serving:"), "none");
     }
 }

@@ -288,6 +288,10 @@ async fn revocation_cuts_the_node_off_and_only_an_admin_brings_it_back() {
         webhook.answers("no_opinion") > 0,
         "the API server asks the webhook about the node"
     );
+    let out = h.env.kf(&["node", "get", &node]).await;
+    let out = out.expect_ok();
+    assert_eq!(standing_line(out, "Revoked:"), "no", "{out}");
+    assert_eq!(standing_line(out, "Cut off:"), "no (not revoked)", "{out}");
 
     // Revoke: the node's next requests are refused.
     let denied_before = webhook.answers("denied_revoked");
@@ -337,6 +341,25 @@ async fn revocation_cuts_the_node_off_and_only_an_admin_brings_it_back() {
         webhook.answers("denied_revoked") >= denied_before + 4,
         "each refusal above was the webhook's denial"
     );
+    // `node get` asks the API server itself (a SubjectAccessReview, which the webhook
+    // answers too): revoked, and refused with the webhook's reason.
+    let out = h.env.kf(&["node", "get", &node]).await;
+    let out = out.expect_ok();
+    assert!(
+        standing_line(out, "Revoked:").starts_with("yes (RevokedByAdmin"),
+        "{out}"
+    );
+    eprintln!("node get {node} after revocation:\n{out}");
+    let cut_off = standing_line(out, "Cut off:");
+    assert!(
+        cut_off.starts_with(&format!(
+            "yes (the API server refuses its requests: kubeflavor: node {node} is revoked"
+        )),
+        "{out}"
+    );
+    let out = h.env.kf(&["node", "get", &other]).await;
+    let out = out.expect_ok();
+    assert_eq!(standing_line(out, "Cut off:"), "no (not revoked)", "{out}");
 
     // A node not revoked is unaffected.
     nodes(&other_kubelet)

@@ -449,6 +449,15 @@ pub fn label<'a>(node: &'a Node, key: &str) -> Option<&'a str> {
     node.metadata.labels.as_ref()?.get(key).map(String::as_str)
 }
 
+/// The line of `node get`'s output that starts with `label`, without it.
+pub fn standing_line(out: &str, label: &str) -> String {
+    out.lines()
+        .find_map(|l| l.strip_prefix(label))
+        .unwrap_or_else(|| panic!("no {label} line in: {out}"))
+        .trim_start()
+        .to_string()
+}
+
 pub fn has_taint(node: &Node, key: &str) -> bool {
     node.spec
         .as_ref()

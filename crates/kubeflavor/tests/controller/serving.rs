@@ -275,6 +275,93 @@ async fn a_flavored_nodes_serving_csr_is_approved_only_as_its_flavor_allows() {
     }
 }
 
+/// `node get` shows a node judged (Flavored, the unverified taint gone), not revoked, not
+/// cut off, and its latest serving CSR and its state (no authorization webhook here).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_get_shows_the_node_judged_and_its_serving_certificate() {
+    let h = Harness::start().await;
+    let f = h.name("serving-get");
+    serving_flavor(&h, &f, &["10.78.0.0/16"]).await;
+    let mut opts = h.options("ctl");
+    opts.approve_serving = true;
+    let ctl = h.start_controller(opts);
+    let node = h.name("node-g");
+    let t = h.token(&f, 1, None).await;
+    let csr = h.name("client-g");
+    h.submit_csr(&h.bootstrap_client(&t).await, &csr, &node)
+        .await;
+    assert_eq!(h.decision(&csr).await, "Approved");
+
+    // Bound, no Node yet: not judged, no serving CSR.
+    let out = h.env.kf(&["node", "get", &node]).await;
+    let out = out.expect_ok();
+    assert!(standing_line(out, "Judged:").starts_with("no ("), "{out}");
+    assert!(
+        standing_line(out, "Judged:").ends_with(&format!("no Node {node})")),
+        "{out}"
+    );
+    assert_eq!(standing_line(out, "Serving:"), "none", "{out}");
+
+    h.register_node(
+        &csr,
+        &node,
+        &[],
+        &[("kubeflavor.io/unverified", "NoSchedule")],
+    )
+    .await;
+    h.binding_until(&node, "flavored", |b| b.is_flavored())
+        .await;
+    h.node_until(&node, "judged", |n| {
+        !has_taint(n, "kubeflavor.io/unverified")
+    })
+    .await;
+    let as_node = h.node_client(&csr).await;
+    let serving = h.name("serving-g");
+    file(&as_node, &serving, Ask::kubelet(&node, "10.78.0.9"))
+        .await
+        .expect("filed");
+    assert_eq!(h.decision(&serving).await, "Approved");
+    let want_state = if h.testkube().is_none() {
+        issued(&h, &serving).await;
+        "Issued"
+    } else {
+        // testkube signs kubelet client certificates only.
+        "Approved"
+    };
+
+    let out = h.env.kf(&["node", "get", &node]).await;
+    let out = out.expect_ok();
+    assert!(out.lines().next().unwrap().ends_with("ISSUED-BY"), "{out}");
+    let judged = standing_line(out, "Judged:");
+    assert!(judged.starts_with("yes ("), "{out}");
+    assert!(
+        judged.ends_with("the Node does not carry kubeflavor.io/unverified)"),
+        "{out}"
+    );
+    assert_eq!(standing_line(out, "Revoked:"), "no", "{out}");
+    assert_eq!(standing_line(out, "Cut off:"), "no (not revoked)", "{out}");
+    let line = standing_line(out, "Serving:");
+    assert!(
+        line.starts_with(&format!("{serving} {want_state} (")),
+        "{out}"
+    );
+    // -o yaml stays the binding object alone.
+    let yaml: serde_json::Value = serde_saphyr::from_str(
+        h.env
+            .kf(&["node", "get", &node, "-o", "yaml"])
+            .await
+            .expect_ok(),
+    )
+    .unwrap();
+    assert_eq!(yaml["kind"], "FlavorBinding");
+
+    Api::<k8s_openapi::api::core::v1::Node>::all(h.admin.clone())
+        .delete(&node, &Default::default())
+        .await
+        .unwrap();
+    ctl.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_kubeflavor_never_bound_is_left_alone_unless_configured() {
     let h = Harness::start().await;

@@ -588,4 +588,60 @@ fn evaluate_names_the_allowing_binding_as_subject_access_review_shows_it() {
     );
 }
 
+#[test]
+fn a_subject_access_review_is_answered_by_the_whole_chain_webhook_included() {
+    use webhook::Verdict;
+    let reader = team_reader();
+    let node_get = || req(node_user("w1"), "get", "", "nodes", "", "w1");
+    let alice_delete = || {
+        let alice = user(IdentityKind::StaticToken, "alice", &[]);
+        req(alice, "delete", "", "configmaps", "team", "x")
+    };
+    let status = |allowed, denied, reason: &str, error: &str| ReviewStatus {
+        allowed,
+        denied,
+        reason: reason.into(),
+        evaluation_error: error.into(),
+    };
+    // The webhook's deny wins over the Node authorizer's allow, with its reason.
+    let revoked = Verdict::Deny("node w1 is revoked".into());
+    assert_eq!(
+        review(&revoked, &node_get(), &reader),
+        status(false, true, "node w1 is revoked", "")
+    );
+    // No opinion: Node and RBAC decide, as without a webhook.
+    assert_eq!(
+        review(&Verdict::NoOpinion, &node_get(), &reader),
+        status(true, false, "", "")
+    );
+    assert_eq!(
+        review(&Verdict::Allow("ok".into()), &alice_delete(), &reader),
+        status(true, false, "ok", "")
+    );
+    // system:masters is allowed before the webhook.
+    let masters = req(admin(), "delete", "", "secrets", "kube-system", "x");
+    assert_eq!(
+        review(&revoked, &masters, &reader),
+        status(true, false, "", "")
+    );
+    // A webhook that could not answer: failurePolicy Deny denies with the error; NoOpinion
+    // lets Node and RBAC decide and keeps the error only when nothing allowed.
+    let failed = |deny| Verdict::Failed {
+        deny,
+        error: "dial tcp: refused".into(),
+    };
+    assert_eq!(
+        review(&failed(true), &node_get(), &reader),
+        status(false, true, "", "dial tcp: refused")
+    );
+    assert_eq!(
+        review(&failed(false), &node_get(), &reader),
+        status(true, false, "", "")
+    );
+    assert_eq!(
+        review(&failed(false), &alice_delete(), &reader),
+        status(false, false, "", "dial tcp: refused")
+    );
+}
+
 mod kubeadm;

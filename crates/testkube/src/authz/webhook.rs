@@ -20,9 +20,12 @@
 //!   answered 500 InternalError, not 403; the union authorizer stops at the first allow or
 //!   deny and keeps the errors it met.
 //!
+//! - pkg/registry/authorization/subjectaccessreview/rest.go: a SubjectAccessReview made
+//!   through the API is answered by the same authorizer chain, the webhook included
+//!   (`status.allowed`, `denied`, `reason`, `evaluationError`).
+//!
 //! Not imitated: the answer cache (authorizedTTL/unauthorizedTTL: the tests' control plane
-//! disables it), retries with backoff on transient errors, and SubjectAccessReviews made
-//! through the API (they are answered by Node and RBAC alone here).
+//! disables it) and retries with backoff on transient errors.
 
 use std::sync::Arc;
 use std::time::Duration;

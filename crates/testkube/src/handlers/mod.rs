@@ -65,6 +65,9 @@ pub struct Cx<'a> {
     pub now: Timestamp,
     /// The cluster, for handlers that authenticate tokens or issue them.
     pub shared: &'a crate::server::Shared,
+    /// For a SubjectAccessReview: the authorization webhook's verdict on the request it
+    /// describes (asked before the store was locked); no opinion otherwise.
+    pub review_verdict: crate::authz::webhook::Verdict,
 }
 
 impl Cx<'_> {

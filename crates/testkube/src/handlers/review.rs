@@ -54,9 +54,61 @@ fn echo(from: &Value, fields: &[&str]) -> Map<String, Value> {
     out
 }
 
-/// POST /apis/authorization.k8s.io/v1/subjectaccessreviews: `ValidateSubjectAccessReview`,
-/// then the authorizer chain (`system:masters`, Node, RBAC) on the user of `spec` exactly as
-/// given (no `system:authenticated` is added) and `status.allowed`/`reason`.
+/// The request a valid SubjectAccessReview `spec` describes, on its user exactly as given
+/// (no `system:authenticated` is added); `None` when the spec is not valid (then no
+/// authorizer is asked).
+pub fn reviewed_attributes(spec: &Value) -> Option<RequestAttributes> {
+    let resource = spec["resourceAttributes"]
+        .as_object()
+        .map(|_| &spec["resourceAttributes"]);
+    let non_resource = spec["nonResourceAttributes"]
+        .as_object()
+        .map(|_| &spec["nonResourceAttributes"]);
+    let user = spec["user"].as_str().unwrap_or("");
+    let groups = string_list(&spec["groups"]);
+    if user.is_empty() && groups.is_empty() {
+        return None;
+    }
+    let subject = UserInfo {
+        // The kind only feeds request counters; a reviewed subject makes no request.
+        kind: IdentityKind::StaticToken,
+        name: user.to_string(),
+        uid: spec["uid"].as_str().unwrap_or("").to_string(),
+        groups,
+        extra: string_map(&spec["extra"]),
+    };
+    let text = |v: &Value, f: &str| v[f].as_str().unwrap_or("").to_string();
+    match (resource, non_resource) {
+        (Some(r), None) => Some(RequestAttributes {
+            user: subject,
+            verb: text(r, "verb"),
+            is_resource_request: true,
+            path: String::new(),
+            api_group: text(r, "group"),
+            // `matchAllVersionIfEmpty`
+            api_version: Some(text(r, "version"))
+                .filter(|v| !v.is_empty())
+                .unwrap_or_else(|| "*".into()),
+            resource: text(r, "resource"),
+            subresource: text(r, "subresource"),
+            namespace: text(r, "namespace"),
+            name: text(r, "name"),
+            field_selector: String::new(),
+        }),
+        (None, Some(nr)) => Some(RequestAttributes::non_resource(
+            subject,
+            text(nr, "verb"),
+            text(nr, "path"),
+        )),
+        _ => None,
+    }
+}
+
+/// POST /apis/authorization.k8s.io/v1/subjectaccessreviews (subjectaccessreview/rest.go):
+/// `ValidateSubjectAccessReview`, then the whole authorizer chain (`system:masters`, the
+/// webhook when one is configured, whose verdict the server asked for before taking the
+/// store's lock: `Cx::review_verdict`, then Node and RBAC) on the described request, and
+/// `status.allowed`/`denied`/`reason`/`evaluationError`.
 pub fn subject_access_review(
     st: &StoreState,
     cx: &Cx<'_>,
@@ -103,38 +155,10 @@ pub fn subject_access_review(
     if !errs.is_empty() {
         return Err(invalid(&info.kind, &info.group, "", &errs));
     }
-    let subject = UserInfo {
-        // The kind only feeds request counters; a reviewed subject makes no request.
-        kind: IdentityKind::StaticToken,
-        name: user.to_string(),
-        uid: spec["uid"].as_str().unwrap_or("").to_string(),
-        groups,
-        extra: string_map(&spec["extra"]),
-    };
-    let text = |v: &Value, f: &str| v[f].as_str().unwrap_or("").to_string();
-    let attrs = match (resource, non_resource) {
-        (Some(r), _) => RequestAttributes {
-            user: subject,
-            verb: text(r, "verb"),
-            is_resource_request: true,
-            path: String::new(),
-            api_group: text(r, "group"),
-            // `matchAllVersionIfEmpty`
-            api_version: Some(text(r, "version"))
-                .filter(|v| !v.is_empty())
-                .unwrap_or_else(|| "*".into()),
-            resource: text(r, "resource"),
-            subresource: text(r, "subresource"),
-            namespace: text(r, "namespace"),
-            name: text(r, "name"),
-            field_selector: String::new(),
-        },
-        (None, Some(nr)) => {
-            RequestAttributes::non_resource(subject, text(nr, "verb"), text(nr, "path"))
-        }
-        (None, None) => unreachable!("validated above"),
-    };
-    let decision = crate::authz::evaluate(&attrs, st);
+    let attrs = reviewed_attributes(spec).ok_or_else(|| {
+        crate::errors::internal_error("a validated SubjectAccessReview has no attributes")
+    })?;
+    let decision = crate::authz::review(&cx.review_verdict, &attrs, st);
     let mut echoed = echo(spec, &["user", "groups", "extra", "uid"]);
     if let Some(r) = resource {
         let fields = [
@@ -155,8 +179,14 @@ pub fn subject_access_review(
         );
     }
     let mut status = json!({"allowed": decision.allowed});
+    if decision.denied {
+        status["denied"] = json!(true);
+    }
     if !decision.reason.is_empty() {
         status["reason"] = json!(decision.reason);
+    }
+    if !decision.evaluation_error.is_empty() {
+        status["evaluationError"] = json!(decision.evaluation_error);
     }
     Ok(Reply::created(
         json!({

@@ -157,26 +157,26 @@ pub struct RbacView {
 impl RbacView {
     /// Every auto-approval the watched RBAC grants.
     pub fn grants(&self) -> Vec<Grant> {
-        let roles: Vec<core::ClusterRole> = self.roles.state().iter().map(|r| role_of(r)).collect();
-        let bindings: Vec<core::ClusterRoleBinding> = self
-            .bindings
-            .state()
-            .iter()
-            .map(|b| binding_of(b))
-            .collect();
+        let (roles, bindings) = self.core_view();
         core::competing_approvals(&roles, &bindings)
     }
 
     /// Everyone but `own` the watched RBAC lets approve kubelet serving CSRs.
     pub fn serving_approvers(&self, own: &core::Subject) -> Vec<core::ServingApprover> {
-        let roles: Vec<core::ClusterRole> = self.roles.state().iter().map(|r| role_of(r)).collect();
-        let bindings: Vec<core::ClusterRoleBinding> = self
+        let (roles, bindings) = self.core_view();
+        core::serving_approvers(&roles, &bindings, own)
+    }
+
+    /// The watched ClusterRoles and ClusterRoleBindings as core reads them.
+    fn core_view(&self) -> (Vec<core::ClusterRole>, Vec<core::ClusterRoleBinding>) {
+        let roles = self.roles.state().iter().map(|r| role_of(r)).collect();
+        let bindings = self
             .bindings
             .state()
             .iter()
             .map(|b| binding_of(b))
             .collect();
-        core::serving_approvers(&roles, &bindings, own)
+        (roles, bindings)
     }
 
     /// Resolves once both watches have listed.

@@ -54,18 +54,36 @@ fn echo(from: &Value, fields: &[&str]) -> Map<String, Value> {
     out
 }
 
+/// The parts of a SubjectAccessReview `spec` both the validation and the authorizers read.
+struct ReviewSpec<'a> {
+    resource: Option<&'a Value>,
+    non_resource: Option<&'a Value>,
+    user: &'a str,
+    groups: Vec<String>,
+}
+
+impl<'a> ReviewSpec<'a> {
+    fn of(spec: &'a Value) -> Self {
+        let object = |key: &str| spec[key].as_object().map(|_| &spec[key]);
+        ReviewSpec {
+            resource: object("resourceAttributes"),
+            non_resource: object("nonResourceAttributes"),
+            user: spec["user"].as_str().unwrap_or(""),
+            groups: string_list(&spec["groups"]),
+        }
+    }
+}
+
 /// The request a valid SubjectAccessReview `spec` describes, on its user exactly as given
 /// (no `system:authenticated` is added); `None` when the spec is not valid (then no
 /// authorizer is asked).
 pub fn reviewed_attributes(spec: &Value) -> Option<RequestAttributes> {
-    let resource = spec["resourceAttributes"]
-        .as_object()
-        .map(|_| &spec["resourceAttributes"]);
-    let non_resource = spec["nonResourceAttributes"]
-        .as_object()
-        .map(|_| &spec["nonResourceAttributes"]);
-    let user = spec["user"].as_str().unwrap_or("");
-    let groups = string_list(&spec["groups"]);
+    let ReviewSpec {
+        resource,
+        non_resource,
+        user,
+        groups,
+    } = ReviewSpec::of(spec);
     if user.is_empty() && groups.is_empty() {
         return None;
     }
@@ -116,14 +134,12 @@ pub fn subject_access_review(
 ) -> Result<Reply, ApiError> {
     let (obj, warnings) = decode_review(info, cx)?;
     let spec = &obj["spec"];
-    let resource = spec["resourceAttributes"]
-        .as_object()
-        .map(|_| &spec["resourceAttributes"]);
-    let non_resource = spec["nonResourceAttributes"]
-        .as_object()
-        .map(|_| &spec["nonResourceAttributes"]);
-    let user = spec["user"].as_str().unwrap_or("");
-    let groups = string_list(&spec["groups"]);
+    let ReviewSpec {
+        resource,
+        non_resource,
+        user,
+        groups,
+    } = ReviewSpec::of(spec);
     let mut errs = Vec::new();
     match (resource, non_resource) {
         (Some(_), Some(nr)) => {

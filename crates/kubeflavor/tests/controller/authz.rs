@@ -195,17 +195,15 @@ fn assert_cut_off<T: std::fmt::Debug>(what: &str, node: &str, result: Result<T, 
     );
 }
 
+/// A renewal CSR of `node`: the node asking for its own name.
 fn renewal_csr(node: &str, name: &str) -> CertificateSigningRequest {
     let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap();
-    let mut params = rcgen::CertificateParams::default();
-    params
-        .distinguished_name
-        .push(rcgen::DnType::OrganizationName, "system:nodes");
-    params
-        .distinguished_name
-        .push(rcgen::DnType::CommonName, format!("system:node:{node}"));
-    let pem = params.serialize_request(&key).unwrap().pem().unwrap();
-    kubeflavor::join::tls_bootstrap::kubelet_csr_object(Some(name), &pem)
+    csr_object(
+        name,
+        &format!("system:node:{node}"),
+        &["system:nodes"],
+        &key,
+    )
 }
 
 /// A Pod bound to `node` that mounts `secret` and runs as `sa`, created by the admin (no

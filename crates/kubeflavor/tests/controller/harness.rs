@@ -401,6 +401,21 @@ async fn submit_csr_for(
     orgs: &[&str],
     key: &rcgen::KeyPair,
 ) -> CertificateSigningRequest {
+    let csr = csr_object(csr_name, cn, orgs, key);
+    let api = Api::<CertificateSigningRequest>::all(client.clone());
+    let params = PostParams::default();
+    crate::support::fresh(|| api.create(&params, &csr))
+        .await
+        .expect("CSR created")
+}
+
+/// A kubelet client CSR object named `csr_name` for `cn` and `orgs`, signed with `key`.
+pub fn csr_object(
+    csr_name: &str,
+    cn: &str,
+    orgs: &[&str],
+    key: &rcgen::KeyPair,
+) -> CertificateSigningRequest {
     let mut params = rcgen::CertificateParams::default();
     let mut dn = rcgen::DistinguishedName::new();
     for o in orgs {
@@ -413,12 +428,7 @@ async fn submit_csr_for(
         .expect("csr")
         .pem()
         .expect("pem");
-    let csr = kubeflavor::join::tls_bootstrap::kubelet_csr_object(Some(csr_name), &pem);
-    let api = Api::<CertificateSigningRequest>::all(client.clone());
-    let params = PostParams::default();
-    crate::support::fresh(|| api.create(&params, &csr))
-        .await
-        .expect("CSR created")
+    kubeflavor::join::tls_bootstrap::kubelet_csr_object(Some(csr_name), &pem)
 }
 
 /// "Approved" or "Denied" when decided.

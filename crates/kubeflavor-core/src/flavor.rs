@@ -12,6 +12,7 @@ use std::str::FromStr;
 use serde::{Deserialize, Serialize};
 
 use crate::cidr::{Cidr, CidrError};
+use crate::input_labels::{INPUT_LABEL_PREFIX, InputLabelRules, InputLabelsSpec, InputRulesError};
 use crate::labels::{LabelKey, LabelKeyError, LabelValue, LabelValueError, check_flavor_label_key};
 use crate::names::{DNS1123_LABEL_MAX_LEN, Dns1123Error, check_dns1123_subdomain_max};
 pub use crate::taint::{Taint, TaintEffect, TaintError};
@@ -150,6 +151,10 @@ pub struct FlavorSpec {
     /// IP ranges a node of this flavor may name in its serving certificate.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub serving_addresses: Vec<String>,
+    /// Which input labels a portal may attach to the flavor's tokens; see
+    /// [`crate::input_labels`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input_labels: Option<InputLabelsSpec>,
 }
 
 /// What a portal (or `token create` without an override) may ask for, as a Flavor's
@@ -221,6 +226,8 @@ pub enum FlavorError {
         "flavor servingAddresses lists {0} ranges; at most {MAX_SERVING_ADDRESSES} are allowed (merge neighbouring ranges)"
     )]
     TooManyServingAddresses(usize),
+    #[error("flavor {0}")]
+    InputLabels(InputRulesError),
 }
 
 /// The most ranges a Flavor's `spec.servingAddresses` may list.
@@ -238,6 +245,7 @@ pub struct FlavorRules {
     max_nodes: Option<NonZeroU32>,
     token_limits: TokenLimits,
     serving_addresses: Vec<Cidr>,
+    input_labels: InputLabelRules,
 }
 
 /// Checks a max-nodes value given as a signed integer (CLI flag, CRD field, annotation).
@@ -254,7 +262,7 @@ impl FlavorRules {
         let mut labels = BTreeMap::new();
         for (k, v) in &spec.labels {
             check_flavor_label_key(k).map_err(FlavorError::LabelKey)?;
-            if k == FLAVOR_LABEL || k == TRUST_LEVEL_LABEL {
+            if k == FLAVOR_LABEL || k == TRUST_LEVEL_LABEL || k.starts_with(INPUT_LABEL_PREFIX) {
                 return Err(FlavorError::LabelKey(LabelKeyError::Reserved {
                     key: k.clone(),
                 }));
@@ -309,6 +317,13 @@ impl FlavorRules {
             .map(|s| s.parse())
             .collect::<Result<_, _>>()
             .map_err(FlavorError::ServingAddress)?;
+        let input_labels = spec
+            .input_labels
+            .as_ref()
+            .map(InputLabelRules::from_spec)
+            .transpose()
+            .map_err(FlavorError::InputLabels)?
+            .unwrap_or_default();
         Ok(FlavorRules {
             labels,
             taints,
@@ -317,6 +332,7 @@ impl FlavorRules {
             max_nodes,
             token_limits,
             serving_addresses,
+            input_labels,
         })
     }
 
@@ -349,7 +365,13 @@ impl FlavorRules {
                 allow_never_expiring: self.token_limits.allow_never_expiring,
             }),
             serving_addresses: self.serving_addresses.iter().map(Cidr::to_string).collect(),
+            input_labels: self.input_labels.to_spec(),
         }
+    }
+
+    /// Which input labels the flavor's tokens may carry (none unless the flavor says so).
+    pub fn input_labels(&self) -> &InputLabelRules {
+        &self.input_labels
     }
 
     /// The IP ranges a node of this flavor may name in its serving certificate (empty:
@@ -467,7 +489,8 @@ mod tests {
 
     #[test]
     fn flavor_refuses_kubeflavors_own_labels_and_taints() {
-        for reserved in [FLAVOR_LABEL, TRUST_LEVEL_LABEL] {
+        let input = format!("{INPUT_LABEL_PREFIX}site");
+        for reserved in [FLAVOR_LABEL, TRUST_LEVEL_LABEL, input.as_str()] {
             assert!(matches!(
                 FlavorRules::from_spec(&spec_with_label(reserved, "x")),
                 Err(FlavorError::LabelKey(LabelKeyError::Reserved { .. }))
@@ -582,6 +605,21 @@ mod tests {
                 allow_never_expiring: Some(false),
             }),
             serving_addresses: vec!["10.20.0.0/16".into(), "2001:db8::/48".into()],
+            input_labels: Some(crate::input_labels::InputLabelsSpec {
+                max_labels: Some(2),
+                keys: vec![
+                    crate::input_labels::InputKeySpec {
+                        key: "segment".into(),
+                        values: None,
+                        pattern: Some("seg-[0-9]{1,4}".into()),
+                    },
+                    crate::input_labels::InputKeySpec {
+                        key: "site".into(),
+                        values: Some(vec!["berlin".into(), "paris".into()]),
+                        pattern: None,
+                    },
+                ],
+            }),
         };
         let rules = FlavorRules::from_spec(&spec).unwrap();
         assert_eq!(rules.to_spec(), spec);

@@ -122,6 +122,7 @@ fn kubeflavor_token_csr(
             created: Some(Timestamp::UNIX_EPOCH),
         }),
         flavor_exists: true,
+        flavor_input_labels: crate::input_labels::InputLabelRules::default(),
         binding: None,
         node_exists: false,
         options: PolicyOptions::default(),
@@ -345,10 +346,17 @@ pub fn mint_request(data: &[u8]) {
         return;
     };
     let rules = FlavorRules::from_spec(&FlavorSpec::default()).expect("the empty flavor is valid");
-    if let Ok((ttl, max_nodes)) = mint_request::within_limits(&request, &rules) {
+    if let Ok(grant) = mint_request::within_limits(&request, &rules) {
         assert!(
-            ttl != crate::ttl::TokenTtl::Never && max_nodes.get() == 1,
-            "a flavor without limits let {ttl:?} and {max_nodes} through"
+            grant.ttl != crate::ttl::TokenTtl::Never && grant.max_nodes.get() == 1,
+            "a flavor without limits let {:?} and {} through",
+            grant.ttl,
+            grant.max_nodes
+        );
+        assert!(
+            grant.input_labels.is_empty(),
+            "a flavor without input-label rules let {} through",
+            grant.input_labels.summary()
         );
     }
 }
@@ -371,6 +379,8 @@ struct FlavorObjectSpec {
     token_limits: Option<TokenLimitsSpec>,
     #[serde(default)]
     serving_addresses: Vec<String>,
+    #[serde(default)]
+    input_labels: Option<crate::input_labels::InputLabelsSpec>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -436,6 +446,7 @@ pub fn flavor(data: &[u8]) {
         max_nodes,
         token_limits: spec.token_limits,
         serving_addresses: spec.serving_addresses,
+        input_labels: spec.input_labels,
     };
     if let Ok(rules) = FlavorRules::from_spec(&core) {
         let _ = rules

@@ -60,7 +60,7 @@ pub enum LabelKeyError {
         suggestion: String,
     },
     #[error(
-        "label key {key:?} is set by kubeflavor itself from the flavor's name and trust level; remove it from the flavor's labels"
+        "label key {key:?} is set by kubeflavor itself (the flavor's name and trust level, and the input labels under input.kubeflavor.node-restriction.kubernetes.io/); remove it from the flavor's labels"
     )]
     Reserved { key: String },
 }

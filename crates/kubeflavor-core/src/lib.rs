@@ -7,6 +7,7 @@ pub mod approvers;
 pub mod cidr;
 pub mod csr;
 pub mod flavor;
+pub mod input_labels;
 pub mod invisible;
 pub mod labels;
 pub mod names;

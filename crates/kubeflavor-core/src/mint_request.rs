@@ -3,10 +3,15 @@
 //! the shape of the Kubernetes API server's `Invalid` causes.
 //!
 //! ```json
-//! {"issuedTo": "acme-corp/alice", "ttl": "24h", "maxNodes": 1, "output": "cloud-init"}
+//! {"issuedTo": "acme-corp/alice", "ttl": "24h", "maxNodes": 1, "output": "cloud-init",
+//!  "labels": {"site": "berlin"}}
 //! ```
+//!
+//! `labels` are the node administrator's input labels ([`crate::input_labels`]): read here
+//! as plain strings, admitted against the Flavor's allowlist by [`within_limits`].
 
 use std::cell::RefCell;
+use std::collections::BTreeMap;
 use std::fmt;
 use std::num::NonZeroU32;
 
@@ -14,6 +19,7 @@ use serde::de::{self, DeserializeSeed, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Value};
 
 use crate::flavor::FlavorRules;
+use crate::input_labels::{InputLabelRefusal, InputLabels, MAX_INPUT_KEYS};
 use crate::token_limits::LimitExceeded;
 use crate::token_meta::IssuedTo;
 use crate::ttl::TokenTtl;
@@ -32,6 +38,8 @@ pub struct MintRequest {
     /// How many node names the token may bind; `None`: the flavor's default, else 1.
     pub max_nodes: Option<NonZeroU32>,
     pub output: MintOutput,
+    /// The input labels asked for, as sent (the Flavor decides which it allows).
+    pub labels: BTreeMap<String, String>,
 }
 
 /// What the answer carries besides the token and the join line.
@@ -50,6 +58,7 @@ pub enum FieldReason {
     Invalid,
     NotSupported,
     Forbidden,
+    TooMany,
 }
 
 impl FieldReason {
@@ -59,6 +68,7 @@ impl FieldReason {
             FieldReason::Invalid => "FieldValueInvalid",
             FieldReason::NotSupported => "FieldValueNotSupported",
             FieldReason::Forbidden => "FieldValueForbidden",
+            FieldReason::TooMany => "FieldValueTooMany",
         }
     }
 }
@@ -94,7 +104,7 @@ fn describe(problems: &[FieldProblem]) -> String {
 }
 
 /// The fields a request may carry.
-pub const FIELDS: [&str; 4] = ["issuedTo", "ttl", "maxNodes", "output"];
+pub const FIELDS: [&str; 5] = ["issuedTo", "ttl", "maxNodes", "output", "labels"];
 
 /// Parses and checks a request body. Every field problem is reported, not just the first.
 pub fn parse(body: &[u8]) -> Result<MintRequest, MintRequestError> {
@@ -119,12 +129,14 @@ pub fn parse(body: &[u8]) -> Result<MintRequest, MintRequestError> {
     let ttl = ttl(&fields, &mut problems);
     let max_nodes = max_nodes(&fields, &mut problems);
     let output = output(&fields, &mut problems);
+    let labels = labels(&fields, &mut problems);
     match (issued_to, problems.is_empty()) {
         (Some(issued_to), true) => Ok(MintRequest {
             issued_to,
             ttl,
             max_nodes,
             output,
+            labels,
         }),
         _ => Err(MintRequestError::Invalid(problems)),
     }
@@ -230,19 +242,25 @@ impl<'de> Visitor<'de> for UniqueKeys<'_> {
     }
 }
 
+/// What a request is granted by its flavor.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Grant {
+    pub ttl: TokenTtl,
+    pub max_nodes: NonZeroU32,
+    pub input_labels: InputLabels,
+}
+
 /// The TTL and max nodes of `request` once the flavor's defaults fill what it leaves out,
-/// if the flavor's token limits allow them; else every limit broken, as field problems
-/// (the join-token API answers them as a 422, like its other field problems).
+/// and its input labels, if the flavor's token limits and input-label rules allow them;
+/// else every limit broken and every label refused, as field problems (the join-token API
+/// answers them as a 422, like its other field problems).
 pub fn within_limits(
     request: &MintRequest,
     rules: &FlavorRules,
-) -> Result<(TokenTtl, NonZeroU32), MintRequestError> {
+) -> Result<Grant, MintRequestError> {
     let (ttl, max_nodes) = rules.granted(request.ttl, request.max_nodes);
     let exceeded = rules.effective_token_limits().check(ttl, max_nodes);
-    if exceeded.is_empty() {
-        return Ok((ttl, max_nodes));
-    }
-    let problems = exceeded
+    let mut problems: Vec<FieldProblem> = exceeded
         .iter()
         .map(|e| {
             let asked = match e.field() {
@@ -266,7 +284,42 @@ pub fn within_limits(
             }
         })
         .collect();
-    Err(MintRequestError::Invalid(problems))
+    let input_labels = match rules.input_labels().admit(&request.labels) {
+        Ok(labels) => Some(labels),
+        Err(refusal) => {
+            problems.extend(label_problems(refusal));
+            None
+        }
+    };
+    match input_labels {
+        Some(input_labels) if problems.is_empty() => Ok(Grant {
+            ttl,
+            max_nodes,
+            input_labels,
+        }),
+        _ => Err(MintRequestError::Invalid(problems)),
+    }
+}
+
+/// A refusal of input labels as field problems: one per key, named as the API server names
+/// map entries (`labels[site]`), the same message whether the flavor does not know the key
+/// or does not allow the value.
+pub fn label_problems(refusal: InputLabelRefusal) -> Vec<FieldProblem> {
+    match refusal {
+        InputLabelRefusal::NotAllowed(keys) => keys
+            .into_iter()
+            .map(|key| FieldProblem {
+                field: format!("labels[{key}]"),
+                reason: FieldReason::NotSupported,
+                message: "not an input label this flavor takes, or not a value it allows for the key (ask the cluster owner which input labels the flavor takes)".into(),
+            })
+            .collect(),
+        InputLabelRefusal::TooMany { count, max } => vec![FieldProblem {
+            field: "labels".into(),
+            reason: FieldReason::TooMany,
+            message: format!("{count} input labels; this flavor takes at most {max}"),
+        }],
+    }
 }
 
 fn problem(problems: &mut Vec<FieldProblem>, field: &str, reason: FieldReason, message: String) {
@@ -369,6 +422,53 @@ fn output(fields: &Map<String, Value>, problems: &mut Vec<FieldProblem>) -> Mint
             MintOutput::Json
         }
     }
+}
+
+/// `labels`: an object of strings, at most [`MAX_INPUT_KEYS`] entries (which of them the
+/// flavor allows is [`within_limits`]' question).
+fn labels(
+    fields: &Map<String, Value>,
+    problems: &mut Vec<FieldProblem>,
+) -> BTreeMap<String, String> {
+    let Some(value) = fields.get("labels") else {
+        return BTreeMap::new();
+    };
+    let Some(object) = value.as_object() else {
+        problem(
+            problems,
+            "labels",
+            FieldReason::Invalid,
+            "must be an object of input label keys to values, e.g. {\"site\": \"berlin\"}".into(),
+        );
+        return BTreeMap::new();
+    };
+    if object.len() > MAX_INPUT_KEYS {
+        problem(
+            problems,
+            "labels",
+            FieldReason::TooMany,
+            format!(
+                "{} input labels; at most {MAX_INPUT_KEYS} are taken",
+                object.len()
+            ),
+        );
+        return BTreeMap::new();
+    }
+    let mut labels = BTreeMap::new();
+    for (key, value) in object {
+        match value.as_str() {
+            Some(v) => {
+                labels.insert(key.clone(), v.to_owned());
+            }
+            None => problem(
+                problems,
+                &format!("labels[{key}]"),
+                FieldReason::Invalid,
+                "must be a string".into(),
+            ),
+        }
+    }
+    labels
 }
 
 #[cfg(test)]
@@ -530,6 +630,73 @@ mod tests {
         assert_eq!(
             parse(&body),
             Err(MintRequestError::TooLarge(MAX_BODY_BYTES + 1))
+        );
+    }
+
+    fn flavor_taking_site() -> FlavorRules {
+        let spec: crate::flavor::FlavorSpec = serde_json::from_value(serde_json::json!({
+            "tokenLimits": {"maxNodes": 2},
+            "inputLabels": {"maxLabels": 1, "keys": [
+                {"key": "site", "values": ["berlin", "paris"]},
+                {"key": "segment", "pattern": "seg-[0-9]{1,3}"},
+            ]},
+        }))
+        .unwrap();
+        FlavorRules::from_spec(&spec).unwrap()
+    }
+
+    #[test]
+    fn allowed_labels_are_granted_and_others_refused_per_key() {
+        let rules = flavor_taking_site();
+        let r = parse(br#"{"issuedTo":"bob","labels":{"site":"paris"}}"#).unwrap();
+        let grant = within_limits(&r, &rules).expect("allowed");
+        assert_eq!(grant.input_labels.summary(), "site=paris");
+        let r = parse(br#"{"issuedTo":"bob","labels":{"site":"rome","rack":"r1"},"maxNodes":3}"#)
+            .unwrap();
+        let problems = match within_limits(&r, &rules).unwrap_err() {
+            MintRequestError::Invalid(p) => p,
+            other => panic!("{other:?}"),
+        };
+        let fields: Vec<&str> = problems.iter().map(|p| p.field.as_str()).collect();
+        assert_eq!(fields, ["maxNodes", "labels[rack]", "labels[site]"]);
+        // One answer for an unknown key and a disallowed value.
+        assert_eq!(problems[1].message, problems[2].message);
+        assert_eq!(problems[1].reason, FieldReason::NotSupported);
+        let r =
+            parse(br#"{"issuedTo":"bob","labels":{"site":"paris","segment":"seg-1"}}"#).unwrap();
+        assert_eq!(
+            fields_of(within_limits(&r, &rules).unwrap_err()),
+            [("labels".to_string(), FieldReason::TooMany)]
+        );
+        // A flavor without input-label rules takes none.
+        let plain = FlavorRules::from_spec(&Default::default()).unwrap();
+        let r = parse(br#"{"issuedTo":"bob","labels":{"site":"paris"}}"#).unwrap();
+        assert_eq!(
+            fields_of(within_limits(&r, &plain).unwrap_err()),
+            [("labels[site]".to_string(), FieldReason::NotSupported)]
+        );
+        let r = parse(br#"{"issuedTo":"bob"}"#).unwrap();
+        assert!(within_limits(&r, &plain).unwrap().input_labels.is_empty());
+    }
+
+    #[test]
+    fn labels_must_be_an_object_of_strings() {
+        for (body, field) in [
+            (&br#"{"issuedTo":"bob","labels":["site"]}"#[..], "labels"),
+            (br#"{"issuedTo":"bob","labels":{"site":1}}"#, "labels[site]"),
+            (br#"{"issuedTo":"bob","labels":"site=paris"}"#, "labels"),
+        ] {
+            let got = fields_of(parse(body).unwrap_err());
+            assert_eq!(got.len(), 1, "{got:?}");
+            assert_eq!(got[0].0, field);
+        }
+        let many: serde_json::Map<String, Value> = (0..=MAX_INPUT_KEYS)
+            .map(|i| (format!("k{i}"), Value::from("v")))
+            .collect();
+        let body = serde_json::json!({"issuedTo": "bob", "labels": many}).to_string();
+        assert_eq!(
+            fields_of(parse(body.as_bytes()).unwrap_err()),
+            [("labels".to_string(), FieldReason::TooMany)]
         );
     }
 }

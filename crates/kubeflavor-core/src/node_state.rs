@@ -17,6 +17,7 @@ use crate::flavor::{
     FLAVOR_LABEL, FlavorName, FlavorRules, REVOKED_TAINT, TRUST_LEVEL_LABEL, Taint, TaintEffect,
     UNVERIFIED_TAINT,
 };
+use crate::input_labels::{INPUT_LABEL_PREFIX, InputLabels};
 
 /// A taint as it is on a Node (any effect string the API server holds, its `timeAdded`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -62,6 +63,9 @@ pub struct BindingState {
     pub applied_labels: BTreeSet<String>,
     /// Taints (key, effect) kubeflavor applied last time (from the binding's status).
     pub applied_taints: Vec<(String, String)>,
+    /// What the node's administrator said through the portal, as the binding recorded it
+    /// (put on the Node under [`INPUT_LABEL_PREFIX`] while the node is flavored).
+    pub input_labels: InputLabels,
 }
 
 /// The change that brings a Node to its desired state, and what to record as applied.
@@ -206,13 +210,14 @@ fn own_taint(key: &str, effect: TaintEffect) -> NodeTaint {
     }
 }
 
-/// The labels and taints kubeflavor wants on the node.
+/// The labels and taints kubeflavor wants on the node: the input labels go with the
+/// flavor, so a revoked node or one whose Flavor is gone carries neither.
 fn wanted(
     flavor: Option<&FlavorRules>,
     flavor_name: &FlavorName,
-    revoked: bool,
+    binding: &BindingState,
 ) -> (BTreeMap<String, String>, Vec<NodeTaint>) {
-    if revoked {
+    if binding.revoked {
         let revoked_taint = own_taint(REVOKED_TAINT, TaintEffect::NoExecute);
         return (BTreeMap::new(), vec![revoked_taint]);
     }
@@ -225,6 +230,7 @@ fn wanted(
         .iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect();
+    labels.extend(binding.input_labels.node_labels());
     labels.insert(FLAVOR_LABEL.into(), flavor_name.to_string());
     if let Some(level) = rules.trust_level() {
         labels.insert(TRUST_LEVEL_LABEL.into(), level.to_string());
@@ -316,7 +322,7 @@ pub fn desired_node_state(
     binding: &BindingState,
     node: &NodeFacts,
 ) -> NodeChange {
-    let (want_labels, want_taints) = wanted(flavor, flavor_name, binding.revoked);
+    let (want_labels, want_taints) = wanted(flavor, flavor_name, binding);
     let outcome = match (binding.revoked, flavor) {
         (true, _) => FlavorOutcome::Revoked,
         (false, Some(_)) => FlavorOutcome::Applied,
@@ -362,6 +368,7 @@ pub fn released_node_state(flavor: Option<&FlavorRules>, node: &NodeFacts) -> No
                     .collect()
             })
             .unwrap_or_default(),
+        input_labels: InputLabels::default(),
     };
     let mut want_taints = vec![own_taint(UNVERIFIED_TAINT, TaintEffect::NoSchedule)];
     if revoked {
@@ -380,7 +387,9 @@ pub fn released_node_state(flavor: Option<&FlavorRules>, node: &NodeFacts) -> No
 }
 
 /// The labels to set (wanted, and missing or different on the node) and to remove (owned
-/// by kubeflavor, on the node, and no longer wanted).
+/// by kubeflavor, on the node, and no longer wanted). kubeflavor owns every label under
+/// [`INPUT_LABEL_PREFIX`]: one that is not the binding's (an admin's, a stale one) goes,
+/// so what a workload reads there is what the portal said for this node and nothing else.
 fn label_change(
     want: &BTreeMap<String, String>,
     binding: &BindingState,
@@ -395,7 +404,13 @@ fn label_change(
         .applied_labels
         .iter()
         .map(String::as_str)
-        .chain([FLAVOR_LABEL, TRUST_LEVEL_LABEL]);
+        .chain([FLAVOR_LABEL, TRUST_LEVEL_LABEL])
+        .chain(
+            node.labels
+                .keys()
+                .map(String::as_str)
+                .filter(|k| k.starts_with(INPUT_LABEL_PREFIX)),
+        );
     let remove: BTreeSet<String> = owned
         .filter(|k| !want.contains_key(*k) && node.labels.contains_key(*k))
         .map(str::to_owned)

@@ -20,6 +20,7 @@ use jiff::Timestamp;
 
 use crate::csr::{CsrError, KUBELET_CLIENT_SIGNER, KubeletClientCsr, NODE_USER_PREFIX};
 use crate::flavor::FlavorName;
+use crate::input_labels::{InputLabelRules, InputLabels};
 use crate::names::NodeName;
 use crate::token::{BOOTSTRAP_USER_PREFIX, TokenId};
 use crate::token_meta::{Custody, FlavorTokenMeta};
@@ -134,6 +135,10 @@ pub struct CsrFacts {
     pub token_instance: Option<TokenInstance>,
     /// The token's Flavor object exists.
     pub flavor_exists: bool,
+    /// The input labels the token's Flavor allows (its `spec.inputLabels`; none when the
+    /// Flavor does not exist). The token's own are checked against them again before a
+    /// binding is made: the Flavor, not whoever wrote the token Secret, has the last word.
+    pub flavor_input_labels: InputLabelRules,
     /// The FlavorBinding named after the CSR's node name, if any.
     pub binding: Option<BindingFacts>,
     /// A Node named after the CSR's node name exists.
@@ -159,11 +164,12 @@ pub enum DenyCause {
     RekeyAttempt,
     RenewalRequesterMismatch,
     NotKubeflavorToken,
+    InputLabelsNotAllowed,
 }
 
 impl DenyCause {
     /// Every cause, for metrics registration and exhaustive tests.
-    pub const ALL: [DenyCause; 14] = [
+    pub const ALL: [DenyCause; 15] = [
         DenyCause::MalformedCsr,
         DenyCause::NotKubeletClientShape,
         DenyCause::TokenMissing,
@@ -178,6 +184,7 @@ impl DenyCause {
         DenyCause::RekeyAttempt,
         DenyCause::RenewalRequesterMismatch,
         DenyCause::NotKubeflavorToken,
+        DenyCause::InputLabelsNotAllowed,
     ];
 
     /// Metric label value.
@@ -197,6 +204,7 @@ impl DenyCause {
             DenyCause::RekeyAttempt => "rekey_attempt",
             DenyCause::RenewalRequesterMismatch => "renewal_requester_mismatch",
             DenyCause::NotKubeflavorToken => "not_kubeflavor_token",
+            DenyCause::InputLabelsNotAllowed => "input_labels_not_allowed",
         }
     }
 
@@ -240,6 +248,9 @@ impl DenyCause {
             }
             DenyCause::NotKubeflavorToken => {
                 "strict mode: the bootstrap token is not a kubeflavor token"
+            }
+            DenyCause::InputLabelsNotAllowed => {
+                "the token's input labels are not ones its Flavor allows (spec.inputLabels changed since it was minted, or the token Secret was edited)"
             }
         }
     }
@@ -324,12 +335,14 @@ pub enum BindingStep {
     /// (it is false when the name is in the token's bound names already, because a crash
     /// came between the reservation and the binding), then create the FlavorBinding of the
     /// name to `token` with `flavor`, recording the token's `custody` (on whose behalf it
-    /// was minted, and by whom) for the admins.
+    /// was minted, and by whom) for the admins and its `input_labels` (what the node's
+    /// administrator said, allowed by the Flavor) for the Node.
     Create {
         token: TokenId,
         flavor: FlavorName,
         reserve_use: bool,
         custody: Custody,
+        input_labels: InputLabels,
     },
     /// Nothing to write first: the name is bound to this token already (a retry), or a
     /// node renews its certificate; the binding stays as it is, custody included. The
@@ -496,11 +509,15 @@ fn decide_bootstrap(f: &CsrFacts, token_id: &TokenId) -> Result<Decision, DenyCa
     if reserve_use && !meta.has_room() {
         return Err(DenyCause::TokenExhausted);
     }
+    if !f.flavor_input_labels.allows(&meta.input_labels) {
+        return Err(DenyCause::InputLabelsNotAllowed);
+    }
     let binding = BindingStep::Create {
         token: token_id.clone(),
         flavor: meta.flavor.clone(),
         reserve_use,
         custody: meta.custody.clone(),
+        input_labels: meta.input_labels.clone(),
     };
     Ok(Decision::Approve { node, binding })
 }

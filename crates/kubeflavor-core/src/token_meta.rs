@@ -10,6 +10,7 @@ use std::num::NonZeroU32;
 use std::str::FromStr;
 
 use crate::flavor::{FlavorName, FlavorNameError};
+use crate::input_labels::{INPUT_LABELS_ANNOTATION, InputLabels, InputLabelsAnnotationError};
 use crate::names::{NodeName, NodeNameError};
 
 /// Secret label holding the token's flavor.
@@ -160,6 +161,9 @@ pub struct FlavorTokenMeta {
     pub denials: u32,
     /// On whose behalf the token was minted, and by whom.
     pub custody: Custody,
+    /// What the node's administrator said through the portal (allowed by the flavor when
+    /// minted; the controller checks again before it binds).
+    pub input_labels: InputLabels,
 }
 
 /// Why kubeflavor's metadata on a token Secret cannot be read.
@@ -179,6 +183,8 @@ pub enum TokenMetaError {
     Denials(String),
     #[error("annotation {ISSUED_TO_ANNOTATION}: {0} (fix or remove it)")]
     IssuedTo(IssuedToError),
+    #[error("{0}")]
+    InputLabels(InputLabelsAnnotationError),
 }
 
 impl FlavorTokenMeta {
@@ -189,12 +195,19 @@ impl FlavorTokenMeta {
             bound_nodes: BTreeSet::new(),
             denials: 0,
             custody: Custody::default(),
+            input_labels: InputLabels::default(),
         }
     }
 
     /// The same metadata with `custody`.
     pub fn with_custody(mut self, custody: Custody) -> Self {
         self.custody = custody;
+        self
+    }
+
+    /// The same metadata with `input_labels`.
+    pub fn with_input_labels(mut self, input_labels: InputLabels) -> Self {
+        self.input_labels = input_labels;
         self
     }
 
@@ -230,12 +243,17 @@ impl FlavorTokenMeta {
             Some(v) => v.parse().map_err(|_| TokenMetaError::Denials(v.clone()))?,
         };
         let custody = Custody::from_annotations(annotations)?;
+        let input_labels = match annotations.get(INPUT_LABELS_ANNOTATION) {
+            None => InputLabels::default(),
+            Some(v) => InputLabels::from_annotation(v).map_err(TokenMetaError::InputLabels)?,
+        };
         Ok(Some(FlavorTokenMeta {
             flavor,
             max_nodes,
             bound_nodes,
             denials,
             custody,
+            input_labels,
         }))
     }
 
@@ -255,6 +273,12 @@ impl FlavorTokenMeta {
         ]
         .into();
         annotations.extend(self.custody.annotations());
+        if !self.input_labels.is_empty() {
+            annotations.insert(
+                INPUT_LABELS_ANNOTATION.to_owned(),
+                self.input_labels.to_annotation(),
+            );
+        }
         annotations
     }
 

@@ -613,6 +613,30 @@ mod tests {
         assert!(!KUBEFLAVOR_TOKEN_DESCRIPTION.contains("sweet"));
     }
 
+    /// P1 (hidden flavor): input labels are metadata only: a token minted with them has
+    /// the same data, apart from its own id, secret and expiry, as one minted without.
+    #[test]
+    fn input_labels_never_reach_the_data() {
+        use crate::input_labels::{INPUT_LABELS_ANNOTATION, InputLabels};
+        let labels =
+            InputLabels::from_map(&[("site".to_string(), "berlin-7".to_string())].into()).unwrap();
+        let exp = Some(ts("2026-12-01T00:00:00Z"));
+        let data = TokenSecretData::kubeflavor_node(token(), exp);
+        let meta = FlavorTokenMeta::new("sweet".parse().unwrap(), NonZeroU32::MIN);
+        let plain = TokenSecretObject::new(&data, Some(&meta));
+        let labelled =
+            TokenSecretObject::new(&data, Some(&meta.clone().with_input_labels(labels.clone())));
+        assert_eq!(plain.string_data, labelled.string_data);
+        assert!(!labelled.string_data.values().any(|v| v.contains("berlin")));
+        assert_eq!(
+            labelled.annotations[INPUT_LABELS_ANNOTATION],
+            labels.to_annotation()
+        );
+        assert!(!plain.annotations.contains_key(INPUT_LABELS_ANNOTATION));
+        let read = FlavorTokenMeta::from_metadata(&labelled.labels, &labelled.annotations);
+        assert_eq!(read.unwrap().unwrap().input_labels, labels);
+    }
+
     proptest! {
         #[test]
         fn data_round_trips(

@@ -18,6 +18,7 @@
 
 use base64::Engine;
 
+use crate::input_labels::INPUT_LABELS_ANNOTATION;
 use crate::token_meta::{
     BOUND_NODES_ANNOTATION, DENIALS_ANNOTATION, FLAVOR_TOKEN_LABEL, ISSUED_BY_ANNOTATION,
     ISSUED_TO_ANNOTATION, MAX_NODES_ANNOTATION,
@@ -54,13 +55,15 @@ pub const DATA_KEYS: [&str; 7] = [
 ];
 
 /// The annotations `mint` may write. Bound nodes and denials are the controller's state:
-/// they may be present only as a new token has them (none bound, no denial).
-pub const ANNOTATIONS: [&str; 5] = [
+/// they may be present only as a new token has them (none bound, no denial). The input
+/// labels are checked again by the controller against the Flavor before it binds a node.
+pub const ANNOTATIONS: [&str; 6] = [
     MAX_NODES_ANNOTATION,
     BOUND_NODES_ANNOTATION,
     DENIALS_ANNOTATION,
     ISSUED_TO_ANNOTATION,
     ISSUED_BY_ANNOTATION,
+    INPUT_LABELS_ANNOTATION,
 ];
 
 /// The CEL condition selecting the requests of `user` (the policy applies to no one else).
@@ -324,9 +327,10 @@ fn lifecycle_rules() -> Vec<Rule> {
 mod tests {
     use super::*;
     use crate::flavor::FlavorName;
+    use crate::input_labels::InputLabels;
     use crate::token::BootstrapToken;
-    use crate::token_meta::Custody;
-    use crate::token_secret::{flavored_token_secret, secret_name};
+    use crate::token_meta::{Custody, FlavorTokenMeta};
+    use crate::token_secret::{TokenSecretData, TokenSecretObject, secret_name};
     use std::num::NonZeroU32;
 
     fn minted() -> crate::token_secret::TokenSecretObject {
@@ -336,13 +340,14 @@ mod tests {
             issued_to: Some("acme-corp/alice".parse().unwrap()),
             issued_by: Some("system:serviceaccount:portal:portal".into()),
         };
-        flavored_token_secret(
-            &token,
-            &flavor,
-            Some("2026-12-01T00:00:00Z".parse().unwrap()),
-            NonZeroU32::new(3).unwrap(),
-            &custody,
-        )
+        let input_labels =
+            InputLabels::from_map(&[("site".into(), "paris".into())].into()).expect("input labels");
+        let meta = FlavorTokenMeta::new(flavor, NonZeroU32::new(3).unwrap())
+            .with_custody(custody)
+            .with_input_labels(input_labels);
+        let data =
+            TokenSecretData::kubeflavor_node(token, Some("2026-12-01T00:00:00Z".parse().unwrap()));
+        TokenSecretObject::new(&data, Some(&meta))
     }
 
     /// The rules describe what `mint` writes: every data key, the one label and every

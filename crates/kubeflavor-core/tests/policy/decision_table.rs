@@ -6,6 +6,7 @@ use crate::support::*;
 use kubeflavor_core::csr::CsrError;
 use std::num::NonZeroU32;
 
+use kubeflavor_core::input_labels::{InputKeySpec, InputLabelRules, InputLabels, InputLabelsSpec};
 use kubeflavor_core::policy::{
     APPROVED_CONDITION, BindingStep, CsrFacts, DENIED_CONDITION, Decision, DenyCause, IgnoreReason,
     PolicyOptions, TokenFate, TokenLookup, decide,
@@ -210,6 +211,18 @@ fn table() -> Vec<Row> {
             "Flavor object deleted",
             |f| f.flavor_exists = false,
             Want::Deny(FlavorMissing),
+        ),
+        (
+            "token carrying an input label its Flavor does not allow",
+            |f| {
+                if let TokenLookup::Found(record) = &mut f.token {
+                    let meta = record.kubeflavor.take().unwrap();
+                    let site = [("site".to_string(), "paris".to_string())].into();
+                    record.kubeflavor =
+                        Some(meta.with_input_labels(InputLabels::from_map(&site).unwrap()));
+                }
+            },
+            Want::Deny(InputLabelsNotAllowed),
         ),
         (
             "single-use token already used for another name",
@@ -650,6 +663,7 @@ fn an_approval_names_the_node_token_and_flavor() {
                 flavor: sweet(),
                 reserve_use: true,
                 custody: Custody::default(),
+                input_labels: InputLabels::default(),
             },
         }
     );
@@ -699,6 +713,59 @@ fn a_new_binding_carries_the_tokens_custody() {
         } => assert_eq!(got, custody),
         other => panic!("not a new binding: {other:?}"),
     }
+    f.binding = binding(ID, false);
+    assert!(matches!(
+        decide(&f),
+        Decision::Approve {
+            binding: BindingStep::Existing { .. },
+            ..
+        }
+    ));
+}
+
+/// A new binding carries the token's input labels when the Flavor allows them; when it
+/// does not (its allowlist narrowed since the token was minted, or the token Secret was
+/// written by someone else than the join-token API), the CSR is denied and counted on the
+/// token: the Flavor, not the token Secret, decides what reaches the Node.
+#[test]
+fn input_labels_reach_a_binding_only_as_the_flavor_allows() {
+    let labels =
+        InputLabels::from_map(&[("site".to_string(), "paris".to_string())].into()).unwrap();
+    let allowing = |values: Vec<&str>| {
+        InputLabelRules::from_spec(&InputLabelsSpec {
+            max_labels: None,
+            keys: vec![InputKeySpec {
+                key: "site".into(),
+                values: Some(values.into_iter().map(String::from).collect()),
+                pattern: None,
+            }],
+        })
+        .unwrap()
+    };
+    let mut f = base();
+    if let TokenLookup::Found(record) = &mut f.token {
+        let meta = record.kubeflavor.take().unwrap();
+        record.kubeflavor = Some(meta.with_input_labels(labels.clone()));
+    }
+    f.flavor_input_labels = allowing(vec!["paris", "berlin"]);
+    match decide(&f) {
+        Decision::Approve {
+            binding: BindingStep::Create { input_labels, .. },
+            ..
+        } => assert_eq!(input_labels, labels),
+        other => panic!("not a new binding: {other:?}"),
+    }
+    for narrowed in [allowing(vec!["berlin"]), InputLabelRules::default()] {
+        f.flavor_input_labels = narrowed;
+        assert_eq!(
+            decide(&f),
+            Decision::Deny {
+                cause: DenyCause::InputLabelsNotAllowed,
+                token_fate: TokenFate::Count,
+            }
+        );
+    }
+    // A retry of a binding already made keeps what it recorded.
     f.binding = binding(ID, false);
     assert!(matches!(
         decide(&f),

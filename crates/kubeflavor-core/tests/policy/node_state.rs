@@ -7,6 +7,7 @@ use kubeflavor_core::flavor::{
     FLAVOR_LABEL, FlavorName, FlavorRules, FlavorSpec, REVOKED_TAINT, TRUST_LEVEL_LABEL, TaintSpec,
     UNVERIFIED_TAINT,
 };
+use kubeflavor_core::input_labels::{INPUT_LABEL_PREFIX, InputLabels};
 use kubeflavor_core::node_state::{
     BindingState, FlavorOutcome, NodeChange, NodeFacts, NodeTaint, desired_node_state,
     released_node_state,
@@ -123,6 +124,7 @@ fn a_flavored_node_needs_no_patch() {
         revoked: false,
         applied_labels: first.applied_labels.clone(),
         applied_taints: first.applied_taints.clone(),
+        ..BindingState::default()
     };
     let again = desired_node_state(Some(&sweet()), &name(), &binding, &after);
     assert!(again.is_empty(), "{again:?}");
@@ -205,6 +207,7 @@ fn revoked_node_loses_flavor_labels_and_gets_a_noexecute_taint() {
         revoked: true,
         applied_labels: first.applied_labels.clone(),
         applied_taints: first.applied_taints.clone(),
+        ..BindingState::default()
     };
     let (change, after) = converge(Some(&sweet()), &binding, &flavored);
     assert!(!change.flavored());
@@ -218,6 +221,58 @@ fn revoked_node_loses_flavor_labels_and_gets_a_noexecute_taint() {
         ]
     );
     assert_eq!(after.labels, fresh_node().labels);
+}
+
+fn site_paris() -> InputLabels {
+    InputLabels::from_map(&[("site".to_string(), "paris".to_string())].into()).unwrap()
+}
+
+const SITE: &str = "input.kubeflavor.node-restriction.kubernetes.io/site";
+
+/// Input labels go on the Node with the flavor, come back after drift and on a re-created
+/// Node, and go with the flavor when the binding is revoked; any other label under the
+/// input prefix (an admin's, a kubelet's that slipped through) is removed.
+#[test]
+fn input_labels_follow_the_flavor() {
+    let with_input = BindingState {
+        input_labels: site_paris(),
+        ..BindingState::default()
+    };
+    let (first, flavored) = converge(Some(&sweet()), &with_input, &fresh_node());
+    assert_eq!(flavored.labels[SITE], "paris");
+    assert!(first.applied_labels.contains(SITE));
+    let recorded = BindingState {
+        applied_labels: first.applied_labels.clone(),
+        applied_taints: first.applied_taints.clone(),
+        ..with_input.clone()
+    };
+    // Drift: changed by an admin, plus a stray key under the prefix.
+    let mut drifted = flavored.clone();
+    drifted.labels.insert(SITE.into(), "rome".into());
+    let stray = format!("{INPUT_LABEL_PREFIX}rack");
+    drifted.labels.insert(stray.clone(), "r1".into());
+    let (change, repaired) = converge(Some(&sweet()), &recorded, &drifted);
+    assert_eq!(
+        change.set_labels,
+        [(SITE.to_string(), "paris".to_string())].into()
+    );
+    assert_eq!(change.remove_labels, [stray].into());
+    assert_eq!(repaired.labels, flavored.labels);
+    // Re-created Node.
+    let (_, recreated) = converge(Some(&sweet()), &recorded, &fresh_node());
+    assert_eq!(recreated.labels[SITE], "paris");
+    // Revoked, or the Flavor gone: the input labels go with the flavor.
+    let revoked = BindingState {
+        revoked: true,
+        ..recorded.clone()
+    };
+    let (_, after) = converge(Some(&sweet()), &revoked, &flavored);
+    assert!(!after.labels.contains_key(SITE));
+    let (_, after) = converge(None, &recorded, &flavored);
+    assert!(!after.labels.contains_key(SITE));
+    // Released: no binding names the node any more.
+    let released = released_node_state(Some(&sweet()), &flavored);
+    assert!(released.remove_labels.contains(SITE));
 }
 
 #[test]
@@ -305,6 +360,8 @@ fn arb_node() -> impl Strategy<Value = NodeFacts> {
         Just(TIER.to_owned()),
         Just("example.com/owner".to_owned()),
         Just("kubernetes.io/hostname".to_owned()),
+        Just(SITE.to_owned()),
+        Just("input.kubeflavor.node-restriction.kubernetes.io/rack".to_owned()),
         "[a-z]{1,5}\\.example/[a-z]{1,5}",
     ];
     let taint_key = prop_oneof![
@@ -354,12 +411,20 @@ fn arb_binding() -> impl Strategy<Value = BindingState> {
             ],
             0..2,
         ),
+        any::<bool>(),
     )
-        .prop_map(|(revoked, applied_labels, applied_taints)| BindingState {
-            revoked,
-            applied_labels,
-            applied_taints,
-        })
+        .prop_map(
+            |(revoked, applied_labels, applied_taints, with_input)| BindingState {
+                revoked,
+                applied_labels,
+                applied_taints,
+                input_labels: if with_input {
+                    site_paris()
+                } else {
+                    InputLabels::default()
+                },
+            },
+        )
 }
 
 proptest! {
@@ -374,6 +439,7 @@ proptest! {
             revoked: binding.revoked,
             applied_labels: change.applied_labels.clone(),
             applied_taints: change.applied_taints.clone(),
+            input_labels: binding.input_labels.clone(),
         };
         let again = desired_node_state(flavor, &name(), &next, &after);
         prop_assert!(again.is_empty(), "{:?}", again);
@@ -387,6 +453,7 @@ proptest! {
         let after = node.apply(&change);
         let owned_label = |k: &str| {
             k == FLAVOR_LABEL || k == TRUST_LEVEL_LABEL || k == TIER || k == ROLE || binding.applied_labels.contains(k)
+                || k.starts_with(INPUT_LABEL_PREFIX)
         };
         for (k, v) in &node.labels {
             if !owned_label(k) {
@@ -412,6 +479,7 @@ proptest! {
         for k in [FLAVOR_LABEL, TRUST_LEVEL_LABEL, TIER] {
             prop_assert!(!after.labels.contains_key(k));
         }
+        prop_assert!(!after.labels.keys().any(|k| k.starts_with(INPUT_LABEL_PREFIX)));
         prop_assert!(after.taints.iter().any(|t| t.key == REVOKED_TAINT && t.effect == "NoExecute"));
     }
 }

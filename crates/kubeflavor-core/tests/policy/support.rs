@@ -149,6 +149,7 @@ pub fn base() -> CsrFacts {
         token: TokenLookup::Found(record(&TokenSpec::default())),
         token_instance: token_instance(),
         flavor_exists: true,
+        flavor_input_labels: kubeflavor_core::input_labels::InputLabelRules::default(),
         binding: None,
         node_exists: false,
         options: PolicyOptions::default(),

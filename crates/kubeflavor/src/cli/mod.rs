@@ -10,7 +10,7 @@ use std::path::PathBuf;
 
 use clap::{Args, ValueEnum};
 
-pub use values::{FlavorLabel, MaxNodes, TrustLevelArg};
+pub use values::{FlavorLabel, KeyValue, MaxNodes, TrustLevelArg};
 
 use crate::cluster::ClusterArgs;
 

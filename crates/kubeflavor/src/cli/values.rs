@@ -8,7 +8,31 @@ use std::str::FromStr;
 use kubeflavor_core::flavor::{
     FLAVOR_LABEL, TRUST_LEVEL_LABEL, TrustLevel, TrustLevelError, parse_max_nodes,
 };
+use kubeflavor_core::input_labels::INPUT_LABEL_PREFIX;
 use kubeflavor_core::labels::{LabelKey, LabelKeyError, LabelValue, check_flavor_label_key};
+
+/// A `KEY=VALUE` flag whose parts are checked later, against a Flavor (`token create
+/// --node-label`, `flavor create --input-label`): only the shape is checked here.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KeyValue {
+    pub key: String,
+    pub value: String,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("written KEY=VALUE (e.g. site=berlin); no '=' in {0:?}")]
+pub struct KeyValueError(String);
+
+impl FromStr for KeyValue {
+    type Err = KeyValueError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let (key, value) = s.split_once('=').ok_or_else(|| KeyValueError(s.into()))?;
+        Ok(KeyValue {
+            key: key.into(),
+            value: value.into(),
+        })
+    }
+}
 
 /// `--label key=value` of a flavor: a key the kubelet cannot write (P2, trusted labels) and a valid
 /// value.
@@ -35,7 +59,7 @@ impl FromStr for FlavorLabel {
             .split_once('=')
             .ok_or_else(|| FlavorLabelError::MissingEquals(s.into()))?;
         check_flavor_label_key(key)?;
-        if key == FLAVOR_LABEL || key == TRUST_LEVEL_LABEL {
+        if key == FLAVOR_LABEL || key == TRUST_LEVEL_LABEL || key.starts_with(INPUT_LABEL_PREFIX) {
             return Err(LabelKeyError::Reserved { key: key.into() }.into());
         }
         Ok(FlavorLabel {

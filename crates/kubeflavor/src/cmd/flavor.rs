@@ -14,11 +14,12 @@ use serde_json::Value;
 use clap::{Args, Subcommand};
 use kubeflavor_core::flavor::{Taint, TokenTtl};
 
-use crate::cli::{FlavorLabel, MaxNodes, TrustLevelArg};
+use crate::cli::{FlavorLabel, KeyValue, MaxNodes, TrustLevelArg};
 use crate::cluster::{Cluster, bindings, is_api_reason, is_not_found, token_secrets};
 use crate::crd::{Flavor, effect_str, flavor_from_rules, rules_from_flavor};
 use crate::error::{CliError, Result};
 use crate::output::{self, Format, List, Table};
+use kubeflavor_core::input_labels::{InputKeySpec, InputLabelsSpec};
 
 /// The field manager of every write kubeflavor makes with server-side apply.
 pub const FIELD_MANAGER: &str = "kubeflavor";
@@ -75,6 +76,40 @@ pub struct FlavorCreateArgs {
     /// controller approves no serving certificate that names an IP address.
     #[arg(long = "serving-address", value_name = "CIDR")]
     pub serving_addresses: Vec<String>,
+    /// An input label a portal may attach to this flavor's tokens, with the values it
+    /// allows: `site=berlin,paris` (spec.inputLabels; repeat for more keys). Nodes get it as
+    /// input.kubeflavor.node-restriction.kubernetes.io/<key>, set by the controller.
+    #[arg(long = "input-label", value_name = "KEY=VALUE,...")]
+    pub input_labels: Vec<KeyValue>,
+    /// An input label whose values match a regular expression (RE2 syntax, matched whole):
+    /// `segment=seg-[0-9]{1,4}`.
+    #[arg(long = "input-label-pattern", value_name = "KEY=REGEX")]
+    pub input_label_patterns: Vec<KeyValue>,
+    /// How many input labels one token may carry (default: as many as there are keys).
+    #[arg(long, value_name = "N")]
+    pub max_input_labels: Option<u32>,
+}
+
+impl FlavorCreateArgs {
+    /// `--input-label`, `--input-label-pattern` and `--max-input-labels` as core's spec;
+    /// `None` when none is given.
+    fn input_labels(&self) -> Option<InputLabelsSpec> {
+        let listed = self.input_labels.iter().map(|kv| InputKeySpec {
+            key: kv.key.clone(),
+            values: Some(kv.value.split(',').map(str::to_owned).collect()),
+            pattern: None,
+        });
+        let patterned = self.input_label_patterns.iter().map(|kv| InputKeySpec {
+            key: kv.key.clone(),
+            values: None,
+            pattern: Some(kv.value.clone()),
+        });
+        let keys: Vec<InputKeySpec> = listed.chain(patterned).collect();
+        (!keys.is_empty() || self.max_input_labels.is_some()).then(|| InputLabelsSpec {
+            max_labels: self.max_input_labels.map(i64::from),
+            keys,
+        })
+    }
 }
 
 #[derive(Debug, Args)]
@@ -145,6 +180,7 @@ pub async fn create(cluster: &Cluster, args: &FlavorCreateArgs, out: &mut dyn Wr
                 allow_never_expiring: args.allow_never_expiring.then_some(true),
             }),
         serving_addresses: args.serving_addresses.clone(),
+        input_labels: args.input_labels(),
     };
     // Duplicate taints and the like are only visible on the whole set.
     let rules = FlavorRules::from_spec(&spec)
@@ -152,7 +188,7 @@ pub async fn create(cluster: &Cluster, args: &FlavorCreateArgs, out: &mut dyn Wr
         .map_err(|e| {
             CliError::refused(
                 e,
-                "fix the flags and retry (--max-ttl, --max-nodes-limit and --allow-never-expiring set the limits; --serving-address takes an IP range such as 10.20.0.0/16)",
+                "fix the flags and retry (--max-ttl, --max-nodes-limit and --allow-never-expiring set the limits; --serving-address takes an IP range such as 10.20.0.0/16; --input-label takes site=berlin,paris and --input-label-pattern site=REGEX)",
             )
         })?;
     let flavor = flavor_from_rules(&args.name, &rules);

@@ -72,11 +72,15 @@ pub fn status_of(b: &FlavorBinding) -> &'static str {
     }
 }
 
-/// The table of `node list`, and of `node get` (`single`), which adds ISSUED-BY.
-fn table(bindings: &[FlavorBinding], now: Timestamp, single: bool) -> String {
+/// The table of `node list`, and of `node get` (`single`), which adds ISSUED-BY; both add
+/// the input labels (keys without their prefix) with `-o wide` or `single`.
+fn table(bindings: &[FlavorBinding], now: Timestamp, single: bool, wide: bool) -> String {
     let mut header = vec!["NODE", "FLAVOR", "TOKEN", "BOUND", "STATUS", "ISSUED-TO"];
     if single {
         header.push("ISSUED-BY");
+    }
+    if single || wide {
+        header.push("INPUT-LABELS");
     }
     let mut t = Table::new(&header);
     let or_none = |v: &Option<String>| v.clone().unwrap_or_else(|| "<none>".into());
@@ -92,6 +96,9 @@ fn table(bindings: &[FlavorBinding], now: Timestamp, single: bool) -> String {
         if single {
             row.push(or_none(&b.spec.issued_by));
         }
+        if single || wide {
+            row.push(b.input_labels().summary());
+        }
         t.row(row);
     }
     t.render()
@@ -104,11 +111,12 @@ fn print(
     single: bool,
 ) -> Result<()> {
     match format.unwrap_or_default() {
-        Format::Table | Format::Wide => {
+        format @ (Format::Table | Format::Wide) => {
             if bindings.is_empty() {
                 writeln!(out, "No bound nodes.")?;
             } else {
-                write!(out, "{}", table(bindings, Timestamp::now(), single))?;
+                let wide = format == Format::Wide;
+                write!(out, "{}", table(bindings, Timestamp::now(), single, wide))?;
             }
             Ok(())
         }

@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kubeflavor_core::flavor::FlavorName;
+use kubeflavor_core::input_labels::InputLabels;
 use kubeflavor_core::names::NodeName;
 use kubeflavor_core::node_state::{BindingState, HolderFacts, NodeChange, NodeFacts, Revocation};
 use kubeflavor_core::policy::BindingFacts;
@@ -31,6 +32,8 @@ pub struct NewBinding<'a> {
     /// The SHA-256 of the CSR's public key, hex.
     pub public_key_sha256: String,
     pub custody: &'a Custody,
+    /// The token's input labels, as the Flavor allowed them.
+    pub input_labels: &'a InputLabels,
 }
 
 impl FlavorBinding {
@@ -54,6 +57,7 @@ impl FlavorBinding {
                 bound_at: whole_seconds(now),
                 issued_to: new.custody.issued_to.as_ref().map(|t| t.to_string()),
                 issued_by: new.custody.issued_by.clone(),
+                input_labels: new.input_labels.to_map(),
             },
             status: None,
         }
@@ -185,7 +189,17 @@ impl FlavorBinding {
                 .iter()
                 .map(|t| (t.key.clone(), effect_str(t.effect).to_string()))
                 .collect(),
+            input_labels: self.input_labels(),
         }
+    }
+
+    /// The input labels the binding recorded; none when they do not read (the CRD's schema
+    /// keeps such values off a binding).
+    pub fn input_labels(&self) -> InputLabels {
+        InputLabels::from_map(&self.spec.input_labels).unwrap_or_else(|e| {
+            tracing::warn!(binding = %self.spec.node, error = %e, "binding's input labels do not read; none are put on the Node");
+            InputLabels::default()
+        })
     }
 }
 
@@ -239,6 +253,7 @@ mod tests {
                 bound_at: "2026-11-30T04:00:00Z".parse().unwrap(),
                 issued_to: None,
                 issued_by: None,
+                input_labels: Default::default(),
             },
         );
         b.status = status;

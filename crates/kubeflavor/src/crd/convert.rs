@@ -10,7 +10,10 @@ use kubeflavor_core::flavor::{
     self as core, FlavorError, FlavorName, FlavorNameError, FlavorRules,
 };
 
-use super::{Flavor, FlavorSpec, FlavorTaint, TaintEffect, TokenDefaults, TokenLimits};
+use super::{
+    Flavor, FlavorSpec, FlavorTaint, InputLabelKey, InputLabelRules, TaintEffect, TokenDefaults,
+    TokenLimits,
+};
 
 /// Why a stored Flavor cannot be used.
 #[derive(Debug, thiserror::Error)]
@@ -47,6 +50,20 @@ pub fn core_spec(spec: &FlavorSpec) -> core::FlavorSpec {
             allow_never_expiring: l.allow_never_expiring,
         }),
         serving_addresses: spec.serving_addresses.clone(),
+        input_labels: spec.input_labels.as_ref().map(|r| {
+            kubeflavor_core::input_labels::InputLabelsSpec {
+                max_labels: r.max_labels.map(i64::from),
+                keys: r
+                    .keys
+                    .iter()
+                    .map(|k| kubeflavor_core::input_labels::InputKeySpec {
+                        key: k.key.clone(),
+                        values: k.values.clone(),
+                        pattern: k.pattern.clone(),
+                    })
+                    .collect(),
+            }
+        }),
     }
 }
 
@@ -102,6 +119,18 @@ pub fn flavor_from_rules(name: &FlavorName, rules: &FlavorRules) -> Flavor {
                 .iter()
                 .map(ToString::to_string)
                 .collect(),
+            input_labels: rules.input_labels().to_spec().map(|spec| InputLabelRules {
+                max_labels: spec.max_labels.and_then(|n| u32::try_from(n).ok()),
+                keys: spec
+                    .keys
+                    .into_iter()
+                    .map(|k| InputLabelKey {
+                        key: k.key,
+                        values: k.values,
+                        pattern: k.pattern,
+                    })
+                    .collect(),
+            }),
         },
         status: None,
     }
@@ -162,6 +191,21 @@ mod tests {
                 allow_never_expiring: Some(true),
             }),
             serving_addresses: vec!["10.20.0.0/16".into()],
+            input_labels: Some(InputLabelRules {
+                max_labels: Some(1),
+                keys: vec![
+                    InputLabelKey {
+                        key: "segment".into(),
+                        values: None,
+                        pattern: Some("seg-[0-9]{1,4}".into()),
+                    },
+                    InputLabelKey {
+                        key: "site".into(),
+                        values: Some(vec!["berlin".into(), "paris".into()]),
+                        pattern: None,
+                    },
+                ],
+            }),
         };
         let original = flavor("sweet", spec);
         let (name, rules) = rules_from_flavor(&original).unwrap();

@@ -92,6 +92,46 @@ pub struct FlavorSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(schema_with = "schema::serving_addresses")]
     pub serving_addresses: Vec<String>,
+
+    /// Which input labels a portal may attach to this flavor's tokens (what the node's
+    /// administrator says: a site, a network segment, a customer). The controller puts
+    /// them on the Node as `input.kubeflavor.node-restriction.kubernetes.io/<key>`, which
+    /// the kubelet cannot write. Absent: tokens of this flavor carry no input labels.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input_labels: Option<InputLabelRules>,
+}
+
+/// The input labels a Flavor's tokens may carry.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct InputLabelRules {
+    /// How many input labels one token may carry (default: as many as there are keys).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "schema::max_input_labels")]
+    pub max_labels: Option<u32>,
+    /// The keys a token may carry, each with the values it allows.
+    #[serde(default)]
+    #[schemars(schema_with = "schema::input_label_keys")]
+    pub keys: Vec<InputLabelKey>,
+}
+
+/// One input label key and the values it allows: a list, or a pattern the whole value
+/// must match.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[schemars(extend("x-kubernetes-validations" = schema::input_label_key_rules()))]
+pub struct InputLabelKey {
+    /// The key, without a prefix (e.g. `site`).
+    #[schemars(schema_with = "schema::label_name")]
+    pub key: String,
+    /// The values allowed, e.g. `[berlin, paris]`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "schema::input_label_values")]
+    pub values: Option<Vec<String>>,
+    /// A regular expression (RE2 syntax) the whole value must match, e.g. `seg-[0-9]{1,4}`;
+    /// a value must also be a label value (at most 63 characters).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "schema::input_label_pattern")]
+    pub pattern: Option<String>,
 }
 
 /// A taint as the Node API spells it.
@@ -217,6 +257,13 @@ pub struct FlavorBindingSpec {
     /// the binding is made. Absent when the token recorded none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub issued_by: Option<String>,
+    /// What the node's administrator said through the portal (keys without their prefix),
+    /// copied from the token when the binding is made, as the Flavor allowed it then. The
+    /// controller keeps them on the Node under
+    /// `input.kubeflavor.node-restriction.kubernetes.io/`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(schema_with = "schema::binding_input_labels")]
+    pub input_labels: BTreeMap<String, String>,
 }
 
 /// Written by the controller.

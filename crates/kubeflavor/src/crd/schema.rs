@@ -22,6 +22,7 @@
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
     CustomResourceDefinition, ValidationRule,
 };
+use kubeflavor_core::input_labels;
 use schemars::{Schema, SchemaGenerator, json_schema};
 use serde_json::{Value, json};
 
@@ -46,6 +47,10 @@ pub const RESERVED_KEYS: [&str; 2] = [
     "kubeflavor.node-restriction.kubernetes.io/flavor",
     "kubeflavor.node-restriction.kubernetes.io/trust-level",
 ];
+
+/// The prefix of the input labels the controller sets from a token's input labels; a
+/// Flavor may not set labels under it.
+pub const RESERVED_PREFIX: &str = input_labels::INPUT_LABEL_PREFIX;
 
 /// The CEL rule over `spec.labels` (a map: `self.all(k, ...)` ranges over its keys).
 pub fn label_key_rule() -> String {
@@ -105,6 +110,8 @@ pub fn flavor_labels(_: &mut SchemaGenerator) -> Schema {
                  "every label key must be a qualified name: an optional DNS subdomain prefix and '/', then at most 63 characters of [-A-Za-z0-9_.] starting and ending alphanumeric"),
             rule(label_key_rule(), LABEL_KEY_MESSAGE),
             rule(reserved, "kubeflavor sets the flavor and trust-level labels itself: remove them from labels (use spec.trustLevel for the level)"),
+            rule(format!("self.all(k, !k.startsWith('{RESERVED_PREFIX}'))"),
+                 "kubeflavor sets the labels under input.kubeflavor.node-restriction.kubernetes.io/ from the tokens' input labels: remove them from labels (use spec.inputLabels)"),
         ]
     })
 }
@@ -130,6 +137,77 @@ pub fn qualified_name(_: &mut SchemaGenerator) -> Schema {
 
 pub fn label_value(_: &mut SchemaGenerator) -> Schema {
     json_schema!({ "type": "string", "maxLength": 63, "pattern": LABEL_VALUE_PATTERN })
+}
+
+/// A label name without a prefix (an input label's key).
+pub const LABEL_NAME_PATTERN: &str = "^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$";
+
+/// A non-empty label value (an input label's value).
+pub const NON_EMPTY_LABEL_VALUE_PATTERN: &str = "^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$";
+
+pub fn label_name(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({ "type": "string", "maxLength": 63, "pattern": LABEL_NAME_PATTERN })
+}
+
+pub fn max_input_labels(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({ "type": "integer", "minimum": 1, "maximum": input_labels::MAX_INPUT_KEYS })
+}
+
+/// `spec.inputLabels.keys`: a list keyed by `key` (server-side apply merges it by key).
+pub fn input_label_keys(generator: &mut SchemaGenerator) -> Schema {
+    let item = generator.subschema_for::<super::InputLabelKey>();
+    json_schema!({
+        "type": "array",
+        "maxItems": input_labels::MAX_INPUT_KEYS,
+        "items": item,
+        "x-kubernetes-list-type": "map",
+        "x-kubernetes-list-map-keys": ["key"]
+    })
+}
+
+pub fn input_label_values(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({
+        "type": "array",
+        "minItems": 1,
+        "maxItems": input_labels::MAX_INPUT_VALUES,
+        "items": { "type": "string", "maxLength": 63, "pattern": NON_EMPTY_LABEL_VALUE_PATTERN },
+        "x-kubernetes-list-type": "set"
+    })
+}
+
+/// A pattern: bounded in length, and one the API server's own regular-expression engine
+/// (RE2, as kubeflavor's) compiles: `''.matches(self)` fails to evaluate otherwise, and
+/// a rule that cannot be evaluated refuses the object.
+pub fn input_label_pattern(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({
+        "type": "string",
+        "minLength": 1,
+        "maxLength": input_labels::MAX_PATTERN_LEN,
+        "x-kubernetes-validations": [
+            rule("''.matches(self) || !''.matches(self)",
+                 "pattern must be a regular expression in RE2 syntax, e.g. seg-[0-9]{1,4}"),
+        ]
+    })
+}
+
+pub fn input_label_key_rules() -> Value {
+    json!([rule(
+        "has(self.values) != has(self.pattern)",
+        "an input label key takes exactly one of values (a list) and pattern (a regular expression)"
+    )])
+}
+
+/// A binding's `spec.inputLabels`: keys without their prefix, non-empty label values.
+pub fn binding_input_labels(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({
+        "type": "object",
+        "maxProperties": input_labels::MAX_INPUT_KEYS,
+        "additionalProperties": { "type": "string", "maxLength": 63, "pattern": NON_EMPTY_LABEL_VALUE_PATTERN },
+        "x-kubernetes-validations": [
+            rule(format!("self.all(k, k.matches('{}'))", LABEL_NAME_PATTERN.replace('\\', "\\\\")),
+                 "every input label key must be a label name without a prefix: 1-63 characters of [-A-Za-z0-9_.] starting and ending alphanumeric"),
+        ]
+    })
 }
 
 pub fn trust_level(_: &mut SchemaGenerator) -> Schema {
@@ -234,6 +312,10 @@ pub fn binding_spec_rules() -> Value {
         rule(
             "has(self.issuedTo) == has(oldSelf.issuedTo) && (!has(self.issuedTo) || self.issuedTo == oldSelf.issuedTo) && has(self.issuedBy) == has(oldSelf.issuedBy) && (!has(self.issuedBy) || self.issuedBy == oldSelf.issuedBy)",
             "issuedTo and issuedBy of a FlavorBinding are written once, when it is made, and cannot be added, changed or removed"
+        ),
+        rule(
+            "has(self.inputLabels) == has(oldSelf.inputLabels) && (!has(self.inputLabels) || self.inputLabels == oldSelf.inputLabels)",
+            "inputLabels of a FlavorBinding are written once, when it is made, and cannot be added, changed or removed"
         ),
     ])
 }

@@ -64,6 +64,11 @@ fn core_accepts(key: &str) -> bool {
 /// Keys around every edge of the NodeRestriction rule on which Node labels a kubelet may set.
 const KEY_TABLE: &[(&str, bool)] = &[
     ("kubeflavor.node-restriction.kubernetes.io/tier", true),
+    // The input labels' prefix is the controller's: a Flavor may not set labels under it.
+    (
+        "input.kubeflavor.node-restriction.kubernetes.io/site",
+        false,
+    ),
     ("node-restriction.kubernetes.io/tier", true),
     ("a.b.node-restriction.kubernetes.io/x", true),
     ("node-role.kubernetes.io/edge", true),
@@ -299,6 +304,7 @@ fn binding_names_its_node_and_serializes_camel_case() {
             bound_at: "2026-11-30T04:00:00Z".parse().unwrap(),
             issued_to: None,
             issued_by: None,
+            input_labels: Default::default(),
         },
     );
     let json = serde_json::to_value(&binding).unwrap();
@@ -308,4 +314,55 @@ fn binding_names_its_node_and_serializes_camel_case() {
     assert_eq!(json["spec"]["boundAt"], "2026-11-30T04:00:00Z");
     let rule = &schema_json(&flavor_binding_crd())["x-kubernetes-validations"][0]["rule"];
     assert_eq!(rule, "self.metadata.name == self.spec.node");
+}
+
+/// The rules of one input label key (`spec.inputLabels.keys[]` item and its `pattern`), as
+/// the API server evaluates them, against core's reading of the same key: a pattern the
+/// API server's regular-expression engine cannot compile fails to evaluate, which refuses
+/// the Flavor, and each key takes exactly one of values and pattern.
+#[test]
+fn input_label_key_rules_agree_with_core() {
+    let schema = schema_json(&flavor_crd());
+    let keys = &schema["properties"]["spec"]["properties"]["inputLabels"]["properties"]["keys"];
+    let item_rules = keys["items"]["x-kubernetes-validations"]
+        .as_array()
+        .unwrap();
+    let pattern_rules = keys["items"]["properties"]["pattern"]["x-kubernetes-validations"]
+        .as_array()
+        .unwrap();
+    let eval_value = |rule: &str, value: serde_json::Value| -> bool {
+        let program = Program::compile(rule).unwrap();
+        let mut context = Context::default();
+        context.add_variable_from_value("self", cel::to_value(value).unwrap());
+        matches!(program.execute(&context), Ok(CelValue::Bool(true)))
+    };
+    for (pattern, valid) in [
+        ("seg-[0-9]{1,4}", true),
+        ("[a-z]+", true),
+        ("(unclosed", false),
+        ("[z-a]", false),
+        ("a{2,1}", false),
+    ] {
+        let cel = pattern_rules
+            .iter()
+            .all(|r| eval_value(r["rule"].as_str().unwrap(), serde_json::json!(pattern)));
+        let core = pattern
+            .parse::<kubeflavor_core::input_labels::InputPattern>()
+            .is_ok();
+        assert_eq!((cel, core), (valid, valid), "{pattern}");
+    }
+    for (item, valid) in [
+        (serde_json::json!({"key": "site", "values": ["a"]}), true),
+        (serde_json::json!({"key": "site", "pattern": "a"}), true),
+        (serde_json::json!({"key": "site"}), false),
+        (
+            serde_json::json!({"key": "site", "values": ["a"], "pattern": "a"}),
+            false,
+        ),
+    ] {
+        let cel = item_rules
+            .iter()
+            .all(|r| eval_value(r["rule"].as_str().unwrap(), item.clone()));
+        assert_eq!(cel, valid, "{item}");
+    }
 }

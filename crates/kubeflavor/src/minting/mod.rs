@@ -5,16 +5,11 @@
 
 pub mod join_line;
 
-use std::num::NonZeroU32;
-
 use jiff::Timestamp;
 use kube::api::Api;
 use kubeflavor_core::flavor::{FlavorName, FlavorRules};
 use kubeflavor_core::token::{BootstrapToken, TokenId};
-use kubeflavor_core::token_meta::Custody;
-use kubeflavor_core::token_secret::{
-    FlavorTokenMeta, TokenSecretData, TokenSecretObject, flavored_token_secret,
-};
+use kubeflavor_core::token_secret::{FlavorTokenMeta, TokenSecretData, TokenSecretObject};
 
 use crate::cluster::{Cluster, bindings, token_secrets};
 use crate::crd::{Flavor, rules_from_flavor};
@@ -114,20 +109,20 @@ pub async fn stored_flavor_rules(
     Ok(Some(rules))
 }
 
-/// Store a new token Secret of `flavor` recording `custody`, drawing tokens from `next`
-/// until one's id is free: a 409 AlreadyExists means another token has that id, so draw
-/// again (as kubeadm does), and an id a FlavorBinding still names is skipped. One LIST and
-/// one POST per attempt.
+/// Store a new token Secret with kubeflavor's metadata `meta` (its flavor, max nodes,
+/// custody and input labels; no bound names, no denials), drawing tokens from `next` until
+/// one's id is free: a 409 AlreadyExists means another token has that id, so draw again
+/// (as kubeadm does), and an id a FlavorBinding still names is skipped. One LIST and one
+/// POST per attempt.
 pub async fn mint(
     cluster: &Cluster,
-    flavor: &FlavorName,
+    meta: &FlavorTokenMeta,
     expiration: Option<Timestamp>,
-    max_nodes: NonZeroU32,
-    custody: &Custody,
     next: impl FnMut() -> Result<BootstrapToken, MintError>,
 ) -> Result<BootstrapToken, MintError> {
     let secret = |token: &BootstrapToken| {
-        flavored_token_secret(token, flavor, expiration, max_nodes, custody)
+        let data = TokenSecretData::kubeflavor_node(token.clone(), expiration);
+        TokenSecretObject::new(&data, Some(meta))
     };
     store(cluster, secret, true, next).await
 }
@@ -198,6 +193,9 @@ pub async fn id_still_bound(cluster: &Cluster, id: &TokenId) -> Result<bool, Min
 #[cfg(test)]
 mod tests {
     use super::*;
+    use kubeflavor_core::token_meta::Custody;
+    use kubeflavor_core::token_secret::flavored_token_secret;
+    use std::num::NonZeroU32;
 
     #[test]
     fn created_secret_is_kubeadms_layout_with_flavor_in_metadata() {

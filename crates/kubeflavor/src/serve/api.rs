@@ -8,7 +8,6 @@
 //! more.
 
 use std::collections::BTreeMap;
-use std::num::NonZeroU32;
 use std::time::{Duration, Instant};
 
 use http::header::{self, HeaderMap, HeaderValue};
@@ -23,10 +22,11 @@ use k8s_openapi::api::authorization::v1::{
 use kube::Api;
 use kube::api::PostParams;
 use kubeflavor_core::flavor::{FlavorName, TokenTtl};
-use kubeflavor_core::mint_request::{self, MintOutput, MintRequest, MintRequestError};
+use kubeflavor_core::input_labels::InputLabels;
+use kubeflavor_core::mint_request::{self, Grant, MintOutput, MintRequest, MintRequestError};
 use kubeflavor_core::token::BootstrapToken;
 use kubeflavor_core::token_meta::Custody;
-use kubeflavor_core::token_secret::format_expiration;
+use kubeflavor_core::token_secret::{FlavorTokenMeta, format_expiration};
 use serde_json::{Value, json};
 use zeroize::Zeroizing;
 
@@ -352,14 +352,13 @@ async fn mint_for(server: &Server, flavor: &str, req: Request<Incoming>) -> Resp
         Ok(request) => request,
         Err(response) => return response,
     };
-    let (ttl, max_nodes) = match granted(server, &flavor_name, &request).await {
-        Ok(granted) => granted,
+    let grant = match granted(server, &flavor_name, &request).await {
+        Ok(grant) => grant,
         Err(response) => return response,
     };
     let asked = Asked {
         request: &request,
-        ttl,
-        max_nodes,
+        grant,
         caller: &caller,
     };
     match mint_token(server, &flavor_name, &asked).await {
@@ -395,20 +394,20 @@ async fn read_request(
 }
 
 /// What the caller asks, filled in with the flavor's defaults, within the flavor's limits
-/// (core's `within_limits`); else a 404 for a flavor that does not exist, a 422 naming
-/// each limit, or the minting error.
+/// and input-label rules (core's `within_limits`); else a 404 for a flavor that does not
+/// exist, a 422 naming each limit and each refused label, or the minting error.
 async fn granted(
     server: &Server,
     flavor: &FlavorName,
     request: &MintRequest,
-) -> Result<(TokenTtl, NonZeroU32), Response<Body>> {
+) -> Result<Grant, Response<Body>> {
     let rules = match stored_flavor_rules(&server.cluster, flavor).await {
         Ok(Some(rules)) => rules,
         Ok(None) => return Err(not_found(flavor.as_str())),
         Err(err) => return Err(failed(flavor.as_str(), err)),
     };
-    let (ttl, max_nodes) = mint_request::within_limits(request, &rules).map_err(invalid)?;
-    if ttl == TokenTtl::Never {
+    let grant = mint_request::within_limits(request, &rules).map_err(invalid)?;
+    if grant.ttl == TokenTtl::Never {
         // Only a flavor whose own default is "never" and which allows it gets here: the
         // API server refuses this identity any token Secret without an expiration (the
         // policy `install --serve` ships), whatever the flavor allows.
@@ -422,14 +421,13 @@ async fn granted(
             },
         ])));
     }
-    Ok((ttl, max_nodes))
+    Ok(grant)
 }
 
 /// A request within its flavor's limits, with the defaults filled in.
 struct Asked<'a> {
     request: &'a MintRequest,
-    ttl: TokenTtl,
-    max_nodes: NonZeroU32,
+    grant: Grant,
     caller: &'a str,
 }
 
@@ -441,6 +439,7 @@ struct Minted {
     max_nodes: u32,
     issued_to: String,
     issued_by: String,
+    input_labels: InputLabels,
     join_line: Zeroizing<String>,
     cloud_init: Zeroizing<String>,
 }
@@ -450,8 +449,8 @@ async fn mint_token(
     flavor: &FlavorName,
     asked: &Asked<'_>,
 ) -> Result<Minted, MintError> {
-    let (request, caller, max_nodes) = (asked.request, asked.caller, asked.max_nodes);
-    let expiration = asked.ttl.expiration(Timestamp::now());
+    let (request, caller, grant) = (asked.request, asked.caller, &asked.grant);
+    let expiration = grant.ttl.expiration(Timestamp::now());
     // Where nodes join, resolved before the token exists: a token nobody is handed is never
     // stored.
     let target = join_target(&server.cluster).await?;
@@ -460,24 +459,20 @@ async fn mint_token(
         issued_to: Some(request.issued_to.clone()),
         issued_by: Some(caller.to_string()),
     };
-    let token = mint(
-        &server.cluster,
-        flavor,
-        expiration,
-        max_nodes,
-        &custody,
-        minting::generate,
-    )
-    .await?;
+    let meta = FlavorTokenMeta::new(flavor.clone(), grant.max_nodes)
+        .with_custody(custody)
+        .with_input_labels(grant.input_labels.clone());
+    let token = mint(&server.cluster, &meta, expiration, minting::generate).await?;
     let minted = Minted {
         join_line: join_command_line(&target, &token),
         cloud_init: kubeflavor_core::cloud_init::user_data(&target.endpoint, &token, &target.pins),
         token,
         flavor: flavor.clone(),
         expiration,
-        max_nodes: max_nodes.get(),
+        max_nodes: grant.max_nodes.get(),
         issued_to: request.issued_to.to_string(),
         issued_by: caller.to_string(),
+        input_labels: grant.input_labels.clone(),
     };
     record(server, &minted).await;
     Ok(minted)
@@ -487,12 +482,16 @@ async fn mint_token(
 /// id, for whom. Never the token's secret.
 async fn record(server: &Server, minted: &Minted) {
     let id = minted.token.id().to_string();
-    tracing::info!(caller = %minted.issued_by, flavor = %minted.flavor, token = %id, issued_to = %minted.issued_to, "join token minted");
+    let labels = minted.input_labels.summary();
+    tracing::info!(caller = %minted.issued_by, flavor = %minted.flavor, token = %id, issued_to = %minted.issued_to, input_labels = %labels, "join token minted");
     server
         .metrics
         .minted(minted.flavor.as_str(), &minted.issued_by);
+    server
+        .metrics
+        .input_labels(minted.flavor.as_str(), &minted.input_labels);
     let note = format!(
-        "{} minted join token {id} of flavor {} for {:?} (expires {}, max nodes {})",
+        "{} minted join token {id} of flavor {} for {:?} (expires {}, max nodes {}, input labels {labels})",
         minted.issued_by,
         minted.flavor,
         minted.issued_to,
@@ -536,6 +535,9 @@ fn answer(minted: &Minted, request: &MintRequest, wants_document: bool) -> Respo
             ("issuedBy", json!(minted.issued_by)),
             ("joinCommand", json!(minted.join_line.trim_end())),
         ]);
+        if !minted.input_labels.is_empty() {
+            body.insert("labels", json!(minted.input_labels.to_map()));
+        }
         if let Some(at) = minted.expiration {
             body.insert("expiration", json!(format_expiration(at)));
         }

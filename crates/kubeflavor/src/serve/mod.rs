@@ -14,6 +14,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use kubeflavor_core::input_labels::InputLabels;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -69,6 +70,12 @@ struct MintLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct InputKeyLabels {
+    flavor: String,
+    key: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct CodeLabels {
     code: u16,
 }
@@ -77,6 +84,7 @@ struct CodeLabels {
 #[derive(Clone)]
 pub struct ServeMetrics {
     mints: Family<MintLabels, Counter>,
+    input_labels: Family<InputKeyLabels, Counter>,
     responses: Family<CodeLabels, Counter>,
     registry: Arc<Registry>,
 }
@@ -90,6 +98,14 @@ impl Default for ServeMetrics {
             "Join tokens minted, by flavor and caller",
             mints.clone(),
         );
+        // Keys come from the flavor's allowlist (at most 16 per flavor), never from the
+        // caller: a refused key is answered 422 before anything is counted.
+        let input_labels = Family::<InputKeyLabels, Counter>::default();
+        registry.register(
+            "input_labels",
+            "Input labels carried by minted join tokens, by flavor and key",
+            input_labels.clone(),
+        );
         let responses = Family::<CodeLabels, Counter>::default();
         registry.register(
             "responses",
@@ -98,6 +114,7 @@ impl Default for ServeMetrics {
         );
         ServeMetrics {
             mints,
+            input_labels,
             responses,
             registry: Arc::new(registry),
         }
@@ -112,6 +129,18 @@ impl ServeMetrics {
                 caller: caller.into(),
             })
             .inc();
+    }
+
+    /// A minted token's input labels, one count per key.
+    pub fn input_labels(&self, flavor: &str, labels: &InputLabels) {
+        for (key, _) in labels.iter() {
+            self.input_labels
+                .get_or_create(&InputKeyLabels {
+                    flavor: flavor.into(),
+                    key: key.to_string(),
+                })
+                .inc();
+        }
     }
 
     pub fn response(&self, code: u16) {

@@ -2,6 +2,7 @@
 
 use serde_json::{Value, json};
 
+use kubeflavor_core::input_labels::{INPUT_LABEL_PREFIX, MAX_INPUT_KEYS};
 use kubeflavor_core::mint_request::MAX_BODY_BYTES;
 use kubeflavor_core::token_limits::{ALLOW_NEVER_EXPIRING_FIELD, MAX_NODES_FIELD, MAX_TTL_FIELD};
 use kubeflavor_core::token_meta::ISSUED_TO_MAX_CHARS;
@@ -57,7 +58,14 @@ fn join_token_request() -> Value {
             "issuedTo": {"type": "string", "minLength": 1, "maxLength": ISSUED_TO_MAX_CHARS, "description": "On whose behalf the token is minted (e.g. acme-corp/alice); kept with the token and copied into the binding of every node that joins with it. Visible text only: no control or format characters (Unicode Cc, Cf: text-direction overrides and isolates, zero-width characters, the byte-order mark), no line or paragraph separators, no white space at either end.", "example": "acme-corp/alice"},
             "ttl": {"type": "string", "description": format!("Lifetime like kubeadm's --ttl: 24h, 90m, 1h30m. Default: the flavor's, else 24h. At most the flavor's {MAX_TTL_FIELD} (default: its default TTL, else 24h). 0 (never expires) is refused whatever the flavor's {ALLOW_NEVER_EXPIRING_FIELD} says: the API mints only tokens that expire, and the API server's admission policy refuses this API any token Secret without an expiration."), "example": "24h"},
             "maxNodes": {"type": "integer", "minimum": 1, "maximum": 4294967295u64, "description": format!("How many node names the token may bind. Default: the flavor's, else 1. At most the flavor's {MAX_NODES_FIELD} (default: its default maxNodes, else 1).")},
-            "output": {"type": "string", "enum": ["json", "cloud-init"], "default": "json", "description": "cloud-init: the answer also carries a cloud-init user-data document that joins the machine on first boot."}
+            "output": {"type": "string", "enum": ["json", "cloud-init"], "default": "json", "description": "cloud-init: the answer also carries a cloud-init user-data document that joins the machine on first boot."},
+            "labels": {
+                "type": "object",
+                "maxProperties": MAX_INPUT_KEYS,
+                "additionalProperties": {"type": "string", "minLength": 1, "maxLength": 63, "pattern": "^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"},
+                "description": format!("Input labels: what the node's administrator says about the node (e.g. a site, a network segment), key to value, keys without a prefix. Only the keys and values the flavor's spec.inputLabels allows are taken, and at most its maxLabels; anything else is refused (422, one cause per key, field labels[<key>], the same answer for a key the flavor does not take and a value it does not allow). They are kept in the token Secret's metadata, which the token's holder cannot read, so tokens with and without input labels look the same to their holders; kubeflavor's controller, never the kubelet, puts them on the Node as {INPUT_LABEL_PREFIX}<key> (a key the kubelet cannot write) while the node is flavored, and records them in the node's FlavorBinding."),
+                "example": {"site": "berlin"}
+            }
         }
     })
 }
@@ -78,6 +86,7 @@ fn join_token() -> Value {
             "issuedTo": {"type": "string"},
             "issuedBy": {"type": "string", "description": "The Kubernetes user that minted the token (the caller)."},
             "joinCommand": {"type": "string", "description": "kubeadm join <server> --token <token> --discovery-token-ca-cert-hash sha256:<pin>"},
+            "labels": {"type": "object", "additionalProperties": {"type": "string"}, "description": "The input labels the token carries (present when the request gave some)."},
             "cloudInit": {"type": "string", "description": "Present with output cloud-init."}
         }
     })
@@ -125,7 +134,7 @@ fn create_join_token() -> Value {
             "409": status_response("The flavor's definition is invalid."),
             "408": status_response("The body did not arrive in time (serve --request-timeout)."),
             "413": status_response("The body is larger than the limit."),
-            "422": status_response("A field is invalid, or asks for more than the flavor's tokenLimits allow; details.causes names each field, and the limit it breaks."),
+            "422": status_response("A field is invalid, asks for more than the flavor's tokenLimits allow, or names an input label the flavor does not allow; details.causes names each field (labels[<key>] for a label), and the limit it breaks."),
             "429": status_response("Too many requests from this caller; see Retry-After."),
             "503": status_response("The Kubernetes API could not be reached; retry.")
         }

@@ -3,6 +3,8 @@
 
 use std::collections::BTreeMap;
 
+use kubeflavor_core::token_secret::FlavorTokenMeta;
+
 use crate::support::token_secret::{KUBEADM_DEFAULT_GROUP, TokenSecret};
 use crate::support::{Env, assert_one_line_error, whoami};
 use k8s_openapi::api::core::v1::Secret;
@@ -176,12 +178,12 @@ async fn p1_tokens_differing_only_in_custody_look_the_same_to_their_holders() {
         issued_to: Some("globex/bob".parse().unwrap()),
         issued_by: Some("system:serviceaccount:portal:minter".into()),
     };
+    let meta = FlavorTokenMeta::new(flavor.parse().unwrap(), std::num::NonZeroU32::MIN)
+        .with_custody(custody.clone());
     let b = kubeflavor::minting::mint(
         &cluster,
-        &flavor.parse().unwrap(),
+        &meta,
         Some(jiff::Timestamp::now() + std::time::Duration::from_secs(7200)),
-        std::num::NonZeroU32::MIN,
-        &custody,
         || Ok(BootstrapToken::generate().unwrap()),
     )
     .await
@@ -449,14 +451,10 @@ async fn token_create_draws_a_new_id_when_the_id_is_taken() {
             .snapshot()
             .by_verb_resource("create", "secrets")
     });
-    let minted = kubeflavor::minting::mint(
-        &cluster,
-        &flavor.parse().unwrap(),
-        None,
-        std::num::NonZeroU32::MIN,
-        &Default::default(),
-        || Ok(draws.next().expect("at most two draws")),
-    )
+    let meta = FlavorTokenMeta::new(flavor.parse().unwrap(), std::num::NonZeroU32::MIN);
+    let minted = kubeflavor::minting::mint(&cluster, &meta, None, || {
+        Ok(draws.next().expect("at most two draws"))
+    })
     .await
     .expect("second draw succeeds");
     assert_ne!(minted.id().as_str(), taken);

@@ -59,14 +59,13 @@ async fn a_recycled_token_id_inherits_no_name() {
     let mut draws = vec![BootstrapToken::generate().unwrap(), bound_id]
         .into_iter()
         .rev();
-    let minted = kubeflavor::minting::mint(
-        &cluster,
-        &sour.parse().unwrap(),
-        None,
+    let meta = kubeflavor_core::token_secret::FlavorTokenMeta::new(
+        sour.parse().unwrap(),
         std::num::NonZeroU32::MIN,
-        &Default::default(),
-        || Ok(draws.next().expect("at most two draws")),
-    )
+    );
+    let minted = kubeflavor::minting::mint(&cluster, &meta, None, || {
+        Ok(draws.next().expect("at most two draws"))
+    })
     .await
     .expect("the second draw is minted");
     h.env.made.token(&minted);

@@ -14,6 +14,7 @@ mod attacks;
 mod authz;
 mod faults;
 mod flow;
+mod input_labels;
 mod leader;
 mod policy;
 mod serve;

@@ -23,7 +23,7 @@ use crate::support::within_for;
 const PORTAL_NAMESPACE: &str = "default";
 
 /// A running join-token API and a client of it.
-struct MintApi {
+pub(crate) struct MintApi {
     client: HttpsClient,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
 }
@@ -36,7 +36,7 @@ impl Drop for MintApi {
     }
 }
 
-async fn start_api(h: &Harness) -> MintApi {
+pub(crate) async fn start_api(h: &Harness) -> MintApi {
     start_api_with(h, h.env.kubeconfig.clone(), 100).await
 }
 
@@ -87,7 +87,7 @@ async fn start_api_tuned(
     }
 }
 
-async fn call(
+pub(crate) async fn call(
     api: &MintApi,
     path: &str,
     bearer: Option<&str>,
@@ -99,12 +99,12 @@ async fn call(
 
 /// A ServiceAccount of this run allowed to mint the flavors `may_mint` and nothing else;
 /// its token.
-async fn portal(h: &Harness, may_mint: &[&str]) -> String {
+pub(crate) async fn portal(h: &Harness, may_mint: &[&str]) -> String {
     crate::support::portal::portal(&h.admin, PORTAL_NAMESPACE, &h.name("portal"), may_mint).await
 }
 
 /// The token Secrets of `flavor`.
-async fn tokens_of(h: &Harness, flavor: &str) -> Vec<Secret> {
+pub(crate) async fn tokens_of(h: &Harness, flavor: &str) -> Vec<Secret> {
     Api::<Secret>::namespaced(h.admin.clone(), "kube-system")
         .list(&ListParams::default().labels(&format!("kubeflavor.io/flavor={flavor}")))
         .await
@@ -112,7 +112,7 @@ async fn tokens_of(h: &Harness, flavor: &str) -> Vec<Secret> {
         .items
 }
 
-fn path(flavor: &str) -> String {
+pub(crate) fn path(flavor: &str) -> String {
     format!("/v1/flavors/{flavor}/jointokens")
 }
 

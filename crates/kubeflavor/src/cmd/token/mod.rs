@@ -7,6 +7,7 @@
 //! (who is minting: the token's issued-by), LIST the bindings still naming the new id (none),
 //! POST the Secret.
 
+use std::collections::BTreeMap;
 use std::io::Write;
 use std::num::NonZeroU32;
 
@@ -15,15 +16,16 @@ use jiff::Timestamp;
 use k8s_openapi::api::authentication::v1::SelfSubjectReview;
 use kube::api::{Api, PostParams};
 use kubeflavor_core::flavor::{FlavorName, FlavorRules, TokenTtl};
+use kubeflavor_core::input_labels::InputLabels;
 use kubeflavor_core::token::{BootstrapToken, TokenId};
 use kubeflavor_core::token_meta::{Custody, IssuedTo};
 use kubeflavor_core::token_secret::{
-    NODE_GROUP, TOKEN_SECRET_NAMESPACE, format_expiration, secret_name,
+    FlavorTokenMeta, NODE_GROUP, TOKEN_SECRET_NAMESPACE, format_expiration, secret_name,
 };
 use serde::Serialize;
 use zeroize::Zeroizing;
 
-use crate::cli::{GlobalArgs, MaxNodes};
+use crate::cli::{GlobalArgs, KeyValue, MaxNodes};
 use crate::cluster::{Cluster, token_secrets};
 use crate::cmd::flavor::unknown_flavor;
 use crate::error::{CliError, Result};
@@ -94,6 +96,18 @@ pub struct TokenCreateArgs {
     /// join-token API and refuses more (exit 4), naming the limit.
     #[arg(long)]
     pub override_flavor_limits: bool,
+    /// An input label for the nodes that join with the token, `key=value` (repeat for
+    /// more): what the node's administrator says, e.g. site=berlin. Only keys and values
+    /// the flavor's spec.inputLabels allows are taken; the controller puts them on the Node
+    /// as input.kubeflavor.node-restriction.kubernetes.io/<key>. Like the flavor, they are
+    /// kept in the token Secret's metadata, out of the holder's sight.
+    #[arg(
+        long = "node-label",
+        value_name = "KEY=VALUE",
+        requires = "flavor",
+        conflicts_with = "control_plane"
+    )]
+    pub node_labels: Vec<KeyValue>,
     /// What to print: the token alone, or a description of it as JSON or YAML.
     #[arg(short, long, value_enum, default_value_t = TokenOutput::Token)]
     pub output: TokenOutput,
@@ -170,6 +184,9 @@ struct CreatedToken {
     issued_to: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     issued_by: Option<String>,
+    /// The input labels (keys without their prefix).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    input_labels: BTreeMap<String, String>,
 }
 
 fn expose_str<S: serde::Serializer>(value: &Zeroizing<String>, s: S) -> Result<S::Ok, S::Error> {
@@ -190,6 +207,7 @@ pub async fn create(cluster: &Cluster, args: &TokenCreateArgs, out: &mut dyn Wri
     let rules = flavor_rules(cluster, flavor_name).await?;
     let (ttl, max_nodes) = rules.granted(args.ttl, args.max_nodes.map(|m| m.0));
     within_flavor_limits(args, flavor_name, &rules, ttl, max_nodes)?;
+    let input_labels = node_labels(args, flavor_name, &rules)?;
     let expiration = ttl.expiration(Timestamp::now());
 
     // --print-join-command: resolved before the token exists, so a cluster whose server or
@@ -199,16 +217,12 @@ pub async fn create(cluster: &Cluster, args: &TokenCreateArgs, out: &mut dyn Wri
         false => None,
     };
     let custody = custody(cluster, args).await;
-    let token = mint(
-        cluster,
-        flavor_name,
-        expiration,
-        max_nodes,
-        &custody,
-        minting::generate,
-    )
-    .await
-    .map_err(mint_failed(cluster))?;
+    let meta = FlavorTokenMeta::new(flavor_name.clone(), max_nodes)
+        .with_custody(custody.clone())
+        .with_input_labels(input_labels.clone());
+    let token = mint(cluster, &meta, expiration, minting::generate)
+        .await
+        .map_err(mint_failed(cluster))?;
     if let Some(target) = &join_target {
         return print_join_command(target, &token, out);
     }
@@ -217,6 +231,7 @@ pub async fn create(cluster: &Cluster, args: &TokenCreateArgs, out: &mut dyn Wri
         expiration,
         max_nodes,
         custody: &custody,
+        input_labels: &input_labels,
     };
     print_created(&token, &minted, args.output, out)
 }
@@ -292,6 +307,34 @@ pub fn within_flavor_limits(
     ))
 }
 
+/// `--node-label`s as the flavor allows them; refused (exit 4) naming each key the flavor
+/// does not take, with one message for an unknown key and a disallowed value (as the
+/// join-token API answers). No override: the Flavor alone says what input reaches a Node.
+fn node_labels(
+    args: &TokenCreateArgs,
+    flavor: &FlavorName,
+    rules: &FlavorRules,
+) -> Result<InputLabels> {
+    let asked = args
+        .node_labels
+        .iter()
+        .map(|kv| (kv.key.clone(), kv.value.clone()))
+        .collect::<BTreeMap<_, _>>();
+    if asked.len() < args.node_labels.len() {
+        return Err(CliError::new(
+            ExitCode::Usage,
+            "--node-label names a key twice",
+            "give each key once",
+        ));
+    }
+    rules.input_labels().admit(&asked).map_err(|refusal| {
+        CliError::refused(
+            format!("flavor {flavor}: {refusal}"),
+            "see the flavor's spec.inputLabels (kubeflavor flavor get NAME -o yaml) for the keys and values it takes",
+        )
+    })
+}
+
 /// A minting error as `token create` reports it: an API error names the server and the
 /// kubeconfig, an invalid flavor is refused (the administrator must fix it first).
 pub fn mint_failed(cluster: &Cluster) -> impl Fn(MintError) -> CliError + '_ {
@@ -308,6 +351,7 @@ struct Minted<'a> {
     expiration: Option<Timestamp>,
     max_nodes: NonZeroU32,
     custody: &'a Custody,
+    input_labels: &'a InputLabels,
 }
 
 fn print_created(
@@ -327,6 +371,7 @@ fn print_created(
         secret_name: format!("{TOKEN_SECRET_NAMESPACE}/{}", secret_name(token.id())),
         issued_to: minted.custody.issued_to.as_ref().map(|t| t.to_string()),
         issued_by: minted.custody.issued_by.clone(),
+        input_labels: minted.input_labels.to_map(),
     };
     let rendered: Zeroizing<String> = Zeroizing::new(match format {
         TokenOutput::Token => format!("{}\n", view.token.as_str()),

@@ -4,15 +4,14 @@
 
 use k8s_openapi::api::core::v1::Node;
 use kube::Api;
-use kubeflavor_core::flavor::FlavorName;
 use kubeflavor_core::names::NodeName;
 use kubeflavor_core::policy::BindingStep;
 use kubeflavor_core::token::TokenId;
-use kubeflavor_core::token_meta::Custody;
 
 use super::facts::CsrFactsRead;
 use crate::cluster::{bindings, token_secrets};
 use crate::controller::{Context, Error, Step};
+use crate::crd::FlavorBinding;
 
 /// Makes the writes core's `binding` step asks for before `node`'s CSR is approved, then
 /// reads once more what the approval rests on. `Ok` means: write the Approved condition.
@@ -29,12 +28,14 @@ pub async fn prepare(
         flavor,
         reserve_use,
         custody,
+        input_labels,
     } = binding
     {
         if *reserve_use {
             reserve(ctx, facts, node, token).await?;
         }
-        let created = bind(ctx, facts, node, token, flavor, custody, now);
+        let new = facts.new_binding(node, token, flavor, custody, input_labels, now);
+        let created = bind(ctx, node, new);
         last_look.binding_version = ctx.write(&facts.csr.name, Step::Bound, created).await?;
     }
     let looking = std::time::Instant::now();
@@ -80,14 +81,9 @@ async fn reserve(
 /// with that binding in the facts (same token: idempotent approval; another token: denial).
 async fn bind(
     ctx: &Context,
-    facts: &CsrFactsRead,
     node: &NodeName,
-    token: &TokenId,
-    flavor: &FlavorName,
-    custody: &Custody,
-    now: jiff::Timestamp,
+    binding: FlavorBinding,
 ) -> Result<Option<String>, Error> {
-    let binding = facts.new_binding(node, token, flavor, custody, now);
     let created = bindings::create(&ctx.client, &binding)
         .await
         .map_err(|source| Error::Bind {

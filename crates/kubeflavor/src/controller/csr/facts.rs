@@ -16,6 +16,7 @@ use kube::core::PartialObjectMeta;
 
 use kubeflavor_core::csr::{CsrError, KubeletClientCsr, validate_kubelet_client_csr};
 use kubeflavor_core::flavor::FlavorName;
+use kubeflavor_core::input_labels::InputLabels;
 use kubeflavor_core::names::NodeName;
 use kubeflavor_core::policy::{
     APPROVED_CONDITION, CsrFacts, DENIED_CONDITION, DenyCause, TokenLookup,
@@ -25,7 +26,7 @@ use kubeflavor_core::token_meta::Custody;
 
 use super::super::{Context, Error, Options, TOKEN_NAMESPACE};
 use crate::cluster::{bindings, token_secrets};
-use crate::crd::{Flavor, FlavorBinding, NewBinding};
+use crate::crd::{Flavor, FlavorBinding, NewBinding, rules_from_flavor};
 
 /// Node identities (renewals) are `system:node:<name>`.
 pub use kubeflavor_core::csr::NODE_USER_PREFIX;
@@ -212,6 +213,12 @@ impl CsrFactsRead {
                 .as_ref()
                 .and_then(token_secrets::instance_of),
             flavor_exists: self.flavor.is_some(),
+            flavor_input_labels: self
+                .flavor
+                .as_ref()
+                .and_then(|f| rules_from_flavor(f).ok())
+                .map(|(_, rules)| rules.input_labels().clone())
+                .unwrap_or_default(),
             binding: self.binding.as_ref().map(FlavorBinding::policy_facts),
             node_exists: self.node_exists,
             options: opts.policy(),
@@ -220,13 +227,15 @@ impl CsrFactsRead {
     }
 
     /// The binding of `node` to `token` with `flavor` (core's `BindingStep::Create`) that an
-    /// approval of this CSR creates first, recording the token's `custody`.
+    /// approval of this CSR creates first, recording the token's `custody` and
+    /// `input_labels`.
     pub fn new_binding(
         &self,
         node: &NodeName,
         token: &TokenId,
         flavor: &FlavorName,
         custody: &Custody,
+        input_labels: &InputLabels,
         now: jiff::Timestamp,
     ) -> FlavorBinding {
         let new = NewBinding {
@@ -244,6 +253,7 @@ impl CsrFactsRead {
                 .map(KubeletClientCsr::public_key_sha256_hex)
                 .unwrap_or_default(),
             custody,
+            input_labels,
         };
         FlavorBinding::for_approval(new, now)
     }

@@ -341,18 +341,26 @@ fn record_decision(ctx: &Context, csr: &str, decision: &Decision) {
     match decision {
         Decision::Approve { node, binding } => {
             ctx.metrics.decision("approved", "ok");
-            let (token, flavor, reserved) = match binding {
+            let (token, flavor, reserved, input_labels) = match binding {
                 BindingStep::Create {
                     token,
                     flavor,
                     reserve_use,
+                    input_labels,
                     ..
-                } => (Some(token), Some(flavor), *reserve_use),
-                BindingStep::Existing { token, flavor } => (token.as_ref(), flavor.as_ref(), false),
+                } => (
+                    Some(token),
+                    Some(flavor),
+                    *reserve_use,
+                    input_labels.summary(),
+                ),
+                BindingStep::Existing { token, flavor } => {
+                    (token.as_ref(), flavor.as_ref(), false, String::new())
+                }
             };
             let flavor = flavor.map_or("", FlavorName::as_str);
             let token = token.map_or("", TokenId::as_str);
-            tracing::info!(csr = %csr, node = %node, flavor, token, reserved, "approved");
+            tracing::info!(csr = %csr, node = %node, flavor, token, reserved, input_labels, "approved");
         }
         Decision::Deny { cause, .. } => ctx.metrics.decision("denied", cause.as_str()),
         Decision::Ignore(_) => {}

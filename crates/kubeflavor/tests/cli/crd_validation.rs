@@ -367,3 +367,65 @@ async fn the_api_server_checks_serving_addresses() {
         .await
         .unwrap();
 }
+
+/// `spec.inputLabels` is checked by the API server too: each key takes exactly one of
+/// values and pattern, a pattern must be a regular expression its engine compiles (a rule
+/// that fails to evaluate refuses the object), and a Flavor may not set labels under the
+/// input labels' prefix, which is the controller's.
+#[tokio::test]
+async fn the_api_server_checks_input_label_rules() {
+    let env = Env::start().await;
+    env.install().await;
+    let flavors: Api<Flavor> = Api::all(env.client.clone());
+    let pp = PostParams::default();
+    let name = env.name("inputs");
+    for (spec, field) in [
+        (
+            json!({"inputLabels": {"keys": [{"key": "segment", "pattern": "(unclosed"}]}}),
+            "spec.inputLabels.keys[0].pattern",
+        ),
+        (
+            json!({"inputLabels": {"keys": [{"key": "site", "values": ["a"], "pattern": "a"}]}}),
+            "spec.inputLabels.keys[0]",
+        ),
+        (
+            json!({"inputLabels": {"keys": [{"key": "site"}]}}),
+            "spec.inputLabels.keys[0]",
+        ),
+        (
+            json!({"inputLabels": {"keys": [{"key": "a/b", "values": ["a"]}]}}),
+            "spec.inputLabels.keys[0].key",
+        ),
+        (
+            json!({"labels": {"input.kubeflavor.node-restriction.kubernetes.io/site": "x"}}),
+            "spec.labels",
+        ),
+    ] {
+        let got = causes(
+            flavors
+                .create(&pp, &flavor(&name, spec.clone()))
+                .await
+                .unwrap_err(),
+        );
+        assert!(
+            got.iter().any(|(f, _)| f == field),
+            "{spec}: expected a cause on {field}: {got:?}"
+        );
+    }
+    let good = flavor(
+        &name,
+        json!({"inputLabels": {"maxLabels": 2, "keys": [
+            {"key": "site", "values": ["berlin", "paris"]},
+            {"key": "segment", "pattern": "seg-[0-9]{1,4}"},
+        ]}}),
+    );
+    let created = flavors
+        .create(&pp, &good)
+        .await
+        .expect("valid input labels");
+    assert_eq!(created.spec.input_labels, good.spec.input_labels);
+    flavors
+        .delete(&name, &DeleteParams::default())
+        .await
+        .unwrap();
+}

@@ -719,3 +719,121 @@ async fn generate_touches_no_cluster_and_follows_the_format() {
         .expect("kubeadm token format");
     assert_eq!(env.request_count(), before);
 }
+
+/// `token create --node-label`: only what the flavor's spec.inputLabels allows (set with
+/// `flavor create --input-label` / `--input-label-pattern` / `--max-input-labels`), kept in
+/// the token Secret's metadata; anything else refused (exit 4) naming the key, with one
+/// message for a key the flavor does not take and a value it does not allow, and no token.
+#[tokio::test]
+async fn token_create_takes_only_the_input_labels_the_flavor_allows() {
+    let env = Env::start().await;
+    env.install().await;
+    let flavor = env
+        .create_flavor(
+            "allowlist",
+            &[
+                "--input-label",
+                "site=berlin,paris",
+                "--input-label-pattern",
+                "segment=seg-[0-9]{1,4}",
+                "--max-input-labels",
+                "1",
+            ],
+        )
+        .await;
+    let stored: Value = serde_json::from_str(
+        env.kf(&["flavor", "get", &flavor, "-o", "json"])
+            .await
+            .expect_ok(),
+    )
+    .unwrap();
+    assert_eq!(
+        stored["spec"]["inputLabels"],
+        serde_json::json!({"maxLabels": 1, "keys": [
+            {"key": "segment", "pattern": "seg-[0-9]{1,4}"},
+            {"key": "site", "values": ["berlin", "paris"]},
+        ]})
+    );
+
+    let out = env
+        .kf(&[
+            "token",
+            "create",
+            "--flavor",
+            &flavor,
+            "--node-label",
+            "site=paris",
+            "-o",
+            "json",
+        ])
+        .await;
+    let view: Value = serde_json::from_str(out.expect_ok()).unwrap();
+    assert_eq!(view["inputLabels"], serde_json::json!({"site": "paris"}));
+    let token = view["token"].as_str().unwrap().to_string();
+    let secret = secrets(&env)
+        .await
+        .get(&format!("bootstrap-token-{}", &token[..6]))
+        .await
+        .unwrap();
+    assert_eq!(
+        secret.metadata.annotations.unwrap()["kubeflavor.io/input-labels"],
+        r#"{"site":"paris"}"#
+    );
+
+    let before = count_tokens(&env, &flavor).await;
+    let refusal = |label: &'static str| {
+        let env = &env;
+        let flavor = flavor.clone();
+        async move {
+            let out = env
+                .kf(&[
+                    "token",
+                    "create",
+                    "--flavor",
+                    &flavor,
+                    "--node-label",
+                    label,
+                ])
+                .await;
+            assert_one_line_error(&out, ExitCode::Refused);
+            out.stderr
+        }
+    };
+    let unknown = refusal("rack=r1").await;
+    let disallowed = refusal("site=rome").await;
+    assert!(
+        unknown.contains("rack") && disallowed.contains("site"),
+        "{unknown}{disallowed}"
+    );
+    assert_eq!(
+        unknown.replace("rack", "KEY"),
+        disallowed.replace("site", "KEY")
+    );
+    let out = env
+        .kf(&[
+            "token",
+            "create",
+            "--flavor",
+            &flavor,
+            "--node-label",
+            "site=paris",
+            "--node-label",
+            "segment=seg-1",
+        ])
+        .await;
+    assert_one_line_error(&out, ExitCode::Refused);
+    assert!(out.stderr.contains("at most 1"), "{}", out.stderr);
+    assert_eq!(count_tokens(&env, &flavor).await, before, "nothing minted");
+    cleanup(&env, &[&token], &[&flavor]).await;
+}
+
+/// How many tokens of `flavor` `token list` shows.
+async fn count_tokens(env: &Env, flavor: &str) -> usize {
+    let listed: Value = serde_json::from_str(
+        env.kf(&["token", "list", "--flavor", flavor, "-o", "json"])
+            .await
+            .expect_ok(),
+    )
+    .unwrap();
+    listed["items"].as_array().unwrap().len()
+}

@@ -12,6 +12,7 @@
 
 pub mod approvers;
 pub mod cache;
+pub mod census;
 pub mod csr;
 pub mod fleet;
 pub mod leader;
@@ -593,13 +594,18 @@ async fn run_loops(rt: &Runtime, until: Stop) {
     let scope = &rt.opts;
     let (flavors, flavor_events) =
         node::flavor_store(rt.client.clone(), scope, counts_changed.clone());
+    let ctx = Arc::new(Context::new(rt, flavors));
     let feeds = node::Feeds {
         nodes: node::node_events(rt.client.clone(), scope),
-        bindings: node::binding_events(rt.client.clone(), scope),
+        bindings: census::note_revocations(
+            ctx.clone(),
+            node::binding_events(rt.client.clone(), scope),
+        ),
         flavors: flavor_events,
         counts_changed: counts_changed.clone(),
     };
-    let ctx = Arc::new(Context::new(rt, flavors));
+    let fleet_census: Arc<dyn metrics::FleetCensus> = ctx.clone();
+    rt.metrics.set_census(Some(Arc::downgrade(&fleet_census)));
     let csr_loop = csr::run(ctx.clone(), until.clone());
     let node_loop = node::run(ctx.clone(), feeds, until.clone());
     let counts = node::keep_bound_counts(ctx.clone(), counts_changed, until.clone());
@@ -650,6 +656,7 @@ async fn run_loops(rt: &Runtime, until: Stop) {
         }
     };
     tokio::join!(bounded, term_end);
+    rt.metrics.set_census(None);
 }
 
 /// How long the work of an ended term may take to stop before it is dropped.

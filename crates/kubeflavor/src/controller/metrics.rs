@@ -15,6 +15,9 @@ use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
+use kubeflavor_core::policy::DenyCause;
+use kubeflavor_core::serving_policy::ServingDenyCause;
+
 /// Buckets from 1 ms to about 16 s.
 fn duration_histogram() -> Histogram {
     Histogram::new(exponential_buckets(0.001, 2.0, 15))
@@ -49,6 +52,16 @@ pub struct StageLabels {
 fn answer_histogram() -> Histogram {
     Histogram::new(exponential_buckets(0.00002, 2.0, 15))
 }
+
+/// Every answer kind of the authorization webhook (`AnswerLabels::answer`).
+pub const AUTHZ_ANSWERS: [&str; 6] = [
+    "denied_revoked",
+    "no_opinion",
+    "bad_request",
+    "not_found",
+    "not_synced",
+    "too_large",
+];
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct AnswerLabels {
@@ -230,9 +243,31 @@ impl Metrics {
         metrics.register_diagnostics(&mut registry);
         metrics.register_authz(&mut registry);
         registry.register_collector(Box::new(CensusCollector(metrics.census.clone())));
+        metrics.start_at_zero();
         Metrics {
             registry: Arc::new(registry),
             ..metrics
+        }
+    }
+
+    /// Every series an alert fires on at its first increase exists from the start, at 0:
+    /// Prometheus' `increase()` sees no increase in a series whose first sample is
+    /// already 1, so a first takeover attempt would otherwise go unnoticed.
+    fn start_at_zero(&self) {
+        for cause in DenyCause::ALL {
+            self.decisions.get_or_create(&DecisionLabels {
+                outcome: "denied".into(),
+                cause: cause.as_str().into(),
+            });
+        }
+        for cause in ServingDenyCause::ALL {
+            self.serving_decisions.get_or_create(&DecisionLabels {
+                outcome: "denied".into(),
+                cause: cause.as_str().into(),
+            });
+        }
+        for answer in AUTHZ_ANSWERS {
+            self.authz_answers.get_or_create(&AnswerLabels { answer });
         }
     }
 
@@ -512,6 +547,25 @@ mod tests {
             !m.render().contains("kubeflavor_bound_nodes"),
             "the term's context is gone"
         );
+    }
+
+    #[test]
+    fn every_denial_cause_and_webhook_answer_is_exposed_from_the_start() {
+        let text = Metrics::new().render();
+        for cause in DenyCause::ALL {
+            let line = format!(
+                "kubeflavor_csr_decisions_total{{outcome=\"denied\",cause=\"{}\"}} 0",
+                cause.as_str()
+            );
+            assert!(text.contains(&line), "{line}");
+        }
+        for answer in AUTHZ_ANSWERS {
+            let line = format!("kubeflavor_authz_answers_total{{answer=\"{answer}\"}} 0");
+            assert!(text.contains(&line), "{line}");
+        }
+        assert!(text.contains(
+            "kubeflavor_serving_csr_decisions_total{outcome=\"denied\",cause=\"address_not_allowed\"} 0"
+        ));
     }
 
     #[test]

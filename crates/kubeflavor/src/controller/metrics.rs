@@ -252,22 +252,36 @@ impl Metrics {
 
     /// Every series an alert fires on at its first increase exists from the start, at 0:
     /// Prometheus' `increase()` sees no increase in a series whose first sample is
-    /// already 1, so a first takeover attempt would otherwise go unnoticed.
+    /// already 1, so a first takeover attempt would otherwise go unnoticed. The errors and
+    /// the webhook's answers start at 0 too, so a dashboard shows none rather than no data.
     fn start_at_zero(&self) {
         for cause in DenyCause::ALL {
-            self.decisions.get_or_create(&DecisionLabels {
+            let _ = self.decisions.get_or_create(&DecisionLabels {
                 outcome: "denied".into(),
                 cause: cause.as_str().into(),
             });
         }
         for cause in ServingDenyCause::ALL {
-            self.serving_decisions.get_or_create(&DecisionLabels {
+            let _ = self.serving_decisions.get_or_create(&DecisionLabels {
                 outcome: "denied".into(),
                 cause: cause.as_str().into(),
             });
         }
         for answer in AUTHZ_ANSWERS {
-            self.authz_answers.get_or_create(&AnswerLabels { answer });
+            let _ = self.authz_answers.get_or_create(&AnswerLabels { answer });
+            let _ = self
+                .authz_answer_duration
+                .get_or_create(&AnswerLabels { answer });
+        }
+        for controller in ["csr", "node"] {
+            for stage in super::Error::STAGES {
+                let labels = ErrorLabels {
+                    controller: controller.into(),
+                    error: stage.into(),
+                };
+                let _ = self.errors.get_or_create(&labels);
+                let _ = self.conflicts.get_or_create(&labels);
+            }
         }
     }
 

@@ -224,6 +224,20 @@ pub enum Error {
 }
 
 impl Error {
+    /// Every stage [`Error::metric_label`] names but `halted` (a test's step hook): the
+    /// label values of `reconcile_errors` and `reconcile_conflicts`.
+    pub const STAGES: [&'static str; 9] = [
+        "read",
+        "reserve",
+        "bind",
+        "decide",
+        "token_after_denial",
+        "retire_token",
+        "patch_node",
+        "binding_status",
+        "changed_before_approval",
+    ];
+
     /// The stage that failed, as a metric label.
     pub fn metric_label(&self) -> &'static str {
         match self {

@@ -105,7 +105,7 @@ impl Default for ServeMetrics {
         // The answers the alerts watch exist from the start, at 0 (see the controller's
         // `Metrics::start_at_zero`).
         for code in ALERTED_CODES {
-            responses.get_or_create(&CodeLabels { code });
+            let _ = responses.get_or_create(&CodeLabels { code });
         }
         ServeMetrics {
             mints,

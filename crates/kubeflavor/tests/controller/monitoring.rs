@@ -7,7 +7,8 @@
 //!
 //! With `KUBEFLAVOR_MONITORING_OUT=DIR` the scrapes and the dashboard's expressions (as
 //! recording rules) are written there, for `promtool check metrics` and `promtool check
-//! rules` (CI does).
+//! rules` (CI does), and `timeline.json`: both scrapes after each step of the run, from
+//! which `monitoring/picture.py` draws the dashboard's picture.
 
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
@@ -53,6 +54,51 @@ async fn get(addr: SocketAddr, path: &str) -> (String, String) {
         .unwrap_or_default();
     (content_type, body.to_string())
 }
+
+/// Both scrapes after each step of the run, kept only when they are to be written out.
+struct Timeline {
+    out: Option<std::path::PathBuf>,
+    ops: [SocketAddr; 2],
+    steps: Vec<Value>,
+}
+
+impl Timeline {
+    /// Keeps both scrapes once the controller's shows the step: each sample named in
+    /// `settled` (a sample line up to its value) at least at its value. Some counters are
+    /// written just after what the test waits for (a CSR's Denied condition, a Node's
+    /// labels), so a scrape right then could show the step's metrics one step late; only
+    /// the picture waits for them, none of the test's checks does.
+    async fn step(&mut self, what: &str, settled: &[(&str, f64)]) {
+        if self.out.is_none() {
+            return;
+        }
+        let shows = |text: &str| {
+            settled.iter().all(|(sample, at_least)| {
+                text.lines().any(|l| {
+                    l.strip_prefix(sample)
+                        .and_then(|v| v.strip_prefix(' '))
+                        .and_then(|v| v.trim().parse::<f64>().ok())
+                        .is_some_and(|v| v >= *at_least)
+                })
+            })
+        };
+        let controller = within(&format!("the scrape to show {what:?}"), async {
+            loop {
+                let (_, text) = get(self.ops[0], "/metrics").await;
+                if shows(&text) {
+                    return text;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+            }
+        })
+        .await;
+        let (_, serve) = get(self.ops[1], "/metrics").await;
+        self.steps
+            .push(json!({"step": what, "controller": controller, "serve": serve}));
+    }
+}
+
+const FLAVORED: &str = "kubeflavor_flavored_nodes";
 
 /// Every PromQL expression of the rules (with the alert's name and its annotations) and
 /// of the dashboard (with the panel's title).
@@ -266,11 +312,21 @@ async fn every_series_the_alerts_and_the_dashboard_read_is_exposed_after_a_walkt
         let _ = api_stopped.await;
     }));
 
+    let out = std::env::var_os("KUBEFLAVOR_MONITORING_OUT").map(std::path::PathBuf::from);
+    let mut timeline = Timeline {
+        out: out.clone(),
+        ops: [ctl_addr, serve_ops],
+        steps: Vec::new(),
+    };
+    timeline.step("start", &[("kubeflavor_leader", 1.0)]).await;
+
     // The owner's joins.
     let (node_a, node_b) = (h.name("node-a"), h.name("node-b"));
     join(&h, &h.token(&sweet, 1, None).await, &node_a, &sweet).await;
+    timeline.step("sweet node joins", &[(FLAVORED, 1.0)]).await;
     let sour_token = h.token(&sour, 2, None).await;
     join(&h, &sour_token, &node_b, &sour).await;
+    timeline.step("sour node joins", &[(FLAVORED, 2.0)]).await;
     // A sour token holder asks for the sweet node's name: a takeover, denied.
     let takeover = h.name("csr-takeover");
     h.submit_csr(&h.bootstrap_client(&sour_token).await, &takeover, &node_a)
@@ -279,6 +335,15 @@ async fn every_series_the_alerts_and_the_dashboard_read_is_exposed_after_a_walkt
         condition_type(&h.decided(&takeover).await).as_deref(),
         Some("Denied")
     );
+    timeline
+        .step(
+            "takeover denied",
+            &[(
+                r#"kubeflavor_csr_decisions_total{outcome="denied",cause="name_bound_to_other_token"}"#,
+                1.0,
+            )],
+        )
+        .await;
     // A partner's portal mints sour, is refused sweet; a caller without a token is refused.
     let portal =
         crate::support::portal::portal(&h.admin, "default", &h.name("portal"), &[&sour]).await;
@@ -292,16 +357,22 @@ async fn every_series_the_alerts_and_the_dashboard_read_is_exposed_after_a_walkt
         )
         .await;
     assert_eq!(code, StatusCode::CREATED, "{minted}");
+    timeline.step("portal mints sour", &[]).await;
     let (code, _) = api.post(&path(&sweet), Some(&portal), None, b"{}").await;
     assert_eq!(code, StatusCode::FORBIDDEN);
+    timeline.step("portal refused sweet", &[]).await;
     let (code, _) = api.post(&path(&sour), None, None, b"{}").await;
     assert_eq!(code, StatusCode::UNAUTHORIZED);
+    timeline.step("no token: refused", &[]).await;
     let minted: BootstrapToken = minted["token"]
         .as_str()
         .expect("a token")
         .parse()
         .expect("a token");
     join(&h, &minted, &h.name("node-c"), &sour).await;
+    timeline
+        .step("portal's node joins", &[(FLAVORED, 3.0)])
+        .await;
 
     let (ctl_type, ctl_text) = get(ctl_addr, "/metrics").await;
     let (serve_type, serve_text) = get(serve_ops, "/metrics").await;
@@ -328,9 +399,10 @@ async fn every_series_the_alerts_and_the_dashboard_read_is_exposed_after_a_walkt
         problems.join("\n")
     );
 
-    if let Ok(dir) = std::env::var("KUBEFLAVOR_MONITORING_OUT") {
-        let dir = std::path::Path::new(&dir);
+    if let Some(dir) = &out {
         std::fs::create_dir_all(dir).expect("output directory");
+        let run = json!({"run_id": h.env.run_id, "steps": timeline.steps});
+        std::fs::write(dir.join("timeline.json"), run.to_string()).unwrap();
         std::fs::write(dir.join("controller.prom"), &ctl_text).unwrap();
         std::fs::write(dir.join("serve.prom"), &serve_text).unwrap();
         let mut rules = String::from("groups:\n  - name: dashboard\n    rules:\n");

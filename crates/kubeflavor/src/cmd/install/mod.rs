@@ -37,9 +37,6 @@ use crate::output::yaml::{comment, with_notes};
 use kubeflavor_core::flavor::UNVERIFIED_TAINT;
 use kubeflavor_core::unverified_policy::POLICY_NAME;
 
-/// The API group of the Prometheus Operator's kinds (`--monitoring`).
-const PROMETHEUS_OPERATOR_GROUP: &str = "monitoring.coreos.com/";
-
 /// How long `install --apply` waits for the CRDs to be served.
 const CRD_ESTABLISHED_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -463,6 +460,9 @@ pub async fn apply(cluster: &Cluster, args: &InstallArgs, out: &mut dyn Write) -
     let image = args.image.clone().unwrap_or_else(default_image);
     let mode = Mode::of(args)?;
     let mut docs = documents(&args.namespace, &image, args.replicas, mode);
+    if mode.monitoring {
+        monitoring::refuse_without_operator(cluster).await?;
+    }
     let served = unverified_policy::served(&cluster.client)
         .await
         .map_err(|e| cluster.error("ask the API server which admission APIs it serves", e))?;
@@ -487,21 +487,7 @@ pub async fn apply(cluster: &Cluster, args: &InstallArgs, out: &mut dyn Write) -
         };
         api.patch(doc.name(), &params, &Patch::Apply(&doc.object))
             .await
-            .map_err(|e| {
-                if doc.api_version().starts_with(PROMETHEUS_OPERATOR_GROUP)
-                    && crate::cluster::is_not_found(&e)
-                {
-                    return CliError::failed(
-                        format!(
-                            "this API server does not serve {} {} (the Prometheus Operator's CRDs are not installed)",
-                            doc.api_version(),
-                            doc.kind()
-                        ),
-                        "install the Prometheus Operator, or leave out --monitoring and load monitoring/kubeflavor-rules.yaml into Prometheus as a rules file",
-                    );
-                }
-                cluster.error(&format!("apply {} {}", doc.kind(), doc.name()), e)
-            })?;
+            .map_err(|e| cluster.error(&format!("apply {} {}", doc.kind(), doc.name()), e))?;
         writeln!(out, "{} applied", shown_name(doc))?;
     }
     if !mode.token_node_read {

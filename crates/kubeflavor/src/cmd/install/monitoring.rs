@@ -8,6 +8,8 @@
 use serde_json::{Value, json};
 
 use super::{Document, labels, object_meta};
+use crate::cluster::Cluster;
+use crate::error::{CliError, Result};
 
 /// The alert rules (a Prometheus rules file: `groups:`).
 pub const RULES: &str = include_str!("../../../../../monitoring/kubeflavor-rules.yaml");
@@ -107,6 +109,38 @@ fn dashboard(namespace: &str) -> Document {
         format!("  {DASHBOARD_KEY}: |\n{}", indent(DASHBOARD, 4)),
     ));
     doc
+}
+
+/// The Prometheus Operator's API, and the kinds `--monitoring` applies from it.
+const OPERATOR_API: &str = "monitoring.coreos.com/v1";
+const OPERATOR_KINDS: [&str; 2] = ["podmonitors", "prometheusrules"];
+
+/// `install --apply --monitoring` refuses, before applying anything, on an API server
+/// that does not serve the operator's PodMonitor and PrometheusRule: they would be
+/// refused halfway through the install set.
+pub async fn refuse_without_operator(cluster: &Cluster) -> Result<()> {
+    let served = match cluster.client.list_api_group_resources(OPERATOR_API).await {
+        Ok(list) => OPERATOR_KINDS
+            .iter()
+            .all(|kind| list.resources.iter().any(|r| r.name == *kind)),
+        // The group is not served: a 404, as a Status or as plain text.
+        Err(kube::Error::Api(s)) if s.code == 404 => false,
+        Err(e) => {
+            return Err(cluster.error(
+                &format!("ask the API server whether it serves {OPERATOR_API}"),
+                e,
+            ));
+        }
+    };
+    if served {
+        return Ok(());
+    }
+    Err(CliError::failed(
+        format!(
+            "this API server does not serve the Prometheus Operator's PodMonitor and PrometheusRule ({OPERATOR_API}); nothing was applied"
+        ),
+        "install the Prometheus Operator first, or leave out --monitoring: load monitoring/kubeflavor-rules.yaml with rule_files and import monitoring/kubeflavor-dashboard.json in Grafana",
+    ))
 }
 
 /// `text` with every non-empty line indented by `by` spaces.

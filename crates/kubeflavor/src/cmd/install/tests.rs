@@ -1273,8 +1273,7 @@ fn monitoring_prints_the_repository_files_byte_for_byte() {
         })
         .collect();
     assert!(
-        text.contains(&format!("kind: PrometheusRule\n"))
-            && text.contains(&format!("spec:\n{indented}")),
+        text.contains("kind: PrometheusRule\n") && text.contains(&format!("spec:\n{indented}")),
         "the PrometheusRule's spec is not the rules file as it is:\n{text}"
     );
     let of = |kind: &str| {

@@ -395,11 +395,9 @@ impl Fleet {
             .map_or(0, |id| st.bound[*id as usize])
     }
 
-    /// A binding's revocation from a watch event of the bindings (`None`: a relist starts,
-    /// `Some((name, revoked))` for each binding it or a later event brings, with
-    /// [`Fleet::revocations_relisted`] at the relist's end), or a binding's deletion
-    /// (`forget_revocation`). A revoked binding's Node loses its flavor on purpose, so it
-    /// does not count as unflavored.
+    /// Whether the binding of `name` is revoked, from a watch event of the bindings (see
+    /// `census::note_revocations`). A revoked binding's Node loses its flavor on purpose,
+    /// so it does not count as unflavored.
     pub fn revocation(&self, name: &str, revoked: bool) {
         let mut st = self.lock();
         if let Some(listed) = st.relisted_revoked.as_mut()

@@ -331,7 +331,9 @@ pub fn histogram(text: &str, name: &str, labels: &str) -> Histogram {
     h
 }
 
-/// Every series of counter `name`, by its label text (e.g. `controller="csr",error="bind"`).
+/// Every series of counter `name` that counted something, by its label text (e.g.
+/// `controller="csr",error="bind"`). The controller exposes every loop and stage from the
+/// start at 0 (for its alerts); those zeros are left out.
 pub fn counter_series(text: &str, name: &str) -> std::collections::BTreeMap<String, u64> {
     text.lines()
         .filter_map(|l| {
@@ -339,5 +341,6 @@ pub fn counter_series(text: &str, name: &str) -> std::collections::BTreeMap<Stri
             let (labels, value) = rest.rsplit_once("} ")?;
             Some((labels.to_string(), value.trim().parse::<f64>().ok()? as u64))
         })
+        .filter(|(_, n)| *n > 0)
         .collect()
 }

@@ -13,8 +13,10 @@
 //! the names it did not list lost their Node or binding while the watch was down.
 
 use std::collections::HashMap;
+use std::collections::HashSet;
 use std::hash::{Hash, Hasher};
 use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Taint;
 
@@ -82,6 +84,9 @@ struct Entry {
     /// The relist each side was last seen in.
     node_mark: u32,
     binding_mark: u32,
+    /// Since when (seconds after the index was made, plus one) the name has had a binding
+    /// and a Node that does not carry its flavor; 0 while it has not.
+    unflavored_since: u32,
 }
 
 impl Entry {
@@ -101,6 +106,13 @@ struct State {
     flavored: i64,
     node_mark: u32,
     binding_mark: u32,
+    /// Names whose binding is revoked: their Nodes lose the flavor on purpose. Few, so a
+    /// set of its own rather than a field of every entry.
+    revoked: HashSet<Box<str>>,
+    /// The revoked names a binding relist has listed so far.
+    relisted_revoked: Option<HashSet<Box<str>>>,
+    /// When the index was made: `Entry::unflavored_since` counts from here.
+    started: Option<Instant>,
 }
 
 impl State {
@@ -143,8 +155,32 @@ impl State {
         if let Some(b) = now {
             self.bound[b.flavor as usize] += 1;
         }
+        self.note_unflavored(name);
         self.tidy(name);
         before != now
+    }
+
+    /// Seconds since the index was made, plus one (0 stands for "not unflavored").
+    fn clock(&mut self) -> u32 {
+        let started = *self.started.get_or_insert_with(Instant::now);
+        u32::try_from(started.elapsed().as_secs())
+            .unwrap_or(u32::MAX - 1)
+            .saturating_add(1)
+    }
+
+    /// Starts or stops the clock of a bound, registered Node that does not carry its
+    /// flavor (the `oldest_unflavored_node_age_seconds` gauge).
+    fn note_unflavored(&mut self, name: &str) {
+        let now = self.clock();
+        let Some(e) = self.names.get_mut(name) else {
+            return;
+        };
+        let unflavored = e.binding.is_some() && e.node != 0 && !e.flavored;
+        e.unflavored_since = match (unflavored, e.unflavored_since) {
+            (false, _) => 0,
+            (true, 0) => now,
+            (true, since) => since,
+        };
     }
 
     /// True when the name needs a look: a bound Node changed, or a Node that carries the
@@ -155,6 +191,7 @@ impl State {
         e.node = fingerprint;
         e.flavor_labeled = flavor_labeled && fingerprint != 0;
         let look = e.binding.is_some() || e.flavor_labeled;
+        self.note_unflavored(name);
         self.tidy(name);
         changed && look
     }
@@ -324,6 +361,7 @@ impl Fleet {
         e.done = done;
         let was = std::mem::replace(&mut e.flavored, flavored);
         st.flavored += i64::from(flavored) - i64::from(was);
+        st.note_unflavored(name);
     }
 
     /// Forgets what reconciles found for `name` (its Node or binding is gone).
@@ -355,6 +393,73 @@ impl Fleet {
         st.flavor_ids
             .get(flavor)
             .map_or(0, |id| st.bound[*id as usize])
+    }
+
+    /// Whether the binding of `name` is revoked, from a watch event of the bindings (see
+    /// `census::note_revocations`). A revoked binding's Node loses its flavor on purpose,
+    /// so it does not count as unflavored.
+    pub fn revocation(&self, name: &str, revoked: bool) {
+        let mut st = self.lock();
+        if let Some(listed) = st.relisted_revoked.as_mut()
+            && revoked
+        {
+            listed.insert(name.into());
+        }
+        if revoked {
+            st.revoked.insert(name.into());
+        } else {
+            st.revoked.remove(name);
+        }
+    }
+
+    /// A binding is gone: it is revoked no more.
+    pub fn forget_revocation(&self, name: &str) {
+        self.lock().revoked.remove(name);
+    }
+
+    /// A relist of the bindings starts.
+    pub fn revocations_relisting(&self) {
+        self.lock().relisted_revoked = Some(HashSet::new());
+    }
+
+    /// A relist of the bindings ended: the revoked names are those it listed (and later
+    /// events brought).
+    pub fn revocations_relisted(&self) {
+        let mut st = self.lock();
+        if let Some(listed) = st.relisted_revoked.take() {
+            st.revoked = listed;
+        }
+    }
+
+    /// The number of revoked bindings.
+    pub fn revoked(&self) -> usize {
+        self.lock().revoked.len()
+    }
+
+    /// Bindings per flavor, for every flavor a binding named during this index's life
+    /// (0 once none does).
+    pub fn bound_per_flavor(&self) -> Vec<(String, i64)> {
+        let st = self.lock();
+        st.flavors
+            .iter()
+            .zip(&st.bound)
+            .map(|(f, n)| (f.to_string(), *n))
+            .collect()
+    }
+
+    /// How long the bound, registered, unrevoked Node that has gone longest without its
+    /// flavor has been so; `None` when every such Node carries its flavor. One pass over
+    /// the names, made when /metrics is read.
+    pub fn oldest_unflavored(&self) -> Option<Duration> {
+        let mut st = self.lock();
+        let now = st.clock();
+        let oldest = st
+            .names
+            .iter()
+            .filter(|(n, e)| e.unflavored_since != 0 && !st.revoked.contains(&**n))
+            .map(|(_, e)| e.unflavored_since)
+            .min()?;
+        Some(Duration::from_secs(u64::from(now - oldest)))
     }
 
     /// Names known (with a Node, a binding or both).
@@ -441,6 +546,38 @@ mod tests {
         assert_eq!(f.get("c").node, None);
         assert_eq!(f.get("a").node, Some(1));
         assert_eq!(f.len(), 2, "b has neither any more");
+    }
+
+    #[test]
+    fn a_bound_node_counts_as_unflavored_until_it_carries_its_flavor_unless_revoked() {
+        let f = Fleet::new();
+        f.binding("n1", Some(("sweet", 1)));
+        assert_eq!(
+            f.oldest_unflavored(),
+            None,
+            "no Node yet: nothing to flavor"
+        );
+        f.node("n1", Some(2), false);
+        assert!(f.oldest_unflavored().is_some(), "registered, not flavored");
+        f.remember("n1", true, [3, 4]);
+        assert_eq!(f.oldest_unflavored(), None, "flavored");
+        f.remember("n1", false, [5, 6]);
+        assert!(f.oldest_unflavored().is_some(), "lost its flavor");
+        f.revocation("n1", true);
+        assert_eq!(
+            f.oldest_unflavored(),
+            None,
+            "revoked: unflavored on purpose"
+        );
+        assert_eq!(f.revoked(), 1);
+        f.revocations_relisting();
+        f.revocation("n1", false);
+        f.revocations_relisted();
+        assert_eq!(f.revoked(), 0, "a relist that lists it unrevoked");
+        assert!(f.oldest_unflavored().is_some());
+        f.binding("n1", None);
+        assert_eq!(f.oldest_unflavored(), None, "no binding: not kubeflavor's");
+        assert_eq!(f.bound_per_flavor(), vec![("sweet".to_string(), 0)]);
     }
 
     #[test]

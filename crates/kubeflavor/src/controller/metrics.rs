@@ -3,16 +3,20 @@
 //! The exact denial cause is a label here on purpose: /metrics is an admin-only surface,
 //! unlike the CSR conditions a bootstrap identity can read (P1, hidden flavor).
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, AtomicU64};
-use std::time::Instant;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
 
-use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
+
+use kubeflavor_core::policy::DenyCause;
+use kubeflavor_core::serving_policy::ServingDenyCause;
 
 /// Buckets from 1 ms to about 16 s.
 fn duration_histogram() -> Histogram {
@@ -49,6 +53,16 @@ fn answer_histogram() -> Histogram {
     Histogram::new(exponential_buckets(0.00002, 2.0, 15))
 }
 
+/// Every answer kind of the authorization webhook (`AnswerLabels::answer`).
+pub const AUTHZ_ANSWERS: [&str; 6] = [
+    "denied_revoked",
+    "no_opinion",
+    "bad_request",
+    "not_found",
+    "not_synced",
+    "too_large",
+];
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct AnswerLabels {
     /// The authorization webhook's answer: denied_revoked, no_opinion, or an error kind
@@ -59,6 +73,97 @@ pub struct AnswerLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct KindLabels {
     pub kind: String,
+}
+
+/// A Flavor's name: bounded by the Flavor objects an admin made (a binding keeps the
+/// name of a Flavor deleted since; nothing a node or a portal sends becomes one).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct FlavorLabels {
+    flavor: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct FlavorInfoLabels {
+    flavor: String,
+    /// The Flavor's `spec.trustLevel` (0 to 100), or `none`.
+    trust_level: String,
+}
+
+/// What the leader knows of the fleet, read when /metrics is: the bindings per flavor, the
+/// Flavors' trust levels, and Nodes left without their flavor. Only a leader has one (the
+/// node loop's index lives for a leadership term), so a standby shows none of these.
+pub trait FleetCensus: Send + Sync {
+    fn bound_per_flavor(&self) -> Vec<(String, i64)>;
+    fn revoked(&self) -> usize;
+    /// The Flavors as watched, with their trust levels.
+    fn trust_levels(&self) -> Vec<(String, Option<u8>)>;
+    fn oldest_unflavored(&self) -> Option<Duration>;
+}
+
+/// The census of the current leadership term, if this replica leads.
+type CensusSlot = Arc<Mutex<Option<Weak<dyn FleetCensus>>>>;
+
+/// Encodes the census on each scrape (a prometheus-client collector).
+struct CensusCollector(CensusSlot);
+
+impl std::fmt::Debug for CensusCollector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CensusCollector").finish_non_exhaustive()
+    }
+}
+
+impl Collector for CensusCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> std::fmt::Result {
+        let census = self
+            .0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .and_then(Weak::upgrade);
+        let Some(census) = census else {
+            return Ok(());
+        };
+        let bound = Family::<FlavorLabels, Gauge>::default();
+        for (flavor, n) in census.bound_per_flavor() {
+            bound.get_or_create(&FlavorLabels { flavor }).set(n);
+        }
+        bound.encode(encoder.encode_descriptor(
+            "bound_nodes",
+            "FlavorBindings per flavor (revoked ones included), as the leader's node loop sees them",
+            None,
+            bound.metric_type(),
+        )?)?;
+        let info = Family::<FlavorInfoLabels, Gauge>::default();
+        for (flavor, level) in census.trust_levels() {
+            let trust_level = level.map_or_else(|| "none".to_string(), |l| l.to_string());
+            info.get_or_create(&FlavorInfoLabels {
+                flavor,
+                trust_level,
+            })
+            .set(1);
+        }
+        info.encode(encoder.encode_descriptor(
+            "flavor_info",
+            "1 for each Flavor, labelled with its trust level (join on flavor to count the fleet by trust level)",
+            None,
+            info.metric_type(),
+        )?)?;
+        let revoked = ConstGauge::new(i64::try_from(census.revoked()).unwrap_or(i64::MAX));
+        revoked.encode(encoder.encode_descriptor(
+            "revoked_bindings",
+            "FlavorBindings whose Revoked condition is True",
+            None,
+            revoked.metric_type(),
+        )?)?;
+        let oldest = ConstGauge::new(census.oldest_unflavored().map_or(0.0, |d| d.as_secs_f64()));
+        oldest.encode(encoder.encode_descriptor(
+            "oldest_unflavored_node_age_seconds",
+            "How long the bound, registered, unrevoked Node that has gone longest without its flavor's labels and taints has been so (0: every such Node carries its flavor)",
+            None,
+            oldest.metric_type(),
+        )?)?;
+        Ok(())
+    }
 }
 
 /// All metrics, cheap to clone (every field is an Arc inside).
@@ -81,6 +186,7 @@ pub struct Metrics {
     pub stages: Family<StageLabels, Histogram, fn() -> Histogram>,
     pub authz_answers: Family<AnswerLabels, Counter>,
     pub authz_answer_duration: Family<AnswerLabels, Histogram, fn() -> Histogram>,
+    census: CensusSlot,
     registry: Arc<Registry>,
 }
 
@@ -126,6 +232,7 @@ impl Metrics {
             authz_answer_duration: Family::new_with_constructor(
                 answer_histogram as fn() -> Histogram,
             ),
+            census: Arc::default(),
             registry: Arc::default(),
         };
         let mut registry = Registry::with_prefix("kubeflavor");
@@ -135,9 +242,46 @@ impl Metrics {
         metrics.register_leadership(&mut registry);
         metrics.register_diagnostics(&mut registry);
         metrics.register_authz(&mut registry);
+        registry.register_collector(Box::new(CensusCollector(metrics.census.clone())));
+        metrics.start_at_zero();
         Metrics {
             registry: Arc::new(registry),
             ..metrics
+        }
+    }
+
+    /// Every series an alert fires on at its first increase exists from the start, at 0:
+    /// Prometheus' `increase()` sees no increase in a series whose first sample is
+    /// already 1, so a first takeover attempt would otherwise go unnoticed. The errors and
+    /// the webhook's answers start at 0 too, so a dashboard shows none rather than no data.
+    fn start_at_zero(&self) {
+        for cause in DenyCause::ALL {
+            let _ = self.decisions.get_or_create(&DecisionLabels {
+                outcome: "denied".into(),
+                cause: cause.as_str().into(),
+            });
+        }
+        for cause in ServingDenyCause::ALL {
+            let _ = self.serving_decisions.get_or_create(&DecisionLabels {
+                outcome: "denied".into(),
+                cause: cause.as_str().into(),
+            });
+        }
+        for answer in AUTHZ_ANSWERS {
+            let _ = self.authz_answers.get_or_create(&AnswerLabels { answer });
+            let _ = self
+                .authz_answer_duration
+                .get_or_create(&AnswerLabels { answer });
+        }
+        for controller in ["csr", "node"] {
+            for stage in super::Error::STAGES {
+                let labels = ErrorLabels {
+                    controller: controller.into(),
+                    error: stage.into(),
+                };
+                let _ = self.errors.get_or_create(&labels);
+                let _ = self.conflicts.get_or_create(&labels);
+            }
         }
     }
 
@@ -323,6 +467,12 @@ impl Metrics {
             .observe(seconds);
     }
 
+    /// The census /metrics shows from now on (`None`: none, at the end of a leadership
+    /// term). Held weakly: the term's context owns it.
+    pub fn set_census(&self, census: Option<Weak<dyn FleetCensus>>) {
+        *self.census.lock().unwrap_or_else(|e| e.into_inner()) = census;
+    }
+
     /// Records the elapsed time into `histogram` when dropped (controller-rs' measurer).
     pub fn measure(histogram: &Histogram) -> Measurer {
         Measurer {
@@ -371,6 +521,65 @@ mod tests {
         assert!(
             text.contains("kubeflavor_csr_decisions_total{outcome=\"approved\",cause=\"ok\"} 1")
         );
+    }
+
+    struct Census;
+
+    impl FleetCensus for Census {
+        fn bound_per_flavor(&self) -> Vec<(String, i64)> {
+            vec![("sweet".into(), 3)]
+        }
+        fn revoked(&self) -> usize {
+            1
+        }
+        fn trust_levels(&self) -> Vec<(String, Option<u8>)> {
+            vec![("sweet".into(), Some(80)), ("sour".into(), None)]
+        }
+        fn oldest_unflavored(&self) -> Option<Duration> {
+            Some(Duration::from_secs(7))
+        }
+    }
+
+    #[test]
+    fn the_census_shows_while_a_term_holds_it_and_not_after() {
+        let m = Metrics::new();
+        assert!(!m.render().contains("kubeflavor_bound_nodes"), "a standby");
+        let census: Arc<dyn FleetCensus> = Arc::new(Census);
+        m.set_census(Some(Arc::downgrade(&census)));
+        let text = m.render();
+        for line in [
+            "kubeflavor_bound_nodes{flavor=\"sweet\"} 3",
+            "kubeflavor_flavor_info{flavor=\"sweet\",trust_level=\"80\"} 1",
+            "kubeflavor_flavor_info{flavor=\"sour\",trust_level=\"none\"} 1",
+            "kubeflavor_revoked_bindings 1",
+            "kubeflavor_oldest_unflavored_node_age_seconds 7.0",
+        ] {
+            assert!(text.contains(line), "{line} missing from\n{text}");
+        }
+        drop(census);
+        assert!(
+            !m.render().contains("kubeflavor_bound_nodes"),
+            "the term's context is gone"
+        );
+    }
+
+    #[test]
+    fn every_denial_cause_and_webhook_answer_is_exposed_from_the_start() {
+        let text = Metrics::new().render();
+        for cause in DenyCause::ALL {
+            let line = format!(
+                "kubeflavor_csr_decisions_total{{outcome=\"denied\",cause=\"{}\"}} 0",
+                cause.as_str()
+            );
+            assert!(text.contains(&line), "{line}");
+        }
+        for answer in AUTHZ_ANSWERS {
+            let line = format!("kubeflavor_authz_answers_total{{answer=\"{answer}\"}} 0");
+            assert!(text.contains(&line), "{line}");
+        }
+        assert!(text.contains(
+            "kubeflavor_serving_csr_decisions_total{outcome=\"denied\",cause=\"address_not_allowed\"} 0"
+        ));
     }
 
     #[test]

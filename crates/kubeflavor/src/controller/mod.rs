@@ -12,6 +12,7 @@
 
 pub mod approvers;
 pub mod cache;
+pub mod census;
 pub mod csr;
 pub mod fleet;
 pub mod leader;
@@ -223,6 +224,20 @@ pub enum Error {
 }
 
 impl Error {
+    /// Every stage [`Error::metric_label`] names but `halted` (a test's step hook): the
+    /// label values of `reconcile_errors` and `reconcile_conflicts`.
+    pub const STAGES: [&'static str; 9] = [
+        "read",
+        "reserve",
+        "bind",
+        "decide",
+        "token_after_denial",
+        "retire_token",
+        "patch_node",
+        "binding_status",
+        "changed_before_approval",
+    ];
+
     /// The stage that failed, as a metric label.
     pub fn metric_label(&self) -> &'static str {
         match self {
@@ -593,13 +608,18 @@ async fn run_loops(rt: &Runtime, until: Stop) {
     let scope = &rt.opts;
     let (flavors, flavor_events) =
         node::flavor_store(rt.client.clone(), scope, counts_changed.clone());
+    let ctx = Arc::new(Context::new(rt, flavors));
     let feeds = node::Feeds {
         nodes: node::node_events(rt.client.clone(), scope),
-        bindings: node::binding_events(rt.client.clone(), scope),
+        bindings: census::note_revocations(
+            ctx.clone(),
+            node::binding_events(rt.client.clone(), scope),
+        ),
         flavors: flavor_events,
         counts_changed: counts_changed.clone(),
     };
-    let ctx = Arc::new(Context::new(rt, flavors));
+    let fleet_census: Arc<dyn metrics::FleetCensus> = ctx.clone();
+    rt.metrics.set_census(Some(Arc::downgrade(&fleet_census)));
     let csr_loop = csr::run(ctx.clone(), until.clone());
     let node_loop = node::run(ctx.clone(), feeds, until.clone());
     let counts = node::keep_bound_counts(ctx.clone(), counts_changed, until.clone());
@@ -650,6 +670,7 @@ async fn run_loops(rt: &Runtime, until: Stop) {
         }
     };
     tokio::join!(bounded, term_end);
+    rt.metrics.set_census(None);
 }
 
 /// How long the work of an ended term may take to stop before it is dropped.

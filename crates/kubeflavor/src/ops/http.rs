@@ -19,6 +19,8 @@ use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::net::TcpListener;
 
+use super::text_format;
+
 /// What `/metrics` shows: the controller's metrics, or the join-token API's.
 pub trait Exposition: Send + Sync + 'static {
     /// The OpenMetrics text exposition.
@@ -127,11 +129,27 @@ fn respond(status: StatusCode, content_type: &str, body: String) -> Response<Ful
 }
 
 pub fn route(path: &str, health: &Health, metrics: &dyn Exposition) -> Response<Full<Bytes>> {
+    route_accepting(path, None, health, metrics)
+}
+
+/// Answers `path`; `/metrics` in OpenMetrics when `accept` asks for it (Prometheus'
+/// scrapes do), in the Prometheus text format otherwise.
+pub fn route_accepting(
+    path: &str,
+    accept: Option<&str>,
+    health: &Health,
+    metrics: &dyn Exposition,
+) -> Response<Full<Bytes>> {
     match path {
+        "/metrics" if text_format::wants_openmetrics(accept) => respond(
+            StatusCode::OK,
+            text_format::OPENMETRICS_TEXT,
+            metrics.render(),
+        ),
         "/metrics" => respond(
             StatusCode::OK,
-            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-            metrics.render(),
+            text_format::PROMETHEUS_TEXT,
+            text_format::prometheus_text(&metrics.render()),
         ),
         "/healthz" | "/livez" => respond(StatusCode::OK, "text/plain", "ok\n".into()),
         "/readyz" if health.is_ready() => respond(StatusCode::OK, "text/plain", "ok\n".into()),
@@ -170,7 +188,11 @@ pub async fn serve(
         let metrics = metrics.clone();
         tokio::spawn(async move {
             let svc = service_fn(move |req: Request<Incoming>| {
-                let resp = route(req.uri().path(), &health, metrics.as_ref());
+                let accept = req
+                    .headers()
+                    .get(http::header::ACCEPT)
+                    .and_then(|v| v.to_str().ok());
+                let resp = route_accepting(req.uri().path(), accept, &health, metrics.as_ref());
                 async move { Ok::<_, Infallible>(resp) }
             });
             let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());

@@ -5,5 +5,6 @@
 
 pub mod connection;
 pub mod http;
+pub mod text_format;
 pub mod tls;
 pub mod trail;

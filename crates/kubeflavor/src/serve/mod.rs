@@ -80,7 +80,13 @@ struct CodeLabels {
     code: u16,
 }
 
-/// The API's metrics.
+/// The answers the join-token API's alerts watch: 401 (no or a bad token), 403 (a flavor
+/// the caller may not mint), 429 (over the caller's rate), 500 and 503.
+const ALERTED_CODES: [u16; 5] = [401, 403, 429, 500, 503];
+
+/// The API's metrics. `caller` is the user name a TokenReview authenticated and a
+/// SubjectAccessReview allowed to mint the flavor: bounded by the identities RBAC lets
+/// mint (a request without that right is counted only by its status code).
 #[derive(Clone)]
 pub struct ServeMetrics {
     mints: Family<MintLabels, Counter>,
@@ -112,6 +118,11 @@ impl Default for ServeMetrics {
             "Answers of the join-token API by HTTP status code",
             responses.clone(),
         );
+        // The answers the alerts watch exist from the start, at 0 (see the controller's
+        // `Metrics::start_at_zero`).
+        for code in ALERTED_CODES {
+            let _ = responses.get_or_create(&CodeLabels { code });
+        }
         ServeMetrics {
             mints,
             input_labels,

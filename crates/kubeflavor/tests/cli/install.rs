@@ -274,3 +274,43 @@ async fn kubectl_get_shows_the_printer_columns() {
     assert!(cells[7].is_null(), "no status yet: {cells}");
     env.kf(&["flavor", "delete", &name]).await.expect_ok();
 }
+
+/// `install --apply --monitoring` where the Prometheus Operator's CRDs are not installed
+/// (testkube; a real cluster without them) refuses before applying anything, and says
+/// what to do instead.
+#[tokio::test]
+async fn install_apply_monitoring_without_the_operator_applies_nothing_and_says_why() {
+    let env = Env::start().await;
+    let served = env
+        .client
+        .list_api_group_resources("monitoring.coreos.com/v1")
+        .await
+        .is_ok();
+    if served {
+        crate::support::skip("this cluster serves the Prometheus Operator's API");
+        return;
+    }
+    let out = env
+        .kf(&[
+            "install",
+            "--apply",
+            "--replicas",
+            "0",
+            "--monitoring",
+            "-n",
+            &env.name("mon"),
+        ])
+        .await;
+    assert!(!out.ok(), "{out:?}");
+    assert!(out.stderr.contains("Prometheus Operator"), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("monitoring/kubeflavor-rules.yaml"),
+        "{}",
+        out.stderr
+    );
+    assert!(
+        out.stdout.is_empty(),
+        "something was applied: {}",
+        out.stdout
+    );
+}

@@ -105,8 +105,12 @@ async fn only_the_leader_decides() {
         .await;
     assert_eq!(h.decision(&csr).await, "Approved");
     assert!(
-        !b.metrics.render().contains("outcome="),
-        "the standby wrote nothing"
+        b.metrics
+            .render()
+            .lines()
+            .filter(|l| l.starts_with("kubeflavor_csr_decisions_total{"))
+            .all(|l| l.ends_with(" 0")),
+        "the standby decided nothing"
     );
     assert!(b.metrics.render().contains("kubeflavor_leader 0"));
     a.stop().await;

@@ -1,6 +1,7 @@
 //! The controller, run in-process against a cluster: the join flow from CSR to flavored
 //! Node, the CSR policy as the API sees it, attacks on it, API faults, leader election, and
-//! the join-token API that mints tokens for portals, and who else approves kubelet CSRs.
+//! the join-token API that mints tokens for portals, who else approves kubelet CSRs, and the
+//! series the alerts and the dashboard read.
 //!
 //! `cargo test -p kubeflavor --test controller [name filter]`
 
@@ -16,7 +17,9 @@ mod faults;
 mod flow;
 mod input_labels;
 mod leader;
+mod monitoring;
 mod policy;
+mod promql;
 mod serve;
 mod serve_shape;
 mod serving;

@@ -2,6 +2,7 @@
 //! pipe into `kubectl apply -f -`), or applied directly with server-side apply.
 
 mod authz;
+mod monitoring;
 mod pods;
 mod rbac;
 mod serve;
@@ -120,6 +121,13 @@ pub struct InstallArgs {
     /// kubeconfig, and the kubeadm ClusterConfiguration that sets both.
     #[arg(long, conflicts_with = "apply")]
     pub authz_config: bool,
+    /// Also install what watches kubeflavor, for clusters with the Prometheus Operator and
+    /// Grafana's dashboard sidecar: a PodMonitor for /metrics of the controller and the
+    /// join-token API, the alert rules as a PrometheusRule, and the Grafana dashboard as a
+    /// ConfigMap labelled grafana_dashboard: "1". The same rules and dashboard are the
+    /// files of the repository's monitoring/ directory.
+    #[arg(long)]
+    pub monitoring: bool,
 }
 
 /// One object of the install set, with the comments printed above it.
@@ -130,6 +138,10 @@ pub struct Document {
     pub rule_notes: Vec<String>,
     /// Comments printed above fields, by key path (see [`Document::note`]).
     pub notes: Vec<(String, String)>,
+    /// A top-level field printed last, as this YAML text (indented below its key) rather
+    /// than as the serializer writes it: for content that must read as the file it comes
+    /// from (the alert rules, the dashboard). `object` holds the same content, parsed.
+    pub verbatim: Option<(&'static str, String)>,
 }
 
 impl Document {
@@ -145,6 +157,7 @@ impl Document {
             object,
             rule_notes,
             notes: Vec::new(),
+            verbatim: None,
         }
     }
 
@@ -183,6 +196,9 @@ impl Document {
             Value::Object(map) if !self.rule_notes.is_empty() => map.remove("rules"),
             _ => None,
         };
+        if let (Some((key, _)), Value::Object(map)) = (&self.verbatim, &mut object) {
+            map.remove(*key);
+        }
         text.push_str(
             &with_notes(&output::to_yaml(&object)?, &self.notes).map_err(|path| {
                 CliError::failed(
@@ -207,6 +223,9 @@ impl Document {
                 }
             }
         }
+        if let Some((key, yaml)) = &self.verbatim {
+            text.push_str(&format!("{key}:\n{yaml}"));
+        }
         Ok(text)
     }
 }
@@ -230,6 +249,8 @@ pub struct Mode {
     pub serve: Option<ServePlan>,
     /// The controller serves the authorization webhook (`--authz-webhook`).
     pub authz: bool,
+    /// What watches kubeflavor is installed too (`--monitoring`).
+    pub monitoring: bool,
 }
 
 impl Mode {
@@ -255,6 +276,7 @@ impl Mode {
             token_node_read: !args.no_token_node_read,
             serve,
             authz: args.authz_webhook,
+            monitoring: args.monitoring,
         })
     }
 
@@ -305,6 +327,9 @@ pub fn documents(namespace: &str, image: &str, replicas: u16, mode: Mode) -> Vec
     }
     if let Some(plan) = mode.serve {
         docs.extend(serve::documents(namespace, image, replicas > 0, plan));
+    }
+    if mode.monitoring {
+        docs.extend(monitoring::documents(namespace));
     }
     docs
 }
@@ -404,6 +429,9 @@ fn resource_of(doc: &Document) -> Result<(ApiResource, bool)> {
         "ValidatingAdmissionPolicyBinding" => ("validatingadmissionpolicybindings", false),
         "MutatingAdmissionPolicy" => ("mutatingadmissionpolicies", false),
         "MutatingAdmissionPolicyBinding" => ("mutatingadmissionpolicybindings", false),
+        "ConfigMap" => ("configmaps", true),
+        "PodMonitor" => ("podmonitors", true),
+        "PrometheusRule" => ("prometheusrules", true),
         other => {
             return Err(CliError::failed(
                 format!("install set holds an unexpected kind {other}"),
@@ -432,6 +460,9 @@ pub async fn apply(cluster: &Cluster, args: &InstallArgs, out: &mut dyn Write) -
     let image = args.image.clone().unwrap_or_else(default_image);
     let mode = Mode::of(args)?;
     let mut docs = documents(&args.namespace, &image, args.replicas, mode);
+    if mode.monitoring {
+        monitoring::refuse_without_operator(cluster).await?;
+    }
     let served = unverified_policy::served(&cluster.client)
         .await
         .map_err(|e| cluster.error("ask the API server which admission APIs it serves", e))?;

@@ -614,6 +614,7 @@ fn with_serve_flags(replicas: u16, per_minute: u32, burst: u32) -> InstallArgs {
         serve_burst: burst,
         authz_webhook: false,
         authz_config: false,
+        monitoring: false,
     }
 }
 
@@ -1231,4 +1232,110 @@ fn printed_install_names_the_version_the_policy_needs() {
         .join(" ");
     assert!(head.contains("need Kubernetes v1.36 or later"), "{head}");
     assert!(head.contains("registerWithTaints"), "{head}");
+}
+
+/// `install --monitoring`'s objects, printed as `kubectl apply` reads them.
+fn monitoring_docs() -> (Vec<Document>, Vec<Value>) {
+    let docs = documents(
+        "kubeflavor",
+        "example.com/kubeflavor:test",
+        2,
+        Mode {
+            monitoring: true,
+            serve: Some(ServePlan::default()),
+            ..Mode::default_install()
+        },
+    );
+    let text = render_all(&docs).unwrap();
+    let parsed: Vec<Value> = serde_saphyr::from_multiple(&text).unwrap();
+    let parsed = parsed.into_iter().filter(|v| !v.is_null()).collect();
+    (docs, parsed)
+}
+
+#[test]
+fn monitoring_prints_the_repository_files_byte_for_byte() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../monitoring");
+    let rules_file = std::fs::read_to_string(root.join("kubeflavor-rules.yaml")).unwrap();
+    let dashboard_file = std::fs::read_to_string(root.join("kubeflavor-dashboard.json")).unwrap();
+    assert_eq!(monitoring::RULES, rules_file);
+    assert_eq!(monitoring::DASHBOARD, dashboard_file);
+
+    let (docs, parsed) = monitoring_docs();
+    let text = render_all(&docs).unwrap();
+    let indented: String = rules_file
+        .lines()
+        .map(|l| {
+            if l.is_empty() {
+                "\n".to_string()
+            } else {
+                format!("  {l}\n")
+            }
+        })
+        .collect();
+    assert!(
+        text.contains("kind: PrometheusRule\n") && text.contains(&format!("spec:\n{indented}")),
+        "the PrometheusRule's spec is not the rules file as it is:\n{text}"
+    );
+    let of = |kind: &str| {
+        parsed
+            .iter()
+            .find(|v| v["kind"] == kind)
+            .unwrap_or_else(|| panic!("no {kind} printed"))
+    };
+    let rules: Value = serde_saphyr::from_str(&rules_file).unwrap();
+    assert_eq!(of("PrometheusRule")["spec"], rules);
+    let dashboard = of("ConfigMap");
+    assert_eq!(
+        dashboard["data"][monitoring::DASHBOARD_KEY].as_str(),
+        Some(dashboard_file.as_str()),
+        "the ConfigMap does not hold the dashboard file byte for byte"
+    );
+    assert_eq!(dashboard["metadata"]["labels"]["grafana_dashboard"], "1");
+    for (read, doc) in parsed.iter().zip(&docs) {
+        assert_eq!(
+            read,
+            &doc.object,
+            "{} {} does not survive YAML",
+            doc.kind(),
+            doc.name()
+        );
+    }
+}
+
+#[test]
+fn the_pod_monitor_scrapes_the_http_port_of_the_controller_and_the_join_token_api() {
+    let (docs, _) = monitoring_docs();
+    let monitor = find(&docs, "PodMonitor", "kubeflavor");
+    let spec = &monitor.object["spec"];
+    assert_eq!(spec["podMetricsEndpoints"][0]["port"], "http");
+    assert_eq!(spec["podMetricsEndpoints"][0]["path"], "/metrics");
+    for deployment in ["kubeflavor-controller", SERVE] {
+        let pod = &find(&docs, "Deployment", deployment).object["spec"]["template"];
+        let labels = &pod["metadata"]["labels"];
+        assert_eq!(
+            labels["app.kubernetes.io/name"],
+            spec["selector"]["matchLabels"]["app.kubernetes.io/name"]
+        );
+        let component = labels["app.kubernetes.io/component"].as_str().unwrap();
+        assert!(
+            strings(&spec["selector"]["matchExpressions"][0]["values"])
+                .contains(&component.to_string()),
+            "{deployment}'s pods are not selected"
+        );
+        let ports = pod["spec"]["containers"][0]["ports"].as_array().unwrap();
+        assert!(
+            ports.iter().any(|p| p["name"] == "http"),
+            "{deployment} has no port named http"
+        );
+    }
+    for doc in &docs {
+        resource_of(doc).unwrap();
+    }
+}
+
+#[test]
+fn without_monitoring_nothing_of_the_prometheus_operator_is_printed() {
+    let text = render_all(&docs()).unwrap();
+    assert!(!text.contains("monitoring.coreos.com"));
+    assert!(!text.contains("grafana_dashboard"));
 }

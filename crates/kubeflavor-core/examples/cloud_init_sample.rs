@@ -38,7 +38,7 @@ fn main() {
     let pin: CaPin = format!("sha256:{}", "0".repeat(64))
         .parse()
         .expect("a well-formed pin");
-    let doc = user_data(&a.endpoint, &token, &[pin]);
+    let doc = user_data(&a.endpoint, &token, &[pin], &[]);
     if !a.join_configuration {
         print!("{}", doc.as_str());
         return;

@@ -7,11 +7,17 @@
 //!
 //! The node registers tainted [`UNVERIFIED_TAINT`]`:NoSchedule`, as with `kubeflavor join`:
 //! no ordinary pod lands on it until the controller has flavored it (and removed the taint).
+//!
+//! SSH keys given for the machine go to cloud-init's top-level `ssh_authorized_keys`,
+//! which installs them for the image's default user. Each is written as the canonical line
+//! of a parsed [`SshPublicKey`], in a double-quoted scalar: nothing from the request
+//! reaches the document as YAML syntax or as a second authorized_keys line.
 
 use zeroize::Zeroizing;
 
 use crate::flavor::UNVERIFIED_TAINT;
 use crate::pin::CaPin;
+use crate::ssh_key::SshPublicKey;
 use crate::token::BootstrapToken;
 
 /// Where the join configuration is written on the machine.
@@ -24,14 +30,27 @@ fn quoted(s: &str) -> String {
 
 /// The `#cloud-config` document joining the API server at `endpoint` (`host:port`) with
 /// `token`, trusting the CA whose public key matches one of `pins`. It carries the token:
-/// the buffer is wiped when dropped.
-pub fn user_data(endpoint: &str, token: &BootstrapToken, pins: &[CaPin]) -> Zeroizing<String> {
+/// the buffer is wiped when dropped. `ssh_keys`, if any, are installed for the image's
+/// default user; without them the document has no `ssh_authorized_keys` at all.
+pub fn user_data(
+    endpoint: &str,
+    token: &BootstrapToken,
+    pins: &[CaPin],
+    ssh_keys: &[SshPublicKey],
+) -> Zeroizing<String> {
     let mut doc = Zeroizing::new(String::new());
     doc.push_str("#cloud-config\n");
     doc.push_str(&format!(
         "# Joins this machine to the Kubernetes cluster at {endpoint} on first boot. The join\n\
          # configuration holds a bootstrap token: root-only, and removed once kubeadm has run.\n"
     ));
+    if !ssh_keys.is_empty() {
+        doc.push_str("# SSH keys installed for the image's default user.\n");
+        doc.push_str("ssh_authorized_keys:\n");
+        for key in ssh_keys {
+            doc.push_str(&format!("  - {}\n", quoted(&key.to_string())));
+        }
+    }
     doc.push_str("write_files:\n");
     doc.push_str(&format!("  - path: {JOIN_CONFIG_PATH}\n"));
     doc.push_str("    owner: root:root\n");
@@ -82,7 +101,7 @@ mod tests {
     #[test]
     fn the_document_is_cloud_config_yaml_with_a_kubeadm_join_configuration() {
         let token: BootstrapToken = "abcdef.0123456789abcdef".parse().unwrap();
-        let doc = user_data("[2001:db8::1]:6443", &token, &[pin('a'), pin('b')]);
+        let doc = user_data("[2001:db8::1]:6443", &token, &[pin('a'), pin('b')], &[]);
         assert!(doc.starts_with("#cloud-config\n"));
         let v: Value = serde_saphyr::from_str(&doc).expect("YAML");
         let file = &v["write_files"][0];
@@ -115,7 +134,7 @@ mod tests {
     #[test]
     fn the_node_registers_with_the_unverified_taint_only() {
         let token: BootstrapToken = "abcdef.0123456789abcdef".parse().unwrap();
-        let doc = user_data("192.0.2.10:6443", &token, &[pin('d')]);
+        let doc = user_data("192.0.2.10:6443", &token, &[pin('d')], &[]);
         let v: Value = serde_saphyr::from_str(&doc).expect("YAML");
         let config: Value =
             serde_saphyr::from_str(v["write_files"][0]["content"].as_str().expect("content"))
@@ -129,8 +148,103 @@ mod tests {
     #[test]
     fn the_token_is_never_on_a_command_line() {
         let token: BootstrapToken = "abcdef.0123456789abcdef".parse().unwrap();
-        let doc = user_data("192.0.2.10:6443", &token, &[pin('c')]);
+        let doc = user_data("192.0.2.10:6443", &token, &[pin('c')], &[]);
         let v: Value = serde_saphyr::from_str(&doc).expect("YAML");
         assert!(!v["runcmd"].to_string().contains("0123456789abcdef"));
+    }
+
+    /// The document as it was before SSH keys existed, byte for byte: a mint without keys
+    /// hands out exactly what it did.
+    const WITHOUT_KEYS: &str = r#"#cloud-config
+# Joins this machine to the Kubernetes cluster at 192.0.2.10:6443 on first boot. The join
+# configuration holds a bootstrap token: root-only, and removed once kubeadm has run.
+write_files:
+  - path: /etc/kubeflavor/join.yaml
+    owner: root:root
+    permissions: "0600"
+    content: |
+      apiVersion: kubeadm.k8s.io/v1beta4
+      kind: JoinConfiguration
+      nodeRegistration:
+        taints:
+          - key: "kubeflavor.io/unverified"
+            effect: NoSchedule
+      discovery:
+        bootstrapToken:
+          apiServerEndpoint: "192.0.2.10:6443"
+          token: "abcdef.0123456789abcdef"
+          caCertHashes:
+            - "sha256:0000000000000000000000000000000000000000000000000000000000000000"
+runcmd:
+  - [kubeadm, join, --config, /etc/kubeflavor/join.yaml]
+  - [rm, -f, /etc/kubeflavor/join.yaml]
+"#;
+
+    const ED25519: &str =
+        "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAID+0lgOSrsnOWjEuQ1dz93pw8CBgeAOVFgwIhwItULwX";
+    const ECDSA_P256: &str = "ecdsa-sha2-nistp256 AAAAE2VjZHNhLXNoYTItbmlzdHAyNTYAAAAIbmlzdHAyNTYAAABBBD29e5DCjIoY8lj3UG7bstFu/yFtVkC3ZD8bTd3a39VsSZ1/cUZ+B6DyKzYj+VkUPoPzrqhpVXqAWRY7HbTfiQk=";
+
+    fn sample(ssh_keys: &[SshPublicKey]) -> Zeroizing<String> {
+        let token: BootstrapToken = "abcdef.0123456789abcdef".parse().unwrap();
+        user_data("192.0.2.10:6443", &token, &[pin('0')], ssh_keys)
+    }
+
+    /// Keys whose comments hold what YAML and authorized_keys would read as syntax.
+    fn keys() -> Vec<SshPublicKey> {
+        [
+            format!("{ED25519} alice@laptop"),
+            format!(r#"{ECDSA_P256} "x": # - [y] \ z'"#),
+            ED25519.replace("AAAAID+0", "AAAAID+1"),
+        ]
+        .iter()
+        .map(|line| line.parse().expect("a valid key"))
+        .collect()
+    }
+
+    #[test]
+    fn without_keys_the_document_is_unchanged() {
+        let doc = sample(&[]);
+        assert_eq!(doc.as_str(), WITHOUT_KEYS);
+        assert!(!doc.contains("ssh_authorized_keys"));
+    }
+
+    #[test]
+    fn keys_are_cloud_inits_ssh_authorized_keys_as_canonical_lines() {
+        let keys = keys();
+        let doc = sample(&keys);
+        let v: Value = serde_saphyr::from_str(&doc).expect("YAML");
+        let lines: Vec<String> = keys.iter().map(|k| k.to_string()).collect();
+        assert_eq!(v["ssh_authorized_keys"], serde_json::json!(lines));
+        assert_eq!(
+            v["ssh_authorized_keys"][1],
+            format!(r#"{ECDSA_P256} "x": # - [y] \ z'"#)
+        );
+        assert!(doc.contains("# SSH keys installed for the image's default user.\n"));
+    }
+
+    #[test]
+    fn keys_change_nothing_else_in_the_document() {
+        let mut with: Value = serde_saphyr::from_str(&sample(&keys())).expect("YAML");
+        let without: Value = serde_saphyr::from_str(WITHOUT_KEYS).expect("YAML");
+        assert!(
+            with.as_object_mut()
+                .unwrap()
+                .remove("ssh_authorized_keys")
+                .is_some()
+        );
+        assert_eq!(with, without);
+    }
+
+    #[test]
+    fn with_keys_the_token_is_still_only_in_the_root_only_file() {
+        let doc = sample(&keys());
+        let v: Value = serde_saphyr::from_str(&doc).expect("YAML");
+        assert!(!v["runcmd"].to_string().contains("0123456789abcdef"));
+        assert!(
+            !v["ssh_authorized_keys"]
+                .to_string()
+                .contains("0123456789abcdef")
+        );
+        assert_eq!(doc.matches("0123456789abcdef").count(), 1);
     }
 }

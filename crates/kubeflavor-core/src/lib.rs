@@ -31,6 +31,7 @@ pub mod unverified_policy;
 pub mod cloud_init;
 pub mod mint_rate;
 pub mod mint_request;
+pub mod ssh_key;
 
 // Discovery, copy-certs, PKI and the kubelet CSR (core-crypto).
 pub mod certkey;

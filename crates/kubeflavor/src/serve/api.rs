@@ -465,7 +465,12 @@ async fn mint_token(
     let token = mint(&server.cluster, &meta, expiration, minting::generate).await?;
     let minted = Minted {
         join_line: join_command_line(&target, &token),
-        cloud_init: kubeflavor_core::cloud_init::user_data(&target.endpoint, &token, &target.pins),
+        cloud_init: kubeflavor_core::cloud_init::user_data(
+            &target.endpoint,
+            &token,
+            &target.pins,
+            &[],
+        ),
         token,
         flavor: flavor.clone(),
         expiration,

@@ -4,10 +4,12 @@
 //!
 //!     cargo run -p kubeflavor-core --example cloud_init_sample > user-data.yaml
 //!     cargo run -p kubeflavor-core --example cloud_init_sample -- --join-configuration > join.yaml
+//!     cargo run -p kubeflavor-core --example cloud_init_sample -- --ssh-key > with-key.yaml
 
 use clap::Parser;
 use kubeflavor_core::cloud_init::{JOIN_CONFIG_PATH, user_data};
 use kubeflavor_core::pin::CaPin;
+use kubeflavor_core::ssh_key::SshPublicKey;
 use kubeflavor_core::token::BootstrapToken;
 
 #[path = "support/args.rs"]
@@ -27,7 +29,14 @@ struct Args {
     /// The API server endpoint (`host:port`) the document joins.
     #[arg(long, default_value = "192.0.2.10:6443")]
     endpoint: String,
+    /// Add a sample SSH key (ed25519, of no one) for the image's default user, as a mint
+    /// with `sshAuthorizedKeys` does.
+    #[arg(long)]
+    ssh_key: bool,
 }
+
+/// An ed25519 public key of 32 sample bytes: a well-formed key no one holds.
+const SAMPLE_SSH_KEY: &str = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIAcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcH sample@kubeflavor";
 
 /// Not a token of any cluster: the example token of kubeadm's documentation.
 const SAMPLE_TOKEN: &str = "abcdef.0123456789abcdef";
@@ -38,7 +47,11 @@ fn main() {
     let pin: CaPin = format!("sha256:{}", "0".repeat(64))
         .parse()
         .expect("a well-formed pin");
-    let doc = user_data(&a.endpoint, &token, &[pin], &[]);
+    let keys: Vec<SshPublicKey> = match a.ssh_key {
+        true => vec![SAMPLE_SSH_KEY.parse().expect("a well-formed key")],
+        false => Vec::new(),
+    };
+    let doc = user_data(&a.endpoint, &token, &[pin], &keys);
     if !a.join_configuration {
         print!("{}", doc.as_str());
         return;

@@ -9,6 +9,8 @@
 //!
 //! `labels` are the node administrator's input labels ([`crate::input_labels`]): read here
 //! as plain strings, admitted against the Flavor's allowlist by [`within_limits`].
+//! `sshAuthorizedKeys` are OpenSSH public keys for the cloud-init document
+//! ([`crate::ssh_key`]), checked here whole.
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
@@ -20,6 +22,7 @@ use serde_json::{Map, Value};
 
 use crate::flavor::FlavorRules;
 use crate::input_labels::{InputLabelRefusal, InputLabels, MAX_INPUT_KEYS};
+use crate::ssh_key::{MAX_SSH_KEYS, SshKeyListError, SshPublicKey, check_keys};
 use crate::token_limits::LimitExceeded;
 use crate::token_meta::IssuedTo;
 use crate::ttl::TokenTtl;
@@ -40,6 +43,8 @@ pub struct MintRequest {
     pub output: MintOutput,
     /// The input labels asked for, as sent (the Flavor decides which it allows).
     pub labels: BTreeMap<String, String>,
+    /// Keys the cloud-init document installs for the image's default user.
+    pub ssh_authorized_keys: Vec<SshPublicKey>,
 }
 
 /// What the answer carries besides the token and the join line.
@@ -59,6 +64,7 @@ pub enum FieldReason {
     NotSupported,
     Forbidden,
     TooMany,
+    Duplicate,
 }
 
 impl FieldReason {
@@ -69,6 +75,7 @@ impl FieldReason {
             FieldReason::NotSupported => "FieldValueNotSupported",
             FieldReason::Forbidden => "FieldValueForbidden",
             FieldReason::TooMany => "FieldValueTooMany",
+            FieldReason::Duplicate => "FieldValueDuplicate",
         }
     }
 }
@@ -104,7 +111,14 @@ fn describe(problems: &[FieldProblem]) -> String {
 }
 
 /// The fields a request may carry.
-pub const FIELDS: [&str; 5] = ["issuedTo", "ttl", "maxNodes", "output", "labels"];
+pub const FIELDS: [&str; 6] = [
+    "issuedTo",
+    "ttl",
+    "maxNodes",
+    "output",
+    "labels",
+    "sshAuthorizedKeys",
+];
 
 /// Parses and checks a request body. Every field problem is reported, not just the first.
 pub fn parse(body: &[u8]) -> Result<MintRequest, MintRequestError> {
@@ -130,6 +144,7 @@ pub fn parse(body: &[u8]) -> Result<MintRequest, MintRequestError> {
     let max_nodes = max_nodes(&fields, &mut problems);
     let output = output(&fields, &mut problems);
     let labels = labels(&fields, &mut problems);
+    let ssh_authorized_keys = ssh_authorized_keys(&fields, &mut problems);
     match (issued_to, problems.is_empty()) {
         (Some(issued_to), true) => Ok(MintRequest {
             issued_to,
@@ -137,6 +152,7 @@ pub fn parse(body: &[u8]) -> Result<MintRequest, MintRequestError> {
             max_nodes,
             output,
             labels,
+            ssh_authorized_keys,
         }),
         _ => Err(MintRequestError::Invalid(problems)),
     }
@@ -471,6 +487,71 @@ fn labels(
     labels
 }
 
+/// `sshAuthorizedKeys`: at most [`MAX_SSH_KEYS`] strings, each one OpenSSH public key, none
+/// given twice; each bad entry reported on its own (`sshAuthorizedKeys[1]`).
+fn ssh_authorized_keys(
+    fields: &Map<String, Value>,
+    problems: &mut Vec<FieldProblem>,
+) -> Vec<SshPublicKey> {
+    let field = "sshAuthorizedKeys";
+    let Some(value) = fields.get(field) else {
+        return Vec::new();
+    };
+    let Some(items) = value.as_array() else {
+        problem(
+            problems,
+            field,
+            FieldReason::Invalid,
+            "must be a list of OpenSSH public keys, e.g. [\"ssh-ed25519 AAAA... alice@laptop\"]"
+                .into(),
+        );
+        return Vec::new();
+    };
+    if items.len() > MAX_SSH_KEYS {
+        problem(
+            problems,
+            field,
+            FieldReason::TooMany,
+            format!("{} keys; at most {MAX_SSH_KEYS} are taken", items.len()),
+        );
+        return Vec::new();
+    }
+    let before = problems.len();
+    let mut keys = Vec::new();
+    for (index, item) in items.iter().enumerate() {
+        let at = format!("{field}[{index}]");
+        match item.as_str().map(str::parse::<SshPublicKey>) {
+            Some(Ok(key)) => keys.push(key),
+            Some(Err(e)) => problem(problems, &at, FieldReason::Invalid, e.to_string()),
+            None => problem(
+                problems,
+                &at,
+                FieldReason::Invalid,
+                "must be a string".into(),
+            ),
+        }
+    }
+    if problems.len() > before {
+        return Vec::new();
+    }
+    match check_keys(&keys) {
+        Ok(()) => keys,
+        Err(SshKeyListError::Duplicate { index, first, .. }) => {
+            problem(
+                problems,
+                &format!("{field}[{index}]"),
+                FieldReason::Duplicate,
+                format!("the same key as {field}[{first}]; give each key once"),
+            );
+            Vec::new()
+        }
+        Err(e) => {
+            problem(problems, field, FieldReason::Invalid, e.to_string());
+            Vec::new()
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -697,6 +778,60 @@ mod tests {
         assert_eq!(
             fields_of(parse(body.as_bytes()).unwrap_err()),
             [("labels".to_string(), FieldReason::TooMany)]
+        );
+    }
+
+    /// An ed25519 key line as ssh-keygen writes it, built from 32 bytes.
+    fn ed25519_line(byte: u8, comment: &str) -> String {
+        use base64::Engine;
+        let mut blob = Vec::new();
+        for part in [&b"ssh-ed25519"[..], &[byte; 32][..]] {
+            blob.extend_from_slice(&(part.len() as u32).to_be_bytes());
+            blob.extend_from_slice(part);
+        }
+        let b64 = base64::engine::general_purpose::STANDARD.encode(blob);
+        format!("ssh-ed25519 {b64} {comment}")
+    }
+
+    #[test]
+    fn ssh_keys_are_read_whole_and_each_problem_named() {
+        let (a, b) = (ed25519_line(1, "alice@laptop"), ed25519_line(2, "bob"));
+        let body = serde_json::json!({"issuedTo": "x", "sshAuthorizedKeys": [a, b]}).to_string();
+        let r = parse(body.as_bytes()).expect("valid");
+        assert_eq!(r.ssh_authorized_keys.len(), 2);
+        assert_eq!(r.ssh_authorized_keys[0].to_string(), a);
+        let bad = serde_json::json!({"issuedTo": "x", "sshAuthorizedKeys": [
+            a, "ssh-dss AAAA", 7, format!("command=\"sh\" {b}"),
+        ]})
+        .to_string();
+        assert_eq!(
+            fields_of(parse(bad.as_bytes()).unwrap_err()),
+            [
+                ("sshAuthorizedKeys[1]".to_string(), FieldReason::Invalid),
+                ("sshAuthorizedKeys[2]".to_string(), FieldReason::Invalid),
+                ("sshAuthorizedKeys[3]".to_string(), FieldReason::Invalid),
+            ]
+        );
+        let again = serde_json::json!({"issuedTo": "x", "sshAuthorizedKeys": [
+            a, ed25519_line(1, "another comment"),
+        ]})
+        .to_string();
+        assert_eq!(
+            fields_of(parse(again.as_bytes()).unwrap_err()),
+            [("sshAuthorizedKeys[1]".to_string(), FieldReason::Duplicate)]
+        );
+        let many: Vec<String> = (0..=MAX_SSH_KEYS as u8)
+            .map(|i| ed25519_line(i, "k"))
+            .collect();
+        let body = serde_json::json!({"issuedTo": "x", "sshAuthorizedKeys": many}).to_string();
+        assert_eq!(
+            fields_of(parse(body.as_bytes()).unwrap_err()),
+            [("sshAuthorizedKeys".to_string(), FieldReason::TooMany)]
+        );
+        let body = br#"{"issuedTo": "x", "sshAuthorizedKeys": "ssh-ed25519 AAAA"}"#;
+        assert_eq!(
+            fields_of(parse(body).unwrap_err()),
+            [("sshAuthorizedKeys".to_string(), FieldReason::Invalid)]
         );
     }
 }

@@ -18,6 +18,7 @@
 //! Events. `kubeflavor install --apply --replicas 0` stays, as with the e2e suites. The
 //! controller runs in-process, scoped to the run's names as the e2e suites scope theirs.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 use std::time::{Duration, Instant};
@@ -28,10 +29,11 @@ use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::events::v1::Event;
 use kube::Api;
-use kube::api::{ListParams, WatchEvent, WatchParams};
+use kube::api::{ListParams, Patch, PatchParams, WatchEvent, WatchParams};
 use kubeflavor::controller::{self, Options, Runtime};
 use kubeflavor::crd::FlavorBinding;
 use kubeflavor_core::flavor::{FLAVOR_LABEL, TRUST_LEVEL_LABEL, UNVERIFIED_TAINT};
+use kubeflavor_core::input_labels::INPUT_LABEL_PREFIX;
 use serde_json::json;
 
 #[path = "../../kubeflavor-core/examples/support/args.rs"]
@@ -181,6 +183,10 @@ async fn scenario(a: &Args, run: &mut Run) -> anyhow::Result<serde_json::Value> 
             &format!("{CLASS_LABEL}={CLASS}"),
             "--trust-level",
             TRUST_LEVEL,
+            "--input-label",
+            "site=berlin,paris",
+            "--input-label-pattern",
+            "segment=seg-[0-9]{1,4}",
         ],
     )
     .await?;
@@ -209,8 +215,14 @@ async fn scenario(a: &Args, run: &mut Run) -> anyhow::Result<serde_json::Value> 
     progress(&format!(
         "the portal mints a {flavor} token with output cloud-init"
     ));
-    let body =
-        json!({"issuedTo": format!("appliance-join/{node}"), "ttl": "30m", "output": "cloud-init"});
+    let ssh_key = SshKey::generate(&run.name("appliance-join"))?;
+    let body = json!({
+        "issuedTo": format!("appliance-join/{node}"),
+        "ttl": "30m",
+        "output": "cloud-init",
+        "labels": INPUT_LABELS.iter().copied().collect::<BTreeMap<_, _>>(),
+        "sshAuthorizedKeys": [ssh_key.line],
+    });
     let (code, minted) = api
         .post(
             &format!("/v1/flavors/{flavor}/jointokens"),
@@ -351,6 +363,37 @@ async fn scenario(a: &Args, run: &mut Run) -> anyhow::Result<serde_json::Value> 
             labels.get(key)
         );
     }
+    // The administrator's input labels, set by the controller (the field manager of the
+    // flavor's own label), never by the kubelet, which the API server refuses them.
+    for (key, want) in INPUT_LABELS {
+        let key = format!("{INPUT_LABEL_PREFIX}{key}");
+        ensure!(
+            labels.get(&key).map(String::as_str) == Some(want),
+            "the flavored Node has {key}={:?}, not {want:?}",
+            labels.get(&key)
+        );
+    }
+    let site = format!("{INPUT_LABEL_PREFIX}site");
+    let (site_managers, flavor_managers) = (
+        label_managers(&node_flavored, &site),
+        label_managers(&node_flavored, FLAVOR_LABEL),
+    );
+    ensure!(
+        !site_managers.is_empty() && site_managers == flavor_managers,
+        "{site} is managed by {site_managers:?}, the flavor label by {flavor_managers:?}: the controller must set both"
+    );
+    let kubelet_refused = kubelet_label_refused(&admin_yaml, &node, &site).await?;
+    progress(&format!(
+        "the kubelet's own write of {site}: {kubelet_refused}"
+    ));
+    let fingerprint_seen = wait_for_console(run, powered_on, deadline, &ssh_key.cloud_init_fingerprint)
+        .await
+        .context("the VM's console never listed the portal's SSH key among the default user's authorized keys")?;
+    progress(&format!(
+        "the default user's authorized_keys holds the portal's key ({} s after power-on): {}",
+        fingerprint_seen.as_secs(),
+        ssh_key.fingerprint
+    ));
     let taints_after = taints_of(&node_flavored);
     let binding = Api::<FlavorBinding>::all(admin.clone())
         .get(&node)
@@ -362,6 +405,7 @@ async fn scenario(a: &Args, run: &mut Run) -> anyhow::Result<serde_json::Value> 
         binding.spec.token_id,
         binding.spec.flavor
     );
+    binding_records_input_labels(&binding)?;
     Ok(json!({
         "scenario": "appliance_join",
         "node": node,
@@ -376,8 +420,134 @@ async fn scenario(a: &Args, run: &mut Run) -> anyhow::Result<serde_json::Value> 
             TRUST_LEVEL_LABEL: labels.get(TRUST_LEVEL_LABEL),
             CLASS_LABEL: labels.get(CLASS_LABEL),
         },
+        "input_labels_after": INPUT_LABELS
+            .iter()
+            .map(|(k, _)| (k.to_string(), labels.get(&format!("{INPUT_LABEL_PREFIX}{k}"))))
+            .collect::<BTreeMap<_, _>>(),
+        "input_labels_manager": site_managers,
+        "kubelet_write_refused": kubelet_refused,
+        "ssh_key_on_console_s": secs(fingerprint_seen),
         "load_average_1m": load_average(),
     }))
+}
+
+/// The input labels the portal attaches (the flavor allows `site` berlin or paris, and
+/// `segment` matching `seg-[0-9]{1,4}`).
+const INPUT_LABELS: [(&str, &str); 2] = [("segment", "seg-42"), ("site", "berlin")];
+
+fn binding_records_input_labels(binding: &FlavorBinding) -> anyhow::Result<()> {
+    let want: BTreeMap<String, String> = INPUT_LABELS
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    ensure!(
+        binding.spec.input_labels == want,
+        "FlavorBinding records input labels {:?}, not {want:?}",
+        binding.spec.input_labels
+    );
+    Ok(())
+}
+
+/// The field managers of `key` in the Node's labels (its managedFields).
+fn label_managers(node: &Node, key: &str) -> Vec<String> {
+    let field = format!("f:{key}");
+    node.metadata
+        .managed_fields
+        .iter()
+        .flatten()
+        .filter(|m| {
+            m.fields_v1.as_ref().is_some_and(|f| {
+                f.0.pointer("/f:metadata/f:labels")
+                    .and_then(serde_json::Value::as_object)
+                    .is_some_and(|labels| labels.contains_key(&field))
+            })
+        })
+        .filter_map(|m| m.manager.clone())
+        .collect()
+}
+
+/// What the API server answers the kubelet of `node` (user `system:node:<node>`, group
+/// `system:nodes`) that sets `key` on its own Node, as `--node-labels` would: the admin's
+/// kubeconfig impersonating it, so authorization (Node) and admission (NodeRestriction)
+/// see exactly the kubelet's request. Anything but a 403 from NodeRestriction is an error.
+async fn kubelet_label_refused(admin_yaml: &str, node: &str, key: &str) -> anyhow::Result<String> {
+    let kubeconfig = kube::config::Kubeconfig::from_yaml(admin_yaml)?;
+    let mut config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await?;
+    config.auth_info.impersonate = Some(format!("system:node:{node}"));
+    config.auth_info.impersonate_groups =
+        Some(vec!["system:nodes".into(), "system:authenticated".into()]);
+    let kubelet: Api<Node> = Api::all(kube::Client::try_from(config)?);
+    let patch = json!({"metadata": {"labels": {key: "forged"}}});
+    match kubelet
+        .patch(node, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+    {
+        Err(kube::Error::Api(s))
+            if s.code == 403 && s.message.contains("not allowed to modify labels") =>
+        {
+            Ok(format!("{} {}", s.code, s.message))
+        }
+        Err(e) => {
+            bail!("the kubelet's write of {key} failed otherwise than NodeRestriction's 403: {e}")
+        }
+        Ok(_) => bail!("the API server let the kubelet of {node} set {key}"),
+    }
+}
+
+/// Polls the VM's console (a file QEMU appends to; nothing announces a new line) until it
+/// holds `needle`, up to `deadline`; how long after power-on it appeared.
+async fn wait_for_console(
+    run: &Run,
+    powered_on: Instant,
+    deadline: Instant,
+    needle: &str,
+) -> anyhow::Result<Duration> {
+    let vm = run.vm.as_ref().context("no VM")?;
+    loop {
+        if vm.console(None).contains(needle) {
+            return Ok(powered_on.elapsed());
+        }
+        ensure!(Instant::now() < deadline, "not within the timeout");
+        ensure!(vm.running(), "the VM (QEMU pid {}) exited", vm.pid);
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// An SSH key pair made for the run (ed25519; the private half is dropped at once): the
+/// public key as a portal sends it, and its fingerprints as ssh-keygen and cloud-init's
+/// `ssh_authkey_fingerprints` print them.
+struct SshKey {
+    line: String,
+    fingerprint: String,
+    cloud_init_fingerprint: String,
+}
+
+impl SshKey {
+    fn generate(comment: &str) -> anyhow::Result<SshKey> {
+        use base64::Engine;
+        use sha2::Digest;
+        let pair = rcgen::KeyPair::generate_for(&rcgen::PKCS_ED25519)?;
+        let raw = pair.public_key_raw();
+        let mut blob = Vec::new();
+        for part in [&b"ssh-ed25519"[..], raw] {
+            blob.extend_from_slice(&(part.len() as u32).to_be_bytes());
+            blob.extend_from_slice(part);
+        }
+        let digest = sha2::Sha256::digest(&blob);
+        let b64 = base64::engine::general_purpose::STANDARD;
+        let line = format!("ssh-ed25519 {} {comment}", b64.encode(&blob));
+        let parsed: kubeflavor_core::ssh_key::SshPublicKey = line.parse()?;
+        Ok(SshKey {
+            fingerprint: parsed.fingerprint(),
+            cloud_init_fingerprint: hex::encode(digest)
+                .as_bytes()
+                .chunks(2)
+                .map(|c| String::from_utf8_lossy(c).into_owned())
+                .collect::<Vec<_>>()
+                .join(":"),
+            line: parsed.to_string(),
+        })
+    }
 }
 
 /// The Events the VM's kubelet and kube-controller-manager wrote about the Node, in

@@ -469,7 +469,7 @@ async fn mint_token(
             &target.endpoint,
             &token,
             &target.pins,
-            &[],
+            &request.ssh_authorized_keys,
         ),
         token,
         flavor: flavor.clone(),

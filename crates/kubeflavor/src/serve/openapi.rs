@@ -4,6 +4,9 @@ use serde_json::{Value, json};
 
 use kubeflavor_core::input_labels::{INPUT_LABEL_PREFIX, MAX_INPUT_KEYS};
 use kubeflavor_core::mint_request::MAX_BODY_BYTES;
+use kubeflavor_core::ssh_key::{
+    MAX_COMMENT_CHARS, MAX_LINE_BYTES, MAX_RSA_BITS, MAX_SSH_KEYS, MIN_RSA_BITS,
+};
 use kubeflavor_core::token_limits::{ALLOW_NEVER_EXPIRING_FIELD, MAX_NODES_FIELD, MAX_TTL_FIELD};
 use kubeflavor_core::token_meta::ISSUED_TO_MAX_CHARS;
 
@@ -65,6 +68,13 @@ fn join_token_request() -> Value {
                 "additionalProperties": {"type": "string", "minLength": 1, "maxLength": 63, "pattern": "^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"},
                 "description": format!("Input labels: what the node's administrator says about the node (e.g. a site, a network segment), key to value, keys without a prefix. Only the keys and values the flavor's spec.inputLabels allows are taken, and at most its maxLabels; anything else is refused (422, one cause per key, field labels[<key>], the same answer for a key the flavor does not take and a value it does not allow). They are kept in the token Secret's metadata, which the token's holder cannot read, so tokens with and without input labels look the same to their holders; kubeflavor's controller, never the kubelet, puts them on the Node as {INPUT_LABEL_PREFIX}<key> (a key the kubelet cannot write) while the node is flavored, and records them in the node's FlavorBinding."),
                 "example": {"site": "berlin"}
+            },
+            "sshAuthorizedKeys": {
+                "type": "array",
+                "maxItems": MAX_SSH_KEYS,
+                "items": {"type": "string", "maxLength": MAX_LINE_BYTES, "description": "One OpenSSH public key as ssh-keygen writes it: <type> <base64> [comment]."},
+                "description": format!("OpenSSH public keys the cloud-init document installs for the image's default user (cloud-init's ssh_authorized_keys), so the node's administrator can log in; used whenever the answer carries the document (output cloud-init, or Accept: text/cloud-config). Plain keys only (no options such as command=): ssh-ed25519, ecdsa-sha2-nistp256/384/521, ssh-rsa of {MIN_RSA_BITS} to {MAX_RSA_BITS} bits, sk-ssh-ed25519@openssh.com, sk-ecdsa-sha2-nistp256@openssh.com; the key blob is checked whole; each key once; a comment of at most {MAX_COMMENT_CHARS} visible characters. The document carries each key rebuilt from its parsed parts. Keys are not stored in the cluster. Refused entries: 422, field sshAuthorizedKeys[<index>]."),
+                "example": ["ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGq... alice@laptop"]
             }
         }
     })

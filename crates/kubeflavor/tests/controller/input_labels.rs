@@ -203,3 +203,67 @@ async fn input_labels_the_flavor_no_longer_allows_are_denied() {
     );
     ctl.stop().await;
 }
+
+/// An ed25519 public key line as ssh-keygen writes it, from 32 bytes.
+fn ed25519_line(byte: u8, comment: &str) -> String {
+    use base64::Engine;
+    let mut blob = Vec::new();
+    for part in [&b"ssh-ed25519"[..], &[byte; 32][..]] {
+        blob.extend_from_slice(&(part.len() as u32).to_be_bytes());
+        blob.extend_from_slice(part);
+    }
+    let b64 = base64::engine::general_purpose::STANDARD.encode(blob);
+    format!("ssh-ed25519 {b64} {comment}")
+}
+
+/// The node administrator's SSH keys reach the cloud-init document (cloud-init's
+/// `ssh_authorized_keys`) and nothing in the cluster; a bad one is refused before a token
+/// exists.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_portals_ssh_keys_reach_the_cloud_init_document_only() {
+    let h = Harness::start().await;
+    let flavor = sited_flavor(&h, "keyed").await;
+    let portal = portal(&h, &[&flavor]).await;
+    let api = start_api(&h).await;
+
+    let bad = json!({"issuedTo": "acme/alice", "output": "cloud-init",
+                     "sshAuthorizedKeys": [ed25519_line(1, "alice"), "ssh-rsa AAAAB3NzaC1yc2E= short"]});
+    let (code, refused) = call(
+        &api,
+        &path(&flavor),
+        Some(&portal),
+        None,
+        bad.to_string().as_bytes(),
+    )
+    .await;
+    assert_eq!(code, StatusCode::UNPROCESSABLE_ENTITY, "{refused}");
+    assert_eq!(
+        refused["details"]["causes"][0]["field"], "sshAuthorizedKeys[1]",
+        "{refused}"
+    );
+    assert!(tokens_of(&h, &flavor).await.is_empty(), "nothing minted");
+
+    let key = ed25519_line(7, "alice@laptop");
+    let body =
+        json!({"issuedTo": "acme/alice", "output": "cloud-init", "sshAuthorizedKeys": [key]});
+    let (code, minted) = call(
+        &api,
+        &path(&flavor),
+        Some(&portal),
+        None,
+        body.to_string().as_bytes(),
+    )
+    .await;
+    assert_eq!(code, StatusCode::CREATED, "{minted}");
+    let document: serde_json::Value =
+        serde_saphyr::from_str(minted["cloudInit"].as_str().expect("a document")).expect("YAML");
+    assert_eq!(document["ssh_authorized_keys"], json!([key]));
+    let blob = key.split(' ').nth(1).unwrap();
+    let secrets = tokens_of(&h, &flavor).await;
+    assert_eq!(secrets.len(), 1);
+    let stored = serde_json::to_string(&secrets[0]).unwrap();
+    assert!(
+        !stored.contains(blob),
+        "the key is not stored with the token"
+    );
+}

@@ -47,7 +47,7 @@ pub mod pin;
 pub mod pki;
 pub mod random;
 
-// Entry points for fuzzing and its regression replay: only with the `fuzzing` feature,
-// which the fuzz crate and this crate's tests enable.
-#[cfg(feature = "fuzzing")]
+// Entry points for fuzzing: with the `fuzzing` feature, which the fuzz crate enables, and
+// in this crate's unit tests, which replay the corpora and regressions through them.
+#[cfg(any(test, feature = "fuzzing"))]
 pub mod fuzzing;

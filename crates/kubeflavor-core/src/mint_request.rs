@@ -27,8 +27,9 @@ use crate::token_limits::LimitExceeded;
 use crate::token_meta::IssuedTo;
 use crate::ttl::TokenTtl;
 
-/// The largest body accepted: a valid request is well under 1 KiB.
-pub const MAX_BODY_BYTES: usize = 16 * 1024;
+/// The largest body accepted: room for ten of the largest SSH keys taken (RSA 16384 bits,
+/// about 2.8 KiB each) and the rest of a request, which is well under 1 KiB.
+pub const MAX_BODY_BYTES: usize = 64 * 1024;
 
 /// A valid mint request.
 #[derive(Debug, Clone, PartialEq, Eq)]

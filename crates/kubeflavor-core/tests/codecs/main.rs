@@ -8,6 +8,5 @@ mod copycerts_secret;
 mod copycerts_usable;
 mod discovery;
 mod fixtures;
-mod fuzz_replay;
 mod kubeconfig;
 mod pki;

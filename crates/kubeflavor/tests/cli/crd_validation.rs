@@ -298,12 +298,14 @@ async fn a_flavor_binding_keeps_the_custody_it_was_made_with() {
     let got = got.expect_ok();
     let header = got.lines().next().unwrap();
     let row = got.lines().nth(1).unwrap();
-    let (to, by) = (
+    let (to, by, input) = (
         header.find("ISSUED-TO").unwrap(),
         header.find("ISSUED-BY").unwrap(),
+        header.find("INPUT-LABELS").unwrap(),
     );
     assert_eq!(row[to..by].trim_end(), "acme-corp/alice", "{got}");
-    assert_eq!(&row[by..], "<none>", "{got}");
+    assert_eq!(row[by..input].trim_end(), "<none>", "{got}");
+    assert_eq!(&row[input..], "<none>", "{got}");
     let yaml: serde_json::Value = serde_saphyr::from_str(
         env.kf(&["node", "get", &node, "-o", "yaml"])
             .await

@@ -35,9 +35,6 @@ struct Args {
     ssh_key: bool,
 }
 
-/// An ed25519 public key of 32 sample bytes: a well-formed key no one holds.
-const SAMPLE_SSH_KEY: &str = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIAcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcH sample@kubeflavor";
-
 /// Not a token of any cluster: the example token of kubeadm's documentation.
 const SAMPLE_TOKEN: &str = "abcdef.0123456789abcdef";
 
@@ -48,7 +45,8 @@ fn main() {
         .parse()
         .expect("a well-formed pin");
     let keys: Vec<SshPublicKey> = match a.ssh_key {
-        true => vec![SAMPLE_SSH_KEY.parse().expect("a well-formed key")],
+        // An ed25519 key of 32 sample bytes: well-formed, and no one holds it.
+        true => vec![SshPublicKey::ed25519(&[7; 32], Some("sample@kubeflavor")).expect("a key")],
         false => Vec::new(),
     };
     let doc = user_data(&a.endpoint, &token, &[pin], &keys);

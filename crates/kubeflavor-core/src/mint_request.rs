@@ -782,16 +782,11 @@ mod tests {
         );
     }
 
-    /// An ed25519 key line as ssh-keygen writes it, built from 32 bytes.
+    /// An ed25519 key line as ssh-keygen writes it, of 32 sample bytes.
     fn ed25519_line(byte: u8, comment: &str) -> String {
-        use base64::Engine;
-        let mut blob = Vec::new();
-        for part in [&b"ssh-ed25519"[..], &[byte; 32][..]] {
-            blob.extend_from_slice(&(part.len() as u32).to_be_bytes());
-            blob.extend_from_slice(part);
-        }
-        let b64 = base64::engine::general_purpose::STANDARD.encode(blob);
-        format!("ssh-ed25519 {b64} {comment}")
+        SshPublicKey::ed25519(&[byte; 32], Some(comment))
+            .unwrap()
+            .to_string()
     }
 
     #[test]

@@ -284,6 +284,22 @@ impl SshPublicKey {
     pub fn same_key(&self, other: &SshPublicKey) -> bool {
         self.key_type == other.key_type && self.blob == other.blob
     }
+    /// The `ssh-ed25519` key of the 32-byte public key `public` (as a key pair made
+    /// elsewhere holds it), with `comment` checked as a parsed one is.
+    pub fn ed25519(public: &[u8; 32], comment: Option<&str>) -> Result<Self, SshKeyError> {
+        let mut blob = Vec::with_capacity(51);
+        for part in [KeyType::Ed25519.as_str().as_bytes(), &public[..]] {
+            blob.extend_from_slice(&(part.len() as u32).to_be_bytes());
+            blob.extend_from_slice(part);
+        }
+        let bits = blob::check(KeyType::Ed25519, &blob)?;
+        Ok(SshPublicKey {
+            key_type: KeyType::Ed25519,
+            bits,
+            blob,
+            comment: comment.map(check_comment).transpose()?,
+        })
+    }
 }
 
 impl fmt::Debug for SshPublicKey {

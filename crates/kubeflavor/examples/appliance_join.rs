@@ -379,8 +379,9 @@ async fn scenario(a: &Args, run: &mut Run) -> anyhow::Result<serde_json::Value> 
         label_managers(&node_flavored, FLAVOR_LABEL),
     );
     ensure!(
-        !site_managers.is_empty() && site_managers == flavor_managers,
-        "{site} is managed by {site_managers:?}, the flavor label by {flavor_managers:?}: the controller must set both"
+        site_managers == [controller::FIELD_MANAGER] && flavor_managers == site_managers,
+        "{site} is managed by {site_managers:?}, the flavor label by {flavor_managers:?}: the controller ({}) must set both, and no one else",
+        controller::FIELD_MANAGER
     );
     let kubelet_refused = kubelet_label_refused(&admin_yaml, &node, &site).await?;
     progress(&format!(
@@ -524,22 +525,16 @@ struct SshKey {
 
 impl SshKey {
     fn generate(comment: &str) -> anyhow::Result<SshKey> {
-        use base64::Engine;
         use sha2::Digest;
         let pair = rcgen::KeyPair::generate_for(&rcgen::PKCS_ED25519)?;
-        let raw = pair.public_key_raw();
-        let mut blob = Vec::new();
-        for part in [&b"ssh-ed25519"[..], raw] {
-            blob.extend_from_slice(&(part.len() as u32).to_be_bytes());
-            blob.extend_from_slice(part);
-        }
-        let digest = sha2::Sha256::digest(&blob);
-        let b64 = base64::engine::general_purpose::STANDARD;
-        let line = format!("ssh-ed25519 {} {comment}", b64.encode(&blob));
-        let parsed: kubeflavor_core::ssh_key::SshPublicKey = line.parse()?;
+        let raw: &[u8; 32] = pair
+            .public_key_raw()
+            .try_into()
+            .context("an ed25519 public key of 32 bytes")?;
+        let parsed = kubeflavor_core::ssh_key::SshPublicKey::ed25519(raw, Some(comment))?;
         Ok(SshKey {
             fingerprint: parsed.fingerprint(),
-            cloud_init_fingerprint: hex::encode(digest)
+            cloud_init_fingerprint: hex::encode(sha2::Sha256::digest(parsed.blob()))
                 .as_bytes()
                 .chunks(2)
                 .map(|c| String::from_utf8_lossy(c).into_owned())

@@ -757,3 +757,12 @@ proptest! {
         }
     }
 }
+
+/// A key made from raw ed25519 bytes is the key its line parses to, comment included.
+#[test]
+fn an_ed25519_key_from_its_bytes_reads_back_the_same() {
+    let key = SshPublicKey::ed25519(&[9; 32], Some("made here")).unwrap();
+    assert_eq!(key.key_type(), KeyType::Ed25519);
+    assert_eq!(key.to_string().parse::<SshPublicKey>().unwrap(), key);
+    assert!(SshPublicKey::ed25519(&[9; 32], Some("bad\ncomment")).is_err());
+}

@@ -46,6 +46,18 @@ pub const REPORTING_CONTROLLER: &str = "kubeflavor.io/controller";
 
 pub const LEASE_NAME: &str = "kubeflavor-controller";
 
+/// The field manager of the controller's patches, so a Node's `managedFields` show which
+/// labels and taints the controller set (and not the kubelet or an admin).
+pub const FIELD_MANAGER: &str = "kubeflavor-controller";
+
+/// Patch parameters naming the controller as the field manager.
+pub fn patch_params() -> kube::api::PatchParams {
+    kube::api::PatchParams {
+        field_manager: Some(FIELD_MANAGER.into()),
+        ..Default::default()
+    }
+}
+
 /// What the operator chose on the command line.
 #[derive(Clone, Debug)]
 pub struct Options {

@@ -157,7 +157,7 @@ async fn p1_tokens_of_two_flavors_look_the_same_to_their_holders() {
 /// the same groups, the same Secret data, and neither may read its Secret or any
 /// FlavorBinding.
 #[tokio::test]
-async fn p1_tokens_differing_only_in_custody_look_the_same_to_their_holders() {
+async fn p1_tokens_differing_only_in_custody_and_input_labels_look_the_same_to_their_holders() {
     let env = Env::start().await;
     env.install().await;
     let flavor = env.create_flavor("custody", &["--trust-level", "50"]).await;
@@ -167,7 +167,8 @@ async fn p1_tokens_differing_only_in_custody_look_the_same_to_their_holders() {
         &["--ttl", "2h", "--issued-to", "acme-corp/alice"],
     )
     .await;
-    // The other one as a minting service would make it, with a custody of its own.
+    // The other one as a minting service would make it, with a custody of its own and the
+    // input labels a portal passed on.
     let cluster = kubeflavor::cluster::Cluster::connect(&kubeflavor::cluster::ClusterArgs {
         kubeconfig: Some(env.kubeconfig.clone()),
         context: None,
@@ -178,8 +179,10 @@ async fn p1_tokens_differing_only_in_custody_look_the_same_to_their_holders() {
         issued_to: Some("globex/bob".parse().unwrap()),
         issued_by: Some("system:serviceaccount:portal:minter".into()),
     };
+    let input = [("site".to_string(), "berlin".to_string())].into();
     let meta = FlavorTokenMeta::new(flavor.parse().unwrap(), std::num::NonZeroU32::MIN)
-        .with_custody(custody.clone());
+        .with_custody(custody.clone())
+        .with_input_labels(kubeflavor_core::input_labels::InputLabels::from_map(&input).unwrap());
     let b = kubeflavor::minting::mint(
         &cluster,
         &meta,
@@ -187,7 +190,7 @@ async fn p1_tokens_differing_only_in_custody_look_the_same_to_their_holders() {
         || Ok(BootstrapToken::generate().unwrap()),
     )
     .await
-    .expect("minted with a custody");
+    .expect("minted with a custody and input labels");
     let b = b.expose().to_string();
 
     // The custody is on the Secrets, for admins.
@@ -212,6 +215,11 @@ async fn p1_tokens_differing_only_in_custody_look_the_same_to_their_holders() {
         ann_b["kubeflavor.io/issued-by"],
         "system:serviceaccount:portal:minter"
     );
+    assert_eq!(ann_b["kubeflavor.io/input-labels"], r#"{"site":"berlin"}"#);
+    assert!(
+        !ann_a.contains_key("kubeflavor.io/input-labels"),
+        "{ann_a:?}"
+    );
 
     // What each holder can see about itself.
     let (client_a, client_b) = (env.token_client(&a).await, env.token_client(&b).await);
@@ -232,7 +240,7 @@ async fn p1_tokens_differing_only_in_custody_look_the_same_to_their_holders() {
         strip(secret_data(&env, &a).await),
         strip(secret_data(&env, &b).await)
     );
-    // Neither holder may read where the custody is kept.
+    // Neither holder may read where the custody and the input labels are kept.
     for (token, client) in [(&a, client_a), (&b, client_b)] {
         let own = Api::<Secret>::namespaced(client.clone(), "kube-system");
         let name = format!("bootstrap-token-{}", &token[..6]);
@@ -265,19 +273,7 @@ async fn token_create_records_issued_to_and_the_minting_user() {
         .await
         .expect("SelfSubjectReview as admin");
 
-    let out = env
-        .kf(&[
-            "token",
-            "create",
-            "--flavor",
-            &flavor,
-            "--issued-to",
-            "acme-corp/alice smith",
-            "-o",
-            "json",
-        ])
-        .await;
-    let view: Value = serde_json::from_str(out.expect_ok()).unwrap();
+    let view = created(&env, &flavor, &["--issued-to", "acme-corp/alice smith"]).await;
     assert_eq!(view["issuedTo"], "acme-corp/alice smith");
     assert_eq!(view["issuedBy"], me.as_str());
     let token = view["token"].as_str().unwrap().to_string();
@@ -755,19 +751,7 @@ async fn token_create_takes_only_the_input_labels_the_flavor_allows() {
         ]})
     );
 
-    let out = env
-        .kf(&[
-            "token",
-            "create",
-            "--flavor",
-            &flavor,
-            "--node-label",
-            "site=paris",
-            "-o",
-            "json",
-        ])
-        .await;
-    let view: Value = serde_json::from_str(out.expect_ok()).unwrap();
+    let view = created(&env, &flavor, &["--node-label", "site=paris"]).await;
     assert_eq!(view["inputLabels"], serde_json::json!({"site": "paris"}));
     let token = view["token"].as_str().unwrap().to_string();
     let secret = secrets(&env)
@@ -836,4 +820,16 @@ async fn count_tokens(env: &Env, flavor: &str) -> usize {
     )
     .unwrap();
     listed["items"].as_array().unwrap().len()
+}
+
+/// `token create --flavor FLAVOR FLAGS -o json`, which must succeed: what it printed.
+async fn created(env: &Env, flavor: &str, flags: &[&str]) -> Value {
+    let out = env
+        .kf(&[
+            &["token", "create", "--flavor", flavor, "-o", "json"],
+            flags,
+        ]
+        .concat())
+        .await;
+    serde_json::from_str(out.expect_ok()).unwrap()
 }

@@ -8,6 +8,7 @@ use http::StatusCode;
 use k8s_openapi::api::core::v1::Node;
 use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
+use kube::runtime::wait::{await_condition, conditions};
 use kubeflavor::crd::Flavor;
 use kubeflavor_core::input_labels::INPUT_LABEL_PREFIX;
 use kubeflavor_core::node_state::Revocation;
@@ -146,6 +147,23 @@ async fn a_portals_input_labels_reach_the_node_through_the_controller_only() {
     })
     .await;
 
+    // Re-created by its kubelet, without them: the controller puts them back.
+    h.nodes()
+        .delete(&node, &Default::default())
+        .await
+        .expect("node deleted");
+    within(
+        "node deletion",
+        await_condition(h.nodes(), &node, conditions::is_deleted("")),
+    )
+    .await
+    .expect("watch works");
+    h.register_node(&csr, &node, &[], &[]).await;
+    h.node_until(&node, "input labels back after re-creation", |n| {
+        input_labels_of(n) == want
+    })
+    .await;
+
     // What the binding recorded is written once.
     let edit = json!({"spec": {"inputLabels": {"site": "berlin"}}});
     match h
@@ -204,16 +222,11 @@ async fn input_labels_the_flavor_no_longer_allows_are_denied() {
     ctl.stop().await;
 }
 
-/// An ed25519 public key line as ssh-keygen writes it, from 32 bytes.
+/// An ed25519 public key line as ssh-keygen writes it, of 32 sample bytes.
 fn ed25519_line(byte: u8, comment: &str) -> String {
-    use base64::Engine;
-    let mut blob = Vec::new();
-    for part in [&b"ssh-ed25519"[..], &[byte; 32][..]] {
-        blob.extend_from_slice(&(part.len() as u32).to_be_bytes());
-        blob.extend_from_slice(part);
-    }
-    let b64 = base64::engine::general_purpose::STANDARD.encode(blob);
-    format!("ssh-ed25519 {b64} {comment}")
+    kubeflavor_core::ssh_key::SshPublicKey::ed25519(&[byte; 32], Some(comment))
+        .unwrap()
+        .to_string()
 }
 
 /// The node administrator's SSH keys reach the cloud-init document (cloud-init's

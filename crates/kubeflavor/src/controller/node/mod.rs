@@ -20,7 +20,7 @@ use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use k8s_openapi::api::core::v1::{Node, Taint};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Api;
-use kube::api::{Patch, PatchParams};
+use kube::api::Patch;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
@@ -193,7 +193,7 @@ async fn write_bound_counts(ctx: &Context, changed: &Notify) -> Result<(), Error
         ctx.begin_write(Step::StatusWritten)?;
         let body = serde_json::json!({ "status": { "boundNodes": count } });
         match api
-            .patch_status(&name, &PatchParams::default(), &Patch::Merge(&body))
+            .patch_status(&name, &super::patch_params(), &Patch::Merge(&body))
             .await
         {
             Ok(_) => tracing::debug!(flavor = %name, count, "bound nodes counted"),
@@ -472,7 +472,7 @@ async fn release(name: &str, ctx: &Context) -> Result<(), Error> {
     };
     let released = async {
         Api::<Node>::all(ctx.client.clone())
-            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .patch(name, &super::patch_params(), &Patch::Merge(&patch))
             .await
             .map_err(|source| Error::PatchNode {
                 node: name.to_string(),
@@ -664,7 +664,7 @@ async fn patch_node(
     let name = node.name_any();
     let patched = async {
         let patched = Api::<Node>::all(ctx.client.clone())
-            .patch(&name, &PatchParams::default(), &Patch::Merge(patch))
+            .patch(&name, &super::patch_params(), &Patch::Merge(patch))
             .await
             .map_err(|source| Error::PatchNode {
                 node: name.clone(),

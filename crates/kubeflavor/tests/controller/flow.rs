@@ -6,7 +6,6 @@ use crate::harness::*;
 use k8s_openapi::api::core::v1::Node;
 use kube::Api;
 use kube::api::{Patch, PatchParams};
-use kube::runtime::wait::{await_condition, conditions};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn happy_path_two_flavors_are_bound_and_flavored() {
@@ -248,16 +247,7 @@ async fn node_deleted_and_recreated_gets_its_labels_back() {
     let (h, ctl, sweet, node_a, csr_a) = joined_node().await;
     // The Node is deleted (here by an admin; a kubelet may also delete its own) and the
     // kubelet re-creates it, without the labels others had set.
-    h.nodes()
-        .delete(&node_a, &Default::default())
-        .await
-        .expect("node deleted");
-    within(
-        "node deletion",
-        await_condition(h.nodes(), &node_a, conditions::is_deleted("")),
-    )
-    .await
-    .expect("watch works");
+    h.delete_node(&node_a).await;
     let recreated = h.register_node(&csr_a, &node_a, &[], &[]).await;
     assert_eq!(
         label(&recreated, TIER_KEY),
@@ -404,16 +394,7 @@ async fn controller_works_with_the_rbac_install_grants() {
     h.submit_csr(&h.bootstrap_client(&sour).await, &bad, &node)
         .await;
     assert_eq!(h.decision(&bad).await, "Denied");
-    within(
-        "the misused token to be deleted",
-        await_condition(
-            Api::<k8s_openapi::api::core::v1::Secret>::namespaced(h.admin.clone(), "kube-system"),
-            &name_of(&sour),
-            conditions::is_deleted(""),
-        ),
-    )
-    .await
-    .expect("watch works");
+    h.token_gone(&sour).await;
     // The admin trail lands in kube-system (the API server refuses an Event about a
     // cluster-scoped object such as a CSR in any namespace but default and kube-system),
     // written with the ServiceAccount's own grants.

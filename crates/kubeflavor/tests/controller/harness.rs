@@ -579,6 +579,21 @@ pub async fn create_node(admin: &Client, name: &str) {
 }
 
 impl Harness {
+    /// Deletes the Node `node` (as an admin, or its kubelet, may) and waits until it is gone.
+    pub async fn delete_node(&self, node: &str) {
+        self.nodes()
+            .delete(node, &Default::default())
+            .await
+            .expect("node deleted");
+        // Not `conditions::is_deleted("")`: with an empty uid it holds for any existing object.
+        within(
+            "the Node to be deleted",
+            await_condition(self.nodes(), node, |n: Option<&Node>| n.is_none()),
+        )
+        .await
+        .expect("watch works");
+    }
+
     /// Waits until the token's Secret is gone.
     pub async fn token_gone(&self, token: &BootstrapToken) {
         let name = name_of(token);

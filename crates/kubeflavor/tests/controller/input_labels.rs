@@ -8,7 +8,6 @@ use http::StatusCode;
 use k8s_openapi::api::core::v1::Node;
 use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
-use kube::runtime::wait::{await_condition, conditions};
 use kubeflavor::crd::Flavor;
 use kubeflavor_core::input_labels::INPUT_LABEL_PREFIX;
 use kubeflavor_core::node_state::Revocation;
@@ -148,16 +147,7 @@ async fn a_portals_input_labels_reach_the_node_through_the_controller_only() {
     .await;
 
     // Re-created by its kubelet, without them: the controller puts them back.
-    h.nodes()
-        .delete(&node, &Default::default())
-        .await
-        .expect("node deleted");
-    within(
-        "node deletion",
-        await_condition(h.nodes(), &node, conditions::is_deleted("")),
-    )
-    .await
-    .expect("watch works");
+    h.delete_node(&node).await;
     h.register_node(&csr, &node, &[], &[]).await;
     h.node_until(&node, "input labels back after re-creation", |n| {
         input_labels_of(n) == want

@@ -9,7 +9,6 @@ use crate::harness::*;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Patch, PatchParams};
-use kube::runtime::wait::{await_condition, conditions};
 use kube::runtime::{WatchStreamExt, watcher};
 
 const UNVERIFIED: &str = "kubeflavor.io/unverified";
@@ -171,16 +170,7 @@ async fn a_node_recreated_by_its_kubelet_gets_it_back() {
         label(n, TIER_KEY) == Some("gold") && !has_taint(n, UNVERIFIED)
     })
     .await;
-    h.nodes()
-        .delete(&node, &Default::default())
-        .await
-        .expect("node deleted");
-    within(
-        "node deletion",
-        await_condition(h.nodes(), &node, conditions::is_deleted("")),
-    )
-    .await
-    .expect("watch works");
+    h.delete_node(&node).await;
     let recreated = h.register_node(&csr, &node, &[], &[]).await;
     assert_eq!(unverified_count(&recreated), 1, "{recreated:?}");
     // And the controller judges it again.

@@ -20,7 +20,7 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
-use crate::labels::{LABEL_NAME_MAX_LEN, LabelValue};
+use crate::labels::{LabelValue, is_qualified_name_part};
 
 /// The label key prefix of every input label on a Node:
 /// `input.kubeflavor.node-restriction.kubernetes.io/<key>`.
@@ -63,15 +63,7 @@ impl InputKey {
 impl FromStr for InputKey {
     type Err = InputKeyError;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let b = s.as_bytes();
-        let edge = |c: u8| c.is_ascii_alphanumeric();
-        let valid = !b.is_empty()
-            && b.len() <= LABEL_NAME_MAX_LEN
-            && edge(b[0])
-            && edge(b[b.len() - 1])
-            && b.iter()
-                .all(|&c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'));
-        if valid {
+        if is_qualified_name_part(s) {
             Ok(InputKey(s.to_owned()))
         } else {
             Err(InputKeyError(s.to_owned()))

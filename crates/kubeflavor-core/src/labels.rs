@@ -74,7 +74,10 @@ pub struct LabelValueError {
     pub value: String,
 }
 
-fn is_qualified_name_part(s: &str) -> bool {
+/// The name part of a qualified name (a label key without its prefix), which is also the
+/// syntax of a non-empty label value: 1-63 characters of `[A-Za-z0-9-_.]`, starting and
+/// ending with a letter or digit.
+pub(crate) fn is_qualified_name_part(s: &str) -> bool {
     let b = s.as_bytes();
     let edge = |c: u8| c.is_ascii_alphanumeric();
     !b.is_empty()

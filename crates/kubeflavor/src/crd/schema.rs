@@ -142,8 +142,8 @@ pub fn label_value(_: &mut SchemaGenerator) -> Schema {
 /// A label name without a prefix (an input label's key).
 pub const LABEL_NAME_PATTERN: &str = "^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$";
 
-/// A non-empty label value (an input label's value).
-pub const NON_EMPTY_LABEL_VALUE_PATTERN: &str = "^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$";
+/// A non-empty label value (an input label's value): the same syntax as a label name.
+pub const NON_EMPTY_LABEL_VALUE_PATTERN: &str = LABEL_NAME_PATTERN;
 
 pub fn label_name(_: &mut SchemaGenerator) -> Schema {
     json_schema!({ "type": "string", "maxLength": 63, "pattern": LABEL_NAME_PATTERN })

@@ -290,7 +290,7 @@ fn invalid(err: MintRequestError) -> Response<Body> {
             "BadRequest",
             &err.to_string(),
             Some(vec![
-                json!({"reason": "FieldValueDuplicate", "message": "the key appears more than once", "field": key}),
+                json!({"reason": mint_request::FieldReason::Duplicate.as_str(), "message": "the key appears more than once", "field": key}),
             ]),
         ),
         MintRequestError::Invalid(ref problems) => {

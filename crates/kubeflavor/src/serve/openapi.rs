@@ -10,6 +10,8 @@ use kubeflavor_core::ssh_key::{
 use kubeflavor_core::token_limits::{ALLOW_NEVER_EXPIRING_FIELD, MAX_NODES_FIELD, MAX_TTL_FIELD};
 use kubeflavor_core::token_meta::ISSUED_TO_MAX_CHARS;
 
+use crate::crd::schema::NON_EMPTY_LABEL_VALUE_PATTERN;
+
 fn status_response(description: &str) -> Value {
     json!({
         "description": description,
@@ -65,7 +67,7 @@ fn join_token_request() -> Value {
             "labels": {
                 "type": "object",
                 "maxProperties": MAX_INPUT_KEYS,
-                "additionalProperties": {"type": "string", "minLength": 1, "maxLength": 63, "pattern": "^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"},
+                "additionalProperties": {"type": "string", "minLength": 1, "maxLength": 63, "pattern": NON_EMPTY_LABEL_VALUE_PATTERN},
                 "description": format!("Input labels: what the node's administrator says about the node (e.g. a site, a network segment), key to value, keys without a prefix. Only the keys and values the flavor's spec.inputLabels allows are taken, and at most its maxLabels; anything else is refused (422, one cause per key, field labels[<key>], the same answer for a key the flavor does not take and a value it does not allow). They are kept in the token Secret's metadata, which the token's holder cannot read, so tokens with and without input labels look the same to their holders; kubeflavor's controller, never the kubelet, puts them on the Node as {INPUT_LABEL_PREFIX}<key> (a key the kubelet cannot write) while the node is flavored, and records them in the node's FlavorBinding."),
                 "example": {"site": "berlin"}
             },

@@ -88,6 +88,9 @@ impl Timeline {
                 if shows(&text) {
                     return text;
                 }
+                // A scrape announces no change: this paces a poll bounded by `within`,
+                // run only to draw the picture (KUBEFLAVOR_MONITORING_OUT); no assertion
+                // waits on it.
                 tokio::time::sleep(std::time::Duration::from_millis(5)).await;
             }
         })

@@ -256,43 +256,69 @@ pub fn parse_max_nodes(n: i64) -> Result<NonZeroU32, FlavorError> {
         .ok_or(FlavorError::MaxNodes(n))
 }
 
+/// The flavor's labels: valid keys and values, none of kubeflavor's own.
+fn parse_labels(
+    spec: &BTreeMap<String, String>,
+) -> Result<BTreeMap<LabelKey, LabelValue>, FlavorError> {
+    let mut labels = BTreeMap::new();
+    for (k, v) in spec {
+        check_flavor_label_key(k).map_err(FlavorError::LabelKey)?;
+        if k == FLAVOR_LABEL || k == TRUST_LEVEL_LABEL || k.starts_with(INPUT_LABEL_PREFIX) {
+            return Err(FlavorError::LabelKey(LabelKeyError::Reserved {
+                key: k.clone(),
+            }));
+        }
+        let key: LabelKey = k.parse().map_err(FlavorError::LabelKey)?;
+        let value: LabelValue = v.parse().map_err(|problem| FlavorError::LabelValue {
+            key: k.clone(),
+            problem,
+        })?;
+        labels.insert(key, value);
+    }
+    Ok(labels)
+}
+
+/// The flavor's taints: valid, none of kubeflavor's own, no key and effect twice.
+fn parse_taints(spec: &[TaintSpec]) -> Result<Vec<Taint>, FlavorError> {
+    let mut taints: Vec<Taint> = Vec::new();
+    for t in spec {
+        let effect: TaintEffect = t.effect.parse().map_err(FlavorError::Taint)?;
+        let taint = Taint::new(&t.key, t.value.as_deref().unwrap_or(""), effect)
+            .map_err(FlavorError::Taint)?;
+        if t.key == UNVERIFIED_TAINT || t.key == REVOKED_TAINT {
+            return Err(FlavorError::ReservedTaint { key: t.key.clone() });
+        }
+        if taints
+            .iter()
+            .any(|o| o.key == taint.key && o.effect == taint.effect)
+        {
+            return Err(FlavorError::DuplicateTaint {
+                key: t.key.clone(),
+                effect,
+            });
+        }
+        taints.push(taint);
+    }
+    Ok(taints)
+}
+
+/// The ranges a serving certificate's addresses must lie in: at most
+/// [`MAX_SERVING_ADDRESSES`] CIDRs.
+fn parse_serving_addresses(spec: &[String]) -> Result<Vec<Cidr>, FlavorError> {
+    if spec.len() > MAX_SERVING_ADDRESSES {
+        return Err(FlavorError::TooManyServingAddresses(spec.len()));
+    }
+    spec.iter()
+        .map(|s| s.parse())
+        .collect::<Result<_, _>>()
+        .map_err(FlavorError::ServingAddress)
+}
+
 impl FlavorRules {
     /// Validates a flavor spec, reporting the first problem found.
     pub fn from_spec(spec: &FlavorSpec) -> Result<Self, FlavorError> {
-        let mut labels = BTreeMap::new();
-        for (k, v) in &spec.labels {
-            check_flavor_label_key(k).map_err(FlavorError::LabelKey)?;
-            if k == FLAVOR_LABEL || k == TRUST_LEVEL_LABEL || k.starts_with(INPUT_LABEL_PREFIX) {
-                return Err(FlavorError::LabelKey(LabelKeyError::Reserved {
-                    key: k.clone(),
-                }));
-            }
-            let key: LabelKey = k.parse().map_err(FlavorError::LabelKey)?;
-            let value: LabelValue = v.parse().map_err(|problem| FlavorError::LabelValue {
-                key: k.clone(),
-                problem,
-            })?;
-            labels.insert(key, value);
-        }
-        let mut taints: Vec<Taint> = Vec::new();
-        for t in &spec.taints {
-            let effect: TaintEffect = t.effect.parse().map_err(FlavorError::Taint)?;
-            let taint = Taint::new(&t.key, t.value.as_deref().unwrap_or(""), effect)
-                .map_err(FlavorError::Taint)?;
-            if t.key == UNVERIFIED_TAINT || t.key == REVOKED_TAINT {
-                return Err(FlavorError::ReservedTaint { key: t.key.clone() });
-            }
-            if taints
-                .iter()
-                .any(|o| o.key == taint.key && o.effect == taint.effect)
-            {
-                return Err(FlavorError::DuplicateTaint {
-                    key: t.key.clone(),
-                    effect,
-                });
-            }
-            taints.push(taint);
-        }
+        let labels = parse_labels(&spec.labels)?;
+        let taints = parse_taints(&spec.taints)?;
         let trust_level = spec
             .trust_level
             .map(TrustLevel::try_from)
@@ -306,17 +332,7 @@ impl FlavorRules {
             .map_err(FlavorError::TokenTtl)?;
         let max_nodes = spec.max_nodes.map(parse_max_nodes).transpose()?;
         let token_limits = parse_token_limits(spec.token_limits.as_ref())?;
-        if spec.serving_addresses.len() > MAX_SERVING_ADDRESSES {
-            return Err(FlavorError::TooManyServingAddresses(
-                spec.serving_addresses.len(),
-            ));
-        }
-        let serving_addresses = spec
-            .serving_addresses
-            .iter()
-            .map(|s| s.parse())
-            .collect::<Result<_, _>>()
-            .map_err(FlavorError::ServingAddress)?;
+        let serving_addresses = parse_serving_addresses(&spec.serving_addresses)?;
         let input_labels = spec
             .input_labels
             .as_ref()

@@ -49,6 +49,8 @@ pub const TOKEN_SECRET_NAME_PREFIX: &str = "bootstrap-token-";
 pub const KEY_TOKEN_ID: &str = "token-id";
 pub const KEY_TOKEN_SECRET: &str = "token-secret";
 pub const KEY_EXPIRATION: &str = "expiration";
+/// What every usage key starts with (the authenticator and the signer read any such key).
+pub const USAGE_KEY_PREFIX: &str = "usage-bootstrap-";
 pub const KEY_USAGE_AUTHENTICATION: &str = "usage-bootstrap-authentication";
 pub const KEY_USAGE_SIGNING: &str = "usage-bootstrap-signing";
 pub const KEY_AUTH_EXTRA_GROUPS: &str = "auth-extra-groups";

@@ -94,7 +94,7 @@ pub async fn fetch_secret(
     for owner in owners {
         match token_secrets::get_named(client, &owner.name).await {
             Ok(Some(token)) if token.metadata.uid.as_deref() == Some(owner.uid.as_str()) => {
-                match objects::token_expiration(&token) {
+                match crate::cluster::token_secrets::expiration(&token) {
                     Ok(Some(exp)) if exp <= now => return Err(CertsError::SecretGone),
                     Ok(Some(_)) => {}
                     Ok(None) => never_expires = Some(NeverExpires::OwnerHasNoExpiration),

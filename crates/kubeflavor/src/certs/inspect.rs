@@ -105,7 +105,7 @@ pub async fn inspect(
 /// One owner token of the Secret, and whether it still keeps the Secret alive at `now`.
 async fn owner(client: &Client, name: &str, now: Timestamp) -> Owner {
     let (expires, state) = match token_secrets::get_named(client, name).await {
-        Ok(Some(t)) => match objects::token_expiration(&t) {
+        Ok(Some(t)) => match crate::cluster::token_secrets::expiration(&t) {
             Ok(Some(exp)) => {
                 let state = if exp <= now { "expired" } else { "valid" };
                 (Some(exp.to_string()), state)

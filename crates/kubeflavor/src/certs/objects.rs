@@ -11,7 +11,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference}
 use kube::Api;
 use kube::api::PostParams;
 use kubeflavor_core::token::BootstrapToken;
-use kubeflavor_core::token_secret::{TOKEN_SECRET_TYPE, TokenSecretData, TokenSecretObject};
+use kubeflavor_core::token_secret::{TokenSecretData, TokenSecretObject};
 
 use crate::cluster::token_secrets;
 use serde::Serialize;
@@ -133,17 +133,6 @@ pub fn binding_subjects(binding: &RoleBinding) -> Vec<String> {
         .collect()
 }
 
-/// The `expiration` of a token Secret, if it has one that parses. A value that does not
-/// parse counts as expired for the API server's bootstrap token
-/// authenticator: `Err` carries it.
-pub fn token_expiration(token: &Secret) -> Result<Option<jiff::Timestamp>, String> {
-    let Some(raw) = token.data.as_ref().and_then(|d| d.get("expiration")) else {
-        return Ok(None);
-    };
-    let text = String::from_utf8_lossy(&raw.0).into_owned();
-    text.parse::<jiff::Timestamp>().map(Some).map_err(|_| text)
-}
-
 /// Creates `obj`, or replaces the existing object of that name with it (kubeadm's
 /// `CreateOrUpdate*`). Replacement carries the current resourceVersion, so a concurrent
 /// writer makes this fail with a 409 rather than being silently overwritten.
@@ -172,15 +161,7 @@ pub async fn delete_if_proxy_token(client: &kube::Client, name: &str) -> Result<
         Some(t) => t,
         None => return Ok(false),
     };
-    let data = token.data.clone().unwrap_or_default();
-    let is_proxy = token.type_.as_deref() == Some(TOKEN_SECRET_TYPE)
-        && data
-            .get("description")
-            .is_some_and(|d| d.0 == PROXY_TOKEN_DESCRIPTION.as_bytes())
-        && !data
-            .keys()
-            .any(|k| k.starts_with("usage-bootstrap-") || k == "auth-extra-groups");
-    if !is_proxy {
+    if !token_secrets::is_authless_with_description(&token, PROXY_TOKEN_DESCRIPTION) {
         return Ok(false);
     }
     token_secrets::delete_instance(client, name, token.metadata.uid.clone(), None).await?;
@@ -243,7 +224,7 @@ mod tests {
         let desc = &s.data.as_ref().unwrap()["description"].0;
         assert_eq!(desc, b"Proxy for managing TTL for the kubeadm-certs secret");
         assert_eq!(
-            token_expiration(&s).unwrap().unwrap().to_string(),
+            token_secrets::expiration(&s).unwrap().unwrap().to_string(),
             "2026-11-30T06:27:54Z"
         );
     }
@@ -311,6 +292,9 @@ mod tests {
             "expiration".into(),
             ByteString(b"2030-01-01 00:00:00".to_vec()),
         );
-        assert_eq!(token_expiration(&s), Err("2030-01-01 00:00:00".to_owned()));
+        assert_eq!(
+            token_secrets::expiration(&s),
+            Err("2030-01-01 00:00:00".to_owned())
+        );
     }
 }

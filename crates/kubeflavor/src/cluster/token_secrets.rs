@@ -18,12 +18,45 @@ use kubeflavor_core::policy::TokenInstance;
 use kubeflavor_core::token::{BootstrapToken, TokenId};
 use kubeflavor_core::token_record::{SecretView, TokenRecord, TokenRecordError};
 use kubeflavor_core::token_secret::{
-    FLAVOR_TOKEN_LABEL, FlavorTokenMeta, KEY_DESCRIPTION, TOKEN_SECRET_NAME_PREFIX,
-    TOKEN_SECRET_NAMESPACE, TOKEN_SECRET_TYPE, TokenSecretObject, secret_name,
+    FLAVOR_TOKEN_LABEL, FlavorTokenMeta, KEY_AUTH_EXTRA_GROUPS, KEY_DESCRIPTION, KEY_EXPIRATION,
+    TOKEN_SECRET_NAME_PREFIX, TOKEN_SECRET_NAMESPACE, TOKEN_SECRET_TYPE, TokenSecretObject,
+    USAGE_KEY_PREFIX, secret_name,
 };
 use zeroize::Zeroize;
 
 use super::errors::{is_api_reason, is_not_found};
+
+/// The `expiration` of a token Secret, if it has one that parses. A value that does not
+/// parse counts as expired for the API server's bootstrap token authenticator: `Err`
+/// carries it.
+pub fn expiration(token: &Secret) -> Result<Option<jiff::Timestamp>, String> {
+    let Some(raw) = token.data.as_ref().and_then(|d| d.get(KEY_EXPIRATION)) else {
+        return Ok(None);
+    };
+    let text = String::from_utf8_lossy(&raw.0).into_owned();
+    text.parse::<jiff::Timestamp>().map(Some).map_err(|_| text)
+}
+
+/// A token Secret with exactly this `description` that nobody can authenticate or sign
+/// with (no `usage-bootstrap-*`, no extra groups): kubeadm's layout for the proxy token
+/// that owns the certificate Secret.
+pub fn is_authless_with_description(token: &Secret, description: &str) -> bool {
+    let Some(data) = token.data.as_ref() else {
+        return false;
+    };
+    token.type_.as_deref() == Some(TOKEN_SECRET_TYPE)
+        && data
+            .get(KEY_DESCRIPTION)
+            .is_some_and(|d| d.0 == description.as_bytes())
+        && !data
+            .keys()
+            .any(|k| k.starts_with(USAGE_KEY_PREFIX) || k == KEY_AUTH_EXTRA_GROUPS)
+}
+
+/// The field selector of token Secrets (for a watch of them alone).
+pub fn type_selector() -> String {
+    format!("type={TOKEN_SECRET_TYPE}")
+}
 
 /// The token Secrets of the namespace the API server reads them from.
 pub fn api(client: &Client) -> Api<Secret> {

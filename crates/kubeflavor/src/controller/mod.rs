@@ -614,8 +614,8 @@ async fn term(rt: &Runtime, lost: Stop, stopping: Stop) {
     rt.health.set_leading(false);
 }
 
-/// One leadership term: both loops (and the bound-node counts) until `until` resolves.
-async fn run_loops(rt: &Runtime, until: Stop) {
+/// The term's context and the node loop's feeds, with the leader's census registered.
+fn term_context(rt: &Runtime) -> (Arc<Context>, node::Feeds, Arc<tokio::sync::Notify>) {
     let counts_changed = Arc::new(tokio::sync::Notify::new());
     let scope = &rt.opts;
     let (flavors, flavor_events) =
@@ -632,24 +632,29 @@ async fn run_loops(rt: &Runtime, until: Stop) {
     };
     let fleet_census: Arc<dyn metrics::FleetCensus> = ctx.clone();
     rt.metrics.set_census(Some(Arc::downgrade(&fleet_census)));
-    let csr_loop = csr::run(ctx.clone(), until.clone());
+    (ctx, feeds, counts_changed)
+}
+
+/// Marks the replica synced once the fleet index and the Flavor store have listed.
+async fn mark_synced(ctx: Arc<Context>, until: Stop) {
+    let ready = async {
+        ctx.fleet.wait_synced().await;
+        let _ = ctx.flavors.wait_until_ready().await;
+        ctx.health.set_synced(true);
+    };
+    tokio::select! {
+        _ = ready => {}
+        _ = until => {}
+    }
+}
+
+/// One leadership term: both loops (and the bound-node counts) until `until` resolves.
+async fn run_loops(rt: &Runtime, until: Stop) {
+    let (ctx, feeds, counts_changed) = term_context(rt);
     let node_loop = node::run(ctx.clone(), feeds, until.clone());
     let counts = node::keep_bound_counts(ctx.clone(), counts_changed, until.clone());
-    let synced = {
-        let ctx = ctx.clone();
-        let until = until.clone();
-        async move {
-            let ready = async {
-                ctx.fleet.wait_synced().await;
-                let _ = ctx.flavors.wait_until_ready().await;
-                ctx.health.set_synced(true);
-            };
-            tokio::select! {
-                _ = ready => {}
-                _ = until => {}
-            }
-        }
-    };
+    let synced = mark_synced(ctx.clone(), until.clone());
+    let csr_loop = csr::run(ctx.clone(), until.clone());
     let serving_until = until.clone();
     let csr_loop = async {
         let serving_loop = async {

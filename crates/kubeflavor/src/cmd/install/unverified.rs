@@ -25,6 +25,8 @@ pub fn documents() -> [Document; 2] {
     [policy(), binding()]
 }
 
+/// The MutatingAdmissionPolicy. Long as a declarative object literal: its fields and the
+/// note on each, in the order they print.
 fn policy() -> Document {
     let conditions: Vec<_> = unverified_policy::match_conditions()
         .into_iter()

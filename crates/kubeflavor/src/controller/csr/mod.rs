@@ -55,7 +55,7 @@ pub async fn run(ctx: Arc<Context>, until: Stop) {
     let secrets = token_secrets::api(&ctx.client);
     let token_events = watcher(
         secrets,
-        watcher::Config::default().fields("type=bootstrap.kubernetes.io/token"),
+        watcher::Config::default().fields(&token_secrets::type_selector()),
     )
     .default_backoff()
     .touched_objects();

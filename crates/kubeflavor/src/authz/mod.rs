@@ -19,11 +19,11 @@ use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::{Bytes, Incoming};
 use hyper::{Method, Request, Response, StatusCode};
 use kube::Client;
+use kubeflavor_core::keys;
 use kubeflavor_core::node_cutoff::{self, Answer};
 use rustls::RootCertStore;
 use rustls::server::WebPkiClientVerifier;
 use rustls_pki_types::CertificateDer;
-use rustls_pki_types::pem::PemObject;
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 
@@ -68,18 +68,18 @@ struct State {
 fn client_verifier(
     ca: &std::path::Path,
 ) -> anyhow::Result<Arc<dyn rustls::server::danger::ClientCertVerifier>> {
-    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(ca)
-        .and_then(|it| it.collect::<Result<_, _>>())
-        .map_err(|e| {
-            anyhow::anyhow!(
-                "cannot read the client CA {}: {e} (give --authz-client-ca-file the CA of the API server's client certificate)",
-                ca.display()
-            )
-        })?;
+    let unreadable = |e: &dyn std::fmt::Display| {
+        anyhow::anyhow!(
+            "cannot read the client CA {}: {e} (give --authz-client-ca-file the CA of the API server's client certificate)",
+            ca.display()
+        )
+    };
+    let text = std::fs::read(ca).map_err(|e| unreadable(&e))?;
+    let certs = keys::tls_certificate_chain(&text).map_err(|e| unreadable(&e))?;
     let mut roots = RootCertStore::empty();
     for cert in certs {
         roots
-            .add(cert)
+            .add(CertificateDer::from(cert))
             .map_err(|e| anyhow::anyhow!("the client CA {} is not usable: {e}", ca.display()))?;
     }
     if roots.is_empty() {
@@ -203,44 +203,51 @@ async fn handle(state: &State, req: Request<Incoming>) -> Response<Full<Bytes>> 
     response
 }
 
-/// The answer and its metric label.
-async fn answer(state: &State, req: Request<Incoming>) -> (&'static str, Response<Full<Bytes>>) {
+/// A refusal to answer, and its metric label.
+type Refusal = (&'static str, Response<Full<Bytes>>);
+
+/// The body of `POST /authorize`, read within the request timeout and the size limit.
+async fn review_body(state: &State, req: Request<Incoming>) -> Result<Bytes, Refusal> {
     if req.uri().path() != PATH {
-        return (
+        return Err((
             "not_found",
             error(StatusCode::NOT_FOUND, "the webhook serves POST /authorize"),
-        );
+        ));
     }
     if req.method() != Method::POST {
-        return (
+        return Err((
             "bad_request",
             error(
                 StatusCode::METHOD_NOT_ALLOWED,
                 "the webhook serves POST /authorize",
             ),
-        );
+        ));
     }
     let body = Limited::new(req.into_body(), MAX_BODY).collect();
-    let body = match tokio::time::timeout(state.request_timeout, body).await {
-        Ok(Ok(b)) => b.to_bytes(),
-        Ok(Err(_)) => {
-            return (
-                "too_large",
-                error(
-                    StatusCode::PAYLOAD_TOO_LARGE,
-                    "a SubjectAccessReview is not that large",
-                ),
-            );
-        }
-        Err(_) => {
-            return (
-                "bad_request",
-                error(
-                    StatusCode::REQUEST_TIMEOUT,
-                    "the body did not arrive in time",
-                ),
-            );
-        }
+    match tokio::time::timeout(state.request_timeout, body).await {
+        Ok(Ok(b)) => Ok(b.to_bytes()),
+        Ok(Err(_)) => Err((
+            "too_large",
+            error(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "a SubjectAccessReview is not that large",
+            ),
+        )),
+        Err(_) => Err((
+            "bad_request",
+            error(
+                StatusCode::REQUEST_TIMEOUT,
+                "the body did not arrive in time",
+            ),
+        )),
+    }
+}
+
+/// The answer and its metric label.
+async fn answer(state: &State, req: Request<Incoming>) -> (&'static str, Response<Full<Bytes>>) {
+    let body = match review_body(state, req).await {
+        Ok(body) => body,
+        Err(refusal) => return refusal,
     };
     let subject = match review::parse(&body) {
         Ok(s) => s,
@@ -279,6 +286,7 @@ mod tests {
     use rcgen::{
         BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
     };
+    use rustls_pki_types::pem::PemObject;
     use rustls_pki_types::{PrivateKeyDer, ServerName};
     use serde_json::{Value, json};
 

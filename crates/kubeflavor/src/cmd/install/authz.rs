@@ -69,13 +69,14 @@ pub fn args_note() -> String {
     )
 }
 
-/// The Service the API server calls: every ready replica answers.
+/// The Service the API server calls: every replica answers, ready or not.
 pub fn service(namespace: &str) -> Document {
     let service = Service {
         metadata: object_meta(AUTHZ_SERVICE, Some(namespace), COMPONENT),
         spec: Some(ServiceSpec {
             type_: Some("ClusterIP".into()),
             selector: Some(selector_of(COMPONENT)),
+            publish_not_ready_addresses: Some(true),
             ports: Some(vec![ServicePort {
                 name: Some("authz".into()),
                 port: 443,
@@ -98,12 +99,21 @@ pub fn service(namespace: &str) -> Document {
         &service,
     )
     .note(
+        "spec.publishNotReadyAddresses",
+        "The webhook has its own readiness: a replica answers 503 until its index has synced, \
+         and the API server then applies the failurePolicy. The pod's /readyz speaks of the \
+         CSR approver (not ready while another approver competes, or while a new leader's \
+         caches sync); were the Service to follow it, the webhook could lose every replica at \
+         once and revoked nodes would get the failurePolicy's answer instead of a denial.",
+    )
+    .note(
         "spec.ports",
         &format!("443 to the pods' authz port ({AUTHZ_PORT})."),
     )
 }
 
-/// The API server's side, printed by `install --authz-config`.
+/// The API server's side, printed by `install --authz-config`. Long as one text literal:
+/// the three documents as the operator reads them, comments included.
 pub fn config(namespace: &str) -> String {
     let mut text = comment(
         &format!(
@@ -256,6 +266,9 @@ mod tests {
             service.object["spec"]["selector"],
             deployment.object["spec"]["selector"]["matchLabels"]
         );
+        // The pods' readiness is the CSR approver's: a strict controller facing a competing
+        // approver is not ready on any replica, and the webhook must still answer.
+        assert_eq!(service.object["spec"]["publishNotReadyAddresses"], true);
         assert!(service.render().is_ok());
         assert!(deployment.render().is_ok());
 

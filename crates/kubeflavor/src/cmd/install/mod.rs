@@ -22,6 +22,7 @@ use kubeflavor_core::mint_rate::MintRate;
 use serde::Serialize;
 use serde_json::Value;
 
+pub use authz::KUBEADM_CLIENT_CN as AUTHZ_CLIENT_CN;
 pub use rbac::{CONTROLLER_SA, KUBELET_CLIENT_SIGNER, KUBELET_SERVING_SIGNER};
 pub use serve::{SERVE, ServePlan, TLS_SECRET, TOKEN_POLICY, serve_user};
 pub use workload::{HTTP_PORT, default_image};
@@ -467,16 +468,7 @@ pub async fn apply(cluster: &Cluster, args: &InstallArgs, out: &mut dyn Write) -
         .await
         .map_err(|e| cluster.error("ask the API server which admission APIs it serves", e))?;
     if !served {
-        docs.retain(|d| !d.kind().starts_with("MutatingAdmissionPolicy"));
-        writeln!(
-            out,
-            "warning: this API server does not serve MutatingAdmissionPolicy {} (Kubernetes {} and later), \
-             so nothing taints kubelet-created Nodes {UNVERIFIED_TAINT}:NoSchedule on its own: {}. \
-             The policy and its binding were not applied.",
-            unverified_policy::API_VERSION,
-            unverified::SINCE,
-            unverified_policy::without_policy(),
-        )?;
+        leave_out_unverified_policy(&mut docs, out)?;
     }
     let params = PatchParams::apply(FIELD_MANAGER).force();
     for doc in &docs {
@@ -495,6 +487,27 @@ pub async fn apply(cluster: &Cluster, args: &InstallArgs, out: &mut dyn Write) -
         delete_binding(cluster, rbac::GET_NODES, "tokens cannot read Nodes", out).await?;
     }
     hand_approvals_over(cluster, mode, out).await?;
+    wait_for_crds(cluster).await
+}
+
+/// Where the API server does not serve MutatingAdmissionPolicy v1: the policy and its
+/// binding are left out of `docs`, and `out` says what is lost.
+fn leave_out_unverified_policy(docs: &mut Vec<Document>, out: &mut dyn Write) -> Result<()> {
+    docs.retain(|d| !d.kind().starts_with("MutatingAdmissionPolicy"));
+    writeln!(
+        out,
+        "warning: this API server does not serve MutatingAdmissionPolicy {} (Kubernetes {} and later), \
+         so nothing taints kubelet-created Nodes {UNVERIFIED_TAINT}:NoSchedule on its own: {}. \
+         The policy and its binding were not applied.",
+        unverified_policy::API_VERSION,
+        unverified::SINCE,
+        unverified_policy::without_policy(),
+    )?;
+    Ok(())
+}
+
+/// Waits until the API server serves every CRD `install` applied.
+async fn wait_for_crds(cluster: &Cluster) -> Result<()> {
     let crds: Api<CustomResourceDefinition> = Api::all(cluster.client.clone());
     for crd in crd::crds() {
         let name = crd.metadata.name.clone().unwrap_or_default();

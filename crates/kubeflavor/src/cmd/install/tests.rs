@@ -1239,6 +1239,32 @@ fn printed_install_names_the_version_the_policy_needs() {
     assert!(head.contains("registerWithTaints"), "{head}");
 }
 
+#[test]
+fn apply_leaves_the_policy_out_and_says_what_is_lost_where_the_api_is_not_served() {
+    let mut kept = docs();
+    let before = kept.len();
+    let mut out = Vec::new();
+    leave_out_unverified_policy(&mut kept, &mut out).unwrap();
+    let text = String::from_utf8(out).unwrap();
+    assert_eq!(kept.len(), before - 2, "the policy and its binding");
+    assert!(
+        kept.iter()
+            .all(|d| !d.kind().starts_with("MutatingAdmissionPolicy"))
+    );
+    assert!(text.starts_with("warning: "), "{text}");
+    for says in [
+        "does not serve MutatingAdmissionPolicy admissionregistration.k8s.io/v1",
+        "kubeflavor.io/unverified:NoSchedule",
+        "were not applied",
+    ] {
+        assert!(text.contains(says), "{says}: {text}");
+    }
+    assert!(
+        text.contains(&unverified_policy::without_policy()),
+        "what is lost: {text}"
+    );
+}
+
 /// `install --monitoring`'s objects, printed as `kubectl apply` reads them.
 fn monitoring_docs() -> (Vec<Document>, Vec<Value>) {
     let docs = documents(

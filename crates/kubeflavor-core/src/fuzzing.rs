@@ -2,8 +2,8 @@
 //! feature (the fuzz crate's, and this crate's tests'): not for users of the core.
 //!
 //! One function per place where bytes from outside enter kubeflavor. The fuzz targets under
-//! `fuzz/` and the replay test (`tests/codecs/fuzz_replay.rs`) call these same functions, so a
-//! crash found by a fuzzer is replayed by `cargo test` exactly as it was found.
+//! `fuzz/` and the replay test (`mod replay` below) call these same functions, so a crash
+//! found by a fuzzer is replayed by `cargo test` exactly as it was found.
 //!
 //! Each function takes arbitrary bytes and must never panic, whatever they are: results are
 //! computed and dropped. A few cheap round trips are asserted (what the core writes, it must
@@ -72,7 +72,8 @@ fn kubelet_usages() -> Vec<String> {
 /// A CSR's `spec.request`, as the controller reads it: first as the PEM the API server
 /// stores, then the same bytes as the DER inside a `CERTIFICATE REQUEST` block. Each goes
 /// through the kubelet-client validator, the routing read of the node name, and the policy's
-/// decision for a kubeflavor token's CSR.
+/// decision for a kubeflavor token's CSR; then, aimed at the serving signer, through the
+/// kubelet-serving validator and the serving policy for a bound node.
 pub fn csr(data: &[u8]) {
     csr_request(data);
     let wrapped = crate::pem::encode(csr::CSR_PEM_LABEL, data);
@@ -96,6 +97,54 @@ fn csr_request(request: &[u8]) {
     };
     let decision = policy::decide(&kubeflavor_token_csr(&id, parsed));
     let _ = decision.condition();
+    let _ = serving_request(request);
+}
+
+/// The same request as a kubelet serving CSR of `system:node:fuzz-node`, whose binding and
+/// Flavor (10.0.0.0/8) let a well-formed request through: an approval must be for the
+/// requester, with its name and allowed addresses only.
+fn serving_request(request: &[u8]) -> crate::serving_policy::ServingDecision {
+    use crate::serving_csr::{
+        KUBELET_SERVING_SIGNER, USAGE_SERVER_AUTH, validate_kubelet_serving_csr,
+    };
+    use crate::serving_policy::{
+        ServingBinding, ServingDecision, ServingFacts, ServingOptions, address_allowed,
+        decide_serving,
+    };
+    // The usages every key type may ask for, so the key and the names are what decide.
+    let usages = [csr::USAGE_DIGITAL_SIGNATURE, USAGE_SERVER_AUTH].map(str::to_owned);
+    let parsed = validate_kubelet_serving_csr(KUBELET_SERVING_SIGNER, request, &usages);
+    let _ = parsed
+        .as_ref()
+        .map_err(|e| (e.is_malformed(), e.is_key(), e.to_string()));
+    let Ok(allowed) = "10.0.0.0/8".parse::<crate::cidr::Cidr>() else {
+        unreachable!("a valid CIDR");
+    };
+    let facts = ServingFacts {
+        signer_name: KUBELET_SERVING_SIGNER.into(),
+        requester_username: "system:node:fuzz-node".into(),
+        already_decided: false,
+        csr: parsed,
+        binding: Some(ServingBinding {
+            node: "fuzz-node".into(),
+            revoked: false,
+        }),
+        node_marked_revoked: false,
+        flavor_addresses: Some(vec![allowed]),
+        options: ServingOptions::default(),
+    };
+    let decision = decide_serving(&facts);
+    let _ = decision.condition();
+    if let (ServingDecision::Approve { node }, Ok(csr)) = (&decision, &facts.csr) {
+        assert_eq!(node.as_str(), "fuzz-node");
+        assert!(csr.dns_names.iter().all(|d| d == "fuzz-node"));
+        assert!(
+            csr.ip_addresses
+                .iter()
+                .all(|ip| address_allowed(*ip, &[allowed]))
+        );
+    }
+    decision
 }
 
 /// What the controller knows of a CSR filed with the fixed kubeflavor token `id` (a fresh
@@ -496,6 +545,29 @@ mod tests {
         let mut value = [TAG_SEQUENCE, 0x80].repeat(depth);
         value.extend([0, 0].repeat(depth));
         value
+    }
+
+    #[test]
+    fn the_serving_path_reaches_an_approval_and_its_denials() {
+        use crate::serving_csr::tests::{ServingShape, make_serving_csr};
+        use crate::serving_policy::{ServingDecision, ServingDenyCause};
+        let good = make_serving_csr("fuzz-node", ServingShape::kubelet("fuzz-node", "10.1.2.3"));
+        assert!(matches!(
+            serving_request(good.as_bytes()),
+            ServingDecision::Approve { .. }
+        ));
+        let outside = make_serving_csr(
+            "fuzz-node",
+            ServingShape::kubelet("fuzz-node", "192.168.1.1"),
+        );
+        assert_eq!(
+            serving_request(outside.as_bytes()),
+            ServingDecision::Deny(ServingDenyCause::AddressNotAllowed)
+        );
+        assert_eq!(
+            serving_request(b"not a CSR"),
+            ServingDecision::Deny(ServingDenyCause::MalformedCsr)
+        );
     }
 
     #[test]

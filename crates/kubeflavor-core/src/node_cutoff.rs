@@ -32,6 +32,13 @@ pub enum CutOff {
     NodeMarkedRevoked,
 }
 
+/// Whether a Node taint is the revocation mark: `kubeflavor.io/revoked` with effect
+/// NoExecute, as the controller sets it (any value). The webhook cuts such a Node's name
+/// off, and its serving CSRs are denied, with or without a binding.
+pub fn is_revocation_mark(key: &str, effect: &str) -> bool {
+    key == crate::flavor::REVOKED_TAINT && effect == "NoExecute"
+}
+
 /// The webhook's answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Answer {
@@ -88,6 +95,14 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
+
+    #[test]
+    fn only_kubeflavors_noexecute_revoked_taint_marks_a_node() {
+        assert!(is_revocation_mark("kubeflavor.io/revoked", "NoExecute"));
+        assert!(!is_revocation_mark("kubeflavor.io/revoked", "NoSchedule"));
+        assert!(!is_revocation_mark("kubeflavor.io/unverified", "NoExecute"));
+        assert!(!is_revocation_mark("example.com/revoked", "NoExecute"));
+    }
 
     fn nodes() -> Vec<String> {
         vec![NODES_GROUP.into(), "system:authenticated".into()]

@@ -61,6 +61,9 @@ pub struct ServingFacts {
     pub csr: Result<KubeletServingCsr, ServingCsrError>,
     /// The FlavorBinding named after the requester's node name, if any.
     pub binding: Option<ServingBinding>,
+    /// The requester's Node carries `kubeflavor.io/revoked`: the revocation that stands
+    /// once a revoked binding was deleted (P7), read where there is no binding.
+    pub node_marked_revoked: bool,
     /// The `spec.servingAddresses` of the binding's Flavor; `None` when the Flavor is
     /// missing or unreadable.
     pub flavor_addresses: Option<Vec<Cidr>>,
@@ -131,7 +134,9 @@ impl ServingDenyCause {
             ServingDenyCause::BindingForOtherName => {
                 "the node's FlavorBinding is for another node name"
             }
-            ServingDenyCause::BindingRevoked => "the node's binding is revoked or being deleted",
+            ServingDenyCause::BindingRevoked => {
+                "the node's binding is revoked or being deleted, or its Node carries kubeflavor.io/revoked"
+            }
             ServingDenyCause::FlavorMissing => {
                 "the binding's Flavor does not exist or cannot be read"
             }
@@ -221,6 +226,10 @@ fn judge(f: &ServingFacts) -> Result<ServingDecision, ServingDenyCause> {
     let Some(requester) = requesting_node(&f.requester_username) else {
         return Ok(ServingDecision::Ignore(ServingIgnoreReason::OtherRequester));
     };
+    // A revoked node gets nothing, bound or no longer bound: never "left to others".
+    if f.node_marked_revoked {
+        return Err(ServingDenyCause::BindingRevoked);
+    }
     let Some(binding) = &f.binding else {
         if f.options.deny_unbound {
             return Err(ServingDenyCause::NeverBound);
@@ -296,9 +305,25 @@ mod tests {
                 node: "worker-1".into(),
                 revoked: false,
             }),
+            node_marked_revoked: false,
             flavor_addresses: Some(vec!["10.20.0.0/16".parse().unwrap()]),
             options: ServingOptions::default(),
         }
+    }
+
+    #[test]
+    fn a_node_marked_revoked_is_denied_even_without_a_binding() {
+        let mut f = facts();
+        f.node_marked_revoked = true;
+        assert_eq!(denied(&f), Some(ServingDenyCause::BindingRevoked));
+        // Its binding deleted: still denied, not left to other approvers.
+        f.binding = None;
+        assert_eq!(denied(&f), Some(ServingDenyCause::BindingRevoked));
+        f.node_marked_revoked = false;
+        assert_eq!(
+            decide_serving(&f),
+            ServingDecision::Ignore(ServingIgnoreReason::NeverBound)
+        );
     }
 
     fn denied(f: &ServingFacts) -> Option<ServingDenyCause> {
@@ -470,6 +495,7 @@ mod tests {
             cn in "[a-c]",
             binding_node in "[a-c]",
             revoked in any::<bool>(),
+            marked in any::<bool>(),
             dns in proptest::collection::vec("[a-c]", 0..3),
             ips in proptest::collection::vec(any::<[u8; 4]>(), 0..3),
             prefix in 0u8..=32,
@@ -486,6 +512,7 @@ mod tests {
                     key: ServingKey::EcdsaP256,
                 }),
                 binding: Some(ServingBinding { node: binding_node.clone(), revoked }),
+                node_marked_revoked: marked,
                 flavor_addresses: Some(vec![net]),
                 ..facts()
             };
@@ -493,7 +520,7 @@ mod tests {
                 prop_assert_eq!(node.as_str(), requester.as_str());
                 prop_assert_eq!(&cn, &requester);
                 prop_assert_eq!(&binding_node, &requester);
-                prop_assert!(!revoked);
+                prop_assert!(!revoked && !marked);
                 prop_assert!(dns.iter().all(|d| *d == requester));
                 prop_assert!(ips.iter().all(|ip| net.contains(*ip)));
             }

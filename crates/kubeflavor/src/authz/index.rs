@@ -14,8 +14,7 @@ use k8s_openapi::api::core::v1::Node;
 use kube::runtime::watcher::{self, Event};
 use kube::runtime::{WatchStreamExt, watcher as watch_stream};
 use kube::{Api, Client, ResourceExt};
-use kubeflavor_core::flavor::REVOKED_TAINT;
-use kubeflavor_core::node_cutoff::CutOff;
+use kubeflavor_core::node_cutoff::{self, CutOff};
 use tokio::sync::watch;
 
 use crate::crd::FlavorBinding;
@@ -190,7 +189,7 @@ pub fn node_is_marked(node: &Node) -> bool {
         .and_then(|s| s.taints.as_ref())
         .is_some_and(|ts| {
             ts.iter()
-                .any(|t| t.key == REVOKED_TAINT && t.effect == "NoExecute")
+                .any(|t| node_cutoff::is_revocation_mark(&t.key, &t.effect))
         })
 }
 
@@ -227,6 +226,7 @@ fn map_event<K>(ev: Event<K>, mark: fn(&K) -> (String, bool)) -> Event<(String, 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use kubeflavor_core::flavor::REVOKED_TAINT;
 
     fn named(name: &str, marked: bool) -> (String, bool) {
         (name.to_string(), marked)

@@ -254,6 +254,24 @@ async fn a_flavored_nodes_serving_csr_is_approved_only_as_its_flavor_allows() {
         .expect("filed");
     assert_eq!(h.decision(&after).await, "Denied");
     trail_names(&h, &after, &["binding_revoked"]).await;
+    // Its binding deleted, the Node keeps the revoked taint: still denied, not left alone
+    // as a node kubeflavor never bound.
+    h.register_node(&h.name(&format!("client-{node}")), &node, &[], &[])
+        .await;
+    h.node_until(&node, "tainted revoked", |n| {
+        has_taint(n, "kubeflavor.io/revoked")
+    })
+    .await;
+    h.bindings()
+        .delete(&node, &Default::default())
+        .await
+        .expect("the revoked binding deleted");
+    let unbound = h.name("serving-unbound");
+    file(&as_node, &unbound, Ask::kubelet(&node, "10.77.0.5"))
+        .await
+        .expect("filed");
+    assert_eq!(h.decision(&unbound).await, "Denied");
+    trail_names(&h, &unbound, &["binding_revoked"]).await;
 
     let metrics = ctl.metrics.clone();
     ctl.stop().await;

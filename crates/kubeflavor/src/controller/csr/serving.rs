@@ -14,12 +14,14 @@ use std::sync::Arc;
 
 use futures::StreamExt;
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
+use k8s_openapi::api::core::v1::Node;
 use kube::Api;
 use kube::runtime::controller::{Action, Config, Controller};
 use kube::runtime::reflector;
 use kube::runtime::{WatchStreamExt, watcher};
 
 use kubeflavor_core::names::NodeName;
+use kubeflavor_core::node_cutoff;
 use kubeflavor_core::serving_csr::{KUBELET_SERVING_SIGNER, validate_kubelet_serving_csr};
 use kubeflavor_core::serving_policy::{
     ServingDecision, ServingDenyCause, ServingFacts, decide_serving, requesting_node,
@@ -90,6 +92,8 @@ async fn reconcile(
 struct Read {
     binding: Option<FlavorBinding>,
     flavor: Option<Flavor>,
+    /// Without a binding: the requester's Node carries `kubeflavor.io/revoked`.
+    node_marked_revoked: bool,
 }
 
 async fn decide(
@@ -117,19 +121,7 @@ async fn decide(
         });
     }
     let read = read?;
-    let facts = ServingFacts {
-        signer_name: view.signer_name.clone(),
-        requester_username: view.username.clone(),
-        already_decided: view.decided,
-        csr: validate_kubelet_serving_csr(&view.signer_name, &view.request, &view.usages),
-        binding: read.binding.as_ref().map(FlavorBinding::serving_facts),
-        flavor_addresses: read
-            .flavor
-            .as_ref()
-            .and_then(|f| rules_from_flavor(f).ok())
-            .map(|(_, rules)| rules.serving_addresses().to_vec()),
-        options: ctx.opts.serving_policy(),
-    };
+    let facts = serving_facts(&view, &read, ctx);
     let decision = decide_serving(&facts);
     let step = match &decision {
         ServingDecision::Ignore(why) => {
@@ -157,6 +149,24 @@ async fn decide(
     Ok(Action::await_change())
 }
 
+/// What core's `decide_serving` looks at, from the CSR and what was read for it.
+fn serving_facts(view: &CsrView, read: &Read, ctx: &Context) -> ServingFacts {
+    ServingFacts {
+        signer_name: view.signer_name.clone(),
+        requester_username: view.username.clone(),
+        already_decided: view.decided,
+        csr: validate_kubelet_serving_csr(&view.signer_name, &view.request, &view.usages),
+        binding: read.binding.as_ref().map(FlavorBinding::serving_facts),
+        node_marked_revoked: read.node_marked_revoked,
+        flavor_addresses: read
+            .flavor
+            .as_ref()
+            .and_then(|f| rules_from_flavor(f).ok())
+            .map(|(_, rules)| rules.serving_addresses().to_vec()),
+        options: ctx.opts.serving_policy(),
+    }
+}
+
 /// The requester's FlavorBinding and the Flavor it names (GETs: an approval must not rest
 /// on a cache that has not seen a revocation yet).
 async fn read_binding_and_flavor(ctx: &Context, node: Option<&NodeName>) -> Result<Read, Error> {
@@ -164,6 +174,7 @@ async fn read_binding_and_flavor(ctx: &Context, node: Option<&NodeName>) -> Resu
         return Ok(Read {
             binding: None,
             flavor: None,
+            node_marked_revoked: false,
         });
     };
     let binding = bindings::api(&ctx.client)
@@ -183,7 +194,28 @@ async fn read_binding_and_flavor(ctx: &Context, node: Option<&NodeName>) -> Resu
             })?,
         None => None,
     };
-    Ok(Read { binding, flavor })
+    // With a binding, its Revoked condition speaks (the controller taints the Node from
+    // it); without one, the Node's revoked taint is the revocation that stands.
+    let node_marked_revoked = match &binding {
+        Some(_) => false,
+        None => Api::<Node>::all(ctx.client.clone())
+            .get_opt(node.as_str())
+            .await
+            .map_err(|source| Error::Read {
+                what: format!("Node {node}"),
+                source,
+            })?
+            .and_then(|n| n.spec?.taints)
+            .is_some_and(|ts| {
+                ts.iter()
+                    .any(|t| node_cutoff::is_revocation_mark(&t.key, &t.effect))
+            }),
+    };
+    Ok(Read {
+        binding,
+        flavor,
+        node_marked_revoked,
+    })
 }
 
 /// The binding an approval rests on, read once more right before the approval: changed

@@ -8,6 +8,7 @@ use std::io::Write;
 use clap::{Args, Subcommand};
 use jiff::Timestamp;
 use kube::ResourceExt;
+use kubeflavor_core::flavor::{REVOKED_TAINT, UNVERIFIED_TAINT};
 use kubeflavor_core::names::NodeName;
 use kubeflavor_core::node_state::Revocation;
 
@@ -27,7 +28,8 @@ pub enum NodeCommand {
     ///   Judged:   the binding's Flavored condition, and whether the Node still carries
     ///             the kubeflavor.io/unverified taint.
     ///   Revoked:  the binding's Revoked condition, and whether the Node carries the
-    ///             kubeflavor.io/revoked taint.
+    ///             kubeflavor.io/revoked taint (without a binding: that taint alone,
+    ///             which keeps a revoked node cut off after its binding was deleted).
     ///   Cut off:  the API server's own answer to a SubjectAccessReview of
     ///             system:node:NAME (groups system:nodes, system:authenticated) for
     ///             `get nodes NAME`: "yes" when it is denied (with the authorization
@@ -35,6 +37,8 @@ pub enum NodeCommand {
     ///             is not refused: the webhook is not configured, see README).
     ///   Serving:  the node's latest kubelet-serving CSR and its state, or "none".
     ///
+    /// A node with a Node but no FlavorBinding gets these lines alone (exit 0); with
+    /// neither, or with -o json|yaml and no binding, exit 3 (not found).
     /// `-o json|yaml` print the binding object alone.
     #[command(verbatim_doc_comment)]
     Get(NodeGetArgs),
@@ -142,23 +146,42 @@ pub async fn list(cluster: &Cluster, args: &NodeListArgs, out: &mut dyn Write) -
 
 pub async fn get(cluster: &Cluster, args: &NodeGetArgs, out: &mut dyn Write) -> Result<()> {
     let name = args.name.as_str();
-    match bindings::api(&cluster.client).get_opt(name).await {
-        Ok(Some(b)) => {
+    let table = matches!(
+        args.output.unwrap_or_default(),
+        Format::Table | Format::Wide
+    );
+    let binding = match bindings::api(&cluster.client).get_opt(name).await {
+        Ok(b) => b,
+        Err(e) => return Err(cluster.error(&format!("get FlavorBinding {name}"), e)),
+    };
+    let not_found = || {
+        CliError::not_found(
+            format!("node {name} has no FlavorBinding"),
+            "see 'kubeflavor node list'",
+        )
+    };
+    match binding {
+        Some(b) => {
             print(out, std::slice::from_ref(&b), args.output, true)?;
-            if matches!(
-                args.output.unwrap_or_default(),
-                Format::Table | Format::Wide
-            ) {
-                let standing = Standing::read(&cluster.client, &b).await;
+            if table {
+                let standing = Standing::read(&cluster.client, name, Some(&b)).await;
                 write!(out, "\n{}", standing.describe(Timestamp::now()))?;
             }
             Ok(())
         }
-        Ok(None) => Err(CliError::not_found(
-            format!("node {name} has no FlavorBinding"),
-            "see 'kubeflavor node list'",
-        )),
-        Err(e) => Err(cluster.error(&format!("get FlavorBinding {name}"), e)),
+        // No binding, but a Node: one kubeflavor never judged, or one whose binding was
+        // deleted (a revoked one stays cut off by its taint). Where it stands is still
+        // worth saying; -o json|yaml prints bindings, and there is none.
+        None if table => {
+            let standing = Standing::read(&cluster.client, name, None).await;
+            if !matches!(standing.node_taints, Ok(Some(_))) {
+                return Err(not_found());
+            }
+            writeln!(out, "node {name} has no FlavorBinding")?;
+            write!(out, "\n{}", standing.describe(Timestamp::now()))?;
+            Ok(())
+        }
+        None => Err(not_found()),
     }
 }
 
@@ -197,8 +220,8 @@ pub enum ApiServerAnswer {
 #[derive(Debug, Clone)]
 pub struct Standing {
     pub node: String,
-    pub flavored: Option<crate::crd::Condition>,
-    pub revoked: Option<crate::crd::Condition>,
+    /// What its FlavorBinding says; `None` when no binding names the node.
+    pub binding: Option<BindingStanding>,
     /// The Node's taint keys; `None` when there is no Node (or it could not be read).
     pub node_taints: std::result::Result<Option<Vec<String>>, String>,
     pub api_server: ApiServerAnswer,
@@ -206,10 +229,30 @@ pub struct Standing {
         std::result::Result<Option<crate::controller::csr::serving::ServingCsrState>, String>,
 }
 
-fn condition(b: &FlavorBinding, type_: &str) -> Option<crate::crd::Condition> {
-    b.status
-        .as_ref()
-        .and_then(|s| s.conditions.iter().find(|c| c.type_ == type_).cloned())
+/// The binding's Flavored and Revoked, as the binding itself answers them, with the
+/// conditions that say why.
+#[derive(Debug, Clone)]
+pub struct BindingStanding {
+    pub flavored: bool,
+    pub revoked: bool,
+    pub flavored_condition: Option<crate::crd::Condition>,
+    pub revoked_condition: Option<crate::crd::Condition>,
+}
+
+impl BindingStanding {
+    pub fn of(b: &FlavorBinding) -> BindingStanding {
+        let condition = |type_: &str| {
+            b.status
+                .as_ref()
+                .and_then(|s| s.conditions.iter().find(|c| c.type_ == type_).cloned())
+        };
+        BindingStanding {
+            flavored: b.is_flavored(),
+            revoked: b.is_revoked(),
+            flavored_condition: condition(crate::crd::CONDITION_FLAVORED),
+            revoked_condition: condition(crate::crd::CONDITION_REVOKED),
+        }
+    }
 }
 
 /// Asks the API server whether it would let `system:node:<node>` get its own Node: the
@@ -249,11 +292,10 @@ pub async fn api_server_answer(client: &kube::Client, node: &str) -> ApiServerAn
 impl Standing {
     /// Reads the Node, asks the API server and lists the serving CSRs; a failure of one
     /// read shows in its line, not as the command's error.
-    pub async fn read(client: &kube::Client, b: &FlavorBinding) -> Standing {
+    pub async fn read(client: &kube::Client, node: &str, b: Option<&FlavorBinding>) -> Standing {
         use k8s_openapi::api::core::v1::Node;
-        let node = b.name_any();
         let node_taints = kube::Api::<Node>::all(client.clone())
-            .get_opt(&node)
+            .get_opt(node)
             .await
             .map(|n| {
                 n.map(|n| {
@@ -266,14 +308,13 @@ impl Standing {
                 })
             })
             .map_err(|e| e.to_string());
-        let api_server = api_server_answer(client, &node).await;
-        let serving = crate::controller::csr::serving::latest_serving_csr(client, &node)
+        let api_server = api_server_answer(client, node).await;
+        let serving = crate::controller::csr::serving::latest_serving_csr(client, node)
             .await
             .map_err(|e| e.to_string());
         Standing {
-            flavored: condition(b, crate::crd::CONDITION_FLAVORED),
-            revoked: condition(b, crate::crd::CONDITION_REVOKED),
-            node,
+            node: node.to_string(),
+            binding: b.map(BindingStanding::of),
             node_taints,
             api_server,
             serving,
@@ -289,46 +330,65 @@ impl Standing {
 
     /// The lines under `node get`'s table, like kubectl describe's.
     pub fn describe(&self, now: Timestamp) -> String {
-        use kubeflavor_core::flavor::{REVOKED_TAINT, UNVERIFIED_TAINT};
-        let is_true =
-            |c: &Option<crate::crd::Condition>| c.as_ref().is_some_and(|c| c.status == "True");
-        let why = |c: &Option<crate::crd::Condition>| match c {
-            Some(c) if c.message.is_empty() => c.reason.clone(),
-            Some(c) => format!("{}: {}", c.reason, c.message),
-            None => "no condition yet".into(),
-        };
-        let node_note = |taint: &str, want: bool| match (&self.node_taints, self.node_has(taint)) {
+        format!(
+            "Judged:   {}\nRevoked:  {}\nCut off:  {}\nServing:  {}\n",
+            self.judged(),
+            self.revoked_line(),
+            self.cut_off(),
+            self.serving_line(now)
+        )
+    }
+
+    /// `; the Node ...` about `taint`, worded for whether it should be there (`want`).
+    fn node_note(&self, taint: &str, want: bool) -> String {
+        match (&self.node_taints, self.node_has(taint)) {
             (Err(e), _) => format!("; the Node could not be read: {e}"),
             (Ok(None), _) => format!("; no Node {}", self.node),
             (_, Some(true)) if want => format!("; the Node carries {taint}"),
             (_, Some(true)) => format!("; the Node still carries {taint}"),
             (_, _) if want => format!("; the Node does not carry {taint} yet"),
             _ => format!("; the Node does not carry {taint}"),
-        };
-        let judged = if is_true(&self.flavored) {
-            format!(
+        }
+    }
+
+    fn judged(&self) -> String {
+        let unverified = self.node_note(UNVERIFIED_TAINT, false);
+        match &self.binding {
+            Some(b) => format!(
+                "{} ({}{unverified})",
+                if b.flavored { "yes" } else { "no" },
+                why(&b.flavored_condition),
+            ),
+            None => format!("no (no FlavorBinding{unverified})"),
+        }
+    }
+
+    /// Revoked by its binding's condition; without a binding, by the Node's taint, the
+    /// revocation that stands (P7: the webhook denies the name while it is there).
+    fn is_revoked(&self) -> bool {
+        match &self.binding {
+            Some(b) => b.revoked,
+            None => self.node_has(REVOKED_TAINT) == Some(true),
+        }
+    }
+
+    fn revoked_line(&self) -> String {
+        match &self.binding {
+            Some(b) if b.revoked => format!(
                 "yes ({}{})",
-                why(&self.flavored),
-                node_note(UNVERIFIED_TAINT, false)
-            )
-        } else {
-            format!(
-                "no ({}{})",
-                why(&self.flavored),
-                node_note(UNVERIFIED_TAINT, false)
-            )
-        };
-        let revoked = is_true(&self.revoked);
-        let revoked_line = if revoked {
-            format!(
-                "yes ({}{})",
-                why(&self.revoked),
-                node_note(REVOKED_TAINT, true)
-            )
-        } else {
-            "no".to_string()
-        };
-        let cut_off = match (&self.api_server, revoked) {
+                why(&b.revoked_condition),
+                self.node_note(REVOKED_TAINT, true)
+            ),
+            Some(_) => "no".to_string(),
+            None if self.is_revoked() => {
+                format!("yes (no FlavorBinding; the Node carries {REVOKED_TAINT})")
+            }
+            None => "no (no FlavorBinding)".to_string(),
+        }
+    }
+
+    fn cut_off(&self) -> String {
+        match (&self.api_server, self.is_revoked()) {
             (ApiServerAnswer::Refused(reason), _) => {
                 format!("yes (the API server refuses its requests: {reason})")
             }
@@ -339,8 +399,11 @@ impl Standing {
             (ApiServerAnswer::Unknown(e), _) => {
                 format!("unknown (the API server could not be asked: {e})")
             }
-        };
-        let serving = match &self.serving {
+        }
+    }
+
+    fn serving_line(&self, now: Timestamp) -> String {
+        match &self.serving {
             Ok(Some(s)) => format!(
                 "{} {} ({} ago)",
                 s.csr,
@@ -349,10 +412,16 @@ impl Standing {
             ),
             Ok(None) => "none".to_string(),
             Err(e) => format!("unknown (the CSRs could not be listed: {e})"),
-        };
-        format!(
-            "Judged:   {judged}\nRevoked:  {revoked_line}\nCut off:  {cut_off}\nServing:  {serving}\n"
-        )
+        }
+    }
+}
+
+/// A condition's reason and message, as `node get` shows why.
+fn why(c: &Option<crate::crd::Condition>) -> String {
+    match c {
+        Some(c) if c.message.is_empty() => c.reason.clone(),
+        Some(c) => format!("{}: {}", c.reason, c.message),
+        None => "no condition yet".into(),
     }
 }
 
@@ -374,8 +443,13 @@ mod tests {
     fn standing(revoked: bool, answer: ApiServerAnswer, taints: &[&str]) -> Standing {
         Standing {
             node: "w1".into(),
-            flavored: Some(cond("Flavored", "True", "Applied", "")),
-            revoked: revoked.then(|| cond("Revoked", "True", "RevokedByAdmin", "by node revoke")),
+            binding: Some(BindingStanding {
+                flavored: true,
+                revoked,
+                flavored_condition: Some(cond("Flavored", "True", "Applied", "")),
+                revoked_condition: revoked
+                    .then(|| cond("Revoked", "True", "RevokedByAdmin", "by node revoke")),
+            }),
             node_taints: Ok(Some(taints.iter().map(|t| t.to_string()).collect())),
             api_server: answer,
             serving: Ok(None),
@@ -428,12 +502,35 @@ mod tests {
             line(&s.describe(now), "Judged:"),
             "yes (Applied; the Node still carries kubeflavor.io/unverified)"
         );
-        s.flavored = None;
+        let b = s.binding.as_mut().unwrap();
+        b.flavored = false;
+        b.flavored_condition = None;
         s.node_taints = Ok(None);
         assert_eq!(
             line(&s.describe(now), "Judged:"),
             "no (no condition yet; no Node w1)"
         );
         assert_eq!(line(&s.describe(now), "Serving:"), "none");
+    }
+
+    #[test]
+    fn a_node_without_a_binding_is_revoked_while_its_node_carries_the_taint() {
+        let now = Timestamp::UNIX_EPOCH;
+        let refused = ApiServerAnswer::Refused("kubeflavor: node w1 is revoked".into());
+        let mut s = standing(true, refused, &["kubeflavor.io/revoked"]);
+        s.binding = None;
+        let text = s.describe(now);
+        assert_eq!(
+            line(&text, "Revoked:"),
+            "yes (no FlavorBinding; the Node carries kubeflavor.io/revoked)"
+        );
+        assert!(line(&text, "Judged:").starts_with("no (no FlavorBinding"));
+        assert!(line(&text, "Cut off:").starts_with("yes (the API server refuses"));
+        // Never judged, never revoked: not cut off, and said so plainly.
+        let mut s = standing(false, ApiServerAnswer::NotRefused, &[]);
+        s.binding = None;
+        let text = s.describe(now);
+        assert_eq!(line(&text, "Revoked:"), "no (no FlavorBinding)");
+        assert_eq!(line(&text, "Cut off:"), "no (not revoked)");
     }
 }

@@ -91,6 +91,7 @@ where
     Fut: Future<Output = Result<BTreeMap<String, String>, FetchError>>,
 {
     let jws_key = format!("{JWS_KEY_PREFIX}{}", token_id.as_str());
+    let mut last: Option<LastProblem> = None;
     loop {
         let remaining = deadline.saturating_duration_since(Instant::now());
         let problem = match tokio::time::timeout(remaining, fetch()).await {
@@ -116,12 +117,18 @@ where
                 ));
                 LastProblem::Unreachable(cause)
             }
-            Err(_elapsed) => LastProblem::Unreachable("no answer before the timeout".into()),
+            // The deadline cut this request short: what the server said before still
+            // stands (a slow answer does not make a token the cluster never signed a
+            // network problem).
+            Err(_elapsed) => last
+                .take()
+                .unwrap_or_else(|| LastProblem::Unreachable("no answer before the timeout".into())),
         };
         let next = Instant::now() + interval;
         if next >= deadline {
             return Err(PollFailure::TimedOut(problem));
         }
+        last = Some(problem);
         tokio::time::sleep_until(next).await;
     }
 }
@@ -336,6 +343,54 @@ mod tests {
                 .starts_with("the token is invalid or expired"),
             "{err}"
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_request_the_deadline_cuts_short_keeps_what_the_server_said_before() {
+        let calls = Cell::new(0);
+        let mut report = RecordedReport::default();
+        let id: TokenId = "abcdef".parse().unwrap();
+        // Unsigned at once, then (the server under load) no answer before the deadline.
+        let fetch = || {
+            let i = calls.get();
+            calls.set(i + 1);
+            async move {
+                if i > 0 {
+                    std::future::pending::<()>().await;
+                }
+                unsigned()
+            }
+        };
+        let result = poll_for_signature(
+            fetch,
+            &id,
+            Instant::now() + Duration::from_secs(8),
+            Duration::from_secs(5),
+            &mut report,
+        )
+        .await;
+        assert_eq!(calls.get(), 2);
+        let err = result
+            .unwrap_err()
+            .into_error("e", &id, Duration::from_secs(8));
+        assert!(matches!(err, DiscoveryError::NoSignature { .. }), "{err}");
+        // Nothing answered at all: unreachable, as before.
+        let never = || async {
+            std::future::pending::<()>().await;
+            unsigned()
+        };
+        let result = poll_for_signature(
+            never,
+            &id,
+            Instant::now() + Duration::from_secs(8),
+            Duration::from_secs(5),
+            &mut report,
+        )
+        .await;
+        let err = result
+            .unwrap_err()
+            .into_error("e", &id, Duration::from_secs(8));
+        assert!(matches!(err, DiscoveryError::Unreachable { .. }), "{err}");
     }
 
     #[tokio::test(start_paused = true)]

@@ -198,6 +198,11 @@ pub fn human_duration(d: SignedDuration) -> String {
     format!("{years}y")
 }
 
+/// An object's creation time, for the AGE column.
+pub fn created(meta: &kube::api::ObjectMeta) -> Option<Timestamp> {
+    meta.creation_timestamp.as_ref().map(|t| t.0)
+}
+
 /// The AGE column: time since `then`, or `<unknown>` when the server sent none.
 pub fn age(then: Option<Timestamp>, now: Timestamp) -> String {
     match then {

@@ -10,6 +10,10 @@ mod resolve;
 pub mod token_secrets;
 pub mod unverified_policy;
 
+/// The field manager of every write the CLI makes with server-side apply (`flavor apply`,
+/// `install --apply`); the controller's is `controller::FIELD_MANAGER`.
+pub const FIELD_MANAGER: &str = "kubeflavor";
+
 use std::fmt;
 
 use kube::Client;

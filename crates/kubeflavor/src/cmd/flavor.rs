@@ -5,7 +5,6 @@ use std::path::PathBuf;
 
 use jiff::Timestamp;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
-use kube::core::ObjectMeta;
 use kubeflavor_core::flavor::{
     FlavorName, FlavorRules, FlavorSpec as CoreSpec, TaintSpec, TokenLimitsSpec,
 };
@@ -14,15 +13,15 @@ use serde_json::Value;
 use clap::{Args, Subcommand};
 use kubeflavor_core::flavor::{Taint, TokenTtl};
 
+use super::unknown_flavor;
 use crate::cli::{FlavorLabel, KeyValue, MaxNodes, TrustLevelArg};
-use crate::cluster::{Cluster, bindings, is_api_reason, is_not_found, token_secrets};
+use crate::cluster::{
+    Cluster, FIELD_MANAGER, bindings, is_api_reason, is_not_found, token_secrets,
+};
 use crate::crd::{Flavor, effect_str, flavor_from_rules, rules_from_flavor};
 use crate::error::{CliError, Result};
 use crate::output::{self, Format, List, Table};
 use kubeflavor_core::input_labels::{InputKeySpec, InputLabelsSpec};
-
-/// The field manager of every write kubeflavor makes with server-side apply.
-pub const FIELD_MANAGER: &str = "kubeflavor";
 
 #[derive(Debug, Subcommand)]
 pub enum FlavorCommand {
@@ -334,28 +333,6 @@ pub async fn get(cluster: &Cluster, args: &FlavorGetArgs, out: &mut dyn Write) -
     }
 }
 
-/// The error for a flavor that does not exist, listing those that do.
-pub async fn unknown_flavor(cluster: &Cluster, name: &FlavorName) -> CliError {
-    let api: Api<Flavor> = Api::all(cluster.client.clone());
-    let existing = match api.list(&ListParams::default()).await {
-        Ok(list) => {
-            let mut names: Vec<String> = list
-                .items
-                .into_iter()
-                .filter_map(|f| f.metadata.name)
-                .collect();
-            names.sort();
-            if names.is_empty() {
-                "there are none yet: create one with 'kubeflavor flavor create NAME'".to_string()
-            } else {
-                format!("existing flavors: {}", names.join(", "))
-            }
-        }
-        Err(err) => return cluster.error(&format!("list flavors (looking for {name})"), err),
-    };
-    CliError::not_found(format!("flavor {name} does not exist"), existing)
-}
-
 /// kubectl hides managedFields unless asked; so do we.
 fn for_display(mut flavor: Flavor) -> Flavor {
     flavor.metadata.managed_fields = None;
@@ -424,7 +401,7 @@ fn print_table(items: &[Flavor], wide: bool, out: &mut dyn Write) -> Result<()> 
         if wide {
             row.extend(wide_columns(f));
         }
-        row.push(output::age(created(&f.metadata), now));
+        row.push(output::age(output::created(&f.metadata), now));
         table.row(row);
     }
     out.write_all(table.render().as_bytes())?;
@@ -461,10 +438,6 @@ fn wide_columns(f: &Flavor) -> [String; 6] {
             .and_then(|s| s.bound_nodes)
             .map_or("<none>".into(), |n| n.to_string()),
     ]
-}
-
-pub fn created(meta: &ObjectMeta) -> Option<Timestamp> {
-    meta.creation_timestamp.as_ref().map(|t| t.0)
 }
 
 fn join_or_none(items: impl Iterator<Item = String>) -> String {

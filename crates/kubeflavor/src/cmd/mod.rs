@@ -15,9 +15,13 @@ use std::io::Write;
 
 use clap::{Parser, Subcommand};
 
+use kube::api::{Api, ListParams};
+use kubeflavor_core::flavor::FlavorName;
+
 use crate::cli::GlobalArgs;
 use crate::cluster::Cluster;
-use crate::error::Result;
+use crate::crd::Flavor;
+use crate::error::{CliError, Result};
 
 const LONG_ABOUT: &str = "\
 kubeflavor makes node enrollment trustworthy when nodes are run by third parties.
@@ -124,6 +128,28 @@ pub async fn execute(cli: Cli, out: &mut dyn Write) -> Result<()> {
 /// The admin connection of the commands that talk to a cluster.
 pub(crate) async fn connect(global: &GlobalArgs) -> Result<Cluster> {
     Cluster::connect(&global.cluster()).await
+}
+
+/// The error for a flavor that does not exist, listing those that do.
+pub async fn unknown_flavor(cluster: &Cluster, name: &FlavorName) -> CliError {
+    let api: Api<Flavor> = Api::all(cluster.client.clone());
+    let existing = match api.list(&ListParams::default()).await {
+        Ok(list) => {
+            let mut names: Vec<String> = list
+                .items
+                .into_iter()
+                .filter_map(|f| f.metadata.name)
+                .collect();
+            names.sort();
+            if names.is_empty() {
+                "there are none yet: create one with 'kubeflavor flavor create NAME'".to_string()
+            } else {
+                format!("existing flavors: {}", names.join(", "))
+            }
+        }
+        Err(err) => return cluster.error(&format!("list flavors (looking for {name})"), err),
+    };
+    CliError::not_found(format!("flavor {name} does not exist"), existing)
 }
 
 #[cfg(test)]

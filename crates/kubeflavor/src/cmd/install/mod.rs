@@ -28,8 +28,8 @@ pub use serve::{SERVE, ServePlan, TLS_SECRET, TOKEN_POLICY, serve_user};
 pub use workload::{HTTP_PORT, default_image};
 
 use crate::cluster::Cluster;
+use crate::cluster::FIELD_MANAGER;
 use crate::cluster::unverified_policy;
-use crate::cmd::flavor::FIELD_MANAGER;
 use crate::controller::approvers::{self, KUBEADM_RENEWAL_BINDING};
 use crate::crd;
 use crate::error::{CliError, Result};

@@ -12,8 +12,8 @@ use serde::Serialize;
 use super::TokenListArgs;
 use crate::cluster::Cluster;
 use crate::cluster::token_secrets::{self, StoredToken};
-use crate::cmd::flavor::created;
 use crate::error::Result;
+use crate::output::created;
 use crate::output::{self, Format, List, Table};
 
 /// One token as `token list` shows it: everything but the secret.

@@ -27,7 +27,7 @@ use zeroize::Zeroizing;
 
 use crate::cli::{GlobalArgs, KeyValue, MaxNodes};
 use crate::cluster::{Cluster, token_secrets};
-use crate::cmd::flavor::unknown_flavor;
+use crate::cmd::unknown_flavor;
 use crate::error::{CliError, Result};
 use crate::exit::ExitCode;
 use crate::minting::{self, MintError, join_target, mint, stored_flavor_rules};

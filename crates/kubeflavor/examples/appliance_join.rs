@@ -8,7 +8,11 @@
 //!
 //! It checks that the Node registers tainted `kubeflavor.io/unverified:NoSchedule` (no
 //! ordinary pod lands on it before it is judged), then carries its flavor's labels with the
-//! taint gone, and that its FlavorBinding names the minted token. The last line of the
+//! taint gone, and that its FlavorBinding names the minted token. The VM's kubelet also
+//! asks for a serving certificate (`serverTLSBootstrap: true`, set by a kubeadm patch the
+//! run adds to the document, as a cluster owner would set it in the kubelet-config
+//! ConfigMap): the controller (`--approve-serving`) must approve it for the node's name and
+//! the address its Flavor allows, and kube-controller-manager issue it. The last line of the
 //! output is the run's figures as one JSON object: power-on to Node registered, to
 //! flavored, the taints seen at registration. Exit code 1 when an expectation fails.
 //!
@@ -187,6 +191,8 @@ async fn scenario(a: &Args, run: &mut Run) -> anyhow::Result<serde_json::Value> 
             "site=berlin,paris",
             "--input-label-pattern",
             "segment=seg-[0-9]{1,4}",
+            "--serving-address",
+            GUEST_NETWORK,
         ],
     )
     .await?;
@@ -198,6 +204,7 @@ async fn scenario(a: &Args, run: &mut Run) -> anyhow::Result<serde_json::Value> 
     opts.leader_elect = false;
     opts.scope = Some(format!("-{}", run.id));
     opts.lease_name = run.name("kubeflavor-controller");
+    opts.approve_serving = true;
     let rt = Runtime::new(admin.clone(), opts);
     let health = rt.health.clone();
     run.tasks.push(tokio::spawn(async move {
@@ -255,9 +262,11 @@ async fn scenario(a: &Args, run: &mut Run) -> anyhow::Result<serde_json::Value> 
     ensure!(listed.items.is_empty(), "a Node {node} exists already");
     let mut rv = listed.metadata.resource_version.unwrap_or_default();
 
+    let document = with_serving_bootstrap(document)?;
+
     let seed = tempfile::tempdir()?;
     let user_data = seed.path().join("user-data");
-    write_private(&user_data, document)?;
+    write_private(&user_data, &document)?;
     progress(&format!(
         "power-on: {} {} {node} (APPLIANCE_API_PORT={api_port})",
         a.boot.display(),
@@ -407,6 +416,13 @@ async fn scenario(a: &Args, run: &mut Run) -> anyhow::Result<serde_json::Value> 
         binding.spec.flavor
     );
     binding_records_input_labels(&binding)?;
+    let serving = serving_certificate_issued(&admin, &node, powered_on, deadline).await?;
+    progress(&format!(
+        "the kubelet's serving certificate: CSR {} approved by kubeflavor and issued {} s after power-on, names {:?}",
+        serving.csr,
+        serving.issued_after.as_secs(),
+        serving.names
+    ));
     Ok(json!({
         "scenario": "appliance_join",
         "node": node,
@@ -428,8 +444,149 @@ async fn scenario(a: &Args, run: &mut Run) -> anyhow::Result<serde_json::Value> 
         "input_labels_manager": site_managers,
         "kubelet_write_refused": kubelet_refused,
         "ssh_key_on_console_s": secs(fingerprint_seen),
+        "serving_csr": serving.csr,
+        "serving_certificate_names": serving.names,
+        "serving_certificate_issued_s": secs(serving.issued_after),
         "load_average_1m": load_average(),
     }))
+}
+
+/// QEMU user networking's guest network: the VM's kubelet reports 10.0.2.15, and the
+/// Flavor's spec.servingAddresses allows this range for its serving certificate.
+const GUEST_NETWORK: &str = "10.0.2.0/24";
+/// Where the run's kubeadm patch for the kubelet's configuration goes in the VM.
+const PATCHES_DIR: &str = "/etc/kubeflavor/patches";
+
+/// The document with the kubelet asking for a serving certificate: a kubeadm patch of the
+/// KubeletConfiguration (`serverTLSBootstrap: true`) written beside the join configuration,
+/// which names the patch directory. The rest of the document is as minted.
+fn with_serving_bootstrap(document: &str) -> anyhow::Result<String> {
+    let join_kind = "      kind: JoinConfiguration\n";
+    ensure!(
+        document.matches("write_files:\n").count() == 1 && document.matches(join_kind).count() == 1,
+        "the minted document has no single write_files list and JoinConfiguration to patch:\n{}",
+        document
+            .lines()
+            .filter(|l| !l.contains("token:"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    let patch = format!(
+        "write_files:\n  - path: {PATCHES_DIR}/kubeletconfiguration+merge.yaml\n    owner: root:root\n    permissions: \"0644\"\n    content: |\n      serverTLSBootstrap: true\n"
+    );
+    Ok(document.replacen("write_files:\n", &patch, 1).replacen(
+        join_kind,
+        &format!("{join_kind}      patches:\n        directory: {PATCHES_DIR}\n"),
+        1,
+    ))
+}
+
+/// The serving certificate the VM's kubelet asked for, as issued.
+struct Serving {
+    csr: String,
+    names: Vec<String>,
+    issued_after: Duration,
+}
+
+/// Waits (a watch on serving CSRs) until a CSR of `system:node:<node>` carries a
+/// certificate, then checks it was kubeflavor that approved it and that the certificate
+/// names the node and an address of the guest network, nothing else.
+async fn serving_certificate_issued(
+    admin: &kube::Client,
+    node: &str,
+    powered_on: Instant,
+    deadline: Instant,
+) -> anyhow::Result<Serving> {
+    use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
+    use kube::runtime::{WatchStreamExt, watcher};
+    let csrs: Api<CertificateSigningRequest> = Api::all(admin.clone());
+    let requester = format!("system:node:{node}");
+    let by_signer = watcher::Config::default().fields(&format!(
+        "spec.signerName={}",
+        kubeflavor_core::serving_csr::KUBELET_SERVING_SIGNER
+    ));
+    let mut events = watcher(csrs, by_signer).applied_objects().boxed();
+    let issued = loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let next = tokio::time::timeout(left, events.try_next())
+            .await
+            .with_context(|| {
+                format!("no serving certificate was issued to {requester} before the deadline")
+            })??;
+        let Some(csr) = next else {
+            bail!("the watch of serving CSRs ended");
+        };
+        if csr.spec.username.as_deref() != Some(requester.as_str()) {
+            continue;
+        }
+        let status = csr.status.clone().unwrap_or_default();
+        if let Some(denied) = status
+            .conditions
+            .iter()
+            .flatten()
+            .find(|c| c.type_ == "Denied")
+        {
+            bail!(
+                "serving CSR {} of {requester} was denied ({:?}); see the Events ServingCSRDenied in kube-system",
+                csr.metadata.name.clone().unwrap_or_default(),
+                denied.reason
+            );
+        }
+        if status.certificate.is_some_and(|c| !c.0.is_empty()) {
+            break csr;
+        }
+    };
+    let issued_after = powered_on.elapsed();
+    let name = issued.metadata.name.clone().unwrap_or_default();
+    let status = issued.status.clone().unwrap_or_default();
+    let approved = status
+        .conditions
+        .iter()
+        .flatten()
+        .find(|c| c.type_ == "Approved")
+        .context("an issued CSR without an Approved condition")?;
+    let ours = kubeflavor_core::policy::APPROVED_CONDITION;
+    ensure!(
+        approved.reason.as_deref() == Some(ours.reason),
+        "serving CSR {name} was approved by someone else (reason {:?}, not kubeflavor's {})",
+        approved.reason,
+        ours.reason
+    );
+    let pem = status.certificate.map(|c| c.0).unwrap_or_default();
+    let names = certificate_names(&pem)?;
+    ensure!(
+        names
+            .iter()
+            .all(|n| *n == format!("DNS:{node}") || n.starts_with("IP:10.0.2."))
+            && names.contains(&format!("DNS:{node}")),
+        "the serving certificate names {names:?}: only DNS:{node} and addresses in {GUEST_NETWORK} may be there"
+    );
+    Ok(Serving {
+        csr: name,
+        names,
+        issued_after,
+    })
+}
+
+/// A PEM certificate's subject alternative names, as `DNS:x` / `IP:a.b.c.d`.
+fn certificate_names(pem: &[u8]) -> anyhow::Result<Vec<String>> {
+    use x509_parser::extensions::GeneralName;
+    let (_, block) =
+        x509_parser::pem::parse_x509_pem(pem).context("the issued certificate's PEM")?;
+    let cert = block.parse_x509().context("the issued certificate")?;
+    let mut names = Vec::new();
+    if let Ok(Some(san)) = cert.subject_alternative_name() {
+        for n in &san.value.general_names {
+            names.push(match n {
+                GeneralName::DNSName(d) => format!("DNS:{d}"),
+                GeneralName::IPAddress(b) if b.len() == 4 => {
+                    format!("IP:{}", std::net::Ipv4Addr::new(b[0], b[1], b[2], b[3]))
+                }
+                other => format!("{other:?}"),
+            });
+        }
+    }
+    Ok(names)
 }
 
 /// The input labels the portal attaches (the flavor allows `site` berlin or paris, and

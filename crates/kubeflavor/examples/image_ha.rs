@@ -23,6 +23,10 @@
 //! 6. Every join is checked: exactly one approval, a certificate, exactly one binding to
 //!    its own token, the token's record naming the node until the used-up token is
 //!    retired, the Node flavored.
+//! 7. The authorization webhook (`install --authz-webhook`, its Secret's files mounted where
+//!    the pod has them): one node is revoked, and each replica, leader and standby alike,
+//!    answers a SubjectAccessReview of that node with a denial (client certificate as the
+//!    API server's) and one of another node with no opinion.
 //!
 //! It prints the takeover times, joins, approvals and bindings, and each replica's peak
 //! RSS, then removes everything it created. Exit status 0 only if every check held.
@@ -113,7 +117,7 @@ fn docker(args: &[&str]) -> String {
 
 /// The Deployment's controller container, as `kubeflavor install` prints it.
 async fn installed_container(image: Option<&str>) -> Value {
-    let mut argv = vec!["kubeflavor", "install"];
+    let mut argv = vec!["kubeflavor", "install", "--authz-webhook"];
     if let Some(image) = image {
         argv.extend(["--image", image]);
     }
@@ -559,6 +563,7 @@ async fn exercise(a: &Args, admin: &Client, admin_yaml: &str, run: &mut Run) {
     let image = container["image"].as_str().expect("image").to_string();
     let image_size = inspect_image(&image);
     let sa_dir = service_account_files(admin, admin_yaml, run).await;
+    let authz = AuthzPki::write(&run.dir.path().join("authz"));
 
     // The network, and the relay from the service address to the API server.
     let upstream = api_server_address(admin_yaml);
@@ -574,7 +579,15 @@ async fn exercise(a: &Args, admin: &Client, admin_yaml: &str, run: &mut Run) {
     let _relay = relay(SocketAddr::from((a.service_ip, upstream.port())), upstream).await;
 
     // Step 2: both replicas start, one takes the Lease.
-    let mut replicas = start_replicas(a, admin, run, &container, &sa_dir, upstream.port()).await;
+    let mut replicas = start_replicas(
+        a,
+        admin,
+        run,
+        &container,
+        &[(&sa_dir, SA_DIR), (&authz.dir, authz_mount(&container))],
+        upstream.port(),
+    )
+    .await;
     let first = next_holder(&mut replicas.holder, &run.prefix, "").await;
     replicas.until_ok(&first.identity, "/readyz").await;
     println!("lease taken by {}", first.identity);
@@ -649,6 +662,17 @@ async fn exercise(a: &Args, admin: &Client, admin_yaml: &str, run: &mut Run) {
         "the reconnected replica wrote nothing while a follower"
     );
 
+    // Step 7: every replica cuts a revoked node off.
+    let cut_off = every_replica_cuts_off(
+        &replicas,
+        run,
+        &authz,
+        authz_port(&container),
+        &run.nodes[0],
+        &run.nodes[1],
+    )
+    .await;
+
     let lease = lease_duration(&container);
     let bound = takeover_bound(lease);
     for takeover in [&killed, &cut] {
@@ -689,6 +713,12 @@ async fn exercise(a: &Args, admin: &Client, admin_yaml: &str, run: &mut Run) {
         ms(percentile(&csr_lat, 0.99)),
         ms(csr_lat.last().copied().unwrap_or_default())
     );
+    for (name, after) in &cut_off {
+        println!(
+            "  webhook of {name:<18} denied the revoked node {} after 'node revoke'; no opinion on another",
+            ms(*after)
+        );
+    }
     for name in &run.replicas {
         if let Some(rss) = replicas.get(name).peak_rss_mib() {
             println!("  peak RSS {name:<20} {rss:.1} MiB");
@@ -764,7 +794,7 @@ async fn start_replicas(
     admin: &Client,
     run: &mut Run,
     container: &Value,
-    sa_dir: &Path,
+    mounts: &[(&Path, &str)],
     port: u16,
 ) -> Replicas {
     let mut run_args: Vec<String> = [
@@ -779,8 +809,10 @@ async fn start_replicas(
     .iter()
     .map(|s| s.to_string())
     .collect();
-    run_args.push("-v".into());
-    run_args.push(format!("{}:{SA_DIR}:ro", sa_dir.display()));
+    for (dir, at) in mounts {
+        run_args.push("-v".into());
+        run_args.push(format!("{}:{at}:ro", dir.display()));
+    }
     for (k, v) in [
         ("KUBERNETES_SERVICE_HOST", a.service_ip.to_string()),
         ("KUBERNETES_SERVICE_PORT", port.to_string()),
@@ -988,6 +1020,196 @@ fn make_world_readable(path: &Path) {
     use std::os::unix::fs::PermissionsExt;
     let mode = if path.is_dir() { 0o755 } else { 0o644 };
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).expect("chmod");
+}
+
+/// Where the Deployment's container mounts the webhook's Secret.
+fn authz_mount(container: &Value) -> &str {
+    container["volumeMounts"]
+        .as_array()
+        .and_then(|ms| ms.iter().find(|m| m["name"] == "authz-tls"))
+        .and_then(|m| m["mountPath"].as_str())
+        .expect("install --authz-webhook mounts the webhook's Secret")
+}
+
+/// The Deployment's container port named `authz`.
+fn authz_port(container: &Value) -> u16 {
+    container["ports"]
+        .as_array()
+        .and_then(|ps| ps.iter().find(|p| p["name"] == "authz"))
+        .and_then(|p| p["containerPort"].as_u64())
+        .expect("install --authz-webhook opens the authz port") as u16
+}
+
+/// The webhook Secret's files (`tls.crt`, `tls.key`, `client-ca.crt`) as an operator
+/// creates them, and the API server's side: a client certificate with kubeadm's CN.
+struct AuthzPki {
+    dir: PathBuf,
+    client: Arc<rustls::ClientConfig>,
+}
+
+/// The name the webhook's serving certificate carries (the test connects by IP).
+const AUTHZ_SERVER_NAME: &str = "kubeflavor-authz";
+
+impl AuthzPki {
+    fn write(dir: &Path) -> AuthzPki {
+        use rcgen::{
+            BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer,
+            KeyPair,
+        };
+        let ca_key = KeyPair::generate().expect("a key");
+        let mut ca = CertificateParams::new(Vec::<String>::new()).expect("params");
+        ca.distinguished_name
+            .push(DnType::CommonName, "image-ha-authz-ca");
+        ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        let ca_cert = ca.self_signed(&ca_key).expect("the CA");
+        let issuer = Issuer::new(ca, ca_key);
+        let leaf = |names: Vec<String>, cn: &str, usage| {
+            let key = KeyPair::generate().expect("a key");
+            let mut p = CertificateParams::new(names).expect("params");
+            p.distinguished_name.push(DnType::CommonName, cn);
+            p.extended_key_usages = vec![usage];
+            let cert = p.signed_by(&key, &issuer).expect("signed");
+            (cert, key)
+        };
+        let (server, server_key) = leaf(
+            vec![AUTHZ_SERVER_NAME.into()],
+            AUTHZ_SERVER_NAME,
+            ExtendedKeyUsagePurpose::ServerAuth,
+        );
+        let (client, client_key) = leaf(
+            vec![],
+            kubeflavor::cmd::install::AUTHZ_CLIENT_CN,
+            ExtendedKeyUsagePurpose::ClientAuth,
+        );
+        std::fs::create_dir(dir).expect("mkdir");
+        write_world_readable(&dir.join("tls.crt"), server.pem().as_bytes());
+        write_world_readable(&dir.join("tls.key"), server_key.serialize_pem().as_bytes());
+        write_world_readable(&dir.join("client-ca.crt"), ca_cert.pem().as_bytes());
+        make_world_readable(dir);
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(ca_cert.der().clone()).expect("the CA as a root");
+        let client = rustls::ClientConfig::builder()
+            .with_root_certificates(roots)
+            .with_client_auth_cert(
+                vec![client.der().clone()],
+                rustls_pki_types::PrivateKeyDer::Pkcs8(client_key.serialize_der().into()),
+            )
+            .expect("a client configuration");
+        AuthzPki {
+            dir: dir.to_path_buf(),
+            client: Arc::new(client),
+        }
+    }
+
+    /// POSTs a SubjectAccessReview of `system:node:<node>` getting its Node, as the API
+    /// server does; the `status` answered, or None while the replica does not answer.
+    async fn ask(&self, ip: &str, port: u16, node: &str) -> Option<Value> {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let review = serde_json::json!({
+            "apiVersion": "authorization.k8s.io/v1",
+            "kind": "SubjectAccessReview",
+            "spec": {
+                "user": format!("system:node:{node}"),
+                "groups": ["system:nodes", "system:authenticated"],
+                "resourceAttributes": {"verb": "get", "version": "v1", "resource": "nodes", "name": node},
+            },
+        })
+        .to_string();
+        let tcp = tokio::time::timeout(
+            Duration::from_secs(2),
+            tokio::net::TcpStream::connect((ip, port)),
+        )
+        .await
+        .ok()?
+        .ok()?;
+        let name = rustls_pki_types::ServerName::try_from(AUTHZ_SERVER_NAME).ok()?;
+        let connector = tokio_rustls::TlsConnector::from(self.client.clone());
+        let mut tls = tokio::time::timeout(Duration::from_secs(5), connector.connect(name, tcp))
+            .await
+            .ok()?
+            .ok()?;
+        let request = format!(
+            "POST /authorize HTTP/1.1\r\nHost: {AUTHZ_SERVER_NAME}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{review}",
+            review.len()
+        );
+        tls.write_all(request.as_bytes()).await.ok()?;
+        let mut response = Vec::new();
+        // The answer is complete when the server closes; a missing close_notify is no error.
+        let _ = tokio::time::timeout(Duration::from_secs(5), tls.read_to_end(&mut response)).await;
+        let text = String::from_utf8_lossy(&response);
+        let (head, body) = text.split_once("\r\n\r\n")?;
+        if !head.starts_with("HTTP/1.1 200") {
+            return None;
+        }
+        let answer: Value = serde_json::from_str(body).ok()?;
+        Some(answer["status"].clone())
+    }
+}
+
+/// Step 7: revokes `revoked` and waits until every replica's webhook denies it (how long
+/// after `node revoke` returned, per replica), then checks each has no opinion on `other`.
+async fn every_replica_cuts_off(
+    replicas: &Replicas,
+    run: &Run,
+    pki: &AuthzPki,
+    port: u16,
+    revoked: &str,
+    other: &str,
+) -> Vec<(String, Duration)> {
+    let kubeconfig = run.dir.path().join("admin.kubeconfig");
+    let mut out = Vec::new();
+    kubeflavor::run(
+        [
+            "kubeflavor",
+            "--kubeconfig",
+            kubeconfig.to_str().expect("UTF-8 path"),
+            "node",
+            "revoke",
+            revoked,
+        ],
+        &mut out,
+    )
+    .await
+    .expect("node revoke");
+    let revoked_at = Instant::now();
+    let mut cut_off = Vec::new();
+    for name in &run.replicas {
+        let ip = replicas
+            .get(name)
+            .ip(&run.network)
+            .unwrap_or_else(|| panic!("{name} has an address on {}", run.network));
+        let deadline = revoked_at + Duration::from_secs(10);
+        loop {
+            let status = pki.ask(&ip, port, revoked).await;
+            if status.as_ref().is_some_and(|s| s["denied"] == true) {
+                let reason = status.as_ref().map(|s| s["reason"].clone());
+                assert!(
+                    reason
+                        .as_ref()
+                        .and_then(|r| r.as_str())
+                        .is_some_and(|r| r.contains(revoked)),
+                    "{name}'s denial names the node: {reason:?}"
+                );
+                cut_off.push((name.clone(), revoked_at.elapsed()));
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{name}'s webhook did not deny revoked node {revoked} within 10 s (last answer {status:?}); docker logs {name}:\n{}",
+                logs(name)
+            );
+            // The index follows a watch; nothing announces its update to this client.
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let status = pki.ask(&ip, port, other).await;
+        assert!(
+            status
+                .as_ref()
+                .is_some_and(|s| s["allowed"] == false && s.get("denied").is_none_or(|d| d != true)),
+            "{name}'s webhook has no opinion on node {other} (not revoked): {status:?}"
+        );
+    }
+    cut_off
 }
 
 /// Removes the containers, the network and every object the run created.

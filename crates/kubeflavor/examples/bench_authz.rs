@@ -27,6 +27,8 @@ use serde_json::json;
 
 #[path = "../../kubeflavor-core/examples/support/args.rs"]
 mod args;
+#[path = "../tests/support/webhook_pki.rs"]
+mod webhook_pki;
 
 /// bench_authz: answers per second of the authorization webhook, by kind.
 #[derive(Debug, Parser)]
@@ -51,41 +53,8 @@ struct Args {
 
 const CLIENT_CN: &str = "kube-apiserver-authz-client";
 
-struct Pki {
-    ca_pem: String,
-    server: (String, String),
-    client: (String, String),
-}
-
-fn pki() -> Pki {
-    use rcgen::{
-        BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
-    };
-    let ca_key = KeyPair::generate().expect("key");
-    let mut ca = CertificateParams::new(Vec::<String>::new()).expect("params");
-    ca.distinguished_name.push(DnType::CommonName, "bench-ca");
-    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    let ca_pem = ca.self_signed(&ca_key).expect("CA").pem();
-    let issuer = Issuer::new(ca, ca_key);
-    let leaf = |names: Vec<String>, cn: &str, usage| {
-        let key = KeyPair::generate().expect("key");
-        let mut p = CertificateParams::new(names).expect("params");
-        p.distinguished_name.push(DnType::CommonName, cn);
-        p.extended_key_usages = vec![usage];
-        (
-            p.signed_by(&key, &issuer).expect("signed").pem(),
-            key.serialize_pem(),
-        )
-    };
-    Pki {
-        ca_pem,
-        server: leaf(
-            vec!["127.0.0.1".into()],
-            "webhook",
-            ExtendedKeyUsagePurpose::ServerAuth,
-        ),
-        client: leaf(vec![], CLIENT_CN, ExtendedKeyUsagePurpose::ClientAuth),
-    }
+fn pki() -> webhook_pki::WebhookPki {
+    webhook_pki::webhook_pki("bench-ca", vec!["127.0.0.1".into()], CLIENT_CN)
 }
 
 fn index_of(bindings: usize, revoked_every: usize) -> CutOffIndex {

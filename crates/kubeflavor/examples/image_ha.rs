@@ -60,6 +60,8 @@ mod args;
 mod portal;
 #[path = "support/storm.rs"]
 mod storm;
+#[path = "../tests/support/webhook_pki.rs"]
+mod webhook_pki;
 
 use storm::{Times, ms, percentile};
 
@@ -1052,47 +1054,27 @@ const AUTHZ_SERVER_NAME: &str = "kubeflavor-authz";
 
 impl AuthzPki {
     fn write(dir: &Path) -> AuthzPki {
-        use rcgen::{
-            BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer,
-            KeyPair,
-        };
-        let ca_key = KeyPair::generate().expect("a key");
-        let mut ca = CertificateParams::new(Vec::<String>::new()).expect("params");
-        ca.distinguished_name
-            .push(DnType::CommonName, "image-ha-authz-ca");
-        ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        let ca_cert = ca.self_signed(&ca_key).expect("the CA");
-        let issuer = Issuer::new(ca, ca_key);
-        let leaf = |names: Vec<String>, cn: &str, usage| {
-            let key = KeyPair::generate().expect("a key");
-            let mut p = CertificateParams::new(names).expect("params");
-            p.distinguished_name.push(DnType::CommonName, cn);
-            p.extended_key_usages = vec![usage];
-            let cert = p.signed_by(&key, &issuer).expect("signed");
-            (cert, key)
-        };
-        let (server, server_key) = leaf(
+        use rustls_pki_types::pem::PemObject;
+        use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+        let made = webhook_pki::webhook_pki(
+            "image-ha-authz-ca",
             vec![AUTHZ_SERVER_NAME.into()],
-            AUTHZ_SERVER_NAME,
-            ExtendedKeyUsagePurpose::ServerAuth,
-        );
-        let (client, client_key) = leaf(
-            vec![],
             kubeflavor::cmd::install::AUTHZ_CLIENT_CN,
-            ExtendedKeyUsagePurpose::ClientAuth,
         );
         std::fs::create_dir(dir).expect("mkdir");
-        write_world_readable(&dir.join("tls.crt"), server.pem().as_bytes());
-        write_world_readable(&dir.join("tls.key"), server_key.serialize_pem().as_bytes());
-        write_world_readable(&dir.join("client-ca.crt"), ca_cert.pem().as_bytes());
+        write_world_readable(&dir.join("tls.crt"), made.server.0.as_bytes());
+        write_world_readable(&dir.join("tls.key"), made.server.1.as_bytes());
+        write_world_readable(&dir.join("client-ca.crt"), made.ca_pem.as_bytes());
         make_world_readable(dir);
         let mut roots = rustls::RootCertStore::empty();
-        roots.add(ca_cert.der().clone()).expect("the CA as a root");
+        roots
+            .add(CertificateDer::from_pem_slice(made.ca_pem.as_bytes()).expect("the CA"))
+            .expect("the CA as a root");
         let client = rustls::ClientConfig::builder()
             .with_root_certificates(roots)
             .with_client_auth_cert(
-                vec![client.der().clone()],
-                rustls_pki_types::PrivateKeyDer::Pkcs8(client_key.serialize_der().into()),
+                vec![CertificateDer::from_pem_slice(made.client.0.as_bytes()).expect("a cert")],
+                PrivateKeyDer::from_pem_slice(made.client.1.as_bytes()).expect("a key"),
             )
             .expect("a client configuration");
         AuthzPki {

@@ -48,48 +48,27 @@ struct WebhookPki {
 /// certificate into `dir`; returns the webhook's files and the testkube configuration
 /// that trusts them (its `url` is set once the port is known).
 fn test_pki(dir: &Path) -> (WebhookPki, testkube::AuthorizationWebhook) {
-    use rcgen::{
-        BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
-    };
-    let ca_key = KeyPair::generate().unwrap();
-    let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca.distinguished_name
-        .push(DnType::CommonName, "authz-test-ca");
-    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    let ca_cert = ca.self_signed(&ca_key).unwrap();
-    let issuer = Issuer::new(ca, ca_key);
-    let leaf = |names: Vec<String>, cn: &str, usage| {
-        let key = KeyPair::generate().unwrap();
-        let mut p = CertificateParams::new(names).unwrap();
-        p.distinguished_name.push(DnType::CommonName, cn);
-        p.extended_key_usages = vec![usage];
-        (
-            p.signed_by(&key, &issuer).unwrap().pem(),
-            key.serialize_pem(),
-        )
-    };
-    let (server_pem, server_key) = leaf(
+    let made = crate::support::webhook_pki::webhook_pki(
+        "authz-test-ca",
         vec!["127.0.0.1".into()],
-        "authz-webhook",
-        ExtendedKeyUsagePurpose::ServerAuth,
+        CLIENT_CN,
     );
-    let (client_pem, client_key) = leaf(vec![], CLIENT_CN, ExtendedKeyUsagePurpose::ClientAuth);
     let write = |name: &str, text: &str| {
         let path = dir.join(name);
         std::fs::write(&path, text).unwrap();
         path
     };
     let pki = WebhookPki {
-        cert: write("authz-webhook.crt", &server_pem),
-        key: write("authz-webhook.key", &server_key),
-        client_ca: write("ca.crt", &ca_cert.pem()),
+        cert: write("authz-webhook.crt", &made.server.0),
+        key: write("authz-webhook.key", &made.server.1),
+        client_ca: write("ca.crt", &made.ca_pem),
         port: 0,
     };
     let config = testkube::AuthorizationWebhook {
         url: String::new(),
-        ca_pem: ca_cert.pem(),
-        client_cert_pem: client_pem,
-        client_key_pem: client_key,
+        ca_pem: made.ca_pem,
+        client_cert_pem: made.client.0,
+        client_key_pem: made.client.1,
         timeout: Duration::from_secs(2),
         failure_policy: testkube::FailurePolicy::NoOpinion,
         match_conditions: vec![MATCH.into()],

@@ -18,6 +18,7 @@ pub mod portal;
 pub mod stall;
 mod sweep;
 pub mod token_secret;
+pub mod webhook_pki;
 
 use std::future::Future;
 use std::path::{Path, PathBuf};

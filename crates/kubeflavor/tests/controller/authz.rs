@@ -358,14 +358,7 @@ async fn revocation_cuts_the_node_off_and_only_an_admin_brings_it_back() {
     // Deleting the revoked binding does not bring the node back: its Node keeps the
     // revoked taint the controller put on it (NodeRestriction forbids the kubelet to
     // remove it).
-    h.node_until(&node, "tainted revoked", |n| {
-        has_taint(n, "kubeflavor.io/revoked")
-    })
-    .await;
-    h.bindings()
-        .delete(&node, &DeleteParams::default())
-        .await
-        .unwrap();
+    h.delete_revoked_binding(&node).await;
     webhook
         .until_cut_off(&node, Some(CutOff::NodeMarkedRevoked))
         .await;

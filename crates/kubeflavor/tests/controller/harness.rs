@@ -295,6 +295,19 @@ impl Harness {
             .expect("node registers itself")
     }
 
+    /// Deletes the revoked binding of `node` once the controller has tainted its Node
+    /// `kubeflavor.io/revoked`: the mark that stands after the binding is gone.
+    pub async fn delete_revoked_binding(&self, node: &str) {
+        self.node_until(node, "tainted revoked", |n| {
+            has_taint(n, "kubeflavor.io/revoked")
+        })
+        .await;
+        self.bindings()
+            .delete(node, &kube::api::DeleteParams::default())
+            .await
+            .expect("the revoked binding deleted");
+    }
+
     /// Waits until the Node satisfies `pred`.
     pub async fn node_until(&self, node: &str, what: &str, pred: impl Fn(&Node) -> bool) -> Node {
         let cond = move |obj: Option<&Node>| obj.is_some_and(&pred);

@@ -258,14 +258,7 @@ async fn a_flavored_nodes_serving_csr_is_approved_only_as_its_flavor_allows() {
     // as a node kubeflavor never bound.
     h.register_node(&h.name(&format!("client-{node}")), &node, &[], &[])
         .await;
-    h.node_until(&node, "tainted revoked", |n| {
-        has_taint(n, "kubeflavor.io/revoked")
-    })
-    .await;
-    h.bindings()
-        .delete(&node, &Default::default())
-        .await
-        .expect("the revoked binding deleted");
+    h.delete_revoked_binding(&node).await;
     let unbound = h.name("serving-unbound");
     file(&as_node, &unbound, Ask::kubelet(&node, "10.77.0.5"))
         .await

@@ -20,7 +20,25 @@ use crate::types::{ApiError, ObjectReader, Operation, RequestAttributes};
 ///
 /// `old` is the stored object for updates and deletes; `new` the incoming object for creates
 /// and updates (after a patch has been applied), which admission may modify in place.
+/// [`mutate`] and then the type's own rules.
 pub fn admit(
+    attrs: &RequestAttributes,
+    op: Operation,
+    old: Option<&Value>,
+    mut new: Option<&mut Value>,
+    reader: &dyn ObjectReader,
+) -> Result<(), ApiError> {
+    mutate(attrs, op, old, new.as_deref_mut(), reader)?;
+    admit_type(attrs, op, old, new, reader)
+}
+
+/// The mutating admission plugins, in upstream's order: NodeRestriction, then the
+/// MutatingAdmissionPolicies. On an update they see the object as the client sent it (a
+/// patch already applied), before the registry's strategy resets what the subresource may
+/// not change (`PrepareForUpdate`): upstream runs them as transformers of the updated
+/// object, ahead of `BeforeUpdate`, so a kubelet's taint change sent through
+/// `nodes/status` is refused although the status strategy would have dropped it.
+pub fn mutate(
     attrs: &RequestAttributes,
     op: Operation,
     old: Option<&Value>,
@@ -29,12 +47,23 @@ pub fn admit(
 ) -> Result<(), ApiError> {
     // Mutating admission (NodeRestriction) sees the object as the client sent it.
     if let Some(node) = node_identity(&attrs.user) {
-        node_restriction::admit(node, attrs, op, old, new.as_deref())?;
+        node_restriction::admit(node, attrs, op, old, new.as_deref(), reader)?;
     }
     // Then the MutatingAdmissionPolicies, on the object as the plugins above left it.
     if matches!(op, Operation::Create | Operation::Update) {
         mutating_policy::admit(attrs, op, old, new.as_deref_mut(), reader)?;
     }
+    Ok(())
+}
+
+/// The rules of particular types that run after the strategy (the CSR rules).
+pub fn admit_type(
+    attrs: &RequestAttributes,
+    op: Operation,
+    old: Option<&Value>,
+    new: Option<&mut Value>,
+    reader: &dyn ObjectReader,
+) -> Result<(), ApiError> {
     if attrs.api_group == "certificates.k8s.io" && attrs.resource == "certificatesigningrequests" {
         csr::admit(attrs, op, old, new, reader)?;
     }

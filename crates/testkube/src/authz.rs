@@ -78,7 +78,7 @@ pub fn evaluate(attrs: &RequestAttributes, reader: &dyn ObjectReader) -> Decisio
         return allow(String::new());
     }
     let mut reasons = Vec::new();
-    match node::authorize(attrs) {
+    match node::authorize(attrs, reader) {
         Some(node::NodeDecision::Allow) => return allow(String::new()),
         Some(node::NodeDecision::NoOpinion(reason)) if !reason.is_empty() => reasons.push(reason),
         _ => {}

@@ -322,3 +322,15 @@ pub fn delete_success(info: &ResourceInfo, name: &str, uid: &str) -> Value {
         "details": details,
     })
 }
+
+/// A 404 for an object named by group, resource and name (when no `ResourceInfo` is at
+/// hand: a pod a TokenRequest is bound to).
+pub fn not_found_resource(group: &str, resource: &str, name: &str) -> ApiError {
+    let qualified = if group.is_empty() {
+        resource.to_string()
+    } else {
+        format!("{resource}.{group}")
+    };
+    ApiError::new(404, "NotFound", format!("{qualified} \"{name}\" not found"))
+        .with_details(Value::Object(details_of(group, resource, name)))
+}

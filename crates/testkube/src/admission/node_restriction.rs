@@ -14,8 +14,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde_json::Value;
 
 use crate::authz::new_forbidden;
+use crate::authz::node::pod_references;
 use crate::kcm::KUBELET_CLIENT_SIGNER;
-use crate::types::{ApiError, Operation, RequestAttributes};
+use crate::types::{ApiError, ObjectReader, Operation, RequestAttributes, ResourceKey};
 
 const KUBELET_SERVING_SIGNER: &str = "kubernetes.io/kubelet-serving";
 
@@ -43,6 +44,7 @@ pub fn admit(
     op: Operation,
     old: Option<&Value>,
     new: Option<&Value>,
+    reader: &dyn ObjectReader,
 ) -> Result<(), ApiError> {
     let forbid = |message: String| Err(forbidden(attrs, new, &message));
     if node.is_empty() {
@@ -66,6 +68,10 @@ pub fn admit(
             }
             Ok(())
         }
+        ("", "serviceaccounts") if op == Operation::Create && attrs.subresource == "token" => {
+            admit_token_request(node, attrs, new, reader).map_or(Ok(()), |e| Err(e))
+        }
+        ("", "pods") => admit_pod(node, attrs, op, old, new, reader),
         ("certificates.k8s.io", "certificatesigningrequests") if op == Operation::Create => {
             admit_csr(node, new).map_or(Ok(()), forbid)
         }
@@ -239,4 +245,212 @@ fn admit_csr(node: &str, new: Option<&Value>) -> Option<String> {
     };
     (common_name != format!("system:node:{node}"))
         .then(|| format!("can only create a node CSR with CN=system:node:{node}"))
+}
+
+fn pod_key() -> ResourceKey {
+    ResourceKey::new("", "pods")
+}
+
+/// `admitServiceAccount`: a node's TokenRequest must be bound to a pod (v1 Pod, name and
+/// uid) that exists with that uid and runs on the node.
+fn admit_token_request(
+    node: &str,
+    attrs: &RequestAttributes,
+    request: Option<&Value>,
+    reader: &dyn ObjectReader,
+) -> Option<ApiError> {
+    let forbid = |message: &str| Some(forbidden(attrs, None, message));
+    let reference = request?
+        .pointer("/spec/boundObjectRef")
+        .filter(|r| r.is_object());
+    let field = |f: &str| {
+        reference
+            .and_then(|r| r.get(f))
+            .and_then(Value::as_str)
+            .unwrap_or("")
+    };
+    if reference.is_none()
+        || field("apiVersion") != "v1"
+        || field("kind") != "Pod"
+        || field("name").is_empty()
+    {
+        return forbid("node requested token not bound to a pod");
+    }
+    if field("uid").is_empty() {
+        return forbid("node requested token with a pod binding without a uid");
+    }
+    let Some(pod) = reader.get(&pod_key(), Some(&attrs.namespace), field("name")) else {
+        return Some(crate::errors::not_found_resource("", "pods", field("name")));
+    };
+    if pod["metadata"]["uid"].as_str() != Some(field("uid")) {
+        return forbid(&format!(
+            "the UID in the bound object reference ({}) does not match the UID in record. The object might have been deleted and then recreated",
+            field("uid")
+        ));
+    }
+    if pod["spec"]["nodeName"].as_str() != Some(node) {
+        return forbid("node requested token bound to a pod scheduled on a different node");
+    }
+    // `validateNodeServiceAccountAudience` (ServiceAccountNodeAudienceRestriction, on by
+    // default): one audience at most, and one the pod's projected token volumes ask for
+    // (none: the API server's), unless RBAC grants `request-serviceaccounts-token-audience`
+    // on it. testkube serves no CSIDrivers, so no CSI volume grants an audience.
+    let audiences = request?
+        .pointer("/spec/audiences")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    if audiences.len() > 1 {
+        return forbid("node may only request 0 or 1 audiences");
+    }
+    let audience = audiences.first().and_then(Value::as_str).unwrap_or("");
+    if pod_token_audiences(pod).contains(&audience) {
+        return None;
+    }
+    let mut check = attrs.clone();
+    check.verb = "request-serviceaccounts-token-audience".into();
+    check.api_group = String::new();
+    check.api_version = "v1".into();
+    check.resource = audience.to_string();
+    check.subresource = String::new();
+    if crate::authz::is_allowed(&check, reader) {
+        return None;
+    }
+    forbid(&format!(
+        "audience \"{audience}\" not found in pod spec volume, {} is not authorized to request tokens for this audience",
+        attrs.user.name
+    ))
+}
+
+/// The audiences of a pod's projected service-account token volumes ("" for one without).
+fn pod_token_audiences(pod: &Value) -> Vec<&str> {
+    pod.pointer("/spec/volumes")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|v| v.pointer("/projected/sources").and_then(Value::as_array))
+        .flatten()
+        .filter_map(|source| source.get("serviceAccountToken").filter(|t| t.is_object()))
+        .map(|t| t.get("audience").and_then(Value::as_str).unwrap_or(""))
+        .collect()
+}
+
+/// `admitPod`, `admitPodStatus`, `admitPodEviction`: a node creates only mirror pods bound
+/// to itself, deletes and updates the status of only pods bound to itself.
+fn admit_pod(
+    node: &str,
+    attrs: &RequestAttributes,
+    op: Operation,
+    old: Option<&Value>,
+    new: Option<&Value>,
+    reader: &dyn ObjectReader,
+) -> Result<(), ApiError> {
+    let forbid = |message: String| Err(forbidden(attrs, new, &message));
+    let bound_here = |p: Option<&Value>| {
+        p.and_then(|p| p.pointer("/spec/nodeName"))
+            .and_then(Value::as_str)
+            == Some(node)
+    };
+    match (attrs.subresource.as_str(), op) {
+        ("", Operation::Create) => {
+            let pod = new.unwrap_or(&Value::Null);
+            const MIRROR: &str = "kubernetes.io/config.mirror";
+            if pod
+                .pointer("/metadata/annotations")
+                .and_then(|a| a.get(MIRROR))
+                .is_none()
+            {
+                return forbid(format!(
+                    "pod does not have \"{MIRROR}\" annotation, node \"{node}\" can only create mirror pods"
+                ));
+            }
+            if !bound_here(Some(pod)) {
+                return forbid(format!(
+                    "node \"{node}\" can only create pods with spec.nodeName set to itself"
+                ));
+            }
+            let owners = pod
+                .pointer("/metadata/ownerReferences")
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default();
+            let own = owners.first().filter(|o| {
+                owners.len() == 1
+                    && o["apiVersion"] == "v1"
+                    && o["kind"] == "Node"
+                    && o["name"].as_str() == Some(node)
+            });
+            if own.is_none() {
+                return forbid(format!(
+                    "node \"{node}\" can only create pods with an owner reference set to itself"
+                ));
+            }
+            if !pod_references(pod, "serviceaccounts").is_empty() {
+                return forbid(format!(
+                    "node \"{node}\" can not create pods that reference a service account"
+                ));
+            }
+            for (resource, what) in [
+                ("secrets", "secrets"),
+                ("configmaps", "configmaps"),
+                ("persistentvolumeclaims", "persistentvolumeclaims"),
+            ] {
+                if !pod_references(pod, resource).is_empty() {
+                    return forbid(format!(
+                        "node \"{node}\" can not create pods that reference {what}"
+                    ));
+                }
+            }
+            Ok(())
+        }
+        ("", Operation::Delete) => {
+            if !bound_here(old) {
+                return forbid(format!(
+                    "node \"{node}\" can only delete pods with spec.nodeName set to itself"
+                ));
+            }
+            Ok(())
+        }
+        ("", op) => forbid(format!(
+            "unexpected operation \"{}\", node \"{node}\" can only create and delete mirror pods",
+            operation_name(op)
+        )),
+        ("status", Operation::Update) => {
+            if !bound_here(old) {
+                return forbid(format!(
+                    "node \"{node}\" can only update pod status for pods with spec.nodeName set to itself"
+                ));
+            }
+            let labels = |p: Option<&Value>| p.and_then(|p| p.pointer("/metadata/labels")).cloned();
+            let empty =
+                |l: Option<Value>| l.filter(|v| v.as_object().is_some_and(|m| !m.is_empty()));
+            if empty(labels(old)) != empty(labels(new)) {
+                return forbid(format!(
+                    "node \"{node}\" cannot update labels through pod status"
+                ));
+            }
+            Ok(())
+        }
+        ("status", op) => forbid(format!("unexpected operation \"{}\"", operation_name(op))),
+        ("eviction", _) => {
+            let pod = reader.get(&pod_key(), Some(&attrs.namespace), &attrs.name);
+            if !bound_here(pod) {
+                return forbid(format!(
+                    "node {node} can only evict pods with spec.nodeName set to itself"
+                ));
+            }
+            Ok(())
+        }
+        (sub, _) => forbid(format!(
+            "unexpected pod subresource \"{sub}\", only 'status' and 'eviction' are allowed"
+        )),
+    }
+}
+
+fn operation_name(op: Operation) -> &'static str {
+    match op {
+        Operation::Create => "CREATE",
+        Operation::Update => "UPDATE",
+        Operation::Delete => "DELETE",
+    }
 }

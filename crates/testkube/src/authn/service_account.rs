@@ -27,6 +27,10 @@ use crate::types::{IdentityKind, ObjectReader, ResourceKey, UserInfo};
 pub const API_AUDIENCE: &str = "https://kubernetes.default.svc.cluster.local";
 pub const SERVICE_ACCOUNTS_GROUP: &str = "system:serviceaccounts";
 pub const SERVICE_ACCOUNT_USER_PREFIX: &str = "system:serviceaccount:";
+/// The user extras of a token bound to a pod (k8s.io/apiserver/pkg/authentication/serviceaccount).
+const POD_NAME_KEY: &str = "authentication.kubernetes.io/pod-name";
+const POD_UID_KEY: &str = "authentication.kubernetes.io/pod-uid";
+const NODE_NAME_KEY: &str = "authentication.kubernetes.io/node-name";
 /// go-jose's `DefaultLeeway` for exp/nbf/iat.
 const LEEWAY_SECONDS: i64 = 60;
 
@@ -77,10 +81,13 @@ impl ServiceAccountIssuer {
     }
 
     /// A token for the ServiceAccount `sa` (as stored), `token.Claims` for a token bound to
-    /// nothing. Returns the token and its `jti`.
+    /// nothing, or to `pod` (as stored): then it names the pod (and the node the pod is
+    /// bound to) and authenticates only while that pod exists. Returns the token and its
+    /// `jti`.
     pub fn issue(
         &self,
         sa: &Value,
+        pod: Option<&Value>,
         audiences: &[String],
         expiration_seconds: i64,
         now: Timestamp,
@@ -89,7 +96,7 @@ impl ServiceAccountIssuer {
         let (namespace, name) = (meta("namespace"), meta("name"));
         let jti = crate::store::new_uid();
         let now_s = now.as_second();
-        let claims = json!({
+        let mut claims = json!({
             "aud": audiences,
             "exp": now_s + expiration_seconds,
             "iat": now_s,
@@ -102,6 +109,14 @@ impl ServiceAccountIssuer {
             "nbf": now_s,
             "sub": format!("{SERVICE_ACCOUNT_USER_PREFIX}{namespace}:{name}"),
         });
+        if let Some(pod) = pod {
+            let pod_meta = |f: &str| pod["metadata"][f].as_str().unwrap_or("").to_string();
+            claims["kubernetes.io"]["pod"] =
+                json!({"name": pod_meta("name"), "uid": pod_meta("uid")});
+            if let Some(node) = pod["spec"]["nodeName"].as_str().filter(|n| !n.is_empty()) {
+                claims["kubernetes.io"]["node"] = json!({"name": node});
+            }
+        }
         let header = json!({"alg": "HS256", "kid": self.key_id});
         let input = format!(
             "{}.{}",
@@ -187,6 +202,39 @@ impl ServiceAccountIssuer {
         if let Some(jti) = claims["jti"].as_str().filter(|j| !j.is_empty()) {
             extra.insert(CREDENTIAL_ID_KEY.to_string(), vec![format!("JTI={jti}")]);
         }
+        // A token bound to a pod is good only while that pod exists with the same uid
+        // (and is not being deleted for longer than a minute): the validator of
+        // pkg/serviceaccount/claims.go.
+        if let Some(pod_ref) = k8s.get("pod").filter(|p| p.is_object()) {
+            let pod_name = pod_ref["name"].as_str().unwrap_or("");
+            let pod_uid = pod_ref["uid"].as_str().unwrap_or("");
+            let Some(pod) = reader.get(&ResourceKey::new("", "pods"), Some(namespace), pod_name)
+            else {
+                return SaTokenOutcome::Rejected(
+                    "service account token has been invalidated".into(),
+                );
+            };
+            let deleted_long_ago = pod["metadata"]["deletionTimestamp"]
+                .as_str()
+                .and_then(|t| t.parse::<Timestamp>().ok())
+                .is_some_and(|t| t.as_second() < now.as_second() - 60);
+            if deleted_long_ago {
+                return SaTokenOutcome::Rejected(
+                    "service account token has been invalidated".into(),
+                );
+            }
+            let actual = pod["metadata"]["uid"].as_str().unwrap_or("");
+            if actual != pod_uid {
+                return SaTokenOutcome::Rejected(format!(
+                    "pod UID ({actual}) does not match service account pod ref claim ({pod_uid})"
+                ));
+            }
+            extra.insert(POD_NAME_KEY.to_string(), vec![pod_name.to_string()]);
+            extra.insert(POD_UID_KEY.to_string(), vec![pod_uid.to_string()]);
+            if let Some(node) = k8s["node"]["name"].as_str() {
+                extra.insert(NODE_NAME_KEY.to_string(), vec![node.to_string()]);
+            }
+        }
         let user = UserInfo {
             kind: IdentityKind::ServiceAccountToken,
             name: format!("{SERVICE_ACCOUNT_USER_PREFIX}{namespace}:{name}"),
@@ -243,7 +291,7 @@ mod tests {
     fn issued_tokens_authenticate_as_the_service_account() {
         let issuer = ServiceAccountIssuer::generate();
         let now: Timestamp = "2026-11-30T23:08:06Z".parse().unwrap();
-        let (token, jti) = issuer.issue(&sa(), &api(), 600, now);
+        let (token, jti) = issuer.issue(&sa(), None, &api(), 600, now);
         let reader = MemReader::new().with("", "serviceaccounts", sa());
         let SaTokenOutcome::User(user, audiences) =
             issuer.authenticate(&token, &reader, &api(), now)

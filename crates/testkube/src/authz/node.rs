@@ -10,7 +10,7 @@ use std::sync::LazyLock;
 use serde_json::{Value, json};
 
 use crate::authz::rbac::rule_allows;
-use crate::types::{RequestAttributes, UserInfo};
+use crate::types::{ObjectReader, RequestAttributes, ResourceKey, UserInfo};
 
 pub const NODES_GROUP: &str = "system:nodes";
 pub const NODE_USER_PREFIX: &str = "system:node:";
@@ -29,7 +29,7 @@ pub fn node_identity(user: &UserInfo) -> Option<&str> {
 }
 
 /// The Node authorizer's verdict, or `None` when the caller is not a node.
-pub fn authorize(attrs: &RequestAttributes) -> Option<NodeDecision> {
+pub fn authorize(attrs: &RequestAttributes, reader: &dyn ObjectReader) -> Option<NodeDecision> {
     let node = node_identity(&attrs.user)?;
     if node.is_empty() {
         return Some(no_opinion(format!(
@@ -39,18 +39,18 @@ pub fn authorize(attrs: &RequestAttributes) -> Option<NodeDecision> {
     }
     if attrs.is_resource_request {
         let decision = match (attrs.api_group.as_str(), attrs.resource.as_str()) {
-            ("", "secrets" | "configmaps") => Some(read_namespaced_object(node, attrs)),
+            ("", "secrets" | "configmaps") => Some(read_namespaced_object(node, attrs, reader)),
             ("", "persistentvolumeclaims") if attrs.subresource == "status" => {
-                Some(status_update(node, attrs))
+                Some(status_update(node, attrs, reader))
             }
             ("", "persistentvolumeclaims" | "persistentvolumes")
             | ("resource.k8s.io", "resourceclaims")
-            | ("storage.k8s.io", "volumeattachments") => Some(get_related(node, attrs)),
-            ("", "serviceaccounts") => Some(create_token(node, attrs)),
+            | ("storage.k8s.io", "volumeattachments") => Some(get_related(node, attrs, reader)),
+            ("", "serviceaccounts") => Some(create_token(node, attrs, reader)),
             ("coordination.k8s.io", "leases") => Some(lease(node, attrs)),
             ("storage.k8s.io", "csinodes") => Some(csi_node(node, attrs)),
             ("", "nodes") => Some(node_object(node, attrs)),
-            ("", "pods") => Some(pod(node, attrs)),
+            ("", "pods") => Some(pod(node, attrs, reader)),
             _ => None,
         };
         if let Some(decision) = decision {
@@ -68,18 +68,118 @@ fn no_opinion(reason: impl Into<String>) -> NodeDecision {
     NodeDecision::NoOpinion(reason.into())
 }
 
-/// The graph walk: testkube serves no pods, PVs or volume attachments, so nothing is ever
-/// related to a node; the answer is the one the real authorizer gives for an unrelated object.
-fn related(node: &str, attrs: &RequestAttributes) -> NodeDecision {
+/// The graph walk (`hasPathFrom` over the graph plugin/pkg/auth/authorizer/node's
+/// populator keeps): an object is related to a node when a pod bound to that node
+/// (`spec.nodeName`) names it: the pod itself, its ServiceAccount, the Secrets,
+/// ConfigMaps and PersistentVolumeClaims its volumes, environment and image pull secrets
+/// name. testkube serves no PVs, volume attachments or resource claims, so nothing leads
+/// from a node to those.
+fn related(node: &str, attrs: &RequestAttributes, reader: &dyn ObjectReader) -> NodeDecision {
     if attrs.name.is_empty() {
         return no_opinion("No Object name found");
+    }
+    let pods = reader.list(&ResourceKey::new("", "pods"), Some(&attrs.namespace));
+    let on_node = pods
+        .into_iter()
+        .filter(|p| p["spec"]["nodeName"].as_str() == Some(node));
+    let found = match (attrs.api_group.as_str(), attrs.resource.as_str()) {
+        ("", "pods") => on_node
+            .into_iter()
+            .any(|p| p["metadata"]["name"].as_str() == Some(attrs.name.as_str())),
+        ("", kind @ ("serviceaccounts" | "secrets" | "configmaps" | "persistentvolumeclaims")) => {
+            on_node
+                .into_iter()
+                .any(|p| pod_references(p, kind).iter().any(|n| *n == attrs.name))
+        }
+        _ => false,
+    };
+    if found {
+        return NodeDecision::Allow;
     }
     no_opinion(format!(
         "no relationship found between node '{node}' and this object"
     ))
 }
 
-fn read_namespaced_object(node: &str, attrs: &RequestAttributes) -> NodeDecision {
+/// The names of the objects of `resource` a pod refers to (`VisitPodSecretNames`,
+/// `VisitPodConfigmapNames`, its ServiceAccount and claims), as the graph's edges.
+pub fn pod_references<'a>(pod: &'a Value, resource: &str) -> Vec<&'a str> {
+    let spec = &pod["spec"];
+    let str_at = |v: &'a Value, path: &str| v.pointer(path).and_then(Value::as_str);
+    let items = |v: &'a Value| v.as_array().map(Vec::as_slice).unwrap_or_default();
+    let containers = || {
+        ["containers", "initContainers", "ephemeralContainers"]
+            .into_iter()
+            .flat_map(|k| items(&spec[k]).iter())
+    };
+    let volumes = items(&spec["volumes"]);
+    let projected = || {
+        volumes
+            .iter()
+            .flat_map(|v| items(&v["projected"]["sources"]).iter())
+    };
+    let mut names: Vec<&str> = Vec::new();
+    match resource {
+        "serviceaccounts" => names.extend(str_at(spec, "/serviceAccountName")),
+        "secrets" => {
+            names.extend(
+                items(&spec["imagePullSecrets"])
+                    .iter()
+                    .filter_map(|s| str_at(s, "/name")),
+            );
+            names.extend(
+                volumes
+                    .iter()
+                    .filter_map(|v| str_at(v, "/secret/secretName")),
+            );
+            names.extend(projected().filter_map(|s| str_at(s, "/secret/name")));
+            for c in containers() {
+                names.extend(
+                    items(&c["env"])
+                        .iter()
+                        .filter_map(|e| str_at(e, "/valueFrom/secretKeyRef/name")),
+                );
+                names.extend(
+                    items(&c["envFrom"])
+                        .iter()
+                        .filter_map(|e| str_at(e, "/secretRef/name")),
+                );
+            }
+        }
+        "configmaps" => {
+            names.extend(volumes.iter().filter_map(|v| str_at(v, "/configMap/name")));
+            names.extend(projected().filter_map(|s| str_at(s, "/configMap/name")));
+            for c in containers() {
+                names.extend(
+                    items(&c["env"])
+                        .iter()
+                        .filter_map(|e| str_at(e, "/valueFrom/configMapKeyRef/name")),
+                );
+                names.extend(
+                    items(&c["envFrom"])
+                        .iter()
+                        .filter_map(|e| str_at(e, "/configMapRef/name")),
+                );
+            }
+        }
+        "persistentvolumeclaims" => {
+            names.extend(
+                volumes
+                    .iter()
+                    .filter_map(|v| str_at(v, "/persistentVolumeClaim/claimName")),
+            );
+        }
+        _ => {}
+    }
+    names.retain(|n| !n.is_empty());
+    names
+}
+
+fn read_namespaced_object(
+    node: &str,
+    attrs: &RequestAttributes,
+    reader: &dyn ObjectReader,
+) -> NodeDecision {
     if !matches!(attrs.verb.as_str(), "get" | "list" | "watch") {
         return no_opinion("can only read resources of this type");
     }
@@ -89,34 +189,34 @@ fn read_namespaced_object(node: &str, attrs: &RequestAttributes) -> NodeDecision
     if attrs.namespace.is_empty() {
         return no_opinion("can only read namespaced object of this type");
     }
-    related(node, attrs)
+    related(node, attrs, reader)
 }
 
-fn status_update(node: &str, attrs: &RequestAttributes) -> NodeDecision {
+fn status_update(node: &str, attrs: &RequestAttributes, reader: &dyn ObjectReader) -> NodeDecision {
     if !matches!(attrs.verb.as_str(), "update" | "patch") {
         return no_opinion("can only get/update/patch this type");
     }
-    related(node, attrs)
+    related(node, attrs, reader)
 }
 
-fn get_related(node: &str, attrs: &RequestAttributes) -> NodeDecision {
+fn get_related(node: &str, attrs: &RequestAttributes, reader: &dyn ObjectReader) -> NodeDecision {
     if attrs.verb != "get" {
         return no_opinion("can only get individual resources of this type");
     }
     if !attrs.subresource.is_empty() {
         return no_opinion("cannot get subresource");
     }
-    related(node, attrs)
+    related(node, attrs, reader)
 }
 
-fn create_token(node: &str, attrs: &RequestAttributes) -> NodeDecision {
+fn create_token(node: &str, attrs: &RequestAttributes, reader: &dyn ObjectReader) -> NodeDecision {
     if attrs.verb != "create" || attrs.name.is_empty() {
         return no_opinion("can only create tokens for individual service accounts");
     }
     if attrs.subresource != "token" {
         return no_opinion("can only create token subresource of serviceaccount");
     }
-    related(node, attrs)
+    related(node, attrs, reader)
 }
 
 fn lease(node: &str, attrs: &RequestAttributes) -> NodeDecision {
@@ -170,9 +270,9 @@ fn node_object(node: &str, attrs: &RequestAttributes) -> NodeDecision {
     }
 }
 
-fn pod(node: &str, attrs: &RequestAttributes) -> NodeDecision {
+fn pod(node: &str, attrs: &RequestAttributes, reader: &dyn ObjectReader) -> NodeDecision {
     match (attrs.subresource.as_str(), attrs.verb.as_str()) {
-        ("", "get") => get_related(node, attrs),
+        ("", "get") => get_related(node, attrs, reader),
         ("", "list" | "watch") => {
             let pinned = attrs.field_selector.split(',').any(|req| {
                 let req = req.trim();
@@ -181,7 +281,7 @@ fn pod(node: &str, attrs: &RequestAttributes) -> NodeDecision {
             if pinned {
                 NodeDecision::Allow
             } else if !attrs.name.is_empty() {
-                related(node, attrs)
+                related(node, attrs, reader)
             } else {
                 no_opinion("can only list/watch pods with spec.nodeName field selector")
             }

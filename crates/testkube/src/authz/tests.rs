@@ -645,3 +645,42 @@ fn a_subject_access_review_is_answered_by_the_whole_chain_webhook_included() {
 }
 
 mod kubeadm;
+
+/// The Node authorizer's graph: a kubelet reaches the ServiceAccount, Secrets and
+/// ConfigMaps of the pods bound to it, and nothing of pods bound elsewhere.
+#[test]
+fn the_node_graph_follows_pods_bound_to_the_node() {
+    use crate::authz::node::{NodeDecision, authorize};
+    use crate::authz::testutil::{MemReader, node_user};
+    let pod = |name: &str, node: &str| {
+        serde_json::json!({"metadata": {"name": name, "namespace": "apps"}, "spec": {
+            "nodeName": node, "serviceAccountName": format!("sa-{name}"),
+            "volumes": [{"name": "s", "secret": {"secretName": format!("secret-{name}")}}],
+            "containers": [{"name": "c", "envFrom": [{"configMapRef": {"name": format!("cm-{name}")}}]}]}})
+    };
+    let reader = MemReader::new()
+        .with("", "pods", pod("here", "worker-1"))
+        .with("", "pods", pod("there", "worker-2"));
+    let ask = |verb: &str, resource: &str, sub: &str, name: &str| {
+        let mut a = crate::types::RequestAttributes::non_resource(
+            node_user("worker-1"),
+            verb.into(),
+            String::new(),
+        );
+        a.is_resource_request = true;
+        a.api_version = "v1".into();
+        a.resource = resource.into();
+        a.subresource = sub.into();
+        a.namespace = "apps".into();
+        a.name = name.into();
+        matches!(authorize(&a, &reader), Some(NodeDecision::Allow))
+    };
+    assert!(ask("create", "serviceaccounts", "token", "sa-here"));
+    assert!(!ask("create", "serviceaccounts", "token", "sa-there"));
+    assert!(ask("get", "secrets", "", "secret-here"));
+    assert!(!ask("get", "secrets", "", "secret-there"));
+    assert!(ask("get", "configmaps", "", "cm-here"));
+    assert!(!ask("get", "configmaps", "", "cm-there"));
+    assert!(ask("get", "pods", "", "here"));
+    assert!(!ask("get", "pods", "", "there"));
+}

@@ -211,6 +211,15 @@ pub fn strip_unknown_fields(
             pruned
         }
         (None, Some(known)) => {
+            // No Go field is named `$...`: a strategic merge patch's directives left in an
+            // atomic list are unknown fields at any depth (`spec.taints[0].$patch`).
+            let mut directives = Vec::new();
+            collect_dollar_keys(obj, "", &mut directives);
+            if !directives.is_empty() && query.get("fieldValidation") != Some("Strict") {
+                for path in &directives {
+                    remove_path(obj, path);
+                }
+            }
             let Some(map) = obj.as_object() else {
                 return Ok(Vec::new());
             };
@@ -218,8 +227,10 @@ pub fn strip_unknown_fields(
                 .filter(|k| {
                     !matches!(k.as_str(), "kind" | "apiVersion" | "metadata")
                         && !known.contains(&k.as_str())
+                        && !k.starts_with('$')
                 })
                 .cloned()
+                .chain(directives.into_iter().map(|(shown, _)| shown))
                 .collect()
         }
         (None, None) => Vec::new(),
@@ -245,6 +256,70 @@ pub fn strip_unknown_fields(
         }
     }
     Ok(unknown_field_warnings(unknown, query))
+}
+
+/// Every key starting with `$`, as (the decoder's field path, the path's steps).
+fn collect_dollar_keys(v: &Value, at: &str, out: &mut Vec<(String, Vec<PathStep>)>) {
+    fn walk(
+        v: &Value,
+        shown: String,
+        steps: &mut Vec<PathStep>,
+        out: &mut Vec<(String, Vec<PathStep>)>,
+    ) {
+        match v {
+            Value::Object(m) => {
+                for (k, x) in m {
+                    let here = if shown.is_empty() {
+                        k.clone()
+                    } else {
+                        format!("{shown}.{k}")
+                    };
+                    steps.push(PathStep::Key(k.clone()));
+                    if k.starts_with('$') {
+                        out.push((here, steps.clone()));
+                    } else {
+                        walk(x, here, steps, out);
+                    }
+                    steps.pop();
+                }
+            }
+            Value::Array(items) => {
+                for (i, x) in items.iter().enumerate() {
+                    steps.push(PathStep::Index(i));
+                    walk(x, format!("{shown}[{i}]"), steps, out);
+                    steps.pop();
+                }
+            }
+            _ => {}
+        }
+    }
+    walk(v, at.to_string(), &mut Vec::new(), out);
+}
+
+#[derive(Clone, Debug)]
+enum PathStep {
+    Key(String),
+    Index(usize),
+}
+
+fn remove_path(v: &mut Value, (_, steps): &(String, Vec<PathStep>)) {
+    let Some((last, parents)) = steps.split_last() else {
+        return;
+    };
+    let mut at = v;
+    for step in parents {
+        let next = match step {
+            PathStep::Key(k) => at.get_mut(k.as_str()),
+            PathStep::Index(i) => at.get_mut(*i),
+        };
+        match next {
+            Some(n) => at = n,
+            None => return,
+        }
+    }
+    if let (PathStep::Key(k), Some(m)) = (last, at.as_object_mut()) {
+        m.remove(k);
+    }
 }
 
 fn unknown_field_warnings(fields: Vec<String>, query: &Query) -> Vec<String> {

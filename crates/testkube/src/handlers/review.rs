@@ -5,11 +5,12 @@
 use serde_json::{Map, Value, json};
 
 use super::{Cx, Reply, check_type_meta, decode_body, strip_unknown_fields};
+use crate::admission;
 use crate::authn::{self, API_AUDIENCE};
 use crate::errors::{FieldError, bad_request, invalid, not_found};
 use crate::resources::ResourceInfo;
 use crate::store::{StoreState, format_time};
-use crate::types::{ApiError, IdentityKind, RequestAttributes, ResourceKey, UserInfo};
+use crate::types::{ApiError, IdentityKind, Operation, RequestAttributes, ResourceKey, UserInfo};
 
 /// Decode a review body with the usual 400s and unknown-field warnings.
 fn decode_review(info: &ResourceInfo, cx: &Cx<'_>) -> Result<(Value, Vec<String>), ApiError> {
@@ -269,8 +270,9 @@ const MAX_TOKEN_SECONDS: i64 = 1 << 32;
 const DEFAULT_TOKEN_SECONDS: i64 = 60 * 60;
 
 /// POST /api/v1/namespaces/<ns>/serviceaccounts/<name>/token (TokenREST.Create): a
-/// service-account token for the API server's audience by default, one hour by default
-/// Binding to an object (`spec.boundObjectRef`) is not supported.
+/// service-account token for the API server's audience by default, one hour by default;
+/// bound to a Pod (`spec.boundObjectRef`), it authenticates only while that pod exists.
+/// Binding to a Secret is not supported (400 as for an unknown kind).
 pub fn token_request(st: &StoreState, cx: &Cx<'_>, info: &ResourceInfo) -> Result<Reply, ApiError> {
     // The body is a TokenRequest, not a ServiceAccount.
     let mut request_info = info.clone();
@@ -334,21 +336,19 @@ pub fn token_request(st: &StoreState, cx: &Cx<'_>, info: &ResourceInfo) -> Resul
     if !errs.is_empty() {
         return Err(invalid("TokenRequest", group, "", &errs));
     }
-    if let Some(reference) = spec["boundObjectRef"].as_object() {
-        let field = |f: &str| reference.get(f).and_then(Value::as_str).unwrap_or("");
-        let (g, v) = match field("apiVersion").split_once('/') {
-            Some((g, v)) => (g, v),
-            None => ("", field("apiVersion")),
-        };
-        return Err(bad_request(format!(
-            "cannot bind token to object of type {g}/{v}, Kind={}",
-            field("kind")
-        )));
-    }
+    // Admission sees the TokenRequest: NodeRestriction's rules for a kubelet's request,
+    // then the ValidatingAdmissionPolicies (`createValidation`).
+    let mut request = obj.clone();
+    admission::mutate(cx.attrs, Operation::Create, None, Some(&mut request), st)?;
+    admission::validate(cx.attrs, Operation::Create, None, Some(&request), st)?;
+    let bound = match request["spec"]["boundObjectRef"].as_object() {
+        Some(reference) => Some(bound_pod(st, &namespace, &name, reference)?),
+        None => None,
+    };
     let (token, _jti) = cx
         .shared
         .sa_issuer
-        .issue(sa, &audiences, expiration, cx.now);
+        .issue(sa, bound, &audiences, expiration, cx.now);
     let sa_meta = |f: &str| sa["metadata"][f].clone();
     let expires = cx.now + jiff::SignedDuration::from_secs(expiration);
     Ok(Reply::created(
@@ -361,9 +361,52 @@ pub fn token_request(st: &StoreState, cx: &Cx<'_>, info: &ResourceInfo) -> Resul
                 "uid": sa_meta("uid"),
                 "creationTimestamp": format_time(cx.now),
             },
-            "spec": {"audiences": audiences, "expirationSeconds": expiration, "boundObjectRef": null},
+            "spec": {"audiences": audiences, "expirationSeconds": expiration,
+                     "boundObjectRef": request["spec"]["boundObjectRef"].clone()},
             "status": {"token": token, "expirationTimestamp": format_time(expires)},
         }),
         warnings,
     ))
+}
+
+/// The Pod a TokenRequest binds its token to (TokenREST.Create): it must exist, run with
+/// the ServiceAccount, and have the uid the reference names (when it names one).
+fn bound_pod<'a>(
+    st: &'a StoreState,
+    namespace: &str,
+    service_account: &str,
+    reference: &serde_json::Map<String, Value>,
+) -> Result<&'a Value, ApiError> {
+    let field = |f: &str| reference.get(f).and_then(Value::as_str).unwrap_or("");
+    let (g, v) = match field("apiVersion").split_once('/') {
+        Some((g, v)) => (g, v),
+        None => ("", field("apiVersion")),
+    };
+    if !(g.is_empty() && field("kind") == "Pod") {
+        return Err(bad_request(format!(
+            "cannot bind token to object of type {g}/{v}, Kind={}",
+            field("kind")
+        )));
+    }
+    let pod_name = field("name");
+    let pod = st
+        .get_object(&ResourceKey::new("", "pods"), namespace, pod_name)
+        .ok_or_else(|| crate::errors::not_found_resource("", "pods", pod_name))?;
+    if pod["spec"]["serviceAccountName"].as_str().unwrap_or("") != service_account {
+        return Err(bad_request(format!(
+            "cannot bind token for serviceaccount \"{service_account}\" to pod running with different serviceaccount name."
+        )));
+    }
+    let uid = field("uid");
+    if !uid.is_empty() && pod["metadata"]["uid"].as_str() != Some(uid) {
+        return Err(ApiError::new(
+            409,
+            "Conflict",
+            format!(
+                "Operation cannot be fulfilled on Pod \"{pod_name}\": the UID in the bound object reference ({uid}) does not match the UID in record. The object might have been deleted and then recreated"
+            ),
+        )
+        .with_details(json!({"name": pod_name, "kind": "Pod"})));
+    }
+    Ok(pod)
 }

@@ -13,7 +13,9 @@ use crate::errors::{
     internal_without_reason, invalid_object, namespace_not_found, not_found, precondition_failed,
 };
 use crate::gc;
-use crate::patch::{PatchType, apply_patch, field_manager_required, parse_apply};
+use crate::patch::{
+    PatchType, apply_patch, field_manager_required, parse_apply, strategic_unsupported,
+};
 use crate::resources::{ResourceInfo, StatusOnCreate};
 use crate::store::{StoreState, format_time, meta_str};
 use crate::types::{ApiError, Operation, ResourceKey};
@@ -275,6 +277,28 @@ fn merge_subresource(info: &ResourceInfo, sub: &str, old: &Value, mut new: Value
             }
             new
         }
+        // The status strategies of Node, Namespace and Pod keep the stored spec and take
+        // the rest, metadata included (a Pod also keeps its owner references).
+        "status" if !info.custom && matches!(info.kind.as_str(), "Node" | "Namespace" | "Pod") => {
+            let mut out = new;
+            match old.get("spec") {
+                Some(spec) => out["spec"] = spec.clone(),
+                None => {
+                    out.as_object_mut().map(|m| m.remove("spec"));
+                }
+            }
+            if info.kind == "Pod" {
+                match old["metadata"].get("ownerReferences") {
+                    Some(o) => out["metadata"]["ownerReferences"] = o.clone(),
+                    None => {
+                        out["metadata"]
+                            .as_object_mut()
+                            .map(|m| m.remove("ownerReferences"));
+                    }
+                }
+            }
+            out
+        }
         "status" => {
             let mut out = old.clone();
             out["status"] = new.get("status").cloned().unwrap_or(Value::Null);
@@ -327,7 +351,7 @@ fn finish_update(
     new: Value,
     warnings: Vec<String>,
 ) -> Result<Reply, ApiError> {
-    let mut new = merge_subresource(info, &cx.route.subresource, &old, new);
+    let mut new = new;
     // Fields only the server sets keep their stored values.
     for field in [
         "uid",
@@ -348,7 +372,17 @@ fn finish_update(
         m.remove("managedFields");
         m.remove("resourceVersion");
     }
-    admission::admit(
+    // Mutating admission sees the object as sent, before the strategy keeps what the
+    // subresource may not change (see `admission::mutate`).
+    admission::mutate(
+        cx.attrs,
+        Operation::Update,
+        Some(&old),
+        Some(&mut new),
+        &*st,
+    )?;
+    let mut new = merge_subresource(info, &cx.route.subresource, &old, new);
+    admission::admit_type(
         cx.attrs,
         Operation::Update,
         Some(&old),
@@ -414,8 +448,11 @@ pub fn patch(st: &mut StoreState, cx: &Cx<'_>, info: &ResourceInfo) -> Result<Re
         }
         return Err(not_found(info, &name));
     };
+    if patch_type == PatchType::Strategic && info.custom {
+        return Err(strategic_unsupported());
+    }
     let current = present(info, &old);
-    let mut patched = apply_patch(patch_type, &current, cx.body)?;
+    let mut patched = apply_patch(patch_type, &info.kind, &current, cx.body)?;
     decode_checks(info, &patched)?;
     let warnings = strip_unknown_fields(info, &mut patched, cx.query)?;
     let rv = parse_rv(meta_str(&patched, "resourceVersion"))?;

@@ -250,3 +250,122 @@ fn node_leases_only_its_own_in_kube_node_lease() {
             .ends_with(r#"can only access leases in the "kube-node-lease" system namespace"#)
     );
 }
+
+fn bound_pod(name: &str, node: &str, volumes: Value) -> Value {
+    json!({"metadata": {"name": name, "namespace": "apps", "uid": format!("uid-{name}")},
+           "spec": {"nodeName": node, "serviceAccountName": "app", "volumes": volumes}})
+}
+
+fn token_request(pod: Option<&str>, audiences: Value) -> Value {
+    let mut request = json!({"spec": {"audiences": audiences}});
+    if let Some(pod) = pod {
+        request["spec"]["boundObjectRef"] =
+            json!({"apiVersion": "v1", "kind": "Pod", "name": pod, "uid": format!("uid-{pod}")});
+    }
+    request
+}
+
+fn request_token(reader: &MemReader, node: &str, request: &mut Value) -> Result<(), ApiError> {
+    admit(
+        &attrs(
+            node_user(node),
+            "create",
+            "",
+            "serviceaccounts",
+            "token",
+            "apps",
+            "app",
+        ),
+        Operation::Create,
+        None,
+        Some(request),
+        reader,
+    )
+}
+
+/// `admitServiceAccount`: a kubelet's token must be bound to a pod on its node, for an
+/// audience the pod's projected volumes use.
+#[test]
+fn a_kubelet_token_request_must_be_bound_to_its_own_pod() {
+    let api_volume = json!([{"name": "t", "projected": {"sources": [{"serviceAccountToken": {"path": "token"}}]}}]);
+    let reader = MemReader::new()
+        .with(
+            "",
+            "pods",
+            bound_pod("here", "worker-1", api_volume.clone()),
+        )
+        .with("", "pods", bound_pod("there", "worker-2", api_volume))
+        .with("", "pods", bound_pod("bare", "worker-1", json!([])));
+    assert!(
+        request_token(
+            &reader,
+            "worker-1",
+            &mut token_request(Some("here"), json!([]))
+        )
+        .is_ok()
+    );
+    let refused = |pod: Option<&str>, audiences: Value| {
+        request_token(&reader, "worker-1", &mut token_request(pod, audiences))
+            .expect_err("refused")
+            .message
+    };
+    assert!(refused(None, json!([])).contains("node requested token not bound to a pod"));
+    assert!(
+        refused(Some("there"), json!([]))
+            .contains("node requested token bound to a pod scheduled on a different node")
+    );
+    assert!(refused(Some("bare"), json!([])).contains(
+        "audience \"\" not found in pod spec volume, system:node:worker-1 is not authorized"
+    ));
+    assert!(
+        refused(Some("here"), json!(["a", "b"])).contains("node may only request 0 or 1 audiences")
+    );
+    assert_eq!(
+        request_token(
+            &reader,
+            "worker-1",
+            &mut token_request(Some("gone"), json!([]))
+        )
+        .unwrap_err()
+        .code,
+        404
+    );
+    let mut stale = token_request(Some("here"), json!([]));
+    stale["spec"]["boundObjectRef"]["uid"] = json!("other");
+    assert!(
+        request_token(&reader, "worker-1", &mut stale)
+            .unwrap_err()
+            .message
+            .contains("does not match the UID in record")
+    );
+}
+
+/// A kubelet deletes only pods bound to it.
+#[test]
+fn a_kubelet_deletes_only_its_own_pods() {
+    let delete = |node: &str, pod: &Value| {
+        admit(
+            &attrs(
+                node_user(node),
+                "delete",
+                "",
+                "pods",
+                "",
+                "apps",
+                pod["metadata"]["name"].as_str().unwrap(),
+            ),
+            Operation::Delete,
+            Some(pod),
+            None,
+            &MemReader::new(),
+        )
+    };
+    let pod = bound_pod("here", "worker-1", json!([]));
+    assert!(delete("worker-1", &pod).is_ok());
+    assert!(
+        delete("worker-2", &pod)
+            .unwrap_err()
+            .message
+            .contains("can only delete pods with spec.nodeName set to itself")
+    );
+}

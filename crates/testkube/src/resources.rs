@@ -118,6 +118,9 @@ impl ResourceInfo {
                 vec!["create"],
             );
         }
+        if !self.custom && self.resource == "pods" && sub == "binding" {
+            return ("", "", "Binding", vec!["create"]);
+        }
         ("", "", self.kind.as_str(), vec!["get", "patch", "update"])
     }
 
@@ -282,9 +285,14 @@ fn builtins() -> &'static [ResourceInfo] {
             "Pod",
             true,
             &["po"],
-            &["status"],
+            &["status", "binding"],
             &["spec", "status"],
         )));
+        // The legacy way to bind a pod (`POST .../namespaces/<ns>/bindings`, the pod named in
+        // the body): nothing is stored, the pod is bound.
+        let mut bindings = builtin(core("bindings", "Binding", true, &[], &[], &["target"]));
+        bindings.verbs = vec!["create"];
+        all.push(bindings);
         let mut services = builtin(core(
             "services",
             "Service",

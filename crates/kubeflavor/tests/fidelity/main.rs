@@ -12,4 +12,5 @@ mod support;
 
 mod kubelet;
 mod node_patch;
+mod policy_params;
 mod token_request;

@@ -27,25 +27,44 @@ pub(super) fn lists(v: &Value, value: &str) -> bool {
         .is_some_and(|a| a.iter().any(|s| s == "*" || s == value))
 }
 
-/// `matchConstraints.resourceRules`: one rule matching group, version, resource (with
-/// `resource/subresource` for subresources, `*/*` for all) and operation.
+/// `matchConstraints`: one of `resourceRules` matches and none of `excludeResourceRules`
+/// (k8s.io/apiserver/pkg/admission/plugin/webhook/predicates/rules): group, version,
+/// operation, scope, and resource as `resource/subresource` where `*` stands for any
+/// resource and `pods` alone matches no subresource of pods (`pods/*` all of them, `*/*`
+/// everything).
 pub(super) fn matches_resources(policy: &Value, attrs: &RequestAttributes, op: &str) -> bool {
-    let resource = if attrs.subresource.is_empty() {
-        attrs.resource.clone()
-    } else {
-        format!("{}/{}", attrs.resource, attrs.subresource)
+    let constraints = &policy["spec"]["matchConstraints"];
+    let any_rule = |rules: &Value| {
+        rules
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|r| rule_matches(r, attrs, op))
     };
-    let rules = policy["spec"]["matchConstraints"]["resourceRules"]
+    any_rule(&constraints["resourceRules"]) && !any_rule(&constraints["excludeResourceRules"])
+}
+
+fn rule_matches(r: &Value, attrs: &RequestAttributes, op: &str) -> bool {
+    let resource = r["resources"].as_array().into_iter().flatten().any(|res| {
+        let res = res.as_str().unwrap_or("");
+        let (res, sub) = res.split_once('/').unwrap_or((res, ""));
+        (res == "*" || res == attrs.resource) && (sub == "*" || sub == attrs.subresource)
+    });
+    let names_match = r["resourceNames"]
         .as_array()
-        .cloned()
-        .unwrap_or_default();
-    rules.iter().any(|r| {
-        lists(&r["apiGroups"], &attrs.api_group)
-            && lists(&r["apiVersions"], &attrs.api_version)
-            && lists(&r["operations"], op)
-            && (lists(&r["resources"], &resource)
-                || (!attrs.subresource.is_empty() && lists(&r["resources"], "*/*")))
-    })
+        .is_none_or(|names| names.is_empty() || names.iter().any(|n| n == attrs.name.as_str()));
+    let is_namespace = attrs.api_group.is_empty() && attrs.resource == "namespaces";
+    let scope = match r["scope"].as_str().unwrap_or("*") {
+        "Namespaced" => !is_namespace && !attrs.namespace.is_empty(),
+        "Cluster" => is_namespace || attrs.namespace.is_empty(),
+        _ => true,
+    };
+    lists(&r["apiGroups"], &attrs.api_group)
+        && lists(&r["apiVersions"], &attrs.api_version)
+        && lists(&r["operations"], op)
+        && resource
+        && names_match
+        && scope
 }
 
 /// A JSON value as CEL sees unstructured content: objects are maps with string keys,
@@ -77,14 +96,24 @@ pub(super) fn request(attrs: &RequestAttributes, op: &str, name: &str) -> Value 
     if !attrs.user.uid.is_empty() {
         user["uid"] = json!(attrs.user.uid);
     }
-    json!({
+    let mut request = json!({
         "operation": op,
-        "name": name,
-        "namespace": attrs.namespace,
         "resource": {"group": attrs.api_group, "version": attrs.api_version, "resource": attrs.resource},
-        "subResource": attrs.subresource,
         "userInfo": user,
-    })
+    });
+    // `name`, `namespace` and `subResource` are `omitempty` in AdmissionRequest: absent,
+    // not "", when empty (measured: `request.subResource` on a Pod create is `no such
+    // key: subResource` on a real v1.36 server).
+    for (field, value) in [
+        ("name", name),
+        ("namespace", attrs.namespace.as_str()),
+        ("subResource", attrs.subresource.as_str()),
+    ] {
+        if !value.is_empty() {
+            request[field] = json!(value);
+        }
+    }
+    request
 }
 
 /// What one expression made of the request: true, false, or an error's text.

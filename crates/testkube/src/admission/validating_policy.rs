@@ -26,8 +26,19 @@
 //! `message` says `failed expression: <expression>`; one whose evaluation fails says
 //! `expression '<expression>' resulted in error: <error>` (measured: `no such key: data`).
 //!
-//! Not imitated: `paramKind`/`paramRef` (such a policy is skipped), `namespaceSelector`,
-//! `objectSelector`, `excludeResourceRules`, `matchPolicy` and the binding's
+//! Parameters, as upstream's `CollectParams`: a policy with `paramKind` runs once per
+//! parameter object its binding's `paramRef` finds (by `name`, or every object its label
+//! `selector` matches; in `paramRef.namespace`, else the request's namespace for a
+//! namespaced kind), with `params` bound to it; with `paramKind` but no `paramRef`, once
+//! with `params` null. None found: `parameterNotFoundAction: Allow` skips the policy,
+//! `Deny` refuses with `failed to configure binding: no params found for policy binding
+//! with `Deny` parameterNotFoundAction` (as a denial, 422, measured). Resource rules match
+//! subresources as upstream (`pods/binding`, `pods/*`, `*/*`; `pods` alone matches none),
+//! `excludeResourceRules`, `resourceNames` and `scope` included; DELETE runs the policies
+//! with `oldObject` only. The `object` of a subresource is what the subresource takes (a
+//! Binding, a TokenRequest).
+//!
+//! Not imitated: `namespaceSelector`, `objectSelector`, `matchPolicy` and the binding's
 //! `matchResources`, `messageExpression`, `reason`, `auditAnnotations`, `Warn`/`Audit`,
 //! `failurePolicy: Ignore` (every failure denies), type checking and cost limits.
 
@@ -42,6 +53,7 @@ use super::policy::{evaluate, lists, matches_resources, operation_name, request,
 use crate::crd_validation::cel_functions::base_context;
 use crate::crd_validation::cel_rules::{compile, execute};
 use crate::errors::details_of;
+use crate::resources::ResourceInfo;
 use crate::types::{ApiError, ObjectReader, Operation, RequestAttributes, ResourceKey};
 
 fn policies_key() -> ResourceKey {
@@ -69,7 +81,6 @@ fn bindings(reader: &dyn ObjectReader) -> Vec<(&Value, &Value)> {
             let name = b["spec"]["policyName"].as_str()?;
             Some((b, reader.get(&policies_key(), None, name)?))
         })
-        .filter(|(b, p)| b["spec"]["paramRef"].is_null() && p["spec"]["paramKind"].is_null())
         .collect();
     found.sort_by(|a, b| {
         let name = |v: &Value| v["metadata"]["name"].as_str().unwrap_or("").to_string();
@@ -90,6 +101,7 @@ pub fn admit(
     let name = new
         .or(old)
         .and_then(|o| o["metadata"]["name"].as_str())
+        .filter(|n| !n.is_empty())
         .unwrap_or(&attrs.name)
         .to_string();
     let mut ctx: Option<Context> = None;
@@ -97,6 +109,12 @@ pub fn admit(
         if !matches_resources(policy, attrs, op) {
             continue;
         }
+        let params = match params(policy, binding, attrs, reader) {
+            Ok(params) => params,
+            // A binding that cannot be configured fails closed (`failurePolicy: Fail`,
+            // the default), answered as a denial (measured on a real v1.36 server).
+            Err(config) => return Err(denial(attrs, &name, policy, binding, &config)),
+        };
         let ctx = ctx.get_or_insert_with(|| {
             let mut ctx = base_context();
             ctx.add_variable_from_value("request", to_cel(&request(attrs, op, &name)));
@@ -104,11 +122,127 @@ pub fn admit(
             ctx.add_variable_from_value("oldObject", to_cel(old.unwrap_or(&Value::Null)));
             ctx
         });
-        if let Some(failure) = judge(policy, ctx) {
-            return Err(denial(attrs, &name, policy, binding, &failure));
+        for param in params {
+            let mut scope = ctx.new_inner_scope();
+            scope.add_variable_from_value("params", to_cel(param.unwrap_or(&Value::Null)));
+            if let Some(failure) = judge(policy, &scope) {
+                return Err(denial(attrs, &name, policy, binding, &failure));
+            }
         }
     }
     Ok(())
+}
+
+/// The resource a `paramKind` names, among those testkube serves.
+fn param_resource(param_kind: &Value, reader: &dyn ObjectReader) -> Option<ResourceInfo> {
+    let api_version = param_kind["apiVersion"].as_str().unwrap_or("");
+    let kind = param_kind["kind"].as_str().unwrap_or("");
+    crate::resources::all(reader)
+        .into_iter()
+        .find(|r| r.api_version() == api_version && r.kind == kind)
+}
+
+/// `CollectParams`: the parameter objects the policy runs with, once each (`[None]`:
+/// once, `params` null; `[]`: not at all), or the configuration error that denies.
+fn params<'a>(
+    policy: &Value,
+    binding: &Value,
+    attrs: &RequestAttributes,
+    reader: &'a dyn ObjectReader,
+) -> Result<Vec<Option<&'a Value>>, String> {
+    let param_kind = &policy["spec"]["paramKind"];
+    let param_ref = &binding["spec"]["paramRef"];
+    if param_kind.is_null() || param_ref.is_null() {
+        return Ok(vec![None]);
+    }
+    let Some(info) = param_resource(param_kind, reader) else {
+        return Err(format!(
+            "failed to configure binding: paramKind kind `{}` not known",
+            go_param_kind(param_kind)
+        ));
+    };
+    let ref_namespace = param_ref["namespace"].as_str().unwrap_or("");
+    let namespace = if !info.namespaced {
+        if !ref_namespace.is_empty() {
+            return Err(
+                "failed to configure binding: paramRef.namespace must not be provided for a cluster-scoped `paramKind`"
+                    .into(),
+            );
+        }
+        None
+    } else if !ref_namespace.is_empty() {
+        Some(ref_namespace)
+    } else if !attrs.namespace.is_empty() {
+        Some(attrs.namespace.as_str())
+    } else {
+        return Err(
+            "failed to configure binding: cannot use namespaced paramRef in policy binding that matches cluster-scoped resources"
+                .into(),
+        );
+    };
+    let name = param_ref["name"].as_str().unwrap_or("");
+    let found: Vec<&Value> = if !name.is_empty() {
+        reader
+            .get(&info.storage, Some(namespace.unwrap_or("")), name)
+            .into_iter()
+            .collect()
+    } else if let Some(selector) = param_ref.get("selector").filter(|s| s.is_object()) {
+        reader
+            .list(&info.storage, namespace)
+            .into_iter()
+            .filter(|o| selector_matches(selector, &o["metadata"]["labels"]))
+            .collect()
+    } else {
+        return Err("failed to configure binding: one of name or selector must be provided".into());
+    };
+    if found.is_empty() && param_ref["parameterNotFoundAction"].as_str() == Some("Deny") {
+        return Err(
+            "failed to configure binding: no params found for policy binding with `Deny` parameterNotFoundAction"
+                .into(),
+        );
+    }
+    Ok(found.into_iter().map(Some).collect())
+}
+
+/// A `metav1.LabelSelector` (matchLabels, matchExpressions) on an object's labels; an
+/// empty selector selects everything.
+fn selector_matches(selector: &Value, labels: &Value) -> bool {
+    let label = |k: &str| labels.get(k).and_then(Value::as_str);
+    let match_labels = selector["matchLabels"]
+        .as_object()
+        .into_iter()
+        .flatten()
+        .all(|(k, v)| label(k) == v.as_str());
+    let match_expressions = selector["matchExpressions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .all(|e| {
+            let key = e["key"].as_str().unwrap_or("");
+            let values: Vec<&str> = e["values"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_str)
+                .collect();
+            match e["operator"].as_str().unwrap_or("") {
+                "In" => label(key).is_some_and(|v| values.contains(&v)),
+                "NotIn" => label(key).is_none_or(|v| !values.contains(&v)),
+                "Exists" => label(key).is_some(),
+                "DoesNotExist" => label(key).is_none(),
+                _ => false,
+            }
+        });
+    match_labels && match_expressions
+}
+
+/// Go's `%v` of a `*ParamKind` as `ParamKind.String()` writes it.
+fn go_param_kind(param_kind: &Value) -> String {
+    format!(
+        "&ParamKind{{APIVersion:{},Kind:{},}}",
+        param_kind["apiVersion"].as_str().unwrap_or(""),
+        param_kind["kind"].as_str().unwrap_or("")
+    )
 }
 
 /// Why `policy` refuses the request (None: it does not apply, or it allows it).

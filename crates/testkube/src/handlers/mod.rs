@@ -1,6 +1,7 @@
 //! The REST handlers for resource requests. Each runs synchronously on the locked store and
 //! answers a [`Reply`]; watches answer a [`watch::WatchStart`] the server turns into a stream.
 
+mod binding;
 pub mod convert;
 pub mod hooks;
 pub mod read;
@@ -356,6 +357,15 @@ pub fn handle(
     if !sub.is_empty() && info.subresource_meta(sub).2 == "TokenRequest" {
         return match verb {
             "create" => review::token_request(st, cx, info),
+            _ => Err(crate::errors::method_not_allowed(method)),
+        };
+    }
+    if (!sub.is_empty() && info.subresource_meta(sub).2 == "Binding")
+        || (!info.custom && info.resource == "bindings")
+    {
+        return match verb {
+            "create" if cx.route.namespace.is_some() => binding::bind(st, cx, info),
+            "create" => Err(page_not_found()),
             _ => Err(crate::errors::method_not_allowed(method)),
         };
     }

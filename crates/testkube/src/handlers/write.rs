@@ -523,6 +523,7 @@ pub fn delete(st: &mut StoreState, cx: &Cx<'_>, info: &ResourceInfo) -> Result<R
         ));
     }
     admission::admit(cx.attrs, Operation::Delete, Some(&old), None, &*st)?;
+    admission::validate(cx.attrs, Operation::Delete, Some(&old), None, &*st)?;
     if cx.dry_run() {
         return Ok(Reply::ok(delete_success(info, &name, &uid)));
     }
@@ -593,6 +594,7 @@ pub fn delete_collection(
     let mut items = Vec::new();
     for old in victims {
         admission::admit(cx.attrs, Operation::Delete, Some(&old), None, &*st)?;
+        admission::validate(cx.attrs, Operation::Delete, Some(&old), None, &*st)?;
         items.push(super::convert::present_item(info, &old));
         if !cx.dry_run() {
             delete_object(st, cx, info, old, &propagation)?;

@@ -215,3 +215,150 @@ fn variables_request_and_base64_data() {
         update.message
     );
 }
+
+/// A policy with a ConfigMap parameter refusing writes by listed nodes, bound with
+/// `paramRef` (`ref_` merged into it).
+fn listed_nodes_policy(ref_: Value, list: Option<Value>) -> MemReader {
+    let mut param_ref = json!({"namespace": "kube-system", "parameterNotFoundAction": "Allow"});
+    for (k, v) in ref_.as_object().unwrap() {
+        param_ref[k] = v.clone();
+    }
+    let mut reader = MemReader::new()
+        .with(
+            GROUP,
+            "validatingadmissionpolicies",
+            json!({"metadata": {"name": "revoked"}, "spec": {
+                "paramKind": {"apiVersion": "v1", "kind": "ConfigMap"},
+                "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
+                    "operations": ["CREATE", "UPDATE"], "resources": ["nodes", "pods/binding"]}]},
+                "validations": [{"expression":
+                    "!has(request.subResource) ? !(request.name in params.data) : !(object.target.name in params.data)",
+                    "message": "revoked"}],
+            }}),
+        )
+        .with(
+            GROUP,
+            "validatingadmissionpolicybindings",
+            json!({"metadata": {"name": "revoked"}, "spec": {
+                "policyName": "revoked", "validationActions": ["Deny"], "paramRef": param_ref}}),
+        );
+    if let Some(list) = list {
+        reader = reader.with("", "configmaps", list);
+    }
+    reader
+}
+
+fn list(name: &str, labels: Value, nodes: &[&str]) -> Value {
+    let data: serde_json::Map<String, Value> =
+        nodes.iter().map(|n| (n.to_string(), json!("x"))).collect();
+    json!({"metadata": {"name": name, "namespace": "kube-system", "labels": labels}, "data": data})
+}
+
+fn write_node(reader: &MemReader, name: &str) -> Result<(), ApiError> {
+    let node = json!({"metadata": {"name": name}});
+    validate(
+        &attrs(admin(), "update", "", "nodes", "", "", name),
+        Operation::Update,
+        Some(&node),
+        Some(&node),
+        reader,
+    )
+}
+
+#[test]
+fn params_by_name_with_not_found_actions() {
+    let listed = listed_nodes_policy(
+        json!({"name": "revoked-nodes"}),
+        Some(list("revoked-nodes", json!({}), &["bad"])),
+    );
+    let err = write_node(&listed, "bad").unwrap_err();
+    assert_eq!(err.code, 422);
+    assert!(
+        err.message.ends_with(
+            "ValidatingAdmissionPolicy 'revoked' with binding 'revoked' denied request: revoked"
+        ),
+        "{}",
+        err.message
+    );
+    assert!(write_node(&listed, "good").is_ok());
+    // No list: Allow lets everything through, Deny refuses everything.
+    let allow = listed_nodes_policy(json!({"name": "revoked-nodes"}), None);
+    assert!(write_node(&allow, "bad").is_ok());
+    let deny = listed_nodes_policy(
+        json!({"name": "revoked-nodes", "parameterNotFoundAction": "Deny"}),
+        None,
+    );
+    let err = write_node(&deny, "bad").unwrap_err();
+    assert_eq!(err.code, 422);
+    assert!(err.message.ends_with("denied request: failed to configure binding: no params found for policy binding with `Deny` parameterNotFoundAction"), "{}", err.message);
+    // A namespaced paramKind without a namespace cannot serve a cluster-scoped request.
+    let mut no_namespace = listed_nodes_policy(json!({"name": "revoked-nodes"}), None);
+    no_namespace = no_namespace.with(
+        GROUP,
+        "validatingadmissionpolicybindings",
+        json!({"metadata": {"name": "revoked"}, "spec": {"policyName": "revoked",
+               "validationActions": ["Deny"], "paramRef": {"name": "revoked-nodes", "parameterNotFoundAction": "Allow"}}}),
+    );
+    assert!(
+        write_node(&no_namespace, "bad")
+            .unwrap_err()
+            .message
+            .contains("cannot use namespaced paramRef in policy binding that matches cluster-scoped resources")
+    );
+}
+
+#[test]
+fn params_by_selector_run_once_each() {
+    let reader = listed_nodes_policy(
+        json!({"selector": {"matchLabels": {"kind": "revoked"}}}),
+        Some(list("a", json!({"kind": "revoked"}), &["one"])),
+    )
+    .with(
+        "",
+        "configmaps",
+        list("b", json!({"kind": "revoked"}), &["two"]),
+    )
+    .with(
+        "",
+        "configmaps",
+        list("c", json!({"kind": "other"}), &["three"]),
+    );
+    assert!(write_node(&reader, "one").is_err());
+    assert!(write_node(&reader, "two").is_err());
+    assert!(write_node(&reader, "three").is_ok());
+}
+
+/// `pods` matches no subresource; `pods/binding` matches the bind, whose object is the
+/// Binding.
+#[test]
+fn subresource_rules_and_the_binding_object() {
+    let reader = listed_nodes_policy(
+        json!({"name": "revoked-nodes"}),
+        Some(list("revoked-nodes", json!({}), &["bad"])),
+    );
+    let bind = |node: &str| {
+        let binding =
+            json!({"metadata": {"name": "p", "namespace": "default"}, "target": {"name": node}});
+        validate(
+            &attrs(admin(), "create", "", "pods", "binding", "default", "p"),
+            Operation::Create,
+            None,
+            Some(&binding),
+            &reader,
+        )
+    };
+    assert!(bind("bad").is_err());
+    assert!(bind("good").is_ok());
+    // nodes/status is not matched by `nodes`.
+    let node = json!({"metadata": {"name": "bad"}});
+    assert!(
+        validate(
+            &attrs(admin(), "update", "", "nodes", "status", "", "bad"),
+            Operation::Update,
+            Some(&node),
+            Some(&node),
+            &reader,
+        )
+        .is_ok()
+    );
+}

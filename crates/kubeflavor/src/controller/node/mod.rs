@@ -24,6 +24,7 @@ use kube::api::Patch;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
+use kubeflavor_core::applied_record::APPLIED_ANNOTATION;
 use kubeflavor_core::flavor::{FLAVOR_LABEL, UNVERIFIED_TAINT};
 use kubeflavor_core::node_state::{BindingCsr, node_is_the_holders};
 use kubeflavor_core::policy::APPROVED_CONDITION;
@@ -83,30 +84,64 @@ impl kube::Resource for NodeView {
 }
 
 impl NodeView {
-    /// The Node carries kubeflavor's flavor label, which only kubeflavor sets.
+    /// The Node carries kubeflavor's flavor label or its applied record, which only
+    /// kubeflavor sets (NodeRestriction keeps kubelets off the label, an admission policy
+    /// off the record): kubeflavor judged it, so without a binding it must be released.
     fn flavor_labeled(&self) -> bool {
-        self.metadata
-            .labels
-            .as_ref()
-            .is_some_and(|l| l.contains_key(FLAVOR_LABEL))
+        judged(&self.metadata)
     }
 
     fn fingerprint(&self) -> Fingerprint {
-        fleet::node_fingerprint(
-            self.metadata.labels.as_ref(),
-            self.spec.taints.as_deref().unwrap_or_default(),
+        with_record(
+            &self.metadata,
+            fleet::node_fingerprint(
+                self.metadata.labels.as_ref(),
+                self.spec.taints.as_deref().unwrap_or_default(),
+            ),
         )
+    }
+}
+
+/// See [`NodeView::flavor_labeled`].
+fn judged(meta: &ObjectMeta) -> bool {
+    meta.labels
+        .as_ref()
+        .is_some_and(|l| l.contains_key(FLAVOR_LABEL))
+        || record_of(meta).is_some()
+}
+
+/// The Node's applied record annotation.
+fn record_of(meta: &ObjectMeta) -> Option<&str> {
+    meta.annotations
+        .as_ref()?
+        .get(APPLIED_ANNOTATION)
+        .map(String::as_str)
+}
+
+/// A Node fingerprint that also moves with the applied record (an admin who removes or
+/// edits it gets it rewritten).
+fn with_record(meta: &ObjectMeta, labels_and_taints: Fingerprint) -> Fingerprint {
+    match record_of(meta) {
+        None => labels_and_taints,
+        Some(record) => fleet::combined(
+            labels_and_taints,
+            fleet::version_fingerprint(record),
+            APPLIED_ANNOTATION,
+        ),
     }
 }
 
 /// The fingerprint of a Node read or written whole (see [`NodeView::fingerprint`]).
 fn node_fingerprint(node: &Node) -> Fingerprint {
-    fleet::node_fingerprint(
-        node.metadata.labels.as_ref(),
-        node.spec
-            .as_ref()
-            .and_then(|s| s.taints.as_deref())
-            .unwrap_or_default(),
+    with_record(
+        &node.metadata,
+        fleet::node_fingerprint(
+            node.metadata.labels.as_ref(),
+            node.spec
+                .as_ref()
+                .and_then(|s| s.taints.as_deref())
+                .unwrap_or_default(),
+        ),
     )
 }
 

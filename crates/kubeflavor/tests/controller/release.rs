@@ -215,28 +215,37 @@ async fn a_revoked_node_whose_taint_is_removed_by_hand_is_never_left_schedulable
         .await;
     assert_eq!(label(&revoked, TIER_KEY), None);
 
+    // As `kubectl edit` would: read, drop the taints, write with the version read, and
+    // read again on a conflict (the controller or kube-controller-manager wrote meanwhile).
     let untaint = |keep_unverified: bool| {
         let h = &h;
         let node = node.clone();
         async move {
-            let n = h.nodes().get(&node).await.expect("node");
-            let taints: Vec<_> = n
-                .spec
-                .and_then(|s| s.taints)
-                .unwrap_or_default()
-                .into_iter()
-                .filter(|t| {
-                    t.key != "kubeflavor.io/revoked" && (keep_unverified || t.key != UNVERIFIED)
-                })
-                .collect();
-            let patch = serde_json::json!({
-                "metadata": {"resourceVersion": n.metadata.resource_version},
-                "spec": {"taints": taints},
-            });
-            h.nodes()
-                .patch(&node, &PatchParams::default(), &Patch::Merge(&patch))
-                .await
-                .expect("admin edits the taints");
+            loop {
+                let n = h.nodes().get(&node).await.expect("node");
+                let taints: Vec<_> = n
+                    .spec
+                    .and_then(|s| s.taints)
+                    .unwrap_or_default()
+                    .into_iter()
+                    .filter(|t| {
+                        t.key != "kubeflavor.io/revoked" && (keep_unverified || t.key != UNVERIFIED)
+                    })
+                    .collect();
+                let patch = serde_json::json!({
+                    "metadata": {"resourceVersion": n.metadata.resource_version},
+                    "spec": {"taints": taints},
+                });
+                match h
+                    .nodes()
+                    .patch(&node, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await
+                {
+                    Ok(_) => return,
+                    Err(kube::Error::Api(s)) if s.code == 409 => continue,
+                    Err(e) => panic!("admin edits the taints: {e}"),
+                }
+            }
         }
     };
     // The revoked taint (and the unverified one) removed by hand: both come back.

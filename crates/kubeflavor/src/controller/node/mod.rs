@@ -444,8 +444,8 @@ fn flavor_version(flavor: Option<&Flavor>) -> String {
 pub async fn reconcile(name: &str, ctx: &Context) -> Result<(), Error> {
     let known = ctx.fleet.get(name);
     let Some((flavor_name, binding_version)) = known.binding else {
-        // No binding (any more): not kubeflavor's Node, unless it still carries the flavor
-        // its deleted binding gave it.
+        // No binding (any more): not kubeflavor's Node, unless it carries the flavor label
+        // or the applied record kubeflavor wrote (it judged the Node: it stays released).
         forget(ctx, name);
         if known.node.is_some() && known.flavor_labeled && ctx.may_write(Step::NodePatched).is_ok()
         {
@@ -470,10 +470,12 @@ pub async fn reconcile(name: &str, ctx: &Context) -> Result<(), Error> {
     flavor_node(name.to_string(), &flavor_name, flavor, ctx).await
 }
 
-/// Releases a Node that carries kubeflavor's flavor label while no FlavorBinding names it
-/// (its binding was deleted, also while no controller ran): it loses what kubeflavor gave
-/// it and gets the unverified taint back (core's `released_node_state`). The index may
-/// lag, so the binding and the Node are read first; a binding that exists wins.
+/// Releases a Node that carries kubeflavor's flavor label or applied record while no
+/// FlavorBinding names it (its binding was deleted, also while no controller ran): it
+/// loses what the record says kubeflavor gave it and gets the unverified taint back
+/// (core's `released_node_state`); a released Node whose unverified taint an admin
+/// removes gets it back. The index may lag, so the binding and the Node are read first; a
+/// binding that exists wins.
 async fn release(name: &str, ctx: &Context) -> Result<(), Error> {
     // Right after a start, Nodes can be listed before their bindings are.
     ctx.fleet.wait_synced().await;
@@ -517,10 +519,14 @@ async fn release(name: &str, ctx: &Context) -> Result<(), Error> {
         Ok(())
     };
     ctx.write(name, Step::NodePatched, released).await?;
-    let note = format!(
-        "released Node {name}: no FlavorBinding names it, so it lost the flavor {:?} kubeflavor gave it and is tainted {UNVERIFIED_TAINT}:NoSchedule again",
-        node.labels().get(FLAVOR_LABEL).map_or("", String::as_str)
-    );
+    let note = match node.labels().get(FLAVOR_LABEL) {
+        Some(flavor) => format!(
+            "released Node {name}: no FlavorBinding names it, so it lost the flavor {flavor:?} kubeflavor gave it (what its {APPLIED_ANNOTATION} record names) and is tainted {UNVERIFIED_TAINT}:NoSchedule again"
+        ),
+        None => format!(
+            "released Node {name}: no FlavorBinding names it and it had lost {UNVERIFIED_TAINT}:NoSchedule (or a label or taint its {APPLIED_ANNOTATION} record names came back); tainted unverified again"
+        ),
+    };
     tracing::warn!(node = %name, "{note}");
     let regarding = Regarding {
         api_version: "v1",

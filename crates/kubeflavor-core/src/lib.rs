@@ -3,6 +3,7 @@
 //! these functions and applies their results.
 
 // Tokens, flavors, the CSR policy and node flavoring.
+pub mod applied_record;
 pub mod approvers;
 pub mod cidr;
 pub mod csr;

@@ -3,8 +3,9 @@
 //!
 //! kubeflavor touches only what it owns: the flavor's labels and taints, its own keys
 //! ([`FLAVOR_LABEL`], [`TRUST_LEVEL_LABEL`], [`UNVERIFIED_TAINT`], [`REVOKED_TAINT`]) and
-//! whatever it applied before (recorded in the binding's status). Everything else on the
-//! Node is left exactly as it is. The flavor labels live under keys NodeRestriction denies
+//! whatever it applied before (recorded on the Node itself, see [`crate::applied_record`],
+//! and in the binding's status for Nodes flavored before that record existed). Everything
+//! else on the Node is left exactly as it is. The flavor labels live under keys NodeRestriction denies
 //! the kubelet (P2 (trusted labels)), so the kubelet cannot undo them; an admin's edit or a re-created Node
 //! is drift that the next computation repairs.
 
@@ -13,6 +14,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use jiff::Timestamp;
 use serde_json::{Value, json};
 
+use crate::applied_record::{APPLIED_ANNOTATION, AppliedRecord};
 use crate::flavor::{
     FLAVOR_LABEL, FlavorName, FlavorRules, REVOKED_TAINT, TRUST_LEVEL_LABEL, Taint, TaintEffect,
     UNVERIFIED_TAINT,
@@ -48,11 +50,13 @@ impl NodeTaint {
     }
 }
 
-/// The labels and taints of a Node, as read.
+/// The labels and taints of a Node, as read, and its applied record.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct NodeFacts {
     pub labels: BTreeMap<String, String>,
     pub taints: Vec<NodeTaint>,
+    /// The [`APPLIED_ANNOTATION`] annotation's text, when the Node carries it.
+    pub record: Option<String>,
 }
 
 /// What the binding records about the node.
@@ -82,6 +86,9 @@ pub struct NodeChange {
     /// Taints (key, effect) kubeflavor owns after the change (store in the binding's
     /// status).
     pub applied_taints: Vec<(String, String)>,
+    /// The applied record to write on the Node with the change (`applied_labels` and
+    /// `applied_taints`), or `None` when the Node carries it already.
+    pub record: Option<AppliedRecord>,
     /// Where the node stands after the change (the binding's Flavored condition).
     pub outcome: FlavorOutcome,
 }
@@ -140,15 +147,25 @@ impl NodeChange {
 
     /// Nothing to patch on the Node.
     pub fn is_empty(&self) -> bool {
-        self.set_labels.is_empty() && self.remove_labels.is_empty() && self.taints.is_none()
+        self.set_labels.is_empty()
+            && self.remove_labels.is_empty()
+            && self.taints.is_none()
+            && self.record.is_none()
     }
 
     /// The JSON merge patch body for the Node. It carries `metadata.resourceVersion`, so the
     /// API server refuses it with 409 if the Node changed since it was read (the taint list
-    /// is replaced whole, so a concurrent change must not be overwritten).
+    /// is replaced whole, so a concurrent change must not be overwritten). The applied
+    /// record travels in the same patch as what it records: both land, or neither.
     pub fn to_merge_patch(&self, resource_version: &str) -> Value {
         let mut metadata = serde_json::Map::new();
         metadata.insert("resourceVersion".into(), json!(resource_version));
+        if let Some(record) = &self.record {
+            metadata.insert(
+                "annotations".into(),
+                json!({ APPLIED_ANNOTATION: record.encode() }),
+            );
+        }
         if !self.set_labels.is_empty() || !self.remove_labels.is_empty() {
             let mut labels = serde_json::Map::new();
             for (k, v) in &self.set_labels {
@@ -196,7 +213,18 @@ impl NodeFacts {
         NodeFacts {
             labels,
             taints: change.taints.clone().unwrap_or_else(|| self.taints.clone()),
+            record: change
+                .record
+                .as_ref()
+                .map(AppliedRecord::encode)
+                .or_else(|| self.record.clone()),
         }
+    }
+
+    /// What the Node's applied record says kubeflavor set (see
+    /// [`AppliedRecord::of_annotation`]).
+    pub fn applied_record(&self) -> Option<AppliedRecord> {
+        AppliedRecord::of_annotation(self.record.as_deref())
     }
 }
 
@@ -217,13 +245,17 @@ fn wanted(
     flavor_name: &FlavorName,
     binding: &BindingState,
 ) -> (BTreeMap<String, String>, Vec<NodeTaint>) {
+    let unverified = own_taint(UNVERIFIED_TAINT, TaintEffect::NoSchedule);
     if binding.revoked {
+        // Unverified too: should an admin remove the revoked taint, the node is still
+        // kept from new pods until it is judged again.
         let revoked_taint = own_taint(REVOKED_TAINT, TaintEffect::NoExecute);
-        return (BTreeMap::new(), vec![revoked_taint]);
+        return (BTreeMap::new(), vec![revoked_taint, unverified]);
     }
     let Some(rules) = flavor else {
-        // The Flavor object is gone: nothing can be asserted about the node any more.
-        return (BTreeMap::new(), Vec::new());
+        // The Flavor object is gone: nothing can be asserted about the node any more, so
+        // it is released (untrusted again) until the Flavor is back.
+        return (BTreeMap::new(), vec![unverified]);
     };
     let mut labels: BTreeMap<String, String> = rules
         .labels()
@@ -312,10 +344,14 @@ impl Revocation {
 /// - flavored (Flavor present, not revoked): the flavor's labels, `FLAVOR_LABEL=<name>`,
 ///   `TRUST_LEVEL_LABEL=<n>` when the flavor has a level, the flavor's taints, and no
 ///   `UNVERIFIED_TAINT`;
-/// - revoked: no flavor labels, no flavor taints, a NoExecute `REVOKED_TAINT`;
-/// - Flavor missing: no flavor labels or taints; `UNVERIFIED_TAINT` stays;
-/// - labels and taints kubeflavor applied before but no longer wants are removed; nothing
-///   else is touched, and existing taints keep their order and `timeAdded`.
+/// - revoked: no flavor labels, no flavor taints, a NoExecute `REVOKED_TAINT` and the
+///   NoSchedule `UNVERIFIED_TAINT`;
+/// - Flavor missing: released, no flavor labels or taints, the `UNVERIFIED_TAINT`;
+/// - labels and taints kubeflavor set before (the Node's applied record, and the binding's
+///   status for a Node flavored before the record existed) but no longer wants are
+///   removed; nothing else is touched, and existing taints keep their order and
+///   `timeAdded`;
+/// - the Node's applied record is rewritten, in the same patch, when it changes.
 pub fn desired_node_state(
     flavor: Option<&FlavorRules>,
     flavor_name: &FlavorName,
@@ -328,62 +364,105 @@ pub fn desired_node_state(
         (false, Some(_)) => FlavorOutcome::Applied,
         (false, None) => FlavorOutcome::FlavorMissing,
     };
-    let (set_labels, remove_labels) = label_change(&want_labels, binding, node);
+    let owned = binding.with_record(node.applied_record().as_ref());
+    change_to(want_labels, want_taints, outcome, &owned, node)
+}
+
+/// The change that brings `node` to `want_labels` and `want_taints`, removing what
+/// `owned` says kubeflavor set and no longer wants, and recording what it sets.
+fn change_to(
+    want_labels: BTreeMap<String, String>,
+    want_taints: Vec<NodeTaint>,
+    outcome: FlavorOutcome,
+    owned: &BindingState,
+    node: &NodeFacts,
+) -> NodeChange {
+    let (set_labels, remove_labels) = label_change(&want_labels, owned, node);
+    let applied_labels: BTreeSet<String> = want_labels.keys().cloned().collect();
+    let applied_taints: Vec<(String, String)> = want_taints
+        .iter()
+        .map(|t| (t.key.clone(), t.effect.clone()))
+        .collect();
+    let record = AppliedRecord::new(&applied_labels, &applied_taints);
+    let record = (node.record.as_deref() != Some(record.encode().as_str())).then_some(record);
     NodeChange {
         set_labels,
         remove_labels,
-        taints: taint_change(&want_taints, outcome.is_flavored(), binding, node),
-        applied_labels: want_labels.keys().cloned().collect(),
-        applied_taints: want_taints
-            .iter()
-            .map(|t| (t.key.clone(), t.effect.clone()))
-            .collect(),
+        taints: taint_change(&want_taints, outcome.is_flavored(), owned, node),
+        applied_labels,
+        applied_taints,
+        record,
         outcome,
     }
 }
 
-/// The change for a Node that carries kubeflavor's flavor label ([`FLAVOR_LABEL`], which
-/// only kubeflavor sets: NodeRestriction keeps the kubelet off it) while no FlavorBinding
-/// names it any more: its binding was deleted. Nothing vouches for the node now, so it
-/// loses kubeflavor's own labels and the labels and taints of the Flavor it carried
-/// (`flavor`: that Flavor's rules now, when it still exists), and gets the unverified taint
-/// back (P2 (trusted labels), P3 (binding)). A revoked taint it carries stays: deleting a
+impl BindingState {
+    /// What kubeflavor set, as far as anything recorded it: this state's `applied_*`
+    /// (the binding's status) and the Node's applied record together.
+    fn with_record(&self, record: Option<&AppliedRecord>) -> BindingState {
+        let mut owned = self.clone();
+        if let Some(record) = record {
+            owned.applied_labels.extend(record.labels.iter().cloned());
+            for pair in record.taint_pairs() {
+                if !owned.applied_taints.contains(&pair) {
+                    owned.applied_taints.push(pair);
+                }
+            }
+        }
+        owned
+    }
+}
+
+/// The change for a Node that no live FlavorBinding vouches for any more (its binding was
+/// deleted) while it carries kubeflavor's flavor label ([`FLAVOR_LABEL`], which only
+/// kubeflavor sets: NodeRestriction keeps the kubelet off it) or kubeflavor's applied
+/// record. Nothing vouches for the node now, so it loses kubeflavor's own labels and every
+/// label and taint its applied record names, and gets the unverified taint back (P2
+/// (trusted labels), P3 (binding), P7). A revoked taint it carries stays: deleting a
 /// binding never makes a node more trusted.
+///
+/// `flavor` (the rules, now, of the Flavor its flavor label names) is read only for a
+/// Node without a record, one flavored before the record existed: it is then the best
+/// guess left. A Node with a record is released from the record alone, whatever happened
+/// to the Flavor since.
 pub fn released_node_state(flavor: Option<&FlavorRules>, node: &NodeFacts) -> NodeChange {
     let revoked_taint = own_taint(REVOKED_TAINT, TaintEffect::NoExecute);
     let revoked = node
         .taints
         .iter()
         .any(|t| t.same_slot(&revoked_taint.key, &revoked_taint.effect));
-    let given = BindingState {
-        revoked,
-        applied_labels: flavor
-            .map(|r| r.labels().keys().map(|k| k.to_string()).collect())
-            .unwrap_or_default(),
-        applied_taints: flavor
-            .map(|r| {
-                r.taints()
-                    .iter()
-                    .map(|t| (t.key.to_string(), t.effect.to_string()))
-                    .collect()
-            })
-            .unwrap_or_default(),
-        input_labels: InputLabels::default(),
+    let record = node.applied_record();
+    let legacy = match (&record, flavor) {
+        (None, Some(rules)) => AppliedRecord {
+            labels: rules.labels().keys().map(|k| k.to_string()).collect(),
+            taints: rules
+                .taints()
+                .iter()
+                .map(|t| crate::applied_record::RecordedTaint {
+                    key: t.key.to_string(),
+                    effect: t.effect.to_string(),
+                })
+                .collect(),
+        },
+        _ => AppliedRecord::default(),
     };
-    let mut want_taints = vec![own_taint(UNVERIFIED_TAINT, TaintEffect::NoSchedule)];
+    let owned = BindingState {
+        revoked,
+        ..BindingState::default()
+    }
+    .with_record(Some(&record.unwrap_or(legacy)));
+    let mut want_taints = Vec::new();
     if revoked {
         want_taints.push(revoked_taint);
     }
-    let want_labels = BTreeMap::new();
-    let (set_labels, remove_labels) = label_change(&want_labels, &given, node);
-    NodeChange {
-        set_labels,
-        remove_labels,
-        taints: taint_change(&want_taints, false, &given, node),
-        applied_labels: BTreeSet::new(),
-        applied_taints: Vec::new(),
-        outcome: FlavorOutcome::Released,
-    }
+    want_taints.push(own_taint(UNVERIFIED_TAINT, TaintEffect::NoSchedule));
+    change_to(
+        BTreeMap::new(),
+        want_taints,
+        FlavorOutcome::Released,
+        &owned,
+        node,
+    )
 }
 
 /// The labels to set (wanted, and missing or different on the node) and to remove (owned

@@ -57,6 +57,7 @@ fn fresh_node() -> NodeFacts {
             taint("node.kubernetes.io/not-ready", None, "NoSchedule"),
             taint(UNVERIFIED_TAINT, None, "NoSchedule"),
         ],
+        record: None,
     }
 }
 
@@ -112,7 +113,11 @@ fn unverified_taint_is_removed_once_flavored() {
 #[test]
 fn unverified_taint_stays_while_the_flavor_is_missing() {
     let (change, after) = converge(None, &BindingState::default(), &fresh_node());
-    assert!(change.is_empty(), "{change:?}");
+    assert!(
+        change.set_labels.is_empty() && change.remove_labels.is_empty() && change.taints.is_none(),
+        "only the record is written: {change:?}"
+    );
+    assert_eq!(change.outcome, FlavorOutcome::FlavorMissing);
     assert!(!change.flavored());
     assert!(after.taints.iter().any(|t| t.key == UNVERIFIED_TAINT));
 }
@@ -218,6 +223,7 @@ fn revoked_node_loses_flavor_labels_and_gets_a_noexecute_taint() {
         vec![
             taint("node.kubernetes.io/not-ready", None, "NoSchedule"),
             taint(REVOKED_TAINT, None, "NoExecute"),
+            taint(UNVERIFIED_TAINT, None, "NoSchedule"),
         ]
     );
     assert_eq!(after.labels, fresh_node().labels);
@@ -329,6 +335,9 @@ fn merge_patch_carries_resource_version_labels_and_full_taints() {
         json!({
             "metadata": {
                 "resourceVersion": "4711",
+                "annotations": {
+                    "kubeflavor.io/applied": format!(r#"{{"labels":["{FLAVOR_LABEL}"],"taints":[]}}"#),
+                },
                 "labels": {
                     FLAVOR_LABEL: "sweet",
                     TRUST_LEVEL_LABEL: null,
@@ -390,7 +399,11 @@ fn arb_node() -> impl Strategy<Value = NodeFacts> {
                 .filter(|(k, _, e)| seen.insert((k.clone(), *e)))
                 .map(|(k, v, e)| taint(&k, v.as_deref(), e))
                 .collect();
-            NodeFacts { labels, taints }
+            NodeFacts {
+                labels,
+                taints,
+                record: None,
+            }
         })
 }
 

@@ -1,6 +1,7 @@
 //! `kubeflavor install`: everything the controller needs, as YAML documents to read (and to
 //! pipe into `kubectl apply -f -`), or applied directly with server-side apply.
 
+mod applied_record;
 mod authz;
 mod monitoring;
 mod pods;
@@ -319,6 +320,7 @@ pub fn documents(namespace: &str, image: &str, replicas: u16, mode: Mode) -> Vec
     docs.extend(rbac::controller(namespace, mode.approve_serving));
     docs.extend(rbac::bootstrap_tokens(mode.token_node_read));
     docs.extend(unverified::documents());
+    docs.extend(applied_record::documents());
     docs.push(workload::deployment(namespace, image, replicas, mode));
     if replicas > 0 {
         docs.push(workload::disruption_budget(namespace));

@@ -24,6 +24,7 @@ use kube::api::Patch;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
+use kubeflavor_core::applied_record::APPLIED_ANNOTATION;
 use kubeflavor_core::flavor::{FLAVOR_LABEL, UNVERIFIED_TAINT};
 use kubeflavor_core::node_state::{BindingCsr, node_is_the_holders};
 use kubeflavor_core::policy::APPROVED_CONDITION;
@@ -83,30 +84,64 @@ impl kube::Resource for NodeView {
 }
 
 impl NodeView {
-    /// The Node carries kubeflavor's flavor label, which only kubeflavor sets.
+    /// The Node carries kubeflavor's flavor label or its applied record, which only
+    /// kubeflavor sets (NodeRestriction keeps kubelets off the label, an admission policy
+    /// off the record): kubeflavor judged it, so without a binding it must be released.
     fn flavor_labeled(&self) -> bool {
-        self.metadata
-            .labels
-            .as_ref()
-            .is_some_and(|l| l.contains_key(FLAVOR_LABEL))
+        judged(&self.metadata)
     }
 
     fn fingerprint(&self) -> Fingerprint {
-        fleet::node_fingerprint(
-            self.metadata.labels.as_ref(),
-            self.spec.taints.as_deref().unwrap_or_default(),
+        with_record(
+            &self.metadata,
+            fleet::node_fingerprint(
+                self.metadata.labels.as_ref(),
+                self.spec.taints.as_deref().unwrap_or_default(),
+            ),
         )
+    }
+}
+
+/// See [`NodeView::flavor_labeled`].
+fn judged(meta: &ObjectMeta) -> bool {
+    meta.labels
+        .as_ref()
+        .is_some_and(|l| l.contains_key(FLAVOR_LABEL))
+        || record_of(meta).is_some()
+}
+
+/// The Node's applied record annotation.
+fn record_of(meta: &ObjectMeta) -> Option<&str> {
+    meta.annotations
+        .as_ref()?
+        .get(APPLIED_ANNOTATION)
+        .map(String::as_str)
+}
+
+/// A Node fingerprint that also moves with the applied record (an admin who removes or
+/// edits it gets it rewritten).
+fn with_record(meta: &ObjectMeta, labels_and_taints: Fingerprint) -> Fingerprint {
+    match record_of(meta) {
+        None => labels_and_taints,
+        Some(record) => fleet::combined(
+            labels_and_taints,
+            fleet::version_fingerprint(record),
+            APPLIED_ANNOTATION,
+        ),
     }
 }
 
 /// The fingerprint of a Node read or written whole (see [`NodeView::fingerprint`]).
 fn node_fingerprint(node: &Node) -> Fingerprint {
-    fleet::node_fingerprint(
-        node.metadata.labels.as_ref(),
-        node.spec
-            .as_ref()
-            .and_then(|s| s.taints.as_deref())
-            .unwrap_or_default(),
+    with_record(
+        &node.metadata,
+        fleet::node_fingerprint(
+            node.metadata.labels.as_ref(),
+            node.spec
+                .as_ref()
+                .and_then(|s| s.taints.as_deref())
+                .unwrap_or_default(),
+        ),
     )
 }
 
@@ -409,8 +444,8 @@ fn flavor_version(flavor: Option<&Flavor>) -> String {
 pub async fn reconcile(name: &str, ctx: &Context) -> Result<(), Error> {
     let known = ctx.fleet.get(name);
     let Some((flavor_name, binding_version)) = known.binding else {
-        // No binding (any more): not kubeflavor's Node, unless it still carries the flavor
-        // its deleted binding gave it.
+        // No binding (any more): not kubeflavor's Node, unless it carries the flavor label
+        // or the applied record kubeflavor wrote (it judged the Node: it stays released).
         forget(ctx, name);
         if known.node.is_some() && known.flavor_labeled && ctx.may_write(Step::NodePatched).is_ok()
         {
@@ -435,10 +470,12 @@ pub async fn reconcile(name: &str, ctx: &Context) -> Result<(), Error> {
     flavor_node(name.to_string(), &flavor_name, flavor, ctx).await
 }
 
-/// Releases a Node that carries kubeflavor's flavor label while no FlavorBinding names it
-/// (its binding was deleted, also while no controller ran): it loses what kubeflavor gave
-/// it and gets the unverified taint back (core's `released_node_state`). The index may
-/// lag, so the binding and the Node are read first; a binding that exists wins.
+/// Releases a Node that carries kubeflavor's flavor label or applied record while no
+/// FlavorBinding names it (its binding was deleted, also while no controller ran): it
+/// loses what the record says kubeflavor gave it and gets the unverified taint back
+/// (core's `released_node_state`); a released Node whose unverified taint an admin
+/// removes gets it back. The index may lag, so the binding and the Node are read first; a
+/// binding that exists wins.
 async fn release(name: &str, ctx: &Context) -> Result<(), Error> {
     // Right after a start, Nodes can be listed before their bindings are.
     ctx.fleet.wait_synced().await;
@@ -482,10 +519,14 @@ async fn release(name: &str, ctx: &Context) -> Result<(), Error> {
         Ok(())
     };
     ctx.write(name, Step::NodePatched, released).await?;
-    let note = format!(
-        "released Node {name}: no FlavorBinding names it, so it lost the flavor {:?} kubeflavor gave it and is tainted {UNVERIFIED_TAINT}:NoSchedule again",
-        node.labels().get(FLAVOR_LABEL).map_or("", String::as_str)
-    );
+    let note = match node.labels().get(FLAVOR_LABEL) {
+        Some(flavor) => format!(
+            "released Node {name}: no FlavorBinding names it, so it lost the flavor {flavor:?} kubeflavor gave it (what its {APPLIED_ANNOTATION} record names) and is tainted {UNVERIFIED_TAINT}:NoSchedule again"
+        ),
+        None => format!(
+            "released Node {name}: no FlavorBinding names it and it had lost {UNVERIFIED_TAINT}:NoSchedule (or a label or taint its {APPLIED_ANNOTATION} record names came back); tainted unverified again"
+        ),
+    };
     tracing::warn!(node = %name, "{note}");
     let regarding = Regarding {
         api_version: "v1",

@@ -3,6 +3,7 @@
 //! and the binding status to write. No rule is decided here.
 
 use k8s_openapi::api::core::v1::Node;
+use kubeflavor_core::applied_record::APPLIED_ANNOTATION;
 use kubeflavor_core::flavor::{FlavorName, FlavorRules};
 use kubeflavor_core::node_state::{NodeFacts, NodeTaint, desired_node_state, released_node_state};
 
@@ -35,6 +36,12 @@ fn node_facts(node: &Node) -> NodeFacts {
                 time_added: t.time_added.as_ref().map(|x| x.0),
             })
             .collect(),
+        record: node
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(APPLIED_ANNOTATION))
+            .cloned(),
     }
 }
 
@@ -50,8 +57,9 @@ fn flavor_rules(binding: &FlavorBinding, flavor: Option<&Flavor>) -> Option<Flav
 }
 
 /// The merge patch (with the Node's resourceVersion) that releases a Node no binding
-/// names any more (core's `released_node_state`), given the Flavor its flavor label names;
-/// `None` when nothing is left to remove.
+/// names any more (core's `released_node_state`, from the Node's applied record; the
+/// Flavor its flavor label names is read only for a Node without a record); `None` when
+/// the Node is released already.
 pub fn plan_release(node: &Node, flavor: Option<&Flavor>) -> Option<serde_json::Value> {
     let rules = flavor.and_then(|f| rules_from_flavor(f).ok().map(|(_, r)| r));
     let change = released_node_state(rules.as_ref(), &node_facts(node));

@@ -1,0 +1,113 @@
+//! Kubelets keep off kubeflavor's applied record: a ValidatingAdmissionPolicy (and its
+//! binding) refusing any Node create or update of a `system:nodes` identity that sets,
+//! changes or removes the `kubeflavor.io/applied` annotation
+//! (`kubeflavor_core::applied_record` holds its rules). NodeRestriction leaves a kubelet
+//! its own Node's annotations; this record is what release removes, so a kubelet that
+//! could rewrite it could keep a trusted label past its binding's end.
+
+use k8s_openapi::api::admissionregistration::v1::{
+    MatchCondition, MatchResources, NamedRuleWithOperations, ValidatingAdmissionPolicy,
+    ValidatingAdmissionPolicyBinding, ValidatingAdmissionPolicyBindingSpec,
+    ValidatingAdmissionPolicySpec, Validation, Variable,
+};
+use kubeflavor_core::applied_record::{
+    self, APPLIED_ANNOTATION, POLICY_NAME, RESOURCES, VALIDATION,
+};
+
+use super::{Document, object_meta};
+
+/// The labels' component (shared with the policy tainting kubelet-created Nodes).
+const COMPONENT: &str = "unverified-nodes";
+
+/// The policy and its binding.
+pub fn documents() -> [Document; 2] {
+    [policy(), binding()]
+}
+
+fn policy() -> Document {
+    let strings = |v: &[&str]| Some(v.iter().map(|s| s.to_string()).collect::<Vec<_>>());
+    let policy = ValidatingAdmissionPolicy {
+        metadata: object_meta(POLICY_NAME, None, COMPONENT),
+        spec: Some(ValidatingAdmissionPolicySpec {
+            failure_policy: Some("Fail".into()),
+            match_constraints: Some(MatchResources {
+                resource_rules: Some(vec![NamedRuleWithOperations {
+                    api_groups: strings(&[""]),
+                    api_versions: strings(&["v1"]),
+                    operations: strings(&["CREATE", "UPDATE"]),
+                    resources: strings(&RESOURCES),
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            }),
+            match_conditions: Some(vec![MatchCondition {
+                name: "requested-by-a-kubelet".into(),
+                expression: applied_record::applies_to(),
+            }]),
+            variables: Some(
+                applied_record::variables()
+                    .into_iter()
+                    .map(|(name, expression)| Variable {
+                        name: name.into(),
+                        expression,
+                    })
+                    .collect(),
+            ),
+            validations: Some(vec![Validation {
+                expression: VALIDATION.into(),
+                message: Some(applied_record::refusal()),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        }),
+        status: None,
+    };
+    Document::new(
+        &format!(
+            "Kubelets keep off kubeflavor's record: the controller writes the annotation \
+             {APPLIED_ANNOTATION} (the label keys and taints it put on the Node) in the same \
+             patch as what it records, and releasing a Node removes what the record names. \
+             NodeRestriction leaves a kubelet its own Node's annotations, so this policy refuses \
+             any kubelet request (group system:nodes) that sets, changes or removes it."
+        ),
+        &policy,
+    )
+    .note(
+        "spec.failurePolicy",
+        "Fail: a kubelet request the policy cannot evaluate is refused; the kubelet retries.",
+    )
+    .note(
+        "spec.matchConstraints",
+        "Creates and updates of Nodes, and of nodes/status: the API server keeps the metadata \
+         of an update sent through the status subresource.",
+    )
+    .note(
+        "spec.matchConditions",
+        "Kubelets only: the controller writes the record, an admin may remove it (the Node \
+         then leaves kubeflavor's judgment until it is flavored again).",
+    )
+    .note(
+        "spec.validations",
+        "The record after the request equals the record before (absent stays absent): a kubelet's \
+         own updates (heartbeats, labels it may set) pass unchanged.",
+    )
+}
+
+fn binding() -> Document {
+    let binding = ValidatingAdmissionPolicyBinding {
+        metadata: object_meta(POLICY_NAME, None, COMPONENT),
+        spec: ValidatingAdmissionPolicyBindingSpec {
+            policy_name: POLICY_NAME.into(),
+            validation_actions: vec!["Deny".into()],
+            ..Default::default()
+        },
+    };
+    Document::new(
+        "Makes the API server enforce the policy above on every kubelet's Node write.",
+        &binding,
+    )
+    .note(
+        "spec.validationActions",
+        "Deny: a failing rule refuses the request.",
+    )
+}

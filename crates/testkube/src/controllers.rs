@@ -74,20 +74,6 @@ fn touches_tokens(e: &StoredEvent) -> bool {
             && meta_str(&e.object, "name") == "cluster-info")
 }
 
-fn touches_gc(e: &StoredEvent) -> bool {
-    match e.event_type {
-        EventType::Deleted => true,
-        EventType::Added => e.object["metadata"]["ownerReferences"].is_array(),
-        EventType::Modified => {
-            !e.object["metadata"]["deletionTimestamp"].is_null()
-                || e.object["metadata"]["ownerReferences"]
-                    != e.old
-                        .as_ref()
-                        .map_or(Value::Null, |o| o["metadata"]["ownerReferences"].clone())
-        }
-    }
-}
-
 /// csrapproving: auto-approve the CSRs among `names` (every CSR when `None`) whose
 /// requester a SubjectAccessReview allows, with the condition the real approver appends
 /// (`Approved`/`True`, reason `AutoApproved`); the server fills the timestamps.
@@ -274,7 +260,6 @@ pub async fn run(shared: Arc<Shared>, duties: Duties, mut shutdown: watch::Recei
             .map(|e| meta_str(&e.object, "name"))
             .collect();
         let tokens = all || timer || events.iter().any(|e| touches_tokens(e));
-        let garbage = all || events.iter().any(|e| touches_gc(e));
         if duties.csr_approver && (all || !touched_csrs.is_empty()) {
             approve_csrs(
                 &shared,
@@ -307,7 +292,7 @@ pub async fn run(shared: Arc<Shared>, duties: Duties, mut shutdown: watch::Recei
         if duties.bootstrap_signer && tokens {
             sign_cluster_info(&mut st, now);
         }
-        if duties.garbage_collector && garbage {
+        if duties.garbage_collector && st.gc.has_work() {
             run_gc(&mut st, now);
         }
     }

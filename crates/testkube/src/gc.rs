@@ -2,8 +2,15 @@
 //! and namespace controllers do them: dependents whose owners are all gone are deleted
 //! (also when the owner uid never existed); foreground deletion deletes
 //! the dependents before the owner; a terminating namespace is emptied and then removed.
+//!
+//! Like the real collector, which works from a dependency graph its informers keep
+//! (garbagecollector/graph_builder.go) and never scans the store, the collector here works
+//! from an index the store keeps on every write ([`GcIndex`]): which objects name each uid
+//! as an owner, which objects a write gave reason to look at, and which namespaces are
+//! terminating. A pass looks at those objects alone, so a delete costs the same in a store
+//! of ten objects or of a million.
 
-use std::collections::HashSet;
+use std::collections::{BTreeSet, HashMap};
 
 use jiff::Timestamp;
 use serde_json::{Value, json};
@@ -11,7 +18,10 @@ use serde_json::{Value, json};
 use crate::store::{StoreState, format_time, meta_str};
 use crate::types::ResourceKey;
 
-fn owner_uids(obj: &Value) -> Vec<String> {
+/// Where an object is stored: its type, namespace and name.
+pub type Slot = (ResourceKey, String, String);
+
+fn owner_uids(obj: &Value) -> BTreeSet<String> {
     obj["metadata"]["ownerReferences"]
         .as_array()
         .map(|refs| {
@@ -28,7 +38,12 @@ fn has_finalizer(obj: &Value, finalizer: &str) -> bool {
         .is_some_and(|f| f.iter().any(|x| x == finalizer))
 }
 
-fn slot(key: &ResourceKey, obj: &Value) -> (ResourceKey, String, String) {
+/// Being deleted in the foreground: its dependents go first.
+fn in_foreground(obj: &Value) -> bool {
+    !obj["metadata"]["deletionTimestamp"].is_null() && has_finalizer(obj, "foregroundDeletion")
+}
+
+fn slot(key: &ResourceKey, obj: &Value) -> Slot {
     (
         key.clone(),
         meta_str(obj, "namespace").to_string(),
@@ -36,34 +51,113 @@ fn slot(key: &ResourceKey, obj: &Value) -> (ResourceKey, String, String) {
     )
 }
 
-/// Delete (or, with finalizers, mark deleted) one object the way the collector does.
-fn collect_one(st: &mut StoreState, key: &ResourceKey, ns: &str, name: &str, now: Timestamp) {
-    let Some(obj) = st.get_object(key, ns, name).cloned() else {
-        return;
+fn is_namespaces(key: &ResourceKey) -> bool {
+    key.group.is_empty() && key.resource == "namespaces"
+}
+
+/// What the collector must know, kept by the store as objects are written (see the module
+/// documentation).
+#[derive(Debug, Default)]
+pub struct GcIndex {
+    /// For each uid, the objects whose ownerReferences name it (the owner may not exist).
+    dependents: HashMap<String, BTreeSet<Slot>>,
+    /// Objects to look at: their owners changed, an owner is gone, or they are being
+    /// deleted in the foreground.
+    pending: BTreeSet<Slot>,
+    /// uids of owners that lost a dependent (a foreground deletion may be done).
+    pending_owners: BTreeSet<String>,
+    /// Namespaces with a deletionTimestamp.
+    terminating: BTreeSet<String>,
+    /// Objects looked at by every pass so far (the cost the tests measure).
+    examined: u64,
+}
+
+impl GcIndex {
+    /// Records one write: `old` is the object before it (none for a create), `new` after
+    /// it (none for a delete).
+    pub fn observe(&mut self, key: &ResourceKey, old: Option<&Value>, new: Option<&Value>) {
+        let Some(any) = new.or(old) else { return };
+        let at = slot(key, any);
+        let before = old.map(owner_uids).unwrap_or_default();
+        let after = new.map(owner_uids).unwrap_or_default();
+        for uid in before.difference(&after) {
+            if let Some(set) = self.dependents.get_mut(uid) {
+                set.remove(&at);
+                if set.is_empty() {
+                    self.dependents.remove(uid);
+                }
+            }
+            self.pending_owners.insert(uid.clone());
+        }
+        for uid in after.difference(&before) {
+            self.dependents
+                .entry(uid.clone())
+                .or_default()
+                .insert(at.clone());
+        }
+        match new {
+            Some(obj) => {
+                if (!after.is_empty() && after != before) || in_foreground(obj) {
+                    self.pending.insert(at.clone());
+                }
+                if is_namespaces(key) && !obj["metadata"]["deletionTimestamp"].is_null() {
+                    self.terminating.insert(at.2.clone());
+                }
+            }
+            None => {
+                // An owner is gone: its dependents are garbage unless another owner lives.
+                if let Some(dependents) = self.dependents.get(meta_str(any, "uid")) {
+                    self.pending.extend(dependents.iter().cloned());
+                }
+                self.pending.remove(&at);
+                if is_namespaces(key) {
+                    self.terminating.remove(&at.2);
+                }
+            }
+        }
+    }
+
+    /// Whether a pass has anything to do.
+    pub fn has_work(&self) -> bool {
+        !(self.pending.is_empty() && self.pending_owners.is_empty() && self.terminating.is_empty())
+    }
+
+    /// Objects looked at by the passes so far.
+    pub fn examined(&self) -> u64 {
+        self.examined
+    }
+}
+
+/// Delete (or, with finalizers, mark deleted) one object the way the collector does;
+/// whether anything changed.
+fn collect_one(st: &mut StoreState, (key, ns, name): &Slot, now: Timestamp) -> bool {
+    let Some(obj) = st.get_object(key, ns, name) else {
+        return false;
     };
     let finalizers = obj["metadata"]["finalizers"]
         .as_array()
         .is_some_and(|f| !f.is_empty());
     if !finalizers {
         st.remove(key, ns, name);
-        return;
+        return true;
     }
-    if obj["metadata"]["deletionTimestamp"].is_null() {
-        let mut marked = obj;
-        marked["metadata"]["deletionTimestamp"] = json!(format_time(now));
-        marked["metadata"]["deletionGracePeriodSeconds"] = json!(0);
-        st.replace(key, marked);
+    if !obj["metadata"]["deletionTimestamp"].is_null() {
+        return false;
     }
+    let mut marked = obj.clone();
+    marked["metadata"]["deletionTimestamp"] = json!(format_time(now));
+    marked["metadata"]["deletionGracePeriodSeconds"] = json!(0);
+    st.replace(key, marked);
+    true
 }
 
 /// With `propagationPolicy: Orphan`, dependents lose their reference to the owner.
 pub fn orphan_dependents(st: &mut StoreState, owner_uid: &str) {
-    let dependents: Vec<(ResourceKey, Value)> = st
-        .all_objects()
-        .filter(|(_, o)| owner_uids(o).iter().any(|u| u == owner_uid))
-        .map(|(k, o)| (k.clone(), o.clone()))
-        .collect();
-    for (key, mut obj) in dependents {
+    let dependents = st.gc.dependents.get(owner_uid).cloned().unwrap_or_default();
+    for (key, ns, name) in dependents {
+        let Some(mut obj) = st.get_object(&key, &ns, &name).cloned() else {
+            continue;
+        };
         if let Some(refs) = obj["metadata"]["ownerReferences"].as_array_mut() {
             refs.retain(|r| r["uid"] != owner_uid);
         }
@@ -71,96 +165,96 @@ pub fn orphan_dependents(st: &mut StoreState, owner_uid: &str) {
     }
 }
 
-/// One pass of the collector; returns whether anything changed (run until it does not).
-pub fn collect(st: &mut StoreState, now: Timestamp) -> bool {
-    let mut doomed = Vec::new();
-    let mut trimmed = Vec::new();
-    let mut foreground_done = Vec::new();
-    let mut namespaces_done = Vec::new();
-    let mut namespace_contents = Vec::new();
-
-    let terminating: Vec<String> = st
-        .list_objects(&ResourceKey::new("", "namespaces"), None)
-        .into_iter()
-        .filter(|n| !n["metadata"]["deletionTimestamp"].is_null())
-        .map(|n| meta_str(n, "name").to_string())
-        .collect();
-
-    // Owners being deleted in the foreground, and every uid some object refers to.
-    let foreground: HashSet<&str> = st
-        .all_objects()
-        .filter(|(_, o)| {
-            !o["metadata"]["deletionTimestamp"].is_null() && has_finalizer(o, "foregroundDeletion")
-        })
-        .map(|(_, o)| meta_str(o, "uid"))
-        .collect();
-    let referenced: HashSet<String> = st.all_objects().flat_map(|(_, o)| owner_uids(o)).collect();
-
-    for (key, obj) in st.all_objects() {
-        let owners = owner_uids(obj);
-        if !owners.is_empty() {
-            let live: Vec<&String> = owners.iter().filter(|u| st.uid_exists(u)).collect();
-            let owner_in_foreground = live.iter().any(|u| foreground.contains(u.as_str()));
-            if live.is_empty() || owner_in_foreground {
-                doomed.push(slot(key, obj));
-            } else if live.len() < owners.len() {
-                let mut kept = obj.clone();
-                if let Some(refs) = kept["metadata"]["ownerReferences"].as_array_mut() {
-                    refs.retain(|r| r["uid"].as_str().is_some_and(|u| st.uid_exists(u)));
-                }
-                trimmed.push((key.clone(), kept));
-            }
+/// The contents of terminating namespaces go; an empty one is removed.
+fn empty_namespaces(st: &mut StoreState, now: Timestamp) -> bool {
+    let mut changed = false;
+    let keys = st.resource_keys();
+    for ns in st.gc.terminating.clone() {
+        let contents: Vec<Slot> = keys
+            .iter()
+            .flat_map(|k| {
+                st.list_objects(k, Some(&ns))
+                    .into_iter()
+                    .map(|o| slot(k, o))
+            })
+            .collect();
+        st.gc.examined += contents.len() as u64;
+        if contents.is_empty() {
+            st.remove(&ResourceKey::new("", "namespaces"), "", &ns);
+            changed = true;
         }
-        let deleting = !obj["metadata"]["deletionTimestamp"].is_null();
-        if deleting
-            && has_finalizer(obj, "foregroundDeletion")
-            && !referenced.contains(meta_str(obj, "uid"))
-        {
-            foreground_done.push((key.clone(), obj.clone()));
+        for s in &contents {
+            changed |= collect_one(st, s, now);
         }
-        let ns = meta_str(obj, "namespace");
-        if !ns.is_empty() && terminating.iter().any(|t| t == ns) {
-            namespace_contents.push(slot(key, obj));
-        }
-    }
-    for ns in &terminating {
-        if !namespace_contents.iter().any(|(_, n, _)| n == ns) {
-            namespaces_done.push(ns.clone());
-        }
-    }
-
-    let changed = !(doomed.is_empty()
-        && trimmed.is_empty()
-        && foreground_done.is_empty()
-        && namespace_contents.is_empty()
-        && namespaces_done.is_empty());
-    for (key, ns, name) in doomed.into_iter().chain(namespace_contents) {
-        collect_one(st, &key, &ns, &name, now);
-    }
-    for (key, obj) in trimmed {
-        st.replace(&key, obj);
-    }
-    for (key, mut obj) in foreground_done {
-        if let Some(f) = obj["metadata"]["finalizers"].as_array_mut() {
-            f.retain(|x| x != "foregroundDeletion");
-        }
-        let (ns, name) = (
-            meta_str(&obj, "namespace").to_string(),
-            meta_str(&obj, "name").to_string(),
-        );
-        if obj["metadata"]["finalizers"]
-            .as_array()
-            .is_none_or(|f| f.is_empty())
-        {
-            st.remove(&key, &ns, &name);
-        } else {
-            st.replace(&key, obj);
-        }
-    }
-    for ns in namespaces_done {
-        st.remove(&ResourceKey::new("", "namespaces"), "", &ns);
     }
     changed
+}
+
+/// Looks at one object the index named: collected when every owner is gone or one is being
+/// deleted in the foreground, references to gone owners trimmed otherwise; an owner in
+/// foreground deletion with no dependents left loses that finalizer.
+fn look_at(st: &mut StoreState, at: &Slot, now: Timestamp) -> bool {
+    st.gc.examined += 1;
+    let Some(obj) = st.get_object(&at.0, &at.1, &at.2).cloned() else {
+        return false;
+    };
+    let owners = owner_uids(&obj);
+    if !owners.is_empty() {
+        let live: Vec<&String> = owners.iter().filter(|u| st.uid_exists(u)).collect();
+        let owner_in_foreground = live
+            .iter()
+            .any(|u| st.object_by_uid(u).is_some_and(|(_, o)| in_foreground(o)));
+        if live.is_empty() || owner_in_foreground {
+            return collect_one(st, at, now);
+        }
+        if live.len() < owners.len() {
+            let mut kept = obj.clone();
+            if let Some(refs) = kept["metadata"]["ownerReferences"].as_array_mut() {
+                refs.retain(|r| r["uid"].as_str().is_some_and(|u| st.uid_exists(u)));
+            }
+            st.replace(&at.0, kept);
+            return true;
+        }
+    }
+    if !in_foreground(&obj) {
+        return false;
+    }
+    if let Some(dependents) = st.gc.dependents.get(meta_str(&obj, "uid")) {
+        // They go first (the next pass collects them); their removal brings this owner
+        // back here.
+        let dependents = dependents.clone();
+        st.gc.pending.extend(dependents);
+        return false;
+    }
+    let mut done = obj;
+    if let Some(f) = done["metadata"]["finalizers"].as_array_mut() {
+        f.retain(|x| x != "foregroundDeletion");
+    }
+    if done["metadata"]["finalizers"]
+        .as_array()
+        .is_none_or(|f| f.is_empty())
+    {
+        st.remove(&at.0, &at.1, &at.2);
+    } else {
+        st.replace(&at.0, done);
+    }
+    true
+}
+
+/// One pass of the collector over what the index names; whether there is more to do (run
+/// until there is not).
+pub fn collect(st: &mut StoreState, now: Timestamp) -> bool {
+    let mut changed = empty_namespaces(st, now);
+    for uid in std::mem::take(&mut st.gc.pending_owners) {
+        let owner = st.object_by_uid(&uid).map(|(k, o)| slot(k, o));
+        if let Some(owner) = owner {
+            st.gc.pending.insert(owner);
+        }
+    }
+    for at in std::mem::take(&mut st.gc.pending) {
+        changed |= look_at(st, &at, now);
+    }
+    changed || !st.gc.pending.is_empty() || !st.gc.pending_owners.is_empty()
 }
 
 #[cfg(test)]
@@ -226,5 +320,74 @@ mod tests {
         run_to_fixpoint(&mut st);
         assert!(st.get_object(&key, "default", "dep").is_none());
         assert!(st.get_object(&key, "default", "owner").is_none());
+    }
+    /// The cost of a pass is what the writes touched, not the size of the store: deleting
+    /// an owner among thousands of unrelated objects looks at its one dependent (and
+    /// nothing when an object without dependents goes).
+    #[test]
+    fn a_delete_looks_only_at_what_it_touched() {
+        for unrelated in [10, 10_000] {
+            let store = Store::new(1000);
+            let mut st = store.lock();
+            let key = ResourceKey::new("", "secrets");
+            for i in 0..unrelated {
+                st.insert(&key, secret(&format!("other-{i}"), None), Timestamp::now());
+            }
+            let owner = st.insert(&key, secret("owner", None), Timestamp::now());
+            let uid = meta_str(&owner, "uid").to_string();
+            st.insert(&key, secret("dep", Some(&uid)), Timestamp::now());
+            run_to_fixpoint(&mut st);
+            let before = st.gc.examined();
+            st.remove(&key, "default", "owner");
+            run_to_fixpoint(&mut st);
+            assert!(st.get_object(&key, "default", "dep").is_none());
+            assert_eq!(
+                st.gc.examined() - before,
+                1,
+                "{unrelated} unrelated objects"
+            );
+            let before = st.gc.examined();
+            st.remove(&key, "default", "other-0");
+            assert!(!st.gc.has_work());
+            run_to_fixpoint(&mut st);
+            assert_eq!(st.gc.examined(), before);
+        }
+    }
+
+    #[test]
+    fn orphaning_keeps_the_dependents_and_drops_the_reference() {
+        let store = Store::new(1000);
+        let mut st = store.lock();
+        let key = ResourceKey::new("", "secrets");
+        let owner = st.insert(&key, secret("owner", None), Timestamp::now());
+        let uid = meta_str(&owner, "uid").to_string();
+        st.insert(&key, secret("dep", Some(&uid)), Timestamp::now());
+        orphan_dependents(&mut st, &uid);
+        st.remove(&key, "default", "owner");
+        run_to_fixpoint(&mut st);
+        let dep = st
+            .get_object(&key, "default", "dep")
+            .expect("orphaned, not collected");
+        assert_eq!(dep["metadata"]["ownerReferences"], json!([]));
+    }
+
+    #[test]
+    fn a_terminating_namespace_is_emptied_then_removed() {
+        let store = Store::new(1000);
+        let mut st = store.lock();
+        let ns_key = ResourceKey::new("", "namespaces");
+        let key = ResourceKey::new("", "secrets");
+        let mut ns = st.insert(
+            &ns_key,
+            json!({"kind": "Namespace", "apiVersion": "v1", "metadata": {"name": "default"}}),
+            Timestamp::now(),
+        );
+        st.insert(&key, secret("inside", None), Timestamp::now());
+        ns["metadata"]["deletionTimestamp"] = json!(format_time(Timestamp::now()));
+        st.replace(&ns_key, ns);
+        run_to_fixpoint(&mut st);
+        assert!(st.get_object(&key, "default", "inside").is_none());
+        assert!(st.get_object(&ns_key, "", "default").is_none());
+        assert!(!st.gc.has_work());
     }
 }

@@ -13,6 +13,7 @@ use jiff::Timestamp;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
+use crate::gc::GcIndex;
 use crate::types::{ObjectReader, ResourceKey};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -53,6 +54,8 @@ pub struct StoreState {
     history_floor: u64,
     watchers: HashMap<ResourceKey, Vec<EventSender>>,
     all_watchers: Vec<EventSender>,
+    /// What the garbage collector must look at, kept as objects change (see [`GcIndex`]).
+    pub(crate) gc: GcIndex,
 }
 
 pub struct Store {
@@ -71,6 +74,7 @@ impl Store {
                 history_floor: 0,
                 watchers: HashMap::new(),
                 all_watchers: Vec::new(),
+                gc: GcIndex::default(),
             }),
         }
     }
@@ -187,15 +191,20 @@ impl StoreState {
             .collect()
     }
 
-    /// Every stored object with its type (the garbage collector scans them).
-    pub fn all_objects(&self) -> impl Iterator<Item = (&ResourceKey, &Value)> {
-        self.objects
-            .iter()
-            .flat_map(|(k, m)| m.values().map(move |v| (k, v)))
+    /// The types that have (or had) objects: a namespace's contents are looked up type by
+    /// type, each a range of its ordered map.
+    pub fn resource_keys(&self) -> Vec<ResourceKey> {
+        self.objects.keys().cloned().collect()
     }
 
     pub fn uid_exists(&self, uid: &str) -> bool {
         self.uids.contains_key(uid)
+    }
+
+    /// The object with this uid, if it exists.
+    pub fn object_by_uid(&self, uid: &str) -> Option<(&ResourceKey, &Value)> {
+        let (key, ns, name) = self.uids.get(uid)?;
+        Some((key, self.get_object(key, ns, name)?))
     }
 
     /// Store a new object: assigns the next resourceVersion and, unless present, a uid and
@@ -221,6 +230,7 @@ impl StoreState {
         let uid = meta_str(&obj, "uid").to_string();
         self.uids
             .insert(uid, (key.clone(), ns.clone(), name.clone()));
+        self.gc.observe(key, None, Some(&obj));
         self.objects
             .entry(key.clone())
             .or_default()
@@ -239,6 +249,7 @@ impl StoreState {
             .entry(key.clone())
             .or_default()
             .insert(slot, obj.clone());
+        self.gc.observe(key, old.as_ref(), Some(&obj));
         self.emit(key, EventType::Modified, obj.clone(), old);
         obj
     }
@@ -253,6 +264,7 @@ impl StoreState {
         let mut gone = old.clone();
         metadata_mut(&mut gone).insert("resourceVersion".into(), json!(self.rv.to_string()));
         self.uids.remove(meta_str(&old, "uid"));
+        self.gc.observe(key, Some(&old), None);
         self.emit(key, EventType::Deleted, gone.clone(), Some(old));
         Some(gone)
     }

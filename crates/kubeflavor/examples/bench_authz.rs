@@ -192,6 +192,8 @@ async fn main() {
             max_connections: args.parallel.max(1) + 16,
             ..Default::default()
         },
+        // The index is built once and never watched: never stale for this benchmark.
+        max_staleness: Duration::MAX,
     };
     let bound = kubeflavor::authz::bind(opts, index, Metrics::new())
         .await

@@ -123,6 +123,7 @@ impl Webhook {
             client_ca: pki.client_ca.clone(),
             client_cn: Some(CLIENT_CN.into()),
             connections: Default::default(),
+            max_staleness: Duration::from_secs(3),
         };
         let bound = kubeflavor::authz::bind(opts, index.clone(), metrics.clone())
             .await

@@ -8,6 +8,10 @@
 //! as a flooding node's would: each address holds at most its share of the webhook's
 //! pending handshakes and pushes out only its own. Runs on testkube and on the real
 //! control plane (the webhook's port is exclusive: `flock /tmp/kf-authz.lock`).
+//!
+//! And a replica cut off from the API server (issue 31, point 10): once its index has not
+//! been confirmed current for `max_staleness`, it answers 503 rather than from what it
+//! knew, and answers again once its watches have listed anew.
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -237,6 +241,196 @@ async fn a_connection_flood_never_lets_a_revoked_node_through() {
     if let Some(tk) = h.testkube() {
         tk.set_authorization_webhook(None);
     }
+    ctl.stop().await;
+    webhook.stop().await;
+}
+
+/// A TCP relay between the webhook's client and the API server that a test can cut (as a
+/// partition would: every open connection dropped, new ones closed at once) and restore.
+struct Relay {
+    port: u16,
+    open: Arc<tokio::sync::watch::Sender<bool>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Relay {
+    async fn start(upstream: SocketAddr) -> Relay {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let open = Arc::new(tokio::sync::watch::Sender::new(true));
+        let task = tokio::spawn({
+            let open = open.clone();
+            async move {
+                loop {
+                    let Ok((mut down, _)) = listener.accept().await else {
+                        return;
+                    };
+                    if !*open.borrow() {
+                        continue;
+                    }
+                    let mut cut = open.subscribe();
+                    tokio::spawn(async move {
+                        let Ok(mut up) = TcpStream::connect(upstream).await else {
+                            return;
+                        };
+                        tokio::select! {
+                            _ = tokio::io::copy_bidirectional(&mut down, &mut up) => {}
+                            _ = cut.wait_for(|open| !*open) => {}
+                        }
+                    });
+                }
+            }
+        });
+        Relay { port, open, task }
+    }
+
+    fn cut(&self) {
+        self.open.send_replace(false);
+    }
+
+    fn restore(&self) {
+        self.open.send_replace(true);
+    }
+}
+
+impl Drop for Relay {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// The admin kubeconfig with its server's port replaced by `port` (same host, so the
+/// serving certificate still matches).
+fn through(kubeconfig: &Path, port: u16) -> String {
+    let text = std::fs::read_to_string(kubeconfig).unwrap();
+    let mut out = String::new();
+    for line in text.lines() {
+        match line.trim_start().strip_prefix("server: ") {
+            Some(url) => {
+                let (head, _) = url.rsplit_once(':').expect("a server URL with a port");
+                let indent = &line[..line.len() - line.trim_start().len()];
+                out.push_str(&format!("{indent}server: {head}:{port}\n"));
+            }
+            None => {
+                out.push_str(line);
+                out.push('\n');
+            }
+        }
+    }
+    out
+}
+
+/// The API server's address in the admin kubeconfig.
+fn api_server_addr(kubeconfig: &Path) -> SocketAddr {
+    let text = std::fs::read_to_string(kubeconfig).unwrap();
+    let url = text
+        .lines()
+        .find_map(|l| l.trim_start().strip_prefix("server: "))
+        .expect("a server");
+    let hostport = url.trim_start_matches("https://").trim_end_matches('/');
+    let (host, port) = hostport.rsplit_once(':').unwrap();
+    let host = if host == "localhost" {
+        "127.0.0.1"
+    } else {
+        host
+    };
+    format!("{host}:{port}")
+        .parse()
+        .expect("an IP address and port")
+}
+
+/// Reviews over fresh connections every 100 ms (a measurement, 300 tries at most) until
+/// `done` holds of one; how long that took.
+async fn until_answer(
+    id: &ApiServerIdentity,
+    to: SocketAddr,
+    node: &str,
+    what: &str,
+    done: impl Fn(&Value) -> bool,
+) -> Duration {
+    let started = Instant::now();
+    let mut every = tokio::time::interval(Duration::from_millis(100));
+    for _ in 0..300 {
+        every.tick().await;
+        if let Ok((answer, _)) = review_over_fresh_connection(id, to, node).await
+            && done(&answer)
+        {
+            return started.elapsed();
+        }
+    }
+    panic!("{what}: not within 30 s");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_cut_off_from_the_api_server_stops_answering_from_its_index() {
+    let h = Harness::start_serial().await;
+    let dir = tempfile::tempdir().unwrap();
+    let relay = Relay::start(api_server_addr(&h.env.kubeconfig)).await;
+    let relayed = client_from(&through(&h.env.kubeconfig, relay.port)).await;
+    let (webhook, port, id) = match h.testkube() {
+        Some(_) => {
+            let (pki, config) = test_pki(dir.path());
+            let (webhook, port) = Webhook::start(relayed, &pki).await;
+            let id = ApiServerIdentity {
+                server_ca_pem: config.ca_pem.clone(),
+                cert_pem: config.client_cert_pem.clone(),
+                key_pem: config.client_key_pem.clone(),
+            };
+            (webhook, port, id)
+        }
+        None => {
+            let pki = real_pki(&h.env.kubeconfig);
+            let (webhook, port) = Webhook::start(relayed, &pki).await;
+            (webhook, port, real_identity(&h.env.kubeconfig))
+        }
+    };
+    let addr: SocketAddr = ([127, 0, 0, 1], port).into();
+    let f = h.gold_flavor("stale").await;
+    let ctl = h.start_controller(h.options("ctl"));
+    let node = h.name("authz-stale");
+    let t = h.token(&f, 1, None).await;
+    let boot = h.bootstrap_client(&t).await;
+    let csr = format!("{node}-csr");
+    h.submit_csr(&boot, &csr, &node).await;
+    assert_eq!(h.decision(&csr).await, "Approved");
+    h.register_node(&csr, &node, &[], &[]).await;
+    h.env.kf(&["node", "revoke", &node]).await.expect_ok();
+    webhook
+        .until_cut_off(&node, Some(CutOff::BindingRevoked))
+        .await;
+    let denied = |a: &Value| a["status"]["denied"] == true;
+    let stale = |a: &Value| {
+        a["code"] == 503
+            && a["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("last confirmed current"))
+    };
+    let (answer, _) = review_over_fresh_connection(&id, addr, &node)
+        .await
+        .unwrap();
+    assert!(denied(&answer), "{answer}");
+
+    // The partition: the replica's watches and probes fail.
+    relay.cut();
+    let went_stale = until_answer(&id, addr, &node, "a 503 stale answer", stale).await;
+    eprintln!(
+        "replica cut off from the API server: answers 503 stale {went_stale:?} after the cut (bound 3 s)"
+    );
+    assert!(
+        went_stale <= Duration::from_secs(3) + 2 * kubeflavor::authz::freshness::PROBE_EVERY,
+        "past the bound plus a probe's period and timeout: {went_stale:?}"
+    );
+    assert!(webhook.answers("stale") > 0);
+
+    // The partition heals: the watches list anew and the replica answers again.
+    relay.restore();
+    let back = until_answer(&id, addr, &node, "the denial again", denied).await;
+    eprintln!("partition healed: the replica denies the revoked node again {back:?} later");
+
+    h.delete_revoked_binding(&node).await;
+    let _ = Api::<Node>::all(h.admin.clone())
+        .delete(&node, &DeleteParams::default())
+        .await;
     ctl.stop().await;
     webhook.stop().await;
 }

@@ -75,7 +75,7 @@ pub struct ServeArgs {
     #[arg(long, value_name = "AUDIENCE")]
     pub token_audience: Option<String>,
     /// Connections past their TLS handshake held at once; a further one waits for a
-    /// slot (for --idle-timeout at most). Idle connections are closed after
+    /// slot (twice --idle-timeout and a second at most). Idle connections are closed after
     /// --idle-timeout, so clients that connect and send nothing cannot hold every slot for
     /// longer than that.
     #[arg(long, value_name = "N", default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..))]

@@ -11,7 +11,8 @@
 //! (the API server asking the webhook) from completing its handshake, which takes a few
 //! milliseconds. Only a finished handshake the server accepts (for the webhook: the API
 //! server's client certificate) takes a connection slot; when every slot is taken it waits
-//! for one, for the idle timeout at most, keeping its place in the pool meanwhile.
+//! for one (twice the time an idle connection may hold one), keeping its place in the pool
+//! meanwhile.
 //!
 //! A connection that carries no request is closed after the idle timeout, whatever it
 //! sends and in either protocol: before its first request's headers are complete (sent a
@@ -53,7 +54,8 @@ const CLOSE_GRACE: Duration = Duration::from_secs(1);
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ConnectionLimits {
     /// At most this many connections past their TLS handshake at once; a further one
-    /// waits for a slot (for the idle timeout at most) in its place in the handshake pool.
+    /// waits for a slot (twice the idle timeout and the close grace at most) in its place
+    /// in the handshake pool.
     pub max_connections: usize,
     /// A connection that carries no request is closed after this: before its first
     /// request's headers are complete (whatever it trickles), and between requests. h2
@@ -261,7 +263,9 @@ pub(crate) async fn serve<H, F>(
             return;
         }
     };
-    let Some(_slot) = gate.slot(limits.idle_timeout).await else {
+    // A slot held by a connection that carries nothing frees within the idle timeout and
+    // the close grace; waiting twice that lets a client behind a wall of stalled ones in.
+    let Some(_slot) = gate.slot(2 * (limits.idle_timeout + CLOSE_GRACE)).await else {
         tracing::debug!(%peer, max = limits.max_connections, "no connection slot came free in time, or pushed out while waiting; closing");
         return;
     };

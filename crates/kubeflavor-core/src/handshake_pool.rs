@@ -21,6 +21,20 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::hash::Hash;
+use std::net::{IpAddr, Ipv6Addr};
+
+/// The source a connection from `ip` counts against: the IPv4 address (IPv4-mapped IPv6
+/// included), or the IPv6 /64 prefix, since one host is commonly handed a whole /64 and
+/// could otherwise take a fresh share from each of its addresses.
+pub fn source_of(ip: IpAddr) -> IpAddr {
+    match ip.to_canonical() {
+        IpAddr::V6(v6) => {
+            let prefix = u128::from(v6) & !((1u128 << 64) - 1);
+            IpAddr::V6(Ipv6Addr::from(prefix))
+        }
+        v4 => v4,
+    }
+}
 
 /// A pending handshake's place in the pool (admission order: lower is older).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -177,6 +191,17 @@ mod tests {
         let (_, evicted) = p.admit(2);
         assert!(evicted.is_empty());
         assert!(!p.leave(a), "leaving twice is a no-op");
+    }
+
+    #[test]
+    fn an_ipv6_64_is_one_source_and_ipv4_mapped_is_ipv4() {
+        let a: IpAddr = "2001:db8:1:2::1".parse().unwrap();
+        let b: IpAddr = "2001:db8:1:2:ffff:ffff:ffff:ffff".parse().unwrap();
+        let c: IpAddr = "2001:db8:1:3::1".parse().unwrap();
+        assert_eq!(source_of(a), source_of(b));
+        assert_ne!(source_of(a), source_of(c));
+        let mapped: IpAddr = "::ffff:10.0.0.7".parse().unwrap();
+        assert_eq!(source_of(mapped), "10.0.0.7".parse::<IpAddr>().unwrap());
     }
 
     #[test]

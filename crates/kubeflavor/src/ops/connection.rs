@@ -34,7 +34,7 @@ use hyper::service::service_fn;
 use hyper::{Request, Response};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto::Builder;
-use kubeflavor_core::handshake_pool::{Bounds, Pool, Ticket};
+use kubeflavor_core::handshake_pool::{self, Bounds, Pool, Ticket};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, oneshot, watch};
 use tokio::time::timeout;
@@ -221,7 +221,7 @@ pub(crate) async fn accept_loop<C, F>(
                 }
             },
         };
-        let gate = Gate::admit(&handshakes, &slots, peer.ip().to_canonical());
+        let gate = Gate::admit(&handshakes, &slots, handshake_pool::source_of(peer.ip()));
         tokio::spawn(serve_one(stream, peer, gate));
     }
 }

@@ -7,7 +7,7 @@
 //! The flood comes from a few loopback addresses other than the API server's (127.0.0.1),
 //! as a flooding node's would: each address holds at most its share of the webhook's
 //! pending handshakes and pushes out only its own. Runs on testkube and on the real
-//! control plane (the webhook's port is exclusive: `flock /tmp/kf-authz.lock`).
+//! control plane (whose one webhook port allows one such test binary at a time).
 //!
 //! And a replica cut off from the API server (issue 31, point 10): once its index has not
 //! been confirmed current for `max_staleness`, it answers 503 rather than from what it

@@ -8,6 +8,7 @@ pub mod approvers;
 pub mod cidr;
 pub mod csr;
 pub mod flavor;
+pub mod index_freshness;
 pub mod input_labels;
 pub mod invisible;
 pub mod labels;
@@ -30,6 +31,7 @@ pub mod unverified_policy;
 // The join-token API: what a request may ask, how many a caller may make, what a
 // machine is handed.
 pub mod cloud_init;
+pub mod handshake_pool;
 pub mod mint_rate;
 pub mod mint_request;
 pub mod ssh_key;

@@ -9,6 +9,14 @@
 //! v1 bodies as kube-apiserver's webhook authorizer does: a revoked node, a node not
 //! revoked, or a user that is not a node, in turn. Prints p50/p99/max per answer kind as
 //! the client saw it, and answers per second. Asserts nothing.
+//!
+//! With `--flood N`, a flood runs meanwhile: N connections that send one byte of a TLS
+//! record and nothing more, renewed as fast as one task can open them (each new one
+//! replaces the oldest), from `--flood-sources` loopback addresses (127.0.1.x; with 1, the
+//! same count of sources as a single flooding node). A prober opens a fresh connection
+//! with the API server's client certificate every 20 ms and asks one review, as the API
+//! server does when it must open a new connection: its success rate and latency are the
+//! residual window of README's P7.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -49,6 +57,78 @@ struct Args {
     /// Seconds to measure.
     #[arg(long, value_name = "SECONDS", default_value_t = 5)]
     seconds: u64,
+    /// Half-open connections held and renewed meanwhile (0: no flood).
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    flood: usize,
+    /// Loopback source addresses the flood comes from.
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = args::at_least_one)]
+    flood_sources: usize,
+    /// Tasks opening the flood's connections at once (each holds its share of --flood).
+    #[arg(long, value_name = "N", default_value_t = 8, value_parser = args::at_least_one)]
+    flood_tasks: usize,
+}
+
+/// Holds `n` half-open connections to `addr`, each new one replacing the oldest, until
+/// `until`; how many it opened.
+async fn flood(addr: std::net::SocketAddr, n: usize, sources: usize, until: Instant) -> usize {
+    use tokio::io::AsyncWriteExt;
+    let mut held = std::collections::VecDeque::with_capacity(n);
+    let mut opened = 0usize;
+    while Instant::now() < until {
+        let source = 1 + (opened % sources.min(250)) as u8;
+        opened += 1;
+        let Ok(socket) = tokio::net::TcpSocket::new_v4() else {
+            continue;
+        };
+        if socket.bind(([127, 0, 1, source], 0).into()).is_err() {
+            continue;
+        }
+        let Ok(Ok(mut tcp)) =
+            tokio::time::timeout(Duration::from_secs(1), socket.connect(addr)).await
+        else {
+            continue;
+        };
+        let _ = tcp.write_all(&[0x16]).await;
+        held.push_back(tcp);
+        if held.len() > n {
+            held.pop_front();
+        }
+    }
+    opened
+}
+
+/// Every 20 ms until `until`, a fresh connection and one review: the time each took, or
+/// `None` when it failed or took over 2 s (the API server's timeout).
+async fn prober(
+    addr: std::net::SocketAddr,
+    tls: tokio_rustls::TlsConnector,
+    until: Instant,
+) -> Vec<Option<Duration>> {
+    let mut out = Vec::new();
+    let mut every = tokio::time::interval(Duration::from_millis(20));
+    while Instant::now() < until {
+        every.tick().await;
+        let started = Instant::now();
+        let one = async {
+            let tcp = tokio::net::TcpStream::connect(addr).await.ok()?;
+            let stream = tls.connect(ServerName::from(addr.ip()), tcp).await.ok()?;
+            let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+                .await
+                .ok()?;
+            tokio::spawn(conn);
+            let request = hyper::Request::post("/authorize")
+                .header(hyper::header::CONTENT_TYPE, "application/json")
+                .body(Full::new(review("system:node:node-0", &["system:nodes"])))
+                .ok()?;
+            let response = sender.send_request(request).await.ok()?;
+            let ok = response.status().is_success();
+            let _ = response.into_body().collect().await.ok()?;
+            ok.then_some(())
+        };
+        let answered = tokio::time::timeout(Duration::from_secs(2), one).await;
+        out.push(matches!(answered, Ok(Some(()))).then(|| started.elapsed()));
+    }
+    out
 }
 
 const CLIENT_CN: &str = "kube-apiserver-authz-client";
@@ -192,6 +272,8 @@ async fn main() {
             max_connections: args.parallel.max(1) + 16,
             ..Default::default()
         },
+        // The index is built once and never watched: never stale for this benchmark.
+        max_staleness: Duration::MAX,
     };
     let bound = kubeflavor::authz::bind(opts, index, Metrics::new())
         .await
@@ -216,6 +298,21 @@ async fn main() {
 
     let started = Instant::now();
     let until = started + Duration::from_secs(args.seconds.max(1));
+    let flooding = (args.flood > 0).then(|| {
+        (
+            (0..args.flood_tasks)
+                .map(|_| {
+                    tokio::spawn(flood(
+                        addr,
+                        args.flood.div_ceil(args.flood_tasks),
+                        args.flood_sources,
+                        until,
+                    ))
+                })
+                .collect::<Vec<_>>(),
+            tokio::spawn(prober(addr, tls.clone(), until)),
+        )
+    });
     let tasks: Vec<_> = (0..args.parallel)
         .map(|n| tokio::spawn(client(addr, tls.clone(), args.clone(), n, until)))
         .collect();
@@ -225,6 +322,16 @@ async fn main() {
             all.entry(kind).or_default().append(&mut samples);
         }
     }
+    let flooded = match flooding {
+        Some((floods, prober)) => {
+            let mut opened = 0;
+            for f in floods {
+                opened += f.await.expect("flood");
+            }
+            Some((opened, prober.await.expect("prober")))
+        }
+        None => None,
+    };
     let elapsed = started.elapsed();
     let _ = stop.send(());
     let _ = server.await;
@@ -255,4 +362,25 @@ async fn main() {
         total as f64 / elapsed.as_secs_f64(),
         total
     );
+    if let Some((opened, probes)) = flooded {
+        let mut ok: Vec<Duration> = probes.iter().flatten().copied().collect();
+        ok.sort();
+        println!(
+            "flood: {} half-open connections held from {} source(s) by {} tasks, {} opened ({:.0}/s)",
+            args.flood,
+            args.flood_sources,
+            args.flood_tasks,
+            opened,
+            opened as f64 / elapsed.as_secs_f64()
+        );
+        println!(
+            "fresh API-server connections: {}/{} answered within 2 s ({:.2}%), p50 {:.1?}, p99 {:.1?}, max {:.1?}",
+            ok.len(),
+            probes.len(),
+            100.0 * ok.len() as f64 / probes.len().max(1) as f64,
+            percentile(&ok, 0.50),
+            percentile(&ok, 0.99),
+            ok.last().copied().unwrap_or_default()
+        );
+    }
 }

@@ -9,14 +9,15 @@
 use std::collections::HashSet;
 use std::sync::RwLock;
 
-use futures::{Stream, StreamExt};
+use futures::StreamExt;
 use k8s_openapi::api::core::v1::Node;
+use kube::runtime::watcher as watch_stream;
 use kube::runtime::watcher::{self, Event};
-use kube::runtime::{WatchStreamExt, watcher as watch_stream};
 use kube::{Api, Client, ResourceExt};
 use kubeflavor_core::node_cutoff::{self, CutOff};
 use tokio::sync::watch;
 
+use super::freshness::{self, Freshness};
 use crate::crd::FlavorBinding;
 
 /// One of the two marks of a cut-off name.
@@ -73,6 +74,8 @@ pub struct CutOffIndex {
     synced: watch::Sender<bool>,
     /// Bumped on every event applied, for [`CutOffIndex::until`].
     applied: watch::Sender<u64>,
+    /// The last moment the index was confirmed current.
+    pub freshness: Freshness,
 }
 
 impl Default for CutOffIndex {
@@ -82,6 +85,7 @@ impl Default for CutOffIndex {
             nodes: Default::default(),
             synced: watch::Sender::new(false),
             applied: watch::Sender::new(0),
+            freshness: Freshness::default(),
         }
     }
 }
@@ -137,6 +141,9 @@ impl CutOffIndex {
 
     /// Applies one watch event, mapped to (name, marked).
     pub fn apply(&self, mark: Mark, event: Event<(String, bool)>) {
+        if matches!(event, Event::InitDone) {
+            self.freshness.listed(mark, tokio::time::Instant::now());
+        }
         let first_sync = {
             let mut names = self.lock(mark).write().unwrap_or_else(|p| p.into_inner());
             names.apply(event)
@@ -155,30 +162,48 @@ impl CutOffIndex {
         }
     }
 
-    /// Feeds the index from watches of FlavorBindings and Nodes until the future is dropped.
+    /// Feeds the index from watches of FlavorBindings and Nodes until the future is
+    /// dropped, and keeps its freshness clock: at the first failure of a watch or of the
+    /// API server's probe, both watches start again and list everything (the names known
+    /// stay until the new list is complete).
     pub async fn feed(&self, client: Client) {
-        let bindings = marks(
-            watch_stream(
-                Api::<FlavorBinding>::all(client.clone()),
-                watcher::Config::default(),
-            ),
-            |b: &FlavorBinding| (b.name_any(), b.is_revoked()),
-            "FlavorBindings",
-        )
-        .map(|e| (Mark::Binding, e));
-        let nodes = marks(
-            watch_stream(Api::<Node>::all(client), watcher::Config::default()),
-            |n: &Node| (n.name_any(), node_is_marked(n)),
-            "Nodes",
-        )
-        .map(|e| (Mark::Node, e));
-        futures::stream::select(bindings, nodes)
-            .for_each(|(mark, event)| {
-                self.apply(mark, event);
-                std::future::ready(())
-            })
-            .await;
+        loop {
+            self.freshness.watches_down();
+            let why = tokio::select! {
+                why = self.watch(client.clone()) => why,
+                why = freshness::probe(&client, &self.freshness) => why,
+            };
+            tracing::warn!(%why, "the authorization webhook's index may not be current; watching again (answers are refused once it is older than --authz-max-staleness)");
+            tokio::time::sleep(freshness::PROBE_EVERY).await;
+        }
     }
+
+    /// Applies both watches' events; returns at the first error of either.
+    async fn watch(&self, client: Client) -> String {
+        let bindings = watch_stream(
+            Api::<FlavorBinding>::all(client.clone()),
+            watcher::Config::default(),
+        )
+        .map(|e| (Mark::Binding, e.map(|e| map_event(e, binding_mark))));
+        let nodes = watch_stream(Api::<Node>::all(client), watcher::Config::default())
+            .map(|e| (Mark::Node, e.map(|e| map_event(e, node_mark))));
+        let mut events = std::pin::pin!(futures::stream::select(bindings, nodes));
+        while let Some((mark, event)) = events.next().await {
+            match event {
+                Ok(event) => self.apply(mark, event),
+                Err(e) => return format!("watching {mark:?} marks failed: {e}"),
+            }
+        }
+        "the watches ended".into()
+    }
+}
+
+fn binding_mark(b: &FlavorBinding) -> (String, bool) {
+    (b.name_any(), b.is_revoked())
+}
+
+fn node_mark(n: &Node) -> (String, bool) {
+    (n.name_any(), node_is_marked(n))
 }
 
 /// The Node carries kubeflavor's revoked taint (any value; NoExecute, as the controller
@@ -191,26 +216,6 @@ pub fn node_is_marked(node: &Node) -> bool {
             ts.iter()
                 .any(|t| node_cutoff::is_revocation_mark(&t.key, &t.effect))
         })
-}
-
-fn marks<K, S>(
-    events: S,
-    mark: fn(&K) -> (String, bool),
-    what: &'static str,
-) -> impl Stream<Item = Event<(String, bool)>> + Send + use<K, S>
-where
-    K: Send + 'static,
-    S: Stream<Item = Result<Event<K>, watcher::Error>> + Send + 'static,
-{
-    events.default_backoff().filter_map(move |e| {
-        std::future::ready(match e {
-            Ok(ev) => Some(map_event(ev, mark)),
-            Err(e) => {
-                tracing::warn!(error = %e, "watching {what} for the authorization webhook failed; retrying (answers use what was known)");
-                None
-            }
-        })
-    })
 }
 
 fn map_event<K>(ev: Event<K>, mark: fn(&K) -> (String, bool)) -> Event<(String, bool)> {

@@ -7,6 +7,7 @@
 //! no API call per request. Only the API server may ask: the TLS handshake requires a
 //! client certificate signed by the CA given, and optionally with the common name given.
 
+pub mod freshness;
 pub mod index;
 pub mod review;
 
@@ -19,8 +20,8 @@ use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::{Bytes, Incoming};
 use hyper::{Method, Request, Response, StatusCode};
 use kube::Client;
-use kubeflavor_core::keys;
 use kubeflavor_core::node_cutoff::{self, Answer};
+use kubeflavor_core::{index_freshness, keys};
 use rustls::RootCertStore;
 use rustls::server::WebPkiClientVerifier;
 use rustls_pki_types::CertificateDer;
@@ -49,6 +50,8 @@ pub struct Options {
     /// The common name the client certificate must carry (`None`: any signed by the CA).
     pub client_cn: Option<String>,
     pub connections: ConnectionLimits,
+    /// Answer 503 rather than from an index last confirmed current longer ago than this.
+    pub max_staleness: Duration,
 }
 
 /// A webhook bound to its address, not yet serving.
@@ -63,6 +66,7 @@ struct State {
     index: Arc<CutOffIndex>,
     metrics: Metrics,
     request_timeout: Duration,
+    max_staleness: Duration,
 }
 
 fn client_verifier(
@@ -127,6 +131,7 @@ pub async fn bind(
         index,
         metrics,
         request_timeout: opts.connections.request_timeout,
+        max_staleness: opts.max_staleness,
     });
     Ok(Bound {
         listener,
@@ -152,7 +157,7 @@ impl Bound {
         tracing::info!(addr = %listener.local_addr().map(|a| a.to_string()).unwrap_or_default(), "serving the authorization webhook");
         let limits = opts.connections;
         let client_cn: Option<Arc<str>> = opts.client_cn.as_deref().map(Arc::from);
-        connection::accept_loop(listener, limits, shutdown, |stream, peer| {
+        connection::accept_loop(listener, limits, shutdown, |stream, peer, gate| {
             let _ = stream.set_nodelay(true);
             let (state, acceptor, client_cn) = (state.clone(), acceptor.clone(), client_cn.clone());
             let handler = move |req| {
@@ -163,7 +168,7 @@ impl Bound {
                 Some(cn) => client_cn_is(conn, cn),
                 None => true,
             };
-            connection::serve(handler, acceptor, stream, peer, limits, admit)
+            connection::serve(handler, acceptor, stream, peer, gate, limits, admit)
         })
         .await;
     }
@@ -269,6 +274,20 @@ async fn answer(state: &State, req: Request<Incoming>) -> (&'static str, Respons
             ),
         );
     }
+    // A replica cut off from the API server would answer from what it knew then: past
+    // the bound, an error instead, and the API server applies its failurePolicy.
+    let age = state.index.freshness.age(tokio::time::Instant::now());
+    if !index_freshness::may_answer(age, state.max_staleness) {
+        let message = match age {
+            Some(age) => format!(
+                "the webhook's view of revoked nodes was last confirmed current {:.1}s ago, past its bound of {:?}: its watches or the API server are unreachable",
+                age.as_secs_f64(),
+                state.max_staleness
+            ),
+            None => "the webhook's view of revoked nodes has not been confirmed current".into(),
+        };
+        return ("stale", error(StatusCode::SERVICE_UNAVAILABLE, &message));
+    }
     let decided = node_cutoff::decide(&subject.user, &subject.groups, |n| state.index.cut_off(n));
     if let Answer::Denied(reason) = &decided {
         tracing::debug!(user = %subject.user, reason, "denied a revoked node");
@@ -331,6 +350,7 @@ mod tests {
 
     struct Running {
         addr: SocketAddr,
+        index: Arc<CutOffIndex>,
         server_ca: String,
         client_ca: Ca,
         metrics: Metrics,
@@ -339,6 +359,10 @@ mod tests {
     }
 
     async fn running() -> Running {
+        running_with(ConnectionLimits::default()).await
+    }
+
+    async fn running_with(connections: ConnectionLimits) -> Running {
         crate::cluster::install_crypto_provider();
         let dir = tempfile::tempdir().unwrap();
         let server_ca = ca("server-ca");
@@ -366,10 +390,12 @@ mod tests {
             key: write("tls.key", &key),
             client_ca: write("ca.crt", &client_ca.pem),
             client_cn: Some(CN.into()),
-            connections: ConnectionLimits::default(),
+            connections,
+            // The index is fed by hand here, never by watches: see the staleness test.
+            max_staleness: Duration::from_secs(3600),
         };
         let metrics = Metrics::new();
-        let bound = bind(opts, index, metrics.clone()).await.unwrap();
+        let bound = bind(opts, index.clone(), metrics.clone()).await.unwrap();
         let addr = bound.local_addr().unwrap();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         tokio::spawn(bound.serve(async {
@@ -377,6 +403,7 @@ mod tests {
         }));
         Running {
             addr,
+            index,
             server_ca: server_ca.pem.clone(),
             client_ca,
             metrics,
@@ -389,6 +416,18 @@ mod tests {
     /// or the error text when no answer came.
     async fn post(
         r: &Running,
+        client: Option<&(String, String)>,
+        path: &str,
+        body: Value,
+    ) -> Result<(u16, Value), String> {
+        let tcp = tokio::net::TcpStream::connect(r.addr).await.unwrap();
+        post_on(r, tcp, client, path, body).await
+    }
+
+    /// [`post`] over a TCP connection already open.
+    async fn post_on(
+        r: &Running,
+        tcp: tokio::net::TcpStream,
         client: Option<&(String, String)>,
         path: &str,
         body: Value,
@@ -407,7 +446,6 @@ mod tests {
                 .unwrap(),
             None => builder.with_no_client_auth(),
         };
-        let tcp = tokio::net::TcpStream::connect(r.addr).await.unwrap();
         let tls = tokio_rustls::TlsConnector::from(Arc::new(config))
             .connect(ServerName::from(r.addr.ip()), tcp)
             .await
@@ -544,6 +582,145 @@ mod tests {
             r.metrics
                 .render()
                 .contains("kubeflavor_authz_answers_total{answer=\"bad_request\"} 2")
+        );
+        let _ = r.stop.send(());
+    }
+
+    /// A connection from `source` that sends one byte of a TLS record and then nothing,
+    /// as a flood's would.
+    async fn half_open(to: SocketAddr, source: [u8; 4]) -> tokio::net::TcpStream {
+        use tokio::io::AsyncWriteExt;
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.bind((source, 0).into()).unwrap();
+        let mut tcp = socket.connect(to).await.unwrap();
+        tcp.write_all(&[0x16]).await.unwrap();
+        tcp
+    }
+
+    /// Whether the server closed `tcp` (EOF or reset) within `limit`.
+    async fn closed_within(tcp: &mut tokio::net::TcpStream, limit: Duration) -> bool {
+        use tokio::io::AsyncReadExt;
+        let mut buf = [0u8; 64];
+        matches!(
+            tokio::time::timeout(limit, tcp.read(&mut buf)).await,
+            Ok(Ok(0) | Err(_))
+        )
+    }
+
+    const FLOOD: usize = 300;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_flood_of_half_open_connections_cannot_keep_the_api_server_out() {
+        // Few connection slots and pending handshakes, and a handshake allowance far longer
+        // than the test: only pushing the oldest pending handshake out for the newest lets
+        // the API server in behind the flood.
+        let r = running_with(ConnectionLimits {
+            max_connections: 4,
+            max_handshakes: 16,
+            max_handshakes_per_source: 16,
+            handshake_timeout: Duration::from_secs(60),
+            ..ConnectionLimits::default()
+        })
+        .await;
+        let mut flood = Vec::new();
+        for _ in 0..FLOOD {
+            flood.push(half_open(r.addr, [127, 0, 0, 1]).await);
+        }
+        let me = api_server(&r);
+        let answered = tokio::time::timeout(
+            Duration::from_secs(2),
+            post(&r, Some(&me), PATH, sar("system:node:w1")),
+        )
+        .await
+        .expect("the API server is answered within its 2 s timeout, flood or not");
+        assert_eq!(answered.unwrap().0, 200);
+        // The flood's oldest connections were closed to make room.
+        assert!(closed_within(&mut flood[0], Duration::from_secs(2)).await);
+        let _ = r.stop.send(());
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_pending_handshake_is_closed_after_the_handshake_timeout() {
+        let r = running_with(ConnectionLimits {
+            handshake_timeout: Duration::from_millis(300),
+            idle_timeout: Duration::from_secs(60),
+            ..ConnectionLimits::default()
+        })
+        .await;
+        let mut tcp = half_open(r.addr, [127, 0, 0, 1]).await;
+        let started = std::time::Instant::now();
+        assert!(
+            closed_within(&mut tcp, Duration::from_secs(5)).await,
+            "closed by the handshake deadline, not the idle timeout"
+        );
+        assert!(started.elapsed() < Duration::from_secs(5));
+        let _ = r.stop.send(());
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn one_source_flooding_never_pushes_out_another_sources_handshake() {
+        // The API server opened its connection (from 127.0.0.1) and is slow to finish its
+        // handshake; a flood from 127.0.0.2 fills the pool many times over. Were the flood
+        // not held to its own share, the API server's pending handshake, the oldest, would
+        // be the first pushed out.
+        let r = running_with(ConnectionLimits {
+            max_handshakes: 16,
+            max_handshakes_per_source: 4,
+            handshake_timeout: Duration::from_secs(60),
+            ..ConnectionLimits::default()
+        })
+        .await;
+        let slow = tokio::net::TcpStream::connect(r.addr).await.unwrap();
+        let mut flood = Vec::new();
+        for _ in 0..FLOOD {
+            flood.push(half_open(r.addr, [127, 0, 0, 2]).await);
+        }
+        assert!(
+            closed_within(&mut flood[0], Duration::from_secs(2)).await,
+            "the flood pushes out its own oldest"
+        );
+        let me = api_server(&r);
+        let answered = post_on(&r, slow, Some(&me), PATH, sar("system:node:w1")).await;
+        assert_eq!(answered.unwrap().0, 200);
+        let _ = r.stop.send(());
+    }
+
+    #[tokio::test]
+    async fn a_replica_whose_index_is_not_current_answers_503() {
+        let r = running().await;
+        let me = api_server(&r);
+        assert_eq!(
+            post(&r, Some(&me), PATH, sar("system:node:w1"))
+                .await
+                .unwrap()
+                .0,
+            200
+        );
+        // Its watches fail and it stays cut off: the clock no longer moves, and the last
+        // confirmation is older than the bound (an hour here).
+        let long_ago = tokio::time::Instant::now()
+            .checked_sub(Duration::from_secs(3601))
+            .expect("the clock is past an hour");
+        r.index.freshness.watches_down();
+        r.index.freshness.listed(Mark::Binding, long_ago);
+        r.index.freshness.listed(Mark::Node, long_ago);
+        r.index.freshness.watches_down();
+        r.index.freshness.confirm(tokio::time::Instant::now());
+        let (code, body) = post(&r, Some(&me), PATH, sar("system:node:w1"))
+            .await
+            .unwrap();
+        assert_eq!(code, 503, "{body}");
+        assert!(
+            body["message"]
+                .as_str()
+                .unwrap()
+                .contains("last confirmed current"),
+            "{body}"
+        );
+        assert!(
+            r.metrics
+                .render()
+                .contains("kubeflavor_authz_answers_total{answer=\"stale\"} 1")
         );
         let _ = r.stop.send(());
     }

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use clap::Args;
 
+use crate::cli::discovery_flags::parse_duration;
 use crate::cluster::Cluster;
 use crate::controller::{self, Options, Runtime};
 use crate::error::{CliError, Result};
@@ -90,12 +91,30 @@ pub struct AuthzArgs {
     /// kube-apiserver-authz-client), for a CA that signs other clients too.
     #[arg(long, value_name = "CN")]
     pub authz_client_cn: Option<String>,
-    /// Connections the webhook holds at once (more wait in the listen backlog).
+    /// Connections past their TLS handshake the webhook holds at once (only the API
+    /// server's complete one).
     #[arg(long, value_name = "N", default_value_t = 1024)]
     pub authz_max_connections: usize,
     /// Seconds a webhook connection may stay idle, and a review's body may take.
     #[arg(long, value_name = "SECONDS", default_value_t = 30)]
     pub authz_idle_timeout: u64,
+    /// A TLS handshake with the webhook must end within this (the API server's takes a
+    /// few milliseconds; anyone may connect, so a pending handshake is short-lived).
+    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_duration)]
+    pub authz_handshake_timeout: Duration,
+    /// Pending TLS handshakes at once; when full, the oldest is closed for the newest, so
+    /// a flood of connections cannot keep the API server's from completing.
+    #[arg(long, value_name = "N", default_value_t = 512, value_parser = clap::value_parser!(u32).range(1..))]
+    pub authz_max_handshakes: u32,
+    /// Pending TLS handshakes at once from one source address (its newest connection
+    /// closes its own oldest past this).
+    #[arg(long, value_name = "N", default_value_t = 32, value_parser = clap::value_parser!(u32).range(1..))]
+    pub authz_max_handshakes_per_source: u32,
+    /// Answer 503 (the API server then applies its failurePolicy) rather than from an
+    /// index not confirmed current for this long: both watches listed since their last
+    /// failure and the API server answering a probe each second.
+    #[arg(long, value_name = "DURATION", default_value = "3s", value_parser = parse_duration)]
+    pub authz_max_staleness: Duration,
 }
 
 impl AuthzArgs {
@@ -113,7 +132,11 @@ impl AuthzArgs {
                 max_connections: self.authz_max_connections.max(1),
                 idle_timeout: idle,
                 request_timeout: idle,
+                handshake_timeout: self.authz_handshake_timeout,
+                max_handshakes: self.authz_max_handshakes as usize,
+                max_handshakes_per_source: self.authz_max_handshakes_per_source as usize,
             },
+            max_staleness: self.authz_max_staleness,
         })
     }
 }

@@ -74,14 +74,26 @@ pub struct ServeArgs {
     /// the API server's own audience.
     #[arg(long, value_name = "AUDIENCE")]
     pub token_audience: Option<String>,
-    /// Connections held at once; further ones wait in the listen backlog until one
-    /// closes. Idle connections are closed after --idle-timeout, so clients that connect
-    /// and send nothing cannot hold every slot for longer than that.
+    /// Connections past their TLS handshake held at once; a further one waits for a
+    /// slot (twice --idle-timeout and a second at most). Idle connections are closed after
+    /// --idle-timeout, so clients that connect and send nothing cannot hold every slot for
+    /// longer than that.
     #[arg(long, value_name = "N", default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_connections: u32,
+    /// A TLS handshake must end within this, or the connection is closed.
+    #[arg(long, value_name = "DURATION", default_value = "3s", value_parser = parse_duration)]
+    pub handshake_timeout: Duration,
+    /// Pending TLS handshakes at once; when full, the oldest is closed for the newest, so
+    /// a flood of connections cannot keep a client's from completing.
+    #[arg(long, value_name = "N", default_value_t = 512, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_handshakes: u32,
+    /// Pending TLS handshakes at once from one source address (its newest connection
+    /// closes its own oldest past this).
+    #[arg(long, value_name = "N", default_value_t = 32, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_handshakes_per_source: u32,
     /// Close a connection that carries no request for this long: one that has not
-    /// finished its TLS handshake or its first request's headers (however slowly it sends
-    /// them), or that waits between requests. HTTP/1.1 and h2 alike.
+    /// finished its first request's headers (however slowly it sends them), or that waits
+    /// between requests. HTTP/1.1 and h2 alike.
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
     pub idle_timeout: Duration,
     /// Answer 408 to a request whose body has not arrived this long after it was accepted
@@ -115,6 +127,9 @@ pub async fn run(cluster: Cluster, args: &ServeArgs) -> Result<()> {
             max_connections: args.max_connections as usize,
             idle_timeout: args.idle_timeout,
             request_timeout: args.request_timeout,
+            handshake_timeout: args.handshake_timeout,
+            max_handshakes: args.max_handshakes as usize,
+            max_handshakes_per_source: args.max_handshakes_per_source as usize,
         },
     };
     let bound = serve::bind(cluster, opts)

@@ -54,19 +54,20 @@ fn answer_histogram() -> Histogram {
 }
 
 /// Every answer kind of the authorization webhook (`AnswerLabels::answer`).
-pub const AUTHZ_ANSWERS: [&str; 6] = [
+pub const AUTHZ_ANSWERS: [&str; 7] = [
     "denied_revoked",
     "no_opinion",
     "bad_request",
     "not_found",
     "not_synced",
+    "stale",
     "too_large",
 ];
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct AnswerLabels {
     /// The authorization webhook's answer: denied_revoked, no_opinion, or an error kind
-    /// (bad_request, not_found, not_synced, too_large).
+    /// (bad_request, not_found, not_synced, stale, too_large).
     pub answer: &'static str,
 }
 

@@ -290,13 +290,13 @@ async fn accept_loop(
     limits: ConnectionLimits,
     shutdown: impl std::future::Future<Output = ()>,
 ) {
-    connection::accept_loop(listener, limits, shutdown, |stream, peer| {
+    connection::accept_loop(listener, limits, shutdown, |stream, peer, gate| {
         let (server, acceptor) = (server.clone(), acceptor.clone());
         let handler = move |req| {
             let server = server.clone();
             async move { api::handle(&server, req).await }
         };
-        connection::serve(handler, acceptor, stream, peer, limits, |_| true)
+        connection::serve(handler, acceptor, stream, peer, gate, limits, |_| true)
     })
     .await;
 }

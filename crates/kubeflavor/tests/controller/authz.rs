@@ -31,23 +31,23 @@ const PORT_ENV: &str = "REAL_K8S_AUTHZ_WEBHOOK_PORT";
 const DEFAULT_PORT: u16 = 16444;
 /// Where the real control plane's PKI is, when not beside the admin kubeconfig.
 const PKI_ENV: &str = "KUBEFLAVOR_E2E_AUTHZ_PKI";
-const CLIENT_CN: &str = "kube-apiserver-authz-client";
+pub(crate) const CLIENT_CN: &str = "kube-apiserver-authz-client";
 /// The real control plane's match condition (its README): nodes named `authz-*`.
 const MATCH: &str =
     "'system:nodes' in request.groups && request.user.startsWith('system:node:authz-')";
 
 /// The webhook's files and address.
-struct WebhookPki {
-    cert: PathBuf,
-    key: PathBuf,
-    client_ca: PathBuf,
-    port: u16,
+pub(crate) struct WebhookPki {
+    pub(crate) cert: PathBuf,
+    pub(crate) key: PathBuf,
+    pub(crate) client_ca: PathBuf,
+    pub(crate) port: u16,
 }
 
 /// Writes a CA, a serving certificate for 127.0.0.1 and the API server's client
 /// certificate into `dir`; returns the webhook's files and the testkube configuration
 /// that trusts them (its `url` is set once the port is known).
-fn test_pki(dir: &Path) -> (WebhookPki, testkube::AuthorizationWebhook) {
+pub(crate) fn test_pki(dir: &Path) -> (WebhookPki, testkube::AuthorizationWebhook) {
     let made = crate::support::webhook_pki::webhook_pki(
         "authz-test-ca",
         vec!["127.0.0.1".into()],
@@ -77,7 +77,7 @@ fn test_pki(dir: &Path) -> (WebhookPki, testkube::AuthorizationWebhook) {
 }
 
 /// The real control plane's webhook slot.
-fn real_pki(kubeconfig: &Path) -> WebhookPki {
+pub(crate) fn real_pki(kubeconfig: &Path) -> WebhookPki {
     let dir = std::env::var_os(PKI_ENV)
         .map(PathBuf::from)
         .unwrap_or_else(|| kubeconfig.parent().expect("a folder").join("pki"));
@@ -105,7 +105,7 @@ fn real_pki(kubeconfig: &Path) -> WebhookPki {
 }
 
 /// A webhook serving until dropped.
-struct Webhook {
+pub(crate) struct Webhook {
     index: Arc<CutOffIndex>,
     metrics: Metrics,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
@@ -113,7 +113,7 @@ struct Webhook {
 }
 
 impl Webhook {
-    async fn start(admin: Client, pki: &WebhookPki) -> (Webhook, u16) {
+    pub(crate) async fn start(admin: Client, pki: &WebhookPki) -> (Webhook, u16) {
         let index = Arc::new(CutOffIndex::default());
         let metrics = Metrics::new();
         let opts = kubeflavor::authz::Options {
@@ -123,6 +123,7 @@ impl Webhook {
             client_ca: pki.client_ca.clone(),
             client_cn: Some(CLIENT_CN.into()),
             connections: Default::default(),
+            max_staleness: Duration::from_secs(3),
         };
         let bound = kubeflavor::authz::bind(opts, index.clone(), metrics.clone())
             .await
@@ -143,7 +144,7 @@ impl Webhook {
     }
 
     /// How many answers of `kind` the webhook gave.
-    fn answers(&self, kind: &str) -> u64 {
+    pub(crate) fn answers(&self, kind: &str) -> u64 {
         let text = self.metrics.render();
         let prefix = format!("kubeflavor_authz_answers_total{{answer=\"{kind}\"}} ");
         text.lines()
@@ -151,7 +152,7 @@ impl Webhook {
             .map_or(0, |n| n.trim().parse().unwrap())
     }
 
-    async fn until_cut_off(&self, node: &str, want: Option<CutOff>) {
+    pub(crate) async fn until_cut_off(&self, node: &str, want: Option<CutOff>) {
         within(
             &format!("the webhook to see {node} as {want:?}"),
             self.index.until(|i| i.cut_off(node) == want),
@@ -159,7 +160,7 @@ impl Webhook {
         .await;
     }
 
-    async fn stop(mut self) {
+    pub(crate) async fn stop(mut self) {
         let _ = self.stop.take().map(|s| s.send(()));
         let _ = (&mut self.task).await;
     }
@@ -176,7 +177,11 @@ fn refused<T: std::fmt::Debug>(what: &str, result: Result<T, kube::Error>) -> (u
 /// The request was refused by the webhook: 403 with the reason naming the revocation. A
 /// webhook with no opinion would leave Node and RBAC to answer (200, or a 403 of theirs
 /// without this reason), so this fails then.
-fn assert_cut_off<T: std::fmt::Debug>(what: &str, node: &str, result: Result<T, kube::Error>) {
+pub(crate) fn assert_cut_off<T: std::fmt::Debug>(
+    what: &str,
+    node: &str,
+    result: Result<T, kube::Error>,
+) {
     let (code, message) = refused(what, result);
     assert_eq!(code, 403, "{what}: {message}");
     assert!(

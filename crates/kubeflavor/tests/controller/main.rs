@@ -13,6 +13,7 @@ mod harness;
 mod approvers;
 mod attacks;
 mod authz;
+mod authz_flood;
 mod faults;
 mod flow;
 mod input_labels;

@@ -388,6 +388,7 @@ async fn stalled_clients_cannot_hold_the_api() {
         max_connections: SLOTS,
         idle_timeout: Duration::from_secs(2),
         request_timeout: Duration::from_secs(2),
+        ..Default::default()
     };
     let body = br#"{"issuedTo": "acme-corp/alice"}"#;
     let (h, sour, portal) = (&h, &sour, &portal);

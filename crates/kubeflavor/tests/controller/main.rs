@@ -23,4 +23,5 @@ mod promql;
 mod serve;
 mod serve_shape;
 mod serving;
+mod token_limits;
 mod unverified;

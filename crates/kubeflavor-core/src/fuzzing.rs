@@ -172,6 +172,14 @@ fn kubeflavor_token_csr(
         }),
         flavor_exists: true,
         flavor_input_labels: crate::input_labels::InputLabelRules::default(),
+        // Limits the fixed token keeps (it never expires): the targets fuzz the request.
+        flavor_token_limits: crate::token_limits::EffectiveLimits {
+            max_ttl_secs: u64::MAX,
+            max_nodes: std::num::NonZeroU32::MAX,
+            allow_never_expiring: true,
+            max_ttl_stated: true,
+            max_nodes_stated: true,
+        },
         binding: None,
         node_exists: false,
         options: PolicyOptions::default(),

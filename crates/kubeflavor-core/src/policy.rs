@@ -19,12 +19,13 @@ use std::num::NonZeroU32;
 use jiff::Timestamp;
 
 use crate::csr::{CsrError, KUBELET_CLIENT_SIGNER, KubeletClientCsr, NODE_USER_PREFIX};
-use crate::flavor::FlavorName;
+use crate::flavor::{FlavorName, TokenTtl};
 use crate::input_labels::{InputLabelRules, InputLabels};
 use crate::names::NodeName;
 use crate::token::{BOOTSTRAP_USER_PREFIX, TokenId};
+use crate::token_limits::EffectiveLimits;
 use crate::token_meta::{Custody, FlavorTokenMeta};
-use crate::token_record::{AuthRejection, TokenRecord, TokenRecordError};
+use crate::token_record::{AuthRejection, Expiration, TokenRecord, TokenRecordError};
 use crate::token_secret::{CONTROL_PLANE_GROUP, NODE_GROUP};
 
 /// Reason of every approval kubeflavor writes (P1, hidden flavor: the same for every flavor).
@@ -139,6 +140,12 @@ pub struct CsrFacts {
     /// Flavor does not exist). The token's own are checked against them again before a
     /// binding is made: the Flavor, not whoever wrote the token Secret, has the last word.
     pub flavor_input_labels: InputLabelRules,
+    /// The token limits the token's Flavor puts in force (its `tokenLimits`, the rest from
+    /// its defaults; the stingiest limits, 24h and 1 node, when the Flavor cannot be read).
+    /// The token is judged against them again before a binding is made: whoever wrote the
+    /// token Secret (a stolen join-token API identity included) cannot give it more than
+    /// the Flavor allows, unless an admin recorded an override on it.
+    pub flavor_token_limits: EffectiveLimits,
     /// The FlavorBinding named after the CSR's node name, if any.
     pub binding: Option<BindingFacts>,
     /// A Node named after the CSR's node name exists.
@@ -165,11 +172,12 @@ pub enum DenyCause {
     RenewalRequesterMismatch,
     NotKubeflavorToken,
     InputLabelsNotAllowed,
+    TokenOverLimits,
 }
 
 impl DenyCause {
     /// Every cause, for metrics registration and exhaustive tests.
-    pub const ALL: [DenyCause; 15] = [
+    pub const ALL: [DenyCause; 16] = [
         DenyCause::MalformedCsr,
         DenyCause::NotKubeletClientShape,
         DenyCause::TokenMissing,
@@ -185,6 +193,7 @@ impl DenyCause {
         DenyCause::RenewalRequesterMismatch,
         DenyCause::NotKubeflavorToken,
         DenyCause::InputLabelsNotAllowed,
+        DenyCause::TokenOverLimits,
     ];
 
     /// Metric label value.
@@ -205,6 +214,7 @@ impl DenyCause {
             DenyCause::RenewalRequesterMismatch => "renewal_requester_mismatch",
             DenyCause::NotKubeflavorToken => "not_kubeflavor_token",
             DenyCause::InputLabelsNotAllowed => "input_labels_not_allowed",
+            DenyCause::TokenOverLimits => "token_over_limits",
         }
     }
 
@@ -251,6 +261,9 @@ impl DenyCause {
             }
             DenyCause::InputLabelsNotAllowed => {
                 "the token's input labels are not ones its Flavor allows (spec.inputLabels changed since it was minted, or the token Secret was edited)"
+            }
+            DenyCause::TokenOverLimits => {
+                "the token lives longer (expiration minus creation) or binds more nodes than its Flavor's tokenLimits allow, and no admin recorded an override (kubeflavor.io/limits-override); mint it again within the limits, or with token create --override-flavor-limits"
             }
         }
     }
@@ -512,6 +525,9 @@ fn decide_bootstrap(f: &CsrFacts, token_id: &TokenId) -> Result<Decision, DenyCa
     if !f.flavor_input_labels.allows(&meta.input_labels) {
         return Err(DenyCause::InputLabelsNotAllowed);
     }
+    if meta.limits_override.is_none() && !within_flavor_limits(f) {
+        return Err(DenyCause::TokenOverLimits);
+    }
     let binding = BindingStep::Create {
         token: token_id.clone(),
         flavor: meta.flavor.clone(),
@@ -541,6 +557,35 @@ fn usable_token<'f>(f: &'f CsrFacts, token_id: &TokenId) -> Result<&'f FlavorTok
         return Err(DenyCause::FlavorMissing);
     }
     Ok(meta)
+}
+
+/// How much longer than its Flavor's maximum TTL a token's expiration may be after its
+/// Secret's creation: the minter computes the expiration from its own clock before the
+/// API server stamps the creation with its own, so a token minted at the maximum by a
+/// client whose clock runs ahead would otherwise be refused.
+pub const CLOCK_SKEW_ALLOWANCE_SECS: u64 = 300;
+
+/// Whether the requester's token keeps to its Flavor's token limits: its lifetime
+/// (expiration minus the Secret's creation, less [`CLOCK_SKEW_ALLOWANCE_SECS`]) and its
+/// max nodes, as `token create` and the join-token API check them when minting. A token
+/// whose creation time is unknown is judged as if it lived forever.
+fn within_flavor_limits(f: &CsrFacts) -> bool {
+    let TokenLookup::Found(record) = &f.token else {
+        return false;
+    };
+    let Some(meta) = &record.kubeflavor else {
+        return false;
+    };
+    let created = f.token_instance.as_ref().and_then(|t| t.created);
+    let ttl = match (&record.expiration, created) {
+        (Expiration::At(at), Some(created)) => {
+            let lived = at.as_second().saturating_sub(created.as_second());
+            let lived = u64::try_from(lived).unwrap_or(0);
+            TokenTtl::Seconds(lived.saturating_sub(CLOCK_SKEW_ALLOWANCE_SECS).max(1))
+        }
+        _ => TokenTtl::Never,
+    };
+    f.flavor_token_limits.check(ttl, meta.max_nodes).is_empty()
 }
 
 /// Whether the name's existing binding lets the requesting token have the name

@@ -23,8 +23,19 @@ pub const BOUND_NODES_ANNOTATION: &str = "kubeflavor.io/bound-nodes";
 pub const DENIALS_ANNOTATION: &str = "kubeflavor.io/denials";
 /// Secret annotation: on whose behalf the token was minted (an [`IssuedTo`]).
 pub const ISSUED_TO_ANNOTATION: &str = "kubeflavor.io/issued-to";
-/// Secret annotation: the Kubernetes user name of the identity that minted the token.
+/// Secret annotation: the Kubernetes user name of the identity that minted the token (that
+/// created its Secret: the join-token API's own identity for the tokens it mints, which the
+/// API server checks, see [`crate::token_shape`]).
 pub const ISSUED_BY_ANNOTATION: &str = "kubeflavor.io/issued-by";
+/// Secret annotation: the caller the join-token API minted the token for, as its
+/// TokenReview named them. The API's word, not the API server's: `issued-by` says who
+/// vouches for it.
+pub const REQUESTED_BY_ANNOTATION: &str = "kubeflavor.io/requested-by";
+/// Secret annotation: an admin minted this token beyond its Flavor's `tokenLimits` on
+/// purpose (`token create --override-flavor-limits`); the value says who and when. Without
+/// it the controller denies the CSRs of a token that breaks its Flavor's limits; the
+/// join-token API's identity cannot write it (the serve policy refuses it).
+pub const LIMITS_OVERRIDE_ANNOTATION: &str = "kubeflavor.io/limits-override";
 
 /// The longest [`IssuedTo`], in characters.
 pub const ISSUED_TO_MAX_CHARS: usize = 256;
@@ -114,6 +125,9 @@ pub struct Custody {
     /// The minter's Kubernetes user name (e.g. `kubernetes-admin` or
     /// `system:serviceaccount:portal:minter`); never empty.
     pub issued_by: Option<String>,
+    /// Who asked the join-token API for the token (its caller), when the API minted it;
+    /// never empty.
+    pub requested_by: Option<String>,
 }
 
 impl Custody {
@@ -126,13 +140,11 @@ impl Custody {
             .get(ISSUED_TO_ANNOTATION)
             .map(|v| v.parse().map_err(TokenMetaError::IssuedTo))
             .transpose()?;
-        let issued_by = annotations
-            .get(ISSUED_BY_ANNOTATION)
-            .filter(|v| !v.is_empty())
-            .cloned();
+        let named = |key: &str| annotations.get(key).filter(|v| !v.is_empty()).cloned();
         Ok(Custody {
             issued_to,
-            issued_by,
+            issued_by: named(ISSUED_BY_ANNOTATION),
+            requested_by: named(REQUESTED_BY_ANNOTATION),
         })
     }
 
@@ -144,6 +156,9 @@ impl Custody {
         }
         if let Some(by) = self.issued_by.as_ref().filter(|b| !b.is_empty()) {
             annotations.insert(ISSUED_BY_ANNOTATION.to_owned(), by.clone());
+        }
+        if let Some(by) = self.requested_by.as_ref().filter(|b| !b.is_empty()) {
+            annotations.insert(REQUESTED_BY_ANNOTATION.to_owned(), by.clone());
         }
         annotations
     }
@@ -164,6 +179,10 @@ pub struct FlavorTokenMeta {
     /// What the node's administrator said through the portal (allowed by the flavor when
     /// minted; the controller checks again before it binds).
     pub input_labels: InputLabels,
+    /// The admin's override of the Flavor's `tokenLimits` ([`LIMITS_OVERRIDE_ANNOTATION`]:
+    /// who and when); `None` when the token must keep to them. (A boxed str: the policy's
+    /// facts hold a token record by value.)
+    pub limits_override: Option<Box<str>>,
 }
 
 /// Why kubeflavor's metadata on a token Secret cannot be read.
@@ -196,12 +215,19 @@ impl FlavorTokenMeta {
             denials: 0,
             custody: Custody::default(),
             input_labels: InputLabels::default(),
+            limits_override: None,
         }
     }
 
     /// The same metadata with `custody`.
     pub fn with_custody(mut self, custody: Custody) -> Self {
         self.custody = custody;
+        self
+    }
+
+    /// The same metadata with the admin's override of the Flavor's limits (`by`: who, when).
+    pub fn with_limits_override(mut self, by: impl Into<String>) -> Self {
+        self.limits_override = Some(by.into().into_boxed_str());
         self
     }
 
@@ -254,6 +280,9 @@ impl FlavorTokenMeta {
             denials,
             custody,
             input_labels,
+            limits_override: annotations
+                .get(LIMITS_OVERRIDE_ANNOTATION)
+                .map(|v| v.as_str().into()),
         }))
     }
 
@@ -278,6 +307,9 @@ impl FlavorTokenMeta {
                 INPUT_LABELS_ANNOTATION.to_owned(),
                 self.input_labels.to_annotation(),
             );
+        }
+        if let Some(by) = &self.limits_override {
+            annotations.insert(LIMITS_OVERRIDE_ANNOTATION.to_owned(), by.to_string());
         }
         annotations
     }
@@ -504,6 +536,7 @@ mod tests {
         let custody = Custody {
             issued_to: Some("acme-corp/alice".parse().unwrap()),
             issued_by: Some("system:serviceaccount:portal:minter".into()),
+            requested_by: Some("system:serviceaccount:portal:portal".into()),
         };
         let meta = FlavorTokenMeta::new("sweet".parse().unwrap(), NonZeroU32::MIN)
             .with_custody(custody.clone());

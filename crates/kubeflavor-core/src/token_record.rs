@@ -433,6 +433,7 @@ mod tests {
             &Custody {
                 issued_to: Some("acme-corp/alice".parse().unwrap()),
                 issued_by: Some("kubernetes-admin".into()),
+                requested_by: None,
             },
         );
         assert_eq!(sweet.groups, sour.groups);
@@ -502,6 +503,7 @@ mod tests {
             let custody = Custody {
                 issued_to: issued_to.map(|t| t.parse::<IssuedTo>().unwrap()),
                 issued_by,
+                requested_by: None,
             };
             let obj = flavored_token_secret(
                 &"abcdef.0123456789abcdef".parse().unwrap(),

@@ -597,6 +597,7 @@ mod tests {
             &Custody {
                 issued_to: Some("acme-corp/alice".parse().unwrap()),
                 issued_by: Some("kubernetes-admin".into()),
+                requested_by: None,
             },
         );
         assert_eq!(

@@ -77,6 +77,7 @@ pub use mutating_policy::validate_policy as mutating_policy_errors;
 /// Validating admission that runs after the object passed its own validation, as
 /// upstream's `createValidation`/`updateValidation`: the ValidatingAdmissionPolicies.
 pub use validating_policy::admit as validate;
+pub use validating_policy::verdict as validating_policy_verdict;
 
 #[cfg(test)]
 mod tests;

@@ -55,6 +55,7 @@ pub(crate) mod validation;
 mod client;
 mod cluster;
 
+pub use admission::validating_policy_verdict;
 pub use authz::webhook::{AuthorizationWebhook, FailurePolicy};
 pub use client::{ClientError, Identity, client_from_kubeconfig};
 pub use cluster::{DEFAULT_TOKEN_AUTH_LAG, StartError, TestCluster, TestClusterBuilder};

@@ -225,6 +225,72 @@ fn table() -> Vec<Row> {
             Want::Deny(InputLabelsNotAllowed),
         ),
         (
+            "token living longer than its Flavor's maxTTL",
+            |f| f.flavor_token_limits = limits(3600, 1),
+            Want::Deny(TokenOverLimits),
+        ),
+        (
+            "token living its Flavor's maxTTL and the 5 minutes for clocks",
+            |f| f.flavor_token_limits = limits(TOKEN_LIFETIME_SECS - 300, 1),
+            APPROVE_NEW,
+        ),
+        (
+            "token living one second past the maxTTL and the 5 minutes for clocks",
+            |f| f.flavor_token_limits = limits(TOKEN_LIFETIME_SECS - 301, 1),
+            Want::Deny(TokenOverLimits),
+        ),
+        (
+            "token binding more nodes than its Flavor's maxNodes",
+            |f| {
+                with_token(
+                    f,
+                    TokenSpec {
+                        max_nodes: 4294967295,
+                        ..TokenSpec::default()
+                    },
+                );
+                f.flavor_token_limits = limits(TOKEN_LIFETIME_SECS, 1);
+            },
+            Want::Deny(TokenOverLimits),
+        ),
+        (
+            "token that never expires, Flavor not allowing one",
+            |f| {
+                with_token(
+                    f,
+                    TokenSpec {
+                        expiration: None,
+                        ..TokenSpec::default()
+                    },
+                );
+                f.flavor_token_limits = limits(10 * TOKEN_LIFETIME_SECS, 1);
+            },
+            Want::Deny(TokenOverLimits),
+        ),
+        (
+            "token of unknown creation time is judged as never expiring",
+            |f| {
+                f.token_instance.as_mut().unwrap().created = None;
+                f.flavor_token_limits = limits(10 * TOKEN_LIFETIME_SECS, 1);
+            },
+            Want::Deny(TokenOverLimits),
+        ),
+        (
+            "token beyond its Flavor's limits by an admin's override",
+            |f| {
+                with_token(
+                    f,
+                    TokenSpec {
+                        max_nodes: 4294967295,
+                        limits_override: Some(r#"{"by":"kubernetes-admin"}"#.into()),
+                        ..TokenSpec::default()
+                    },
+                );
+                f.flavor_token_limits = limits(3600, 1);
+            },
+            APPROVE_NEW,
+        ),
+        (
             "single-use token already used for another name",
             |f| {
                 with_token(
@@ -279,6 +345,14 @@ fn table() -> Vec<Row> {
             |f| {
                 f.binding = binding(ID, false);
                 f.node_exists = true;
+            },
+            APPROVE_RETRY,
+        ),
+        (
+            "retry: a name bound to this token is not judged against the limits again",
+            |f| {
+                f.binding = binding(ID, false);
+                f.flavor_token_limits = limits(3600, 1);
             },
             APPROVE_RETRY,
         ),
@@ -700,6 +774,7 @@ fn a_new_binding_carries_the_tokens_custody() {
     let custody = Custody {
         issued_to: Some("acme-corp/alice".parse().unwrap()),
         issued_by: Some("system:serviceaccount:portal:minter".into()),
+        requested_by: None,
     };
     let mut f = base();
     if let TokenLookup::Found(record) = &mut f.token {

@@ -117,6 +117,7 @@ fn arb_facts() -> impl Strategy<Value = CsrFacts> {
             token_instance: token_instance(),
             flavor_exists: b[2] || b[1],
             flavor_input_labels: kubeflavor_core::input_labels::InputLabelRules::default(),
+            flavor_token_limits: no_limits(),
             binding,
             node_exists: b[3],
             options: PolicyOptions {

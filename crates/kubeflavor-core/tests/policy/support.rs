@@ -11,6 +11,8 @@ use kubeflavor_core::policy::{
     BindingFacts, BindingStep, CsrFacts, Decision, DenyCause, IgnoreReason, PolicyOptions,
     TokenInstance, TokenLookup,
 };
+use kubeflavor_core::token_limits::EffectiveLimits;
+use kubeflavor_core::token_meta::LIMITS_OVERRIDE_ANNOTATION;
 use kubeflavor_core::token_record::{SecretView, TokenRecord};
 use kubeflavor_core::token_secret::{
     BOUND_NODES_ANNOTATION, KEY_EXPIRATION, KEY_USAGE_AUTHENTICATION, MAX_NODES_ANNOTATION,
@@ -46,6 +48,8 @@ pub struct TokenSpec {
     pub usage_auth: bool,
     pub flavor_label: bool,
     pub being_deleted: bool,
+    /// The admin's override of the Flavor's limits (`kubeflavor.io/limits-override`).
+    pub limits_override: Option<String>,
 }
 
 impl Default for TokenSpec {
@@ -59,6 +63,7 @@ impl Default for TokenSpec {
             usage_auth: true,
             flavor_label: true,
             being_deleted: false,
+            limits_override: None,
         }
     }
 }
@@ -92,6 +97,9 @@ pub fn record(spec: &TokenSpec) -> TokenRecord {
         b.dedup();
         b.join(",")
     });
+    if let Some(by) = &spec.limits_override {
+        annotations.insert(LIMITS_OVERRIDE_ANNOTATION.into(), by.clone());
+    }
     TokenRecord::from_secret(&SecretView {
         namespace: obj.namespace,
         name: &obj.name,
@@ -137,6 +145,33 @@ pub fn groups(extra: &str) -> Vec<String> {
     ]
 }
 
+/// Limits no test token breaks (any TTL, never expiring included, any max nodes): the
+/// tests of other rules are not about the Flavor's token limits.
+pub fn no_limits() -> EffectiveLimits {
+    EffectiveLimits {
+        max_ttl_secs: u64::MAX,
+        max_nodes: NonZeroU32::MAX,
+        allow_never_expiring: true,
+        max_ttl_stated: true,
+        max_nodes_stated: true,
+    }
+}
+
+/// A Flavor's limits: the longest TTL in seconds, the most nodes, no token that never
+/// expires.
+pub fn limits(max_ttl_secs: u64, max_nodes: u32) -> EffectiveLimits {
+    EffectiveLimits {
+        max_ttl_secs,
+        max_nodes: NonZeroU32::new(max_nodes).unwrap(),
+        allow_never_expiring: false,
+        max_ttl_stated: true,
+        max_nodes_stated: true,
+    }
+}
+
+/// The test token's lifetime: created at 04:00, it expires 25 hours later.
+pub const TOKEN_LIFETIME_SECS: u64 = 25 * 3600;
+
 /// A kubeflavor bootstrap CSR for worker-1 with a fresh single-use token: approvable.
 pub fn base() -> CsrFacts {
     CsrFacts {
@@ -150,6 +185,7 @@ pub fn base() -> CsrFacts {
         token_instance: token_instance(),
         flavor_exists: true,
         flavor_input_labels: kubeflavor_core::input_labels::InputLabelRules::default(),
+        flavor_token_limits: no_limits(),
         binding: None,
         node_exists: false,
         options: PolicyOptions::default(),

@@ -82,10 +82,14 @@ pub async fn mint_tokens(
                     let name = name.clone();
                     async move {
                         let t = BootstrapToken::generate().expect("randomness");
+                        // An hour to live: within a Flavor's default limits (24h, 1
+                        // node), which the controller holds each token to.
+                        let expiration =
+                            jiff::Timestamp::now() + jiff::SignedDuration::from_hours(1);
                         let obj = flavored_token_secret(
                             &t,
                             &name,
-                            None,
+                            Some(expiration),
                             NonZeroU32::MIN,
                             &Default::default(),
                         );

@@ -454,10 +454,13 @@ async fn mint_token(
     // Where nodes join, resolved before the token exists: a token nobody is handed is never
     // stored.
     let target = join_target(&server.cluster).await?;
-    // The custody record: for whom (the caller says), by whom (the TokenReview says).
+    // The custody record: for whom (the caller says), who asked (the TokenReview says),
+    // who minted (this server's identity: the API server refuses any other issued-by from
+    // it, so a token's custody never names someone who did not mint it).
     let custody = Custody {
         issued_to: Some(request.issued_to.clone()),
-        issued_by: Some(caller.to_string()),
+        issued_by: Some(server.identity.clone()),
+        requested_by: Some(caller.to_string()),
     };
     let meta = FlavorTokenMeta::new(flavor.clone(), grant.max_nodes)
         .with_custody(custody)

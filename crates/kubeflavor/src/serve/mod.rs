@@ -177,6 +177,9 @@ pub struct Server {
     pub instance: String,
     /// How long a request's body may take once the request is accepted.
     pub request_timeout: Duration,
+    /// This server's own Kubernetes user name: the `issued-by` of every token it mints,
+    /// the one name the API server lets it write there (the serve policy).
+    pub identity: String,
 }
 
 /// A server bound to its address, not yet serving.
@@ -190,7 +193,36 @@ pub struct Bound {
     pub self_signed_pem: Option<String>,
 }
 
-/// Loads the certificate and binds the addresses; an error here is a configuration error.
+/// The server's own user name, as the API server knows it (a SelfSubjectReview, which
+/// every authenticated user may create).
+async fn own_name(cluster: &Cluster) -> anyhow::Result<String> {
+    use k8s_openapi::api::authentication::v1::SelfSubjectReview;
+    let reviews: kube::Api<SelfSubjectReview> = kube::Api::all(cluster.client.clone());
+    let review = reviews
+        .create(
+            &kube::api::PostParams::default(),
+            &SelfSubjectReview::default(),
+        )
+        .await
+        .map_err(|e| {
+            anyhow::anyhow!(
+                "cannot ask the API server who this server is (SelfSubjectReview): {e}; the \
+                 tokens it mints record that name as issued-by (check the API server's address \
+                 and this identity's credentials)"
+            )
+        })?;
+    review
+        .status
+        .and_then(|s| s.user_info)
+        .and_then(|u| u.username)
+        .filter(|u| !u.is_empty())
+        .ok_or_else(|| {
+            anyhow::anyhow!("the API server's SelfSubjectReview named no user for this server")
+        })
+}
+
+/// Loads the certificate, learns its own user name and binds the addresses; an error here
+/// is a configuration error.
 pub async fn bind(cluster: Cluster, opts: Options) -> anyhow::Result<Bound> {
     crate::cluster::install_crypto_provider();
     let (resolver, self_signed_pem): (Arc<dyn rustls::server::ResolvesServerCert>, _) = match &opts
@@ -220,6 +252,7 @@ pub async fn bind(cluster: Cluster, opts: Options) -> anyhow::Result<Bound> {
         })?),
         None => None,
     };
+    let identity = own_name(&cluster).await?;
     let server = Server {
         cluster,
         limiter: RateLimiter::new(opts.per_minute, opts.burst),
@@ -228,6 +261,7 @@ pub async fn bind(cluster: Cluster, opts: Options) -> anyhow::Result<Bound> {
         audience: opts.audience,
         instance: opts.instance,
         request_timeout: opts.connections.request_timeout,
+        identity,
     };
     Ok(Bound {
         server: Arc::new(server),

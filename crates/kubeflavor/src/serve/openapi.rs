@@ -96,7 +96,7 @@ fn join_token() -> Value {
             "expiration": {"type": "string", "format": "date-time", "description": "When the token expires (always set)."},
             "maxNodes": {"type": "integer"},
             "issuedTo": {"type": "string"},
-            "issuedBy": {"type": "string", "description": "The Kubernetes user that minted the token (the caller)."},
+            "issuedBy": {"type": "string", "description": "The Kubernetes user who asked for the token (the caller, as its TokenReview names it). The token Secret records it as kubeflavor.io/requested-by; its kubeflavor.io/issued-by is the join-token API's own identity, the only name the API server lets that identity write there."},
             "joinCommand": {"type": "string", "description": "kubeadm join <server> --token <token> --discovery-token-ca-cert-hash sha256:<pin>"},
             "labels": {"type": "object", "additionalProperties": {"type": "string"}, "description": "The input labels the token carries (present when the request gave some)."},
             "cloudInit": {"type": "string", "description": "Present with output cloud-init."}

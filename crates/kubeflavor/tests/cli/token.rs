@@ -178,6 +178,7 @@ async fn p1_tokens_differing_only_in_custody_and_input_labels_look_the_same_to_t
     let custody = kubeflavor_core::token_meta::Custody {
         issued_to: Some("globex/bob".parse().unwrap()),
         issued_by: Some("system:serviceaccount:portal:minter".into()),
+        requested_by: None,
     };
     let input = [("site".to_string(), "berlin".to_string())].into();
     let meta = FlavorTokenMeta::new(flavor.parse().unwrap(), std::num::NonZeroU32::MIN)
@@ -394,7 +395,31 @@ async fn token_create_holds_to_the_flavors_limits_unless_overridden() {
     assert_eq!(view["maxNodes"], 7);
     assert!(view.get("expiration").is_none(), "{view}");
     let token = view["token"].as_str().unwrap().to_string();
-    cleanup(&env, &[&token], &[&flavor]).await;
+    // The override is recorded on the token, with who overrode: without it the controller
+    // denies the token's CSRs (token_over_limits).
+    let (me, _) = whoami(&env.client).await.unwrap();
+    let annotations = |id: &str, items: &[Secret]| {
+        items
+            .iter()
+            .find(|s| s.metadata.name.as_deref() == Some(&format!("bootstrap-token-{id}")))
+            .and_then(|s| s.metadata.annotations.clone())
+            .unwrap_or_default()
+    };
+    let items = secrets(&env).await.list(&selector).await.unwrap().items;
+    let recorded: Value = serde_json::from_str(
+        &annotations(view["id"].as_str().unwrap(), &items)["kubeflavor.io/limits-override"],
+    )
+    .unwrap();
+    assert_eq!(recorded["by"], me.as_str());
+    // A token within the limits records no override, flag or not.
+    let within = create_json(&env, &flavor, &["--override-flavor-limits"]).await;
+    let items = secrets(&env).await.list(&selector).await.unwrap().items;
+    assert!(
+        !annotations(within["id"].as_str().unwrap(), &items)
+            .contains_key("kubeflavor.io/limits-override")
+    );
+    let within = within["token"].as_str().unwrap().to_string();
+    cleanup(&env, &[&token, &within], &[&flavor]).await;
 }
 
 #[tokio::test]

@@ -107,7 +107,8 @@ impl Harness {
         name
     }
 
-    /// Creates a flavored token Secret as `token create` writes it; returns the token.
+    /// Creates a flavored token Secret as `token create --override-flavor-limits` writes it;
+    /// returns the token.
     pub async fn token(
         &self,
         flavor: &str,
@@ -126,8 +127,12 @@ impl Harness {
         max_nodes: u32,
         expiration: Option<jiff::Timestamp>,
     ) -> BootstrapToken {
+        // Most tests' tokens never expire or bind several names, beyond a Flavor's default
+        // limits (24h, 1 node): as an admin's `token create --override-flavor-limits`
+        // writes them. The limits themselves have their own tests.
         TokenSecret::flavored(&token, flavor, max_nodes)
             .expires(expiration)
+            .limits_overridden()
             .create(&self.env)
             .await;
         token

@@ -25,4 +25,5 @@ mod release;
 mod serve;
 mod serve_shape;
 mod serving;
+mod token_limits;
 mod unverified;

@@ -162,7 +162,15 @@ async fn a_portal_mints_its_flavor_and_the_node_joins() {
             .is_some_and(|d| d.starts_with("#cloud-config\n")),
         "{minted}"
     );
-    assert_eq!(tokens_of(&h, &sour).await.len(), 1, "one token stored");
+    let stored = tokens_of(&h, &sour).await;
+    assert_eq!(stored.len(), 1, "one token stored");
+    let requested_by = stored[0]
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get("kubeflavor.io/requested-by"))
+        .cloned()
+        .expect("requested-by recorded");
 
     // The node joins with it and is bound to its flavor.
     let node = h.name("portal-node");
@@ -175,12 +183,19 @@ async fn a_portal_mints_its_flavor_and_the_node_joins() {
         })
         .await;
     assert_eq!(binding.spec.flavor, sour);
-    // The custody record: for whom the portal said, by whom the API server said.
+    // The custody record: for whom the portal said, minted by the API's own identity (the
+    // one name the serve policy lets it write as issued-by), asked for by the portal's
+    // identity (as its TokenReview said).
     assert_eq!(binding.spec.issued_to.as_deref(), Some("acme-corp/alice"));
+    let (api_identity, _) = crate::support::whoami(&h.admin).await.expect("whoami");
     assert_eq!(
         binding.spec.issued_by.as_deref(),
-        minted["issuedBy"].as_str(),
-        "issued by the portal's own identity"
+        Some(api_identity.as_str())
+    );
+    assert_eq!(
+        requested_by,
+        minted["issuedBy"].as_str().expect("the caller"),
+        "asked for by the portal's own identity"
     );
 
     // The same portal may not mint another flavor, and learns nothing about it.

@@ -11,14 +11,17 @@ use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
 use kube::api::{DeleteParams, PostParams};
-use kubeflavor::cmd::install::{SERVE, TOKEN_POLICY};
+use kubeflavor::cmd::install::{SERVE, TOKEN_POLICY, serve_user};
 use kubeflavor_core::token::BootstrapToken;
-use kubeflavor_core::token_meta::{BOUND_NODES_ANNOTATION, DENIALS_ANNOTATION};
+use kubeflavor_core::token_meta::{
+    BOUND_NODES_ANNOTATION, DENIALS_ANNOTATION, ISSUED_BY_ANNOTATION, LIMITS_OVERRIDE_ANNOTATION,
+    MAX_NODES_ANNOTATION,
+};
 use kubeflavor_core::token_secret::{
     CONTROL_PLANE_GROUP, KEY_AUTH_EXTRA_GROUPS, KEY_EXPIRATION, KEY_TOKEN_ID,
     TOKEN_SECRET_NAMESPACE,
 };
-use kubeflavor_core::token_shape;
+use kubeflavor_core::token_shape::{self, DEFAULT_CEILINGS};
 
 use crate::harness::*;
 use crate::support::portal::service_account_token;
@@ -37,15 +40,11 @@ async fn as_serve(h: &Harness) -> Api<Secret> {
         .expect_ok();
     let own = service_account_token(&h.admin, "kubeflavor", SERVE, 600).await;
     let secrets = Api::<Secret>::namespaced(h.env.token_client(&own).await, TOKEN_SECRET_NAMESPACE);
-    // A dry run stores nothing but goes through admission: poll until an Opaque Secret is
-    // refused. Without the policy this gives up and the cases below fail on their own.
-    let probe = Secret {
-        metadata: kube::api::ObjectMeta {
-            name: Some(h.name("probe")),
-            ..Default::default()
-        },
-        ..Default::default()
-    };
+    // A dry run stores nothing but goes through admission: poll until a token that
+    // outlives the TTL ceiling is refused (this policy's newest rule). Without the policy
+    // this gives up and the cases below fail on their own.
+    let (_, mut probe) = minted(h);
+    string_data(&mut probe).insert(KEY_EXPIRATION.into(), FAR.into());
     let dry = PostParams {
         dry_run: true,
         ..Default::default()
@@ -60,15 +59,27 @@ async fn as_serve(h: &Harness) -> Api<Secret> {
     secrets
 }
 
-/// A kubeflavor node token Secret of a fresh token exactly as `mint` writes it (an hour to
-/// live); the token is noted for the sweep.
+/// The expiration of the attack as filed: far past any ceiling.
+const FAR: &str = "9999-12-30T00:00:00Z";
+
+/// A kubeflavor node token Secret of a fresh token exactly as the join-token API mints it
+/// (an hour to live, issued by its own identity); the token is noted for the sweep.
 fn minted(h: &Harness) -> (BootstrapToken, Secret) {
     let token = BootstrapToken::generate().expect("randomness");
     h.env.made.token(&token);
     let secret = TokenSecret::flavored(&token, &h.name("shape"), 1)
         .expires(Some(Timestamp::now() + SignedDuration::from_hours(1)))
+        .issued_by(&serve_user("kubeflavor"))
         .build();
     (token, secret)
+}
+
+fn annotations(secret: &mut Secret) -> &mut std::collections::BTreeMap<String, String> {
+    secret
+        .metadata
+        .annotations
+        .as_mut()
+        .expect("minted with annotations")
 }
 
 fn string_data(secret: &mut Secret) -> &mut std::collections::BTreeMap<String, String> {
@@ -86,7 +97,9 @@ async fn assert_refused(
     rule: &str,
 ) {
     assert!(
-        token_shape::rules().iter().any(|r| r.message == rule),
+        token_shape::rules(&DEFAULT_CEILINGS)
+            .iter()
+            .any(|r| r.message == rule),
         "{what}: not a rule's message: {rule}"
     );
     let name = secret.metadata.name.clone().expect("named");
@@ -117,7 +130,7 @@ async fn assert_refused(
 }
 
 fn rule_about(start: &str) -> String {
-    token_shape::rules()
+    token_shape::rules(&DEFAULT_CEILINGS)
         .into_iter()
         .map(|r| r.message)
         .find(|m| m.starts_with(start))
@@ -234,4 +247,74 @@ async fn the_serve_identity_creates_only_kubeflavor_token_secrets_as_minted() {
         .create(&dry, &fine)
         .await
         .expect("a kubeflavor node token as minted passes the policy");
+}
+
+/// Issue 31 point 5: the token of the attack as filed (expiration 9999-12-30, max nodes
+/// 4294967295, issued-by kubernetes-admin), and each of its parts alone, is refused to the
+/// serve identity, as is an override of a Flavor's limits; custody names the minter.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_serve_identity_mints_nothing_past_the_ceilings() {
+    let h = Harness::start().await;
+    let secrets = as_serve(&h).await;
+    let ttl = rule_about(&format!("data.{KEY_EXPIRATION} must be at most"));
+
+    let (_, mut attack) = minted(&h);
+    string_data(&mut attack).insert(KEY_EXPIRATION.into(), FAR.into());
+    annotations(&mut attack).insert(MAX_NODES_ANNOTATION.into(), "4294967295".into());
+    annotations(&mut attack).insert(ISSUED_BY_ANNOTATION.into(), "kubernetes-admin".into());
+    assert_refused(&h, &secrets, &attack, "the attack as filed", &ttl).await;
+
+    let (_, mut far) = minted(&h);
+    string_data(&mut far).insert(KEY_EXPIRATION.into(), FAR.into());
+    assert_refused(&h, &secrets, &far, "an expiration in 9999", &ttl).await;
+
+    let (_, mut unshaped) = minted(&h);
+    string_data(&mut unshaped).insert(KEY_EXPIRATION.into(), "2026-12-02T07:00:00+00:00".into());
+    let shape = rule_about(&format!("data.{KEY_EXPIRATION} must be a UTC time"));
+    assert_refused(
+        &h,
+        &secrets,
+        &unshaped,
+        "an expiration with an offset",
+        &shape,
+    )
+    .await;
+
+    let (_, mut wide) = minted(&h);
+    annotations(&mut wide).insert(MAX_NODES_ANNOTATION.into(), "4294967295".into());
+    let nodes = rule_about(&format!("metadata.annotations[{MAX_NODES_ANNOTATION}]"));
+    assert_refused(&h, &secrets, &wide, "max nodes 4294967295", &nodes).await;
+
+    let (_, mut admin) = minted(&h);
+    annotations(&mut admin).insert(ISSUED_BY_ANNOTATION.into(), "kubernetes-admin".into());
+    let custody = rule_about(&format!("metadata.annotations[{ISSUED_BY_ANNOTATION}]"));
+    assert_refused(&h, &secrets, &admin, "issued-by kubernetes-admin", &custody).await;
+
+    let (_, mut overridden) = minted(&h);
+    annotations(&mut overridden).insert(
+        LIMITS_OVERRIDE_ANNOTATION.into(),
+        r#"{"by":"kubernetes-admin"}"#.into(),
+    );
+    let rule = rule_about(&format!(
+        "metadata.annotations[{LIMITS_OVERRIDE_ANNOTATION}]"
+    ));
+    assert_refused(&h, &secrets, &overridden, "a limits override", &rule).await;
+
+    // The ceilings themselves pass (a dry run: nothing is stored): a week, 100 nodes.
+    let (_, mut most) = minted(&h);
+    string_data(&mut most).insert(
+        KEY_EXPIRATION.into(),
+        kubeflavor_core::token_secret::format_expiration(
+            Timestamp::now() + SignedDuration::from_hours(7 * 24),
+        ),
+    );
+    annotations(&mut most).insert(MAX_NODES_ANNOTATION.into(), "100".into());
+    let dry = PostParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    secrets
+        .create(&dry, &most)
+        .await
+        .expect("a token at the ceilings passes the policy");
 }

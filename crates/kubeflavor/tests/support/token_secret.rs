@@ -10,10 +10,11 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, PostParams};
 use kubeflavor_core::flavor::FlavorName;
 use kubeflavor_core::token::BootstrapToken;
+use kubeflavor_core::token_meta::{Custody, FlavorTokenMeta};
 use kubeflavor_core::token_secret::{
     KEY_AUTH_EXTRA_GROUPS, KEY_EXPIRATION, KEY_TOKEN_ID, KEY_TOKEN_SECRET,
     KEY_USAGE_AUTHENTICATION, KEY_USAGE_SIGNING, TOKEN_SECRET_NAMESPACE, TOKEN_SECRET_TYPE,
-    flavored_token_secret, format_expiration, secret_name,
+    TokenSecretData, TokenSecretObject, format_expiration, secret_name,
 };
 
 use super::Env;
@@ -27,6 +28,9 @@ pub struct TokenSecret {
     layout: Layout,
     expiration: Option<Timestamp>,
     signing: bool,
+    /// Flavored tokens: the custody and the admin's override of the Flavor's limits.
+    custody: Custody,
+    limits_override: Option<String>,
 }
 
 enum Layout {
@@ -51,6 +55,8 @@ impl TokenSecret {
             },
             expiration: None,
             signing: false,
+            custody: Custody::default(),
+            limits_override: None,
         }
     }
 
@@ -64,6 +70,8 @@ impl TokenSecret {
             },
             expiration: None,
             signing: false,
+            custody: Custody::default(),
+            limits_override: None,
         }
     }
 
@@ -80,17 +88,30 @@ impl TokenSecret {
         self
     }
 
+    /// Records who minted it (`kubeflavor.io/issued-by`). Flavored tokens only.
+    pub fn issued_by(mut self, name: &str) -> TokenSecret {
+        self.custody.issued_by = Some(name.to_string());
+        self
+    }
+
+    /// Carries an admin's override of the Flavor's token limits, as `token create
+    /// --override-flavor-limits` writes it for a token beyond them. Flavored tokens only.
+    pub fn limits_overridden(mut self) -> TokenSecret {
+        self.limits_override = Some(r#"{"by":"a test's admin"}"#.to_string());
+        self
+    }
+
     /// The Secret object.
     pub fn build(&self) -> Secret {
         match &self.layout {
             Layout::Flavored { flavor, max_nodes } => {
-                let obj = flavored_token_secret(
-                    &self.token,
-                    flavor,
-                    self.expiration,
-                    *max_nodes,
-                    &Default::default(),
-                );
+                let mut meta = FlavorTokenMeta::new(flavor.clone(), *max_nodes)
+                    .with_custody(self.custody.clone());
+                if let Some(by) = &self.limits_override {
+                    meta = meta.with_limits_override(by.clone());
+                }
+                let data = TokenSecretData::kubeflavor_node(self.token.clone(), self.expiration);
+                let obj = TokenSecretObject::new(&data, Some(&meta));
                 Secret {
                     metadata: ObjectMeta {
                         name: Some(obj.name.clone()),

@@ -245,6 +245,18 @@ fn go_param_kind(param_kind: &Value) -> String {
     )
 }
 
+/// What `policy` makes of a request (`request`: admission.k8s.io/v1 AdmissionRequest's
+/// fields a policy reads, `object` the new object as JSON), evaluated as [`admit`] does:
+/// the message of the first failing rule, or None when it does not apply or allows it. For
+/// unit tests of a policy's rules without a server.
+pub fn verdict(policy: &Value, request: &Value, object: &Value) -> Option<String> {
+    let mut ctx = base_context();
+    ctx.add_variable_from_value("request", to_cel(request));
+    ctx.add_variable_from_value("object", to_cel(object));
+    ctx.add_variable_from_value("oldObject", to_cel(&Value::Null));
+    judge(policy, &ctx)
+}
+
 /// Why `policy` refuses the request (None: it does not apply, or it allows it).
 fn judge(policy: &Value, base: &Context) -> Option<String> {
     let spec = &policy["spec"];

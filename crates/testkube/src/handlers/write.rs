@@ -187,6 +187,11 @@ pub fn create(
     hooks::allocate(st, info, &mut obj);
     check_namespace(st, info, &ns)?;
     admission::admit(cx.attrs, Operation::Create, None, Some(&mut obj), &*st)?;
+    // Upstream's registry Store.Create: BeforeCreate stamps the creation time (with the
+    // uid, FillObjectMetaSystemFields) after mutating admission and before the validating
+    // plugins run, so a ValidatingAdmissionPolicy reads metadata.creationTimestamp on a
+    // create (measured on v1.36).
+    obj["metadata"]["creationTimestamp"] = json!(format_time(cx.now));
     validate_object(info, &obj, None)?;
     admission::validate(cx.attrs, Operation::Create, None, Some(&obj), &*st)?;
     let name = meta_str(&obj, "name").to_string();

@@ -12,6 +12,7 @@ mod workload;
 
 use std::collections::BTreeMap;
 use std::io::Write;
+use std::num::NonZeroU32;
 use std::time::Duration;
 
 use clap::Args;
@@ -19,7 +20,9 @@ use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams};
 use kube::runtime::wait::{await_condition, conditions};
+use kubeflavor_core::flavor::TokenTtl;
 use kubeflavor_core::mint_rate::MintRate;
+use kubeflavor_core::token_shape::{self, Ceilings};
 use serde::Serialize;
 use serde_json::Value;
 
@@ -34,6 +37,7 @@ use crate::cluster::unverified_policy;
 use crate::controller::approvers::{self, KUBEADM_RENEWAL_BINDING};
 use crate::crd;
 use crate::error::{CliError, Result};
+use crate::exit::ExitCode;
 use crate::output;
 use crate::output::yaml::{comment, with_notes};
 use kubeflavor_core::flavor::UNVERIFIED_TAINT;
@@ -111,6 +115,21 @@ pub struct InstallArgs {
     /// --burst).
     #[arg(long, value_name = "N", default_value_t = serve::DEFAULT_RATE.burst, requires = "serve")]
     pub serve_burst: u32,
+    /// With --serve: the longest a token the join-token API's identity creates may live
+    /// (its expiration after its Secret's creation), whatever a Flavor's tokenLimits allow.
+    /// The API server refuses a longer one (the policy kubeflavor-serve-token-secrets), so a
+    /// stolen identity cannot mint a token that outlives it by years.
+    #[arg(
+        long,
+        value_name = "DURATION",
+        default_value = "168h",
+        requires = "serve"
+    )]
+    pub serve_max_token_ttl: TokenTtl,
+    /// With --serve: the most node names a token the join-token API's identity creates may
+    /// bind (its kubeflavor.io/max-nodes), whatever a Flavor's tokenLimits allow.
+    #[arg(long, value_name = "N", default_value_t = token_shape::DEFAULT_CEILINGS.max_nodes.get(), requires = "serve", value_parser = clap::value_parser!(u32).range(1..))]
+    pub serve_max_nodes: u32,
     /// Every controller replica also serves the authorization webhook that cuts revoked
     /// nodes off (port 8443, behind the Service kubeflavor-authz), with the certificate of
     /// the Secret kubeflavor-authz-tls (tls.crt, tls.key, client-ca.crt), which you create.
@@ -262,12 +281,26 @@ impl Mode {
                 per_minute: args.serve_rate_per_minute,
                 burst: args.serve_burst,
             };
-            Some(ServePlan::new(args.serve_replicas, total).map_err(|e| {
+            let plan = ServePlan::new(args.serve_replicas, total).map_err(|e| {
                 CliError::refused(
                     e,
                     "give --serve-rate-per-minute and --serve-burst at least --serve-replicas, or run fewer replicas",
                 )
-            })?)
+            })?;
+            let TokenTtl::Seconds(max_ttl_secs) = args.serve_max_token_ttl else {
+                return Err(CliError::new(
+                    ExitCode::Usage,
+                    "--serve-max-token-ttl 0 would let the join-token API's identity mint tokens that never expire",
+                    "give a finite duration such as 168h",
+                ));
+            };
+            Some(ServePlan {
+                ceilings: Ceilings {
+                    max_ttl_secs,
+                    max_nodes: NonZeroU32::new(args.serve_max_nodes).expect("clap refuses 0"),
+                },
+                ..plan
+            })
         } else {
             None
         };

@@ -18,7 +18,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::ObjectMeta;
 use kubeflavor_core::mint_rate::{MintRate, SplitError};
 use kubeflavor_core::token_secret::TOKEN_SECRET_NAMESPACE;
-use kubeflavor_core::token_shape;
+use kubeflavor_core::token_shape::{self, Ceilings};
 
 use super::pods::{
     LIVENESS_NOTE, budget, deployment_of, field_env, pod_spec, port, probed_container, resources,
@@ -64,6 +64,9 @@ pub struct ServePlan {
     pub total: MintRate,
     /// What each replica allows one caller (its `--rate-per-minute` and `--burst`).
     pub per_replica: MintRate,
+    /// The most its identity may mint, whatever a Flavor allows (`--serve-max-token-ttl`,
+    /// `--serve-max-nodes`): enforced by the API server, in the token policy.
+    pub ceilings: Ceilings,
 }
 
 impl ServePlan {
@@ -72,6 +75,7 @@ impl ServePlan {
             replicas,
             total,
             per_replica: total.per_replica(u32::from(replicas))?,
+            ceilings: Ceilings::default(),
         })
     }
 }
@@ -89,7 +93,7 @@ pub const TOKEN_POLICY: &str = "kubeflavor-serve-token-secrets";
 /// PodDisruptionBudget when replicas run, Service. `run` false installs the Deployment with
 /// 0 replicas (`install --replicas 0`: nothing runs in the cluster).
 pub fn documents(namespace: &str, image: &str, run: bool, plan: ServePlan) -> Vec<Document> {
-    let mut docs = Vec::from(token_policy(namespace));
+    let mut docs = Vec::from(token_policy(namespace, &plan.ceilings));
     docs.push(service_account(namespace));
     docs.extend(rbac(namespace));
     let replicas = if run { i32::from(plan.replicas) } else { 0 };
@@ -114,17 +118,18 @@ pub fn serve_user(namespace: &str) -> String {
 
 /// The ValidatingAdmissionPolicy that lets the join-token API's identity create only
 /// kubeflavor node token Secrets, and the binding that makes the API server enforce it.
-fn token_policy(namespace: &str) -> [Document; 2] {
-    [policy(&serve_user(namespace)), policy_binding()]
+fn token_policy(namespace: &str, ceilings: &Ceilings) -> [Document; 2] {
+    [policy(&serve_user(namespace), ceilings), policy_binding()]
 }
 
 /// The policy on the Secrets `user` writes, with why each part is there.
-fn policy(user: &str) -> Document {
+fn policy(user: &str, ceilings: &Ceilings) -> Document {
     let policy = ValidatingAdmissionPolicy {
         metadata: object_meta(TOKEN_POLICY, None, COMPONENT),
-        spec: Some(policy_spec(user)),
+        spec: Some(policy_spec(user, ceilings)),
         status: None,
     };
+    let (max_ttl, max_nodes) = (ceilings.max_ttl(), ceilings.max_nodes);
     Document::new(
         &format!(
             "What the join-token API's identity ({user}) may create, enforced by the API server. \
@@ -154,24 +159,36 @@ fn policy(user: &str) -> Document {
     )
     .note(
         "spec.variables",
-        "The token id in the Secret's name, encoded in base64: CEL sees a Secret's data \
-         values as their base64 text and Kubernetes' CEL has no base64 decoder, so the rule \
-         compares the name's id with data.token-id in base64.",
+        "The token id in the Secret's name, encoded in base64, and data.expiration decoded \
+         from it: CEL sees a Secret's data values as their base64 text and Kubernetes' CEL \
+         has no base64 decoder, so the rule compares the name's id with data.token-id in \
+         base64, and decodes the expiration with arithmetic into the seconds it names, as \
+         it does metadata.creationTimestamp (set by the API server before this policy runs).",
     )
     .note(
         "spec.validations",
-        "Each rule with the message the API server answers when it fails (HTTP 422, reason \
+        &format!(
+            "Each rule with the message the API server answers when it fails (HTTP 422, reason \
          Invalid; the first failing rule is named). Data values are compared with the base64 \
          of what kubeflavor writes: the group system:bootstrappers:kubeflavor:node, usages \
-         \"true\", the one description. An expiration must be present (its value is judged \
-         by the API server's authenticator, which treats an unreadable one as expired, and by \
-         the controller).",
+         \"true\", the one description. An expiration must be present, written \
+         YYYY-MM-DDTHH:MM:SSZ as kubeflavor writes it. Ceilings on what this identity mints, \
+         whatever a Flavor's tokenLimits allow: an expiration at most {max_ttl} after the \
+         Secret's creation (install --serve-max-token-ttl; 5m more for clocks that disagree) \
+         and kubeflavor.io/max-nodes at most {max_nodes} (install --serve-max-nodes). \
+         kubeflavor.io/issued-by must be this identity's own name (the caller it minted for \
+         goes in kubeflavor.io/requested-by), so a token's custody never names someone who \
+         did not mint it; kubeflavor.io/limits-override, an admin's override of a Flavor's \
+         limits, is refused. The controller judges each token against its Flavor's own \
+         tokenLimits again when its CSRs come (cause token_over_limits): this ceiling bounds \
+         what a stolen identity mints, the Flavor what joins."
+        ),
     )
 }
 
 /// Creates and updates of Secrets by `user`, refused unless they pass every rule of
 /// [`token_shape`].
-fn policy_spec(user: &str) -> ValidatingAdmissionPolicySpec {
+fn policy_spec(user: &str, ceilings: &Ceilings) -> ValidatingAdmissionPolicySpec {
     let strings = |v: &[&str]| Some(v.iter().map(|s| s.to_string()).collect::<Vec<_>>());
     ValidatingAdmissionPolicySpec {
         failure_policy: Some("Fail".into()),
@@ -199,7 +216,7 @@ fn policy_spec(user: &str) -> ValidatingAdmissionPolicySpec {
                 .collect(),
         ),
         validations: Some(
-            token_shape::rules()
+            token_shape::rules(ceilings)
                 .into_iter()
                 .map(|r| Validation {
                     expression: r.expression,
@@ -522,6 +539,7 @@ fn args_note(plan: ServePlan) -> String {
         replicas: planned,
         total,
         per_replica: each,
+        ceilings: _,
     } = plan;
     let most = each.across(u32::from(planned));
     format!(
@@ -577,3 +595,7 @@ fn service(namespace: &str) -> Document {
         ),
     )
 }
+
+#[cfg(test)]
+#[path = "serve_policy_tests.rs"]
+mod policy_tests;

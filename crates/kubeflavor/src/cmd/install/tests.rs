@@ -617,6 +617,8 @@ fn with_serve_flags(replicas: u16, per_minute: u32, burst: u32) -> InstallArgs {
         serve_replicas: replicas,
         serve_rate_per_minute: per_minute,
         serve_burst: burst,
+        serve_max_token_ttl: TokenTtl::Seconds(7 * 24 * 3600),
+        serve_max_nodes: 100,
         authz_webhook: false,
         authz_config: false,
         monitoring: false,
@@ -709,6 +711,48 @@ fn serve_args(docs: &[Document], prefix: &str) -> Vec<String> {
         .filter(|a| a.starts_with(prefix))
         .map(str::to_string)
         .collect()
+}
+
+/// `--serve-max-token-ttl` and `--serve-max-nodes` are the token policy's ceilings, named
+/// in its notes; a ceiling of "never expires" is refused.
+#[test]
+fn the_serve_ceilings_are_the_flags() {
+    let mut args = with_serve_flags(2, 60, 20);
+    args.serve_max_token_ttl = "24h".parse().unwrap();
+    args.serve_max_nodes = 5;
+    let mode = Mode::of(&args).unwrap();
+    let ceilings = mode.serve.unwrap().ceilings;
+    assert_eq!(
+        (ceilings.max_ttl_secs, ceilings.max_nodes.get()),
+        (86400, 5)
+    );
+    let docs = documents("kubeflavor", "example.com/kubeflavor:test", 2, mode);
+    let policy = find(&docs, "ValidatingAdmissionPolicy", TOKEN_POLICY);
+    let rules = kubeflavor_core::token_shape::rules(&ceilings);
+    assert_eq!(
+        policy.object["spec"]["validations"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v["expression"].as_str().unwrap())
+            .collect::<Vec<_>>(),
+        rules
+            .iter()
+            .map(|r| r.expression.as_str())
+            .collect::<Vec<_>>()
+    );
+    let (_, note) = policy
+        .notes
+        .iter()
+        .find(|(path, _)| path == "spec.validations")
+        .expect("a note on the rules");
+    assert!(
+        note.contains("at most 24h after the")
+            && note.contains("at most 5 (install --serve-max-nodes)"),
+        "{note}"
+    );
+    args.serve_max_token_ttl = "0".parse().unwrap();
+    assert_eq!(Mode::of(&args).unwrap_err().code, ExitCode::Usage);
 }
 
 #[test]
@@ -1084,7 +1128,8 @@ fn the_join_token_api_secrets_are_shaped_by_a_policy_on_its_identity() {
         serve_user("kubeflavor"),
         "system:serviceaccount:kubeflavor:kubeflavor-serve"
     );
-    let rules = kubeflavor_core::token_shape::rules();
+    let rules =
+        kubeflavor_core::token_shape::rules(&kubeflavor_core::token_shape::DEFAULT_CEILINGS);
     let validations = spec["validations"].as_array().unwrap();
     assert_eq!(validations.len(), rules.len());
     for (v, r) in validations.iter().zip(&rules) {

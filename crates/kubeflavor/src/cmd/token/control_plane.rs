@@ -10,7 +10,8 @@ use kubeflavor_core::token_secret::{CONTROL_PLANE_GROUP, format_expiration};
 use kubeflavor_core::ttl::CONTROL_PLANE_TOKEN_TTL;
 
 use super::{
-    TokenCreateArgs, TokenOutput, custody, flavor_rules, mint_failed, within_flavor_limits,
+    TokenCreateArgs, TokenOutput, custody, flavor_rules, limits_override, mint_failed,
+    within_flavor_limits,
 };
 use crate::cluster::Cluster;
 use crate::error::CliError;
@@ -59,10 +60,15 @@ pub async fn create_control_plane_token(
         Some(flavor) => {
             let rules = flavor_rules(cluster, flavor).await?;
             let (_, max_nodes) = rules.granted(None, args.max_nodes.map(|m| m.0));
-            within_flavor_limits(args, flavor, &rules, ttl, max_nodes)?;
+            let overridden = within_flavor_limits(args, flavor, &rules, ttl, max_nodes)?;
+            let custody = custody(cluster, args).await;
+            let meta = FlavorTokenMeta::new(flavor.clone(), max_nodes);
             Some(
-                FlavorTokenMeta::new(flavor.clone(), max_nodes)
-                    .with_custody(custody(cluster, args).await),
+                match overridden {
+                    true => meta.with_limits_override(limits_override(&custody, Timestamp::now())),
+                    false => meta,
+                }
+                .with_custody(custody),
             )
         }
         None => None,

@@ -93,8 +93,10 @@ pub struct TokenCreateArgs {
     pub issued_to: Option<IssuedTo>,
     /// Mint even beyond the flavor's tokenLimits (a longer TTL, more nodes, a token that
     /// never expires). Without it `token create` holds to the same limits as the
-    /// join-token API and refuses more (exit 4), naming the limit.
-    #[arg(long)]
+    /// join-token API and refuses more (exit 4), naming the limit. A token beyond the
+    /// limits carries the annotation kubeflavor.io/limits-override (who overrode, when),
+    /// without which the controller denies its CSRs.
+    #[arg(long, alias = "override-limits")]
     pub override_flavor_limits: bool,
     /// An input label for the nodes that join with the token, `key=value` (repeat for
     /// more): what the node's administrator says, e.g. site=berlin. Only keys and values
@@ -206,7 +208,7 @@ pub async fn create(cluster: &Cluster, args: &TokenCreateArgs, out: &mut dyn Wri
     };
     let rules = flavor_rules(cluster, flavor_name).await?;
     let (ttl, max_nodes) = rules.granted(args.ttl, args.max_nodes.map(|m| m.0));
-    within_flavor_limits(args, flavor_name, &rules, ttl, max_nodes)?;
+    let overridden = within_flavor_limits(args, flavor_name, &rules, ttl, max_nodes)?;
     let input_labels = node_labels(args, flavor_name, &rules)?;
     let expiration = ttl.expiration(Timestamp::now());
 
@@ -217,9 +219,12 @@ pub async fn create(cluster: &Cluster, args: &TokenCreateArgs, out: &mut dyn Wri
         false => None,
     };
     let custody = custody(cluster, args).await;
-    let meta = FlavorTokenMeta::new(flavor_name.clone(), max_nodes)
+    let mut meta = FlavorTokenMeta::new(flavor_name.clone(), max_nodes)
         .with_custody(custody.clone())
         .with_input_labels(input_labels.clone());
+    if overridden {
+        meta = meta.with_limits_override(limits_override(&custody, Timestamp::now()));
+    }
     let token = mint(cluster, &meta, expiration, minting::generate)
         .await
         .map_err(mint_failed(cluster))?;
@@ -242,6 +247,7 @@ pub async fn custody(cluster: &Cluster, args: &TokenCreateArgs) -> Custody {
     Custody {
         issued_to: args.issued_to.clone(),
         issued_by: caller_name(cluster).await,
+        requested_by: None,
     }
 }
 
@@ -285,17 +291,21 @@ pub async fn flavor_rules(cluster: &Cluster, flavor_name: &FlavorName) -> Result
 }
 
 /// Refuses a token beyond the flavor's limits (kubeflavor-core's check, as the join-token
-/// API applies it), unless `--override-flavor-limits`.
+/// API applies it), unless `--override-flavor-limits`; true when the token is beyond them
+/// by the admin's override, which the token must then record.
 pub fn within_flavor_limits(
     args: &TokenCreateArgs,
     flavor: &FlavorName,
     rules: &FlavorRules,
     ttl: TokenTtl,
     max_nodes: NonZeroU32,
-) -> Result<()> {
+) -> Result<bool> {
     let exceeded = rules.effective_token_limits().check(ttl, max_nodes);
-    if exceeded.is_empty() || args.override_flavor_limits {
-        return Ok(());
+    if exceeded.is_empty() {
+        return Ok(false);
+    }
+    if args.override_flavor_limits {
+        return Ok(true);
     }
     let problems: Vec<String> = exceeded.iter().map(ToString::to_string).collect();
     Err(CliError::refused(
@@ -305,6 +315,16 @@ pub fn within_flavor_limits(
         ),
         "ask for less, raise the flavor's tokenLimits (kubeflavor flavor apply), or pass --override-flavor-limits",
     ))
+}
+
+/// What `kubeflavor.io/limits-override` records: who overrode the Flavor's limits (the
+/// caller, as the SelfSubjectReview named them; `unknown` when it did not answer) and when.
+pub fn limits_override(custody: &Custody, at: Timestamp) -> String {
+    serde_json::json!({
+        "by": custody.issued_by.as_deref().unwrap_or("unknown"),
+        "at": format_expiration(at),
+    })
+    .to_string()
 }
 
 /// `--node-label`s as the flavor allows them; refused (exit 4) naming each key the flavor

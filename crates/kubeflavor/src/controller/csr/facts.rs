@@ -22,6 +22,7 @@ use kubeflavor_core::policy::{
     APPROVED_CONDITION, CsrFacts, DENIED_CONDITION, DenyCause, TokenLookup,
 };
 use kubeflavor_core::token::TokenId;
+use kubeflavor_core::token_limits::TokenLimits;
 use kubeflavor_core::token_meta::Custody;
 
 use super::super::{Context, Error, Options, TOKEN_NAMESPACE};
@@ -200,6 +201,11 @@ impl CsrFactsRead {
                 Err(e) => TokenLookup::Unreadable(e),
             },
         };
+        let flavor_rules = self
+            .flavor
+            .as_ref()
+            .and_then(|f| rules_from_flavor(f).ok())
+            .map(|(_, rules)| rules);
         CsrFacts {
             csr_name: self.csr.name.clone(),
             signer_name: self.csr.signer_name.clone(),
@@ -213,12 +219,15 @@ impl CsrFactsRead {
                 .as_ref()
                 .and_then(token_secrets::instance_of),
             flavor_exists: self.flavor.is_some(),
-            flavor_input_labels: self
-                .flavor
+            flavor_input_labels: flavor_rules
                 .as_ref()
-                .and_then(|f| rules_from_flavor(f).ok())
-                .map(|(_, rules)| rules.input_labels().clone())
+                .map(|rules| rules.input_labels().clone())
                 .unwrap_or_default(),
+            // An unreadable Flavor gives the stingiest limits (24h, 1 node), never none.
+            flavor_token_limits: flavor_rules
+                .as_ref()
+                .map(|rules| rules.effective_token_limits())
+                .unwrap_or_else(|| TokenLimits::default().effective(None, None)),
             binding: self.binding.as_ref().map(FlavorBinding::policy_facts),
             node_exists: self.node_exists,
             options: opts.policy(),

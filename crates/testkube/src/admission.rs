@@ -42,7 +42,7 @@ pub fn mutate(
     attrs: &RequestAttributes,
     op: Operation,
     old: Option<&Value>,
-    mut new: Option<&mut Value>,
+    new: Option<&mut Value>,
     reader: &dyn ObjectReader,
 ) -> Result<(), ApiError> {
     // Mutating admission (NodeRestriction) sees the object as the client sent it.
@@ -51,7 +51,7 @@ pub fn mutate(
     }
     // Then the MutatingAdmissionPolicies, on the object as the plugins above left it.
     if matches!(op, Operation::Create | Operation::Update) {
-        mutating_policy::admit(attrs, op, old, new.as_deref_mut(), reader)?;
+        mutating_policy::admit(attrs, op, old, new, reader)?;
     }
     Ok(())
 }

@@ -69,7 +69,7 @@ pub fn admit(
             Ok(())
         }
         ("", "serviceaccounts") if op == Operation::Create && attrs.subresource == "token" => {
-            admit_token_request(node, attrs, new, reader).map_or(Ok(()), |e| Err(e))
+            admit_token_request(node, attrs, new, reader).map_or(Ok(()), Err)
         }
         ("", "pods") => admit_pod(node, attrs, op, old, new, reader),
         ("certificates.k8s.io", "certificatesigningrequests") if op == Operation::Create => {

@@ -1,6 +1,7 @@
 //! What every replica knows, in memory, of which node names are cut off: the names whose
-//! FlavorBinding is revoked and the names whose Node carries `kubeflavor.io/revoked`, fed
-//! by two watches. The webhook answers from here alone, never with an API call per request.
+//! FlavorBinding is revoked, the names whose Node carries `kubeflavor.io/revoked`, and the
+//! names in the revocation list (`kube-system/kubeflavor-revoked-nodes`), fed by three
+//! watches. The webhook answers from here alone, never with an API call per request.
 //!
 //! A watch that restarts lists everything again; the names it lists are gathered aside and
 //! replace the previous set only once the list is complete, so a relist never opens a
@@ -10,11 +11,12 @@ use std::collections::HashSet;
 use std::sync::RwLock;
 
 use futures::{Stream, StreamExt};
-use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::core::v1::{ConfigMap, Node};
 use kube::runtime::watcher::{self, Event};
 use kube::runtime::{WatchStreamExt, watcher as watch_stream};
 use kube::{Api, Client, ResourceExt};
 use kubeflavor_core::node_cutoff::{self, CutOff};
+use kubeflavor_core::revocation_list;
 use tokio::sync::watch;
 
 use crate::crd::FlavorBinding;
@@ -26,6 +28,8 @@ pub enum Mark {
     Binding,
     /// Nodes tainted `kubeflavor.io/revoked`.
     Node,
+    /// Names in the revocation list.
+    Listed,
 }
 
 #[derive(Debug, Default)]
@@ -52,14 +56,29 @@ impl Names {
                     gathered.insert(name);
                 }
             }
-            Event::InitDone => {
-                if let Some(gathered) = self.relisting.take() {
-                    self.live = gathered;
-                }
-                let first = !self.synced;
-                self.synced = true;
-                return first;
-            }
+            Event::InitDone => return self.init_done(),
+        }
+        false
+    }
+
+    fn init_done(&mut self) -> bool {
+        if let Some(gathered) = self.relisting.take() {
+            self.live = gathered;
+        }
+        let first = !self.synced;
+        self.synced = true;
+        first
+    }
+
+    /// The revocation list is one object whose keys are the names: each event carries the
+    /// whole set, which replaces the last (a deleted list lists nothing).
+    fn apply_set(&mut self, event: Event<HashSet<String>>) -> bool {
+        match event {
+            Event::Apply(names) => self.live = names,
+            Event::Delete(_) => self.live.clear(),
+            Event::Init => self.relisting = Some(HashSet::new()),
+            Event::InitApply(names) => self.relisting = Some(names),
+            Event::InitDone => return self.init_done(),
         }
         false
     }
@@ -70,6 +89,7 @@ impl Names {
 pub struct CutOffIndex {
     bindings: RwLock<Names>,
     nodes: RwLock<Names>,
+    listed: RwLock<Names>,
     synced: watch::Sender<bool>,
     /// Bumped on every event applied, for [`CutOffIndex::until`].
     applied: watch::Sender<u64>,
@@ -80,6 +100,7 @@ impl Default for CutOffIndex {
         CutOffIndex {
             bindings: Default::default(),
             nodes: Default::default(),
+            listed: Default::default(),
             synced: watch::Sender::new(false),
             applied: watch::Sender::new(0),
         }
@@ -96,13 +117,16 @@ impl CutOffIndex {
         if read(&self.bindings).live.contains(node) {
             return Some(CutOff::BindingRevoked);
         }
-        read(&self.nodes)
+        if read(&self.nodes).live.contains(node) {
+            return Some(CutOff::NodeMarkedRevoked);
+        }
+        read(&self.listed)
             .live
             .contains(node)
-            .then_some(CutOff::NodeMarkedRevoked)
+            .then_some(CutOff::Listed)
     }
 
-    /// Both watches have listed everything once: the index may be trusted.
+    /// Every watch has listed everything once: the index may be trusted.
     pub fn is_synced(&self) -> bool {
         *self.synced.borrow()
     }
@@ -132,6 +156,7 @@ impl CutOffIndex {
         match mark {
             Mark::Binding => &self.bindings,
             Mark::Node => &self.nodes,
+            Mark::Listed => &self.listed,
         }
     }
 
@@ -141,13 +166,29 @@ impl CutOffIndex {
             let mut names = self.lock(mark).write().unwrap_or_else(|p| p.into_inner());
             names.apply(event)
         };
+        self.after_event(first_sync);
+    }
+
+    /// Applies one event of the revocation list's watch, mapped to its names.
+    pub fn apply_list(&self, event: Event<HashSet<String>>) {
+        let first_sync = {
+            let mut names = self.listed.write().unwrap_or_else(|p| p.into_inner());
+            names.apply_set(event)
+        };
+        self.after_event(first_sync);
+    }
+
+    fn after_event(&self, first_sync: bool) {
         self.applied.send_modify(|n| *n += 1);
         if first_sync {
-            let both = read(&self.bindings).synced && read(&self.nodes).synced;
-            if both {
+            let all = read(&self.bindings).synced
+                && read(&self.nodes).synced
+                && read(&self.listed).synced;
+            if all {
                 tracing::info!(
                     revoked_bindings = self.len(Mark::Binding),
                     revoked_nodes = self.len(Mark::Node),
+                    listed = self.len(Mark::Listed),
                     "authorization webhook index synced"
                 );
                 self.synced.send_replace(true);
@@ -167,18 +208,39 @@ impl CutOffIndex {
         )
         .map(|e| (Mark::Binding, e));
         let nodes = marks(
-            watch_stream(Api::<Node>::all(client), watcher::Config::default()),
+            watch_stream(Api::<Node>::all(client.clone()), watcher::Config::default()),
             |n: &Node| (n.name_any(), node_is_marked(n)),
             "Nodes",
         )
         .map(|e| (Mark::Node, e));
-        futures::stream::select(bindings, nodes)
-            .for_each(|(mark, event)| {
-                self.apply(mark, event);
-                std::future::ready(())
-            })
-            .await;
+        let by_name = futures::stream::select(bindings, nodes).for_each(|(mark, event)| {
+            self.apply(mark, event);
+            std::future::ready(())
+        });
+        let list_config =
+            watcher::Config::default().fields(&format!("metadata.name={}", revocation_list::NAME));
+        let listed = watch_stream(
+            Api::<ConfigMap>::namespaced(client, revocation_list::NAMESPACE),
+            list_config,
+        )
+        .default_backoff()
+        .for_each(|e| {
+            match e {
+                Ok(ev) => self.apply_list(map_event(ev, listed_names)),
+                Err(e) => tracing::warn!(error = %e, "watching the revocation list for the authorization webhook failed; retrying (answers use what was known)"),
+            }
+            std::future::ready(())
+        });
+        futures::future::join(by_name, listed).await;
     }
+}
+
+/// The names of the revocation list.
+fn listed_names(cm: &ConfigMap) -> HashSet<String> {
+    cm.data
+        .as_ref()
+        .map(|d| d.keys().cloned().collect())
+        .unwrap_or_default()
 }
 
 /// The Node carries kubeflavor's revoked taint (any value; NoExecute, as the controller
@@ -213,7 +275,7 @@ where
     })
 }
 
-fn map_event<K>(ev: Event<K>, mark: fn(&K) -> (String, bool)) -> Event<(String, bool)> {
+fn map_event<K, T>(ev: Event<K>, mark: fn(&K) -> T) -> Event<T> {
     match ev {
         Event::Apply(k) => Event::Apply(mark(&k)),
         Event::Delete(k) => Event::Delete(mark(&k)),
@@ -238,7 +300,28 @@ mod tests {
             index.apply(mark, Event::Init);
             index.apply(mark, Event::InitDone);
         }
+        index.apply_list(Event::Init);
+        index.apply_list(Event::InitDone);
         index
+    }
+
+    fn set(names: &[&str]) -> HashSet<String> {
+        names.iter().map(|n| n.to_string()).collect()
+    }
+
+    #[test]
+    fn a_listed_name_stays_cut_off_when_binding_and_node_are_gone() {
+        let index = synced_index();
+        index.apply(Mark::Binding, Event::Apply(named("w1", true)));
+        index.apply(Mark::Node, Event::Apply(named("w1", true)));
+        index.apply_list(Event::Apply(set(&["w1"])));
+        index.apply(Mark::Binding, Event::Delete(named("w1", true)));
+        index.apply(Mark::Node, Event::Delete(named("w1", true)));
+        assert_eq!(index.cut_off("w1"), Some(CutOff::Listed));
+        // `node forget` removes the name: the list's next version no longer has it.
+        index.apply_list(Event::Apply(set(&["w2"])));
+        assert_eq!(index.cut_off("w1"), None);
+        assert_eq!(index.cut_off("w2"), Some(CutOff::Listed));
     }
 
     #[test]
@@ -289,7 +372,12 @@ mod tests {
         assert!(!index.is_synced());
         index.apply(Mark::Node, Event::Init);
         index.apply(Mark::Node, Event::InitDone);
+        assert!(!index.is_synced(), "the list is not listed yet");
+        index.apply_list(Event::Init);
+        index.apply_list(Event::InitApply(set(&["w1"])));
+        index.apply_list(Event::InitDone);
         assert!(index.is_synced());
+        assert_eq!(index.cut_off("w1"), Some(CutOff::Listed));
     }
 
     #[test]

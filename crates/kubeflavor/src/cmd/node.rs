@@ -1,7 +1,8 @@
-//! `kubeflavor node list|get|revoke`: the FlavorBindings, i.e. which node joined with which
-//! token and flavor, and revocation. Revoking marks the binding (its `Revoked` condition);
-//! the controller then removes the flavor labels, adds the NoExecute taint
-//! `kubeflavor.io/revoked` and denies the node's renewals.
+//! `kubeflavor node list|get|revoke|forget`: the FlavorBindings, i.e. which node joined with
+//! which token and flavor, and revocation. `node revoke` does every step of a revocation
+//! itself (`crate::revocation`: the revocation list, the binding, the Node's taints, the
+//! pods, the join token), so it holds without a controller leader; the controller then also
+//! removes the flavor labels and denies the node's renewals. `node forget` un-revokes.
 
 use std::io::Write;
 
@@ -12,11 +13,14 @@ use kubeflavor_core::flavor::{REVOKED_TAINT, UNVERIFIED_TAINT};
 use kubeflavor_core::names::NodeName;
 use kubeflavor_core::node_state::Revocation;
 
-use crate::cluster::{Cluster, bindings};
+use kubeflavor_core::revocation_list as list_consts;
+
+use crate::cluster::{Cluster, bindings, revocation_list};
 use crate::crd::FlavorBinding;
 use crate::error::{CliError, Result};
 use crate::exit::ExitCode;
 use crate::output::{self, Format, Table};
+use crate::revocation;
 
 #[derive(Debug, Subcommand)]
 pub enum NodeCommand {
@@ -42,9 +46,41 @@ pub enum NodeCommand {
     /// `-o json|yaml` print the binding object alone.
     #[command(verbatim_doc_comment)]
     Get(NodeGetArgs),
-    /// Revoke a node: the controller strips its flavor, taints it NoExecute
-    /// `kubeflavor.io/revoked`, and denies its certificate renewals.
+    /// Revoke a node, at once and for good, without waiting for the controller
+    ///
+    /// Steps, each idempotent (run it again to finish a run that stopped):
+    ///   [list]     add the name to kube-system/kubeflavor-revoked-nodes: the API server's
+    ///              admission policy then refuses every write of its kubelet, any Pod
+    ///              created on or bound to it, and any Node created under its name;
+    ///   [binding]  mark its FlavorBinding Revoked (the webhook refuses the node);
+    ///   [taint]    taint its Node kubeflavor.io/revoked:NoExecute and
+    ///              kubeflavor.io/unverified:NoSchedule;
+    ///   [pods]     delete every Pod bound to it (grace period 0): their ServiceAccount
+    ///              tokens stop authenticating;
+    ///   [token]    spend its join token (delete the token Secret): its join line joins
+    ///              no new name.
+    /// The controller strips the flavor and denies certificate renewals. Deleting the
+    /// binding or the Node does not un-revoke: see 'kubeflavor node forget'.
+    /// Needs: update of that ConfigMap, patch of flavorbindings/status and nodes, list and
+    /// delete of pods, get and delete of token Secrets (README, "Cutting revoked nodes off").
+    /// Exit 3 when nothing names the node (no binding, no Node, not listed).
+    #[command(verbatim_doc_comment)]
     Revoke(NodeRevokeArgs),
+    /// Un-revoke a node on purpose: delete its Node and FlavorBinding, then remove it from
+    /// the revocation list
+    ///
+    /// Revocation survives the deletion of the binding or of the Node: only this command
+    /// (or an admin editing kube-system/kubeflavor-revoked-nodes) lifts it. Afterwards the
+    /// name is free: its kubelet may register again, as a node nobody judged (tainted
+    /// kubeflavor.io/unverified, no flavor), and a new join with a live token may bind it.
+    /// Its spent join token stays spent. Exit 3 when nothing named the node.
+    #[command(verbatim_doc_comment)]
+    Forget(NodeForgetArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct NodeForgetArgs {
+    pub name: NodeName,
 }
 
 #[derive(Debug, Args)]
@@ -187,22 +223,81 @@ pub async fn get(cluster: &Cluster, args: &NodeGetArgs, out: &mut dyn Write) -> 
 
 pub async fn revoke(cluster: &Cluster, args: &NodeRevokeArgs, out: &mut dyn Write) -> Result<()> {
     let name = args.name.as_str();
-    match bindings::revoke(&cluster.client, name, &Revocation::ByAdmin).await {
-        Ok(true) => {
-            writeln!(out, "node {name} revoked")?;
-            Ok(())
-        }
-        Ok(false) => {
-            writeln!(out, "node {name} was already revoked")?;
-            Ok(())
-        }
-        Err(kube::Error::Api(s)) if s.is_not_found() => Err(CliError::new(
+    let client = &cluster.client;
+    let known = async {
+        Ok::<bool, kube::Error>(
+            bindings::api(client).get_opt(name).await?.is_some()
+                || kube::Api::<k8s_openapi::api::core::v1::Node>::all(client.clone())
+                    .get_opt(name)
+                    .await?
+                    .is_some()
+                || revocation_list::is_listed(client, name).await?,
+        )
+    };
+    if !known
+        .await
+        .map_err(|e| cluster.error(&format!("read node {name}"), e))?
+    {
+        return Err(CliError::new(
             ExitCode::NotFound,
-            format!("node {name} has no FlavorBinding"),
+            format!("node {name} has no FlavorBinding and no Node"),
             "see 'kubeflavor node list'",
-        )),
-        Err(e) => Err(cluster.error(&format!("revoke node {name}"), e)),
+        ));
     }
+    crate::cmd::revoke_steps::run(cluster, name, &Revocation::ByAdmin, out).await?;
+    writeln!(out, "node {name} revoked")?;
+    Ok(())
+}
+
+pub async fn forget(cluster: &Cluster, args: &NodeForgetArgs, out: &mut dyn Write) -> Result<()> {
+    let name = args.name.as_str();
+    let done = revocation::forget(&cluster.client, name)
+        .await
+        .map_err(|e| cluster.error(&format!("forget node {name}"), e))?;
+    let say = |did: bool, yes: &str, no: &str| if did { yes.to_string() } else { no.to_string() };
+    writeln!(
+        out,
+        "[node] {}",
+        say(
+            done.node_deleted,
+            &format!("Node {name} deleted"),
+            &format!("no Node {name}")
+        )
+    )?;
+    writeln!(
+        out,
+        "[binding] {}",
+        say(
+            done.binding_deleted,
+            &format!("FlavorBinding {name} deleted"),
+            &format!("no FlavorBinding {name}")
+        )
+    )?;
+    writeln!(
+        out,
+        "[list] {}",
+        say(
+            done.unlisted,
+            &format!(
+                "node {name} removed from {}/{}",
+                list_consts::NAMESPACE,
+                list_consts::NAME
+            ),
+            &format!(
+                "node {name} was not in {}/{}",
+                list_consts::NAMESPACE,
+                list_consts::NAME
+            ),
+        )
+    )?;
+    if done == revocation::Forgotten::default() {
+        return Err(CliError::not_found(
+            format!("nothing names node {name} (no Node, no FlavorBinding, not listed)"),
+            "see 'kubeflavor node list'",
+        ));
+    }
+    writeln!(out, "node {name} forgotten: its name is free to join again")?;
+    Ok(())
 }
 
 /// What the API server answered about the node's own requests.

@@ -5,6 +5,7 @@ mod authz;
 mod monitoring;
 mod pods;
 mod rbac;
+mod revoked;
 mod serve;
 mod unverified;
 mod workload;
@@ -319,6 +320,7 @@ pub fn documents(namespace: &str, image: &str, replicas: u16, mode: Mode) -> Vec
     docs.extend(rbac::controller(namespace, mode.approve_serving));
     docs.extend(rbac::bootstrap_tokens(mode.token_node_read));
     docs.extend(unverified::documents());
+    docs.extend(revoked::documents());
     docs.push(workload::deployment(namespace, image, replicas, mode));
     if replicas > 0 {
         docs.push(workload::disruption_budget(namespace));

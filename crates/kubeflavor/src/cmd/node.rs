@@ -319,6 +319,8 @@ pub struct Standing {
     pub binding: Option<BindingStanding>,
     /// The Node's taint keys; `None` when there is no Node (or it could not be read).
     pub node_taints: std::result::Result<Option<Vec<String>>, String>,
+    /// Whether the name is in the revocation list.
+    pub listed: std::result::Result<bool, String>,
     pub api_server: ApiServerAnswer,
     pub serving:
         std::result::Result<Option<crate::controller::csr::serving::ServingCsrState>, String>,
@@ -332,6 +334,9 @@ pub struct BindingStanding {
     pub revoked: bool,
     pub flavored_condition: Option<crate::crd::Condition>,
     pub revoked_condition: Option<crate::crd::Condition>,
+    /// The revocation's records: its token spent, its pods deleted.
+    pub token_spent_condition: Option<crate::crd::Condition>,
+    pub pods_removed_condition: Option<crate::crd::Condition>,
 }
 
 impl BindingStanding {
@@ -346,6 +351,8 @@ impl BindingStanding {
             revoked: b.is_revoked(),
             flavored_condition: condition(crate::crd::CONDITION_FLAVORED),
             revoked_condition: condition(crate::crd::CONDITION_REVOKED),
+            token_spent_condition: condition(crate::crd::CONDITION_TOKEN_SPENT),
+            pods_removed_condition: condition(crate::crd::CONDITION_PODS_REMOVED),
         }
     }
 }
@@ -403,6 +410,9 @@ impl Standing {
                 })
             })
             .map_err(|e| e.to_string());
+        let listed = revocation_list::is_listed(client, node)
+            .await
+            .map_err(|e| e.to_string());
         let api_server = api_server_answer(client, node).await;
         let serving = crate::controller::csr::serving::latest_serving_csr(client, node)
             .await
@@ -411,6 +421,7 @@ impl Standing {
             node: node.to_string(),
             binding: b.map(BindingStanding::of),
             node_taints,
+            listed,
             api_server,
             serving,
         }
@@ -426,12 +437,49 @@ impl Standing {
     /// The lines under `node get`'s table, like kubectl describe's.
     pub fn describe(&self, now: Timestamp) -> String {
         format!(
-            "Judged:   {}\nRevoked:  {}\nCut off:  {}\nServing:  {}\n",
+            "Judged:   {}\nRevoked:  {}\nListed:   {}\nToken:    {}\nPods:     {}\nCut off:  {}\nServing:  {}\n",
             self.judged(),
             self.revoked_line(),
+            self.listed_line(),
+            self.token_line(),
+            self.pods_line(),
             self.cut_off(),
             self.serving_line(now)
         )
+    }
+
+    fn listed_line(&self) -> String {
+        let list = format!("{}/{}", list_consts::NAMESPACE, list_consts::NAME);
+        match &self.listed {
+            Ok(true) => format!(
+                "yes (in {list}: the API server refuses its kubelet's writes and pods on it; 'kubeflavor node forget' lifts it)"
+            ),
+            Ok(false) => format!("no (not in {list})"),
+            Err(e) => format!("unknown (the list could not be read: {e})"),
+        }
+    }
+
+    /// Whether the revocation spent the node's join token.
+    fn token_line(&self) -> String {
+        match &self.binding {
+            Some(b) if b.token_spent_condition.is_some() => {
+                format!("spent ({})", why(&b.token_spent_condition))
+            }
+            Some(b) if b.revoked => {
+                "not recorded as spent (run 'kubeflavor node revoke' again to finish)".into()
+            }
+            Some(_) => "live (not revoked)".into(),
+            None => "unknown (no FlavorBinding names it)".into(),
+        }
+    }
+
+    fn pods_line(&self) -> String {
+        match &self.binding {
+            Some(b) if b.pods_removed_condition.is_some() => {
+                format!("removed ({})", why(&b.pods_removed_condition))
+            }
+            _ => "none removed".into(),
+        }
     }
 
     /// `; the Node ...` about `taint`, worded for whether it should be there (`want`).
@@ -544,8 +592,18 @@ mod tests {
                 flavored_condition: Some(cond("Flavored", "True", "Applied", "")),
                 revoked_condition: revoked
                     .then(|| cond("Revoked", "True", "RevokedByAdmin", "by node revoke")),
+                token_spent_condition: revoked.then(|| {
+                    cond(
+                        "TokenSpent",
+                        "True",
+                        "TokenSecretDeleted",
+                        "token abcdef spent",
+                    )
+                }),
+                pods_removed_condition: None,
             }),
             node_taints: Ok(Some(taints.iter().map(|t| t.to_string()).collect())),
+            listed: Ok(revoked),
             api_server: answer,
             serving: Ok(None),
         }
@@ -581,8 +639,43 @@ mod tests {
         let text = standing(false, ApiServerAnswer::NotRefused, &[]).describe(now);
         assert_eq!(line(&text, "Cut off:"), "no (not revoked)");
         assert_eq!(line(&text, "Revoked:"), "no");
+        assert_eq!(line(&text, "Token:"), "live (not revoked)");
+        assert!(
+            line(&text, "Listed:").starts_with("no (not in kube-system/kubeflavor-revoked-nodes")
+        );
         let text = standing(false, ApiServerAnswer::Unknown("403".into()), &[]).describe(now);
         assert!(line(&text, "Cut off:").starts_with("unknown"));
+    }
+
+    #[test]
+    fn a_revoked_node_says_its_token_is_spent_and_it_is_listed() {
+        let now = Timestamp::UNIX_EPOCH;
+        let refused = ApiServerAnswer::Refused("kubeflavor: node w1 is revoked".into());
+        let mut s = standing(true, refused, &["kubeflavor.io/revoked"]);
+        let text = s.describe(now);
+        assert_eq!(
+            line(&text, "Token:"),
+            "spent (TokenSecretDeleted: token abcdef spent)"
+        );
+        assert!(line(&text, "Listed:").starts_with("yes (in kube-system/kubeflavor-revoked-nodes"));
+        assert_eq!(line(&text, "Pods:"), "none removed");
+        let b = s.binding.as_mut().unwrap();
+        b.token_spent_condition = None;
+        b.pods_removed_condition = Some(cond(
+            "PodsRemoved",
+            "True",
+            "PodsDeleted",
+            "1 pod(s) deleted: default/p",
+        ));
+        let text = s.describe(now);
+        assert!(
+            line(&text, "Token:").starts_with("not recorded as spent"),
+            "{text}"
+        );
+        assert_eq!(
+            line(&text, "Pods:"),
+            "removed (PodsDeleted: 1 pod(s) deleted: default/p)"
+        );
     }
 
     #[test]

@@ -20,6 +20,7 @@ mod leader;
 mod monitoring;
 mod policy;
 mod promql;
+mod revoke;
 mod serve;
 mod serve_shape;
 mod serving;

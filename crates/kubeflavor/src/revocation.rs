@@ -67,6 +67,18 @@ pub async fn revoke(
     by: &str,
     report: &mut (dyn FnMut(Step, &Outcome) + Send),
 ) -> Result<Vec<(Step, Outcome)>, Error> {
+    // Boxed: the steps' futures are large, and callers (the controller's loops, a command)
+    // run inside deep futures of their own on a worker thread's stack.
+    Box::pin(steps(client, node, why, by, report)).await
+}
+
+async fn steps(
+    client: &Client,
+    node: &str,
+    why: &Revocation,
+    by: &str,
+    report: &mut (dyn FnMut(Step, &Outcome) + Send),
+) -> Result<Vec<(Step, Outcome)>, Error> {
     let mut done = Vec::new();
     let mut record = |step: Step, outcome: Outcome| {
         report(step, &outcome);

@@ -303,3 +303,74 @@ async fn node_revoke_alone_cuts_the_node_off_for_good_until_forgotten() {
 
     let _ = admin_sas.delete(&sa, &DeleteParams::default()).await;
 }
+
+/// A revocation that did not run to the end (here: only the binding's condition, as an
+/// older CLI wrote it) is finished by the leader: the name is listed, its join token
+/// spent; and a pod that appears on the node (where admission does not refuse it) is
+/// deleted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_leader_finishes_a_revocation_it_finds_and_keeps_pods_off() {
+    let h = Harness::start().await;
+    let f = h.gold_flavor("rvl").await;
+    // Two uses, one left: the controller does not delete it as exhausted (P4), so its
+    // deletion below is the revocation's.
+    let t = h.token(&f, 2, None).await;
+    let node = h.name("rvl");
+    let csr = format!("{node}-csr");
+    let ctl = h.start_controller(h.options("ctl"));
+    h.submit_csr(&h.bootstrap_client(&t).await, &csr, &node)
+        .await;
+    assert_eq!(h.decision(&csr).await, "Approved");
+    h.register_node(&csr, &node, &[], &[]).await;
+
+    kubeflavor::cluster::bindings::revoke(
+        &h.admin,
+        &node,
+        &kubeflavor_core::node_state::Revocation::ByAdmin,
+    )
+    .await
+    .unwrap();
+    within(
+        "the leader to list the name",
+        kube::runtime::wait::await_condition(
+            Api::<ConfigMap>::namespaced(h.admin.clone(), "kube-system"),
+            "kubeflavor-revoked-nodes",
+            |cm: Option<&ConfigMap>| {
+                cm.and_then(|c| c.data.as_ref())
+                    .is_some_and(|d| d.contains_key(&node))
+            },
+        ),
+    )
+    .await
+    .unwrap();
+    h.token_gone(&t).await;
+
+    let pp = PostParams::default();
+    let pods = Api::<Pod>::namespaced(h.admin.clone(), "default");
+    let pod = h.name("rvl-p");
+    match pods.create(&pp, &pod_on(&node, &pod, "default")).await {
+        Ok(created) => {
+            assert!(
+                !admission_reads_the_list(&h),
+                "admission let a pod onto a listed node"
+            );
+            let uid = created.metadata.uid.unwrap();
+            within(
+                "the leader to delete the pod bound to the revoked node",
+                kube::runtime::wait::await_condition(
+                    pods.clone(),
+                    &pod,
+                    kube::runtime::wait::conditions::is_deleted(&uid),
+                ),
+            )
+            .await
+            .unwrap();
+        }
+        Err(kube::Error::Api(s)) if s.code == 422 => {
+            assert!(admission_reads_the_list(&h), "{s:?}")
+        }
+        Err(e) => panic!("{e:?}"),
+    }
+    ctl.stop().await;
+    h.env.kf(&["node", "forget", &node]).await.expect_ok();
+}

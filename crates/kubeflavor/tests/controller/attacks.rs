@@ -137,6 +137,7 @@ async fn a_revocation_before_the_approval_is_not_ignored() {
     // the token gone, whichever it reads first.
     trail_names(&h, &csr, &["binding_revoked", "token_missing"]).await;
     ctl.stop().await;
+    h.env.kf(&["node", "forget", &node]).await.expect_ok();
 }
 
 /// A burst of bad CSRs from one token, decided at once, against a denial limit of

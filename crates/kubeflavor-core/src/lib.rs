@@ -16,6 +16,7 @@ pub mod names;
 pub mod node_cutoff;
 pub mod node_state;
 pub mod policy;
+pub mod revocation_list;
 pub mod serving_csr;
 pub mod serving_policy;
 pub mod taint;

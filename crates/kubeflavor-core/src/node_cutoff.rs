@@ -8,15 +8,17 @@
 //! request the answer is "no opinion", so Node and RBAC decide exactly as without the
 //! webhook: the webhook can only take rights away, never grant any.
 //!
-//! A name stays cut off while either of two marks stands, so no single deletion brings a
+//! A name stays cut off while any of three marks stands, so no single deletion brings a
 //! revoked node back:
 //! - its FlavorBinding's Revoked condition is True (`kubeflavor node revoke`);
 //! - its Node carries the NoExecute taint `kubeflavor.io/revoked` (the controller sets it on
 //!   revocation and keeps it when the revoked binding is deleted; NodeRestriction forbids a
-//!   kubelet to change its own taints, and a cut-off kubelet cannot delete its Node).
+//!   kubelet to change its own taints, and a cut-off kubelet cannot delete its Node);
+//! - its name is listed in the revocation list `kube-system/kubeflavor-revoked-nodes`
+//!   (`crate::revocation_list`), which `node revoke` writes first and only `node forget`
+//!   empties: it survives the deletion of both the binding and the Node.
 //!
-//! Un-revoking is therefore a deliberate act of an administrator: delete the binding and
-//! the Node (or remove the taint).
+//! Un-revoking is therefore a deliberate act of an administrator: `kubeflavor node forget`.
 
 /// The group every kubelet identity is in (Node authorizer's `NodeIdentity`).
 pub const NODES_GROUP: &str = "system:nodes";
@@ -30,6 +32,8 @@ pub enum CutOff {
     BindingRevoked,
     /// Its Node still carries `kubeflavor.io/revoked` (the binding is gone or not revoked).
     NodeMarkedRevoked,
+    /// Its name is in the revocation list (binding and Node may both be gone).
+    Listed,
 }
 
 /// Whether a Node taint is the revocation mark: `kubeflavor.io/revoked` with effect
@@ -75,6 +79,9 @@ pub fn reason(node: &str, why: CutOff) -> String {
         ),
         CutOff::NodeMarkedRevoked => format!(
             "kubeflavor: node {node} was revoked (its Node carries the taint kubeflavor.io/revoked); its certificate authenticates it but authorizes nothing"
+        ),
+        CutOff::Listed => format!(
+            "kubeflavor: node {node} was revoked (listed in kube-system/kubeflavor-revoked-nodes); its certificate authenticates it but authorizes nothing"
         ),
     }
 }
@@ -141,6 +148,19 @@ mod tests {
     }
 
     #[test]
+    fn a_listed_name_stays_denied_with_neither_binding_nor_node() {
+        let answer = decide(
+            "system:node:w1",
+            &nodes(),
+            revoked(&[("w1", CutOff::Listed)]),
+        );
+        assert!(
+            matches!(&answer, Answer::Denied(r) if r.contains("kubeflavor-revoked-nodes")),
+            "{answer:?}"
+        );
+    }
+
+    #[test]
     fn node_not_revoked_gets_no_opinion() {
         let answer = decide(
             "system:node:w2",
@@ -181,7 +201,7 @@ mod tests {
             name in "[a-z0-9][a-z0-9.-]{0,20}",
             other in "[a-z0-9][a-z0-9.-]{0,20}",
             in_group in any::<bool>(),
-            marked in proptest::option::of(prop_oneof![Just(CutOff::BindingRevoked), Just(CutOff::NodeMarkedRevoked)]),
+            marked in proptest::option::of(prop_oneof![Just(CutOff::BindingRevoked), Just(CutOff::NodeMarkedRevoked), Just(CutOff::Listed)]),
         ) {
             let groups = if in_group { nodes() } else { vec!["system:authenticated".into()] };
             let cut = |n: &str| if n == name { marked } else { None };

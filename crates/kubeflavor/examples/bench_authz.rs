@@ -147,6 +147,8 @@ fn index_of(bindings: usize, revoked_every: usize) -> CutOffIndex {
     index.apply(Mark::Binding, Event::InitDone);
     index.apply(Mark::Node, Event::Init);
     index.apply(Mark::Node, Event::InitDone);
+    index.apply_list(Event::Init);
+    index.apply_list(Event::InitDone);
     index
 }
 

@@ -15,6 +15,7 @@ pub mod join;
 pub mod minting;
 pub mod ops;
 pub mod output;
+pub mod revocation;
 pub mod serve;
 
 use std::ffi::OsString;

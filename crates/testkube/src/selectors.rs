@@ -119,6 +119,12 @@ fn supported_field(info: &ResourceInfo, field: &str) -> bool {
     matches!(
         (info.resource.as_str(), field),
         ("certificatesigningrequests", "spec.signerName")
+            // pkg/registry/core/pod/strategy.go, PodToSelectableFields (a subset).
+            | ("pods", "spec.nodeName")
+            | ("pods", "spec.serviceAccountName")
+            | ("pods", "spec.schedulerName")
+            | ("pods", "spec.restartPolicy")
+            | ("pods", "status.phase")
             | ("secrets", "type")
             | ("nodes", "spec.unschedulable")
             | ("namespaces", "status.phase")

@@ -1,6 +1,7 @@
 //! How current a replica's index is known to be (`kubeflavor_core::index_freshness`).
 //!
-//! The clock moves only while both watches have listed since their last failure and the
+//! The clock moves only while the three watches (FlavorBindings, Nodes, the revocation
+//! list) have listed since their last failure and the
 //! API server answers a cheap probe (GET /version, every second): a watch that fails, or a
 //! probe that fails, stops it until the watches are started again and have listed
 //! everything anew. A watch resumed after a silent partition would otherwise be believed
@@ -19,8 +20,8 @@ pub const PROBE_EVERY: Duration = Duration::from_secs(1);
 
 #[derive(Debug, Default)]
 struct Clock {
-    /// Each watch (bindings, nodes) has listed since it last started.
-    listed: [bool; 2],
+    /// Each watch (bindings, nodes, the revocation list) has listed since it last started.
+    listed: [bool; 3],
     confirmed: Option<Instant>,
 }
 
@@ -32,6 +33,7 @@ fn slot(mark: Mark) -> usize {
     match mark {
         Mark::Binding => 0,
         Mark::Node => 1,
+        Mark::Listed => 2,
     }
 }
 
@@ -40,24 +42,24 @@ impl Freshness {
         self.0.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The watches are (re)starting: nothing confirms the index until both have listed.
+    /// The watches are (re)starting: nothing confirms the index until all have listed.
     pub fn watches_down(&self) {
-        self.clock().listed = [false, false];
+        self.clock().listed = [false; 3];
     }
 
-    /// The watch of `mark` finished listing at `at`; once both have, the index is current.
+    /// The watch of `mark` finished listing at `at`; once all have, the index is current.
     pub fn listed(&self, mark: Mark, at: Instant) {
         let mut clock = self.clock();
         clock.listed[slot(mark)] = true;
-        if clock.listed == [true, true] {
+        if clock.listed == [true; 3] {
             clock.confirmed = Some(at);
         }
     }
 
-    /// The API server answered a probe sent at `at`: current then, if both watches are up.
+    /// The API server answered a probe sent at `at`: current then, if every watch is up.
     pub fn confirm(&self, at: Instant) {
         let mut clock = self.clock();
-        if clock.listed == [true, true] {
+        if clock.listed == [true; 3] {
             clock.confirmed = clock.confirmed.max(Some(at));
         }
     }

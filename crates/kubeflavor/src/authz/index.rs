@@ -1,6 +1,7 @@
 //! What every replica knows, in memory, of which node names are cut off: the names whose
-//! FlavorBinding is revoked and the names whose Node carries `kubeflavor.io/revoked`, fed
-//! by two watches. The webhook answers from here alone, never with an API call per request.
+//! FlavorBinding is revoked, the names whose Node carries `kubeflavor.io/revoked`, and the
+//! names in the revocation list (`kube-system/kubeflavor-revoked-nodes`), fed by three
+//! watches. The webhook answers from here alone, never with an API call per request.
 //!
 //! A watch that restarts lists everything again; the names it lists are gathered aside and
 //! replace the previous set only once the list is complete, so a relist never opens a
@@ -10,11 +11,12 @@ use std::collections::HashSet;
 use std::sync::RwLock;
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::core::v1::{ConfigMap, Node};
 use kube::runtime::watcher as watch_stream;
 use kube::runtime::watcher::{self, Event};
 use kube::{Api, Client, ResourceExt};
 use kubeflavor_core::node_cutoff::{self, CutOff};
+use kubeflavor_core::revocation_list;
 use tokio::sync::watch;
 
 use super::freshness::{self, Freshness};
@@ -27,6 +29,8 @@ pub enum Mark {
     Binding,
     /// Nodes tainted `kubeflavor.io/revoked`.
     Node,
+    /// Names in the revocation list.
+    Listed,
 }
 
 #[derive(Debug, Default)]
@@ -53,14 +57,29 @@ impl Names {
                     gathered.insert(name);
                 }
             }
-            Event::InitDone => {
-                if let Some(gathered) = self.relisting.take() {
-                    self.live = gathered;
-                }
-                let first = !self.synced;
-                self.synced = true;
-                return first;
-            }
+            Event::InitDone => return self.init_done(),
+        }
+        false
+    }
+
+    fn init_done(&mut self) -> bool {
+        if let Some(gathered) = self.relisting.take() {
+            self.live = gathered;
+        }
+        let first = !self.synced;
+        self.synced = true;
+        first
+    }
+
+    /// The revocation list is one object whose keys are the names: each event carries the
+    /// whole set, which replaces the last (a deleted list lists nothing).
+    fn apply_set(&mut self, event: Event<HashSet<String>>) -> bool {
+        match event {
+            Event::Apply(names) => self.live = names,
+            Event::Delete(_) => self.live.clear(),
+            Event::Init => self.relisting = Some(HashSet::new()),
+            Event::InitApply(names) => self.relisting = Some(names),
+            Event::InitDone => return self.init_done(),
         }
         false
     }
@@ -71,6 +90,7 @@ impl Names {
 pub struct CutOffIndex {
     bindings: RwLock<Names>,
     nodes: RwLock<Names>,
+    listed: RwLock<Names>,
     synced: watch::Sender<bool>,
     /// Bumped on every event applied, for [`CutOffIndex::until`].
     applied: watch::Sender<u64>,
@@ -83,6 +103,7 @@ impl Default for CutOffIndex {
         CutOffIndex {
             bindings: Default::default(),
             nodes: Default::default(),
+            listed: Default::default(),
             synced: watch::Sender::new(false),
             applied: watch::Sender::new(0),
             freshness: Freshness::default(),
@@ -100,13 +121,16 @@ impl CutOffIndex {
         if read(&self.bindings).live.contains(node) {
             return Some(CutOff::BindingRevoked);
         }
-        read(&self.nodes)
+        if read(&self.nodes).live.contains(node) {
+            return Some(CutOff::NodeMarkedRevoked);
+        }
+        read(&self.listed)
             .live
             .contains(node)
-            .then_some(CutOff::NodeMarkedRevoked)
+            .then_some(CutOff::Listed)
     }
 
-    /// Both watches have listed everything once: the index may be trusted.
+    /// Every watch has listed everything once: the index may be trusted.
     pub fn is_synced(&self) -> bool {
         *self.synced.borrow()
     }
@@ -136,6 +160,7 @@ impl CutOffIndex {
         match mark {
             Mark::Binding => &self.bindings,
             Mark::Node => &self.nodes,
+            Mark::Listed => &self.listed,
         }
     }
 
@@ -148,13 +173,32 @@ impl CutOffIndex {
             let mut names = self.lock(mark).write().unwrap_or_else(|p| p.into_inner());
             names.apply(event)
         };
+        self.after_event(first_sync);
+    }
+
+    /// Applies one event of the revocation list's watch, mapped to its names.
+    pub fn apply_list(&self, event: Event<HashSet<String>>) {
+        if matches!(event, Event::InitDone) {
+            self.freshness.listed(Mark::Listed, tokio::time::Instant::now());
+        }
+        let first_sync = {
+            let mut names = self.listed.write().unwrap_or_else(|p| p.into_inner());
+            names.apply_set(event)
+        };
+        self.after_event(first_sync);
+    }
+
+    fn after_event(&self, first_sync: bool) {
         self.applied.send_modify(|n| *n += 1);
         if first_sync {
-            let both = read(&self.bindings).synced && read(&self.nodes).synced;
-            if both {
+            let all = read(&self.bindings).synced
+                && read(&self.nodes).synced
+                && read(&self.listed).synced;
+            if all {
                 tracing::info!(
                     revoked_bindings = self.len(Mark::Binding),
                     revoked_nodes = self.len(Mark::Node),
+                    listed = self.len(Mark::Listed),
                     "authorization webhook index synced"
                 );
                 self.synced.send_replace(true);
@@ -162,9 +206,9 @@ impl CutOffIndex {
         }
     }
 
-    /// Feeds the index from watches of FlavorBindings and Nodes until the future is
-    /// dropped, and keeps its freshness clock: at the first failure of a watch or of the
-    /// API server's probe, both watches start again and list everything (the names known
+    /// Feeds the index from watches of FlavorBindings, Nodes and the revocation list until
+    /// the future is dropped, and keeps its freshness clock: at the first failure of a
+    /// watch or of the API server's probe, the watches start again and list everything (the names known
     /// stay until the new list is complete).
     pub async fn feed(&self, client: Client) {
         loop {
@@ -178,24 +222,39 @@ impl CutOffIndex {
         }
     }
 
-    /// Applies both watches' events; returns at the first error of either.
+    /// Applies the three watches' events; returns at the first error of any.
     async fn watch(&self, client: Client) -> String {
         let bindings = watch_stream(
             Api::<FlavorBinding>::all(client.clone()),
             watcher::Config::default(),
         )
-        .map(|e| (Mark::Binding, e.map(|e| map_event(e, binding_mark))));
-        let nodes = watch_stream(Api::<Node>::all(client), watcher::Config::default())
-            .map(|e| (Mark::Node, e.map(|e| map_event(e, node_mark))));
-        let mut events = std::pin::pin!(futures::stream::select(bindings, nodes));
+        .map(|e| (Mark::Binding, e.map(|e| Fed::Marks(map_event(e, binding_mark)))));
+        let nodes = watch_stream(Api::<Node>::all(client.clone()), watcher::Config::default())
+            .map(|e| (Mark::Node, e.map(|e| Fed::Marks(map_event(e, node_mark)))));
+        let list_config =
+            watcher::Config::default().fields(&format!("metadata.name={}", revocation_list::NAME));
+        let listed = watch_stream(
+            Api::<ConfigMap>::namespaced(client, revocation_list::NAMESPACE),
+            list_config,
+        )
+        .map(|e| (Mark::Listed, e.map(|e| Fed::List(map_event(e, listed_names)))));
+        let mut events =
+            std::pin::pin!(futures::stream::select(futures::stream::select(bindings, nodes), listed));
         while let Some((mark, event)) = events.next().await {
             match event {
-                Ok(event) => self.apply(mark, event),
+                Ok(Fed::Marks(event)) => self.apply(mark, event),
+                Ok(Fed::List(event)) => self.apply_list(event),
                 Err(e) => return format!("watching {mark:?} marks failed: {e}"),
             }
         }
         "the watches ended".into()
     }
+}
+
+/// One watch's event, mapped to what the index keeps.
+enum Fed {
+    Marks(Event<(String, bool)>),
+    List(Event<HashSet<String>>),
 }
 
 fn binding_mark(b: &FlavorBinding) -> (String, bool) {
@@ -204,6 +263,14 @@ fn binding_mark(b: &FlavorBinding) -> (String, bool) {
 
 fn node_mark(n: &Node) -> (String, bool) {
     (n.name_any(), node_is_marked(n))
+}
+
+/// The names of the revocation list.
+fn listed_names(cm: &ConfigMap) -> HashSet<String> {
+    cm.data
+        .as_ref()
+        .map(|d| d.keys().cloned().collect())
+        .unwrap_or_default()
 }
 
 /// The Node carries kubeflavor's revoked taint (any value; NoExecute, as the controller
@@ -218,7 +285,7 @@ pub fn node_is_marked(node: &Node) -> bool {
         })
 }
 
-fn map_event<K>(ev: Event<K>, mark: fn(&K) -> (String, bool)) -> Event<(String, bool)> {
+fn map_event<K, T>(ev: Event<K>, mark: fn(&K) -> T) -> Event<T> {
     match ev {
         Event::Apply(k) => Event::Apply(mark(&k)),
         Event::Delete(k) => Event::Delete(mark(&k)),
@@ -243,7 +310,28 @@ mod tests {
             index.apply(mark, Event::Init);
             index.apply(mark, Event::InitDone);
         }
+        index.apply_list(Event::Init);
+        index.apply_list(Event::InitDone);
         index
+    }
+
+    fn set(names: &[&str]) -> HashSet<String> {
+        names.iter().map(|n| n.to_string()).collect()
+    }
+
+    #[test]
+    fn a_listed_name_stays_cut_off_when_binding_and_node_are_gone() {
+        let index = synced_index();
+        index.apply(Mark::Binding, Event::Apply(named("w1", true)));
+        index.apply(Mark::Node, Event::Apply(named("w1", true)));
+        index.apply_list(Event::Apply(set(&["w1"])));
+        index.apply(Mark::Binding, Event::Delete(named("w1", true)));
+        index.apply(Mark::Node, Event::Delete(named("w1", true)));
+        assert_eq!(index.cut_off("w1"), Some(CutOff::Listed));
+        // `node forget` removes the name: the list's next version no longer has it.
+        index.apply_list(Event::Apply(set(&["w2"])));
+        assert_eq!(index.cut_off("w1"), None);
+        assert_eq!(index.cut_off("w2"), Some(CutOff::Listed));
     }
 
     #[test]
@@ -294,7 +382,12 @@ mod tests {
         assert!(!index.is_synced());
         index.apply(Mark::Node, Event::Init);
         index.apply(Mark::Node, Event::InitDone);
+        assert!(!index.is_synced(), "the list is not listed yet");
+        index.apply_list(Event::Init);
+        index.apply_list(Event::InitApply(set(&["w1"])));
+        index.apply_list(Event::InitDone);
         assert!(index.is_synced());
+        assert_eq!(index.cut_off("w1"), Some(CutOff::Listed));
     }
 
     #[test]

@@ -383,6 +383,8 @@ mod tests {
             index.apply(mark, Event::Init);
             index.apply(mark, Event::InitDone);
         }
+        index.apply_list(Event::Init);
+        index.apply_list(Event::InitDone);
         index.apply(Mark::Binding, Event::Apply(("w1".to_string(), true)));
         let opts = Options {
             address: ([127, 0, 0, 1], 0).into(),

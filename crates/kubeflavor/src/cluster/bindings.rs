@@ -96,3 +96,26 @@ pub async fn names_of_flavor(
         .map(|b| b.name_any())
         .collect())
 }
+
+/// Sets condition `type_` True on the binding `name` (a revocation step's record):
+/// `false` when it was True already; NotFound when there is no binding.
+pub async fn set_condition(
+    client: &Client,
+    name: &str,
+    type_: &str,
+    reason: &str,
+    message: &str,
+) -> Result<bool, kube::Error> {
+    loop {
+        let binding = api(client).get(name).await?;
+        let Some(status) = binding.with_condition(type_, reason, message) else {
+            return Ok(false);
+        };
+        let rv = binding.resource_version().unwrap_or_default();
+        match write_status(client, name, &rv, &status).await {
+            Ok(_) => return Ok(true),
+            Err(kube::Error::Api(s)) if s.is_conflict() => continue,
+            Err(e) => return Err(e),
+        }
+    }
+}

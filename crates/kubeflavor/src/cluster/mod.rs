@@ -7,8 +7,10 @@ pub mod bindings;
 pub mod cache_lag;
 mod errors;
 mod resolve;
+pub mod revocation_list;
 pub mod token_secrets;
 pub mod unverified_policy;
+pub mod whoami;
 
 /// The field manager of every write the CLI makes with server-side apply (`flavor apply`,
 /// `install --apply`); the controller's is `controller::FIELD_MANAGER`.

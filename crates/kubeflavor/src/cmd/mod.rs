@@ -8,6 +8,7 @@ pub mod flavor;
 pub mod install;
 pub mod join;
 pub mod node;
+pub mod revoke_steps;
 pub mod serve;
 pub mod token;
 
@@ -111,6 +112,9 @@ pub async fn execute(cli: Cli, out: &mut dyn Write) -> Result<()> {
         }
         Command::Node(node::NodeCommand::Revoke(args)) => {
             node::revoke(&connect(&global).await?, &args, out).await
+        }
+        Command::Node(node::NodeCommand::Forget(args)) => {
+            node::forget(&connect(&global).await?, &args, out).await
         }
         Command::Flavor(command) => flavor::execute(command, &connect(&global).await?, out).await,
         Command::Certs(command) => certs::execute(command, &global, out).await,

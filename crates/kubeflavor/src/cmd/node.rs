@@ -1,7 +1,8 @@
-//! `kubeflavor node list|get|revoke`: the FlavorBindings, i.e. which node joined with which
-//! token and flavor, and revocation. Revoking marks the binding (its `Revoked` condition);
-//! the controller then removes the flavor labels, adds the NoExecute taint
-//! `kubeflavor.io/revoked` and denies the node's renewals.
+//! `kubeflavor node list|get|revoke|forget`: the FlavorBindings, i.e. which node joined with
+//! which token and flavor, and revocation. `node revoke` does every step of a revocation
+//! itself (`crate::revocation`: the revocation list, the binding, the Node's taints, the
+//! pods, the join token), so it holds without a controller leader; the controller then also
+//! removes the flavor labels and denies the node's renewals. `node forget` un-revokes.
 
 use std::io::Write;
 
@@ -12,11 +13,14 @@ use kubeflavor_core::flavor::{REVOKED_TAINT, UNVERIFIED_TAINT};
 use kubeflavor_core::names::NodeName;
 use kubeflavor_core::node_state::Revocation;
 
-use crate::cluster::{Cluster, bindings};
+use kubeflavor_core::revocation_list as list_consts;
+
+use crate::cluster::{Cluster, bindings, revocation_list};
 use crate::crd::FlavorBinding;
 use crate::error::{CliError, Result};
 use crate::exit::ExitCode;
 use crate::output::{self, Format, Table};
+use crate::revocation;
 
 #[derive(Debug, Subcommand)]
 pub enum NodeCommand {
@@ -42,9 +46,41 @@ pub enum NodeCommand {
     /// `-o json|yaml` print the binding object alone.
     #[command(verbatim_doc_comment)]
     Get(NodeGetArgs),
-    /// Revoke a node: the controller strips its flavor, taints it NoExecute
-    /// `kubeflavor.io/revoked`, and denies its certificate renewals.
+    /// Revoke a node, at once and for good, without waiting for the controller
+    ///
+    /// Steps, each idempotent (run it again to finish a run that stopped):
+    ///   [list]     add the name to kube-system/kubeflavor-revoked-nodes: the API server's
+    ///              admission policy then refuses every write of its kubelet, any Pod
+    ///              created on or bound to it, and any Node created under its name;
+    ///   [binding]  mark its FlavorBinding Revoked (the webhook refuses the node);
+    ///   [taint]    taint its Node kubeflavor.io/revoked:NoExecute and
+    ///              kubeflavor.io/unverified:NoSchedule;
+    ///   [pods]     delete every Pod bound to it (grace period 0): their ServiceAccount
+    ///              tokens stop authenticating;
+    ///   [token]    spend its join token (delete the token Secret): its join line joins
+    ///              no new name.
+    /// The controller strips the flavor and denies certificate renewals. Deleting the
+    /// binding or the Node does not un-revoke: see 'kubeflavor node forget'.
+    /// Needs: update of that ConfigMap, patch of flavorbindings/status and nodes, list and
+    /// delete of pods, get and delete of token Secrets (README, "Cutting revoked nodes off").
+    /// Exit 3 when nothing names the node (no binding, no Node, not listed).
+    #[command(verbatim_doc_comment)]
     Revoke(NodeRevokeArgs),
+    /// Un-revoke a node on purpose: delete its Node and FlavorBinding, then remove it from
+    /// the revocation list
+    ///
+    /// Revocation survives the deletion of the binding or of the Node: only this command
+    /// (or an admin editing kube-system/kubeflavor-revoked-nodes) lifts it. Afterwards the
+    /// name is free: its kubelet may register again, as a node nobody judged (tainted
+    /// kubeflavor.io/unverified, no flavor), and a new join with a live token may bind it.
+    /// Its spent join token stays spent. Exit 3 when nothing named the node.
+    #[command(verbatim_doc_comment)]
+    Forget(NodeForgetArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct NodeForgetArgs {
+    pub name: NodeName,
 }
 
 #[derive(Debug, Args)]
@@ -187,22 +223,81 @@ pub async fn get(cluster: &Cluster, args: &NodeGetArgs, out: &mut dyn Write) -> 
 
 pub async fn revoke(cluster: &Cluster, args: &NodeRevokeArgs, out: &mut dyn Write) -> Result<()> {
     let name = args.name.as_str();
-    match bindings::revoke(&cluster.client, name, &Revocation::ByAdmin).await {
-        Ok(true) => {
-            writeln!(out, "node {name} revoked")?;
-            Ok(())
-        }
-        Ok(false) => {
-            writeln!(out, "node {name} was already revoked")?;
-            Ok(())
-        }
-        Err(kube::Error::Api(s)) if s.is_not_found() => Err(CliError::new(
+    let client = &cluster.client;
+    let known = async {
+        Ok::<bool, kube::Error>(
+            bindings::api(client).get_opt(name).await?.is_some()
+                || kube::Api::<k8s_openapi::api::core::v1::Node>::all(client.clone())
+                    .get_opt(name)
+                    .await?
+                    .is_some()
+                || revocation_list::is_listed(client, name).await?,
+        )
+    };
+    if !known
+        .await
+        .map_err(|e| cluster.error(&format!("read node {name}"), e))?
+    {
+        return Err(CliError::new(
             ExitCode::NotFound,
-            format!("node {name} has no FlavorBinding"),
+            format!("node {name} has no FlavorBinding and no Node"),
             "see 'kubeflavor node list'",
-        )),
-        Err(e) => Err(cluster.error(&format!("revoke node {name}"), e)),
+        ));
     }
+    crate::cmd::revoke_steps::run(cluster, name, &Revocation::ByAdmin, out).await?;
+    writeln!(out, "node {name} revoked")?;
+    Ok(())
+}
+
+pub async fn forget(cluster: &Cluster, args: &NodeForgetArgs, out: &mut dyn Write) -> Result<()> {
+    let name = args.name.as_str();
+    let done = revocation::forget(&cluster.client, name)
+        .await
+        .map_err(|e| cluster.error(&format!("forget node {name}"), e))?;
+    let say = |did: bool, yes: &str, no: &str| if did { yes.to_string() } else { no.to_string() };
+    writeln!(
+        out,
+        "[node] {}",
+        say(
+            done.node_deleted,
+            &format!("Node {name} deleted"),
+            &format!("no Node {name}")
+        )
+    )?;
+    writeln!(
+        out,
+        "[binding] {}",
+        say(
+            done.binding_deleted,
+            &format!("FlavorBinding {name} deleted"),
+            &format!("no FlavorBinding {name}")
+        )
+    )?;
+    writeln!(
+        out,
+        "[list] {}",
+        say(
+            done.unlisted,
+            &format!(
+                "node {name} removed from {}/{}",
+                list_consts::NAMESPACE,
+                list_consts::NAME
+            ),
+            &format!(
+                "node {name} was not in {}/{}",
+                list_consts::NAMESPACE,
+                list_consts::NAME
+            ),
+        )
+    )?;
+    if done == revocation::Forgotten::default() {
+        return Err(CliError::not_found(
+            format!("nothing names node {name} (no Node, no FlavorBinding, not listed)"),
+            "see 'kubeflavor node list'",
+        ));
+    }
+    writeln!(out, "node {name} forgotten: its name is free to join again")?;
+    Ok(())
 }
 
 /// What the API server answered about the node's own requests.
@@ -224,6 +319,8 @@ pub struct Standing {
     pub binding: Option<BindingStanding>,
     /// The Node's taint keys; `None` when there is no Node (or it could not be read).
     pub node_taints: std::result::Result<Option<Vec<String>>, String>,
+    /// Whether the name is in the revocation list.
+    pub listed: std::result::Result<bool, String>,
     pub api_server: ApiServerAnswer,
     pub serving:
         std::result::Result<Option<crate::controller::csr::serving::ServingCsrState>, String>,
@@ -237,6 +334,9 @@ pub struct BindingStanding {
     pub revoked: bool,
     pub flavored_condition: Option<crate::crd::Condition>,
     pub revoked_condition: Option<crate::crd::Condition>,
+    /// The revocation's records: its token spent, its pods deleted.
+    pub token_spent_condition: Option<crate::crd::Condition>,
+    pub pods_removed_condition: Option<crate::crd::Condition>,
 }
 
 impl BindingStanding {
@@ -251,6 +351,8 @@ impl BindingStanding {
             revoked: b.is_revoked(),
             flavored_condition: condition(crate::crd::CONDITION_FLAVORED),
             revoked_condition: condition(crate::crd::CONDITION_REVOKED),
+            token_spent_condition: condition(crate::crd::CONDITION_TOKEN_SPENT),
+            pods_removed_condition: condition(crate::crd::CONDITION_PODS_REMOVED),
         }
     }
 }
@@ -308,6 +410,9 @@ impl Standing {
                 })
             })
             .map_err(|e| e.to_string());
+        let listed = revocation_list::is_listed(client, node)
+            .await
+            .map_err(|e| e.to_string());
         let api_server = api_server_answer(client, node).await;
         let serving = crate::controller::csr::serving::latest_serving_csr(client, node)
             .await
@@ -316,6 +421,7 @@ impl Standing {
             node: node.to_string(),
             binding: b.map(BindingStanding::of),
             node_taints,
+            listed,
             api_server,
             serving,
         }
@@ -331,12 +437,49 @@ impl Standing {
     /// The lines under `node get`'s table, like kubectl describe's.
     pub fn describe(&self, now: Timestamp) -> String {
         format!(
-            "Judged:   {}\nRevoked:  {}\nCut off:  {}\nServing:  {}\n",
+            "Judged:   {}\nRevoked:  {}\nListed:   {}\nToken:    {}\nPods:     {}\nCut off:  {}\nServing:  {}\n",
             self.judged(),
             self.revoked_line(),
+            self.listed_line(),
+            self.token_line(),
+            self.pods_line(),
             self.cut_off(),
             self.serving_line(now)
         )
+    }
+
+    fn listed_line(&self) -> String {
+        let list = format!("{}/{}", list_consts::NAMESPACE, list_consts::NAME);
+        match &self.listed {
+            Ok(true) => format!(
+                "yes (in {list}: the API server refuses its kubelet's writes and pods on it; 'kubeflavor node forget' lifts it)"
+            ),
+            Ok(false) => format!("no (not in {list})"),
+            Err(e) => format!("unknown (the list could not be read: {e})"),
+        }
+    }
+
+    /// Whether the revocation spent the node's join token.
+    fn token_line(&self) -> String {
+        match &self.binding {
+            Some(b) if b.token_spent_condition.is_some() => {
+                format!("spent ({})", why(&b.token_spent_condition))
+            }
+            Some(b) if b.revoked => {
+                "not recorded as spent (run 'kubeflavor node revoke' again to finish)".into()
+            }
+            Some(_) => "live (not revoked)".into(),
+            None => "unknown (no FlavorBinding names it)".into(),
+        }
+    }
+
+    fn pods_line(&self) -> String {
+        match &self.binding {
+            Some(b) if b.pods_removed_condition.is_some() => {
+                format!("removed ({})", why(&b.pods_removed_condition))
+            }
+            _ => "none removed".into(),
+        }
     }
 
     /// `; the Node ...` about `taint`, worded for whether it should be there (`want`).
@@ -449,8 +592,18 @@ mod tests {
                 flavored_condition: Some(cond("Flavored", "True", "Applied", "")),
                 revoked_condition: revoked
                     .then(|| cond("Revoked", "True", "RevokedByAdmin", "by node revoke")),
+                token_spent_condition: revoked.then(|| {
+                    cond(
+                        "TokenSpent",
+                        "True",
+                        "TokenSecretDeleted",
+                        "token abcdef spent",
+                    )
+                }),
+                pods_removed_condition: None,
             }),
             node_taints: Ok(Some(taints.iter().map(|t| t.to_string()).collect())),
+            listed: Ok(revoked),
             api_server: answer,
             serving: Ok(None),
         }
@@ -486,8 +639,43 @@ mod tests {
         let text = standing(false, ApiServerAnswer::NotRefused, &[]).describe(now);
         assert_eq!(line(&text, "Cut off:"), "no (not revoked)");
         assert_eq!(line(&text, "Revoked:"), "no");
+        assert_eq!(line(&text, "Token:"), "live (not revoked)");
+        assert!(
+            line(&text, "Listed:").starts_with("no (not in kube-system/kubeflavor-revoked-nodes")
+        );
         let text = standing(false, ApiServerAnswer::Unknown("403".into()), &[]).describe(now);
         assert!(line(&text, "Cut off:").starts_with("unknown"));
+    }
+
+    #[test]
+    fn a_revoked_node_says_its_token_is_spent_and_it_is_listed() {
+        let now = Timestamp::UNIX_EPOCH;
+        let refused = ApiServerAnswer::Refused("kubeflavor: node w1 is revoked".into());
+        let mut s = standing(true, refused, &["kubeflavor.io/revoked"]);
+        let text = s.describe(now);
+        assert_eq!(
+            line(&text, "Token:"),
+            "spent (TokenSecretDeleted: token abcdef spent)"
+        );
+        assert!(line(&text, "Listed:").starts_with("yes (in kube-system/kubeflavor-revoked-nodes"));
+        assert_eq!(line(&text, "Pods:"), "none removed");
+        let b = s.binding.as_mut().unwrap();
+        b.token_spent_condition = None;
+        b.pods_removed_condition = Some(cond(
+            "PodsRemoved",
+            "True",
+            "PodsDeleted",
+            "1 pod(s) deleted: default/p",
+        ));
+        let text = s.describe(now);
+        assert!(
+            line(&text, "Token:").starts_with("not recorded as spent"),
+            "{text}"
+        );
+        assert_eq!(
+            line(&text, "Pods:"),
+            "removed (PodsDeleted: 1 pod(s) deleted: default/p)"
+        );
     }
 
     #[test]

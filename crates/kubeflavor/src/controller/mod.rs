@@ -19,6 +19,7 @@ pub mod leader;
 pub mod metrics;
 pub mod node;
 pub mod queue;
+pub mod revoked;
 pub mod unverified;
 
 use std::net::SocketAddr;
@@ -670,11 +671,16 @@ async fn run_loops(rt: &Runtime, until: Stop) {
         node_loop.await;
         tracing::debug!("node loop ended");
     };
+    let revoked_until = until.clone();
+    let revoked_loop = async {
+        Box::pin(revoked::run(ctx.clone(), revoked_until)).await;
+        tracing::debug!("revoked loop ended");
+    };
     let term_end = halt_at_term_end(&ctx, until.clone());
     // Work of an ended term that still waits (a request into a partition may hang for
     // minutes) is dropped after a grace period, so a next term can start.
     let work = async {
-        tokio::join!(csr_loop, node_loop, counts, synced);
+        tokio::join!(csr_loop, node_loop, revoked_loop, counts, synced);
     };
     let drained = async {
         until.await;

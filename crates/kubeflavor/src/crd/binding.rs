@@ -109,9 +109,35 @@ impl FlavorBinding {
         Some(status)
     }
 
+    /// The status with condition `type_` True (`reason`, `message`), or `None` when it is
+    /// True already: the record of a revocation step (TokenSpent, PodsRemoved).
+    pub fn with_condition(
+        &self,
+        type_: &str,
+        reason: &str,
+        message: &str,
+    ) -> Option<FlavorBindingStatus> {
+        let prev = self.status.as_ref();
+        if prev.is_some_and(|p| {
+            p.conditions
+                .iter()
+                .any(|c| c.type_ == type_ && c.status == "True")
+        }) {
+            return None;
+        }
+        let mut status = self.status.clone().unwrap_or_default();
+        status.conditions.retain(|c| c.type_ != type_);
+        status.conditions.push(Condition {
+            observed_generation: self.metadata.generation,
+            ..condition(type_, true, reason, message, None)
+        });
+        Some(status)
+    }
+
     /// The status once `change` (core's answer) made the Node `after`: what kubeflavor
     /// applied (with the values it has), the Flavored condition core chose, and the
-    /// administrator's Revoked condition carried over unchanged.
+    /// administrator's conditions (Revoked, and the revocation's TokenSpent and PodsRemoved)
+    /// carried over unchanged.
     pub fn status_after(&self, change: &NodeChange, after: &NodeFacts) -> FlavorBindingStatus {
         let prev = self.status.as_ref();
         let applied_labels: BTreeMap<String, String> = change
@@ -145,7 +171,7 @@ impl FlavorBinding {
         let revoked = prev
             .into_iter()
             .flat_map(|p| p.conditions.iter())
-            .filter(|c| c.type_ == CONDITION_REVOKED)
+            .filter(|c| c.type_ != CONDITION_FLAVORED)
             .cloned();
         FlavorBindingStatus {
             conditions: std::iter::once(flavored).chain(revoked).collect(),

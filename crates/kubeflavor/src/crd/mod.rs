@@ -291,6 +291,10 @@ pub const BINDING_TOKEN_ID_LABEL: &str = "kubeflavor.io/token-id";
 /// The condition types of a FlavorBinding.
 pub const CONDITION_FLAVORED: &str = "Flavored";
 pub const CONDITION_REVOKED: &str = "Revoked";
+/// A revocation spent the node's join token (deleted its Secret).
+pub const CONDITION_TOKEN_SPENT: &str = "TokenSpent";
+/// A revocation deleted the pods bound to the node.
+pub const CONDITION_PODS_REMOVED: &str = "PodsRemoved";
 
 /// A condition shaped like `metav1.Condition`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]

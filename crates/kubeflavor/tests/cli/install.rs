@@ -93,6 +93,7 @@ async fn install_apply_creates_everything_print_shows_and_is_idempotent() {
             "ValidatingAdmissionPolicyBinding" => "validatingadmissionpolicybindings",
             "MutatingAdmissionPolicy" => "mutatingadmissionpolicies",
             "MutatingAdmissionPolicyBinding" => "mutatingadmissionpolicybindings",
+            "ConfigMap" => "configmaps",
             other => panic!("unexpected kind {other}"),
         };
         let ar = ApiResource {

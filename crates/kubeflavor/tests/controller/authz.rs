@@ -383,12 +383,20 @@ async fn revocation_cuts_the_node_off_and_only_an_admin_brings_it_back() {
         "{out}"
     );
 
-    // The way back is an admin's: deleting the Node too. The kubelet may then register
-    // again, as a node nobody judged (no binding, no flavor).
+    // Deleting the Node too does not bring it back: the name stays in the revocation list,
+    // a mark of its own.
     nodes(&h.admin)
         .delete(&node, &DeleteParams::default())
         .await
         .unwrap();
+    webhook.until_cut_off(&node, Some(CutOff::Listed)).await;
+    let (code, message) = refused("get its deleted Node", nodes(&kubelet).get(&node).await);
+    assert_eq!(code, 403, "{message}");
+    assert!(message.contains("kubeflavor-revoked-nodes"), "{message}");
+
+    // The way back is an admin's, and deliberate: `node forget`. The kubelet may then
+    // register again, as a node nobody judged (no binding, no flavor).
+    h.env.kf(&["node", "forget", &node]).await.expect_ok();
     webhook.until_cut_off(&node, None).await;
     let (code, message) = refused("get its deleted Node", nodes(&kubelet).get(&node).await);
     assert_eq!(code, 404, "back to Node and RBAC: {message}");

@@ -22,6 +22,7 @@ mod monitoring;
 mod policy;
 mod promql;
 mod release;
+mod revoke;
 mod serve;
 mod serve_shape;
 mod serving;

@@ -283,11 +283,31 @@ async fn revoked_node_loses_its_flavor_gets_the_noexecute_taint_and_no_renewal()
         "{line}"
     );
 
-    // Renewals of a revoked node are denied.
+    // Renewals of a revoked node are refused: by the API server's admission where it reads
+    // the revocation list (the kubelet of a listed node may write nothing), else filed and
+    // denied by the controller.
     let renew_bad = h.name("renew-bad");
-    h.submit_csr(&node_client, &renew_bad, &node).await;
-    assert_eq!(h.decision(&renew_bad).await, "Denied");
+    let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap();
+    let filed = csr_object(
+        &renew_bad,
+        &format!("system:node:{node}"),
+        &["system:nodes"],
+        &key,
+    );
+    match Api::<k8s_openapi::api::certificates::v1::CertificateSigningRequest>::all(
+        node_client.clone(),
+    )
+    .create(&PostParams::default(), &filed)
+    .await
+    {
+        Err(kube::Error::Api(s)) if s.code == 422 => {
+            assert!(s.message.contains("kubeflavor-revoked-nodes"), "{s:?}")
+        }
+        Ok(_) => assert_eq!(h.decision(&renew_bad).await, "Denied"),
+        Err(e) => panic!("a revoked node's renewal: {e:?}"),
+    }
     ctl.stop().await;
+    h.env.kf(&["node", "forget", &node]).await.expect_ok();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

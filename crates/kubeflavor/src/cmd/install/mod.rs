@@ -6,6 +6,7 @@ mod authz;
 mod monitoring;
 mod pods;
 mod rbac;
+mod revoked;
 mod serve;
 mod unverified;
 mod workload;
@@ -354,6 +355,7 @@ pub fn documents(namespace: &str, image: &str, replicas: u16, mode: Mode) -> Vec
     docs.extend(rbac::bootstrap_tokens(mode.token_node_read));
     docs.extend(unverified::documents());
     docs.extend(applied_record::documents());
+    docs.extend(revoked::documents());
     docs.push(workload::deployment(namespace, image, replicas, mode));
     if replicas > 0 {
         docs.push(workload::disruption_budget(namespace));

@@ -205,6 +205,7 @@ pub fn controller(namespace: &str, approve_serving: bool) -> Vec<Document> {
         serving_approval_rules(approve_serving),
         flavor_and_binding_rules(),
         node_rules(),
+        pod_rules(),
         approver_check_rules(),
     ]
     .into_iter()
@@ -333,6 +334,18 @@ fn node_rules() -> Vec<Rule> {
     )]
 }
 
+/// Keeping pods off revoked nodes: the revocation deletes the pods bound to a listed node,
+/// and the controller deletes any that appear there later.
+fn pod_rules() -> Vec<Rule> {
+    vec![rule(
+        &[""],
+        &["pods"],
+        &["list", "watch", "delete"],
+        &[],
+        "list, watch: see the pods bound to a revoked node (spec.nodeName). delete: remove them at once (grace period 0), so their ServiceAccount tokens stop authenticating and nothing runs there. No create, update or read of pod contents beyond the list.",
+    )]
+}
+
 /// Finding out who else approves kubelet CSRs: RBAC reads and one access review.
 fn approver_check_rules() -> Vec<Rule> {
     vec![
@@ -385,7 +398,14 @@ fn token_rules() -> Vec<Rule> {
             &["secrets"],
             &["delete"],
             &[],
-            "delete: P4, rejection that ends. A denied kubelet files a new CSR about every 32 s for as long as its token authenticates; deleting an exhausted or misused token is what stops it.",
+            "delete: P4, rejection that ends. A denied kubelet files a new CSR about every 32 s for as long as its token authenticates; deleting an exhausted or misused token is what stops it. Also a revoked node's token, so its join line joins no new name.",
+        ),
+        rule(
+            &[""],
+            &["configmaps"],
+            &["get", "list", "watch", "update"],
+            &[kubeflavor_core::revocation_list::NAME],
+            "get, list, watch, update: the revocation list only (resourceNames): every replica's webhook reads it, and the leader adds the names of revoked bindings it finds. No create or delete, and no other ConfigMap.",
         ),
     ]
 }

@@ -1360,7 +1360,11 @@ fn monitoring_prints_the_repository_files_byte_for_byte() {
     };
     let rules: Value = serde_saphyr::from_str(&rules_file).unwrap();
     assert_eq!(of("PrometheusRule")["spec"], rules);
-    let dashboard = of("ConfigMap");
+    // The dashboard's ConfigMap, not the revocation list (every install ships that one).
+    let dashboard = parsed
+        .iter()
+        .find(|v| v["kind"] == "ConfigMap" && v["metadata"]["name"] != "kubeflavor-revoked-nodes")
+        .expect("no dashboard ConfigMap printed");
     assert_eq!(
         dashboard["data"][monitoring::DASHBOARD_KEY].as_str(),
         Some(dashboard_file.as_str()),
@@ -1406,4 +1410,85 @@ fn without_monitoring_nothing_of_the_prometheus_operator_is_printed() {
     let text = render_all(&docs()).unwrap();
     assert!(!text.contains("monitoring.coreos.com"));
     assert!(!text.contains("grafana_dashboard"));
+}
+
+/// P7, durable: every install mode ships the revocation list (empty), the policy that reads
+/// it as its parameter, and the binding that enforces it; without any of them a revoked
+/// node keeps what Node and RBAC allow whenever the webhook cannot answer.
+#[test]
+fn every_mode_ships_the_revocation_list_and_its_policy() {
+    use kubeflavor_core::revocation_list::{NAME, NAMESPACE, POLICY_NAME};
+    let mut every = all_modes();
+    every.push(with_serve(2));
+    for docs in every {
+        let list = find(&docs, "ConfigMap", NAME);
+        assert_eq!(list.namespace(), Some(NAMESPACE));
+        assert!(
+            list.object.get("data").is_none(),
+            "installed empty: {:?}",
+            list.object
+        );
+        let policy = &find(&docs, "ValidatingAdmissionPolicy", POLICY_NAME).object["spec"];
+        assert_eq!(policy["failurePolicy"], "Fail");
+        assert_eq!(policy["paramKind"]["kind"], "ConfigMap");
+        assert_eq!(policy["paramKind"]["apiVersion"], "v1");
+        assert_eq!(
+            strings(&policy["matchConstraints"]["resourceRules"][0]["resources"]),
+            ["*/*"]
+        );
+        assert_eq!(
+            strings(&policy["matchConstraints"]["resourceRules"][0]["operations"]),
+            ["CREATE", "UPDATE", "DELETE"]
+        );
+        let validations = policy["validations"].as_array().unwrap();
+        assert_eq!(
+            validations.len(),
+            kubeflavor_core::revocation_list::rules().len()
+        );
+        let binding = &find(&docs, "ValidatingAdmissionPolicyBinding", POLICY_NAME).object["spec"];
+        assert_eq!(binding["policyName"], POLICY_NAME);
+        assert_eq!(binding["paramRef"]["name"], NAME);
+        assert_eq!(binding["paramRef"]["namespace"], NAMESPACE);
+        assert_eq!(binding["paramRef"]["parameterNotFoundAction"], "Allow");
+        assert_eq!(strings(&binding["validationActions"]), ["Deny"]);
+        // The list and the policy come before the controller's Deployment.
+        let at = |kind: &str, name: &str| {
+            docs.iter()
+                .position(|d| d.kind() == kind && d.name() == name)
+                .unwrap()
+        };
+        assert!(
+            at("ValidatingAdmissionPolicyBinding", POLICY_NAME)
+                < at("Deployment", "kubeflavor-controller")
+        );
+    }
+}
+
+/// The controller may read and update the revocation list only (resourceNames), and list,
+/// watch and delete pods (to keep them off revoked nodes); it may not create or delete
+/// ConfigMaps.
+#[test]
+fn the_controller_may_update_the_revocation_list_and_delete_pods() {
+    let docs = docs();
+    let tokens = find(&docs, "Role", "kubeflavor:controller:tokens");
+    let cm_rules: Vec<Value> = rules(tokens)
+        .into_iter()
+        .filter(|r| strings(&r["resources"]) == ["configmaps"])
+        .collect();
+    assert_eq!(cm_rules.len(), 1, "{cm_rules:?}");
+    assert_eq!(
+        strings(&cm_rules[0]["resourceNames"]),
+        ["kubeflavor-revoked-nodes"]
+    );
+    assert_eq!(
+        strings(&cm_rules[0]["verbs"]),
+        ["get", "list", "watch", "update"]
+    );
+    let cluster = find(&docs, "ClusterRole", "kubeflavor:controller");
+    let pods: Vec<Value> = rules(cluster)
+        .into_iter()
+        .filter(|r| strings(&r["resources"]) == ["pods"])
+        .collect();
+    assert_eq!(pods.len(), 1);
+    assert_eq!(strings(&pods[0]["verbs"]), ["list", "watch", "delete"]);
 }

@@ -13,8 +13,6 @@ use std::num::NonZeroU32;
 
 use clap::{Args, Subcommand, ValueEnum};
 use jiff::Timestamp;
-use k8s_openapi::api::authentication::v1::SelfSubjectReview;
-use kube::api::{Api, PostParams};
 use kubeflavor_core::flavor::{FlavorName, FlavorRules, TokenTtl};
 use kubeflavor_core::input_labels::InputLabels;
 use kubeflavor_core::token::{BootstrapToken, TokenId};
@@ -251,32 +249,7 @@ pub async fn custody(cluster: &Cluster, args: &TokenCreateArgs) -> Custody {
     }
 }
 
-/// The caller's user name as the API server sees it (a SelfSubjectReview). `None`, with a
-/// warning, when the server does not answer it: the token is then minted without
-/// issued-by rather than not at all.
-pub async fn caller_name(cluster: &Cluster) -> Option<String> {
-    let reviews: Api<SelfSubjectReview> = Api::all(cluster.client.clone());
-    match reviews
-        .create(&PostParams::default(), &SelfSubjectReview::default())
-        .await
-    {
-        Ok(review) => {
-            let name = review
-                .status
-                .and_then(|s| s.user_info)
-                .and_then(|u| u.username)
-                .filter(|u| !u.is_empty());
-            if name.is_none() {
-                tracing::warn!("the SelfSubjectReview named no user; minting without issued-by");
-            }
-            name
-        }
-        Err(err) => {
-            tracing::warn!(error = %err, "cannot ask the API server who is minting (SelfSubjectReview); minting without issued-by");
-            None
-        }
-    }
-}
+pub use crate::cluster::whoami::caller_name;
 
 /// The rules of the Flavor a new token is to carry: one GET, and errors that say what to
 /// do when it is missing or invalid.

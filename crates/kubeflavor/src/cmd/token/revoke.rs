@@ -1,7 +1,7 @@
 //! `kubeflavor token revoke ID [--nodes]`: delete the token Secret (the token stops
 //! authenticating at once: the API server's bootstrap token authenticator looks the Secret
-//! up on every request) and, with `--nodes`, revoke every node bound to it (see
-//! `node revoke`).
+//! up on every request) and, with `--nodes`, revoke every node bound to it: every step of
+//! `node revoke` (list, binding, taints, pods; the token is spent already).
 
 use std::io::Write;
 
@@ -39,10 +39,8 @@ pub async fn revoke(cluster: &Cluster, args: &TokenRevokeArgs, out: &mut dyn Wri
         .map_err(|e| cluster.error("list FlavorBindings", e))?;
     let why = Revocation::TokenRevoked(id.clone());
     for name in &bound {
-        match bindings::revoke(&cluster.client, name, &why).await {
-            Ok(_) => writeln!(out, "node {name} revoked")?,
-            Err(e) => return Err(cluster.error(&format!("revoke node {name}"), e)),
-        }
+        crate::cmd::revoke_steps::run(cluster, name, &why, out).await?;
+        writeln!(out, "node {name} revoked")?;
     }
     if bound.is_empty() && !deleted {
         return Err(CliError::not_found(

@@ -123,6 +123,7 @@ impl GcIndex {
     }
 
     /// Objects looked at by the passes so far.
+    #[cfg_attr(not(test), allow(dead_code))]
     pub fn examined(&self) -> u64 {
         self.examined
     }

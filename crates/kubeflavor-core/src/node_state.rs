@@ -385,6 +385,13 @@ fn change_to(
         .collect();
     let record = AppliedRecord::new(&applied_labels, &applied_taints);
     let record = (node.record.as_deref() != Some(record.encode().as_str())).then_some(record);
+    // The binding's status lists what the binding gave its Node: the unverified taint is
+    // no gift (a status listing it would read as a Node flavored before, see
+    // `HolderFacts::flavored_before`); the record on the Node keeps it.
+    let applied_taints: Vec<(String, String)> = applied_taints
+        .into_iter()
+        .filter(|(key, _)| key != UNVERIFIED_TAINT)
+        .collect();
     NodeChange {
         set_labels,
         remove_labels,

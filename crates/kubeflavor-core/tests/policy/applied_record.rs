@@ -288,3 +288,21 @@ proptest! {
         prop_assert!(released_node_state(at_release.as_ref(), &after).is_empty());
     }
 }
+
+/// A binding whose Flavor is missing from the start gave its Node nothing: its status
+/// lists nothing applied (so it does not read as flavored before, and the token is still
+/// looked at once the Node is flavored), while the record on the Node names the
+/// unverified taint.
+#[test]
+fn the_unverified_taint_is_recorded_on_the_node_not_in_the_status() {
+    let change = desired_node_state(None, &name(), &BindingState::default(), &fresh_node());
+    assert!(change.applied_labels.is_empty());
+    assert!(change.applied_taints.is_empty(), "{change:?}");
+    assert_eq!(
+        change.record,
+        Some(AppliedRecord::new(
+            &[],
+            &[(UNVERIFIED_TAINT.to_string(), "NoSchedule".to_string())]
+        ))
+    );
+}

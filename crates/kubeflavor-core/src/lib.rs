@@ -13,6 +13,7 @@ pub mod labels;
 pub mod names;
 pub mod node_cutoff;
 pub mod node_state;
+pub mod placement;
 pub mod policy;
 pub mod serving_csr;
 pub mod serving_policy;

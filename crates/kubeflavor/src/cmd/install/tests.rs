@@ -620,6 +620,7 @@ fn with_serve_flags(replicas: u16, per_minute: u32, burst: u32) -> InstallArgs {
         authz_webhook: false,
         authz_config: false,
         monitoring: false,
+        run_on_trust_level: None,
     }
 }
 

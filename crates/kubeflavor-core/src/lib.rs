@@ -24,6 +24,7 @@ pub mod token_meta;
 pub mod token_record;
 pub mod token_secret;
 pub mod token_shape;
+pub mod trail_policy;
 pub mod ttl;
 pub mod unverified_policy;
 

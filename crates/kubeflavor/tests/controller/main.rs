@@ -23,4 +23,5 @@ mod promql;
 mod serve;
 mod serve_shape;
 mod serving;
+mod trail_policy;
 mod unverified;

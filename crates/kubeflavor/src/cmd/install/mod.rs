@@ -6,6 +6,7 @@ mod monitoring;
 mod pods;
 mod rbac;
 mod serve;
+mod trail;
 mod unverified;
 mod workload;
 
@@ -335,6 +336,7 @@ pub fn documents(namespace: &str, image: &str, replicas: u16, mode: Mode) -> Vec
         .collect();
     docs.push(workload::namespace(namespace));
     docs.push(workload::service_account(namespace));
+    docs.extend(trail::documents(namespace));
     docs.extend(rbac::controller(namespace, mode.approve_serving));
     docs.extend(rbac::bootstrap_tokens(mode.token_node_read));
     docs.extend(unverified::documents());

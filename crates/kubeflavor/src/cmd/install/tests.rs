@@ -1214,7 +1214,9 @@ fn every_install_taints_kubelet_created_nodes() {
     );
     let binding = find(&docs, "MutatingAdmissionPolicyBinding", POLICY_NAME);
     assert_eq!(binding.object["spec"]["policyName"], POLICY_NAME);
-    let text = render_all(&docs).unwrap();
+    let text = find(&docs, "MutatingAdmissionPolicy", POLICY_NAME)
+        .render()
+        .unwrap();
     let above = comments_above(&text, "  failurePolicy: Fail");
     assert!(
         above.iter().any(|l| l.contains("Ignore would let")),

@@ -15,6 +15,7 @@ pub mod labels;
 pub mod names;
 pub mod node_cutoff;
 pub mod node_state;
+pub mod placement;
 pub mod policy;
 pub mod revocation_list;
 pub mod serving_csr;
@@ -26,6 +27,7 @@ pub mod token_meta;
 pub mod token_record;
 pub mod token_secret;
 pub mod token_shape;
+pub mod trail_policy;
 pub mod ttl;
 pub mod unverified_policy;
 

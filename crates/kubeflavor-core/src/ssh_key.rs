@@ -218,6 +218,12 @@ pub enum SshKeyError {
          changes how the text around it is shown; it must be visible text (remove it)"
     )]
     CommentInvisible { code_point: u32 },
+    #[error(
+        "the SSH key's comment holds U+{code_point:04X}, {why}; YAML readers such as \
+         cloud-init's refuse the document that would carry it, so the machine would never \
+         join (remove it)"
+    )]
+    CommentNotText { code_point: u32, why: &'static str },
 }
 
 /// Which rule a list of keys breaks.
@@ -452,7 +458,42 @@ fn check_comment(comment: &str) -> Result<String, SshKeyError> {
             code_point: u32::from(c),
         });
     }
+    if let Some(c) = comment.chars().find(|&c| is_noncharacter(c)) {
+        return Err(SshKeyError::CommentNotText {
+            code_point: u32::from(c),
+            why: "a Unicode noncharacter (U+FDD0..U+FDEF, U+xFFFE, U+xFFFF)",
+        });
+    }
+    if let Some(c) = comment.chars().find(|&c| !yaml11_printable(c)) {
+        return Err(SshKeyError::CommentNotText {
+            code_point: u32::from(c),
+            why: "outside YAML 1.1's printable characters",
+        });
+    }
     Ok(comment.to_owned())
+}
+
+/// Unicode noncharacters: U+FDD0..U+FDEF and the last two code points of every plane
+/// (U+xFFFE, U+xFFFF). Never text; YAML 1.1 readers refuse U+FFFE and U+FFFF.
+pub fn is_noncharacter(c: char) -> bool {
+    let cp = u32::from(c);
+    (0xFDD0..=0xFDEF).contains(&cp) || cp & 0xFFFE == 0xFFFE
+}
+
+/// YAML 1.1's printable set (spec 5.1, c-printable), as PyYAML's Reader checks every
+/// character of a stream before parsing (cloud-init reads user data with PyYAML):
+/// tab, LF, CR, U+0020..U+007E, U+0085, U+00A0..U+D7FF, U+E000..U+FFFD and
+/// U+10000..U+10FFFF.
+pub fn yaml11_printable(c: char) -> bool {
+    matches!(
+        c,
+        '\t' | '\n' | '\r'
+            | '\u{20}'..='\u{7E}'
+            | '\u{85}'
+            | '\u{A0}'..='\u{D7FF}'
+            | '\u{E000}'..='\u{FFFD}'
+            | '\u{10000}'..='\u{10FFFF}'
+    )
 }
 
 /// Parses the keys of one request: at most [`MAX_SSH_KEYS`], each valid, none given twice.

@@ -42,8 +42,9 @@ pub use kubeflavor_core::csr::KUBELET_CLIENT_SIGNER;
 /// reads them from kube-system only.
 pub use kubeflavor_core::token_secret::TOKEN_SECRET_NAMESPACE as TOKEN_NAMESPACE;
 /// The Lease the replicas compete for.
-/// Who writes the controller's Events (`reportingController`).
-pub const REPORTING_CONTROLLER: &str = "kubeflavor.io/controller";
+/// Who writes the controller's Events (`reportingController`); a policy `install` ships
+/// refuses such Events from anyone else (kubeflavor_core::trail_policy).
+pub const REPORTING_CONTROLLER: &str = kubeflavor_core::trail_policy::CONTROLLER_REPORTER;
 
 pub const LEASE_NAME: &str = "kubeflavor-controller";
 

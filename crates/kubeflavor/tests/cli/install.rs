@@ -36,7 +36,16 @@ async fn install_apply_creates_everything_print_shows_and_is_idempotent() {
     let first = env
         .kf(&["install", "--apply", "--replicas", "0", "--serve"])
         .await;
-    assert_eq!(first.expect_ok().lines().count(), docs.len());
+    // One line per object, and one saying where the pods run.
+    assert_eq!(first.expect_ok().lines().count(), docs.len() + 1);
+    assert!(
+        first.stdout.contains(
+            "The controller (and the webhook it serves) and the join-token API run only on \
+             control-plane Nodes"
+        ),
+        "{}",
+        first.stdout
+    );
     assert!(
         first
             .stdout
@@ -152,7 +161,7 @@ async fn install_apply_with_replicas_adds_the_disruption_budget() {
     let first = env
         .kf(&["install", "--apply", "--replicas", "2", "--serve"])
         .await;
-    assert_eq!(first.expect_ok().lines().count(), count);
+    assert_eq!(first.expect_ok().lines().count(), count + 1);
     assert!(
         first.stdout.contains(
             "poddisruptionbudget.policy/kubeflavor-controller (namespace kubeflavor) applied"

@@ -44,7 +44,8 @@ async fn event_about(h: &Harness, binding: &str, instance: &str) -> String {
             while let Some(ev) = stream.next().await {
                 let Ok(ev) = ev else { continue };
                 let regarding = ev.regarding.clone().unwrap_or_default();
-                if regarding.kind.as_deref() == Some("ClusterRoleBinding")
+                if kubeflavor_core::trail_policy::is_controllers(ev.reporting_controller.as_deref())
+                    && regarding.kind.as_deref() == Some("ClusterRoleBinding")
                     && regarding.name.as_deref() == Some(binding)
                     && ev.reporting_instance.as_deref() == Some(instance)
                 {

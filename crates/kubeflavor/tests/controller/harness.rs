@@ -388,7 +388,12 @@ pub async fn trail_names(h: &Harness, csr: &str, causes: &[&str]) -> String {
         async {
             while let Some(ev) = stream.next().await {
                 let Ok(ev) = ev else { continue };
-                let about = ev.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(csr);
+                // The controller's Events only: a policy keeps anyone else from naming it.
+                let ours = kubeflavor_core::trail_policy::is_controllers(
+                    ev.reporting_controller.as_deref(),
+                );
+                let about =
+                    ours && ev.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(csr);
                 let note = ev.note.unwrap_or_default();
                 if about && causes.iter().any(|c| note.contains(c)) {
                     return note;

@@ -246,6 +246,36 @@ async fn a_portals_ssh_keys_reach_the_cloud_init_document_only() {
     );
     assert!(tokens_of(&h, &flavor).await.is_empty(), "nothing minted");
 
+    // A comment holding a noncharacter: its document would not load in cloud-init's YAML
+    // reader (the VM would never join), so the request is refused, naming the character.
+    let blob_only = ed25519_line(2, "x");
+    for (c, code_point) in [
+        ('\u{FFFE}', "U+FFFE"),
+        ('\u{FFFF}', "U+FFFF"),
+        ('\u{FDD0}', "U+FDD0"),
+    ] {
+        let line = format!("{} bob{c}", blob_only.rsplit_once(' ').unwrap().0);
+        let body =
+            json!({"issuedTo": "acme/alice", "output": "cloud-init", "sshAuthorizedKeys": [line]});
+        let (code, refused) = call(
+            &api,
+            &path(&flavor),
+            Some(&portal),
+            None,
+            body.to_string().as_bytes(),
+        )
+        .await;
+        assert_eq!(code, StatusCode::UNPROCESSABLE_ENTITY, "{refused}");
+        let cause = &refused["details"]["causes"][0];
+        assert_eq!(cause["field"], "sshAuthorizedKeys[0]", "{refused}");
+        let message = cause["message"].as_str().unwrap_or_default();
+        assert!(
+            message.contains(code_point) && message.contains("noncharacter"),
+            "{refused}"
+        );
+    }
+    assert!(tokens_of(&h, &flavor).await.is_empty(), "nothing minted");
+
     let key = ed25519_line(7, "alice@laptop");
     let body =
         json!({"issuedTo": "acme/alice", "output": "cloud-init", "sshAuthorizedKeys": [key]});

@@ -27,4 +27,5 @@ mod serve;
 mod serve_shape;
 mod serving;
 mod token_limits;
+mod trail_policy;
 mod unverified;

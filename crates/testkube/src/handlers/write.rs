@@ -193,7 +193,13 @@ pub fn create(
     // create (measured on v1.36).
     obj["metadata"]["creationTimestamp"] = json!(format_time(cx.now));
     validate_object(info, &obj, None)?;
-    admission::validate(cx.attrs, Operation::Create, None, Some(&obj), &*st)?;
+    admission::validate(
+        cx.attrs,
+        Operation::Create,
+        None,
+        Some(&as_requested(info, &obj)),
+        &*st,
+    )?;
     let name = meta_str(&obj, "name").to_string();
     if st.get_object(&info.storage, &ns, &name).is_some() {
         return Err(already_exists(info, &name));
@@ -395,7 +401,13 @@ fn finish_update(
         &*st,
     )?;
     validate_object(info, &new, Some(&old))?;
-    admission::validate(cx.attrs, Operation::Update, Some(&old), Some(&new), &*st)?;
+    admission::validate(
+        cx.attrs,
+        Operation::Update,
+        Some(&as_requested(info, &old)),
+        Some(&as_requested(info, &new)),
+        &*st,
+    )?;
     if info.has_generation && spec_part(info, &new) != spec_part(info, &old) {
         let generation = old["metadata"]["generation"].as_i64().unwrap_or(1);
         new["metadata"]["generation"] = json!(generation + 1);
@@ -637,4 +649,15 @@ pub fn self_subject_review(cx: &Cx<'_>, info: &ResourceInfo) -> Result<Reply, Ap
         }),
         Vec::new(),
     ))
+}
+
+/// The object as validating admission sees it: in the version of the request, as upstream
+/// hands it to admission (an events.k8s.io/v1 Event with `reportingController`, not the
+/// core/v1 fields it is stored under). Other kinds are stored as they are requested.
+fn as_requested(info: &ResourceInfo, stored: &Value) -> Value {
+    if info.group == "events.k8s.io" {
+        present(info, stored)
+    } else {
+        stored.clone()
+    }
 }

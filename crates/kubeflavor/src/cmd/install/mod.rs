@@ -8,6 +8,7 @@ mod pods;
 mod rbac;
 mod revoked;
 mod serve;
+mod trail;
 mod unverified;
 mod workload;
 
@@ -41,7 +42,8 @@ use crate::error::{CliError, Result};
 use crate::exit::ExitCode;
 use crate::output;
 use crate::output::yaml::{comment, with_notes};
-use kubeflavor_core::flavor::UNVERIFIED_TAINT;
+use kubeflavor_core::flavor::{TrustLevel, UNVERIFIED_TAINT};
+use kubeflavor_core::placement::Placement;
 use kubeflavor_core::unverified_policy::POLICY_NAME;
 
 /// How long `install --apply` waits for the CRDs to be served.
@@ -150,6 +152,19 @@ pub struct InstallArgs {
     /// files of the repository's monitoring/ directory.
     #[arg(long)]
     pub monitoring: bool,
+    /// Run the controller (and the webhook it serves) and the join-token API only on Nodes
+    /// whose kubeflavor trust-level label is N or more, instead of on control-plane Nodes
+    /// (the default). Root on the node running them takes their credentials: choose a level
+    /// only Flavors of nodes you administer reach.
+    #[arg(long, value_name = "N", value_parser = parse_trust_level)]
+    pub run_on_trust_level: Option<TrustLevel>,
+}
+
+fn parse_trust_level(text: &str) -> std::result::Result<TrustLevel, String> {
+    let n: i64 = text
+        .parse()
+        .map_err(|_| format!("{text:?} is not an integer; give a trust level from 0 to 100"))?;
+    TrustLevel::try_from(n).map_err(|e| e.to_string())
 }
 
 /// One object of the install set, with the comments printed above it.
@@ -273,6 +288,8 @@ pub struct Mode {
     pub authz: bool,
     /// What watches kubeflavor is installed too (`--monitoring`).
     pub monitoring: bool,
+    /// Where kubeflavor's pods run (`--run-on-trust-level`, control-plane Nodes by default).
+    pub placement: Placement,
 }
 
 impl Mode {
@@ -313,6 +330,9 @@ impl Mode {
             serve,
             authz: args.authz_webhook,
             monitoring: args.monitoring,
+            placement: args
+                .run_on_trust_level
+                .map_or(Placement::ControlPlane, Placement::TrustLevel),
         })
     }
 
@@ -351,6 +371,7 @@ pub fn documents(namespace: &str, image: &str, replicas: u16, mode: Mode) -> Vec
         .collect();
     docs.push(workload::namespace(namespace));
     docs.push(workload::service_account(namespace));
+    docs.extend(trail::documents(namespace));
     docs.extend(rbac::controller(namespace, mode.approve_serving));
     docs.extend(rbac::bootstrap_tokens(mode.token_node_read));
     docs.extend(unverified::documents());
@@ -364,7 +385,13 @@ pub fn documents(namespace: &str, image: &str, replicas: u16, mode: Mode) -> Vec
         docs.push(authz::service(namespace));
     }
     if let Some(plan) = mode.serve {
-        docs.extend(serve::documents(namespace, image, replicas > 0, plan));
+        docs.extend(serve::documents(
+            namespace,
+            image,
+            replicas > 0,
+            plan,
+            mode.placement,
+        ));
     }
     if mode.monitoring {
         docs.extend(monitoring::documents(namespace));
@@ -437,8 +464,21 @@ pub fn print(args: &InstallArgs, out: &mut dyn Write) -> Result<()> {
         )
         .as_bytes(),
     )?;
+    out.write_all(comment(&where_it_runs(mode), "").as_bytes())?;
     out.write_all(render_all(&docs)?.as_bytes())?;
     Ok(())
+}
+
+/// Where kubeflavor's pods run and why, printed above the install set and by --apply.
+fn where_it_runs(mode: Mode) -> String {
+    let pods = if mode.serve.is_some() {
+        "The controller (and the webhook it serves) and the join-token API"
+    } else {
+        "The controller (and the webhook it serves)"
+    };
+    let text = mode.placement.describe();
+    // describe() speaks of one Deployment ("Runs only on ..."); here of both.
+    format!("{pods} run{}", text.strip_prefix("Runs").unwrap_or(&text))
 }
 
 fn validate_namespace(namespace: &str) -> Result<()> {
@@ -523,6 +563,7 @@ pub async fn apply(cluster: &Cluster, args: &InstallArgs, out: &mut dyn Write) -
         // A grant an earlier install made: apply does not remove what it no longer lists.
         delete_binding(cluster, rbac::GET_NODES, "tokens cannot read Nodes", out).await?;
     }
+    writeln!(out, "{}", where_it_runs(mode))?;
     hand_approvals_over(cluster, mode, out).await?;
     wait_for_crds(cluster).await
 }
@@ -690,5 +731,7 @@ pub fn labels(component: &str) -> BTreeMap<String, String> {
     .into()
 }
 
+#[cfg(test)]
+mod scheduling_tests;
 #[cfg(test)]
 mod tests;

@@ -12,14 +12,16 @@ use k8s_openapi::api::apps::v1::{
 };
 use k8s_openapi::api::core::v1::{
     Affinity, Capabilities, Container, ContainerPort, EnvVar, EnvVarSource, HTTPGetAction,
-    ObjectFieldSelector, PodAffinityTerm, PodAntiAffinity, PodSecurityContext, PodSpec,
-    PodTemplateSpec, Probe, ResourceRequirements, SeccompProfile, SecurityContext, ServiceAccount,
+    NodeAffinity, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, ObjectFieldSelector,
+    PodAffinityTerm, PodAntiAffinity, PodSecurityContext, PodSpec, PodTemplateSpec, Probe,
+    ResourceRequirements, SeccompProfile, SecurityContext, ServiceAccount, Toleration,
     WeightedPodAffinityTerm,
 };
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kubeflavor_core::placement::Placement;
 
 use super::{Document, object_meta};
 
@@ -105,19 +107,80 @@ pub(super) fn deployment_of(
 
 /// The pod both Deployments run: `container` alone, as `service_account` with its API
 /// token mounted (the ServiceAccount mounts none by default), non-root under the runtime's
-/// default seccomp profile, spread over nodes like the other pods `selector` matches.
+/// default seccomp profile, only on the nodes `placement` names, spread over them like the
+/// other pods `selector` matches.
 pub(super) fn pod_spec(
     service_account: &str,
     selector: &BTreeMap<String, String>,
     container: Container,
+    placement: Placement,
 ) -> PodSpec {
     PodSpec {
         service_account_name: Some(service_account.into()),
         automount_service_account_token: Some(true),
         security_context: Some(pod_security_context()),
-        affinity: Some(spread(selector)),
+        affinity: Some(Affinity {
+            node_affinity: Some(trusted_nodes(placement)),
+            ..spread(selector)
+        }),
+        tolerations: Some(tolerations(placement)).filter(|t| !t.is_empty()),
         containers: vec![container],
         ..Default::default()
+    }
+}
+
+/// Required during scheduling: the one requirement of `placement` (core decides it).
+fn trusted_nodes(placement: Placement) -> NodeAffinity {
+    let requirement = placement.requirement();
+    NodeAffinity {
+        required_during_scheduling_ignored_during_execution: Some(NodeSelector {
+            node_selector_terms: vec![NodeSelectorTerm {
+                match_expressions: Some(vec![NodeSelectorRequirement {
+                    key: requirement.key.into(),
+                    operator: requirement.operator.into(),
+                    values: (!requirement.values.is_empty()).then_some(requirement.values),
+                }]),
+                match_fields: None,
+            }],
+        }),
+        preferred_during_scheduling_ignored_during_execution: None,
+    }
+}
+
+/// The tolerations `placement` needs (Exists, one effect each), and no other.
+fn tolerations(placement: Placement) -> Vec<Toleration> {
+    placement
+        .tolerations()
+        .into_iter()
+        .map(|t| Toleration {
+            key: Some(t.key.into()),
+            operator: Some("Exists".into()),
+            effect: Some(t.effect.as_str().into()),
+            ..Default::default()
+        })
+        .collect()
+}
+
+/// The notes on both pods' placement, at `pod` (the template's spec): the affinity says
+/// where they run and why (then `spread`, why replicas prefer different nodes), the
+/// tolerations (when there are any) why those.
+pub(super) fn placement_notes(
+    doc: Document,
+    pod: &str,
+    placement: Placement,
+    spread: &str,
+) -> Document {
+    let doc = doc.note(
+        &format!("{pod}.affinity"),
+        &format!("{} {spread}", placement.describe()),
+    );
+    match placement {
+        Placement::ControlPlane => doc.note(
+            &format!("{pod}.tolerations"),
+            "kubeadm taints control-plane Nodes node-role.kubernetes.io/control-plane:NoSchedule; \
+             this is the only taint tolerated.",
+        ),
+        Placement::TrustLevel(_) => doc,
     }
 }
 

@@ -17,12 +17,13 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::ObjectMeta;
 use kubeflavor_core::mint_rate::{MintRate, SplitError};
+use kubeflavor_core::placement::Placement;
 use kubeflavor_core::token_secret::TOKEN_SECRET_NAMESPACE;
 use kubeflavor_core::token_shape::{self, Ceilings};
 
 use super::pods::{
-    LIVENESS_NOTE, budget, deployment_of, field_env, pod_spec, port, probed_container, resources,
-    selector_of,
+    LIVENESS_NOTE, budget, deployment_of, field_env, placement_notes, pod_spec, port,
+    probed_container, resources, selector_of,
 };
 use super::rbac::{
     Grantee, Rule, cluster_role_binding, granted_cluster_role, granted_role, rule,
@@ -92,12 +93,18 @@ pub const TOKEN_POLICY: &str = "kubeflavor-serve-token-secrets";
 /// create and its binding (before the grant they shape), identity, RBAC, Deployment, its
 /// PodDisruptionBudget when replicas run, Service. `run` false installs the Deployment with
 /// 0 replicas (`install --replicas 0`: nothing runs in the cluster).
-pub fn documents(namespace: &str, image: &str, run: bool, plan: ServePlan) -> Vec<Document> {
+pub fn documents(
+    namespace: &str,
+    image: &str,
+    run: bool,
+    plan: ServePlan,
+    placement: Placement,
+) -> Vec<Document> {
     let mut docs = Vec::from(token_policy(namespace, &plan.ceilings));
     docs.push(service_account(namespace));
     docs.extend(rbac(namespace));
     let replicas = if run { i32::from(plan.replicas) } else { 0 };
-    docs.push(deployment(namespace, image, replicas, plan));
+    docs.push(deployment(namespace, image, replicas, plan, placement));
     if run {
         docs.push(budget(
             namespace,
@@ -361,13 +368,19 @@ fn token_write_rules() -> Vec<Rule> {
 /// The join-token API's Deployment (`replicas` pods, 0 with `install --replicas 0`) with
 /// the caller's limit of `plan` split over its planned replicas, and a note on every field a
 /// reviewer would ask about.
-fn deployment(namespace: &str, image: &str, replicas: i32, plan: ServePlan) -> Document {
+fn deployment(
+    namespace: &str,
+    image: &str,
+    replicas: i32,
+    plan: ServePlan,
+    placement: Placement,
+) -> Document {
     let deployment = deployment_of(
         namespace,
         (SERVE, COMPONENT),
         replicas,
         0,
-        pod_template(image, plan.per_replica),
+        pod_template(image, plan.per_replica, placement),
     );
     let doc = Document::new(
         &format!(
@@ -381,13 +394,16 @@ fn deployment(namespace: &str, image: &str, replicas: i32, plan: ServePlan) -> D
         ),
         &deployment,
     );
-    container_notes(pod_notes(rollout_notes(doc, plan.replicas)), plan)
+    container_notes(
+        pod_notes(rollout_notes(doc, plan.replicas), placement),
+        plan,
+    )
 }
 
 /// The API's pod: its container and the serving certificate's Secret as a volume.
-fn pod_template(image: &str, each: MintRate) -> PodTemplateSpec {
+fn pod_template(image: &str, each: MintRate, placement: Placement) -> PodTemplateSpec {
     let selector = selector_of(COMPONENT);
-    let pod = pod_spec(SERVE, &selector, container(image, each));
+    let pod = pod_spec(SERVE, &selector, container(image, each), placement);
     PodTemplateSpec {
         metadata: Some(ObjectMeta {
             labels: Some(selector),
@@ -455,8 +471,15 @@ fn rollout_notes(doc: Document, planned: u16) -> Document {
 }
 
 /// The pod's priority, identity, security, placement and certificate.
-fn pod_notes(doc: Document) -> Document {
-    doc.note(
+fn pod_notes(doc: Document, placement: Placement) -> Document {
+    placement_notes(
+        doc,
+        POD,
+        placement,
+        "Among those nodes, prefer replicas on different ones, so losing one node leaves one \
+         answering (preferred, not required: one such node still runs them all).",
+    )
+    .note(
         POD,
         "No priorityClassName: unlike the controller, which nodes need to join at all, a portal \
          API that is briefly down only delays new tokens; it should not preempt workloads or \
@@ -477,11 +500,6 @@ fn pod_notes(doc: Document) -> Document {
         "Non-root uid and gid 65532 with the container runtime's default seccomp profile, as the \
          controller's pod: what the restricted Pod Security Standard this namespace enforces \
          requires.",
-    )
-    .note(
-        &format!("{POD}.affinity"),
-        "Prefer replicas on different nodes, so losing one node leaves one answering. Preferred, \
-         not required: a one-node cluster still runs them all.",
     )
     .note(
         &format!("{POD}.volumes"),

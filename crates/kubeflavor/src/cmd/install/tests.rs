@@ -622,6 +622,7 @@ fn with_serve_flags(replicas: u16, per_minute: u32, burst: u32) -> InstallArgs {
         authz_webhook: false,
         authz_config: false,
         monitoring: false,
+        run_on_trust_level: None,
     }
 }
 
@@ -1258,7 +1259,9 @@ fn every_install_taints_kubelet_created_nodes() {
     );
     let binding = find(&docs, "MutatingAdmissionPolicyBinding", POLICY_NAME);
     assert_eq!(binding.object["spec"]["policyName"], POLICY_NAME);
-    let text = render_all(&docs).unwrap();
+    let text = find(&docs, "MutatingAdmissionPolicy", POLICY_NAME)
+        .render()
+        .unwrap();
     let above = comments_above(&text, "  failurePolicy: Fail");
     assert!(
         above.iter().any(|l| l.contains("Ignore would let")),

@@ -6,12 +6,13 @@ use k8s_openapi::api::core::v1::{Container, Namespace, PodSpec, PodTemplateSpec}
 use kube::api::ObjectMeta;
 
 use super::pods::{
-    LIVENESS_NOTE, budget, deployment_of, field_env, pod_spec, port, probed_container, resources,
-    selector_of,
+    LIVENESS_NOTE, budget, deployment_of, field_env, placement_notes, pod_spec, port,
+    probed_container, resources, selector_of,
 };
 use super::rbac::CONTROLLER_SA;
 use super::{Document, Mode, labels};
 use crate::controller::approvers::KUBEADM_RENEWAL_BINDING;
+use kubeflavor_core::placement::Placement;
 
 /// The controller's HTTP port: /metrics, /healthz, /readyz.
 pub const HTTP_PORT: i32 = 8080;
@@ -78,13 +79,18 @@ pub fn deployment(namespace: &str, image: &str, replicas: u16, mode: Mode) -> Do
         renewals_about(mode)
     );
     let doc = Document::new(&about, &deployment);
-    container_notes(pod_notes(rollout_notes(doc)), mode)
+    container_notes(pod_notes(rollout_notes(doc), mode.placement), mode)
 }
 
 /// The controller's pod: scraped by Prometheus, scheduled as cluster-critical.
 fn pod_template(image: &str, mode: Mode) -> PodTemplateSpec {
     let selector = selector_of(COMPONENT);
-    let pod = pod_spec(CONTROLLER_SA, &selector, container(image, mode));
+    let pod = pod_spec(
+        CONTROLLER_SA,
+        &selector,
+        container(image, mode),
+        mode.placement,
+    );
     PodTemplateSpec {
         metadata: Some(ObjectMeta {
             labels: Some(selector),
@@ -187,8 +193,16 @@ fn rollout_notes(doc: Document) -> Document {
 }
 
 /// The pod's scrape hints, identity, priority, security and placement.
-fn pod_notes(doc: Document) -> Document {
-    doc.note(
+fn pod_notes(doc: Document, placement: Placement) -> Document {
+    placement_notes(
+        doc,
+        POD,
+        placement,
+        "Among those nodes, prefer replicas on different ones, so losing one node does not take \
+         the leader and its standby together (preferred, not required: one such node still runs \
+         them all).",
+    )
+    .note(
         "spec.template.metadata.annotations",
         &format!(
             "Scrape hints for Prometheus' common kubernetes-pods job: /metrics on port {HTTP_PORT}. \
@@ -216,11 +230,6 @@ fn pod_notes(doc: Document) -> Document {
         &format!("{POD}.securityContext"),
         "Non-root uid and gid 65532 with the container runtime's default seccomp profile: what the \
          restricted Pod Security Standard this namespace enforces requires.",
-    )
-    .note(
-        &format!("{POD}.affinity"),
-        "Prefer replicas on different nodes, so losing one node does not take the leader and its \
-         standby together. Preferred, not required: a one-node cluster still runs them all.",
     )
 }
 

@@ -1,0 +1,112 @@
+//! The ValidatingAdmissionPolicy (and its binding) keeping the controller's trail the
+//! controller's: an Event that names `kubeflavor.io/controller` as its reporter is refused
+//! unless the controller's ServiceAccount writes it (kubeflavor_core::trail_policy).
+
+use k8s_openapi::api::admissionregistration::v1::{
+    MatchCondition, MatchResources, NamedRuleWithOperations, ValidatingAdmissionPolicy,
+    ValidatingAdmissionPolicyBinding, ValidatingAdmissionPolicyBindingSpec,
+    ValidatingAdmissionPolicySpec, Validation,
+};
+use kubeflavor_core::trail_policy::{self, CONTROLLER_REPORTER, EventApi};
+
+use super::rbac::CONTROLLER_SA;
+use super::{Document, object_meta};
+
+const COMPONENT: &str = "controller";
+
+/// The controller's ServiceAccount, as the API server names its requests.
+fn controller_user(namespace: &str) -> String {
+    format!("system:serviceaccount:{namespace}:{CONTROLLER_SA}")
+}
+
+/// Each Event API's policy and its binding.
+pub fn documents(namespace: &str) -> Vec<Document> {
+    EventApi::ALL
+        .into_iter()
+        .flat_map(|api| policy(namespace, api))
+        .collect()
+}
+
+/// The policy on `api`'s Events and its binding.
+fn policy(namespace: &str, api: EventApi) -> [Document; 2] {
+    let strings = |v: &[&str]| Some(v.iter().map(|s| s.to_string()).collect::<Vec<_>>());
+    let (expression, message) = trail_policy::rule(api);
+    let name = api.policy_name();
+    let policy = ValidatingAdmissionPolicy {
+        metadata: object_meta(name, None, COMPONENT),
+        spec: Some(ValidatingAdmissionPolicySpec {
+            failure_policy: Some("Fail".into()),
+            match_constraints: Some(MatchResources {
+                resource_rules: Some(vec![NamedRuleWithOperations {
+                    api_groups: strings(&[api.group()]),
+                    api_versions: strings(&["v1"]),
+                    operations: strings(&["CREATE", "UPDATE"]),
+                    resources: strings(&["events"]),
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            }),
+            match_conditions: Some(vec![MatchCondition {
+                name: "not-the-controller".into(),
+                expression: trail_policy::applies_to(&controller_user(namespace)),
+            }]),
+            validations: Some(vec![Validation {
+                expression,
+                message: Some(message),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        }),
+        status: None,
+    };
+    let binding = ValidatingAdmissionPolicyBinding {
+        metadata: object_meta(name, None, COMPONENT),
+        spec: ValidatingAdmissionPolicyBindingSpec {
+            policy_name: name.into(),
+            validation_actions: vec!["Deny".into()],
+            ..Default::default()
+        },
+    };
+    [
+        Document::new(
+            &format!(
+                "The trail is the controller's alone. RBAC lets the controller and the join-token \
+                 API create Events but cannot say which; this policy refuses any Event whose \
+                 reporter (events.k8s.io reportingController or deprecatedSource.component, core \
+                 reportingComponent or source.component) is {CONTROLLER_REPORTER} unless the \
+                 controller's ServiceAccount writes it, so a stolen join-token API token cannot \
+                 write \"approved\" into the trail. Readers of the trail select the controller's \
+                 Events by that field."
+            ),
+            &policy,
+        )
+        .note(
+            "spec.failurePolicy",
+            "Fail: a rule that cannot be evaluated refuses the request.",
+        )
+        .note(
+            "spec.matchConstraints",
+            "Creates and updates of Events in this API. core/v1 and events.k8s.io/v1 are the \
+             same objects, each API judged by its own policy (the API server type-checks a rule \
+             against each API it matches, and each names the reporter in its own fields).",
+        )
+        .note(
+            "spec.matchConditions",
+            "Everyone but the controller's ServiceAccount and system:masters (which bypasses \
+             authorization and could delete this policy; an admin kubeconfig running the \
+             controller outside the cluster carries it).",
+        )
+        .note(
+            "spec.validations",
+            "The Event, and on an update the Event it replaces, names another reporter.",
+        ),
+        Document::new(
+            "Makes the API server enforce the policy above on every matching request.",
+            &binding,
+        )
+        .note(
+            "spec.validationActions",
+            "Deny: a failing rule refuses the request (not a warning or an audit note).",
+        ),
+    ]
+}

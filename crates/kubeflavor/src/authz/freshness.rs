@@ -95,14 +95,15 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_clock_moves_only_while_both_watches_have_listed() {
+    fn the_clock_moves_only_while_every_watch_has_listed() {
         let f = Freshness::default();
         let t0 = Instant::now();
         let at = |s: u64| t0 + Duration::from_secs(s);
         assert_eq!(f.age(at(0)), None, "never listed: never current");
         f.listed(Mark::Binding, at(0));
+        f.listed(Mark::Listed, at(0));
         f.confirm(at(1));
-        assert_eq!(f.age(at(1)), None, "one watch alone confirms nothing");
+        assert_eq!(f.age(at(1)), None, "two watches of three confirm nothing");
         f.listed(Mark::Node, at(2));
         assert_eq!(f.age(at(3)), Some(Duration::from_secs(1)));
         f.confirm(at(4));
@@ -112,8 +113,9 @@ mod tests {
         f.confirm(at(6));
         f.confirm(at(9));
         assert_eq!(f.age(at(10)), Some(Duration::from_secs(6)));
-        // Both list again: current from then.
+        // All list again: current from then.
         f.listed(Mark::Node, at(11));
+        f.listed(Mark::Listed, at(11));
         f.listed(Mark::Binding, at(12));
         assert_eq!(f.age(at(12)), Some(Duration::ZERO));
     }
@@ -123,6 +125,7 @@ mod tests {
         let f = Freshness::default();
         let t0 = Instant::now();
         f.listed(Mark::Binding, t0);
+        f.listed(Mark::Listed, t0);
         f.listed(Mark::Node, t0 + Duration::from_secs(5));
         f.confirm(t0 + Duration::from_secs(4));
         assert_eq!(f.age(t0 + Duration::from_secs(5)), Some(Duration::ZERO));

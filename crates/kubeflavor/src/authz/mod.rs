@@ -706,6 +706,7 @@ mod tests {
         r.index.freshness.watches_down();
         r.index.freshness.listed(Mark::Binding, long_ago);
         r.index.freshness.listed(Mark::Node, long_ago);
+        r.index.freshness.listed(Mark::Listed, long_ago);
         r.index.freshness.watches_down();
         r.index.freshness.confirm(tokio::time::Instant::now());
         let (code, body) = post(&r, Some(&me), PATH, sar("system:node:w1"))

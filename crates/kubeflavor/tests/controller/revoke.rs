@@ -20,6 +20,11 @@ fn pod_on(node: &str, name: &str, sa: &str) -> Pod {
             "nodeName": node,
             "serviceAccountName": sa,
             "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}],
+            // The projected token volume a kubelet mints tokens for (a real API server's
+            // ServiceAccount admission adds one like it to every pod; testkube does not).
+            "volumes": [{"name": "token", "projected": {"sources": [
+                {"serviceAccountToken": {"path": "token", "expirationSeconds": 3600}},
+            ]}}],
         },
     }))
     .unwrap()

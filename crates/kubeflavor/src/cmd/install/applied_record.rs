@@ -7,8 +7,7 @@
 
 use k8s_openapi::api::admissionregistration::v1::{
     MatchCondition, MatchResources, NamedRuleWithOperations, ValidatingAdmissionPolicy,
-    ValidatingAdmissionPolicyBinding, ValidatingAdmissionPolicyBindingSpec,
-    ValidatingAdmissionPolicySpec, Validation, Variable,
+    ValidatingAdmissionPolicySpec, Variable,
 };
 use kubeflavor_core::applied_record::{
     self, APPLIED_ANNOTATION, POLICY_NAME, RESOURCES, VALIDATION,
@@ -53,11 +52,10 @@ fn policy() -> Document {
                     })
                     .collect(),
             ),
-            validations: Some(vec![Validation {
-                expression: VALIDATION.into(),
-                message: Some(applied_record::refusal()),
-                ..Default::default()
-            }]),
+            validations: Some(super::admission::validations([(
+                VALIDATION.into(),
+                applied_record::refusal(),
+            )])),
             ..Default::default()
         }),
         status: None,
@@ -94,20 +92,10 @@ fn policy() -> Document {
 }
 
 fn binding() -> Document {
-    let binding = ValidatingAdmissionPolicyBinding {
-        metadata: object_meta(POLICY_NAME, None, COMPONENT),
-        spec: ValidatingAdmissionPolicyBindingSpec {
-            policy_name: POLICY_NAME.into(),
-            validation_actions: vec!["Deny".into()],
-            ..Default::default()
-        },
-    };
-    Document::new(
+    super::admission::deny_binding(
+        POLICY_NAME,
+        COMPONENT,
+        None,
         "Makes the API server enforce the policy above on every kubelet's Node write.",
-        &binding,
-    )
-    .note(
-        "spec.validationActions",
-        "Deny: a failing rule refuses the request.",
     )
 }

@@ -1,6 +1,7 @@
 //! `kubeflavor install`: everything the controller needs, as YAML documents to read (and to
 //! pipe into `kubectl apply -f -`), or applied directly with server-side apply.
 
+mod admission;
 mod applied_record;
 mod authz;
 mod monitoring;

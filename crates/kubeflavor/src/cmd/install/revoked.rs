@@ -7,8 +7,7 @@
 
 use k8s_openapi::api::admissionregistration::v1::{
     MatchCondition, MatchResources, NamedRuleWithOperations, ParamKind, ParamRef,
-    ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
-    ValidatingAdmissionPolicyBindingSpec, ValidatingAdmissionPolicySpec, Validation, Variable,
+    ValidatingAdmissionPolicy, ValidatingAdmissionPolicySpec, Variable,
 };
 use kubeflavor_core::revocation_list::{self, NAME, NAMESPACE, POLICY_NAME};
 
@@ -75,16 +74,11 @@ fn policy() -> Document {
                 })
                 .collect(),
         ),
-        validations: Some(
+        validations: Some(super::admission::validations(
             revocation_list::rules()
                 .into_iter()
-                .map(|r| Validation {
-                    expression: r.expression,
-                    message: Some(r.message),
-                    ..Default::default()
-                })
-                .collect(),
-        ),
+                .map(|r| (r.expression, r.message)),
+        )),
         ..Default::default()
     };
     let policy = ValidatingAdmissionPolicy {
@@ -127,31 +121,21 @@ fn policy() -> Document {
 }
 
 fn binding() -> Document {
-    let binding = ValidatingAdmissionPolicyBinding {
-        metadata: object_meta(POLICY_NAME, None, COMPONENT),
-        spec: ValidatingAdmissionPolicyBindingSpec {
-            policy_name: POLICY_NAME.into(),
-            param_ref: Some(ParamRef {
-                name: Some(NAME.into()),
-                namespace: Some(NAMESPACE.into()),
-                parameter_not_found_action: Some("Allow".into()),
-                ..Default::default()
-            }),
-            validation_actions: vec!["Deny".into()],
-            ..Default::default()
-        },
+    let param_ref = ParamRef {
+        name: Some(NAME.into()),
+        namespace: Some(NAMESPACE.into()),
+        parameter_not_found_action: Some("Allow".into()),
+        ..Default::default()
     };
-    Document::new(
+    super::admission::deny_binding(
+        POLICY_NAME,
+        COMPONENT,
+        Some(param_ref),
         "Makes the API server enforce the policy above with the revocation list as its parameter.",
-        &binding,
     )
     .note(
         "spec.paramRef.parameterNotFoundAction",
         "Allow: without the list (deleted by an admin) nothing is listed, and the cluster's \
          other requests go on; 'kubeflavor node revoke' creates it again when it lists a name.",
-    )
-    .note(
-        "spec.validationActions",
-        "Deny: a failing rule refuses the request.",
     )
 }

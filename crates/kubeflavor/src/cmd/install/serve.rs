@@ -7,8 +7,7 @@
 
 use k8s_openapi::api::admissionregistration::v1::{
     MatchCondition, MatchResources, NamedRuleWithOperations, ValidatingAdmissionPolicy,
-    ValidatingAdmissionPolicyBinding, ValidatingAdmissionPolicyBindingSpec,
-    ValidatingAdmissionPolicySpec, Validation, Variable,
+    ValidatingAdmissionPolicySpec, Variable,
 };
 use k8s_openapi::api::core::v1::{
     Container, PodSpec, PodTemplateSpec, SecretVolumeSource, Service, ServicePort, ServiceSpec,
@@ -222,36 +221,21 @@ fn policy_spec(user: &str, ceilings: &Ceilings) -> ValidatingAdmissionPolicySpec
                 })
                 .collect(),
         ),
-        validations: Some(
+        validations: Some(super::admission::validations(
             token_shape::rules(ceilings)
                 .into_iter()
-                .map(|r| Validation {
-                    expression: r.expression,
-                    message: Some(r.message),
-                    ..Default::default()
-                })
-                .collect(),
-        ),
+                .map(|r| (r.expression, r.message)),
+        )),
         ..Default::default()
     }
 }
 
 fn policy_binding() -> Document {
-    let binding = ValidatingAdmissionPolicyBinding {
-        metadata: object_meta(TOKEN_POLICY, None, COMPONENT),
-        spec: ValidatingAdmissionPolicyBindingSpec {
-            policy_name: TOKEN_POLICY.into(),
-            validation_actions: vec!["Deny".into()],
-            ..Default::default()
-        },
-    };
-    Document::new(
+    super::admission::deny_binding(
+        TOKEN_POLICY,
+        COMPONENT,
+        None,
         "Makes the API server enforce the policy above on every matching request.",
-        &binding,
-    )
-    .note(
-        "spec.validationActions",
-        "Deny: a failing rule refuses the request (not a warning or an audit note).",
     )
 }
 

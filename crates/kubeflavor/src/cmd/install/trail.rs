@@ -4,8 +4,7 @@
 
 use k8s_openapi::api::admissionregistration::v1::{
     MatchCondition, MatchResources, NamedRuleWithOperations, ValidatingAdmissionPolicy,
-    ValidatingAdmissionPolicyBinding, ValidatingAdmissionPolicyBindingSpec,
-    ValidatingAdmissionPolicySpec, Validation,
+    ValidatingAdmissionPolicySpec,
 };
 use kubeflavor_core::trail_policy::{self, CONTROLLER_REPORTER, EventApi};
 
@@ -50,22 +49,10 @@ fn policy(namespace: &str, api: EventApi) -> [Document; 2] {
                 name: "not-the-controller".into(),
                 expression: trail_policy::applies_to(&controller_user(namespace)),
             }]),
-            validations: Some(vec![Validation {
-                expression,
-                message: Some(message),
-                ..Default::default()
-            }]),
+            validations: Some(super::admission::validations([(expression, message)])),
             ..Default::default()
         }),
         status: None,
-    };
-    let binding = ValidatingAdmissionPolicyBinding {
-        metadata: object_meta(name, None, COMPONENT),
-        spec: ValidatingAdmissionPolicyBindingSpec {
-            policy_name: name.into(),
-            validation_actions: vec!["Deny".into()],
-            ..Default::default()
-        },
     };
     [
         Document::new(
@@ -100,13 +87,11 @@ fn policy(namespace: &str, api: EventApi) -> [Document; 2] {
             "spec.validations",
             "The Event, and on an update the Event it replaces, names another reporter.",
         ),
-        Document::new(
+        super::admission::deny_binding(
+            name,
+            COMPONENT,
+            None,
             "Makes the API server enforce the policy above on every matching request.",
-            &binding,
-        )
-        .note(
-            "spec.validationActions",
-            "Deny: a failing rule refuses the request (not a warning or an audit note).",
         ),
     ]
 }

@@ -179,7 +179,8 @@ impl CutOffIndex {
     /// Applies one event of the revocation list's watch, mapped to its names.
     pub fn apply_list(&self, event: Event<HashSet<String>>) {
         if matches!(event, Event::InitDone) {
-            self.freshness.listed(Mark::Listed, tokio::time::Instant::now());
+            self.freshness
+                .listed(Mark::Listed, tokio::time::Instant::now());
         }
         let first_sync = {
             let mut names = self.listed.write().unwrap_or_else(|p| p.into_inner());
@@ -228,7 +229,12 @@ impl CutOffIndex {
             Api::<FlavorBinding>::all(client.clone()),
             watcher::Config::default(),
         )
-        .map(|e| (Mark::Binding, e.map(|e| Fed::Marks(map_event(e, binding_mark)))));
+        .map(|e| {
+            (
+                Mark::Binding,
+                e.map(|e| Fed::Marks(map_event(e, binding_mark))),
+            )
+        });
         let nodes = watch_stream(Api::<Node>::all(client.clone()), watcher::Config::default())
             .map(|e| (Mark::Node, e.map(|e| Fed::Marks(map_event(e, node_mark)))));
         let list_config =
@@ -237,9 +243,16 @@ impl CutOffIndex {
             Api::<ConfigMap>::namespaced(client, revocation_list::NAMESPACE),
             list_config,
         )
-        .map(|e| (Mark::Listed, e.map(|e| Fed::List(map_event(e, listed_names)))));
-        let mut events =
-            std::pin::pin!(futures::stream::select(futures::stream::select(bindings, nodes), listed));
+        .map(|e| {
+            (
+                Mark::Listed,
+                e.map(|e| Fed::List(map_event(e, listed_names))),
+            )
+        });
+        let mut events = std::pin::pin!(futures::stream::select(
+            futures::stream::select(bindings, nodes),
+            listed
+        ));
         while let Some((mark, event)) = events.next().await {
             match event {
                 Ok(Fed::Marks(event)) => self.apply(mark, event),

@@ -88,6 +88,43 @@ impl Harness {
             Err(kube::Error::Api(e)) if e.code == 404 => {}
             Err(e) => panic!("delete the policy's cluster-wide binding: {e}"),
         }
+        // The API server enforces a deleted binding until its policy cache hears of it:
+        // wait until a role the policy refuses (of this run, harmless with no binding) is
+        // accepted.
+        let probe = self.nodeclient_role("sole-unbound-probe", None);
+        let roles = Api::<k8s_openapi::api::rbac::v1::ClusterRole>::all(self.admin.clone());
+        within("the sole-approver policy's binding gone", async {
+            loop {
+                match roles.create(&Default::default(), &probe).await {
+                    Ok(_) => break,
+                    Err(kube::Error::Api(e)) if e.code == 422 => {}
+                    Err(e) => panic!("probe: {e}"),
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            }
+        })
+        .await;
+        roles
+            .delete(&self.name("sole-unbound-probe"), &Default::default())
+            .await
+            .expect("probe deleted");
+    }
+
+    /// A ClusterRole of this run granting create on certificatesigningrequests/nodeclient
+    /// (what the sole-approver policy refuses; harmless while nothing binds it).
+    fn nodeclient_role(
+        &self,
+        base: &str,
+        label: Option<(String, String)>,
+    ) -> k8s_openapi::api::rbac::v1::ClusterRole {
+        use kubeflavor_core::sole_approver_policy::NODECLIENT;
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": self.name(base),
+                         "labels": label.map(|(k, v)| serde_json::json!({k: v}))},
+            "rules": [{"apiGroups": ["certificates.k8s.io"], "resources": [NODECLIENT],
+                       "verbs": ["create"]}],
+        }))
+        .expect("probe role")
     }
 
     /// The label that scopes [`Harness::bind_sole_approver_policy_to_run`]'s copy.
@@ -105,7 +142,7 @@ impl Harness {
             ValidatingAdmissionPolicyBindingSpec,
         };
         use k8s_openapi::api::rbac::v1::ClusterRole;
-        use kubeflavor_core::sole_approver_policy::{NODECLIENT, POLICY_NAME};
+        use kubeflavor_core::sole_approver_policy::POLICY_NAME;
         let name = self.name("sole-approver");
         let (key, value) = self.run_label();
         let policies = Api::<ValidatingAdmissionPolicy>::all(self.admin.clone());
@@ -145,12 +182,7 @@ impl Harness {
             .create(&Default::default(), &binding)
             .await
             .expect("binding of the copy");
-        let probe: ClusterRole = serde_json::from_value(serde_json::json!({
-            "metadata": {"name": self.name("sole-probe"), "labels": {key: value}},
-            "rules": [{"apiGroups": ["certificates.k8s.io"], "resources": [NODECLIENT],
-                       "verbs": ["create"]}],
-        }))
-        .expect("probe role");
+        let probe = self.nodeclient_role("sole-probe", Some((key, value)));
         let roles = Api::<ClusterRole>::all(self.admin.clone());
         within("the policy copy enforced", async {
             loop {

@@ -63,6 +63,9 @@ fn role_message() -> String {
     rules()[1].message.clone()
 }
 
+/// A binding's kind, roleRef kind and name, and subjects (kind, name).
+type BindingCase<'a> = (&'a str, &'a str, &'a str, &'a [(&'a str, &'a str)]);
+
 const KUBEADM_GROUP: &str = "system:bootstrappers:kubeadm:default-node-token";
 
 #[test]
@@ -142,7 +145,7 @@ fn kubeadms_autoapproval_is_refused() {
         &kubeadm,
     );
     assert_eq!(update, Some(binding_message()));
-    let cases: &[(&str, &str, &str, &[(&str, &str)])] = &[
+    let cases: &[BindingCase] = &[
         (
             "ClusterRoleBinding",
             "ClusterRole",

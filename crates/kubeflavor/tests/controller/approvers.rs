@@ -192,7 +192,11 @@ async fn another_bootstrap_group_auto_approved_stops_strict_at_start() {
 async fn the_sole_approver_policy_refuses_kubeadms_autoapproval_and_the_bound_name_stays() {
     use kubeflavor_core::sole_approver_policy::{self, NODECLIENT_ROLE};
     let h = Harness::start_serial().await;
-    h.install_sole_approver().await;
+    let said = h.install_sole_approver().await;
+    assert!(
+        said.contains("'kubeadm upgrade apply <version> --skip-phases bootstrap-token'"),
+        "{said}"
+    );
     let copy = h.bind_sole_approver_policy_to_run().await;
     let crbs = Api::<ClusterRoleBinding>::all(h.admin.clone());
     let before = crbs

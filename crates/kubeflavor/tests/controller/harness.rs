@@ -73,13 +73,16 @@ impl Harness {
     /// sole-approver policy deleted: on a shared cluster that policy would refuse other
     /// runs' RBAC writes (their own bootstrap grants). A test that needs the policy binds a
     /// copy scoped to its run ([`Harness::bind_sole_approver_policy_to_run`]).
-    pub async fn install_sole_approver(&self) {
+    /// Returns what install printed.
+    pub async fn install_sole_approver(&self) -> String {
         use k8s_openapi::api::admissionregistration::v1::ValidatingAdmissionPolicyBinding;
         use kubeflavor_core::sole_approver_policy::POLICY_NAME;
-        self.env
+        let said = self
+            .env
             .kf(&["install", "--apply", "--replicas", "0", "--sole-approver"])
             .await
-            .expect_ok();
+            .expect_ok()
+            .to_string();
         match Api::<ValidatingAdmissionPolicyBinding>::all(self.admin.clone())
             .delete(POLICY_NAME, &Default::default())
             .await
@@ -108,6 +111,7 @@ impl Harness {
             .delete(&self.name("sole-unbound-probe"), &Default::default())
             .await
             .expect("probe deleted");
+        said
     }
 
     /// A ClusterRole of this run granting create on certificatesigningrequests/nodeclient

@@ -664,6 +664,16 @@ async fn hand_approvals_over(cluster: &Cluster, mode: Mode, out: &mut dyn Write)
             ));
         }
     }
+    if mode.strict {
+        writeln!(
+            out,
+            "note: the policy {} refuses any binding that grants bootstrap tokens the nodeclient \
+             auto-approval again, kubeadm's {} included: upgrade with \
+             'kubeadm upgrade apply <version> --skip-phases bootstrap-token'",
+            kubeflavor_core::sole_approver_policy::POLICY_NAME,
+            approvers::KUBEADM_BOOTSTRAP_BINDING,
+        )?;
+    }
     Ok(())
 }
 

@@ -20,6 +20,7 @@ pub mod policy;
 pub mod revocation_list;
 pub mod serving_csr;
 pub mod serving_policy;
+pub mod sole_approver_policy;
 pub mod taint;
 pub mod token;
 pub mod token_limits;

@@ -12,6 +12,7 @@ use kube::Api;
 use kube::runtime::{WatchStreamExt, watcher};
 use kubeflavor::controller::approvers::{self, COMPETING_REASON, KUBEADM_BOOTSTRAP_BINDING};
 use kubeflavor::ops::http;
+use kubeflavor_core::token::BootstrapToken;
 
 const NODECLIENT_ROLE: &str = "system:certificates.k8s.io:certificatesigningrequests:nodeclient";
 
@@ -60,16 +61,14 @@ async fn event_about(h: &Harness, binding: &str, instance: &str) -> String {
     .await
 }
 
-/// After `install --sole-approver`, kubeadm's `kubeadm:node-autoapprove-bootstrap` comes
+/// After `install --sole-approver` with its policy's binding gone (the controller's own
+/// check is the second line), kubeadm's `kubeadm:node-autoapprove-bootstrap` comes
 /// back while a `--strict` controller runs: it is not ready, the gauge says so, an Event
 /// names the binding and the fix; once the binding is deleted it is ready again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubeadms_bootstrap_binding_recreated_under_a_strict_controller_makes_it_not_ready() {
     let h = Harness::start_serial().await;
-    h.env
-        .kf(&["install", "--apply", "--replicas", "0", "--sole-approver"])
-        .await
-        .expect_ok();
+    h.install_sole_approver().await;
     let instance = h.name("strict");
     let mut opts = h.options(&instance);
     opts.strict = true;
@@ -141,10 +140,7 @@ async fn kubeadms_bootstrap_binding_recreated_under_a_strict_controller_makes_it
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn another_bootstrap_group_auto_approved_stops_strict_at_start() {
     let h = Harness::start_serial().await;
-    h.env
-        .kf(&["install", "--apply", "--replicas", "0", "--sole-approver"])
-        .await
-        .expect_ok();
+    h.install_sole_approver().await;
     let binding = h.name("workers-autoapprove");
     let group = format!("system:bootstrappers:{}", h.name("workers"));
     let crbs = Api::<ClusterRoleBinding>::all(h.admin.clone());
@@ -185,4 +181,73 @@ async fn another_bootstrap_group_auto_approved_stops_strict_at_start() {
     crbs.delete(&binding, &Default::default())
         .await
         .expect("binding deleted");
+}
+
+/// With `install --sole-approver`'s policy (here a copy scoped to this run's objects, the
+/// cluster being shared), re-creating kubeadm's `kubeadm:node-autoapprove-bootstrap` as
+/// `kubeadm upgrade apply` does is refused (422), kube-controller-manager never gets the
+/// grant, and a kubeadm token's CSR for a name kubeflavor bound is not approved: the
+/// `--strict` controller denies it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sole_approver_policy_refuses_kubeadms_autoapproval_and_the_bound_name_stays() {
+    use kubeflavor_core::sole_approver_policy::{self, NODECLIENT_ROLE};
+    let h = Harness::start_serial().await;
+    let said = h.install_sole_approver().await;
+    assert!(
+        said.contains("'kubeadm upgrade apply <version> --skip-phases bootstrap-token'"),
+        "{said}"
+    );
+    let copy = h.bind_sole_approver_policy_to_run().await;
+    let crbs = Api::<ClusterRoleBinding>::all(h.admin.clone());
+    let before = crbs
+        .get_opt(KUBEADM_BOOTSTRAP_BINDING)
+        .await
+        .expect("read kubeadm's binding");
+    assert!(before.is_none(), "install --sole-approver deleted it");
+
+    // What `kubeadm upgrade apply` writes again (labelled for this run's policy copy).
+    h.env.made.cluster_role_binding(KUBEADM_BOOTSTRAP_BINDING);
+    let mut kubeadms = autoapprove(KUBEADM_BOOTSTRAP_BINDING, approvers::KUBEADM_TOKEN_GROUP);
+    let (key, value) = h.run_label();
+    kubeadms.metadata.labels = Some([(key, value)].into());
+    assert_eq!(kubeadms.role_ref.name, NODECLIENT_ROLE);
+    match crbs.create(&Default::default(), &kubeadms).await {
+        Err(kube::Error::Api(e)) => {
+            assert_eq!(e.code, 422, "{e:?}");
+            let why = &sole_approver_policy::rules()[0].message;
+            assert!(e.message.contains(why.as_str()), "{}", e.message);
+            assert!(e.message.contains(&copy), "{}", e.message);
+        }
+        other => panic!("kubeadm's binding re-created: {other:?}"),
+    }
+    assert!(
+        crbs.get_opt(KUBEADM_BOOTSTRAP_BINDING)
+            .await
+            .expect("read")
+            .is_none()
+    );
+
+    let mut strict = h.options("strict");
+    strict.strict = true;
+    strict.manage_renewals = true;
+    let ctl = h.start_controller(strict);
+    let f = h.gold_flavor("sweet").await;
+    let node = h.name("node-bound");
+    let t = h.token(&f, 1, None).await;
+    let bound = h.name("csr-bound");
+    h.submit_csr(&h.bootstrap_client(&t).await, &bound, &node)
+        .await;
+    assert_eq!(h.decision(&bound).await, "Approved");
+    // A kubeadm token (its group may still file CSRs) asks for the bound name.
+    let kubeadm = BootstrapToken::generate().unwrap();
+    TokenSecret::plain(&kubeadm, approvers::KUBEADM_TOKEN_GROUP)
+        .create(&h.env)
+        .await;
+    crate::attacks::ensure_kubeadm_can_file_csrs(&h).await;
+    let takeover = h.name("csr-kubeadm");
+    h.submit_csr(&h.bootstrap_client(&kubeadm).await, &takeover, &node)
+        .await;
+    assert_eq!(h.decision(&takeover).await, "Denied");
+    ctl.stop().await;
+    h.unbind_sole_approver_policy_copy(&copy).await;
 }

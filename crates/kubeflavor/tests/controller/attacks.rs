@@ -243,10 +243,7 @@ async fn kubeadm_tokens_cannot_take_a_bound_name_once_kubeflavor_is_the_sole_app
         .await
         .expect("binding deleted");
 
-    h.env
-        .kf(&["install", "--apply", "--replicas", "0", "--sole-approver"])
-        .await
-        .expect_ok();
+    h.install_sole_approver().await;
     assert_eq!(
         approvers::auto_approved(&h.admin, Kind::OtherTokens)
             .await
@@ -278,7 +275,7 @@ async fn kubeadm_tokens_cannot_take_a_bound_name_once_kubeflavor_is_the_sole_app
 
 /// kubeadm's `kubeadm:kubelet-bootstrap` (its token group may create CSRs), under a name of
 /// this run in case the cluster lacks it.
-async fn ensure_kubeadm_can_file_csrs(h: &Harness) {
+pub(crate) async fn ensure_kubeadm_can_file_csrs(h: &Harness) {
     use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
     let crb: ClusterRoleBinding = serde_json::from_value(serde_json::json!({
         "metadata": {"name": h.name("kubeadm-kubelet-bootstrap")},

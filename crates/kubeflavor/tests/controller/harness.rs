@@ -69,6 +69,159 @@ impl Harness {
         }
     }
 
+    /// `kubeflavor install --apply --replicas 0 --sole-approver`, then the binding of its
+    /// sole-approver policy deleted: on a shared cluster that policy would refuse other
+    /// runs' RBAC writes (their own bootstrap grants). A test that needs the policy binds a
+    /// copy scoped to its run ([`Harness::bind_sole_approver_policy_to_run`]).
+    /// Returns what install printed.
+    pub async fn install_sole_approver(&self) -> String {
+        use k8s_openapi::api::admissionregistration::v1::ValidatingAdmissionPolicyBinding;
+        use kubeflavor_core::sole_approver_policy::POLICY_NAME;
+        let said = self
+            .env
+            .kf(&["install", "--apply", "--replicas", "0", "--sole-approver"])
+            .await
+            .expect_ok()
+            .to_string();
+        match Api::<ValidatingAdmissionPolicyBinding>::all(self.admin.clone())
+            .delete(POLICY_NAME, &Default::default())
+            .await
+        {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 404 => {}
+            Err(e) => panic!("delete the policy's cluster-wide binding: {e}"),
+        }
+        // The API server enforces a deleted binding until its policy cache hears of it:
+        // wait until a role the policy refuses (of this run, harmless with no binding) is
+        // accepted.
+        let probe = self.nodeclient_role("sole-unbound-probe", None);
+        let roles = Api::<k8s_openapi::api::rbac::v1::ClusterRole>::all(self.admin.clone());
+        within("the sole-approver policy's binding gone", async {
+            loop {
+                match roles.create(&Default::default(), &probe).await {
+                    Ok(_) => break,
+                    Err(kube::Error::Api(e)) if e.code == 422 => {}
+                    Err(e) => panic!("probe: {e}"),
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            }
+        })
+        .await;
+        roles
+            .delete(&self.name("sole-unbound-probe"), &Default::default())
+            .await
+            .expect("probe deleted");
+        said
+    }
+
+    /// A ClusterRole of this run granting create on certificatesigningrequests/nodeclient
+    /// (what the sole-approver policy refuses; harmless while nothing binds it).
+    fn nodeclient_role(
+        &self,
+        base: &str,
+        label: Option<(String, String)>,
+    ) -> k8s_openapi::api::rbac::v1::ClusterRole {
+        use kubeflavor_core::sole_approver_policy::NODECLIENT;
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": self.name(base),
+                         "labels": label.map(|(k, v)| serde_json::json!({k: v}))},
+            "rules": [{"apiGroups": ["certificates.k8s.io"], "resources": [NODECLIENT],
+                       "verbs": ["create"]}],
+        }))
+        .expect("probe role")
+    }
+
+    /// The label that scopes [`Harness::bind_sole_approver_policy_to_run`]'s copy.
+    pub fn run_label(&self) -> (String, String) {
+        ("kubeflavor.io/e2e-run".into(), self.env.run_id.clone())
+    }
+
+    /// The sole-approver policy `install` applied, copied under a name of this run with one
+    /// more match condition (objects labelled [`Harness::run_label`]) and bound; returns once
+    /// the API server enforces it (a role of this run granting the auto-approval, harmless
+    /// with no binding, is refused). The returned name is the copy's and its binding's.
+    pub async fn bind_sole_approver_policy_to_run(&self) -> String {
+        use k8s_openapi::api::admissionregistration::v1::{
+            MatchCondition, ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
+            ValidatingAdmissionPolicyBindingSpec,
+        };
+        use k8s_openapi::api::rbac::v1::ClusterRole;
+        use kubeflavor_core::sole_approver_policy::POLICY_NAME;
+        let name = self.name("sole-approver");
+        let (key, value) = self.run_label();
+        let policies = Api::<ValidatingAdmissionPolicy>::all(self.admin.clone());
+        let installed = policies.get(POLICY_NAME).await.expect("install's policy");
+        let mut spec = installed.spec.expect("a spec");
+        spec.match_conditions = Some(vec![MatchCondition {
+            name: "this-test-run".into(),
+            expression: format!(
+                "has(object.metadata.labels) && '{key}' in object.metadata.labels \
+                 && object.metadata.labels['{key}'] == '{value}'"
+            ),
+        }]);
+        let copy = ValidatingAdmissionPolicy {
+            metadata: kube::api::ObjectMeta {
+                name: Some(name.clone()),
+                ..Default::default()
+            },
+            spec: Some(spec),
+            status: None,
+        };
+        policies
+            .create(&Default::default(), &copy)
+            .await
+            .expect("policy copy");
+        let binding = ValidatingAdmissionPolicyBinding {
+            metadata: kube::api::ObjectMeta {
+                name: Some(name.clone()),
+                ..Default::default()
+            },
+            spec: ValidatingAdmissionPolicyBindingSpec {
+                policy_name: name.clone(),
+                validation_actions: vec!["Deny".into()],
+                ..Default::default()
+            },
+        };
+        Api::<ValidatingAdmissionPolicyBinding>::all(self.admin.clone())
+            .create(&Default::default(), &binding)
+            .await
+            .expect("binding of the copy");
+        let probe = self.nodeclient_role("sole-probe", Some((key, value)));
+        let roles = Api::<ClusterRole>::all(self.admin.clone());
+        within("the policy copy enforced", async {
+            loop {
+                match roles.create(&Default::default(), &probe).await {
+                    Err(kube::Error::Api(e)) if e.code == 422 => return,
+                    Ok(_) => {
+                        roles
+                            .delete(&self.name("sole-probe"), &Default::default())
+                            .await
+                            .expect("probe deleted");
+                    }
+                    Err(e) => panic!("probe: {e}"),
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            }
+        })
+        .await;
+        name
+    }
+
+    /// Deletes the copy and binding [`Harness::bind_sole_approver_policy_to_run`] made.
+    pub async fn unbind_sole_approver_policy_copy(&self, name: &str) {
+        use k8s_openapi::api::admissionregistration::v1::{
+            ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
+        };
+        Api::<ValidatingAdmissionPolicyBinding>::all(self.admin.clone())
+            .delete(name, &Default::default())
+            .await
+            .expect("binding deleted");
+        Api::<ValidatingAdmissionPolicy>::all(self.admin.clone())
+            .delete(name, &Default::default())
+            .await
+            .expect("policy copy deleted");
+    }
+
     /// A name unique to this run (a real cluster is shared between runs).
     pub fn name(&self, base: &str) -> String {
         self.env.name(base)

@@ -316,10 +316,7 @@ async fn strict_mode_denies_other_tokens_without_deleting_them() {
     let h = Harness::start_serial().await;
     // --strict needs kubeflavor to be the only approver (kubeadm's clusters auto-approve
     // kubeadm's tokens): the controller refuses to start otherwise.
-    h.env
-        .kf(&["install", "--apply", "--replicas", "0", "--sole-approver"])
-        .await
-        .expect_ok();
+    h.install_sole_approver().await;
     // A token of another tool, in a group of its own with the RBAC kubeadm gives its
     // tokens to file CSRs (kubeadm's own group also has the nodeclient auto-approval, so
     // kube-controller-manager would approve its CSRs before any other approver).

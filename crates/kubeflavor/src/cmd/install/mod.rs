@@ -9,6 +9,7 @@ mod pods;
 mod rbac;
 mod revoked;
 mod serve;
+mod sole;
 mod trail;
 mod unverified;
 mod workload;
@@ -83,9 +84,11 @@ pub struct InstallArgs {
     pub manage_renewals: bool,
     /// Make kubeflavor the only approver of kubelet client CSRs: --manage-renewals, plus
     /// the controller runs with --strict (other bootstrap tokens' CSRs are denied) and
-    /// --apply deletes kubeadm's kubeadm:node-autoapprove-bootstrap binding. Only then does
-    /// a node name bind to exactly one token whatever other tokens exist; kubeadm's own
-    /// tokens can no longer join nodes.
+    /// --apply deletes kubeadm's kubeadm:node-autoapprove-bootstrap binding, and a
+    /// ValidatingAdmissionPolicy refuses any RBAC write granting bootstrap tokens the
+    /// nodeclient auto-approval again (so `kubeadm upgrade apply` needs --skip-phases
+    /// bootstrap-token). Only then does a node name bind to exactly one token whatever
+    /// other tokens exist; kubeadm's own tokens can no longer join nodes.
     #[arg(long)]
     pub sole_approver: bool,
     /// Let the controller approve kubelet serving certificates (kubernetes.io/kubelet-serving)
@@ -378,6 +381,9 @@ pub fn documents(namespace: &str, image: &str, replicas: u16, mode: Mode) -> Vec
     docs.extend(unverified::documents());
     docs.extend(applied_record::documents());
     docs.extend(revoked::documents());
+    if mode.strict {
+        docs.extend(sole::documents());
+    }
     docs.push(workload::deployment(namespace, image, replicas, mode));
     if replicas > 0 {
         docs.push(workload::disruption_budget(namespace));
@@ -658,6 +664,16 @@ async fn hand_approvals_over(cluster: &Cluster, mode: Mode, out: &mut dyn Write)
                 "delete the binding named there, then run install --apply again",
             ));
         }
+    }
+    if mode.strict {
+        writeln!(
+            out,
+            "note: the policy {} refuses any binding that grants bootstrap tokens the nodeclient \
+             auto-approval again, kubeadm's {} included: upgrade with \
+             'kubeadm upgrade apply <version> --skip-phases bootstrap-token'",
+            kubeflavor_core::sole_approver_policy::POLICY_NAME,
+            approvers::KUBEADM_BOOTSTRAP_BINDING,
+        )?;
     }
     Ok(())
 }

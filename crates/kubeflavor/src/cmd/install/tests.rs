@@ -295,7 +295,11 @@ fn modes_change_the_controller_flags_and_the_token_grants_only() {
     let s = documents("kubeflavor", &default_image(), 2, sole);
     assert!(args(&s).contains("--manage-renewals") && args(&s).contains("--strict"));
     assert_eq!(plain.len(), r.len());
-    assert_eq!(plain.len(), s.len());
+    assert_eq!(
+        plain.len() + 2,
+        s.len(),
+        "the sole-approver policy and its binding"
+    );
     // The SubjectAccessReview grant is always there: the start-up check runs always.
     assert!(
         rules(find(&plain, "ClusterRole", "kubeflavor:controller"))

@@ -7,8 +7,7 @@
 
 use k8s_openapi::api::admissionregistration::v1::{
     MatchResources, NamedRuleWithOperations, ValidatingAdmissionPolicy,
-    ValidatingAdmissionPolicyBinding, ValidatingAdmissionPolicyBindingSpec,
-    ValidatingAdmissionPolicySpec, Validation,
+    ValidatingAdmissionPolicySpec,
 };
 use kubeflavor_core::sole_approver_policy::{
     self, BINDING_RESOURCES, NODECLIENT_ROLE, POLICY_NAME, RBAC_GROUP, ROLE_RESOURCES,
@@ -43,16 +42,11 @@ pub fn policy_spec() -> ValidatingAdmissionPolicySpec {
             }]),
             ..Default::default()
         }),
-        validations: Some(
+        validations: Some(super::admission::validations(
             sole_approver_policy::rules()
                 .into_iter()
-                .map(|r| Validation {
-                    expression: r.expression,
-                    message: Some(r.message),
-                    ..Default::default()
-                })
-                .collect(),
-        ),
+                .map(|r| (r.expression, r.message)),
+        )),
         ..Default::default()
     }
 }
@@ -93,21 +87,11 @@ fn policy() -> Document {
 }
 
 fn binding() -> Document {
-    let binding = ValidatingAdmissionPolicyBinding {
-        metadata: object_meta(POLICY_NAME, None, COMPONENT),
-        spec: ValidatingAdmissionPolicyBindingSpec {
-            policy_name: POLICY_NAME.into(),
-            validation_actions: vec!["Deny".into()],
-            ..Default::default()
-        },
-    };
-    Document::new(
+    super::admission::deny_binding(
+        POLICY_NAME,
+        COMPONENT,
+        None,
         "Makes the API server enforce the policy above on every RBAC write.",
-        &binding,
-    )
-    .note(
-        "spec.validationActions",
-        "Deny: a failing rule refuses the request.",
     )
 }
 

@@ -1215,6 +1215,10 @@ async fn clean_up(admin: &Client, run: &Run) {
     for token in &run.tokens {
         let _ = secrets.delete(token, &dp).await;
     }
+    // The revoked node stays on the revocation list until forgotten (`node forget`).
+    for node in &run.nodes {
+        let _ = kubeflavor::cluster::revocation_list::remove(admin, node).await;
+    }
     let _ = Api::<Flavor>::all(admin.clone())
         .delete(&run.flavor, &dp)
         .await;

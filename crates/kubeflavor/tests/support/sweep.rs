@@ -224,6 +224,8 @@ async fn sweep_async(
         })
         .await;
     }
+    // The run's names on the revocation list (revoked nodes stay listed until forgotten).
+    unlist(&client, &named).await;
     // ServiceAccounts standing for callers of the join-token API.
     for ns in ["default", "kube-system"] {
         delete_where(
@@ -233,6 +235,17 @@ async fn sweep_async(
         .await;
     }
     Ok(())
+}
+
+/// Removes the names `named` selects from the revocation list.
+async fn unlist(client: &kube::Client, named: &impl Fn(&str) -> bool) {
+    use kubeflavor::cluster::revocation_list;
+    let Ok(Some(names)) = revocation_list::read(client).await else {
+        return;
+    };
+    for name in names.keys().filter(|n| named(n)) {
+        let _ = revocation_list::remove(client, name).await;
+    }
 }
 
 /// Deletes every object of `api` that `pick` selects and returns their names; a failure

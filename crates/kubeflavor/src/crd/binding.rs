@@ -57,6 +57,7 @@ impl FlavorBinding {
                 bound_at: whole_seconds(now),
                 issued_to: new.custody.issued_to.as_ref().map(|t| t.to_string()),
                 issued_by: new.custody.issued_by.clone(),
+                requested_by: new.custody.requested_by.clone(),
                 input_labels: new.input_labels.to_map(),
             },
             status: None,
@@ -279,6 +280,7 @@ mod tests {
                 bound_at: "2026-11-30T04:00:00Z".parse().unwrap(),
                 issued_to: None,
                 issued_by: None,
+                requested_by: None,
                 input_labels: Default::default(),
             },
         );

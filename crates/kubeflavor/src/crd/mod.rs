@@ -257,6 +257,11 @@ pub struct FlavorBindingSpec {
     /// the binding is made. Absent when the token recorded none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub issued_by: Option<String>,
+    /// The caller on whose request `issuedBy` minted the token, as `issuedBy` recorded it
+    /// (the join-token API's authenticated portal), copied from the token Secret when the
+    /// binding is made. Absent for tokens minted directly.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requested_by: Option<String>,
     /// What the node's administrator said through the portal (keys without their prefix),
     /// copied from the token when the binding is made, as the Flavor allowed it then. The
     /// controller keeps them on the Node under

@@ -304,6 +304,7 @@ fn binding_names_its_node_and_serializes_camel_case() {
             bound_at: "2026-11-30T04:00:00Z".parse().unwrap(),
             issued_to: None,
             issued_by: None,
+            requested_by: None,
             input_labels: Default::default(),
         },
     );

@@ -278,9 +278,9 @@ async fn a_flavor_binding_keeps_the_custody_it_was_made_with() {
                 .unwrap_err(),
         );
         assert!(
-            got.iter()
-                .any(|(_, m)| m
-                    .contains("issuedTo and issuedBy of a FlavorBinding are written once")),
+            got.iter().any(|(_, m)| m.contains(
+                "issuedTo, issuedBy and requestedBy of a FlavorBinding are written once"
+            )),
             "{spec}: {got:?}"
         );
     }

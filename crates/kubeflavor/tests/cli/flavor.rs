@@ -319,6 +319,7 @@ async fn delete_is_refused_while_tokens_or_bindings_use_the_flavor() {
             bound_at: jiff::Timestamp::from_second(jiff::Timestamp::now().as_second()).unwrap(),
             issued_to: None,
             issued_by: None,
+            requested_by: None,
             input_labels: Default::default(),
         },
     );

@@ -197,6 +197,11 @@ async fn a_portal_mints_its_flavor_and_the_node_joins() {
         minted["issuedBy"].as_str().expect("the caller"),
         "asked for by the portal's own identity"
     );
+    assert_eq!(
+        binding.spec.requested_by.as_deref(),
+        Some(requested_by.as_str()),
+        "the binding keeps who asked"
+    );
 
     // The same portal may not mint another flavor, and learns nothing about it.
     let (code, refused) = call(

@@ -12,7 +12,6 @@ use kube::Api;
 use kube::runtime::{WatchStreamExt, watcher};
 use kubeflavor::controller::approvers::{self, COMPETING_REASON, KUBEADM_BOOTSTRAP_BINDING};
 use kubeflavor::ops::http;
-use kubeflavor_core::token::BootstrapToken;
 
 const NODECLIENT_ROLE: &str = "system:certificates.k8s.io:certificatesigningrequests:nodeclient";
 
@@ -231,22 +230,7 @@ async fn the_sole_approver_policy_refuses_kubeadms_autoapproval_and_the_bound_na
     strict.strict = true;
     strict.manage_renewals = true;
     let ctl = h.start_controller(strict);
-    let f = h.gold_flavor("sweet").await;
-    let node = h.name("node-bound");
-    let t = h.token(&f, 1, None).await;
-    let bound = h.name("csr-bound");
-    h.submit_csr(&h.bootstrap_client(&t).await, &bound, &node)
-        .await;
-    assert_eq!(h.decision(&bound).await, "Approved");
-    // A kubeadm token (its group may still file CSRs) asks for the bound name.
-    let kubeadm = BootstrapToken::generate().unwrap();
-    TokenSecret::plain(&kubeadm, approvers::KUBEADM_TOKEN_GROUP)
-        .create(&h.env)
-        .await;
-    crate::attacks::ensure_kubeadm_can_file_csrs(&h).await;
-    let takeover = h.name("csr-kubeadm");
-    h.submit_csr(&h.bootstrap_client(&kubeadm).await, &takeover, &node)
-        .await;
+    let takeover = crate::attacks::kubeadm_asks_for_a_bound_name(&h).await;
     assert_eq!(h.decision(&takeover).await, "Denied");
     ctl.stop().await;
     h.unbind_sole_approver_policy_copy(&copy).await;

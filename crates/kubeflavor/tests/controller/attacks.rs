@@ -252,6 +252,15 @@ async fn kubeadm_tokens_cannot_take_a_bound_name_once_kubeflavor_is_the_sole_app
     );
     strict.manage_renewals = true;
     let ctl = h.start_controller(strict);
+    let takeover = kubeadm_asks_for_a_bound_name(&h).await;
+    assert_eq!(h.decision(&takeover).await, "Denied");
+    trail_names(&h, &takeover, &["not_kubeflavor_token"]).await;
+    ctl.stop().await;
+}
+
+/// A kubeflavor token binds a name (with a controller running); then a kubeadm token (its
+/// group may still file CSRs) files a CSR for that name. Returns that CSR's name.
+pub(crate) async fn kubeadm_asks_for_a_bound_name(h: &Harness) -> String {
     let f = h.gold_flavor("sweet").await;
     let node = h.name("node-bound");
     let t = h.token(&f, 1, None).await;
@@ -259,18 +268,18 @@ async fn kubeadm_tokens_cannot_take_a_bound_name_once_kubeflavor_is_the_sole_app
     h.submit_csr(&h.bootstrap_client(&t).await, &bound, &node)
         .await;
     assert_eq!(h.decision(&bound).await, "Approved");
-    // A kubeadm token (kubeadm's group may still file CSRs) asks for the bound name.
     let kubeadm = BootstrapToken::generate().unwrap();
-    TokenSecret::plain(&kubeadm, approvers::KUBEADM_TOKEN_GROUP)
-        .create(&h.env)
-        .await;
-    ensure_kubeadm_can_file_csrs(&h).await;
+    TokenSecret::plain(
+        &kubeadm,
+        kubeflavor::controller::approvers::KUBEADM_TOKEN_GROUP,
+    )
+    .create(&h.env)
+    .await;
+    ensure_kubeadm_can_file_csrs(h).await;
     let takeover = h.name("csr-kubeadm");
     h.submit_csr(&h.bootstrap_client(&kubeadm).await, &takeover, &node)
         .await;
-    assert_eq!(h.decision(&takeover).await, "Denied");
-    trail_names(&h, &takeover, &["not_kubeflavor_token"]).await;
-    ctl.stop().await;
+    takeover
 }
 
 /// kubeadm's `kubeadm:kubelet-bootstrap` (its token group may create CSRs), under a name of

@@ -209,11 +209,18 @@ async fn a_revoked_node_whose_taint_is_removed_by_hand_is_never_left_schedulable
     flavored_node(&h, &f, &node).await;
     h.env.kf(&["node", "revoke", &node]).await.expect_ok();
     let revoked = h
-        .node_until(&node, "revoked and unverified", |n| {
-            has_taint(n, "kubeflavor.io/revoked") && unverified(n)
-        })
+        .node_until(
+            &node,
+            "revoked, unverified and stripped of its flavor",
+            |n| {
+                has_taint(n, "kubeflavor.io/revoked")
+                    && unverified(n)
+                    && label(n, TIER_KEY).is_none()
+            },
+        )
         .await;
-    assert_eq!(label(&revoked, TIER_KEY), None);
+    // (`node revoke` taints the Node itself; the controller removes the flavor's labels.)
+    assert!(has_taint(&revoked, "kubeflavor.io/revoked"));
 
     // As `kubectl edit` would: read, drop the taints, write with the version read, and
     // read again on a conflict (the controller or kube-controller-manager wrote meanwhile).

@@ -95,22 +95,8 @@ impl Harness {
         // wait until a role the policy refuses (of this run, harmless with no binding) is
         // accepted.
         let probe = self.nodeclient_role("sole-unbound-probe", None);
-        let roles = Api::<k8s_openapi::api::rbac::v1::ClusterRole>::all(self.admin.clone());
-        within("the sole-approver policy's binding gone", async {
-            loop {
-                match roles.create(&Default::default(), &probe).await {
-                    Ok(_) => break,
-                    Err(kube::Error::Api(e)) if e.code == 422 => {}
-                    Err(e) => panic!("probe: {e}"),
-                }
-                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-            }
-        })
-        .await;
-        roles
-            .delete(&self.name("sole-unbound-probe"), &Default::default())
-            .await
-            .expect("probe deleted");
+        self.until_policy_refuses(&probe, false, "the sole-approver policy's binding gone")
+            .await;
         said
     }
 
@@ -145,7 +131,6 @@ impl Harness {
             MatchCondition, ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
             ValidatingAdmissionPolicyBindingSpec,
         };
-        use k8s_openapi::api::rbac::v1::ClusterRole;
         use kubeflavor_core::sole_approver_policy::POLICY_NAME;
         let name = self.name("sole-approver");
         let (key, value) = self.run_label();
@@ -187,16 +172,37 @@ impl Harness {
             .await
             .expect("binding of the copy");
         let probe = self.nodeclient_role("sole-probe", Some((key, value)));
-        let roles = Api::<ClusterRole>::all(self.admin.clone());
-        within("the policy copy enforced", async {
+        self.until_policy_refuses(&probe, true, "the policy copy enforced")
+            .await;
+        name
+    }
+
+    /// Creates `probe` (a ClusterRole of this run the sole-approver policy refuses) until
+    /// the API server refuses it (`refused`) or accepts it, deleting it whenever it is
+    /// accepted. A policy binding takes effect, or stops, when the API server's policy
+    /// cache hears of it, which nothing shows a client: asking is the only way to know, so
+    /// this asks every 100 ms, bounded by `within`.
+    async fn until_policy_refuses(
+        &self,
+        probe: &k8s_openapi::api::rbac::v1::ClusterRole,
+        refused: bool,
+        what: &str,
+    ) {
+        let roles = Api::<k8s_openapi::api::rbac::v1::ClusterRole>::all(self.admin.clone());
+        let name = probe.metadata.name.clone().expect("named probe");
+        within(what, async {
             loop {
-                match roles.create(&Default::default(), &probe).await {
-                    Err(kube::Error::Api(e)) if e.code == 422 => return,
+                match roles.create(&Default::default(), probe).await {
+                    Err(kube::Error::Api(e)) if e.code == 422 && refused => return,
+                    Err(kube::Error::Api(e)) if e.code == 422 => {}
                     Ok(_) => {
                         roles
-                            .delete(&self.name("sole-probe"), &Default::default())
+                            .delete(&name, &Default::default())
                             .await
                             .expect("probe deleted");
+                        if !refused {
+                            return;
+                        }
                     }
                     Err(e) => panic!("probe: {e}"),
                 }
@@ -204,7 +210,6 @@ impl Harness {
             }
         })
         .await;
-        name
     }
 
     /// Deletes the copy and binding [`Harness::bind_sole_approver_policy_to_run`] made.

@@ -166,15 +166,8 @@ async fn a_connection_flood_never_lets_a_revoked_node_through() {
     };
     let addr: SocketAddr = ([127, 0, 0, 1], port).into();
 
-    let f = h.gold_flavor("flood").await;
     let ctl = h.start_controller(h.options("ctl"));
-    let node = h.name("authz-flood");
-    let t = h.token(&f, 1, None).await;
-    let boot = h.bootstrap_client(&t).await;
-    let csr = format!("{node}-csr");
-    h.submit_csr(&boot, &csr, &node).await;
-    assert_eq!(h.decision(&csr).await, "Approved");
-    h.register_node(&csr, &node, &[], &[]).await;
+    let (csr, node) = joined_node(&h, "flood", "authz-flood").await;
     let kubelet = h.node_client(&csr).await;
     h.env.kf(&["node", "revoke", &node]).await.expect_ok();
     webhook
@@ -385,15 +378,8 @@ async fn a_replica_cut_off_from_the_api_server_stops_answering_from_its_index() 
         }
     };
     let addr: SocketAddr = ([127, 0, 0, 1], port).into();
-    let f = h.gold_flavor("stale").await;
     let ctl = h.start_controller(h.options("ctl"));
-    let node = h.name("authz-stale");
-    let t = h.token(&f, 1, None).await;
-    let boot = h.bootstrap_client(&t).await;
-    let csr = format!("{node}-csr");
-    h.submit_csr(&boot, &csr, &node).await;
-    assert_eq!(h.decision(&csr).await, "Approved");
-    h.register_node(&csr, &node, &[], &[]).await;
+    let (_, node) = joined_node(&h, "stale", "authz-stale").await;
     h.env.kf(&["node", "revoke", &node]).await.expect_ok();
     webhook
         .until_cut_off(&node, Some(CutOff::BindingRevoked))
@@ -433,4 +419,18 @@ async fn a_replica_cut_off_from_the_api_server_stops_answering_from_its_index() 
         .await;
     ctl.stop().await;
     webhook.stop().await;
+}
+
+/// A node of this run (`base`) joined with a token of a new Flavor (`flavor`), approved
+/// and registered (a controller runs); its CSR's name and its own.
+async fn joined_node(h: &Harness, flavor: &str, base: &str) -> (String, String) {
+    let f = h.gold_flavor(flavor).await;
+    let node = h.name(base);
+    let t = h.token(&f, 1, None).await;
+    let boot = h.bootstrap_client(&t).await;
+    let csr = format!("{node}-csr");
+    h.submit_csr(&boot, &csr, &node).await;
+    assert_eq!(h.decision(&csr).await, "Approved");
+    h.register_node(&csr, &node, &[], &[]).await;
+    (csr, node)
 }

@@ -1,4 +1,4 @@
-//! P7 under a connection flood (issue 31, point 1): connections that send one byte of a
+//! P7 under a connection flood: connections that send one byte of a
 //! TLS record, or nothing, need no credential, and the revoked node itself can open them.
 //! While thousands are held and renewed, the API server still gets the webhook's answer:
 //! the revoked node's requests are refused 403 with the webhook's reason, and a fresh
@@ -9,7 +9,7 @@
 //! pending handshakes and pushes out only its own. Runs on testkube and on the real
 //! control plane (whose one webhook port allows one such test binary at a time).
 //!
-//! And a replica cut off from the API server (issue 31, point 10): once its index has not
+//! And a replica cut off from the API server: once its index has not
 //! been confirmed current for `max_staleness`, it answers 503 rather than from what it
 //! knew, and answers again once its watches have listed anew.
 

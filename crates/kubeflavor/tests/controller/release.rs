@@ -1,4 +1,4 @@
-//! Release is complete whatever happened to the Flavor (P7, issue 31 point 4): a Node
+//! Release is complete whatever happened to the Flavor (P7): a Node
 //! without a live, unrevoked binding carries no trusted label kubeflavor ever set (the
 //! Node's applied record says what; it is never recomputed from the Flavor's current
 //! spec) and carries `kubeflavor.io/unverified:NoSchedule`: with the controller down

@@ -59,7 +59,7 @@ async fn as_serve(h: &Harness) -> Api<Secret> {
     secrets
 }
 
-/// The expiration of the attack as filed: far past any ceiling.
+/// The expiration of a stolen-identity attack: far past any ceiling.
 const FAR: &str = "9999-12-30T00:00:00Z";
 
 /// A kubeflavor node token Secret of a fresh token exactly as the join-token API mints it
@@ -249,7 +249,7 @@ async fn the_serve_identity_creates_only_kubeflavor_token_secrets_as_minted() {
         .expect("a kubeflavor node token as minted passes the policy");
 }
 
-/// Issue 31 point 5: the token of the attack as filed (expiration 9999-12-30, max nodes
+/// The token of a stolen-identity attack (expiration 9999-12-30, max nodes
 /// 4294967295, issued-by kubernetes-admin), and each of its parts alone, is refused to the
 /// serve identity, as is an override of a Flavor's limits; custody names the minter.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -262,7 +262,7 @@ async fn the_serve_identity_mints_nothing_past_the_ceilings() {
     string_data(&mut attack).insert(KEY_EXPIRATION.into(), FAR.into());
     annotations(&mut attack).insert(MAX_NODES_ANNOTATION.into(), "4294967295".into());
     annotations(&mut attack).insert(ISSUED_BY_ANNOTATION.into(), "kubernetes-admin".into());
-    assert_refused(&h, &secrets, &attack, "the attack as filed", &ttl).await;
+    assert_refused(&h, &secrets, &attack, "a stolen-identity attack", &ttl).await;
 
     let (_, mut far) = minted(&h);
     string_data(&mut far).insert(KEY_EXPIRATION.into(), FAR.into());

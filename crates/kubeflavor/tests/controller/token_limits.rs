@@ -1,4 +1,4 @@
-//! Issue 31 point 5, second half: the controller holds every token to its Flavor's
+//! The token shape is a ceiling, second half: the controller holds every token to its Flavor's
 //! `tokenLimits` when it judges the token's CSRs, whoever wrote the token Secret (an
 //! admin's kubectl, a stolen join-token API identity). A token beyond them gets no
 //! certificate unless an admin recorded an override on it (`token create
@@ -33,7 +33,7 @@ async fn limited_flavor(h: &Harness, name: &str) {
         .expect("flavor created");
 }
 
-/// The token of the attack as filed: expiration 9999-12-30, max nodes 4294967295,
+/// The token of a stolen-identity attack: expiration 9999-12-30, max nodes 4294967295,
 /// issued-by kubernetes-admin, written by an admin (no policy shapes admins' Secrets).
 async fn boundless_token(h: &Harness, flavor: &str, overridden: bool) -> BootstrapToken {
     let token = BootstrapToken::generate().expect("randomness");

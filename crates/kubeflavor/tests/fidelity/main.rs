@@ -1,5 +1,5 @@
-//! Where testkube must answer as the real API server does for the attacks of issue 31:
-//! a kubelet's taint changes by strategic merge patch directives and through `nodes/status`
+//! Where testkube must answer as the real API server does where attacks on
+//! kubeflavor look: a kubelet's taint changes by strategic merge patch directives and through `nodes/status`
 //! (NodeRestriction), a kubelet's TokenRequest for the ServiceAccount of a pod bound to
 //! it (Node authorizer, NodeRestriction, bound-token validation), the scheduler's
 //! `pods/binding`, and ValidatingAdmissionPolicies with parameters and subresource rules.

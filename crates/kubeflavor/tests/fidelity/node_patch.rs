@@ -1,7 +1,7 @@
 //! A kubelet cannot change its Node's taints by strategic merge patch directives nor
 //! through `nodes/status`: NodeRestriction sees the patched object before the status
 //! strategy keeps the stored spec, and `Node.spec.taints` is an atomic list, so a
-//! `$patch: delete` element replaces the whole list (issue 31, point 11a).
+//! `$patch: delete` element replaces the whole list.
 
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, Patch, PatchParams};

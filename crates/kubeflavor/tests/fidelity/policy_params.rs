@@ -1,7 +1,7 @@
 //! A ValidatingAdmissionPolicy with parameters (paramKind v1 ConfigMap, a binding's
 //! paramRef with `parameterNotFoundAction`), matching subresources (`pods/binding`,
 //! `serviceaccounts/token`, `nodes/status`) and seeing the Binding as `object` of a
-//! pods/binding: the shape of the revocation-list policy of issue 31 (decision R), here
+//! pods/binding: the shape of the revocation-list policy (`install` ships it), here
 //! limited by a match condition to this run's objects and users so that it cannot touch
 //! anything else on a shared cluster. `request.subResource` (like `name` and `namespace`)
 //! is absent, not "", when empty: guard it with `has()`.

@@ -2,7 +2,7 @@
 //! pod (Node authorizer graph, NodeRestriction's TokenRequest rules); not for a pod on
 //! another node, nor unbound. The token authenticates while the pod exists and stops
 //! once the pod is deleted (the bound-token validator), which is what revocation relies
-//! on (issue 31, point 11b).
+//! on.
 
 use std::time::{Duration, Instant};
 

@@ -608,10 +608,56 @@ pub fn all(reader: &dyn ObjectReader) -> Vec<ResourceInfo> {
     let mut out: Vec<ResourceInfo> = builtins().to_vec();
     for crd in reader.list(&crd_key(), None) {
         if crd_established(crd) {
-            out.extend(from_crd(crd));
+            out.extend(built(crd).iter().cloned());
         }
     }
     out
+}
+
+/// The served resource of a kind (`apiVersion` and `kind`, as a policy's `paramKind`
+/// names one): a built-in, else a version of an established CRD.
+pub fn by_kind(reader: &dyn ObjectReader, api_version: &str, kind: &str) -> Option<ResourceInfo> {
+    let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
+    if let Some(found) = builtins()
+        .iter()
+        .find(|r| r.group == group && r.version == version && r.kind == kind)
+    {
+        return Some(found.clone());
+    }
+    reader
+        .list(&crd_key(), None)
+        .into_iter()
+        .filter(|crd| crd["spec"]["group"] == group && crd["spec"]["names"]["kind"] == kind)
+        .filter(|crd| crd_established(crd))
+        .find_map(|crd| built(crd).iter().find(|r| r.version == version).cloned())
+}
+
+/// A CRD's resources, built once per CRD revision: requests to custom resources resolve
+/// them, and building clones the CRD's schemas.
+fn built(crd: &Value) -> std::sync::Arc<Vec<ResourceInfo>> {
+    type Built = std::collections::HashMap<(String, String), std::sync::Arc<Vec<ResourceInfo>>>;
+    static BUILT: std::sync::OnceLock<std::sync::Mutex<Built>> = std::sync::OnceLock::new();
+    let key = (
+        crd["metadata"]["uid"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string(),
+        crd["metadata"]["resourceVersion"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string(),
+    );
+    let mut built = BUILT
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|p| p.into_inner());
+    if built.len() > 256 {
+        built.clear();
+    }
+    built
+        .entry(key)
+        .or_insert_with(|| std::sync::Arc::new(from_crd(crd)))
+        .clone()
 }
 
 /// A CRD is served once the apiextensions controller marked it Established.
@@ -641,33 +687,7 @@ pub fn resolve(
     if !crd_established(crd) {
         return None;
     }
-    // Built once per CRD revision: every request to a custom resource resolves it, and
-    // building clones the CRD's schemas.
-    type Built = std::collections::HashMap<(String, String), std::sync::Arc<Vec<ResourceInfo>>>;
-    static BUILT: std::sync::OnceLock<std::sync::Mutex<Built>> = std::sync::OnceLock::new();
-    let key = (
-        crd["metadata"]["uid"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string(),
-        crd["metadata"]["resourceVersion"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string(),
-    );
-    let mut built = BUILT
-        .get_or_init(Default::default)
-        .lock()
-        .unwrap_or_else(|p| p.into_inner());
-    if built.len() > 256 {
-        built.clear();
-    }
-    let infos = built
-        .entry(key)
-        .or_insert_with(|| std::sync::Arc::new(from_crd(crd)))
-        .clone();
-    drop(built);
-    infos.iter().find(|r| r.version == version).cloned()
+    built(crd).iter().find(|r| r.version == version).cloned()
 }
 
 /// Groups with their versions, in discovery order: built-ins by priority, then CRD groups

@@ -305,10 +305,12 @@ impl StoreState {
     ) -> Result<(Vec<Arc<StoredEvent>>, EventReceiver), u64> {
         let backlog = match since {
             Some(rv) if rv < self.history_floor => return Err(self.history_floor + 1),
+            // The history is in revision order: start at the first event after `rv`, as
+            // the watch cache does, instead of walking the whole window.
             Some(rv) => self
                 .history
-                .iter()
-                .filter(|e| e.rv > rv && &e.key == key)
+                .range(self.history.partition_point(|e| e.rv <= rv)..)
+                .filter(|e| &e.key == key)
                 .cloned()
                 .collect(),
             None => Vec::new(),

@@ -137,9 +137,7 @@ pub fn admit(
 fn param_resource(param_kind: &Value, reader: &dyn ObjectReader) -> Option<ResourceInfo> {
     let api_version = param_kind["apiVersion"].as_str().unwrap_or("");
     let kind = param_kind["kind"].as_str().unwrap_or("");
-    crate::resources::all(reader)
-        .into_iter()
-        .find(|r| r.api_version() == api_version && r.kind == kind)
+    crate::resources::by_kind(reader, api_version, kind)
 }
 
 /// `CollectParams`: the parameter objects the policy runs with, once each (`[None]`:

@@ -20,7 +20,12 @@ fn no_overload(ftx: &FunctionContext) -> ExecutionError {
 /// The standard functions plus the Kubernetes string and list extensions CRD rules use
 /// (k8s.io/apiserver/pkg/cel/library and cel-go's strings extension).
 pub fn base_context() -> Context<'static, 'static> {
-    let mut ctx = Context::default();
+    // The standard library's declarations are built once per thread: building them is most
+    // of what a fresh context costs, and every admitted write makes one.
+    thread_local! {
+        static STDLIB: std::sync::Arc<cel::Env> = std::sync::Arc::new(cel::Env::stdlib());
+    }
+    let mut ctx = Context::with_env(STDLIB.with(std::sync::Arc::clone));
     ctx.add_function("isCIDR", is_cidr)
         .expect("the interpreter declares no isCIDR");
     for name in [

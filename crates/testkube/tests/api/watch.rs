@@ -282,3 +282,29 @@ async fn shutdown_closes_open_watches() {
         "no event after shutdown, got {end:?}"
     );
 }
+
+#[tokio::test]
+async fn a_watch_whose_client_went_away_ends_without_waiting_for_an_event() {
+    // The real API server cancels a watch's context when its client disconnects (Go's
+    // net/http reads the connection in the background); a watch that sees no event of its
+    // selection must not stay registered until its timeout, or every change would be fanned
+    // out to every client that ever watched.
+    let cluster = TestCluster::start().await.unwrap();
+    let cms: Api<ConfigMap> = Api::namespaced(admin(&cluster).await, "default");
+    let params = WatchParams::default().fields("metadata.name=nobody-writes-this");
+    let stream = watch_from_now(&cms, &params).await;
+    within("watch registered", async {
+        while cluster.open_watches() < 1 {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+    drop(stream);
+    within("the abandoned watch ends", async {
+        while cluster.open_watches() > 0 {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+    cluster.shutdown().await;
+}

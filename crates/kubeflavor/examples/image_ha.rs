@@ -49,8 +49,8 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
 use kubeflavor::crd::{Flavor, FlavorBinding};
 use kubeflavor_core::token::BootstrapToken;
-use kubeflavor_core::token_meta::BOUND_NODES_ANNOTATION;
-use kubeflavor_core::token_secret::{TOKEN_SECRET_NAMESPACE, secret_name};
+use kubeflavor_core::token::meta::BOUND_NODES_ANNOTATION;
+use kubeflavor_core::token::secret::{TOKEN_SECRET_NAMESPACE, secret_name};
 use serde_json::Value;
 use tokio::sync::watch;
 

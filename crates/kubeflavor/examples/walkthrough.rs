@@ -219,7 +219,7 @@ async fn main() -> anyhow::Result<()> {
         "The impostor's kubelet directory holds nothing: {:?}",
         entries(&takeover_dir)
     ));
-    let sour_secret = kubeflavor_core::token_secret::secret_name(token_of(&sour_line)?.id());
+    let sour_secret = kubeflavor_core::token::secret::secret_name(token_of(&sour_line)?.id());
     let secrets: Api<Secret> = Api::namespaced(admin.clone(), "kube-system");
     tokio::time::timeout(
         PATIENCE,

@@ -20,7 +20,7 @@ use kube::{Api, Client, ResourceExt};
 use kubeflavor::crd::Flavor;
 use kubeflavor_core::flavor::FlavorName;
 use kubeflavor_core::token::BootstrapToken;
-use kubeflavor_core::token_secret::flavored_token_secret;
+use kubeflavor_core::token::secret::flavored_token_secret;
 
 /// The label kubeflavor puts on a flavored Node, naming its flavor.
 pub const FLAVOR_LABEL: &str = "kubeflavor.node-restriction.kubernetes.io/flavor";
@@ -44,7 +44,7 @@ pub fn kubeconfig_with_user(base: &str, user: &str) -> String {
 
 /// The CSR a kubelet files for `node` (the same shape `kubeflavor join` sends), and its key.
 pub fn csr_for(node: &str) -> (CertificateSigningRequest, String) {
-    let generated = kubeflavor_core::kubelet_csr::generate_kubelet_csr(node).expect("kubelet CSR");
+    let generated = kubeflavor_core::csr::kubelet::generate_kubelet_csr(node).expect("kubelet CSR");
     let csr = kubeflavor::join::tls_bootstrap::kubelet_csr_object(Some(node), generated.csr_pem());
     let key = String::from_utf8(generated.key_pem().to_vec()).expect("PEM is ASCII");
     (csr, key)

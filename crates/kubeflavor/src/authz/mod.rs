@@ -1,6 +1,6 @@
 //! The authorization webhook (P7, revocation that cuts off): the API server asks it about
 //! every request of a kubelet before its Node and RBAC authorizers, and it answers
-//! "denied" for a node whose revocation still stands (see `kubeflavor_core::node_cutoff`),
+//! "denied" for a node whose revocation still stands (see `kubeflavor_core::node::cutoff`),
 //! "no opinion" for everything else.
 //!
 //! It runs in every controller replica, leader or not, and answers from memory (`index`):
@@ -20,8 +20,9 @@ use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::{Bytes, Incoming};
 use hyper::{Method, Request, Response, StatusCode};
 use kube::Client;
-use kubeflavor_core::node_cutoff::{self, Answer};
-use kubeflavor_core::{index_freshness, keys};
+use kubeflavor_core::node::cutoff::{self, Answer};
+use kubeflavor_core::crypto::keys;
+use kubeflavor_core::node::index_freshness;
 use rustls::RootCertStore;
 use rustls::server::WebPkiClientVerifier;
 use rustls_pki_types::CertificateDer;
@@ -288,7 +289,7 @@ async fn answer(state: &State, req: Request<Incoming>) -> (&'static str, Respons
         };
         return ("stale", error(StatusCode::SERVICE_UNAVAILABLE, &message));
     }
-    let decided = node_cutoff::decide(&subject.user, &subject.groups, |n| state.index.cut_off(n));
+    let decided = cutoff::decide(&subject.user, &subject.groups, |n| state.index.cut_off(n));
     if let Answer::Denied(reason) = &decided {
         tracing::debug!(user = %subject.user, reason, "denied a revoked node");
     }

@@ -8,8 +8,8 @@ use std::path::PathBuf;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Secret;
 use kube::{Api, Client};
-use kubeflavor_core::certkey::CertificateKey;
-use kubeflavor_core::copycerts::{self, CopyCertsError, Provenance};
+use kubeflavor_core::crypto::certkey::CertificateKey;
+use kubeflavor_core::crypto::copycerts::{self, CopyCertsError, Provenance};
 
 use super::CertsError;
 use super::objects::{self, NAMESPACE, SECRET_NAME};

@@ -7,9 +7,9 @@ use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::api::rbac::v1::RoleBinding;
 use kube::{Api, Client};
-use kubeflavor_core::certkey::CertificateKey;
-use kubeflavor_core::copycerts;
-use kubeflavor_core::keys::CertificateSummary;
+use kubeflavor_core::crypto::certkey::CertificateKey;
+use kubeflavor_core::crypto::copycerts;
+use kubeflavor_core::crypto::keys::CertificateSummary;
 use serde::Serialize;
 
 use super::objects::{self, NAMESPACE, RBAC_NAME, SECRET_NAME};
@@ -134,7 +134,7 @@ pub fn certificate_infos(
         if !f.rel_path.ends_with(".crt") {
             continue;
         }
-        let ders = kubeflavor_core::keys::parse_certificates_pem(f.contents())
+        let ders = kubeflavor_core::crypto::keys::parse_certificates_pem(f.contents())
             .map_err(|e| CertsError::Swapped(format!("{}: {e}", f.rel_path)))?;
         for der in ders {
             let summary = CertificateSummary::from_der(&der)

@@ -121,10 +121,10 @@ impl From<pki_files::WriteError> for CertsError {
 /// newline) is ignored; anything else wrong is reported by the core parser.
 pub fn parse_certificate_key(
     text: &str,
-) -> Result<kubeflavor_core::certkey::CertificateKey, CertsError> {
+) -> Result<kubeflavor_core::crypto::certkey::CertificateKey, CertsError> {
     text.trim()
         .parse()
-        .map_err(|e: kubeflavor_core::certkey::CertificateKeyError| {
+        .map_err(|e: kubeflavor_core::crypto::certkey::CertificateKeyError| {
             CertsError::MalformedKey(e.to_string())
         })
 }

@@ -16,8 +16,8 @@ use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::{Api, Client};
-use kubeflavor_core::certkey::CertificateKey;
-use kubeflavor_core::copycerts::{self, CopyCertsError, EtcdMode, PkiEntry, Provenance};
+use kubeflavor_core::crypto::certkey::CertificateKey;
+use kubeflavor_core::crypto::copycerts::{self, CopyCertsError, EtcdMode, PkiEntry, Provenance};
 use kubeflavor_core::token::BootstrapToken;
 use zeroize::Zeroizing;
 

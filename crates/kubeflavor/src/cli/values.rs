@@ -5,11 +5,13 @@ use std::fmt;
 use std::num::NonZeroU32;
 use std::str::FromStr;
 
+use kubeflavor_core::flavor::input_labels::INPUT_LABEL_PREFIX;
+use kubeflavor_core::flavor::labels::{
+    LabelKey, LabelKeyError, LabelValue, check_flavor_label_key,
+};
 use kubeflavor_core::flavor::{
     FLAVOR_LABEL, TRUST_LEVEL_LABEL, TrustLevel, TrustLevelError, parse_max_nodes,
 };
-use kubeflavor_core::input_labels::INPUT_LABEL_PREFIX;
-use kubeflavor_core::labels::{LabelKey, LabelKeyError, LabelValue, check_flavor_label_key};
 
 /// A `KEY=VALUE` flag whose parts are checked later, against a Flavor (`token create
 /// --node-label`, `flavor create --input-label`): only the shape is checked here.
@@ -49,7 +51,7 @@ pub enum FlavorLabelError {
     #[error("{0}")]
     Key(#[from] LabelKeyError),
     #[error("{0}")]
-    Value(#[from] kubeflavor_core::labels::LabelValueError),
+    Value(#[from] kubeflavor_core::flavor::labels::LabelValueError),
 }
 
 impl FromStr for FlavorLabel {

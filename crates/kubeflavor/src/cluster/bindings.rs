@@ -6,7 +6,7 @@
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use kubeflavor_core::flavor::FlavorName;
-use kubeflavor_core::node_state::Revocation;
+use kubeflavor_core::node::state::Revocation;
 use kubeflavor_core::token::TokenId;
 
 use crate::crd::{BINDING_TOKEN_ID_LABEL, FlavorBinding, FlavorBindingStatus};

@@ -1,5 +1,5 @@
 //! Every read and write of the revocation list, the ConfigMap
-//! `kube-system/kubeflavor-revoked-nodes` (`kubeflavor_core::revocation_list`): add a name,
+//! `kube-system/kubeflavor-revoked-nodes` (`kubeflavor_core::node::revocation_list`): add a name,
 //! remove one, read the names. Writes carry the resourceVersion read, and a conflict reads
 //! again and retries, so two revocations never drop each other's name.
 
@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, PostParams};
 use kube::{Client, ResourceExt};
-use kubeflavor_core::revocation_list::{self, Entry, NAME, NAMESPACE};
+use kubeflavor_core::node::revocation_list::{self, Entry, NAME, NAMESPACE};
 
 /// The field manager of the list's entries: not install's, so re-applying the install
 /// (which ships the list empty) never removes them.

@@ -2,7 +2,7 @@
 //! decoding one into kubeflavor-core's [`TokenRecord`], listing them, creating one under a
 //! fresh id (built by [`to_secret`] only), the controller's writes (reserve a use, count a
 //! denial, delete by uid) and rereads, deleting one. The layout and the rules are the core's
-//! ([`kubeflavor_core::token_secret`], [`kubeflavor_core::token_record`]); this module only
+//! ([`kubeflavor_core::token::secret`], [`kubeflavor_core::token::record`]); this module only
 //! moves Secrets to and from the API server, and wipes every copy of a token secret it made
 //! once it is no longer needed.
 
@@ -12,16 +12,16 @@ use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use kube::Client;
 use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, PostParams, Preconditions};
+use kubeflavor_core::approval::client::TokenInstance;
 use kubeflavor_core::flavor::FlavorName;
 use kubeflavor_core::names::NodeName;
-use kubeflavor_core::policy::TokenInstance;
-use kubeflavor_core::token::{BootstrapToken, TokenId};
-use kubeflavor_core::token_record::{SecretView, TokenRecord, TokenRecordError};
-use kubeflavor_core::token_secret::{
+use kubeflavor_core::token::record::{SecretView, TokenRecord, TokenRecordError};
+use kubeflavor_core::token::secret::{
     FLAVOR_TOKEN_LABEL, FlavorTokenMeta, KEY_AUTH_EXTRA_GROUPS, KEY_DESCRIPTION, KEY_EXPIRATION,
     TOKEN_SECRET_NAME_PREFIX, TOKEN_SECRET_NAMESPACE, TOKEN_SECRET_TYPE, TokenSecretObject,
     USAGE_KEY_PREFIX, secret_name,
 };
+use kubeflavor_core::token::{BootstrapToken, TokenId};
 use zeroize::Zeroize;
 
 use super::errors::{is_api_reason, is_not_found};

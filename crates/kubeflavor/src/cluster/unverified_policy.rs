@@ -1,12 +1,12 @@
 //! The MutatingAdmissionPolicy that taints every kubelet-created Node
-//! (`kubeflavor_core::unverified_policy`): whether the API server serves its API, and
+//! (`kubeflavor_core::admission::unverified`): whether the API server serves its API, and
 //! whether the policy and its binding are installed. `install --apply` and the controller
 //! ask; neither writes here (install applies the objects with the rest of its set).
 
 use kube::Client;
 use kube::api::{Api, ApiResource, DynamicObject};
+use kubeflavor_core::admission::unverified::{EFFECT, POLICY_NAME};
 use kubeflavor_core::flavor::UNVERIFIED_TAINT;
-use kubeflavor_core::unverified_policy::{EFFECT, POLICY_NAME};
 
 /// The group and version serving the policy (v1.36 and later).
 pub const API_VERSION: &str = "admissionregistration.k8s.io/v1";

@@ -21,7 +21,7 @@ use crate::cluster::{
 use crate::crd::{Flavor, effect_str, flavor_from_rules, rules_from_flavor};
 use crate::error::{CliError, Result};
 use crate::output::{self, Format, List, Table};
-use kubeflavor_core::input_labels::{InputKeySpec, InputLabelsSpec};
+use kubeflavor_core::flavor::input_labels::{InputKeySpec, InputLabelsSpec};
 
 #[derive(Debug, Subcommand)]
 pub enum FlavorCommand {
@@ -415,9 +415,10 @@ fn wide_columns(f: &Flavor) -> [String; 6] {
     let limits = rules_from_flavor(f)
         .ok()
         .map(|(_, rules)| rules.effective_token_limits());
-    let limit = |show: &dyn Fn(&kubeflavor_core::token_limits::EffectiveLimits) -> String| {
-        limits.as_ref().map_or("<invalid>".into(), show)
-    };
+    let limit =
+        |show: &dyn Fn(&kubeflavor_core::flavor::token_limits::EffectiveLimits) -> String| {
+            limits.as_ref().map_or("<invalid>".into(), show)
+        };
     [
         defaults.ttl.unwrap_or_else(|| "<default>".into()),
         defaults

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Args;
-use kubeflavor_core::copycerts::Provenance;
+use kubeflavor_core::crypto::copycerts::Provenance;
 use kubeflavor_core::names::NodeName;
 use kubeflavor_core::token::BootstrapToken;
 

@@ -11,9 +11,9 @@ use jiff::Timestamp;
 use kube::ResourceExt;
 use kubeflavor_core::flavor::{REVOKED_TAINT, UNVERIFIED_TAINT};
 use kubeflavor_core::names::NodeName;
-use kubeflavor_core::node_state::Revocation;
+use kubeflavor_core::node::state::Revocation;
 
-use kubeflavor_core::revocation_list as list_consts;
+use kubeflavor_core::node::revocation_list as list_consts;
 
 use crate::cluster::{Cluster, bindings, revocation_list};
 use crate::crd::FlavorBinding;
@@ -365,7 +365,10 @@ pub async fn api_server_answer(client: &kube::Client, node: &str) -> ApiServerAn
     };
     let review = SubjectAccessReview {
         spec: SubjectAccessReviewSpec {
-            user: Some(format!("{}{node}", kubeflavor_core::csr::NODE_USER_PREFIX)),
+            user: Some(format!(
+                "{}{node}",
+                kubeflavor_core::csr::client::NODE_USER_PREFIX
+            )),
             groups: Some(vec!["system:nodes".into(), "system:authenticated".into()]),
             resource_attributes: Some(ResourceAttributes {
                 verb: Some("get".into()),

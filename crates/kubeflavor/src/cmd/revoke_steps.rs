@@ -3,7 +3,7 @@
 
 use std::io::Write;
 
-use kubeflavor_core::node_state::Revocation;
+use kubeflavor_core::node::state::Revocation;
 
 use crate::cluster::Cluster;
 use crate::error::{CliError, Result};

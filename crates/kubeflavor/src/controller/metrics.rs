@@ -15,8 +15,8 @@ use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
-use kubeflavor_core::policy::DenyCause;
-use kubeflavor_core::serving_policy::ServingDenyCause;
+use kubeflavor_core::approval::client::DenyCause;
+use kubeflavor_core::approval::serving::ServingDenyCause;
 
 /// Buckets from 1 ms to about 16 s.
 fn duration_histogram() -> Histogram {

@@ -37,14 +37,14 @@ use crate::ops::http::{self, Health};
 use crate::ops::trail::{self, Regarding};
 
 /// The signer of kubelet client certificates.
-pub use kubeflavor_core::csr::KUBELET_CLIENT_SIGNER;
+pub use kubeflavor_core::csr::client::KUBELET_CLIENT_SIGNER;
 /// Where bootstrap token Secrets live: kube-apiserver's bootstrap token authenticator
 /// reads them from kube-system only.
-pub use kubeflavor_core::token_secret::TOKEN_SECRET_NAMESPACE as TOKEN_NAMESPACE;
+pub use kubeflavor_core::token::secret::TOKEN_SECRET_NAMESPACE as TOKEN_NAMESPACE;
 /// The Lease the replicas compete for.
 /// Who writes the controller's Events (`reportingController`); a policy `install` ships
-/// refuses such Events from anyone else (kubeflavor_core::trail_policy).
-pub const REPORTING_CONTROLLER: &str = kubeflavor_core::trail_policy::CONTROLLER_REPORTER;
+/// refuses such Events from anyone else (kubeflavor_core::admission::trail).
+pub const REPORTING_CONTROLLER: &str = kubeflavor_core::admission::trail::CONTROLLER_REPORTER;
 
 pub const LEASE_NAME: &str = "kubeflavor-controller";
 
@@ -99,8 +99,8 @@ pub struct Options {
 
 impl Options {
     /// The switches that change core's CSR decisions.
-    pub fn policy(&self) -> kubeflavor_core::policy::PolicyOptions {
-        kubeflavor_core::policy::PolicyOptions {
+    pub fn policy(&self) -> kubeflavor_core::approval::client::PolicyOptions {
+        kubeflavor_core::approval::client::PolicyOptions {
             strict: self.strict,
             manage_renewals: self.manage_renewals,
             denial_limit: std::num::NonZeroU32::new(self.denial_limit),
@@ -108,8 +108,8 @@ impl Options {
     }
 
     /// The switches that change core's serving-CSR decisions.
-    pub fn serving_policy(&self) -> kubeflavor_core::serving_policy::ServingOptions {
-        kubeflavor_core::serving_policy::ServingOptions {
+    pub fn serving_policy(&self) -> kubeflavor_core::approval::serving::ServingOptions {
+        kubeflavor_core::approval::serving::ServingOptions {
             deny_unbound: self.deny_unbound_serving,
         }
     }

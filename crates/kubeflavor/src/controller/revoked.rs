@@ -19,8 +19,8 @@ use kube::api::{DeleteParams, Preconditions};
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event, watcher as watch_stream};
 use kube::{Api, ResourceExt};
-use kubeflavor_core::node_state::Revocation;
-use kubeflavor_core::revocation_list;
+use kubeflavor_core::node::revocation_list;
+use kubeflavor_core::node::state::Revocation;
 
 use super::{Context, Stop};
 use crate::crd::{CONDITION_REVOKED, FlavorBinding};

@@ -6,14 +6,14 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kubeflavor_core::approval::client::BindingFacts;
+use kubeflavor_core::approval::serving::ServingBinding;
 use kubeflavor_core::flavor::FlavorName;
-use kubeflavor_core::input_labels::InputLabels;
+use kubeflavor_core::flavor::input_labels::InputLabels;
 use kubeflavor_core::names::NodeName;
-use kubeflavor_core::node_state::{BindingState, HolderFacts, NodeChange, NodeFacts, Revocation};
-use kubeflavor_core::policy::BindingFacts;
-use kubeflavor_core::serving_policy::ServingBinding;
+use kubeflavor_core::node::state::{BindingState, HolderFacts, NodeChange, NodeFacts, Revocation};
 use kubeflavor_core::token::TokenId;
-use kubeflavor_core::token_meta::Custody;
+use kubeflavor_core::token::meta::Custody;
 
 use super::{
     BINDING_TOKEN_ID_LABEL, CONDITION_FLAVORED, CONDITION_REVOKED, Condition, FlavorBinding,

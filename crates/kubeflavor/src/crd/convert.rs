@@ -51,12 +51,12 @@ pub fn core_spec(spec: &FlavorSpec) -> core::FlavorSpec {
         }),
         serving_addresses: spec.serving_addresses.clone(),
         input_labels: spec.input_labels.as_ref().map(|r| {
-            kubeflavor_core::input_labels::InputLabelsSpec {
+            kubeflavor_core::flavor::input_labels::InputLabelsSpec {
                 max_labels: r.max_labels.map(i64::from),
                 keys: r
                     .keys
                     .iter()
-                    .map(|k| kubeflavor_core::input_labels::InputKeySpec {
+                    .map(|k| kubeflavor_core::flavor::input_labels::InputKeySpec {
                         key: k.key.clone(),
                         values: k.values.clone(),
                         pattern: k.pattern.clone(),

@@ -17,12 +17,12 @@
 //! Every other key (no prefix, `example.com/...`, `node.kubernetes.io/...`,
 //! `kubernetes.io/hostname`, ...) is one a kubelet may write, and is refused. The test
 //! `cel_rule_agrees_with_core` evaluates this exact rule with a CEL interpreter over a table
-//! of keys and compares with `kubeflavor_core::labels::check_flavor_label_key`.
+//! of keys and compares with `kubeflavor_core::flavor::labels::check_flavor_label_key`.
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
     CustomResourceDefinition, ValidationRule,
 };
-use kubeflavor_core::input_labels;
+use kubeflavor_core::flavor::input_labels;
 use schemars::{Schema, SchemaGenerator, json_schema};
 use serde_json::{Value, json};
 

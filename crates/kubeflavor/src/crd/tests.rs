@@ -2,8 +2,8 @@ use std::collections::HashMap;
 
 use cel::{Context, Program, Value as CelValue};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kubeflavor_core::flavor::labels::check_flavor_label_key;
 use kubeflavor_core::flavor::{FlavorRules, FlavorSpec as CoreSpec};
-use kubeflavor_core::labels::check_flavor_label_key;
 use proptest::prelude::*;
 use serde_json::Value;
 
@@ -126,13 +126,13 @@ fn cel_node_restriction_rule_matches_kubelet_may_set() {
     // The NodeRestriction rule alone (the second rule) against core's predicate.
     let rule = schema::label_key_rule();
     for &(key, _) in KEY_TABLE {
-        if kubeflavor_core::labels::check_label_key(key).is_err() {
+        if kubeflavor_core::flavor::labels::check_label_key(key).is_err() {
             continue;
         }
         let labels = HashMap::from([(key.to_string(), String::new())]);
         assert_eq!(
             eval(&rule, &labels),
-            !kubeflavor_core::labels::kubelet_may_set(key),
+            !kubeflavor_core::flavor::labels::kubelet_may_set(key),
             "{key:?}"
         );
     }
@@ -348,7 +348,7 @@ fn input_label_key_rules_agree_with_core() {
             .iter()
             .all(|r| eval_value(r["rule"].as_str().unwrap(), serde_json::json!(pattern)));
         let core = pattern
-            .parse::<kubeflavor_core::input_labels::InputPattern>()
+            .parse::<kubeflavor_core::flavor::input_labels::InputPattern>()
             .is_ok();
         assert_eq!((cel, core), (valid, valid), "{pattern}");
     }

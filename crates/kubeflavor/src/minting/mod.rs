@@ -8,8 +8,8 @@ pub mod join_line;
 use jiff::Timestamp;
 use kube::api::Api;
 use kubeflavor_core::flavor::{FlavorName, FlavorRules};
+use kubeflavor_core::token::secret::{FlavorTokenMeta, TokenSecretData, TokenSecretObject};
 use kubeflavor_core::token::{BootstrapToken, TokenId};
-use kubeflavor_core::token_secret::{FlavorTokenMeta, TokenSecretData, TokenSecretObject};
 
 use crate::cluster::{Cluster, bindings, token_secrets};
 use crate::crd::{Flavor, rules_from_flavor};
@@ -193,8 +193,8 @@ pub async fn id_still_bound(cluster: &Cluster, id: &TokenId) -> Result<bool, Min
 #[cfg(test)]
 mod tests {
     use super::*;
-    use kubeflavor_core::token_meta::Custody;
-    use kubeflavor_core::token_secret::flavored_token_secret;
+    use kubeflavor_core::token::meta::Custody;
+    use kubeflavor_core::token::secret::flavored_token_secret;
     use std::num::NonZeroU32;
 
     #[test]
@@ -214,7 +214,7 @@ mod tests {
         assert_eq!(json["metadata"]["namespace"], "kube-system");
         assert_eq!(json["type"], "bootstrap.kubernetes.io/token");
         assert_eq!(
-            json["metadata"]["labels"][kubeflavor_core::token_secret::FLAVOR_TOKEN_LABEL],
+            json["metadata"]["labels"][kubeflavor_core::token::secret::FLAVOR_TOKEN_LABEL],
             "sweet"
         );
         // base64 of the plain strings, as kubeadm stores them.

@@ -21,12 +21,12 @@ use k8s_openapi::api::authorization::v1::{
 };
 use kube::Api;
 use kube::api::PostParams;
+use kubeflavor_core::flavor::input_labels::InputLabels;
 use kubeflavor_core::flavor::{FlavorName, TokenTtl};
-use kubeflavor_core::input_labels::InputLabels;
-use kubeflavor_core::mint_request::{self, Grant, MintOutput, MintRequest, MintRequestError};
+use kubeflavor_core::mint::request::{self, Grant, MintOutput, MintRequest, MintRequestError};
 use kubeflavor_core::token::BootstrapToken;
-use kubeflavor_core::token_meta::Custody;
-use kubeflavor_core::token_secret::{FlavorTokenMeta, format_expiration};
+use kubeflavor_core::token::meta::Custody;
+use kubeflavor_core::token::secret::{FlavorTokenMeta, format_expiration};
 use serde_json::{Value, json};
 use zeroize::Zeroizing;
 
@@ -233,7 +233,7 @@ async fn read_body(req: Request<Incoming>, limit: Duration) -> Result<Bytes, Res
             "RequestEntityTooLarge",
             &format!(
                 "the request body has {size} bytes; at most {} are accepted",
-                mint_request::MAX_BODY_BYTES
+                request::MAX_BODY_BYTES
             ),
             None,
         )
@@ -243,10 +243,10 @@ async fn read_body(req: Request<Incoming>, limit: Duration) -> Result<Bytes, Res
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<usize>().ok());
-    if let Some(size) = declared.filter(|s| *s > mint_request::MAX_BODY_BYTES) {
+    if let Some(size) = declared.filter(|s| *s > request::MAX_BODY_BYTES) {
         return Err(too_large(&size.to_string()));
     }
-    let read = Limited::new(req.into_body(), mint_request::MAX_BODY_BYTES).collect();
+    let read = Limited::new(req.into_body(), request::MAX_BODY_BYTES).collect();
     let Ok(read) = tokio::time::timeout(limit, read).await else {
         return Err(status(
             StatusCode::REQUEST_TIMEOUT,
@@ -290,7 +290,7 @@ fn invalid(err: MintRequestError) -> Response<Body> {
             "BadRequest",
             &err.to_string(),
             Some(vec![
-                json!({"reason": mint_request::FieldReason::Duplicate.as_str(), "message": "the key appears more than once", "field": key}),
+                json!({"reason": request::FieldReason::Duplicate.as_str(), "message": "the key appears more than once", "field": key}),
             ]),
         ),
         MintRequestError::Invalid(ref problems) => {
@@ -390,7 +390,7 @@ async fn read_request(
     req: Request<Incoming>,
 ) -> Result<MintRequest, Response<Body>> {
     let body = read_body(req, server.request_timeout).await?;
-    mint_request::parse(&body).map_err(invalid)
+    request::parse(&body).map_err(invalid)
 }
 
 /// What the caller asks, filled in with the flavor's defaults, within the flavor's limits
@@ -406,15 +406,15 @@ async fn granted(
         Ok(None) => return Err(not_found(flavor.as_str())),
         Err(err) => return Err(failed(flavor.as_str(), err)),
     };
-    let grant = mint_request::within_limits(request, &rules).map_err(invalid)?;
+    let grant = request::within_limits(request, &rules).map_err(invalid)?;
     if grant.ttl == TokenTtl::Never {
         // Only a flavor whose own default is "never" and which allows it gets here: the
         // API server refuses this identity any token Secret without an expiration (the
         // policy `install --serve` ships), whatever the flavor allows.
         return Err(invalid(MintRequestError::Invalid(vec![
-            mint_request::FieldProblem {
+            request::FieldProblem {
                 field: "ttl".into(),
-                reason: mint_request::FieldReason::Invalid,
+                reason: request::FieldReason::Invalid,
                 message: format!(
                     "flavor {flavor}'s default token TTL is 0 (never expires); the join-token API mints only tokens that expire: pass a ttl such as \"24h\""
                 ),
@@ -468,7 +468,7 @@ async fn mint_token(
     let token = mint(&server.cluster, &meta, expiration, minting::generate).await?;
     let minted = Minted {
         join_line: join_command_line(&target, &token),
-        cloud_init: kubeflavor_core::cloud_init::user_data(
+        cloud_init: kubeflavor_core::mint::cloud_init::user_data(
             &target.endpoint,
             &token,
             &target.pins,
@@ -602,7 +602,7 @@ mod tests {
 
     #[test]
     fn field_problems_become_status_causes() {
-        let err = mint_request::parse(br#"{"issuedTo":"","bogus":1}"#).unwrap_err();
+        let err = request::parse(br#"{"issuedTo":"","bogus":1}"#).unwrap_err();
         let r = invalid(err);
         assert_eq!(r.status(), StatusCode::UNPROCESSABLE_ENTITY);
         let body: Value = serde_json::from_slice(

@@ -14,7 +14,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use kubeflavor_core::input_labels::InputLabels;
+use kubeflavor_core::flavor::input_labels::InputLabels;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -52,7 +52,7 @@ pub struct Options {
     /// `/metrics`, `/healthz`, `/readyz` on plain HTTP; `None` for none.
     pub ops_address: Option<SocketAddr>,
     /// Mints per caller on this server: on average `per_minute` a minute, `burst` at once.
-    /// Each replica counts on its own (see `kubeflavor_core::mint_rate`).
+    /// Each replica counts on its own (see `kubeflavor_core::mint::rate`).
     pub per_minute: u32,
     pub burst: u32,
     /// The audience callers' tokens must carry; `None`: the API server's own.

@@ -7,8 +7,8 @@ use std::process::Output;
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
-use kubeflavor_core::kubeconfig::ClusterInfo;
-use kubeflavor_core::pin::CaPin;
+use kubeflavor_core::crypto::pin::CaPin;
+use kubeflavor_core::join::kubeconfig::ClusterInfo;
 
 use crate::helpers::{Env, create_token, generate, snapshot, upload};
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;

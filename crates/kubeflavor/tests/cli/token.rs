@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use kubeflavor_core::token_secret::FlavorTokenMeta;
+use kubeflavor_core::token::secret::FlavorTokenMeta;
 
 use crate::support::token_secret::{KUBEADM_DEFAULT_GROUP, TokenSecret};
 use crate::support::{Env, assert_one_line_error, whoami};
@@ -175,7 +175,7 @@ async fn p1_tokens_differing_only_in_custody_and_input_labels_look_the_same_to_t
     })
     .await
     .unwrap();
-    let custody = kubeflavor_core::token_meta::Custody {
+    let custody = kubeflavor_core::token::meta::Custody {
         issued_to: Some("globex/bob".parse().unwrap()),
         issued_by: Some("system:serviceaccount:portal:minter".into()),
         requested_by: None,
@@ -183,7 +183,9 @@ async fn p1_tokens_differing_only_in_custody_and_input_labels_look_the_same_to_t
     let input = [("site".to_string(), "berlin".to_string())].into();
     let meta = FlavorTokenMeta::new(flavor.parse().unwrap(), std::num::NonZeroU32::MIN)
         .with_custody(custody.clone())
-        .with_input_labels(kubeflavor_core::input_labels::InputLabels::from_map(&input).unwrap());
+        .with_input_labels(
+            kubeflavor_core::flavor::input_labels::InputLabels::from_map(&input).unwrap(),
+        );
     let b = kubeflavor::minting::mint(
         &cluster,
         &meta,

@@ -21,7 +21,7 @@ use kube::api::{DeleteParams, PostParams};
 use kube::{Api, Client};
 use kubeflavor::authz::index::CutOffIndex;
 use kubeflavor::controller::metrics::Metrics;
-use kubeflavor_core::node_cutoff::CutOff;
+use kubeflavor_core::node::cutoff::CutOff;
 use serde_json::json;
 
 use crate::harness::*;

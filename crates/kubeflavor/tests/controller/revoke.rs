@@ -313,7 +313,7 @@ async fn the_leader_finishes_a_revocation_it_finds_and_keeps_pods_off() {
     kubeflavor::cluster::bindings::revoke(
         &h.admin,
         &node,
-        &kubeflavor_core::node_state::Revocation::ByAdmin,
+        &kubeflavor_core::node::state::Revocation::ByAdmin,
     )
     .await
     .unwrap();

@@ -258,7 +258,7 @@ async fn every_bad_request_gets_its_own_answer_and_creates_nothing() {
         want,
         reason,
     };
-    let oversized = vec![b' '; kubeflavor_core::mint_request::MAX_BODY_BYTES + 1];
+    let oversized = vec![b' '; kubeflavor_core::mint::request::MAX_BODY_BYTES + 1];
     let cases = [
         case(
             "no credentials",

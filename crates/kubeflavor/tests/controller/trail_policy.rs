@@ -11,7 +11,7 @@ use kube::Api;
 use kube::api::{ObjectMeta, PostParams};
 use kubeflavor::cmd::install::SERVE;
 use kubeflavor::ops::trail::{self, Regarding, TRAIL_NAMESPACE};
-use kubeflavor_core::trail_policy::{CONTROLLER_REPORTER, POLICY_NAME};
+use kubeflavor_core::admission::trail::{CONTROLLER_REPORTER, POLICY_NAME};
 
 use crate::harness::*;
 use crate::support::portal::service_account_token;

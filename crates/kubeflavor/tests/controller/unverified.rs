@@ -222,7 +222,7 @@ async fn the_controller_warns_when_the_policy_is_not_installed() {
     );
     bindings
         .delete(
-            kubeflavor_core::unverified_policy::POLICY_NAME,
+            kubeflavor_core::admission::unverified::POLICY_NAME,
             &Default::default(),
         )
         .await

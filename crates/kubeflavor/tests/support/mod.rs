@@ -438,7 +438,7 @@ pub async fn decide_csr(admin: kube::Client, node: String, approve: bool) -> Str
                 .await
                 .expect("watch ended")
                 .expect("watch failed");
-            let parsed = kubeflavor_core::csr::validate_kubelet_client_csr(
+            let parsed = kubeflavor_core::csr::client::validate_kubelet_client_csr(
                 &csr.spec.signer_name,
                 &csr.spec.request.0,
                 csr.spec.usages.as_deref().unwrap_or_default(),

@@ -150,7 +150,7 @@ async fn sweep_async(
     let csrs = delete_where(
         Api::<CertificateSigningRequest>::all(client.clone()),
         |csr| {
-            let asked = kubeflavor_core::csr::requested_node_name(&csr.spec.request.0);
+            let asked = kubeflavor_core::csr::client::requested_node_name(&csr.spec.request.0);
             let requester = csr.spec.username.as_deref().unwrap_or_default();
             named(&csr.name_any())
                 || asked.as_deref().is_some_and(named)

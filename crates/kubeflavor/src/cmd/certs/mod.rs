@@ -10,9 +10,9 @@ use std::time::Duration;
 
 use clap::{Args, Subcommand, ValueEnum};
 use jiff::{SignedDuration, Timestamp};
-use kubeflavor_core::certkey::CertificateKey;
-use kubeflavor_core::copycerts::Provenance;
-use kubeflavor_core::pki::{self, KeyAlgorithm};
+use kubeflavor_core::crypto::certkey::CertificateKey;
+use kubeflavor_core::crypto::copycerts::Provenance;
+use kubeflavor_core::crypto::pki::{self, KeyAlgorithm};
 
 use crate::certs::download::DownloadOptions;
 use crate::certs::objects::ReadableBy;

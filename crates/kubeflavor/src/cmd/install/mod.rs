@@ -24,9 +24,9 @@ use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams};
 use kube::runtime::wait::{await_condition, conditions};
+use kubeflavor_core::admission::token_shape::{self, Ceilings};
 use kubeflavor_core::flavor::TokenTtl;
-use kubeflavor_core::mint_rate::MintRate;
-use kubeflavor_core::token_shape::{self, Ceilings};
+use kubeflavor_core::mint::rate::MintRate;
 use serde::Serialize;
 use serde_json::Value;
 
@@ -44,9 +44,9 @@ use crate::error::{CliError, Result};
 use crate::exit::ExitCode;
 use crate::output;
 use crate::output::yaml::{comment, with_notes};
+use kubeflavor_core::admission::unverified::POLICY_NAME;
 use kubeflavor_core::flavor::{TrustLevel, UNVERIFIED_TAINT};
-use kubeflavor_core::placement::Placement;
-use kubeflavor_core::unverified_policy::POLICY_NAME;
+use kubeflavor_core::node::placement::Placement;
 
 /// How long `install --apply` waits for the CRDs to be served.
 const CRD_ESTABLISHED_TIMEOUT: Duration = Duration::from_secs(60);
@@ -671,7 +671,7 @@ async fn hand_approvals_over(cluster: &Cluster, mode: Mode, out: &mut dyn Write)
             "note: the policy {} refuses any binding that grants bootstrap tokens the nodeclient \
              auto-approval again, kubeadm's {} included: upgrade with \
              'kubeadm upgrade apply <version> --skip-phases bootstrap-token'",
-            kubeflavor_core::sole_approver_policy::POLICY_NAME,
+            kubeflavor_core::admission::sole_approver::POLICY_NAME,
             approvers::KUBEADM_BOOTSTRAP_BINDING,
         )?;
     }

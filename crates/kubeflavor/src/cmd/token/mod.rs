@@ -13,13 +13,13 @@ use std::num::NonZeroU32;
 
 use clap::{Args, Subcommand, ValueEnum};
 use jiff::Timestamp;
+use kubeflavor_core::flavor::input_labels::InputLabels;
 use kubeflavor_core::flavor::{FlavorName, FlavorRules, TokenTtl};
-use kubeflavor_core::input_labels::InputLabels;
-use kubeflavor_core::token::{BootstrapToken, TokenId};
-use kubeflavor_core::token_meta::{Custody, IssuedTo};
-use kubeflavor_core::token_secret::{
+use kubeflavor_core::token::meta::{Custody, IssuedTo};
+use kubeflavor_core::token::secret::{
     FlavorTokenMeta, NODE_GROUP, TOKEN_SECRET_NAMESPACE, format_expiration, secret_name,
 };
+use kubeflavor_core::token::{BootstrapToken, TokenId};
 use serde::Serialize;
 use zeroize::Zeroizing;
 

@@ -6,7 +6,7 @@
 use std::io::Write;
 
 use clap::Args;
-use kubeflavor_core::node_state::Revocation;
+use kubeflavor_core::node::state::Revocation;
 use kubeflavor_core::token::TokenId;
 
 use crate::cluster::{Cluster, bindings, token_secrets};

@@ -4,8 +4,8 @@
 
 use k8s_openapi::api::core::v1::Node;
 use kube::Api;
+use kubeflavor_core::approval::client::BindingStep;
 use kubeflavor_core::names::NodeName;
-use kubeflavor_core::policy::BindingStep;
 use kubeflavor_core::token::TokenId;
 
 use super::facts::CsrFactsRead;

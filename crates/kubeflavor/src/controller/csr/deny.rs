@@ -7,7 +7,7 @@
 
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use k8s_openapi::api::core::v1::Secret;
-use kubeflavor_core::policy::{DenyCause, TokenFate, token_fate};
+use kubeflavor_core::approval::client::{DenyCause, TokenFate, token_fate};
 
 use super::facts::CsrFactsRead;
 use crate::cluster::token_secrets;

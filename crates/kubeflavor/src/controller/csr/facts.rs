@@ -14,23 +14,23 @@ use k8s_openapi::api::core::v1::{Node, Secret};
 use kube::Api;
 use kube::core::PartialObjectMeta;
 
-use kubeflavor_core::csr::{CsrError, KubeletClientCsr, validate_kubelet_client_csr};
-use kubeflavor_core::flavor::FlavorName;
-use kubeflavor_core::input_labels::InputLabels;
-use kubeflavor_core::names::NodeName;
-use kubeflavor_core::policy::{
+use kubeflavor_core::approval::client::{
     APPROVED_CONDITION, CsrFacts, DENIED_CONDITION, DenyCause, TokenLookup,
 };
+use kubeflavor_core::csr::client::{CsrError, KubeletClientCsr, validate_kubelet_client_csr};
+use kubeflavor_core::flavor::FlavorName;
+use kubeflavor_core::flavor::input_labels::InputLabels;
+use kubeflavor_core::flavor::token_limits::TokenLimits;
+use kubeflavor_core::names::NodeName;
 use kubeflavor_core::token::TokenId;
-use kubeflavor_core::token_limits::TokenLimits;
-use kubeflavor_core::token_meta::Custody;
+use kubeflavor_core::token::meta::Custody;
 
 use super::super::{Context, Error, Options, TOKEN_NAMESPACE};
 use crate::cluster::{bindings, token_secrets};
 use crate::crd::{Flavor, FlavorBinding, NewBinding, rules_from_flavor};
 
 /// Node identities (renewals) are `system:node:<name>`.
-pub use kubeflavor_core::csr::NODE_USER_PREFIX;
+pub use kubeflavor_core::csr::client::NODE_USER_PREFIX;
 /// Bootstrap token identities are `system:bootstrap:<token-id>`.
 pub use kubeflavor_core::token::BOOTSTRAP_USER_PREFIX;
 

@@ -20,12 +20,12 @@ use kube::runtime::controller::{Action, Config, Controller};
 use kube::runtime::reflector;
 use kube::runtime::{WatchStreamExt, watcher};
 
-use kubeflavor_core::names::NodeName;
-use kubeflavor_core::node_cutoff;
-use kubeflavor_core::serving_csr::{KUBELET_SERVING_SIGNER, validate_kubelet_serving_csr};
-use kubeflavor_core::serving_policy::{
+use kubeflavor_core::approval::serving::{
     ServingDecision, ServingDenyCause, ServingFacts, decide_serving, requesting_node,
 };
+use kubeflavor_core::csr::serving::{KUBELET_SERVING_SIGNER, validate_kubelet_serving_csr};
+use kubeflavor_core::names::NodeName;
+use kubeflavor_core::node::cutoff;
 
 use super::facts::{self, CsrView};
 use super::{error_policy, read_pending, write_condition};
@@ -208,7 +208,7 @@ async fn read_binding_and_flavor(ctx: &Context, node: Option<&NodeName>) -> Resu
             .and_then(|n| n.spec?.taints)
             .is_some_and(|ts| {
                 ts.iter()
-                    .any(|t| node_cutoff::is_revocation_mark(&t.key, &t.effect))
+                    .any(|t| cutoff::is_revocation_mark(&t.key, &t.effect))
             }),
     };
     Ok(Read {

@@ -24,11 +24,11 @@ use kube::api::Patch;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
-use kubeflavor_core::applied_record::APPLIED_ANNOTATION;
+use kubeflavor_core::approval::client::APPROVED_CONDITION;
+use kubeflavor_core::approval::client::token_is_used_up;
 use kubeflavor_core::flavor::{FLAVOR_LABEL, UNVERIFIED_TAINT};
-use kubeflavor_core::node_state::{BindingCsr, node_is_the_holders};
-use kubeflavor_core::policy::APPROVED_CONDITION;
-use kubeflavor_core::policy::token_is_used_up;
+use kubeflavor_core::node::applied_record::APPLIED_ANNOTATION;
+use kubeflavor_core::node::state::{BindingCsr, node_is_the_holders};
 use tokio::sync::Notify;
 
 use super::cache;

@@ -3,9 +3,9 @@
 //! and the binding status to write. No rule is decided here.
 
 use k8s_openapi::api::core::v1::Node;
-use kubeflavor_core::applied_record::APPLIED_ANNOTATION;
 use kubeflavor_core::flavor::{FlavorName, FlavorRules};
-use kubeflavor_core::node_state::{NodeFacts, NodeTaint, desired_node_state, released_node_state};
+use kubeflavor_core::node::applied_record::APPLIED_ANNOTATION;
+use kubeflavor_core::node::state::{NodeFacts, NodeTaint, desired_node_state, released_node_state};
 
 use crate::crd::{Flavor, FlavorBinding, FlavorBindingStatus, rules_from_flavor};
 

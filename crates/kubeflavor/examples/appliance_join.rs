@@ -35,7 +35,7 @@ use k8s_openapi::api::events::v1::Event;
 use kube::Api;
 use kube::api::{ListParams, Patch, PatchParams, WatchEvent, WatchParams};
 use kubeflavor::controller::{self, Options, Runtime};
-use kubeflavor::crd::FlavorBinding;
+use kubeflavor_cluster::crd::FlavorBinding;
 use kubeflavor_core::flavor::input_labels::INPUT_LABEL_PREFIX;
 use kubeflavor_core::flavor::{FLAVOR_LABEL, TRUST_LEVEL_LABEL, UNVERIFIED_TAINT};
 use serde_json::json;
@@ -90,7 +90,7 @@ async fn client_from(kubeconfig_yaml: &str) -> kube::Client {
 
 #[tokio::main(flavor = "multi_thread")]
 async fn main() -> ExitCode {
-    kubeflavor::cluster::install_crypto_provider();
+    kubeflavor::connect::install_crypto_provider();
     let a = args::parse_or_exit::<Args>();
     // The in-process controller's and API's warnings, as `kubeflavor controller` logs them.
     let _ = tracing_subscriber::fmt()

@@ -63,7 +63,7 @@ mod portal;
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let Args {} = args::parse_or_exit::<Args>();
-    kubeflavor::cluster::install_crypto_provider();
+    kubeflavor::connect::install_crypto_provider();
     let work = tempfile::tempdir()?;
 
     chapter("An API server to play with");
@@ -147,11 +147,11 @@ async fn main() -> anyhow::Result<()> {
         // A token minted a moment ago may get 401 until the API server's cache has it.
         let (reviews, params) = (Api::<SelfSubjectReview>::all(client), PostParams::default());
         let request = SelfSubjectReview::default();
-        let review =
-            kubeflavor::cluster::retry_unauthorized(kubeflavor::cluster::TOKEN_PROPAGATION, || {
-                reviews.create(&params, &request)
-            })
-            .await?;
+        let review = kubeflavor_cluster::cache_lag::retry_unauthorized(
+            kubeflavor_cluster::cache_lag::TOKEN_PROPAGATION,
+            || reviews.create(&params, &request),
+        )
+        .await?;
         let user = review.status.and_then(|s| s.user_info).unwrap_or_default();
         say(&format!(
             "token {} authenticates as {} in groups {:?}",

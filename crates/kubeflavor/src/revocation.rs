@@ -10,11 +10,11 @@
 use k8s_openapi::api::core::v1::{Node, Pod, Taint};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, Preconditions};
 use kube::{Api, Client, ResourceExt};
+use kubeflavor_cluster::crd::{CONDITION_PODS_REMOVED, CONDITION_TOKEN_SPENT, FlavorBinding};
+use kubeflavor_cluster::status::is_not_found;
+use kubeflavor_cluster::{bindings, revocation_list as list, token_secrets};
 use kubeflavor_core::node::revocation_list::{self, Entry, Step};
 use kubeflavor_core::node::state::Revocation;
-
-use crate::cluster::{bindings, is_not_found, revocation_list as list, token_secrets};
-use crate::crd::{CONDITION_PODS_REMOVED, CONDITION_TOKEN_SPENT, FlavorBinding};
 
 /// What one step found or did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -99,10 +99,9 @@ async fn steps(
         },
     );
 
-    let binding = bindings::api(client)
-        .get_opt(node)
+    let binding = bindings::get(client, node)
         .await
-        .map_err(failed(Step::Binding, "read the FlavorBinding"))?;
+        .map_err(|e| failed(Step::Binding, "read the FlavorBinding")(e.source))?;
     let outcome = match &binding {
         None => Outcome::Skipped(format!("no FlavorBinding {node}")),
         Some(_) => match bindings::revoke(client, node, why).await {

@@ -10,10 +10,10 @@ use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::Api;
 use kube::api::PostParams;
+use kubeflavor_cluster::token_secrets;
 use kubeflavor_core::token::BootstrapToken;
 use kubeflavor_core::token::secret::{TokenSecretData, TokenSecretObject};
 
-use crate::cluster::token_secrets;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 

@@ -15,12 +15,13 @@ use kubeflavor_core::node::state::Revocation;
 
 use kubeflavor_core::node::revocation_list as list_consts;
 
-use crate::cluster::{Cluster, bindings, revocation_list};
-use crate::crd::FlavorBinding;
+use crate::connect::Cluster;
 use crate::error::{CliError, Result};
 use crate::exit::ExitCode;
 use crate::output::{self, Format, Table};
 use crate::revocation;
+use kubeflavor_cluster::crd::FlavorBinding;
+use kubeflavor_cluster::{bindings, revocation_list};
 
 #[derive(Debug, Subcommand)]
 pub enum NodeCommand {
@@ -186,9 +187,9 @@ pub async fn get(cluster: &Cluster, args: &NodeGetArgs, out: &mut dyn Write) -> 
         args.output.unwrap_or_default(),
         Format::Table | Format::Wide
     );
-    let binding = match bindings::api(&cluster.client).get_opt(name).await {
+    let binding = match bindings::get(&cluster.client, name).await {
         Ok(b) => b,
-        Err(e) => return Err(cluster.error(&format!("get FlavorBinding {name}"), e)),
+        Err(e) => return Err(cluster.error(&format!("get FlavorBinding {name}"), e.source)),
     };
     let not_found = || {
         CliError::not_found(
@@ -322,8 +323,7 @@ pub struct Standing {
     /// Whether the name is in the revocation list.
     pub listed: std::result::Result<bool, String>,
     pub api_server: ApiServerAnswer,
-    pub serving:
-        std::result::Result<Option<crate::controller::csr::serving::ServingCsrState>, String>,
+    pub serving: std::result::Result<Option<kubeflavor_cluster::csrs::ServingCsrState>, String>,
 }
 
 /// The binding's Flavored and Revoked, as the binding itself answers them, with the
@@ -332,11 +332,11 @@ pub struct Standing {
 pub struct BindingStanding {
     pub flavored: bool,
     pub revoked: bool,
-    pub flavored_condition: Option<crate::crd::Condition>,
-    pub revoked_condition: Option<crate::crd::Condition>,
+    pub flavored_condition: Option<kubeflavor_cluster::crd::Condition>,
+    pub revoked_condition: Option<kubeflavor_cluster::crd::Condition>,
     /// The revocation's records: its token spent, its pods deleted.
-    pub token_spent_condition: Option<crate::crd::Condition>,
-    pub pods_removed_condition: Option<crate::crd::Condition>,
+    pub token_spent_condition: Option<kubeflavor_cluster::crd::Condition>,
+    pub pods_removed_condition: Option<kubeflavor_cluster::crd::Condition>,
 }
 
 impl BindingStanding {
@@ -349,10 +349,10 @@ impl BindingStanding {
         BindingStanding {
             flavored: b.is_flavored(),
             revoked: b.is_revoked(),
-            flavored_condition: condition(crate::crd::CONDITION_FLAVORED),
-            revoked_condition: condition(crate::crd::CONDITION_REVOKED),
-            token_spent_condition: condition(crate::crd::CONDITION_TOKEN_SPENT),
-            pods_removed_condition: condition(crate::crd::CONDITION_PODS_REMOVED),
+            flavored_condition: condition(kubeflavor_cluster::crd::CONDITION_FLAVORED),
+            revoked_condition: condition(kubeflavor_cluster::crd::CONDITION_REVOKED),
+            token_spent_condition: condition(kubeflavor_cluster::crd::CONDITION_TOKEN_SPENT),
+            pods_removed_condition: condition(kubeflavor_cluster::crd::CONDITION_PODS_REMOVED),
         }
     }
 }
@@ -417,7 +417,7 @@ impl Standing {
             .await
             .map_err(|e| e.to_string());
         let api_server = api_server_answer(client, node).await;
-        let serving = crate::controller::csr::serving::latest_serving_csr(client, node)
+        let serving = kubeflavor_cluster::csrs::latest_serving_csr(client, node)
             .await
             .map_err(|e| e.to_string());
         Standing {
@@ -563,7 +563,7 @@ impl Standing {
 }
 
 /// A condition's reason and message, as `node get` shows why.
-fn why(c: &Option<crate::crd::Condition>) -> String {
+fn why(c: &Option<kubeflavor_cluster::crd::Condition>) -> String {
     match c {
         Some(c) if c.message.is_empty() => c.reason.clone(),
         Some(c) => format!("{}: {}", c.reason, c.message),
@@ -575,8 +575,13 @@ fn why(c: &Option<crate::crd::Condition>) -> String {
 mod tests {
     use super::*;
 
-    fn cond(type_: &str, status: &str, reason: &str, message: &str) -> crate::crd::Condition {
-        crate::crd::Condition {
+    fn cond(
+        type_: &str,
+        status: &str,
+        reason: &str,
+        message: &str,
+    ) -> kubeflavor_cluster::crd::Condition {
+        kubeflavor_cluster::crd::Condition {
             type_: type_.into(),
             status: status.into(),
             reason: reason.into(),

@@ -46,6 +46,8 @@ use kube::api::{ListParams, PostParams};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, ResourceExt};
+use kubeflavor_cluster::ops::http::Health;
+use kubeflavor_cluster::ops::trail;
 use kubeflavor_core::approval::approvers::{self as core, Grant};
 use kubeflavor_core::token::secret::{BOOTSTRAPPERS_GROUP, CONTROL_PLANE_GROUP, NODE_GROUP};
 use tokio::sync::Notify;
@@ -54,8 +56,6 @@ pub use kubeflavor_core::approval::approvers::Kind;
 
 use super::Options;
 use super::metrics::Metrics;
-use crate::ops::http::Health;
-use crate::ops::trail;
 
 /// kubeadm's binding of its token group to the nodeclient auto-approval.
 pub const KUBEADM_BOOTSTRAP_BINDING: &str = "kubeadm:node-autoapprove-bootstrap";
@@ -536,7 +536,7 @@ pub async fn auto_approved_within(
     kind: Kind,
     within: Duration,
 ) -> Result<Option<String>, kube::Error> {
-    crate::cluster::until_settled(
+    kubeflavor_cluster::cache_lag::until_settled(
         within,
         || auto_approved(client, kind),
         |answer| !matches!(answer, Ok(Some(_))),

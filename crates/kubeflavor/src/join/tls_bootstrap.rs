@@ -117,11 +117,12 @@ pub async fn request_client_certificate(
         .map_err(|e| TlsBootstrapError::Generate(e.to_string()))?;
     let csr = kubelet_csr_object(None, generated.csr_pem());
     let api: Api<CertificateSigningRequest> = Api::all(client);
-    // A token minted a moment ago may not authenticate yet (see `cluster::cache_lag`).
+    // A token minted a moment ago may not authenticate yet (see `kubeflavor_cluster::cache_lag`).
     let params = PostParams::default();
-    let created = crate::cluster::retry_unauthorized(crate::cluster::TOKEN_PROPAGATION, || {
-        api.create(&params, &csr)
-    })
+    let created = kubeflavor_cluster::cache_lag::retry_unauthorized(
+        kubeflavor_cluster::cache_lag::TOKEN_PROPAGATION,
+        || api.create(&params, &csr),
+    )
     .await
     .map_err(create_error)?;
     let csr_name = created.metadata.name.clone().unwrap_or_default();

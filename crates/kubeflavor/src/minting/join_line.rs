@@ -8,7 +8,7 @@ use kubeflavor_core::crypto::pin::CaPin;
 use kubeflavor_core::token::BootstrapToken;
 
 use super::MintError;
-use crate::cluster::Cluster;
+use crate::connect::Cluster;
 use kubeflavor_core::join::discovery::{CLUSTER_INFO_NAME, CLUSTER_INFO_NAMESPACE, KUBECONFIG_KEY};
 
 /// Where a node joins and how it recognises the cluster: what `token create

@@ -6,13 +6,13 @@
 pub mod join_line;
 
 use jiff::Timestamp;
-use kube::api::Api;
 use kubeflavor_core::flavor::{FlavorName, FlavorRules};
 use kubeflavor_core::token::secret::{FlavorTokenMeta, TokenSecretData, TokenSecretObject};
 use kubeflavor_core::token::{BootstrapToken, TokenId};
 
-use crate::cluster::{Cluster, bindings, token_secrets};
-use crate::crd::{Flavor, rules_from_flavor};
+use crate::connect::Cluster;
+use kubeflavor_cluster::crd::rules_from_flavor;
+use kubeflavor_cluster::{bindings, flavors, token_secrets};
 
 pub use join_line::{JoinTarget, join_command_line, join_target};
 
@@ -94,11 +94,9 @@ pub async fn stored_flavor_rules(
     cluster: &Cluster,
     flavor_name: &FlavorName,
 ) -> Result<Option<FlavorRules>, MintError> {
-    let flavors: Api<Flavor> = Api::all(cluster.client.clone());
-    let Some(flavor) = flavors
-        .get_opt(flavor_name.as_str())
+    let Some(flavor) = flavors::get(&cluster.client, flavor_name.as_str())
         .await
-        .map_err(MintError::api(format!("get flavor {flavor_name}")))?
+        .map_err(|e| MintError::api(format!("get flavor {flavor_name}"))(e.source))?
     else {
         return Ok(None);
     };

@@ -32,9 +32,9 @@ use zeroize::Zeroizing;
 
 use super::Server;
 use crate::minting::{self, MintError, join_command_line, join_target, mint, stored_flavor_rules};
-use crate::ops::trail::{self, Regarding};
+use kubeflavor_cluster::ops::trail::{self, Regarding};
 
-pub use crate::ops::connection::Body;
+pub use kubeflavor_cluster::ops::connection::Body;
 
 /// The API group and resource a caller needs `create` on, per flavor name.
 pub const GROUP: &str = "kubeflavor.io";

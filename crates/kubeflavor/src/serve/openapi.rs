@@ -2,6 +2,7 @@
 
 use serde_json::{Value, json};
 
+use kubeflavor_cluster::crd::schema::NON_EMPTY_LABEL_VALUE_PATTERN;
 use kubeflavor_core::flavor::input_labels::{INPUT_LABEL_PREFIX, MAX_INPUT_KEYS};
 use kubeflavor_core::flavor::token_limits::{
     ALLOW_NEVER_EXPIRING_FIELD, MAX_NODES_FIELD, MAX_TTL_FIELD,
@@ -11,8 +12,6 @@ use kubeflavor_core::mint::ssh_key::{
     MAX_COMMENT_CHARS, MAX_LINE_BYTES, MAX_RSA_BITS, MAX_SSH_KEYS, MIN_RSA_BITS,
 };
 use kubeflavor_core::token::meta::ISSUED_TO_MAX_CHARS;
-
-use crate::crd::schema::NON_EMPTY_LABEL_VALUE_PATTERN;
 
 fn status_response(description: &str) -> Value {
     json!({

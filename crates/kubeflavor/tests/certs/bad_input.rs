@@ -9,6 +9,7 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
 use kube::api::PostParams;
 use kubeflavor::certs::CertsError;
+use kubeflavor::cmd::certs::exit_code;
 
 use crate::helpers::{Env, download_to, generate, proxy_token_ref, snapshot, upload};
 
@@ -77,7 +78,7 @@ async fn secret_version(env: &Env) -> Option<String> {
 
 fn assert_one_clear_line(err: &CertsError, code: u8, says: &str) {
     let text = err.to_string();
-    assert_eq!(err.exit_code(), code, "{text}");
+    assert_eq!(exit_code(err).code(), code, "{text}");
     assert!(!text.contains('\n'), "{text}");
     assert!(text.contains(says), "{text:?} should say {says:?}");
 }

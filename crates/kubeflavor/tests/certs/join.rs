@@ -256,7 +256,7 @@ async fn a_control_plane_join_completes_its_kubelet_tls_bootstrap() {
     assert!(ok.status.success(), "{}", text(&ok.stderr));
     assert!(u.tmp.path().join("first/kubelet.conf").exists());
     assert!(u.tmp.path().join("first/pki/ca.key").exists());
-    let binding = Api::<kubeflavor::crd::FlavorBinding>::all(u.env.client.clone())
+    let binding = Api::<kubeflavor_cluster::crd::FlavorBinding>::all(u.env.client.clone())
         .get(&node)
         .await
         .expect("the name is bound");

@@ -169,7 +169,7 @@ async fn p1_tokens_differing_only_in_custody_and_input_labels_look_the_same_to_t
     .await;
     // The other one as a minting service would make it, with a custody of its own and the
     // input labels a portal passed on.
-    let cluster = kubeflavor::cluster::Cluster::connect(&kubeflavor::cluster::ClusterArgs {
+    let cluster = kubeflavor::connect::Cluster::connect(&kubeflavor::connect::ClusterArgs {
         kubeconfig: Some(env.kubeconfig.clone()),
         context: None,
     })
@@ -254,7 +254,7 @@ async fn p1_tokens_differing_only_in_custody_and_input_labels_look_the_same_to_t
             matches!(&err, kube::Error::Api(s) if s.code == 403),
             "{err}"
         );
-        let bindings = Api::<kubeflavor::crd::FlavorBinding>::all(client);
+        let bindings = Api::<kubeflavor_cluster::crd::FlavorBinding>::all(client);
         let params = ListParams::default();
         let err = crate::support::fresh(|| bindings.list(&params))
             .await
@@ -460,7 +460,7 @@ async fn token_create_draws_a_new_id_when_the_id_is_taken() {
         .await
         .unwrap();
 
-    let cluster = kubeflavor::cluster::Cluster::connect(&kubeflavor::cluster::ClusterArgs {
+    let cluster = kubeflavor::connect::Cluster::connect(&kubeflavor::connect::ClusterArgs {
         kubeconfig: Some(env.kubeconfig.clone()),
         context: None,
     })

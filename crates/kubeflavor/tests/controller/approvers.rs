@@ -11,7 +11,7 @@ use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
 use kube::Api;
 use kube::runtime::{WatchStreamExt, watcher};
 use kubeflavor::controller::approvers::{self, COMPETING_REASON, KUBEADM_BOOTSTRAP_BINDING};
-use kubeflavor::ops::http;
+use kubeflavor_cluster::ops::http;
 
 const NODECLIENT_ROLE: &str = "system:certificates.k8s.io:certificatesigningrequests:nodeclient";
 

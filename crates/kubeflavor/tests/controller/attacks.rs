@@ -47,7 +47,7 @@ async fn a_recycled_token_id_inherits_no_name() {
     assert_eq!(binding.spec.csr_name, first);
 
     // token create never mints an id a binding still names.
-    let cluster = kubeflavor::cluster::Cluster::connect(&kubeflavor::cluster::ClusterArgs {
+    let cluster = kubeflavor::connect::Cluster::connect(&kubeflavor::connect::ClusterArgs {
         kubeconfig: Some(h.env.kubeconfig.clone()),
         context: None,
     })
@@ -501,7 +501,7 @@ async fn a_used_up_token_is_retired_once_its_nodes_joined() {
     // token Secrets): ask until it refuses (there is no event to wait on).
     let reviews = Api::<SelfSubjectReview>::all(copy);
     let (params, review) = (Default::default(), SelfSubjectReview::default());
-    let answer = kubeflavor::cluster::until_settled(
+    let answer = kubeflavor_cluster::cache_lag::until_settled(
         std::time::Duration::from_secs(30),
         || reviews.create(&params, &review),
         |answer| answer.is_err(),

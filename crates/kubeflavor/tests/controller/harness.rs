@@ -17,7 +17,7 @@ use kube::{Api, Client, ResourceExt};
 #[allow(unused_imports)]
 use kubeflavor::controller::Options as _Options;
 use kubeflavor::controller::{self, Options, Runtime, Step, StepHook};
-use kubeflavor::crd::{Flavor, FlavorBinding};
+use kubeflavor_cluster::crd::{Flavor, FlavorBinding};
 use kubeflavor_core::token::BootstrapToken;
 use tokio::sync::oneshot;
 
@@ -661,7 +661,7 @@ pub struct ControllerHandle {
     stop: Option<oneshot::Sender<()>>,
     task: Option<tokio::task::JoinHandle<()>>,
     pub metrics: kubeflavor::controller::metrics::Metrics,
-    pub health: Arc<kubeflavor::ops::http::Health>,
+    pub health: Arc<kubeflavor_cluster::ops::http::Health>,
 }
 
 impl ControllerHandle {

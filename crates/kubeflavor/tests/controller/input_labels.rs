@@ -8,7 +8,7 @@ use http::StatusCode;
 use k8s_openapi::api::core::v1::Node;
 use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
-use kubeflavor::crd::Flavor;
+use kubeflavor_cluster::crd::Flavor;
 use kubeflavor_core::flavor::input_labels::INPUT_LABEL_PREFIX;
 use kubeflavor_core::node::state::Revocation;
 use kubeflavor_core::token::BootstrapToken;
@@ -166,7 +166,7 @@ async fn a_portals_input_labels_reach_the_node_through_the_controller_only() {
     }
 
     // Revoked: the input labels go with the flavor.
-    kubeflavor::cluster::bindings::revoke(&h.admin, &node, &Revocation::ByAdmin)
+    kubeflavor_cluster::bindings::revoke(&h.admin, &node, &Revocation::ByAdmin)
         .await
         .expect("revoked");
     h.node_until(&node, "input labels gone with the flavor", |n| {

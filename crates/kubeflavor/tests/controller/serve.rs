@@ -8,7 +8,7 @@ use http::StatusCode;
 use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
 use kube::api::ListParams;
-use kubeflavor::cluster::{Cluster, ClusterArgs};
+use kubeflavor::connect::{Cluster, ClusterArgs};
 use kubeflavor::serve::{self, ConnectionLimits, Options, TlsSource};
 use kubeflavor_core::token::BootstrapToken;
 use serde_json::Value;

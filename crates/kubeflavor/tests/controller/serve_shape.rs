@@ -49,7 +49,7 @@ async fn as_serve(h: &Harness) -> Api<Secret> {
         dry_run: true,
         ..Default::default()
     };
-    kubeflavor::cluster::until_settled(
+    kubeflavor_cluster::cache_lag::until_settled(
         POLICY_PROPAGATION,
         || secrets.create(&dry, &probe),
         |answer| matches!(answer, Err(kube::Error::Api(s)) if s.code == 422),

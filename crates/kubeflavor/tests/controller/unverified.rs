@@ -60,7 +60,7 @@ async fn policy_in_effect(h: &Harness, csr: &str, node: &str) {
         dry_run: true,
         ..Default::default()
     };
-    let answer = kubeflavor::cluster::until_settled(
+    let answer = kubeflavor_cluster::cache_lag::until_settled(
         std::time::Duration::from_secs(10),
         || nodes.create(&params, &bare),
         |answer| answer.as_ref().is_ok_and(|n| unverified_count(n) == 1),

@@ -24,6 +24,8 @@ use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams};
 use kube::runtime::wait::{await_condition, conditions};
+use kubeflavor_cluster::crd;
+use kubeflavor_cluster::unverified_policy;
 use kubeflavor_core::admission::token_shape::{self, Ceilings};
 use kubeflavor_core::flavor::TokenTtl;
 use kubeflavor_core::mint::rate::MintRate;
@@ -35,11 +37,9 @@ pub use rbac::{CONTROLLER_SA, KUBELET_CLIENT_SIGNER, KUBELET_SERVING_SIGNER};
 pub use serve::{SERVE, ServePlan, TLS_SECRET, TOKEN_POLICY, serve_user};
 pub use workload::{HTTP_PORT, default_image};
 
-use crate::cluster::Cluster;
-use crate::cluster::FIELD_MANAGER;
-use crate::cluster::unverified_policy;
+use crate::connect::Cluster;
+use crate::connect::FIELD_MANAGER;
 use crate::controller::approvers::{self, KUBEADM_RENEWAL_BINDING};
-use crate::crd;
 use crate::error::{CliError, Result};
 use crate::exit::ExitCode;
 use crate::output;
@@ -689,7 +689,9 @@ async fn delete_binding(
     let shown = format!("clusterrolebinding.rbac.authorization.k8s.io/{name}");
     match bindings.delete(name, &DeleteParams::default()).await {
         Ok(_) => writeln!(out, "{shown} deleted ({why})")?,
-        Err(e) if crate::cluster::is_not_found(&e) => writeln!(out, "{shown} not present ({why})")?,
+        Err(e) if kubeflavor_cluster::status::is_not_found(&e) => {
+            writeln!(out, "{shown} not present ({why})")?
+        }
         Err(e) => return Err(cluster.error(&format!("delete {shown}"), e)),
     }
     Ok(())

@@ -5,10 +5,10 @@ use k8s_openapi::api::rbac::v1::{
     ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding, RoleRef, Subject,
 };
 use kube::api::ObjectMeta;
+use kubeflavor_cluster::ops::trail::TRAIL_NAMESPACE;
 use kubeflavor_core::token::secret::{CONTROL_PLANE_GROUP, NODE_GROUP, TOKEN_SECRET_NAMESPACE};
 
 use super::Document;
-use crate::ops::trail::TRAIL_NAMESPACE;
 
 /// The controller's ServiceAccount (in the install namespace).
 pub use crate::controller::approvers::CONTROLLER_SERVICE_ACCOUNT as CONTROLLER_SA;

@@ -863,7 +863,7 @@ fn the_join_token_api_gets_exactly_its_rbac() {
     );
     // The trail's Events go where this Role grants them.
     assert_eq!(
-        crate::ops::trail::TRAIL_NAMESPACE,
+        kubeflavor_cluster::ops::trail::TRAIL_NAMESPACE,
         kubeflavor_core::token::secret::TOKEN_SECRET_NAMESPACE
     );
     assert!(

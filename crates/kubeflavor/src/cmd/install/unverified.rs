@@ -7,6 +7,7 @@
 //! went GA there; v1beta1 from v1.34 behind a feature gate is not used). Where the API
 //! server lacks it, `install --apply` leaves both objects out and says what is lost.
 
+use kubeflavor_cluster::unverified_policy::{API_VERSION, without_policy};
 use kubeflavor_core::admission::unverified::{
     self, EFFECT, NODES_GROUP, OPERATION, POLICY_NAME, RESOURCE,
 };
@@ -14,9 +15,8 @@ use kubeflavor_core::flavor::UNVERIFIED_TAINT;
 use serde_json::json;
 
 use super::{Document, object_meta};
-use crate::cluster::unverified_policy::{API_VERSION, without_policy};
 
-pub use crate::cluster::unverified_policy::SINCE;
+pub use kubeflavor_cluster::unverified_policy::SINCE;
 /// The labels' component.
 const COMPONENT: &str = "unverified-nodes";
 

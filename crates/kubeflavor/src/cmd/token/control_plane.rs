@@ -13,7 +13,7 @@ use super::{
     TokenCreateArgs, TokenOutput, custody, flavor_rules, limits_override, mint_failed,
     within_flavor_limits,
 };
-use crate::cluster::Cluster;
+use crate::connect::Cluster;
 use crate::error::CliError;
 use crate::minting::{JoinTarget, join_command_line, join_target, mint_control_plane};
 

@@ -4,14 +4,14 @@
 use std::io::Write;
 
 use jiff::Timestamp;
+use kubeflavor_cluster::token_secrets::{self, StoredToken};
 use kubeflavor_core::flavor::FlavorName;
 use kubeflavor_core::token::record::{Expiration, TokenRecord, TokenRecordError};
 use kubeflavor_core::token::secret::{FLAVOR_TOKEN_LABEL, format_expiration};
 use serde::Serialize;
 
 use super::TokenListArgs;
-use crate::cluster::Cluster;
-use crate::cluster::token_secrets::{self, StoredToken};
+use crate::connect::Cluster;
 use crate::error::Result;
 use crate::output::created;
 use crate::output::{self, Format, List, Table};

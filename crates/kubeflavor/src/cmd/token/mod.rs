@@ -24,12 +24,14 @@ use serde::Serialize;
 use zeroize::Zeroizing;
 
 use crate::cli::{GlobalArgs, KeyValue, MaxNodes};
-use crate::cluster::{Cluster, token_secrets};
 use crate::cmd::unknown_flavor;
+use crate::connect::Cluster;
 use crate::error::{CliError, Result};
 use crate::exit::ExitCode;
 use crate::minting::{self, MintError, join_target, mint, stored_flavor_rules};
 use crate::output::{self, Format};
+use kubeflavor_cluster::token_secrets;
+use kubeflavor_cluster::whoami::caller_name;
 
 mod control_plane;
 mod list;
@@ -244,12 +246,10 @@ pub async fn create(cluster: &Cluster, args: &TokenCreateArgs, out: &mut dyn Wri
 pub async fn custody(cluster: &Cluster, args: &TokenCreateArgs) -> Custody {
     Custody {
         issued_to: args.issued_to.clone(),
-        issued_by: caller_name(cluster).await,
+        issued_by: caller_name(&cluster.client).await,
         requested_by: None,
     }
 }
-
-pub use crate::cluster::whoami::caller_name;
 
 /// The rules of the Flavor a new token is to carry: one GET, and errors that say what to
 /// do when it is missing or invalid.

@@ -37,6 +37,7 @@ use kube::runtime::controller::{Action, Config, Controller};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 
+use kubeflavor_cluster::token_secrets;
 use kubeflavor_core::approval::client::{
     BindingStep, CsrCondition, Decision, decide as core_decide,
 };
@@ -47,7 +48,6 @@ use kubeflavor_core::token::TokenId;
 use super::cache;
 use super::metrics::Metrics;
 use super::{Context, Error, KUBELET_CLIENT_SIGNER, Step, Stop};
-use crate::cluster::token_secrets;
 
 /// Runs the CSR loop until `until` resolves.
 pub async fn run(ctx: Arc<Context>, until: Stop) {

@@ -1,19 +1,46 @@
-//! Every read and write of FlavorBindings that is not a watch: create one, write its
-//! status, revoke one, and find those of a token or of a flavor. What a binding holds, and
+//! Every read and write of FlavorBindings that is not a watch: read one (alone or with the
+//! Node of its name), create one, write its status, revoke one, and find those of a token
+//! or of a flavor. What a binding holds, and
 //! what core makes of it, is `crd::binding`'s; this module only moves bindings to and from
 //! the API server.
 
-use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{Api, ListParams, PartialObjectMeta, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use kubeflavor_core::flavor::FlavorName;
 use kubeflavor_core::node::state::Revocation;
 use kubeflavor_core::token::TokenId;
 
 use crate::crd::{BINDING_TOKEN_ID_LABEL, FlavorBinding, FlavorBindingStatus};
+use crate::nodes;
+use crate::read::{self, ReadError};
 
 /// FlavorBindings (cluster-scoped).
 pub fn api(client: &Client) -> Api<FlavorBinding> {
     Api::all(client.clone())
+}
+
+/// The binding `name`, if it exists.
+pub async fn get(client: &Client, name: &str) -> Result<Option<FlavorBinding>, ReadError> {
+    read::get(api(client), "FlavorBinding", name).await
+}
+
+/// The metadata of the binding `name`, if it exists (its resourceVersion says whether it
+/// changed).
+pub async fn get_metadata(
+    client: &Client,
+    name: &str,
+) -> Result<Option<PartialObjectMeta<FlavorBinding>>, ReadError> {
+    read::get_metadata(api(client), "FlavorBinding", name).await
+}
+
+/// The binding `name` and the Node of the same name, read together (two GETs in flight at
+/// once), each `None` when it does not exist.
+pub async fn with_node(
+    client: &Client,
+    name: &str,
+) -> Result<(Option<FlavorBinding>, Option<Node>), ReadError> {
+    tokio::try_join!(get(client, name), nodes::get(client, name))
 }
 
 /// Creates `binding`; AlreadyExists (409) when its name is bound already.

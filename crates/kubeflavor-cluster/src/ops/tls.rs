@@ -205,7 +205,7 @@ mod tests {
 
     #[test]
     fn a_pair_loads_and_a_mismatched_pair_does_not() {
-        crate::cluster::install_crypto_provider();
+        let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
         let dir = tempfile::tempdir().unwrap();
         let (cert, key, _) = write_pair(dir.path(), "mint.example.org");
         assert!(load(&cert, &key).is_ok());
@@ -221,7 +221,7 @@ mod tests {
 
     #[test]
     fn a_renewed_pair_is_served_after_the_recheck_interval() {
-        crate::cluster::install_crypto_provider();
+        let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
         let dir = tempfile::tempdir().unwrap();
         let (cert, key, old) = write_pair(dir.path(), "old.example.org");
         let reloading = ReloadingCert::new(cert.clone(), key.clone()).unwrap();
@@ -241,7 +241,7 @@ mod tests {
 
     #[test]
     fn a_broken_renewal_keeps_the_previous_certificate() {
-        crate::cluster::install_crypto_provider();
+        let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
         let dir = tempfile::tempdir().unwrap();
         let (cert, key, old) = write_pair(dir.path(), "old.example.org");
         let reloading = ReloadingCert::new(cert.clone(), key).unwrap();
@@ -253,7 +253,7 @@ mod tests {
 
     #[test]
     fn a_self_signed_certificate_is_served_and_printed() {
-        crate::cluster::install_crypto_provider();
+        let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
         let (key, pem) = self_signed(&["localhost".into(), "127.0.0.1".into()]).unwrap();
         let printed = keys::tls_certificate_chain(pem.as_bytes()).unwrap();
         assert_eq!(printed[0], key.cert[0].as_ref());

@@ -33,7 +33,7 @@ pub enum Presence {
 pub async fn served(client: &Client) -> Result<bool, kube::Error> {
     match client.list_api_group_resources(API_VERSION).await {
         Ok(list) => Ok(list.resources.iter().any(|r| r.name == POLICIES)),
-        Err(e) if crate::cluster::is_not_found(&e) => Ok(false),
+        Err(e) if crate::status::is_not_found(&e) => Ok(false),
         Err(e) => Err(e),
     }
 }

@@ -95,7 +95,7 @@ struct Handshakes {
 
 /// What a connection goes through before it is served: a place in the handshake pool,
 /// then one of the connection slots. Made by [`accept_loop`] for each connection.
-pub(crate) struct Gate {
+pub struct Gate {
     handshakes: Arc<Mutex<Handshakes>>,
     slots: Arc<Semaphore>,
     ticket: Ticket,
@@ -105,7 +105,7 @@ pub(crate) struct Gate {
 
 /// Why a handshake did not give a connection.
 #[derive(Debug)]
-pub(crate) enum NoHandshake<E> {
+pub enum NoHandshake<E> {
     Failed(E),
     TimedOut,
     /// A newer connection took its place in the pool.
@@ -137,7 +137,7 @@ impl Gate {
     }
 
     /// Runs `handshake` within `deadline`, unless a newer connection pushes it out first.
-    pub(crate) async fn handshake<T, E>(
+    pub async fn handshake<T, E>(
         &mut self,
         deadline: Duration,
         handshake: impl Future<Output = Result<T, E>>,
@@ -157,7 +157,7 @@ impl Gate {
     /// `wait`; the connection keeps its place in the handshake pool meanwhile (so waiting
     /// connections are bounded too), and leaves it with the slot. `None`: no slot came in
     /// time, or a newer connection pushed this one out.
-    pub(crate) async fn slot(&mut self, wait: Duration) -> Option<OwnedSemaphorePermit> {
+    pub async fn slot(&mut self, wait: Duration) -> Option<OwnedSemaphorePermit> {
         let slots = self.slots.clone();
         let slot = tokio::select! {
             biased;
@@ -189,7 +189,7 @@ impl Drop for Gate {
 /// task as `serve_one(stream, peer, gate)` makes it; the gate gives it its place in the
 /// handshake pool and, once its handshake is accepted, its connection slot
 /// (`limits.max_connections` at most).
-pub(crate) async fn accept_loop<C, F>(
+pub async fn accept_loop<C, F>(
     listener: TcpListener,
     limits: ConnectionLimits,
     shutdown: impl std::future::Future<Output = ()>,
@@ -229,7 +229,7 @@ pub(crate) async fn accept_loop<C, F>(
 /// Serves one accepted connection with `handler` until it ends or has been idle for the
 /// idle timeout. `admit` sees the finished handshake (e.g. the client's certificate) and
 /// may close the connection before it takes a slot or any request is read.
-pub(crate) async fn serve<H, F>(
+pub async fn serve<H, F>(
     handler: H,
     acceptor: TlsAcceptor,
     stream: TcpStream,

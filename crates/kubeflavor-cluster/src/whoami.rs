@@ -2,16 +2,14 @@
 //! a token's issuer; revocation records it in the revocation list and the trail.
 
 use k8s_openapi::api::authentication::v1::SelfSubjectReview;
-use kube::Api;
 use kube::api::PostParams;
-
-use super::Cluster;
+use kube::{Api, Client};
 
 /// The caller's user name as the API server sees it (a SelfSubjectReview). `None`, with a
 /// warning, when the server does not answer it: the token is then minted without
 /// issued-by rather than not at all.
-pub async fn caller_name(cluster: &Cluster) -> Option<String> {
-    let reviews: Api<SelfSubjectReview> = Api::all(cluster.client.clone());
+pub async fn caller_name(client: &Client) -> Option<String> {
+    let reviews: Api<SelfSubjectReview> = Api::all(client.clone());
     match reviews
         .create(&PostParams::default(), &SelfSubjectReview::default())
         .await

@@ -1,7 +1,7 @@
 //! A FlavorBinding and kubeflavor-core's view of it, both ways: the facts core's policy and
 //! node-state functions take from a stored binding, and the binding (and its status) that
 //! core's answers call for. The controller reads and builds bindings only through these;
-//! `cluster::bindings` moves them to and from the API server.
+//! `crate::bindings` moves them to and from the API server.
 
 use std::collections::BTreeMap;
 

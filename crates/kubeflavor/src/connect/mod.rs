@@ -1,16 +1,10 @@
-//! Access to the cluster: which kubeconfig and context to use (resolved in kubectl's order),
-//! the kube-rs client built from it, errors that name the server and the kubeconfig, and the
-//! reads and writes of the two kinds of objects kubeflavor keeps: token Secrets
-//! (`token_secrets`) and FlavorBindings (`bindings`).
+//! The command line's door to a cluster: which kubeconfig and context to use (resolved in
+//! kubectl's order), the kube-rs client built from it, and errors that name the server and
+//! the kubeconfig with the exit code a script reads. The reads and writes of each kind
+//! live in the kubeflavor-cluster crate.
 
-pub mod bindings;
-pub mod cache_lag;
 mod errors;
 mod resolve;
-pub mod revocation_list;
-pub mod token_secrets;
-pub mod unverified_policy;
-pub mod whoami;
 
 /// The field manager of every write the CLI makes with server-side apply (`flavor apply`,
 /// `install --apply`); the controller's is `controller::FIELD_MANAGER`.
@@ -20,8 +14,6 @@ use std::fmt;
 
 use kube::Client;
 
-pub use cache_lag::{TOKEN_PROPAGATION, retry_unauthorized, until_settled};
-pub use errors::{is_api_reason, is_not_found};
 pub use resolve::{ConfigSource, resolve};
 
 use crate::error::{CliError, Result};

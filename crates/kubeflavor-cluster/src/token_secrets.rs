@@ -24,7 +24,7 @@ use kubeflavor_core::token::secret::{
 use kubeflavor_core::token::{BootstrapToken, TokenId};
 use zeroize::Zeroize;
 
-use super::errors::{is_api_reason, is_not_found};
+use crate::status::{is_api_reason, is_not_found};
 
 /// The `expiration` of a token Secret, if it has one that parses. A value that does not
 /// parse counts as expired for the API server's bootstrap token authenticator: `Err`
@@ -354,8 +354,9 @@ pub async fn delete(client: &Client, id: &TokenId) -> Result<bool, kube::Error> 
 }
 
 #[cfg(test)]
-pub(crate) mod tests {
+mod tests {
     use super::*;
+    use crate::testing::flavored_secret;
 
     fn token_secret(namespace: Option<&str>) -> Secret {
         serde_json::from_value(serde_json::json!({
@@ -389,21 +390,6 @@ pub(crate) mod tests {
         wipe(&mut secret);
         let data = secret.data.unwrap();
         assert!(data["token-secret"].0.is_empty());
-    }
-
-    /// A kubeflavor token Secret of flavor `sweet` (max nodes 3) whose bound names are
-    /// `bound`, as read at resourceVersion 42.
-    pub(crate) fn flavored_secret(bound: &str) -> Secret {
-        serde_json::from_value(serde_json::json!({
-            "metadata": {
-                "name": "bootstrap-token-abcdef", "namespace": "kube-system", "resourceVersion": "42",
-                "labels": {"kubeflavor.io/flavor": "sweet"},
-                "annotations": {"kubeflavor.io/max-nodes": "3", "kubeflavor.io/bound-nodes": bound},
-            },
-            "type": "bootstrap.kubernetes.io/token",
-            "stringData": {},
-        }))
-        .unwrap()
     }
 
     #[test]

@@ -159,17 +159,6 @@ fn root_cause(err: &(dyn std::error::Error + 'static)) -> String {
     last.replace('\n', " ")
 }
 
-/// True for a 404 NotFound Status (the object does not exist), false for a 404 of an
-/// unknown path (a CRD that is not installed answers `404 page not found` as plain text).
-pub fn is_not_found(err: &kube::Error) -> bool {
-    matches!(err, kube::Error::Api(s) if s.code == 404 && s.reason == "NotFound")
-}
-
-/// True when the API server answered with this Status reason (`AlreadyExists`, `Conflict`...).
-pub fn is_api_reason(err: &kube::Error, reason: &str) -> bool {
-    matches!(err, kube::Error::Api(s) if s.reason == reason)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -241,20 +230,6 @@ mod tests {
         );
         assert_eq!(e.code, ExitCode::NotFound);
         assert!(e.message.contains("kubeflavor install --apply"), "{e}");
-    }
-
-    #[test]
-    fn not_found_is_only_the_status_reason() {
-        assert!(is_not_found(&status(
-            404,
-            "NotFound",
-            "secrets \"x\" not found"
-        )));
-        assert!(!is_not_found(&status(
-            404,
-            "Failed to parse error data",
-            "404 page not found"
-        )));
     }
 
     #[test]

@@ -6,13 +6,17 @@
 pub mod join_line;
 
 use jiff::Timestamp;
+use std::num::NonZeroU32;
+
+use kubeflavor_cluster::crd::rules_from_flavor;
+use kubeflavor_cluster::{bindings, flavors, token_secrets};
+use kubeflavor_core::flavor::input_labels::InputLabels;
 use kubeflavor_core::flavor::{FlavorName, FlavorRules};
+use kubeflavor_core::token::meta::Custody;
 use kubeflavor_core::token::secret::{FlavorTokenMeta, TokenSecretData, TokenSecretObject};
 use kubeflavor_core::token::{BootstrapToken, TokenId};
 
 use crate::connect::Cluster;
-use kubeflavor_cluster::crd::rules_from_flavor;
-use kubeflavor_cluster::{bindings, flavors, token_secrets};
 
 pub use join_line::{JoinTarget, join_command_line, join_target};
 
@@ -105,6 +109,40 @@ pub async fn stored_flavor_rules(
         problem: e.to_string(),
     })?;
     Ok(Some(rules))
+}
+
+/// What a node token is minted with: its Flavor and max nodes, when it expires, its
+/// custody and input labels, and, when an admin went past the Flavor's limits, the record
+/// of who did.
+#[derive(Debug, Clone)]
+pub struct NodeTokenSpec {
+    pub flavor: FlavorName,
+    pub max_nodes: NonZeroU32,
+    pub expiration: Option<Timestamp>,
+    pub custody: Custody,
+    pub input_labels: InputLabels,
+    /// The limits-override record (`token create` past the Flavor's limits).
+    pub limits_override: Option<String>,
+}
+
+/// A node token as minted, with what it was minted with.
+pub struct Minted {
+    pub token: BootstrapToken,
+    pub spec: NodeTokenSpec,
+}
+
+/// Mints a node token of `spec`: the one sequence `token create` and the join-token API
+/// share (kubeflavor's metadata from the spec, then a fresh id no binding names, then the
+/// Secret).
+pub async fn mint_node_token(cluster: &Cluster, spec: NodeTokenSpec) -> Result<Minted, MintError> {
+    let mut meta = FlavorTokenMeta::new(spec.flavor.clone(), spec.max_nodes)
+        .with_custody(spec.custody.clone())
+        .with_input_labels(spec.input_labels.clone());
+    if let Some(by) = &spec.limits_override {
+        meta = meta.with_limits_override(by.clone());
+    }
+    let token = mint(cluster, &meta, spec.expiration, generate).await?;
+    Ok(Minted { token, spec })
 }
 
 /// Store a new token Secret with kubeflavor's metadata `meta` (its flavor, max nodes,

@@ -264,6 +264,12 @@ pub fn parse_max_nodes(n: i64) -> Result<NonZeroU32, FlavorError> {
         .ok_or(FlavorError::MaxNodes(n))
 }
 
+/// Whether `key` is a label kubeflavor sets itself on a flavored node (the flavor's name,
+/// its trust level, and the input labels), which no flavor may carry.
+pub fn is_reserved_label_key(key: &str) -> bool {
+    key == FLAVOR_LABEL || key == TRUST_LEVEL_LABEL || key.starts_with(INPUT_LABEL_PREFIX)
+}
+
 /// The flavor's labels: valid keys and values, none of kubeflavor's own.
 fn parse_labels(
     spec: &BTreeMap<String, String>,
@@ -271,7 +277,7 @@ fn parse_labels(
     let mut labels = BTreeMap::new();
     for (k, v) in spec {
         check_flavor_label_key(k).map_err(FlavorError::LabelKey)?;
-        if k == FLAVOR_LABEL || k == TRUST_LEVEL_LABEL || k.starts_with(INPUT_LABEL_PREFIX) {
+        if is_reserved_label_key(k) {
             return Err(FlavorError::LabelKey(LabelKeyError::Reserved {
                 key: k.clone(),
             }));

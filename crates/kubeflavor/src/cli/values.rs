@@ -5,12 +5,11 @@ use std::fmt;
 use std::num::NonZeroU32;
 use std::str::FromStr;
 
-use kubeflavor_core::flavor::input_labels::INPUT_LABEL_PREFIX;
 use kubeflavor_core::flavor::labels::{
     LabelKey, LabelKeyError, LabelValue, check_flavor_label_key,
 };
 use kubeflavor_core::flavor::{
-    FLAVOR_LABEL, TRUST_LEVEL_LABEL, TrustLevel, TrustLevelError, parse_max_nodes,
+    TrustLevel, TrustLevelError, is_reserved_label_key, parse_max_nodes,
 };
 
 /// A `KEY=VALUE` flag whose parts are checked later, against a Flavor (`token create
@@ -61,7 +60,7 @@ impl FromStr for FlavorLabel {
             .split_once('=')
             .ok_or_else(|| FlavorLabelError::MissingEquals(s.into()))?;
         check_flavor_label_key(key)?;
-        if key == FLAVOR_LABEL || key == TRUST_LEVEL_LABEL || key.starts_with(INPUT_LABEL_PREFIX) {
+        if is_reserved_label_key(key) {
             return Err(LabelKeyError::Reserved { key: key.into() }.into());
         }
         Ok(FlavorLabel {
@@ -131,6 +130,7 @@ impl FromStr for TrustLevelArg {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use kubeflavor_core::flavor::FLAVOR_LABEL;
 
     #[test]
     fn kubelet_writable_label_is_refused_with_advice() {

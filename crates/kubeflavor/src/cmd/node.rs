@@ -9,8 +9,11 @@ use std::io::Write;
 use clap::{Args, Subcommand};
 use jiff::Timestamp;
 use kube::ResourceExt;
+use kubeflavor_cluster::crd::FlavorBinding;
+use kubeflavor_cluster::{bindings, revocation_list};
 use kubeflavor_core::flavor::{REVOKED_TAINT, UNVERIFIED_TAINT};
 use kubeflavor_core::names::NodeName;
+use kubeflavor_core::node::cutoff;
 use kubeflavor_core::node::state::Revocation;
 
 use kubeflavor_core::node::revocation_list as list_consts;
@@ -20,8 +23,6 @@ use crate::error::{CliError, Result};
 use crate::exit::ExitCode;
 use crate::output::{self, Format, Table};
 use crate::revocation;
-use kubeflavor_cluster::crd::FlavorBinding;
-use kubeflavor_cluster::{bindings, revocation_list};
 
 #[derive(Debug, Subcommand)]
 pub enum NodeCommand {
@@ -318,8 +319,9 @@ pub struct Standing {
     pub node: String,
     /// What its FlavorBinding says; `None` when no binding names the node.
     pub binding: Option<BindingStanding>,
-    /// The Node's taint keys; `None` when there is no Node (or it could not be read).
-    pub node_taints: std::result::Result<Option<Vec<String>>, String>,
+    /// The Node's taints (key, effect); `None` when there is no Node (or it could not be
+    /// read).
+    pub node_taints: std::result::Result<Option<Vec<(String, String)>>, String>,
     /// Whether the name is in the revocation list.
     pub listed: std::result::Result<bool, String>,
     pub api_server: ApiServerAnswer,
@@ -408,7 +410,7 @@ impl Standing {
                         .and_then(|s| s.taints)
                         .unwrap_or_default()
                         .into_iter()
-                        .map(|t| t.key)
+                        .map(|t| (t.key, t.effect))
                         .collect()
                 })
             })
@@ -430,9 +432,16 @@ impl Standing {
         }
     }
 
+    /// Whether the Node carries the revocation mark, as core's rule reads it (the
+    /// webhook's and the serving loop's rule).
+    fn node_marked_revoked(&self) -> bool {
+        matches!(&self.node_taints, Ok(Some(taints))
+            if taints.iter().any(|(k, e)| cutoff::is_revocation_mark(k, e)))
+    }
+
     fn node_has(&self, taint: &str) -> Option<bool> {
         match &self.node_taints {
-            Ok(Some(keys)) => Some(keys.iter().any(|k| k == taint)),
+            Ok(Some(taints)) => Some(taints.iter().any(|(k, _)| k == taint)),
             _ => None,
         }
     }
@@ -514,7 +523,7 @@ impl Standing {
     fn is_revoked(&self) -> bool {
         match &self.binding {
             Some(b) => b.revoked,
-            None => self.node_has(REVOKED_TAINT) == Some(true),
+            None => self.node_marked_revoked(),
         }
     }
 
@@ -591,7 +600,7 @@ mod tests {
         }
     }
 
-    fn standing(revoked: bool, answer: ApiServerAnswer, taints: &[&str]) -> Standing {
+    fn standing(revoked: bool, answer: ApiServerAnswer, taints: &[(&str, &str)]) -> Standing {
         Standing {
             node: "w1".into(),
             binding: Some(BindingStanding {
@@ -610,7 +619,12 @@ mod tests {
                 }),
                 pods_removed_condition: None,
             }),
-            node_taints: Ok(Some(taints.iter().map(|t| t.to_string()).collect())),
+            node_taints: Ok(Some(
+                taints
+                    .iter()
+                    .map(|(k, e)| (k.to_string(), e.to_string()))
+                    .collect(),
+            )),
             listed: Ok(revoked),
             api_server: answer,
             serving: Ok(None),
@@ -628,7 +642,7 @@ mod tests {
     fn cut_off_is_what_the_api_server_answers_not_the_binding() {
         let now = Timestamp::UNIX_EPOCH;
         let refused = ApiServerAnswer::Refused("kubeflavor: node w1 is revoked".into());
-        let text = standing(true, refused, &["kubeflavor.io/revoked"]).describe(now);
+        let text = standing(true, refused, &[("kubeflavor.io/revoked", "NoExecute")]).describe(now);
         assert_eq!(
             line(&text, "Cut off:"),
             "yes (the API server refuses its requests: kubeflavor: node w1 is revoked)"
@@ -659,7 +673,7 @@ mod tests {
     fn a_revoked_node_says_its_token_is_spent_and_it_is_listed() {
         let now = Timestamp::UNIX_EPOCH;
         let refused = ApiServerAnswer::Refused("kubeflavor: node w1 is revoked".into());
-        let mut s = standing(true, refused, &["kubeflavor.io/revoked"]);
+        let mut s = standing(true, refused, &[("kubeflavor.io/revoked", "NoExecute")]);
         let text = s.describe(now);
         assert_eq!(
             line(&text, "Token:"),
@@ -692,7 +706,7 @@ mod tests {
         let mut s = standing(
             false,
             ApiServerAnswer::NotRefused,
-            &["kubeflavor.io/unverified"],
+            &[("kubeflavor.io/unverified", "NoSchedule")],
         );
         assert_eq!(
             line(&s.describe(now), "Judged:"),
@@ -713,7 +727,7 @@ mod tests {
     fn a_node_without_a_binding_is_revoked_while_its_node_carries_the_taint() {
         let now = Timestamp::UNIX_EPOCH;
         let refused = ApiServerAnswer::Refused("kubeflavor: node w1 is revoked".into());
-        let mut s = standing(true, refused, &["kubeflavor.io/revoked"]);
+        let mut s = standing(true, refused, &[("kubeflavor.io/revoked", "NoExecute")]);
         s.binding = None;
         let text = s.describe(now);
         assert_eq!(
@@ -728,5 +742,15 @@ mod tests {
         let text = s.describe(now);
         assert_eq!(line(&text, "Revoked:"), "no (no FlavorBinding)");
         assert_eq!(line(&text, "Cut off:"), "no (not revoked)");
+    }
+
+    #[test]
+    fn only_the_noexecute_mark_revokes_a_node_without_a_binding() {
+        let now = Timestamp::UNIX_EPOCH;
+        let taint = [("kubeflavor.io/revoked", "NoSchedule")];
+        let mut s = standing(false, ApiServerAnswer::NotRefused, &taint);
+        s.binding = None;
+        let text = s.describe(now);
+        assert!(line(&text, "Revoked:").starts_with("no"), "{text}");
     }
 }

@@ -10,9 +10,9 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use jiff::Timestamp;
-use kubeflavor_core::certkey::CertificateKey;
-use kubeflavor_core::copycerts::{EtcdMode, PkiEntry, open_all, seal_secret_data};
-use kubeflavor_core::pki::{KeyAlgorithm, PkiFile, generate_shared_ca_set};
+use kubeflavor_core::crypto::certkey::CertificateKey;
+use kubeflavor_core::crypto::copycerts::{EtcdMode, PkiEntry, open_all, seal_secret_data};
+use kubeflavor_core::crypto::pki::{KeyAlgorithm, PkiFile, generate_shared_ca_set};
 
 /// bench_crypto: figures for the copy-certs codec and PKI generation.
 ///

@@ -14,8 +14,8 @@ use base64::engine::general_purpose::STANDARD;
 use clap::Parser;
 use jiff::Timestamp;
 use kubeflavor_core::token::BootstrapToken;
-use kubeflavor_core::token_record::{TokenRecord, authenticate_token_secret};
-use kubeflavor_core::token_secret::{TokenSecretData, flavored_token_secret};
+use kubeflavor_core::token::record::{TokenRecord, authenticate_token_secret};
+use kubeflavor_core::token::secret::{TokenSecretData, flavored_token_secret};
 
 /// bench_tokens: token generation and token Secret encoding and decoding, per operation.
 ///

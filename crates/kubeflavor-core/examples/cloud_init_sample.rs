@@ -7,9 +7,9 @@
 //!     cargo run -p kubeflavor-core --example cloud_init_sample -- --ssh-key > with-key.yaml
 
 use clap::Parser;
-use kubeflavor_core::cloud_init::{JOIN_CONFIG_PATH, user_data};
-use kubeflavor_core::pin::CaPin;
-use kubeflavor_core::ssh_key::SshPublicKey;
+use kubeflavor_core::crypto::pin::CaPin;
+use kubeflavor_core::mint::cloud_init::{JOIN_CONFIG_PATH, user_data};
+use kubeflavor_core::mint::ssh_key::SshPublicKey;
 use kubeflavor_core::token::BootstrapToken;
 
 #[path = "support/args.rs"]

@@ -20,23 +20,25 @@ use base64::engine::general_purpose::STANDARD;
 use jiff::Timestamp;
 use serde::Deserialize;
 
-use crate::certkey::CertificateKey;
-use crate::copycerts::{self, Provenance};
-use crate::csr::{self, KUBELET_CLIENT_SIGNER};
-use crate::discovery::{self, CaVerification, KUBECONFIG_KEY};
+use crate::approval;
+use crate::approval::client::{CsrFacts, PolicyOptions, TokenInstance, TokenLookup};
+use crate::crypto::certkey::CertificateKey;
+use crate::crypto::copycerts::{self, Provenance};
+use crate::crypto::pin::CaPin;
+use crate::csr;
+use crate::csr::client::KUBELET_CLIENT_SIGNER;
 use crate::flavor::{FlavorName, FlavorRules, FlavorSpec, TaintSpec, TokenLimitsSpec};
-use crate::jws;
-use crate::kubeconfig::{ClusterInfo, Kubeconfig};
-use crate::mint_request;
-use crate::pin::CaPin;
-use crate::policy::{self, CsrFacts, PolicyOptions, TokenInstance, TokenLookup};
-use crate::token::{BootstrapToken, TokenId, TokenSecret};
-use crate::token_meta::{Custody, FlavorTokenMeta};
-use crate::token_record::{TokenRecord, authenticate_token_secret};
-use crate::token_secret::{
+use crate::join::discovery::{self, CaVerification, KUBECONFIG_KEY};
+use crate::join::jws;
+use crate::join::kubeconfig::{ClusterInfo, Kubeconfig};
+use crate::mint;
+use crate::token::meta::{Custody, FlavorTokenMeta};
+use crate::token::record::{TokenRecord, authenticate_token_secret};
+use crate::token::secret::{
     BOOTSTRAPPERS_GROUP, NODE_GROUP, SecretView, TOKEN_SECRET_NAMESPACE, TOKEN_SECRET_TYPE,
     TokenSecretData,
 };
+use crate::token::{BootstrapToken, TokenId, TokenSecret};
 
 /// The token id every fixed token of the harnesses uses (the seeds' cluster-info is signed
 /// with [`FUZZ_TOKEN_ID`].[`FUZZ_TOKEN_SECRET`]).
@@ -61,9 +63,9 @@ fn text(data: &[u8]) -> String {
 
 fn kubelet_usages() -> Vec<String> {
     [
-        csr::USAGE_DIGITAL_SIGNATURE,
-        csr::USAGE_KEY_ENCIPHERMENT,
-        csr::USAGE_CLIENT_AUTH,
+        csr::client::USAGE_DIGITAL_SIGNATURE,
+        csr::client::USAGE_KEY_ENCIPHERMENT,
+        csr::client::USAGE_CLIENT_AUTH,
     ]
     .map(str::to_owned)
     .to_vec()
@@ -76,7 +78,7 @@ fn kubelet_usages() -> Vec<String> {
 /// kubelet-serving validator and the serving policy for a bound node.
 pub fn csr(data: &[u8]) {
     csr_request(data);
-    let wrapped = crate::pem::encode(csr::CSR_PEM_LABEL, data);
+    let wrapped = crate::crypto::pem::encode(csr::client::CSR_PEM_LABEL, data);
     csr_request(wrapped.as_bytes());
 }
 
@@ -84,18 +86,18 @@ pub fn csr(data: &[u8]) {
 /// through the policy as the CSR of the fixed kubeflavor token.
 fn csr_request(request: &[u8]) {
     let parsed =
-        csr::validate_kubelet_client_csr(KUBELET_CLIENT_SIGNER, request, &kubelet_usages());
+        csr::client::validate_kubelet_client_csr(KUBELET_CLIENT_SIGNER, request, &kubelet_usages());
     if let Ok(ok) = &parsed {
         let _ = ok.public_key_sha256_hex();
     }
-    let _ = csr::requested_node_name(request);
+    let _ = csr::client::requested_node_name(request);
     let _ = parsed
         .as_ref()
         .map_err(|e| (e.is_malformed(), e.to_string()));
     let Ok(id) = FUZZ_TOKEN_ID.parse::<TokenId>() else {
         return;
     };
-    let decision = policy::decide(&kubeflavor_token_csr(&id, parsed));
+    let decision = approval::client::decide(&kubeflavor_token_csr(&id, parsed));
     let _ = decision.condition();
     let _ = serving_request(request);
 }
@@ -103,21 +105,21 @@ fn csr_request(request: &[u8]) {
 /// The same request as a kubelet serving CSR of `system:node:fuzz-node`, whose binding and
 /// Flavor (10.0.0.0/8) let a well-formed request through: an approval must be for the
 /// requester, with its name and allowed addresses only.
-fn serving_request(request: &[u8]) -> crate::serving_policy::ServingDecision {
-    use crate::serving_csr::{
-        KUBELET_SERVING_SIGNER, USAGE_SERVER_AUTH, validate_kubelet_serving_csr,
-    };
-    use crate::serving_policy::{
+fn serving_request(request: &[u8]) -> crate::approval::serving::ServingDecision {
+    use crate::approval::serving::{
         ServingBinding, ServingDecision, ServingFacts, ServingOptions, address_allowed,
         decide_serving,
     };
+    use crate::csr::serving::{
+        KUBELET_SERVING_SIGNER, USAGE_SERVER_AUTH, validate_kubelet_serving_csr,
+    };
     // The usages every key type may ask for, so the key and the names are what decide.
-    let usages = [csr::USAGE_DIGITAL_SIGNATURE, USAGE_SERVER_AUTH].map(str::to_owned);
+    let usages = [csr::client::USAGE_DIGITAL_SIGNATURE, USAGE_SERVER_AUTH].map(str::to_owned);
     let parsed = validate_kubelet_serving_csr(KUBELET_SERVING_SIGNER, request, &usages);
     let _ = parsed
         .as_ref()
         .map_err(|e| (e.is_malformed(), e.is_key(), e.to_string()));
-    let Ok(allowed) = "10.0.0.0/8".parse::<crate::cidr::Cidr>() else {
+    let Ok(allowed) = "10.0.0.0/8".parse::<crate::flavor::cidr::Cidr>() else {
         unreachable!("a valid CIDR");
     };
     let facts = ServingFacts {
@@ -152,7 +154,7 @@ fn serving_request(request: &[u8]) -> crate::serving_policy::ServingDecision {
 /// request the validator read as `csr`.
 fn kubeflavor_token_csr(
     id: &TokenId,
-    csr: Result<csr::KubeletClientCsr, csr::CsrError>,
+    csr: Result<csr::client::KubeletClientCsr, csr::client::CsrError>,
 ) -> CsrFacts {
     CsrFacts {
         csr_name: "csr-fuzz".into(),
@@ -171,9 +173,9 @@ fn kubeflavor_token_csr(
             created: Some(Timestamp::UNIX_EPOCH),
         }),
         flavor_exists: true,
-        flavor_input_labels: crate::input_labels::InputLabelRules::default(),
+        flavor_input_labels: crate::flavor::input_labels::InputLabelRules::default(),
         // Limits the fixed token keeps (it never expires): the targets fuzz the request.
-        flavor_token_limits: crate::token_limits::EffectiveLimits {
+        flavor_token_limits: crate::flavor::token_limits::EffectiveLimits {
             max_ttl_secs: u64::MAX,
             max_nodes: std::num::NonZeroU32::MAX,
             allow_never_expiring: true,
@@ -190,7 +192,7 @@ fn kubeflavor_token_csr(
 /// The fixed token `id` as its Secret reads: a node token of flavor `sweet`.
 fn kubeflavor_token(id: &TokenId) -> TokenLookup {
     let labels = BTreeMap::from([(
-        crate::token_meta::FLAVOR_TOKEN_LABEL.to_owned(),
+        crate::token::meta::FLAVOR_TOKEN_LABEL.to_owned(),
         "sweet".to_owned(),
     )]);
     let empty = BTreeMap::new();
@@ -203,7 +205,7 @@ fn kubeflavor_token(id: &TokenId) -> TokenLookup {
         ),
         ("auth-extra-groups".to_owned(), NODE_GROUP.to_owned()),
     ]);
-    let name = crate::token_secret::secret_name(id);
+    let name = crate::token::secret::secret_name(id);
     let view = SecretView {
         namespace: TOKEN_SECRET_NAMESPACE,
         name: &name,
@@ -374,7 +376,7 @@ pub fn kubeadm_certs(data: &[u8]) {
     for provenance in [Provenance::KubeflavorOnly, Provenance::KubeflavorOrKubeadm] {
         let _ = copycerts::open_for_use(&key, &secret, provenance, now()).map(|o| o.files.len());
     }
-    let wrong = CertificateKey::from_bytes([0x55; crate::certkey::CERTIFICATE_KEY_LEN]);
+    let wrong = CertificateKey::from_bytes([0x55; crate::crypto::certkey::CERTIFICATE_KEY_LEN]);
     let _ = copycerts::open_all(&wrong, &secret).map_err(|e| e.to_string());
 }
 
@@ -399,13 +401,13 @@ pub fn kubeconfig(data: &[u8]) {
 /// valid one against the limits of a flavor that states none: whatever passes is within
 /// them.
 pub fn mint_request(data: &[u8]) {
-    let Ok(request) = mint_request::parse(data).map_err(|e| e.to_string()) else {
+    let Ok(request) = mint::request::parse(data).map_err(|e| e.to_string()) else {
         return;
     };
     let rules = FlavorRules::from_spec(&FlavorSpec::default()).expect("the empty flavor is valid");
-    if let Ok(grant) = mint_request::within_limits(&request, &rules) {
+    if let Ok(grant) = mint::request::within_limits(&request, &rules) {
         assert!(
-            grant.ttl != crate::ttl::TokenTtl::Never && grant.max_nodes.get() == 1,
+            grant.ttl != crate::flavor::ttl::TokenTtl::Never && grant.max_nodes.get() == 1,
             "a flavor without limits let {:?} and {} through",
             grant.ttl,
             grant.max_nodes
@@ -437,7 +439,7 @@ struct FlavorObjectSpec {
     #[serde(default)]
     serving_addresses: Vec<String>,
     #[serde(default)]
-    input_labels: Option<crate::input_labels::InputLabelsSpec>,
+    input_labels: Option<crate::flavor::input_labels::InputLabelsSpec>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -535,7 +537,7 @@ pub const TARGETS: [(&str, Entry); 7] = [
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::der::{TAG_SEQUENCE, write_tlv};
+    use crate::crypto::der::{TAG_SEQUENCE, write_tlv};
 
     /// `depth` SEQUENCEs around `inner`, with definite (DER) lengths.
     fn nested_der(depth: usize, inner: &[u8]) -> Vec<u8> {
@@ -557,8 +559,8 @@ mod tests {
 
     #[test]
     fn the_serving_path_reaches_an_approval_and_its_denials() {
-        use crate::serving_csr::tests::{ServingShape, make_serving_csr};
-        use crate::serving_policy::{ServingDecision, ServingDenyCause};
+        use crate::approval::serving::{ServingDecision, ServingDenyCause};
+        use crate::csr::serving::tests::{ServingShape, make_serving_csr};
         let good = make_serving_csr("fuzz-node", ServingShape::kubelet("fuzz-node", "10.1.2.3"));
         assert!(matches!(
             serving_request(good.as_bytes()),
@@ -598,10 +600,10 @@ mod tests {
         let mut request = Vec::new();
         write_tlv(&mut request, TAG_SEQUENCE, &info);
         for input in [deep.clone(), nested_ber(10_000), request] {
-            assert!(input.len() * 4 / 3 < csr::MAX_CSR_REQUEST_BYTES);
-            let pem = crate::pem::encode(csr::CSR_PEM_LABEL, &input);
+            assert!(input.len() * 4 / 3 < csr::client::MAX_CSR_REQUEST_BYTES);
+            let pem = crate::crypto::pem::encode(csr::client::CSR_PEM_LABEL, &input);
             assert!(matches!(
-                csr::validate_kubelet_client_csr(KUBELET_CLIENT_SIGNER, pem.as_bytes(), &kubelet_usages()),
+                csr::client::validate_kubelet_client_csr(KUBELET_CLIENT_SIGNER, pem.as_bytes(), &kubelet_usages()),
                 Err(e) if e.is_malformed()
             ));
             super::csr(&input);
@@ -627,7 +629,7 @@ mod tests {
             "[".repeat(depth),
             "]".repeat(depth)
         );
-        assert!(mint_request::parse(body.as_bytes()).is_err());
+        assert!(mint::request::parse(body.as_bytes()).is_err());
         for run in [token, kubeadm_certs, flavor] {
             run(json.as_bytes());
         }

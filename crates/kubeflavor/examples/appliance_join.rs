@@ -35,9 +35,9 @@ use k8s_openapi::api::events::v1::Event;
 use kube::Api;
 use kube::api::{ListParams, Patch, PatchParams, WatchEvent, WatchParams};
 use kubeflavor::controller::{self, Options, Runtime};
-use kubeflavor::crd::FlavorBinding;
+use kubeflavor_cluster::crd::FlavorBinding;
+use kubeflavor_core::flavor::input_labels::INPUT_LABEL_PREFIX;
 use kubeflavor_core::flavor::{FLAVOR_LABEL, TRUST_LEVEL_LABEL, UNVERIFIED_TAINT};
-use kubeflavor_core::input_labels::INPUT_LABEL_PREFIX;
 use serde_json::json;
 
 #[path = "../../kubeflavor-core/examples/support/args.rs"]
@@ -90,7 +90,7 @@ async fn client_from(kubeconfig_yaml: &str) -> kube::Client {
 
 #[tokio::main(flavor = "multi_thread")]
 async fn main() -> ExitCode {
-    kubeflavor::cluster::install_crypto_provider();
+    kubeflavor::connect::install_crypto_provider();
     let a = args::parse_or_exit::<Args>();
     // The in-process controller's and API's warnings, as `kubeflavor controller` logs them.
     let _ = tracing_subscriber::fmt()
@@ -503,7 +503,7 @@ async fn serving_certificate_issued(
     let requester = format!("system:node:{node}");
     let by_signer = watcher::Config::default().fields(&format!(
         "spec.signerName={}",
-        kubeflavor_core::serving_csr::KUBELET_SERVING_SIGNER
+        kubeflavor_core::csr::serving::KUBELET_SERVING_SIGNER
     ));
     let mut events = watcher(csrs, by_signer).applied_objects().boxed();
     let issued = loop {
@@ -545,7 +545,7 @@ async fn serving_certificate_issued(
         .flatten()
         .find(|c| c.type_ == "Approved")
         .context("an issued CSR without an Approved condition")?;
-    let ours = kubeflavor_core::policy::APPROVED_CONDITION;
+    let ours = kubeflavor_core::approval::client::APPROVED_CONDITION;
     ensure!(
         approved.reason.as_deref() == Some(ours.reason),
         "serving CSR {name} was approved by someone else (reason {:?}, not kubeflavor's {})",
@@ -688,7 +688,7 @@ impl SshKey {
             .public_key_raw()
             .try_into()
             .context("an ed25519 public key of 32 bytes")?;
-        let parsed = kubeflavor_core::ssh_key::SshPublicKey::ed25519(raw, Some(comment))?;
+        let parsed = kubeflavor_core::mint::ssh_key::SshPublicKey::ed25519(raw, Some(comment))?;
         Ok(SshKey {
             fingerprint: parsed.fingerprint(),
             cloud_init_fingerprint: hex::encode(sha2::Sha256::digest(parsed.blob()))

@@ -28,7 +28,7 @@ use hyper::body::Bytes;
 use hyper_util::rt::TokioIo;
 use kube::runtime::watcher::Event;
 use kubeflavor::authz::index::{CutOffIndex, Mark};
-use kubeflavor::controller::metrics::Metrics;
+use kubeflavor::authz::metrics::AuthzMetrics;
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use serde_json::json;
@@ -248,7 +248,7 @@ async fn client(
 #[tokio::main]
 async fn main() {
     let args = Arc::new(args::parse_or_exit::<Args>());
-    kubeflavor::cluster::install_crypto_provider();
+    kubeflavor::connect::install_crypto_provider();
     let dir = tempfile::tempdir().expect("temp dir");
     let pki = pki();
     let write = |name: &str, text: &str| {
@@ -277,7 +277,7 @@ async fn main() {
         // The index is built once and never watched: never stale for this benchmark.
         max_staleness: Duration::MAX,
     };
-    let bound = kubeflavor::authz::bind(opts, index, Metrics::new())
+    let bound = kubeflavor::authz::bind(opts, index, AuthzMetrics::default())
         .await
         .expect("bind");
     let addr = bound.local_addr().expect("address");

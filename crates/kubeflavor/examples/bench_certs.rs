@@ -11,8 +11,8 @@ use kubeflavor::certs::download::{self, DownloadOptions};
 use kubeflavor::certs::objects::ReadableBy;
 use kubeflavor::certs::pki_files;
 use kubeflavor::certs::upload::{self, UploadOptions};
-use kubeflavor_core::certkey::CertificateKey;
-use kubeflavor_core::pki::{KeyAlgorithm, generate_shared_ca_set};
+use kubeflavor_core::crypto::certkey::CertificateKey;
+use kubeflavor_core::crypto::pki::{KeyAlgorithm, generate_shared_ca_set};
 
 /// bench_certs: the certificate hand-off, timed.
 ///
@@ -100,7 +100,7 @@ async fn main() {
                 pki_dir: target.path().join("pki"),
                 key: key.clone(),
                 force: false,
-                provenance: kubeflavor_core::copycerts::Provenance::KubeflavorOnly,
+                provenance: kubeflavor_core::crypto::copycerts::Provenance::KubeflavorOnly,
             };
             let t = Instant::now();
             download::download(&client, &opts, jiff::Timestamp::now())

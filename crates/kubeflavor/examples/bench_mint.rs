@@ -19,9 +19,9 @@ use k8s_openapi::api::core::v1::{Secret, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
 use kube::Api;
 use kube::api::{DeleteParams, ListParams, PostParams};
-use kubeflavor::cluster::{Cluster, ClusterArgs};
-use kubeflavor::crd::Flavor;
+use kubeflavor::connect::{Cluster, ClusterArgs};
 use kubeflavor::serve::{self, Options, TlsSource};
+use kubeflavor_cluster::crd::Flavor;
 use serde_json::json;
 
 #[path = "../../kubeflavor-core/examples/support/args.rs"]
@@ -66,7 +66,7 @@ fn ms(d: Duration) -> String {
 
 #[tokio::main(flavor = "multi_thread")]
 async fn main() {
-    kubeflavor::cluster::install_crypto_provider();
+    kubeflavor::connect::install_crypto_provider();
     let a = args::parse_or_exit::<Args>();
     let dir = tempfile::tempdir().expect("temp dir");
     let (testkube, kubeconfig) = match &a.kubeconfig {

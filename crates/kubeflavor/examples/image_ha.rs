@@ -47,10 +47,10 @@ use kube::api::{DeleteParams, ListParams};
 use kube::config::Kubeconfig;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
-use kubeflavor::crd::{Flavor, FlavorBinding};
+use kubeflavor_cluster::crd::{Flavor, FlavorBinding};
 use kubeflavor_core::token::BootstrapToken;
-use kubeflavor_core::token_meta::BOUND_NODES_ANNOTATION;
-use kubeflavor_core::token_secret::{TOKEN_SECRET_NAMESPACE, secret_name};
+use kubeflavor_core::token::meta::BOUND_NODES_ANNOTATION;
+use kubeflavor_core::token::secret::{TOKEN_SECRET_NAMESPACE, secret_name};
 use serde_json::Value;
 use tokio::sync::watch;
 
@@ -1221,7 +1221,7 @@ async fn clean_up(admin: &Client, run: &Run) {
     }
     // The revoked node stays on the revocation list until forgotten (`node forget`).
     for node in &run.nodes {
-        let _ = kubeflavor::cluster::revocation_list::remove(admin, node).await;
+        let _ = kubeflavor_cluster::revocation_list::remove(admin, node).await;
     }
     let _ = Api::<Flavor>::all(admin.clone())
         .delete(&run.flavor, &dp)

@@ -63,7 +63,7 @@ mod portal;
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let Args {} = args::parse_or_exit::<Args>();
-    kubeflavor::cluster::install_crypto_provider();
+    kubeflavor::connect::install_crypto_provider();
     let work = tempfile::tempdir()?;
 
     chapter("An API server to play with");
@@ -147,11 +147,11 @@ async fn main() -> anyhow::Result<()> {
         // A token minted a moment ago may get 401 until the API server's cache has it.
         let (reviews, params) = (Api::<SelfSubjectReview>::all(client), PostParams::default());
         let request = SelfSubjectReview::default();
-        let review =
-            kubeflavor::cluster::retry_unauthorized(kubeflavor::cluster::TOKEN_PROPAGATION, || {
-                reviews.create(&params, &request)
-            })
-            .await?;
+        let review = kubeflavor_cluster::cache_lag::retry_unauthorized(
+            kubeflavor_cluster::cache_lag::TOKEN_PROPAGATION,
+            || reviews.create(&params, &request),
+        )
+        .await?;
         let user = review.status.and_then(|s| s.user_info).unwrap_or_default();
         say(&format!(
             "token {} authenticates as {} in groups {:?}",
@@ -219,7 +219,7 @@ async fn main() -> anyhow::Result<()> {
         "The impostor's kubelet directory holds nothing: {:?}",
         entries(&takeover_dir)
     ));
-    let sour_secret = kubeflavor_core::token_secret::secret_name(token_of(&sour_line)?.id());
+    let sour_secret = kubeflavor_core::token::secret::secret_name(token_of(&sour_line)?.id());
     let secrets: Api<Secret> = Api::namespaced(admin.clone(), "kube-system");
     tokio::time::timeout(
         PATIENCE,

@@ -5,15 +5,13 @@
 pub mod authz;
 pub mod certs;
 pub mod cli;
-pub mod cluster;
 pub mod cmd;
+pub mod connect;
 pub mod controller;
-pub mod crd;
 pub mod error;
 pub mod exit;
 pub mod join;
 pub mod minting;
-pub mod ops;
 pub mod output;
 pub mod revocation;
 pub mod serve;
@@ -117,7 +115,7 @@ where
 /// The process entry point of both binaries: parse, set up logging, run, and turn the
 /// outcome into one `error: ...` line on stderr and an exit code.
 pub fn main() -> std::process::ExitCode {
-    cluster::install_crypto_provider();
+    connect::install_crypto_provider();
     let result = match parse(std::env::args_os()) {
         Ok(Parsed::Print(text)) => {
             print!("{text}");

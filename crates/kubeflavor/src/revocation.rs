@@ -1,6 +1,6 @@
 //! Revoking a node, every step of it, by whoever runs it: `node revoke`, `token revoke
 //! --nodes` and the controller's revoked loop call [`revoke`] alike, so a revocation never
-//! waits for a controller leader (`kubeflavor_core::revocation_list` says why each step is
+//! waits for a controller leader (`kubeflavor_core::node::revocation_list` says why each step is
 //! there). Each step reads the state first and writes only what is missing, so a run that
 //! stopped anywhere (a crash, a lost connection) is finished by the next run of any of them.
 //!
@@ -10,11 +10,11 @@
 use k8s_openapi::api::core::v1::{Node, Pod, Taint};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, Preconditions};
 use kube::{Api, Client, ResourceExt};
-use kubeflavor_core::node_state::Revocation;
-use kubeflavor_core::revocation_list::{self, Entry, Step};
-
-use crate::cluster::{bindings, is_not_found, revocation_list as list, token_secrets};
-use crate::crd::{CONDITION_PODS_REMOVED, CONDITION_TOKEN_SPENT, FlavorBinding};
+use kubeflavor_cluster::crd::{CONDITION_PODS_REMOVED, CONDITION_TOKEN_SPENT, FlavorBinding};
+use kubeflavor_cluster::status::is_not_found;
+use kubeflavor_cluster::{bindings, revocation_list as list, token_secrets};
+use kubeflavor_core::node::revocation_list::{self, Entry, Step};
+use kubeflavor_core::node::state::Revocation;
 
 /// What one step found or did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -58,7 +58,7 @@ fn failed(step: Step, doing: impl Into<String>) -> impl FnOnce(kube::Error) -> E
 pub const FIELD_MANAGER: &str = "kubeflavor-revoke";
 
 /// Revokes `node` (`why`, recorded as `by`): the five steps of
-/// `kubeflavor_core::revocation_list::Step`, in order, each reported to `report` as it ends.
+/// `kubeflavor_core::node::revocation_list::Step`, in order, each reported to `report` as it ends.
 /// Stops at the first step that fails (the next run starts over and skips what is done).
 pub async fn revoke(
     client: &Client,
@@ -99,10 +99,9 @@ async fn steps(
         },
     );
 
-    let binding = bindings::api(client)
-        .get_opt(node)
+    let binding = bindings::get(client, node)
         .await
-        .map_err(failed(Step::Binding, "read the FlavorBinding"))?;
+        .map_err(|e| failed(Step::Binding, "read the FlavorBinding")(e.source))?;
     let outcome = match &binding {
         None => Outcome::Skipped(format!("no FlavorBinding {node}")),
         Some(_) => match bindings::revoke(client, node, why).await {

@@ -11,7 +11,7 @@ use crate::support::{Env, fresh};
 use k8s_openapi::api::core::v1::Node;
 use kube::Api;
 use kube::api::PostParams;
-use kubeflavor::cluster::until_settled;
+use kubeflavor_cluster::cache_lag::until_settled;
 use kubeflavor_core::token::BootstrapToken;
 
 /// The RBAC authorizer reads an informer cache: a grant given or taken a moment ago shows

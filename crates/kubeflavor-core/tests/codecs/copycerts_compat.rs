@@ -13,12 +13,12 @@ use std::process::{Command, Stdio};
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use jiff::Timestamp;
-use kubeflavor_core::certkey::CertificateKey;
-use kubeflavor_core::copycerts::{
+use kubeflavor_core::crypto::certkey::CertificateKey;
+use kubeflavor_core::crypto::copycerts::{
     self, EtcdMode, PkiEntry, open, open_all, seal, seal_secret_data, seal_with_nonce,
 };
-use kubeflavor_core::keys::PrivateKey;
-use kubeflavor_core::pki::{KeyAlgorithm, generate_shared_ca_set};
+use kubeflavor_core::crypto::keys::PrivateKey;
+use kubeflavor_core::crypto::pki::{KeyAlgorithm, generate_shared_ca_set};
 use sha2::{Digest, Sha256};
 
 fn vectors() -> serde_json::Value {
@@ -123,7 +123,7 @@ fn committed_kubeadm_secret_opens_with_every_key_form() {
         .filter(|f| f.rel_path.ends_with(".key"))
         .map(|f| PrivateKey::from_pem(f.contents()).unwrap().form())
         .collect();
-    use kubeflavor_core::keys::PrivateKeyForm::*;
+    use kubeflavor_core::crypto::keys::PrivateKeyForm::*;
     for form in [Pkcs1, Sec1, Pkcs8] {
         assert!(forms.contains(&form), "{form:?} missing from {forms:?}");
     }

@@ -5,12 +5,12 @@ use std::collections::BTreeMap;
 use std::sync::OnceLock;
 
 use jiff::Timestamp;
-use kubeflavor_core::certkey::{CertificateKey, CertificateKeyError};
-use kubeflavor_core::copycerts::{
+use kubeflavor_core::crypto::certkey::{CertificateKey, CertificateKeyError};
+use kubeflavor_core::crypto::copycerts::{
     CopyCertsError, EtcdMode, KEY_CHECK_ENTRY, MANIFEST_ENTRY, PkiEntry, PkiEntryKind, Provenance,
     open, open_all, open_all_with, seal_secret_data,
 };
-use kubeflavor_core::pki::{KeyAlgorithm, PkiFile, generate_shared_ca_set};
+use kubeflavor_core::crypto::pki::{KeyAlgorithm, PkiFile, generate_shared_ca_set};
 use proptest::prelude::*;
 use proptest::sample::Index;
 
@@ -315,7 +315,7 @@ fn unknown_entries_must_decrypt_like_kubeadm_demands_and_are_then_ignored() {
     let mut data = uploaded();
     data.insert(
         "extra.txt".into(),
-        kubeflavor_core::copycerts::seal(&key(), b"note").unwrap(),
+        kubeflavor_core::crypto::copycerts::seal(&key(), b"note").unwrap(),
     );
     let opened = open_all(&key(), &data).unwrap();
     assert_eq!(opened.ignored, vec!["extra.txt".to_string()]);

@@ -6,12 +6,12 @@
 use std::collections::BTreeMap;
 
 use jiff::{SignedDuration, Timestamp};
-use kubeflavor_core::certkey::CertificateKey;
-use kubeflavor_core::copycerts::{
+use kubeflavor_core::crypto::certkey::CertificateKey;
+use kubeflavor_core::crypto::copycerts::{
     CopyCertsError, EtcdMode, PkiEntry, Provenance, Unusable, check_usable, open_all_with,
     open_for_use, seal_secret_data,
 };
-use kubeflavor_core::pki::{KeyAlgorithm, generate_shared_ca_set};
+use kubeflavor_core::crypto::pki::{KeyAlgorithm, generate_shared_ca_set};
 use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair, KeyUsagePurpose};
 
 const CA_CERTS: [PkiEntry; 3] = [

@@ -2,11 +2,11 @@
 
 use std::collections::BTreeMap;
 
-use kubeflavor_core::discovery::{
+use kubeflavor_core::crypto::pin::CaPin;
+use kubeflavor_core::join::discovery::{
     CaVerification, DiscoveryError, KUBECONFIG_KEY, check_refetch_identical, verify_cluster_info,
 };
-use kubeflavor_core::jws::{self, JwsError};
-use kubeflavor_core::pin::CaPin;
+use kubeflavor_core::join::jws::{self, JwsError};
 
 const ID: &str = "abcdef";
 const SECRET: &str = "0123456789abcdef";
@@ -30,7 +30,7 @@ fn cluster_info(kubeconfig: &str) -> BTreeMap<String, String> {
 }
 
 fn pin_of(ca_pem: &[u8]) -> CaPin {
-    let der = kubeflavor_core::keys::parse_certificates_pem(ca_pem)
+    let der = kubeflavor_core::crypto::keys::parse_certificates_pem(ca_pem)
         .unwrap()
         .remove(0);
     CaPin::from_cert_der(&der).unwrap()
@@ -55,7 +55,7 @@ fn any_of_several_pins_may_match() {
 }
 
 fn der_of(pem: &[u8]) -> Vec<u8> {
-    kubeflavor_core::keys::parse_certificates_pem(pem)
+    kubeflavor_core::crypto::keys::parse_certificates_pem(pem)
         .unwrap()
         .remove(0)
 }

@@ -3,7 +3,7 @@
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use jiff::Timestamp;
-use kubeflavor_core::pki::{KeyAlgorithm, generate_shared_ca_set};
+use kubeflavor_core::crypto::pki::{KeyAlgorithm, generate_shared_ca_set};
 
 /// The server cluster-info names in [`CLUSTER_INFO`].
 pub const SERVER: &str = "https://127.0.0.1:6443";

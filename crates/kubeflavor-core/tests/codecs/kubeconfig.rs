@@ -2,11 +2,11 @@
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
-use kubeflavor_core::jws;
-use kubeflavor_core::kubeconfig::{
+use kubeflavor_core::crypto::pin::CaPin;
+use kubeflavor_core::join::jws;
+use kubeflavor_core::join::kubeconfig::{
     BOOTSTRAP_USER, CLUSTER_NAME, ClusterInfo, Kubeconfig, KubeconfigError,
 };
-use kubeflavor_core::pin::CaPin;
 
 use crate::fixtures::{CLUSTER_INFO, SERVER, ca_pem, cluster_info_kubeconfig as cluster_info};
 

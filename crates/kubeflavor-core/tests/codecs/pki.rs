@@ -1,12 +1,12 @@
 //! The shared CA set kubeflavor generates, and reading / matching keys in every PEM form.
 
 use jiff::{SignedDuration, Timestamp};
-use kubeflavor_core::keys::{
+use kubeflavor_core::crypto::keys::{
     CertificateSummary, KeyError, PemKind, PrivateKey, PrivateKeyForm, PublicKey, classify_pem,
     parse_certificates_pem, tls_certificate_chain, tls_private_key,
 };
-use kubeflavor_core::pin::CaPin;
-use kubeflavor_core::pki::{
+use kubeflavor_core::crypto::pin::CaPin;
+use kubeflavor_core::crypto::pki::{
     KeyAlgorithm, PkiError, PkiFile, generate_shared_ca_set, generate_shared_ca_set_with,
 };
 use x509_parser::certificate::X509Certificate;
@@ -258,8 +258,10 @@ fn serving_files_are_read_as_go_tls_reads_them() {
     assert_eq!(form, PrivateKeyForm::Sec1);
     assert_eq!(
         PrivateKey::from_pem(key.as_bytes()).unwrap(),
-        PrivateKey::from_pem(kubeflavor_core::keys::encode_pem("EC PRIVATE KEY", &der).as_bytes())
-            .unwrap()
+        PrivateKey::from_pem(
+            kubeflavor_core::crypto::keys::encode_pem("EC PRIVATE KEY", &der).as_bytes()
+        )
+        .unwrap()
     );
     assert!(matches!(
         tls_private_key(crt.as_bytes()),

@@ -6,12 +6,12 @@
 
 use std::collections::BTreeSet;
 
-use kubeflavor_core::applied_record::{APPLIED_ANNOTATION, AppliedRecord};
 use kubeflavor_core::flavor::{
     FLAVOR_LABEL, FlavorName, FlavorRules, FlavorSpec, REVOKED_TAINT, TRUST_LEVEL_LABEL, TaintSpec,
     UNVERIFIED_TAINT,
 };
-use kubeflavor_core::node_state::{
+use kubeflavor_core::node::applied_record::{APPLIED_ANNOTATION, AppliedRecord};
+use kubeflavor_core::node::state::{
     BindingState, FlavorOutcome, NodeFacts, NodeTaint, desired_node_state, released_node_state,
 };
 use proptest::prelude::*;

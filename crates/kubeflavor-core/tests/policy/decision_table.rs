@@ -3,16 +3,18 @@
 //! P3 (binding).
 
 use crate::support::*;
-use kubeflavor_core::csr::CsrError;
+use kubeflavor_core::csr::client::CsrError;
 use std::num::NonZeroU32;
 
-use kubeflavor_core::input_labels::{InputKeySpec, InputLabelRules, InputLabels, InputLabelsSpec};
-use kubeflavor_core::policy::{
+use kubeflavor_core::approval::client::{
     APPROVED_CONDITION, BindingStep, CsrFacts, DENIED_CONDITION, Decision, DenyCause, IgnoreReason,
     PolicyOptions, TokenFate, TokenLookup, decide,
 };
-use kubeflavor_core::token_meta::Custody;
-use kubeflavor_core::token_record::TokenRecordError;
+use kubeflavor_core::flavor::input_labels::{
+    InputKeySpec, InputLabelRules, InputLabels, InputLabelsSpec,
+};
+use kubeflavor_core::token::meta::Custody;
+use kubeflavor_core::token::record::TokenRecordError;
 
 type Row = (&'static str, fn(&mut CsrFacts), Want);
 
@@ -641,7 +643,7 @@ fn rekey_of_a_joined_node_is_denied() {
     bound_to_this_token(&mut f);
     f.node_exists = true;
     f.csr_name = "csr-someone-else".into();
-    f.csr = Ok(kubeflavor_core::csr::KubeletClientCsr {
+    f.csr = Ok(kubeflavor_core::csr::client::KubeletClientCsr {
         node_name: NODE.parse().unwrap(),
         public_key_sha256: [8; 32],
     });

@@ -1,9 +1,9 @@
 //! The CSR that `kubeflavor join --tls-bootstrap` files must be one the controller's
 //! validator accepts as a kubelet client CSR, for exactly the node it names.
 
-use kubeflavor_core::csr::validate_kubelet_client_csr;
-use kubeflavor_core::keys::PrivateKey;
-use kubeflavor_core::kubelet_csr::{
+use kubeflavor_core::crypto::keys::PrivateKey;
+use kubeflavor_core::csr::client::validate_kubelet_client_csr;
+use kubeflavor_core::csr::kubelet::{
     KUBELET_CLIENT_SIGNER, KUBELET_CLIENT_USAGES, generate_kubelet_csr,
 };
 

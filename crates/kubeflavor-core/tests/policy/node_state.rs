@@ -3,12 +3,12 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use kubeflavor_core::flavor::input_labels::{INPUT_LABEL_PREFIX, InputLabels};
 use kubeflavor_core::flavor::{
     FLAVOR_LABEL, FlavorName, FlavorRules, FlavorSpec, REVOKED_TAINT, TRUST_LEVEL_LABEL, TaintSpec,
     UNVERIFIED_TAINT,
 };
-use kubeflavor_core::input_labels::{INPUT_LABEL_PREFIX, InputLabels};
-use kubeflavor_core::node_state::{
+use kubeflavor_core::node::state::{
     BindingState, FlavorOutcome, NodeChange, NodeFacts, NodeTaint, desired_node_state,
     released_node_state,
 };
@@ -501,7 +501,7 @@ proptest! {
 /// holder's.
 #[test]
 fn only_an_approved_binding_makes_a_node_the_holders() {
-    use kubeflavor_core::node_state::{BindingCsr, HolderFacts, node_is_the_holders};
+    use kubeflavor_core::node::state::{BindingCsr, HolderFacts, node_is_the_holders};
     let never_flavored = HolderFacts::default();
     assert_eq!(
         node_is_the_holders(never_flavored, None),

@@ -5,11 +5,11 @@ use std::collections::BTreeMap;
 use std::num::NonZeroU32;
 
 use crate::support::*;
-use kubeflavor_core::csr::KUBELET_CLIENT_SIGNER;
-use kubeflavor_core::policy::{
+use kubeflavor_core::approval::client::{
     APPROVED_CONDITION, BindingStep, CsrFacts, DENIED_CONDITION, Decision, DenyCause,
     PolicyOptions, TokenFate, TokenLookup, decide, token_fate,
 };
+use kubeflavor_core::csr::client::KUBELET_CLIENT_SIGNER;
 use proptest::prelude::*;
 
 #[test]
@@ -116,7 +116,7 @@ fn arb_facts() -> impl Strategy<Value = CsrFacts> {
             token,
             token_instance: token_instance(),
             flavor_exists: b[2] || b[1],
-            flavor_input_labels: kubeflavor_core::input_labels::InputLabelRules::default(),
+            flavor_input_labels: kubeflavor_core::flavor::input_labels::InputLabelRules::default(),
             flavor_token_limits: no_limits(),
             binding,
             node_exists: b[3],
@@ -306,7 +306,7 @@ fn name_takeover_with_a_real_csr_is_denied() {
         .push(rcgen::DnType::CommonName, format!("system:node:{NODE}"));
     let pem = params.serialize_request(&key).unwrap().pem().unwrap();
     let usages = vec!["digital signature".to_owned(), "client auth".to_owned()];
-    let csr = kubeflavor_core::csr::validate_kubelet_client_csr(
+    let csr = kubeflavor_core::csr::client::validate_kubelet_client_csr(
         KUBELET_CLIENT_SIGNER,
         pem.as_bytes(),
         &usages,
@@ -336,7 +336,7 @@ proptest! {
             unreachable!("a valid token")
         };
         let meta = record.kubeflavor.expect("a kubeflavor token");
-        let used_up = kubeflavor_core::policy::token_is_used_up(&meta, |n| {
+        let used_up = kubeflavor_core::approval::client::token_is_used_up(&meta, |n| {
             joined.iter().any(|j| n.as_str() == format!("worker-{j}"))
         });
         let full = bound.len() >= max_nodes as usize;

@@ -6,15 +6,15 @@ use std::collections::BTreeMap;
 use std::num::NonZeroU32;
 
 use jiff::Timestamp;
-use kubeflavor_core::csr::{CsrError, KUBELET_CLIENT_SIGNER, KubeletClientCsr};
-use kubeflavor_core::policy::{
+use kubeflavor_core::approval::client::{
     BindingFacts, BindingStep, CsrFacts, Decision, DenyCause, IgnoreReason, PolicyOptions,
     TokenInstance, TokenLookup,
 };
-use kubeflavor_core::token_limits::EffectiveLimits;
-use kubeflavor_core::token_meta::LIMITS_OVERRIDE_ANNOTATION;
-use kubeflavor_core::token_record::{SecretView, TokenRecord};
-use kubeflavor_core::token_secret::{
+use kubeflavor_core::csr::client::{CsrError, KUBELET_CLIENT_SIGNER, KubeletClientCsr};
+use kubeflavor_core::flavor::token_limits::EffectiveLimits;
+use kubeflavor_core::token::meta::LIMITS_OVERRIDE_ANNOTATION;
+use kubeflavor_core::token::record::{SecretView, TokenRecord};
+use kubeflavor_core::token::secret::{
     BOUND_NODES_ANNOTATION, KEY_EXPIRATION, KEY_USAGE_AUTHENTICATION, MAX_NODES_ANNOTATION,
     flavored_token_secret,
 };
@@ -75,7 +75,7 @@ pub fn record(spec: &TokenSpec) -> TokenRecord {
         &spec.flavor.parse().unwrap(),
         None,
         NonZeroU32::new(spec.max_nodes).unwrap(),
-        &kubeflavor_core::token_meta::Custody::default(),
+        &kubeflavor_core::token::meta::Custody::default(),
     );
     let mut data = obj.string_data.clone();
     if let Some(e) = &spec.expiration {
@@ -184,7 +184,7 @@ pub fn base() -> CsrFacts {
         token: TokenLookup::Found(record(&TokenSpec::default())),
         token_instance: token_instance(),
         flavor_exists: true,
-        flavor_input_labels: kubeflavor_core::input_labels::InputLabelRules::default(),
+        flavor_input_labels: kubeflavor_core::flavor::input_labels::InputLabelRules::default(),
         flavor_token_limits: no_limits(),
         binding: None,
         node_exists: false,

@@ -14,8 +14,8 @@
 use std::num::NonZeroU32;
 use std::time::Instant;
 
+use kubeflavor_core::token::secret::{KEY_TOKEN_ID, KEY_TOKEN_SECRET, flavored_token_secret};
 use kubeflavor_core::token::{BootstrapToken, TOKEN_ALPHABET};
-use kubeflavor_core::token_secret::{KEY_TOKEN_ID, KEY_TOKEN_SECRET, flavored_token_secret};
 
 const TOKENS_PER_FLAVOR: usize = 20_000;
 const CHARS: usize = 22; // 6 id + 16 secret characters

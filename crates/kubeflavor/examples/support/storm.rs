@@ -17,10 +17,10 @@ use kube::api::PostParams;
 use kube::config::Kubeconfig;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
-use kubeflavor::crd::Flavor;
+use kubeflavor_cluster::crd::Flavor;
 use kubeflavor_core::flavor::FlavorName;
 use kubeflavor_core::token::BootstrapToken;
-use kubeflavor_core::token_secret::flavored_token_secret;
+use kubeflavor_core::token::secret::flavored_token_secret;
 
 /// The label kubeflavor puts on a flavored Node, naming its flavor.
 pub const FLAVOR_LABEL: &str = "kubeflavor.node-restriction.kubernetes.io/flavor";
@@ -44,7 +44,7 @@ pub fn kubeconfig_with_user(base: &str, user: &str) -> String {
 
 /// The CSR a kubelet files for `node` (the same shape `kubeflavor join` sends), and its key.
 pub fn csr_for(node: &str) -> (CertificateSigningRequest, String) {
-    let generated = kubeflavor_core::kubelet_csr::generate_kubelet_csr(node).expect("kubelet CSR");
+    let generated = kubeflavor_core::csr::kubelet::generate_kubelet_csr(node).expect("kubelet CSR");
     let csr = kubeflavor::join::tls_bootstrap::kubelet_csr_object(Some(node), generated.csr_pem());
     let key = String::from_utf8(generated.key_pem().to_vec()).expect("PEM is ASCII");
     (csr, key)
@@ -93,11 +93,11 @@ pub async fn mint_tokens(
                             NonZeroU32::MIN,
                             &Default::default(),
                         );
-                        let s = kubeflavor::cluster::token_secrets::to_secret(&obj);
+                        let s = kubeflavor_cluster::token_secrets::to_secret(&obj);
                         Ok::<_, kube::Error>(Some((t, s)))
                     }
                 };
-                kubeflavor::cluster::token_secrets::create_with_fresh_id(admin, 8, draw, |e| e)
+                kubeflavor_cluster::token_secrets::create_with_fresh_id(admin, 8, draw, |e| e)
                     .await
                     .expect("token")
                     .expect("a free token id within 8 draws")
@@ -176,9 +176,10 @@ pub async fn join(
         Api::<CertificateSigningRequest>::all(boot),
         PostParams::default(),
     );
-    kubeflavor::cluster::retry_unauthorized(kubeflavor::cluster::TOKEN_PROPAGATION, || {
-        boot_csrs.create(&params, &csr)
-    })
+    kubeflavor_cluster::cache_lag::retry_unauthorized(
+        kubeflavor_cluster::cache_lag::TOKEN_PROPAGATION,
+        || boot_csrs.create(&params, &csr),
+    )
     .await
     .expect("CSR created");
     // From the moment the CSR exists: the bootstrap client's own TLS handshake and request

@@ -1,4 +1,4 @@
-//! How current a replica's index is known to be (`kubeflavor_core::index_freshness`).
+//! How current a replica's index is known to be (`kubeflavor_core::node::index_freshness`).
 //!
 //! The clock moves only while the three watches (FlavorBindings, Nodes, the revocation
 //! list) have listed since their last failure and the

@@ -15,12 +15,12 @@ use k8s_openapi::api::core::v1::{ConfigMap, Node};
 use kube::runtime::watcher as watch_stream;
 use kube::runtime::watcher::{self, Event};
 use kube::{Api, Client, ResourceExt};
-use kubeflavor_core::node_cutoff::{self, CutOff};
-use kubeflavor_core::revocation_list;
+use kubeflavor_cluster::crd::FlavorBinding;
+use kubeflavor_core::node::cutoff::{self, CutOff};
+use kubeflavor_core::node::revocation_list;
 use tokio::sync::watch;
 
 use super::freshness::{self, Freshness};
-use crate::crd::FlavorBinding;
 
 /// One of the two marks of a cut-off name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -294,7 +294,7 @@ pub fn node_is_marked(node: &Node) -> bool {
         .and_then(|s| s.taints.as_ref())
         .is_some_and(|ts| {
             ts.iter()
-                .any(|t| node_cutoff::is_revocation_mark(&t.key, &t.effect))
+                .any(|t| cutoff::is_revocation_mark(&t.key, &t.effect))
         })
 }
 

@@ -1,6 +1,6 @@
 //! The authorization webhook (P7, revocation that cuts off): the API server asks it about
 //! every request of a kubelet before its Node and RBAC authorizers, and it answers
-//! "denied" for a node whose revocation still stands (see `kubeflavor_core::node_cutoff`),
+//! "denied" for a node whose revocation still stands (see `kubeflavor_core::node::cutoff`),
 //! "no opinion" for everything else.
 //!
 //! It runs in every controller replica, leader or not, and answers from memory (`index`):
@@ -9,6 +9,7 @@
 
 pub mod freshness;
 pub mod index;
+pub mod metrics;
 pub mod review;
 
 use std::net::SocketAddr;
@@ -20,8 +21,11 @@ use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::{Bytes, Incoming};
 use hyper::{Method, Request, Response, StatusCode};
 use kube::Client;
-use kubeflavor_core::node_cutoff::{self, Answer};
-use kubeflavor_core::{index_freshness, keys};
+use kubeflavor_cluster::ops::connection::{self, ConnectionLimits};
+use kubeflavor_cluster::ops::tls;
+use kubeflavor_core::crypto::keys;
+use kubeflavor_core::node::cutoff::{self, Answer};
+use kubeflavor_core::node::index_freshness;
 use rustls::RootCertStore;
 use rustls::server::WebPkiClientVerifier;
 use rustls_pki_types::CertificateDer;
@@ -29,9 +33,7 @@ use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 
 use self::index::CutOffIndex;
-use crate::controller::metrics::Metrics;
-use crate::ops::connection::{self, ConnectionLimits};
-use crate::ops::tls;
+use self::metrics::AuthzMetrics;
 
 /// The path the API server's kubeconfig names.
 pub const PATH: &str = "/authorize";
@@ -64,7 +66,7 @@ pub struct Bound {
 
 struct State {
     index: Arc<CutOffIndex>,
-    metrics: Metrics,
+    metrics: AuthzMetrics,
     request_timeout: Duration,
     max_staleness: Duration,
 }
@@ -111,9 +113,9 @@ fn client_cn_is(conn: &rustls::ServerConnection, want: &str) -> bool {
 pub async fn bind(
     opts: Options,
     index: Arc<CutOffIndex>,
-    metrics: Metrics,
+    metrics: AuthzMetrics,
 ) -> anyhow::Result<Bound> {
-    crate::cluster::install_crypto_provider();
+    crate::connect::install_crypto_provider();
     let serving = tls::ReloadingCert::new(opts.cert.clone(), opts.key.clone()).map_err(|e| {
         anyhow::anyhow!("{e} (give --authz-tls-cert-file and --authz-tls-key-file the webhook's serving certificate and key)")
     })?;
@@ -202,9 +204,7 @@ fn error(code: StatusCode, message: &str) -> Response<Full<Bytes>> {
 async fn handle(state: &State, req: Request<Incoming>) -> Response<Full<Bytes>> {
     let started = Instant::now();
     let (kind, response) = answer(state, req).await;
-    state
-        .metrics
-        .authz_answer(kind, started.elapsed().as_secs_f64());
+    state.metrics.answer(kind, started.elapsed().as_secs_f64());
     response
 }
 
@@ -288,7 +288,7 @@ async fn answer(state: &State, req: Request<Incoming>) -> (&'static str, Respons
         };
         return ("stale", error(StatusCode::SERVICE_UNAVAILABLE, &message));
     }
-    let decided = node_cutoff::decide(&subject.user, &subject.groups, |n| state.index.cut_off(n));
+    let decided = cutoff::decide(&subject.user, &subject.groups, |n| state.index.cut_off(n));
     if let Answer::Denied(reason) = &decided {
         tracing::debug!(user = %subject.user, reason, "denied a revoked node");
     }
@@ -353,7 +353,7 @@ mod tests {
         index: Arc<CutOffIndex>,
         server_ca: String,
         client_ca: Ca,
-        metrics: Metrics,
+        metrics: AuthzMetrics,
         _dir: tempfile::TempDir,
         stop: tokio::sync::oneshot::Sender<()>,
     }
@@ -363,7 +363,7 @@ mod tests {
     }
 
     async fn running_with(connections: ConnectionLimits) -> Running {
-        crate::cluster::install_crypto_provider();
+        crate::connect::install_crypto_provider();
         let dir = tempfile::tempdir().unwrap();
         let server_ca = ca("server-ca");
         let client_ca = ca("client-ca");
@@ -396,7 +396,7 @@ mod tests {
             // The index is fed by hand here, never by watches: see the staleness test.
             max_staleness: Duration::from_secs(3600),
         };
-        let metrics = Metrics::new();
+        let metrics = AuthzMetrics::default();
         let bound = bind(opts, index.clone(), metrics.clone()).await.unwrap();
         let addr = bound.local_addr().unwrap();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();

@@ -7,7 +7,7 @@
 //! not a 2xx SubjectAccessReview is an error, which the API server turns into its
 //! `failurePolicy` (NoOpinion or Deny).
 
-use kubeflavor_core::node_cutoff::Answer;
+use kubeflavor_core::node::cutoff::Answer;
 use serde_json::{Value, json};
 
 pub const API_VERSION: &str = "authorization.k8s.io/v1";

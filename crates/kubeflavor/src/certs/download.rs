@@ -8,13 +8,13 @@ use std::path::PathBuf;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Secret;
 use kube::{Api, Client};
-use kubeflavor_core::certkey::CertificateKey;
-use kubeflavor_core::copycerts::{self, CopyCertsError, Provenance};
+use kubeflavor_cluster::token_secrets;
+use kubeflavor_core::crypto::certkey::CertificateKey;
+use kubeflavor_core::crypto::copycerts::{self, CopyCertsError, Provenance};
 
 use super::CertsError;
 use super::objects::{self, NAMESPACE, SECRET_NAME};
 use super::pki_files::{self, WriteReport};
-use crate::cluster::token_secrets;
 
 #[derive(Debug)]
 pub struct DownloadOptions {
@@ -71,10 +71,11 @@ pub async fn fetch_secret(
     now: Timestamp,
 ) -> Result<(Secret, Option<NeverExpires>), CertsError> {
     let secrets: Api<Secret> = Api::namespaced(client.clone(), NAMESPACE);
-    // A token minted a moment ago may not authenticate yet (see `cluster::cache_lag`).
-    let first_read = crate::cluster::retry_unauthorized(crate::cluster::TOKEN_PROPAGATION, || {
-        secrets.get_opt(SECRET_NAME)
-    });
+    // A token minted a moment ago may not authenticate yet (see `kubeflavor_cluster::cache_lag`).
+    let first_read = kubeflavor_cluster::cache_lag::retry_unauthorized(
+        kubeflavor_cluster::cache_lag::TOKEN_PROPAGATION,
+        || secrets.get_opt(SECRET_NAME),
+    );
     let secret = match first_read.await {
         Ok(Some(s)) => s,
         Ok(None) => return Err(CertsError::SecretGone),
@@ -94,7 +95,7 @@ pub async fn fetch_secret(
     for owner in owners {
         match token_secrets::get_named(client, &owner.name).await {
             Ok(Some(token)) if token.metadata.uid.as_deref() == Some(owner.uid.as_str()) => {
-                match crate::cluster::token_secrets::expiration(&token) {
+                match kubeflavor_cluster::token_secrets::expiration(&token) {
                     Ok(Some(exp)) if exp <= now => return Err(CertsError::SecretGone),
                     Ok(Some(_)) => {}
                     Ok(None) => never_expires = Some(NeverExpires::OwnerHasNoExpiration),

@@ -7,14 +7,14 @@ use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::api::rbac::v1::RoleBinding;
 use kube::{Api, Client};
-use kubeflavor_core::certkey::CertificateKey;
-use kubeflavor_core::copycerts;
-use kubeflavor_core::keys::CertificateSummary;
+use kubeflavor_cluster::token_secrets;
+use kubeflavor_core::crypto::certkey::CertificateKey;
+use kubeflavor_core::crypto::copycerts;
+use kubeflavor_core::crypto::keys::CertificateSummary;
 use serde::Serialize;
 
 use super::objects::{self, NAMESPACE, RBAC_NAME, SECRET_NAME};
 use super::{CertsError, download};
-use crate::cluster::token_secrets;
 
 /// AES-GCM adds a 12-byte nonce and a 16-byte tag to every sealed value.
 const SEAL_OVERHEAD: usize = 12 + 16;
@@ -105,7 +105,7 @@ pub async fn inspect(
 /// One owner token of the Secret, and whether it still keeps the Secret alive at `now`.
 async fn owner(client: &Client, name: &str, now: Timestamp) -> Owner {
     let (expires, state) = match token_secrets::get_named(client, name).await {
-        Ok(Some(t)) => match crate::cluster::token_secrets::expiration(&t) {
+        Ok(Some(t)) => match kubeflavor_cluster::token_secrets::expiration(&t) {
             Ok(Some(exp)) => {
                 let state = if exp <= now { "expired" } else { "valid" };
                 (Some(exp.to_string()), state)
@@ -134,7 +134,7 @@ pub fn certificate_infos(
         if !f.rel_path.ends_with(".crt") {
             continue;
         }
-        let ders = kubeflavor_core::keys::parse_certificates_pem(f.contents())
+        let ders = kubeflavor_core::crypto::keys::parse_certificates_pem(f.contents())
             .map_err(|e| CertsError::Swapped(format!("{}: {e}", f.rel_path)))?;
         for der in ders {
             let summary = CertificateSummary::from_der(&der)

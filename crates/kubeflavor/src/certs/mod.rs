@@ -13,14 +13,11 @@ pub mod upload;
 
 use std::path::PathBuf;
 
-use crate::error::CliError;
-use crate::exit::ExitCode;
-
 /// Where kubeadm keeps the cluster's PKI.
 pub const DEFAULT_PKI_DIR: &str = "/etc/kubernetes/pki";
 
-/// How a certs command failed. Each variant is one thing the user can fix, and
-/// [`CertsError::exit_code`] gives each its own exit status so scripts can tell them apart.
+/// How a certs command failed. Each variant is one thing the user can fix, and the
+/// command line gives each its own exit status so scripts can tell them apart.
 #[derive(Debug, thiserror::Error)]
 pub enum CertsError {
     #[error("{0}")]
@@ -65,42 +62,6 @@ pub enum CertsError {
     Other(String),
 }
 
-impl CertsError {
-    /// The process exit status for this failure: kubeflavor's general codes for cluster
-    /// problems, and one code per failure of the hand-off (P5, certificate hand-off; P6,
-    /// nothing lost).
-    pub fn exit(&self) -> ExitCode {
-        match self {
-            CertsError::Other(_) => ExitCode::Error,
-            CertsError::Refused(_) => ExitCode::Refused,
-            CertsError::Cluster(_) => ExitCode::Unreachable,
-            CertsError::Forbidden(_) => ExitCode::Forbidden,
-            CertsError::MalformedKey(_) => ExitCode::CertificateKeyMalformed,
-            CertsError::WrongKey => ExitCode::CertificateKeyWrong,
-            CertsError::Tampered(_) => ExitCode::CertsTampered,
-            CertsError::Swapped(_) => ExitCode::CertsSwapped,
-            CertsError::MissingEntry(_) => ExitCode::CertsEntryMissing,
-            CertsError::SecretGone => ExitCode::CertsSecretGone,
-            CertsError::PkiUnreadable(_) => ExitCode::PkiUnreadable,
-            CertsError::PkiInvalid(_) => ExitCode::PkiInconsistent,
-            CertsError::Unwritable(_) => ExitCode::PkiUnwritable,
-            CertsError::Conflict(_) => ExitCode::PkiConflict,
-            CertsError::WrongKeyOrTampered(_) => ExitCode::CertsWrongKeyOrTampered,
-            CertsError::NotFromKubeflavor(_) => ExitCode::CertsNotFromKubeflavor,
-        }
-    }
-
-    pub fn exit_code(&self) -> u8 {
-        self.exit().code()
-    }
-}
-
-impl From<CertsError> for CliError {
-    fn from(e: CertsError) -> Self {
-        CliError::bare(e.exit(), e.to_string())
-    }
-}
-
 impl From<pki_files::ReadError> for CertsError {
     fn from(e: pki_files::ReadError) -> Self {
         CertsError::PkiUnreadable(e.to_string())
@@ -121,10 +82,10 @@ impl From<pki_files::WriteError> for CertsError {
 /// newline) is ignored; anything else wrong is reported by the core parser.
 pub fn parse_certificate_key(
     text: &str,
-) -> Result<kubeflavor_core::certkey::CertificateKey, CertsError> {
+) -> Result<kubeflavor_core::crypto::certkey::CertificateKey, CertsError> {
     text.trim()
         .parse()
-        .map_err(|e: kubeflavor_core::certkey::CertificateKeyError| {
+        .map_err(|e: kubeflavor_core::crypto::certkey::CertificateKeyError| {
             CertsError::MalformedKey(e.to_string())
         })
 }
@@ -140,40 +101,6 @@ pub struct ExternalEtcd {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn every_variant() -> Vec<CertsError> {
-        let s = || String::from("x");
-        vec![
-            CertsError::MalformedKey(s()),
-            CertsError::WrongKey,
-            CertsError::WrongKeyOrTampered(s()),
-            CertsError::NotFromKubeflavor(s()),
-            CertsError::Tampered(s()),
-            CertsError::Swapped(s()),
-            CertsError::MissingEntry(s()),
-            CertsError::SecretGone,
-            CertsError::PkiUnreadable(s()),
-            CertsError::PkiInvalid(s()),
-            CertsError::Unwritable(s()),
-            CertsError::Conflict(s()),
-            CertsError::Refused(s()),
-            CertsError::Forbidden(s()),
-            CertsError::Cluster(s()),
-            CertsError::Other(s()),
-        ]
-    }
-
-    #[test]
-    fn every_failure_has_its_own_nonzero_exit_code() {
-        let codes: Vec<u8> = every_variant().iter().map(CertsError::exit_code).collect();
-        let mut unique = codes.clone();
-        unique.sort();
-        unique.dedup();
-        assert_eq!(unique.len(), codes.len(), "{codes:?}");
-        assert!(!codes.contains(&0));
-        // 2 is clap's usage error.
-        assert!(!codes.contains(&2));
-    }
 
     #[test]
     fn missing_secret_says_run_upload_again() {
@@ -191,6 +118,6 @@ mod tests {
         assert!(matches!(short, CertsError::MalformedKey(_)));
         assert!(short.to_string().contains("got 4 characters"), "{short}");
         let not_hex = parse_certificate_key(&"g".repeat(64)).unwrap_err();
-        assert_eq!(not_hex.exit_code(), 20);
+        assert!(matches!(not_hex, CertsError::MalformedKey(_)), "{not_hex}");
     }
 }

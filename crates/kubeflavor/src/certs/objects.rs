@@ -10,21 +10,21 @@ use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::Api;
 use kube::api::PostParams;
+use kubeflavor_cluster::token_secrets;
 use kubeflavor_core::token::BootstrapToken;
-use kubeflavor_core::token_secret::{TokenSecretData, TokenSecretObject};
+use kubeflavor_core::token::secret::{TokenSecretData, TokenSecretObject};
 
-use crate::cluster::token_secrets;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-pub use kubeflavor_core::copycerts::{
+pub use kubeflavor_core::crypto::copycerts::{
     OWNER_TOKEN_DESCRIPTION as PROXY_TOKEN_DESCRIPTION, RBAC_NAME, SECRET_NAME,
     SECRET_NAMESPACE as NAMESPACE,
 };
 /// The group of every default kubeadm token (workers included: that is kubeadm's weakness).
 pub const KUBEADM_TOKEN_GROUP: &str = "system:bootstrappers:kubeadm:default-node-token";
 /// The group of tokens minted by `kubeflavor token create --control-plane`.
-pub use kubeflavor_core::token_secret::CONTROL_PLANE_GROUP as CONTROL_PLANE_TOKEN_GROUP;
+pub use kubeflavor_core::token::secret::CONTROL_PLANE_GROUP as CONTROL_PLANE_TOKEN_GROUP;
 const RBAC_GROUP: &str = "rbac.authorization.k8s.io";
 
 /// Who may read `kube-system/kubeadm-certs` (P5, certificate hand-off).

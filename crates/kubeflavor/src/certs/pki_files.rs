@@ -21,7 +21,7 @@ use std::path::{Component, Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use kubeflavor_core::pki::PkiFile;
+use kubeflavor_core::crypto::pki::PkiFile;
 use zeroize::Zeroizing;
 
 /// Mode of every directory kubeflavor creates, as kubeadm creates them.

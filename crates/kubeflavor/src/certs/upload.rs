@@ -16,14 +16,14 @@ use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::{Api, Client};
-use kubeflavor_core::certkey::CertificateKey;
-use kubeflavor_core::copycerts::{self, CopyCertsError, EtcdMode, PkiEntry, Provenance};
+use kubeflavor_cluster::token_secrets;
+use kubeflavor_core::crypto::certkey::CertificateKey;
+use kubeflavor_core::crypto::copycerts::{self, CopyCertsError, EtcdMode, PkiEntry, Provenance};
 use kubeflavor_core::token::BootstrapToken;
 use zeroize::Zeroizing;
 
 use super::objects::{self, NAMESPACE, ReadableBy, SECRET_NAME};
 use super::{CertsError, ExternalEtcd, pki_files};
-use crate::cluster::token_secrets;
 
 /// kubeadm's `DefaultCertTokenDuration`.
 pub const DEFAULT_TTL: SignedDuration = SignedDuration::from_hours(2);

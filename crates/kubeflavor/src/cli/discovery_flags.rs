@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use kubeflavor_core::pin::CaPin;
+use kubeflavor_core::crypto::pin::CaPin;
 use kubeflavor_core::token::BootstrapToken;
 
 use crate::error::CliError;

@@ -12,7 +12,7 @@ use clap::{Args, ValueEnum};
 
 pub use values::{FlavorLabel, KeyValue, MaxNodes, TrustLevelArg};
 
-use crate::cluster::ClusterArgs;
+use crate::connect::ClusterArgs;
 
 #[derive(Debug, Args, Clone, Default)]
 pub struct GlobalArgs {

@@ -10,7 +10,7 @@
 use std::io::Read;
 use std::path::Path;
 
-use kubeflavor_core::certkey::CertificateKey;
+use kubeflavor_core::crypto::certkey::CertificateKey;
 
 use crate::certs::{self, CertsError};
 use crate::error::CliError;

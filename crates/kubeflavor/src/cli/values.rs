@@ -5,11 +5,12 @@ use std::fmt;
 use std::num::NonZeroU32;
 use std::str::FromStr;
 
-use kubeflavor_core::flavor::{
-    FLAVOR_LABEL, TRUST_LEVEL_LABEL, TrustLevel, TrustLevelError, parse_max_nodes,
+use kubeflavor_core::flavor::labels::{
+    LabelKey, LabelKeyError, LabelValue, check_flavor_label_key,
 };
-use kubeflavor_core::input_labels::INPUT_LABEL_PREFIX;
-use kubeflavor_core::labels::{LabelKey, LabelKeyError, LabelValue, check_flavor_label_key};
+use kubeflavor_core::flavor::{
+    TrustLevel, TrustLevelError, is_reserved_label_key, parse_max_nodes,
+};
 
 /// A `KEY=VALUE` flag whose parts are checked later, against a Flavor (`token create
 /// --node-label`, `flavor create --input-label`): only the shape is checked here.
@@ -49,7 +50,7 @@ pub enum FlavorLabelError {
     #[error("{0}")]
     Key(#[from] LabelKeyError),
     #[error("{0}")]
-    Value(#[from] kubeflavor_core::labels::LabelValueError),
+    Value(#[from] kubeflavor_core::flavor::labels::LabelValueError),
 }
 
 impl FromStr for FlavorLabel {
@@ -59,7 +60,7 @@ impl FromStr for FlavorLabel {
             .split_once('=')
             .ok_or_else(|| FlavorLabelError::MissingEquals(s.into()))?;
         check_flavor_label_key(key)?;
-        if key == FLAVOR_LABEL || key == TRUST_LEVEL_LABEL || key.starts_with(INPUT_LABEL_PREFIX) {
+        if is_reserved_label_key(key) {
             return Err(LabelKeyError::Reserved { key: key.into() }.into());
         }
         Ok(FlavorLabel {
@@ -129,6 +130,7 @@ impl FromStr for TrustLevelArg {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use kubeflavor_core::flavor::FLAVOR_LABEL;
 
     #[test]
     fn kubelet_writable_label_is_refused_with_advice() {

@@ -6,7 +6,7 @@ use std::time::Duration;
 use clap::Args;
 
 use crate::cli::discovery_flags::parse_duration;
-use crate::cluster::Cluster;
+use crate::connect::Cluster;
 use crate::controller::{self, Options, Runtime};
 use crate::error::{CliError, Result};
 
@@ -208,7 +208,7 @@ pub async fn run(cluster: &Cluster, args: &ControllerArgs) -> Result<()> {
             .map_err(|e| CliError::failed(e, "see the log lines above"));
     };
     let index = std::sync::Arc::new(crate::authz::index::CutOffIndex::default());
-    let webhook = crate::authz::bind(authz, index, rt.metrics.clone())
+    let webhook = crate::authz::bind(authz, index, rt.authz_metrics.clone())
         .await
         .map_err(|e| CliError::failed(e, "check the --authz-* flags"))?;
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);

@@ -4,7 +4,10 @@ use std::io::{Read, Write};
 use std::path::PathBuf;
 
 use jiff::Timestamp;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, ListParams, PatchParams};
+use kubeflavor_cluster::crd::{Flavor, effect_str, flavor_from_rules, rules_from_flavor};
+use kubeflavor_cluster::status::{is_api_reason, is_not_found};
+use kubeflavor_cluster::{bindings, flavors, token_secrets};
 use kubeflavor_core::flavor::{
     FlavorName, FlavorRules, FlavorSpec as CoreSpec, TaintSpec, TokenLimitsSpec,
 };
@@ -15,13 +18,10 @@ use kubeflavor_core::flavor::{Taint, TokenTtl};
 
 use super::unknown_flavor;
 use crate::cli::{FlavorLabel, KeyValue, MaxNodes, TrustLevelArg};
-use crate::cluster::{
-    Cluster, FIELD_MANAGER, bindings, is_api_reason, is_not_found, token_secrets,
-};
-use crate::crd::{Flavor, effect_str, flavor_from_rules, rules_from_flavor};
+use crate::connect::{Cluster, FIELD_MANAGER};
 use crate::error::{CliError, Result};
 use crate::output::{self, Format, List, Table};
-use kubeflavor_core::input_labels::{InputKeySpec, InputLabelsSpec};
+use kubeflavor_core::flavor::input_labels::{InputKeySpec, InputLabelsSpec};
 
 #[derive(Debug, Subcommand)]
 pub enum FlavorCommand {
@@ -191,8 +191,7 @@ pub async fn create(cluster: &Cluster, args: &FlavorCreateArgs, out: &mut dyn Wr
             )
         })?;
     let flavor = flavor_from_rules(&args.name, &rules);
-    let api: Api<Flavor> = Api::all(cluster.client.clone());
-    match api.create(&PostParams::default(), &flavor).await {
+    match flavors::create(&cluster.client, &flavor).await {
         Ok(_) => {
             writeln!(out, "flavor.kubeflavor.io/{} created", args.name)?;
             Ok(())
@@ -208,8 +207,8 @@ pub async fn create(cluster: &Cluster, args: &FlavorCreateArgs, out: &mut dyn Wr
 pub async fn apply(cluster: &Cluster, args: &FlavorApplyArgs, out: &mut dyn Write) -> Result<()> {
     let shown = args.file.display().to_string();
     let text = read_input(&args.file)?;
-    let flavors = parse_flavors(&text, &shown)?;
-    if flavors.is_empty() {
+    let parsed = parse_flavors(&text, &shown)?;
+    if parsed.is_empty() {
         return Err(CliError::refused(
             format!("{shown} holds no Flavor"),
             "write at least one kind: Flavor document",
@@ -217,7 +216,7 @@ pub async fn apply(cluster: &Cluster, args: &FlavorApplyArgs, out: &mut dyn Writ
     }
     // Every document is checked before the first write: a bad file changes nothing.
     let mut checked = Vec::new();
-    for flavor in &flavors {
+    for flavor in &parsed {
         let (name, rules) = rules_from_flavor(flavor)
             .map_err(|e| e.to_string())
             .and_then(|(name, rules)| match rules.check_defaults_within_limits() {
@@ -234,10 +233,9 @@ pub async fn apply(cluster: &Cluster, args: &FlavorApplyArgs, out: &mut dyn Writ
         object.metadata.annotations = flavor.metadata.annotations.clone();
         checked.push((name.clone(), object));
     }
-    let api: Api<Flavor> = Api::all(cluster.client.clone());
     let params = PatchParams::apply(FIELD_MANAGER).force();
     for (name, flavor) in checked {
-        api.patch(name.as_str(), &params, &Patch::Apply(&flavor))
+        flavors::apply(&cluster.client, name.as_str(), &params, &flavor)
             .await
             .map_err(|e| cluster.error(&format!("apply flavor {name}"), e))?;
         writeln!(out, "flavor.kubeflavor.io/{name} applied")?;
@@ -309,7 +307,7 @@ pub fn parse_flavors(text: &str, shown: &str) -> Result<Vec<Flavor>> {
 }
 
 pub async fn list(cluster: &Cluster, args: &FlavorListArgs, out: &mut dyn Write) -> Result<()> {
-    let api: Api<Flavor> = Api::all(cluster.client.clone());
+    let api = flavors::api(&cluster.client);
     let mut items = api
         .list(&ListParams::default())
         .await
@@ -320,7 +318,7 @@ pub async fn list(cluster: &Cluster, args: &FlavorListArgs, out: &mut dyn Write)
 }
 
 pub async fn get(cluster: &Cluster, args: &FlavorGetArgs, out: &mut dyn Write) -> Result<()> {
-    let api: Api<Flavor> = Api::all(cluster.client.clone());
+    let api = flavors::api(&cluster.client);
     let flavor = match api.get(args.name.as_str()).await {
         Ok(f) => f,
         Err(err) if is_not_found(&err) => return Err(unknown_flavor(cluster, &args.name).await),
@@ -415,9 +413,10 @@ fn wide_columns(f: &Flavor) -> [String; 6] {
     let limits = rules_from_flavor(f)
         .ok()
         .map(|(_, rules)| rules.effective_token_limits());
-    let limit = |show: &dyn Fn(&kubeflavor_core::token_limits::EffectiveLimits) -> String| {
-        limits.as_ref().map_or("<invalid>".into(), show)
-    };
+    let limit =
+        |show: &dyn Fn(&kubeflavor_core::flavor::token_limits::EffectiveLimits) -> String| {
+            limits.as_ref().map_or("<invalid>".into(), show)
+        };
     [
         defaults.ttl.unwrap_or_else(|| "<default>".into()),
         defaults
@@ -450,7 +449,7 @@ fn join_or_none(items: impl Iterator<Item = String>) -> String {
 }
 
 pub async fn delete(cluster: &Cluster, args: &FlavorDeleteArgs, out: &mut dyn Write) -> Result<()> {
-    let api: Api<Flavor> = Api::all(cluster.client.clone());
+    let api = flavors::api(&cluster.client);
     if let Err(err) = api.get_metadata(args.name.as_str()).await {
         return Err(if is_not_found(&err) {
             unknown_flavor(cluster, &args.name).await

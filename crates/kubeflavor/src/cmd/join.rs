@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Args;
-use kubeflavor_core::copycerts::Provenance;
+use kubeflavor_core::crypto::copycerts::Provenance;
 use kubeflavor_core::names::NodeName;
 use kubeflavor_core::token::BootstrapToken;
 
@@ -313,7 +313,7 @@ pub async fn run_with(
 /// One exit code per failure a user can act on.
 pub fn exit_code(err: &JoinError) -> ExitCode {
     match err {
-        JoinError::Certs(e) => e.exit(),
+        JoinError::Certs(e) => crate::cmd::certs::exit_code(e),
         JoinError::KubeletDir(_)
         | JoinError::AlreadyJoined(_)
         | JoinError::BootstrapPending(_)

@@ -16,12 +16,11 @@ use std::io::Write;
 
 use clap::{Parser, Subcommand};
 
-use kube::api::{Api, ListParams};
+use kubeflavor_cluster::flavors;
 use kubeflavor_core::flavor::FlavorName;
 
 use crate::cli::GlobalArgs;
-use crate::cluster::Cluster;
-use crate::crd::Flavor;
+use crate::connect::Cluster;
 use crate::error::{CliError, Result};
 
 const LONG_ABOUT: &str = "\
@@ -136,15 +135,8 @@ pub(crate) async fn connect(global: &GlobalArgs) -> Result<Cluster> {
 
 /// The error for a flavor that does not exist, listing those that do.
 pub async fn unknown_flavor(cluster: &Cluster, name: &FlavorName) -> CliError {
-    let api: Api<Flavor> = Api::all(cluster.client.clone());
-    let existing = match api.list(&ListParams::default()).await {
-        Ok(list) => {
-            let mut names: Vec<String> = list
-                .items
-                .into_iter()
-                .filter_map(|f| f.metadata.name)
-                .collect();
-            names.sort();
+    let existing = match flavors::names(&cluster.client).await {
+        Ok(names) => {
             if names.is_empty() {
                 "there are none yet: create one with 'kubeflavor flavor create NAME'".to_string()
             } else {

@@ -9,14 +9,16 @@ use std::io::Write;
 use clap::{Args, Subcommand};
 use jiff::Timestamp;
 use kube::ResourceExt;
+use kubeflavor_cluster::crd::FlavorBinding;
+use kubeflavor_cluster::{bindings, revocation_list};
 use kubeflavor_core::flavor::{REVOKED_TAINT, UNVERIFIED_TAINT};
 use kubeflavor_core::names::NodeName;
-use kubeflavor_core::node_state::Revocation;
+use kubeflavor_core::node::cutoff;
+use kubeflavor_core::node::state::Revocation;
 
-use kubeflavor_core::revocation_list as list_consts;
+use kubeflavor_core::node::revocation_list as list_consts;
 
-use crate::cluster::{Cluster, bindings, revocation_list};
-use crate::crd::FlavorBinding;
+use crate::connect::Cluster;
 use crate::error::{CliError, Result};
 use crate::exit::ExitCode;
 use crate::output::{self, Format, Table};
@@ -186,9 +188,9 @@ pub async fn get(cluster: &Cluster, args: &NodeGetArgs, out: &mut dyn Write) -> 
         args.output.unwrap_or_default(),
         Format::Table | Format::Wide
     );
-    let binding = match bindings::api(&cluster.client).get_opt(name).await {
+    let binding = match bindings::get(&cluster.client, name).await {
         Ok(b) => b,
-        Err(e) => return Err(cluster.error(&format!("get FlavorBinding {name}"), e)),
+        Err(e) => return Err(cluster.error(&format!("get FlavorBinding {name}"), e.source)),
     };
     let not_found = || {
         CliError::not_found(
@@ -317,13 +319,13 @@ pub struct Standing {
     pub node: String,
     /// What its FlavorBinding says; `None` when no binding names the node.
     pub binding: Option<BindingStanding>,
-    /// The Node's taint keys; `None` when there is no Node (or it could not be read).
-    pub node_taints: std::result::Result<Option<Vec<String>>, String>,
+    /// The Node's taints (key, effect); `None` when there is no Node (or it could not be
+    /// read).
+    pub node_taints: std::result::Result<Option<Vec<(String, String)>>, String>,
     /// Whether the name is in the revocation list.
     pub listed: std::result::Result<bool, String>,
     pub api_server: ApiServerAnswer,
-    pub serving:
-        std::result::Result<Option<crate::controller::csr::serving::ServingCsrState>, String>,
+    pub serving: std::result::Result<Option<kubeflavor_cluster::csrs::ServingCsrState>, String>,
 }
 
 /// The binding's Flavored and Revoked, as the binding itself answers them, with the
@@ -332,11 +334,11 @@ pub struct Standing {
 pub struct BindingStanding {
     pub flavored: bool,
     pub revoked: bool,
-    pub flavored_condition: Option<crate::crd::Condition>,
-    pub revoked_condition: Option<crate::crd::Condition>,
+    pub flavored_condition: Option<kubeflavor_cluster::crd::Condition>,
+    pub revoked_condition: Option<kubeflavor_cluster::crd::Condition>,
     /// The revocation's records: its token spent, its pods deleted.
-    pub token_spent_condition: Option<crate::crd::Condition>,
-    pub pods_removed_condition: Option<crate::crd::Condition>,
+    pub token_spent_condition: Option<kubeflavor_cluster::crd::Condition>,
+    pub pods_removed_condition: Option<kubeflavor_cluster::crd::Condition>,
 }
 
 impl BindingStanding {
@@ -349,10 +351,10 @@ impl BindingStanding {
         BindingStanding {
             flavored: b.is_flavored(),
             revoked: b.is_revoked(),
-            flavored_condition: condition(crate::crd::CONDITION_FLAVORED),
-            revoked_condition: condition(crate::crd::CONDITION_REVOKED),
-            token_spent_condition: condition(crate::crd::CONDITION_TOKEN_SPENT),
-            pods_removed_condition: condition(crate::crd::CONDITION_PODS_REMOVED),
+            flavored_condition: condition(kubeflavor_cluster::crd::CONDITION_FLAVORED),
+            revoked_condition: condition(kubeflavor_cluster::crd::CONDITION_REVOKED),
+            token_spent_condition: condition(kubeflavor_cluster::crd::CONDITION_TOKEN_SPENT),
+            pods_removed_condition: condition(kubeflavor_cluster::crd::CONDITION_PODS_REMOVED),
         }
     }
 }
@@ -365,7 +367,10 @@ pub async fn api_server_answer(client: &kube::Client, node: &str) -> ApiServerAn
     };
     let review = SubjectAccessReview {
         spec: SubjectAccessReviewSpec {
-            user: Some(format!("{}{node}", kubeflavor_core::csr::NODE_USER_PREFIX)),
+            user: Some(format!(
+                "{}{node}",
+                kubeflavor_core::csr::client::NODE_USER_PREFIX
+            )),
             groups: Some(vec!["system:nodes".into(), "system:authenticated".into()]),
             resource_attributes: Some(ResourceAttributes {
                 verb: Some("get".into()),
@@ -405,7 +410,7 @@ impl Standing {
                         .and_then(|s| s.taints)
                         .unwrap_or_default()
                         .into_iter()
-                        .map(|t| t.key)
+                        .map(|t| (t.key, t.effect))
                         .collect()
                 })
             })
@@ -414,7 +419,7 @@ impl Standing {
             .await
             .map_err(|e| e.to_string());
         let api_server = api_server_answer(client, node).await;
-        let serving = crate::controller::csr::serving::latest_serving_csr(client, node)
+        let serving = kubeflavor_cluster::csrs::latest_serving_csr(client, node)
             .await
             .map_err(|e| e.to_string());
         Standing {
@@ -427,9 +432,16 @@ impl Standing {
         }
     }
 
+    /// Whether the Node carries the revocation mark, as core's rule reads it (the
+    /// webhook's and the serving loop's rule).
+    fn node_marked_revoked(&self) -> bool {
+        matches!(&self.node_taints, Ok(Some(taints))
+            if taints.iter().any(|(k, e)| cutoff::is_revocation_mark(k, e)))
+    }
+
     fn node_has(&self, taint: &str) -> Option<bool> {
         match &self.node_taints {
-            Ok(Some(keys)) => Some(keys.iter().any(|k| k == taint)),
+            Ok(Some(taints)) => Some(taints.iter().any(|(k, _)| k == taint)),
             _ => None,
         }
     }
@@ -511,7 +523,7 @@ impl Standing {
     fn is_revoked(&self) -> bool {
         match &self.binding {
             Some(b) => b.revoked,
-            None => self.node_has(REVOKED_TAINT) == Some(true),
+            None => self.node_marked_revoked(),
         }
     }
 
@@ -560,7 +572,7 @@ impl Standing {
 }
 
 /// A condition's reason and message, as `node get` shows why.
-fn why(c: &Option<crate::crd::Condition>) -> String {
+fn why(c: &Option<kubeflavor_cluster::crd::Condition>) -> String {
     match c {
         Some(c) if c.message.is_empty() => c.reason.clone(),
         Some(c) => format!("{}: {}", c.reason, c.message),
@@ -572,8 +584,13 @@ fn why(c: &Option<crate::crd::Condition>) -> String {
 mod tests {
     use super::*;
 
-    fn cond(type_: &str, status: &str, reason: &str, message: &str) -> crate::crd::Condition {
-        crate::crd::Condition {
+    fn cond(
+        type_: &str,
+        status: &str,
+        reason: &str,
+        message: &str,
+    ) -> kubeflavor_cluster::crd::Condition {
+        kubeflavor_cluster::crd::Condition {
             type_: type_.into(),
             status: status.into(),
             reason: reason.into(),
@@ -583,7 +600,7 @@ mod tests {
         }
     }
 
-    fn standing(revoked: bool, answer: ApiServerAnswer, taints: &[&str]) -> Standing {
+    fn standing(revoked: bool, answer: ApiServerAnswer, taints: &[(&str, &str)]) -> Standing {
         Standing {
             node: "w1".into(),
             binding: Some(BindingStanding {
@@ -602,7 +619,12 @@ mod tests {
                 }),
                 pods_removed_condition: None,
             }),
-            node_taints: Ok(Some(taints.iter().map(|t| t.to_string()).collect())),
+            node_taints: Ok(Some(
+                taints
+                    .iter()
+                    .map(|(k, e)| (k.to_string(), e.to_string()))
+                    .collect(),
+            )),
             listed: Ok(revoked),
             api_server: answer,
             serving: Ok(None),
@@ -620,7 +642,7 @@ mod tests {
     fn cut_off_is_what_the_api_server_answers_not_the_binding() {
         let now = Timestamp::UNIX_EPOCH;
         let refused = ApiServerAnswer::Refused("kubeflavor: node w1 is revoked".into());
-        let text = standing(true, refused, &["kubeflavor.io/revoked"]).describe(now);
+        let text = standing(true, refused, &[("kubeflavor.io/revoked", "NoExecute")]).describe(now);
         assert_eq!(
             line(&text, "Cut off:"),
             "yes (the API server refuses its requests: kubeflavor: node w1 is revoked)"
@@ -651,7 +673,7 @@ mod tests {
     fn a_revoked_node_says_its_token_is_spent_and_it_is_listed() {
         let now = Timestamp::UNIX_EPOCH;
         let refused = ApiServerAnswer::Refused("kubeflavor: node w1 is revoked".into());
-        let mut s = standing(true, refused, &["kubeflavor.io/revoked"]);
+        let mut s = standing(true, refused, &[("kubeflavor.io/revoked", "NoExecute")]);
         let text = s.describe(now);
         assert_eq!(
             line(&text, "Token:"),
@@ -684,7 +706,7 @@ mod tests {
         let mut s = standing(
             false,
             ApiServerAnswer::NotRefused,
-            &["kubeflavor.io/unverified"],
+            &[("kubeflavor.io/unverified", "NoSchedule")],
         );
         assert_eq!(
             line(&s.describe(now), "Judged:"),
@@ -705,7 +727,7 @@ mod tests {
     fn a_node_without_a_binding_is_revoked_while_its_node_carries_the_taint() {
         let now = Timestamp::UNIX_EPOCH;
         let refused = ApiServerAnswer::Refused("kubeflavor: node w1 is revoked".into());
-        let mut s = standing(true, refused, &["kubeflavor.io/revoked"]);
+        let mut s = standing(true, refused, &[("kubeflavor.io/revoked", "NoExecute")]);
         s.binding = None;
         let text = s.describe(now);
         assert_eq!(
@@ -720,5 +742,15 @@ mod tests {
         let text = s.describe(now);
         assert_eq!(line(&text, "Revoked:"), "no (no FlavorBinding)");
         assert_eq!(line(&text, "Cut off:"), "no (not revoked)");
+    }
+
+    #[test]
+    fn only_the_noexecute_mark_revokes_a_node_without_a_binding() {
+        let now = Timestamp::UNIX_EPOCH;
+        let taint = [("kubeflavor.io/revoked", "NoSchedule")];
+        let mut s = standing(false, ApiServerAnswer::NotRefused, &taint);
+        s.binding = None;
+        let text = s.describe(now);
+        assert!(line(&text, "Revoked:").starts_with("no"), "{text}");
     }
 }

@@ -3,11 +3,11 @@
 
 use std::io::Write;
 
-use kubeflavor_core::node_state::Revocation;
+use kubeflavor_cluster::ops::trail::{self, Regarding};
+use kubeflavor_core::node::state::Revocation;
 
-use crate::cluster::Cluster;
+use crate::connect::Cluster;
 use crate::error::{CliError, Result};
-use crate::ops::trail::{self, Regarding};
 use crate::revocation;
 
 /// Runs the revocation of `name`, printing each step as it ends (kubeadm's `[phase] ...`),
@@ -18,7 +18,7 @@ pub async fn run(
     why: &Revocation,
     out: &mut dyn Write,
 ) -> Result<()> {
-    let by = crate::cluster::whoami::caller_name(cluster)
+    let by = kubeflavor_cluster::whoami::caller_name(&cluster.client)
         .await
         .unwrap_or_else(|| "unknown".into());
     let mut lines = Vec::new();

@@ -7,7 +7,7 @@ use std::time::Duration;
 use clap::Args;
 
 use crate::cli::discovery_flags::parse_duration;
-use crate::cluster::Cluster;
+use crate::connect::Cluster;
 use crate::error::{CliError, Result};
 use crate::serve::{self, ConnectionLimits, Options, TlsSource};
 

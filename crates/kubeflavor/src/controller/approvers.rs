@@ -7,7 +7,7 @@
 //! apply` grants them again.
 //!
 //! The controller watches every ClusterRole and ClusterRoleBinding for its whole life and
-//! reads from them (`kubeflavor_core::approvers`, pure) which requesters RBAC lets be
+//! reads from them (`kubeflavor_core::approval::approvers`, pure) which requesters RBAC lets be
 //! auto-approved, and through which binding. At start it:
 //! - refuses to start when kubeflavor's own tokens are auto-approved (then any token
 //!   holder gets any node name, and nothing kubeflavor decides holds);
@@ -46,16 +46,16 @@ use kube::api::{ListParams, PostParams};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, ResourceExt};
-use kubeflavor_core::approvers::{self as core, Grant};
-use kubeflavor_core::token_secret::{BOOTSTRAPPERS_GROUP, CONTROL_PLANE_GROUP, NODE_GROUP};
+use kubeflavor_cluster::ops::http::Health;
+use kubeflavor_cluster::ops::trail;
+use kubeflavor_core::approval::approvers::{self as core, Grant};
+use kubeflavor_core::token::secret::{BOOTSTRAPPERS_GROUP, CONTROL_PLANE_GROUP, NODE_GROUP};
 use tokio::sync::Notify;
 
-pub use kubeflavor_core::approvers::Kind;
+pub use kubeflavor_core::approval::approvers::Kind;
 
 use super::Options;
 use super::metrics::Metrics;
-use crate::ops::http::Health;
-use crate::ops::trail;
 
 /// kubeadm's binding of its token group to the nodeclient auto-approval.
 pub const KUBEADM_BOOTSTRAP_BINDING: &str = "kubeadm:node-autoapprove-bootstrap";
@@ -536,7 +536,7 @@ pub async fn auto_approved_within(
     kind: Kind,
     within: Duration,
 ) -> Result<Option<String>, kube::Error> {
-    crate::cluster::until_settled(
+    kubeflavor_cluster::cache_lag::until_settled(
         within,
         || auto_approved(client, kind),
         |answer| !matches!(answer, Ok(Some(_))),

@@ -10,10 +10,10 @@ use futures::StreamExt;
 use futures::stream::BoxStream;
 use kube::ResourceExt;
 use kube::runtime::watcher;
+use kubeflavor_cluster::crd::FlavorBinding;
 
 use super::Context;
 use super::metrics::FleetCensus;
-use crate::crd::FlavorBinding;
 
 impl FleetCensus for Context {
     fn bound_per_flavor(&self) -> Vec<(String, i64)> {

@@ -15,8 +15,8 @@ use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
-use kubeflavor_core::policy::DenyCause;
-use kubeflavor_core::serving_policy::ServingDenyCause;
+use kubeflavor_core::approval::client::DenyCause;
+use kubeflavor_core::approval::serving::ServingDenyCause;
 
 /// Buckets from 1 ms to about 16 s.
 fn duration_histogram() -> Histogram {
@@ -46,29 +46,6 @@ pub struct StageLabels {
     /// queue (waiting for a turn), read (the API reads of one reconcile), write (one API
     /// write).
     pub stage: String,
-}
-
-/// Buckets from 20 µs to about 0.3 s: the webhook answers from memory.
-fn answer_histogram() -> Histogram {
-    Histogram::new(exponential_buckets(0.00002, 2.0, 15))
-}
-
-/// Every answer kind of the authorization webhook (`AnswerLabels::answer`).
-pub const AUTHZ_ANSWERS: [&str; 7] = [
-    "denied_revoked",
-    "no_opinion",
-    "bad_request",
-    "not_found",
-    "not_synced",
-    "stale",
-    "too_large",
-];
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct AnswerLabels {
-    /// The authorization webhook's answer: denied_revoked, no_opinion, or an error kind
-    /// (bad_request, not_found, not_synced, stale, too_large).
-    pub answer: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -185,8 +162,6 @@ pub struct Metrics {
     pub competing_approvals: Family<KindLabels, Gauge<i64, AtomicI64>>,
     pub unverified_policy_enforced: Gauge<i64, AtomicI64>,
     pub stages: Family<StageLabels, Histogram, fn() -> Histogram>,
-    pub authz_answers: Family<AnswerLabels, Counter>,
-    pub authz_answer_duration: Family<AnswerLabels, Histogram, fn() -> Histogram>,
     census: CensusSlot,
     registry: Arc<Registry>,
 }
@@ -203,16 +178,22 @@ impl std::fmt::Debug for Metrics {
     }
 }
 
-impl crate::ops::http::Exposition for Metrics {
+impl kubeflavor_cluster::ops::http::Exposition for Metrics {
     fn render(&self) -> String {
         Metrics::render(self)
     }
 }
 
 impl Metrics {
-    /// Every metric, registered under the `kubeflavor_` prefix in the order /metrics lists
-    /// them.
+    /// Every metric of the controller, registered under the `kubeflavor_` prefix in the
+    /// order /metrics lists them.
     pub fn new() -> Self {
+        Self::with_families(|_| {})
+    }
+
+    /// The controller's metrics and, after them, the families another feature served on
+    /// the same /metrics registers (the authorization webhook's).
+    pub fn with_families(register: impl FnOnce(&mut Registry)) -> Self {
         let metrics = Metrics {
             decisions: Family::default(),
             serving_decisions: Family::default(),
@@ -229,10 +210,6 @@ impl Metrics {
             competing_approvals: Family::default(),
             unverified_policy_enforced: Gauge::default(),
             stages: Family::new_with_constructor(duration_histogram as fn() -> Histogram),
-            authz_answers: Family::default(),
-            authz_answer_duration: Family::new_with_constructor(
-                answer_histogram as fn() -> Histogram,
-            ),
             census: Arc::default(),
             registry: Arc::default(),
         };
@@ -242,7 +219,7 @@ impl Metrics {
         metrics.register_cleanups(&mut registry);
         metrics.register_leadership(&mut registry);
         metrics.register_diagnostics(&mut registry);
-        metrics.register_authz(&mut registry);
+        register(&mut registry);
         registry.register_collector(Box::new(CensusCollector(metrics.census.clone())));
         metrics.start_at_zero();
         Metrics {
@@ -253,8 +230,8 @@ impl Metrics {
 
     /// Every series an alert fires on at its first increase exists from the start, at 0:
     /// Prometheus' `increase()` sees no increase in a series whose first sample is
-    /// already 1, so a first takeover attempt would otherwise go unnoticed. The errors and
-    /// the webhook's answers start at 0 too, so a dashboard shows none rather than no data.
+    /// already 1, so a first takeover attempt would otherwise go unnoticed. The errors start
+    /// at 0 too, so a dashboard shows none rather than no data.
     fn start_at_zero(&self) {
         for cause in DenyCause::ALL {
             let _ = self.decisions.get_or_create(&DecisionLabels {
@@ -267,12 +244,6 @@ impl Metrics {
                 outcome: "denied".into(),
                 cause: cause.as_str().into(),
             });
-        }
-        for answer in AUTHZ_ANSWERS {
-            let _ = self.authz_answers.get_or_create(&AnswerLabels { answer });
-            let _ = self
-                .authz_answer_duration
-                .get_or_create(&AnswerLabels { answer });
         }
         for controller in ["csr", "node"] {
             for stage in super::Error::STAGES {
@@ -364,29 +335,6 @@ impl Metrics {
     }
 
     /// Who else approves kubelet CSRs, and where reconciles spend their time.
-    /// The authorization webhook (every replica answers, leader or not).
-    fn register_authz(&self, r: &mut Registry) {
-        r.register(
-            "authz_answers",
-            "Answers of the authorization webhook by kind",
-            self.authz_answers.clone(),
-        );
-        r.register(
-            "authz_answer_duration_seconds",
-            "Time from a review's headers to its answer, by answer kind",
-            self.authz_answer_duration.clone(),
-        );
-    }
-
-    /// One answer of the authorization webhook and how long it took.
-    pub fn authz_answer(&self, answer: &'static str, seconds: f64) {
-        let labels = AnswerLabels { answer };
-        self.authz_answers.get_or_create(&labels).inc();
-        self.authz_answer_duration
-            .get_or_create(&labels)
-            .observe(seconds);
-    }
-
     fn register_diagnostics(&self, r: &mut Registry) {
         r.register(
             "competing_approvals",
@@ -565,17 +513,13 @@ mod tests {
     }
 
     #[test]
-    fn every_denial_cause_and_webhook_answer_is_exposed_from_the_start() {
+    fn every_denial_cause_is_exposed_from_the_start() {
         let text = Metrics::new().render();
         for cause in DenyCause::ALL {
             let line = format!(
                 "kubeflavor_csr_decisions_total{{outcome=\"denied\",cause=\"{}\"}} 0",
                 cause.as_str()
             );
-            assert!(text.contains(&line), "{line}");
-        }
-        for answer in AUTHZ_ANSWERS {
-            let line = format!("kubeflavor_authz_answers_total{{answer=\"{answer}\"}} 0");
             assert!(text.contains(&line), "{line}");
         }
         assert!(text.contains(

@@ -29,22 +29,24 @@ use std::time::Duration;
 use futures::FutureExt;
 use futures::future::{BoxFuture, Shared};
 use kube::Client;
+use kubeflavor_cluster::ops::http::{self, Health};
+use kubeflavor_cluster::ops::trail::{self, Regarding};
+use kubeflavor_cluster::read::ReadError;
 use tokio::sync::watch;
 
 use self::leader::{LeaderElector, LeaseConfig};
 use self::metrics::Metrics;
-use crate::ops::http::{self, Health};
-use crate::ops::trail::{self, Regarding};
+use crate::authz::metrics::AuthzMetrics;
 
 /// The signer of kubelet client certificates.
-pub use kubeflavor_core::csr::KUBELET_CLIENT_SIGNER;
+pub use kubeflavor_core::csr::client::KUBELET_CLIENT_SIGNER;
 /// Where bootstrap token Secrets live: kube-apiserver's bootstrap token authenticator
 /// reads them from kube-system only.
-pub use kubeflavor_core::token_secret::TOKEN_SECRET_NAMESPACE as TOKEN_NAMESPACE;
+pub use kubeflavor_core::token::secret::TOKEN_SECRET_NAMESPACE as TOKEN_NAMESPACE;
 /// The Lease the replicas compete for.
 /// Who writes the controller's Events (`reportingController`); a policy `install` ships
-/// refuses such Events from anyone else (kubeflavor_core::trail_policy).
-pub const REPORTING_CONTROLLER: &str = kubeflavor_core::trail_policy::CONTROLLER_REPORTER;
+/// refuses such Events from anyone else (kubeflavor_core::admission::trail).
+pub const REPORTING_CONTROLLER: &str = kubeflavor_core::admission::trail::CONTROLLER_REPORTER;
 
 pub const LEASE_NAME: &str = "kubeflavor-controller";
 
@@ -99,8 +101,8 @@ pub struct Options {
 
 impl Options {
     /// The switches that change core's CSR decisions.
-    pub fn policy(&self) -> kubeflavor_core::policy::PolicyOptions {
-        kubeflavor_core::policy::PolicyOptions {
+    pub fn policy(&self) -> kubeflavor_core::approval::client::PolicyOptions {
+        kubeflavor_core::approval::client::PolicyOptions {
             strict: self.strict,
             manage_renewals: self.manage_renewals,
             denial_limit: std::num::NonZeroU32::new(self.denial_limit),
@@ -108,8 +110,8 @@ impl Options {
     }
 
     /// The switches that change core's serving-CSR decisions.
-    pub fn serving_policy(&self) -> kubeflavor_core::serving_policy::ServingOptions {
-        kubeflavor_core::serving_policy::ServingOptions {
+    pub fn serving_policy(&self) -> kubeflavor_core::approval::serving::ServingOptions {
+        kubeflavor_core::approval::serving::ServingOptions {
             deny_unbound: self.deny_unbound_serving,
         }
     }
@@ -237,6 +239,12 @@ pub enum Error {
     Halted(Step),
 }
 
+impl From<ReadError> for Error {
+    fn from(ReadError { what, source }: ReadError) -> Self {
+        Error::Read { what, source }
+    }
+}
+
 impl Error {
     /// Every stage [`Error::metric_label`] names but `halted` (a test's step hook): the
     /// label values of `reconcile_errors` and `reconcile_conflicts`.
@@ -303,7 +311,7 @@ pub struct Context {
     pub health: Arc<Health>,
     pub hook: Option<StepHook>,
     /// Flavors as watched (a reflector store).
-    pub flavors: kube::runtime::reflector::Store<crate::crd::Flavor>,
+    pub flavors: kube::runtime::reflector::Store<kubeflavor_cluster::crd::Flavor>,
     /// What the node loop knows of every node name (see `fleet`).
     pub fleet: fleet::Fleet,
     /// Set once the step hook stopped this context, or its leadership term ended.
@@ -345,7 +353,10 @@ impl Turns {
 
 impl Context {
     /// A fresh context for one leadership term over the given Flavor cache.
-    fn new(rt: &Runtime, flavors: kube::runtime::reflector::Store<crate::crd::Flavor>) -> Context {
+    fn new(
+        rt: &Runtime,
+        flavors: kube::runtime::reflector::Store<kubeflavor_cluster::crd::Flavor>,
+    ) -> Context {
         Context {
             client: rt.client.clone(),
             opts: rt.opts.clone(),
@@ -468,16 +479,21 @@ pub struct Runtime {
     pub client: Client,
     pub opts: Options,
     pub metrics: Metrics,
+    /// The authorization webhook's families, on this runtime's /metrics whether the
+    /// webhook runs in this process or not (a dashboard shows none rather than no data).
+    pub authz_metrics: AuthzMetrics,
     pub health: Arc<Health>,
     pub hook: Option<StepHook>,
 }
 
 impl Runtime {
     pub fn new(client: Client, opts: Options) -> Self {
+        let authz_metrics = AuthzMetrics::default();
         Runtime {
             client,
             opts,
-            metrics: Metrics::new(),
+            metrics: Metrics::with_families(|r| authz_metrics.register(r)),
+            authz_metrics,
             health: Arc::new(Health::default()),
             hook: None,
         }
@@ -754,7 +770,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_term_that_ended_writes_nothing_more() {
-        crate::cluster::install_crypto_provider();
+        crate::connect::install_crypto_provider();
         let config = kube::Config::new("https://127.0.0.1:9".parse().expect("url"));
         let client = Client::try_from(config).expect("client");
         let rt = Runtime::new(client, Options::new("ns", "me"));

@@ -19,11 +19,11 @@ use kube::api::{DeleteParams, Preconditions};
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event, watcher as watch_stream};
 use kube::{Api, ResourceExt};
-use kubeflavor_core::node_state::Revocation;
-use kubeflavor_core::revocation_list;
+use kubeflavor_cluster::crd::{CONDITION_REVOKED, FlavorBinding};
+use kubeflavor_core::node::revocation_list;
+use kubeflavor_core::node::state::Revocation;
 
 use super::{Context, Stop};
-use crate::crd::{CONDITION_REVOKED, FlavorBinding};
 
 /// What the loop learned from one watch event.
 enum Seen {
@@ -206,7 +206,7 @@ async fn delete_pod(ctx: &Context, ns: &str, name: &str, uid: Option<String>, no
         Ok(_) => {
             tracing::info!(node, pod = %format!("{ns}/{name}"), "deleted a pod bound to a revoked node")
         }
-        Err(e) if crate::cluster::is_not_found(&e) => {}
+        Err(e) if kubeflavor_cluster::status::is_not_found(&e) => {}
         Err(e) => {
             tracing::warn!(node, pod = %format!("{ns}/{name}"), error = %e, "could not delete a pod bound to a revoked node")
         }

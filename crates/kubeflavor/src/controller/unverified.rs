@@ -4,9 +4,9 @@
 //! tainted only when its kubelet asks, so it may take pods before the controller judges it.
 
 use kube::Client;
+use kubeflavor_cluster::unverified_policy::{Presence, presence, without_policy};
 
 use super::metrics::Metrics;
-use crate::cluster::unverified_policy::{Presence, presence, without_policy};
 
 /// Checks once and reports; never fails the controller.
 pub async fn check(client: &Client, metrics: &Metrics) {

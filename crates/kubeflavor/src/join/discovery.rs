@@ -23,7 +23,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use kube::Client;
-use kubeflavor_core::pin::CaPin;
+use kubeflavor_core::crypto::pin::CaPin;
 use kubeflavor_core::token::{BootstrapToken, TokenId};
 use tokio::time::Instant;
 
@@ -218,7 +218,7 @@ async fn reread_verified(
 }
 
 /// kubeadm's checks of one read of cluster-info, made by core's
-/// [`verify_cluster_info`](kubeflavor_core::discovery::verify_cluster_info): the token's
+/// [`verify_cluster_info`](kubeflavor_core::join::discovery::verify_cluster_info): the token's
 /// detached JWS over the kubeconfig bytes, the kubeconfig's shape, and (with pins) at least
 /// one CA certificate carrying a pinned key (kubeadm's `CheckAny`: during a CA rotation
 /// cluster-info carries old and new CA). Returns the signed kubeconfig text and the cluster,
@@ -229,7 +229,9 @@ pub fn authenticate(
     ca_check: &CaCheck,
     endpoint: &str,
 ) -> Result<(String, DiscoveredCluster), DiscoveryError> {
-    use kubeflavor_core::discovery::{CaVerification, DiscoveryError as Core, verify_cluster_info};
+    use kubeflavor_core::join::discovery::{
+        CaVerification, DiscoveryError as Core, verify_cluster_info,
+    };
     let ca = match ca_check {
         CaCheck::Pinned(pins) => CaVerification::Pins(pins),
         CaCheck::UnsafeSkip => CaVerification::UnsafeSkip,
@@ -278,7 +280,7 @@ pub fn require_same_kubeconfig(
         .get(KUBECONFIG_KEY)
         .map(String::as_str)
         .unwrap_or_default();
-    kubeflavor_core::discovery::check_refetch_identical(first, refetched)
+    kubeflavor_core::join::discovery::check_refetch_identical(first, refetched)
         .map_err(|_| DiscoveryError::ClusterInfoChanged)
 }
 
@@ -370,14 +372,14 @@ mod tests {
 
     /// Two unrelated CA certificates (DER): the cluster CA and, say, the front-proxy CA.
     fn two_cas() -> (Vec<u8>, Vec<u8>) {
-        let files = kubeflavor_core::pki::generate_shared_ca_set(
-            kubeflavor_core::pki::KeyAlgorithm::EcdsaP256,
+        let files = kubeflavor_core::crypto::pki::generate_shared_ca_set(
+            kubeflavor_core::crypto::pki::KeyAlgorithm::EcdsaP256,
             jiff::Timestamp::now(),
         )
         .unwrap();
         let der = |name: &str| {
             let f = files.iter().find(|f| f.rel_path == name).unwrap();
-            kubeflavor_core::keys::parse_certificates_pem(f.contents())
+            kubeflavor_core::crypto::keys::parse_certificates_pem(f.contents())
                 .unwrap()
                 .remove(0)
         };
@@ -390,13 +392,13 @@ mod tests {
     fn cluster_info(cas: &[&[u8]], secret: &str) -> BTreeMap<String, String> {
         let pem: String = cas
             .iter()
-            .map(|der| kubeflavor_core::keys::encode_pem("CERTIFICATE", der).to_string())
+            .map(|der| kubeflavor_core::crypto::keys::encode_pem("CERTIFICATE", der).to_string())
             .collect();
         let kubeconfig = format!(
             "apiVersion: v1\nkind: Config\nclusters:\n- name: \"\"\n  cluster:\n    certificate-authority-data: {}\n    server: https://192.0.2.10:6443\ncontexts: null\ncurrent-context: \"\"\npreferences: {{}}\nusers: null\n",
             STANDARD.encode(pem)
         );
-        let jws = kubeflavor_core::jws::sign("abcdef", secret, kubeconfig.as_bytes());
+        let jws = kubeflavor_core::join::jws::sign("abcdef", secret, kubeconfig.as_bytes());
         BTreeMap::from([
             (KUBECONFIG_KEY.to_string(), kubeconfig),
             (format!("{JWS_KEY_PREFIX}abcdef"), jws),
@@ -498,7 +500,7 @@ mod tests {
         let (_, cluster) = authenticate(&data, &token(), &pins, "e").unwrap();
         assert_eq!(cluster.ca_certs_der, std::slice::from_ref(&other));
         assert_eq!(
-            kubeflavor_core::keys::parse_certificates_pem(&cluster.ca_pem).unwrap(),
+            kubeflavor_core::crypto::keys::parse_certificates_pem(&cluster.ca_pem).unwrap(),
             [other]
         );
     }
@@ -511,7 +513,7 @@ mod tests {
             "certificate-authority-data: ",
             "certificate-authority-data: Zm9v",
         );
-        let jws = kubeflavor_core::jws::sign("abcdef", "0123456789abcdef", broken.as_bytes());
+        let jws = kubeflavor_core::join::jws::sign("abcdef", "0123456789abcdef", broken.as_bytes());
         let data = BTreeMap::from([
             (KUBECONFIG_KEY.to_string(), broken),
             (format!("{JWS_KEY_PREFIX}abcdef"), jws),

@@ -19,7 +19,7 @@ use tokio::time::Instant;
 
 use super::Report;
 
-pub use kubeflavor_core::discovery::{
+pub use kubeflavor_core::join::discovery::{
     CLUSTER_INFO_NAME, CLUSTER_INFO_NAMESPACE, JWS_KEY_PREFIX, KUBECONFIG_KEY,
 };
 

@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use kubeflavor_core::kubeconfig::Kubeconfig;
+use kubeflavor_core::join::kubeconfig::Kubeconfig;
 use kubeflavor_core::token::BootstrapToken;
 use zeroize::Zeroizing;
 
@@ -66,7 +66,7 @@ fn holds_only_cluster_ca(cluster: &DiscoveredCluster, ca_path: &Path) -> Result<
         .map_err(JoinError::KubeletDir)?
         .unwrap_or_default();
     Ok(
-        kubeflavor_core::keys::parse_certificates_pem(&existing).is_ok_and(|certs| {
+        kubeflavor_core::crypto::keys::parse_certificates_pem(&existing).is_ok_and(|certs| {
             !certs.is_empty() && certs.iter().all(|c| cluster.ca_certs_der.contains(c))
         }),
     )

@@ -30,7 +30,7 @@ pub mod tls_bootstrap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use kubeflavor_core::kubeconfig::Kubeconfig;
+use kubeflavor_core::join::kubeconfig::Kubeconfig;
 use kubeflavor_core::names::NodeName;
 use kubeflavor_core::token::BootstrapToken;
 

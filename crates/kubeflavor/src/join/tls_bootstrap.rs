@@ -17,7 +17,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::PostParams;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
-use kubeflavor_core::kubelet_csr::{
+use kubeflavor_core::csr::kubelet::{
     KUBELET_CLIENT_SIGNER, KUBELET_CLIENT_USAGES, generate_kubelet_csr,
 };
 use kubeflavor_core::names::NodeName;
@@ -117,11 +117,12 @@ pub async fn request_client_certificate(
         .map_err(|e| TlsBootstrapError::Generate(e.to_string()))?;
     let csr = kubelet_csr_object(None, generated.csr_pem());
     let api: Api<CertificateSigningRequest> = Api::all(client);
-    // A token minted a moment ago may not authenticate yet (see `cluster::cache_lag`).
+    // A token minted a moment ago may not authenticate yet (see `kubeflavor_cluster::cache_lag`).
     let params = PostParams::default();
-    let created = crate::cluster::retry_unauthorized(crate::cluster::TOKEN_PROPAGATION, || {
-        api.create(&params, &csr)
-    })
+    let created = kubeflavor_cluster::cache_lag::retry_unauthorized(
+        kubeflavor_cluster::cache_lag::TOKEN_PROPAGATION,
+        || api.create(&params, &csr),
+    )
     .await
     .map_err(create_error)?;
     let csr_name = created.metadata.name.clone().unwrap_or_default();
@@ -156,13 +157,13 @@ fn check_certificate_is_ours(
         csr_name: csr_name.into(),
         why,
     };
-    let certs = kubeflavor_core::keys::parse_certificates_pem(cert_pem.as_bytes())
+    let certs = kubeflavor_core::crypto::keys::parse_certificates_pem(cert_pem.as_bytes())
         .map_err(|e| bad(e.to_string()))?;
     let leaf = certs
         .first()
         .ok_or_else(|| bad("it holds no certificate".into()))?;
-    let key =
-        kubeflavor_core::keys::PrivateKey::from_pem(key_pem).map_err(|e| bad(e.to_string()))?;
+    let key = kubeflavor_core::crypto::keys::PrivateKey::from_pem(key_pem)
+        .map_err(|e| bad(e.to_string()))?;
     match key.matches_certificate(leaf) {
         Ok(true) => Ok(()),
         Ok(false) => Err(bad("it is for another public key than this node's".into())),

@@ -4,12 +4,12 @@
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
-use kubeflavor_core::pin::CaPin;
+use kubeflavor_core::crypto::pin::CaPin;
 use kubeflavor_core::token::BootstrapToken;
 
 use super::MintError;
-use crate::cluster::Cluster;
-use kubeflavor_core::discovery::{CLUSTER_INFO_NAME, CLUSTER_INFO_NAMESPACE, KUBECONFIG_KEY};
+use crate::connect::Cluster;
+use kubeflavor_core::join::discovery::{CLUSTER_INFO_NAME, CLUSTER_INFO_NAMESPACE, KUBECONFIG_KEY};
 
 /// Where a node joins and how it recognises the cluster: what `token create
 /// --print-join-command` prints around the token.
@@ -35,7 +35,7 @@ pub async fn join_target(cluster: &Cluster) -> Result<JoinTarget, MintError> {
     };
     let (server, ca_certs_der) = match published {
         Some(text) => {
-            let info = kubeflavor_core::kubeconfig::ClusterInfo::from_kubeconfig(&text).map_err(|e| {
+            let info = kubeflavor_core::join::kubeconfig::ClusterInfo::from_kubeconfig(&text).map_err(|e| {
                 MintError::JoinTarget {
                     problem: format!("kube-public/cluster-info's kubeconfig is not usable: {e}"),
                     fix: "recreate it (kubeadm init phase bootstrap-token) or fix its kubeconfig key",

@@ -6,13 +6,17 @@
 pub mod join_line;
 
 use jiff::Timestamp;
-use kube::api::Api;
-use kubeflavor_core::flavor::{FlavorName, FlavorRules};
-use kubeflavor_core::token::{BootstrapToken, TokenId};
-use kubeflavor_core::token_secret::{FlavorTokenMeta, TokenSecretData, TokenSecretObject};
+use std::num::NonZeroU32;
 
-use crate::cluster::{Cluster, bindings, token_secrets};
-use crate::crd::{Flavor, rules_from_flavor};
+use kubeflavor_cluster::crd::rules_from_flavor;
+use kubeflavor_cluster::{bindings, flavors, token_secrets};
+use kubeflavor_core::flavor::input_labels::InputLabels;
+use kubeflavor_core::flavor::{FlavorName, FlavorRules};
+use kubeflavor_core::token::meta::Custody;
+use kubeflavor_core::token::secret::{FlavorTokenMeta, TokenSecretData, TokenSecretObject};
+use kubeflavor_core::token::{BootstrapToken, TokenId};
+
+use crate::connect::Cluster;
 
 pub use join_line::{JoinTarget, join_command_line, join_target};
 
@@ -94,11 +98,9 @@ pub async fn stored_flavor_rules(
     cluster: &Cluster,
     flavor_name: &FlavorName,
 ) -> Result<Option<FlavorRules>, MintError> {
-    let flavors: Api<Flavor> = Api::all(cluster.client.clone());
-    let Some(flavor) = flavors
-        .get_opt(flavor_name.as_str())
+    let Some(flavor) = flavors::get(&cluster.client, flavor_name.as_str())
         .await
-        .map_err(MintError::api(format!("get flavor {flavor_name}")))?
+        .map_err(|e| MintError::api(format!("get flavor {flavor_name}"))(e.source))?
     else {
         return Ok(None);
     };
@@ -107,6 +109,40 @@ pub async fn stored_flavor_rules(
         problem: e.to_string(),
     })?;
     Ok(Some(rules))
+}
+
+/// What a node token is minted with: its Flavor and max nodes, when it expires, its
+/// custody and input labels, and, when an admin went past the Flavor's limits, the record
+/// of who did.
+#[derive(Debug, Clone)]
+pub struct NodeTokenSpec {
+    pub flavor: FlavorName,
+    pub max_nodes: NonZeroU32,
+    pub expiration: Option<Timestamp>,
+    pub custody: Custody,
+    pub input_labels: InputLabels,
+    /// The limits-override record (`token create` past the Flavor's limits).
+    pub limits_override: Option<String>,
+}
+
+/// A node token as minted, with what it was minted with.
+pub struct Minted {
+    pub token: BootstrapToken,
+    pub spec: NodeTokenSpec,
+}
+
+/// Mints a node token of `spec`: the one sequence `token create` and the join-token API
+/// share (kubeflavor's metadata from the spec, then a fresh id no binding names, then the
+/// Secret).
+pub async fn mint_node_token(cluster: &Cluster, spec: NodeTokenSpec) -> Result<Minted, MintError> {
+    let mut meta = FlavorTokenMeta::new(spec.flavor.clone(), spec.max_nodes)
+        .with_custody(spec.custody.clone())
+        .with_input_labels(spec.input_labels.clone());
+    if let Some(by) = &spec.limits_override {
+        meta = meta.with_limits_override(by.clone());
+    }
+    let token = mint(cluster, &meta, spec.expiration, generate).await?;
+    Ok(Minted { token, spec })
 }
 
 /// Store a new token Secret with kubeflavor's metadata `meta` (its flavor, max nodes,
@@ -193,8 +229,8 @@ pub async fn id_still_bound(cluster: &Cluster, id: &TokenId) -> Result<bool, Min
 #[cfg(test)]
 mod tests {
     use super::*;
-    use kubeflavor_core::token_meta::Custody;
-    use kubeflavor_core::token_secret::flavored_token_secret;
+    use kubeflavor_core::token::meta::Custody;
+    use kubeflavor_core::token::secret::flavored_token_secret;
     use std::num::NonZeroU32;
 
     #[test]
@@ -214,7 +250,7 @@ mod tests {
         assert_eq!(json["metadata"]["namespace"], "kube-system");
         assert_eq!(json["type"], "bootstrap.kubernetes.io/token");
         assert_eq!(
-            json["metadata"]["labels"][kubeflavor_core::token_secret::FLAVOR_TOKEN_LABEL],
+            json["metadata"]["labels"][kubeflavor_core::token::secret::FLAVOR_TOKEN_LABEL],
             "sweet"
         );
         // base64 of the plain strings, as kubeadm stores them.

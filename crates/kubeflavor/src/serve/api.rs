@@ -21,20 +21,21 @@ use k8s_openapi::api::authorization::v1::{
 };
 use kube::Api;
 use kube::api::PostParams;
+use kubeflavor_cluster::ops::trail::{self, Regarding};
 use kubeflavor_core::flavor::{FlavorName, TokenTtl};
-use kubeflavor_core::input_labels::InputLabels;
-use kubeflavor_core::mint_request::{self, Grant, MintOutput, MintRequest, MintRequestError};
-use kubeflavor_core::token::BootstrapToken;
-use kubeflavor_core::token_meta::Custody;
-use kubeflavor_core::token_secret::{FlavorTokenMeta, format_expiration};
+use kubeflavor_core::mint::request::{self, Grant, MintOutput, MintRequest, MintRequestError};
+use kubeflavor_core::token::meta::Custody;
+use kubeflavor_core::token::secret::format_expiration;
 use serde_json::{Value, json};
 use zeroize::Zeroizing;
 
 use super::Server;
-use crate::minting::{self, MintError, join_command_line, join_target, mint, stored_flavor_rules};
-use crate::ops::trail::{self, Regarding};
+use crate::minting::{
+    MintError, Minted, NodeTokenSpec, join_command_line, join_target, mint_node_token,
+    stored_flavor_rules,
+};
 
-pub use crate::ops::connection::Body;
+pub use kubeflavor_cluster::ops::connection::Body;
 
 /// The API group and resource a caller needs `create` on, per flavor name.
 pub const GROUP: &str = "kubeflavor.io";
@@ -233,7 +234,7 @@ async fn read_body(req: Request<Incoming>, limit: Duration) -> Result<Bytes, Res
             "RequestEntityTooLarge",
             &format!(
                 "the request body has {size} bytes; at most {} are accepted",
-                mint_request::MAX_BODY_BYTES
+                request::MAX_BODY_BYTES
             ),
             None,
         )
@@ -243,10 +244,10 @@ async fn read_body(req: Request<Incoming>, limit: Duration) -> Result<Bytes, Res
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<usize>().ok());
-    if let Some(size) = declared.filter(|s| *s > mint_request::MAX_BODY_BYTES) {
+    if let Some(size) = declared.filter(|s| *s > request::MAX_BODY_BYTES) {
         return Err(too_large(&size.to_string()));
     }
-    let read = Limited::new(req.into_body(), mint_request::MAX_BODY_BYTES).collect();
+    let read = Limited::new(req.into_body(), request::MAX_BODY_BYTES).collect();
     let Ok(read) = tokio::time::timeout(limit, read).await else {
         return Err(status(
             StatusCode::REQUEST_TIMEOUT,
@@ -290,7 +291,7 @@ fn invalid(err: MintRequestError) -> Response<Body> {
             "BadRequest",
             &err.to_string(),
             Some(vec![
-                json!({"reason": mint_request::FieldReason::Duplicate.as_str(), "message": "the key appears more than once", "field": key}),
+                json!({"reason": request::FieldReason::Duplicate.as_str(), "message": "the key appears more than once", "field": key}),
             ]),
         ),
         MintRequestError::Invalid(ref problems) => {
@@ -390,7 +391,7 @@ async fn read_request(
     req: Request<Incoming>,
 ) -> Result<MintRequest, Response<Body>> {
     let body = read_body(req, server.request_timeout).await?;
-    mint_request::parse(&body).map_err(invalid)
+    request::parse(&body).map_err(invalid)
 }
 
 /// What the caller asks, filled in with the flavor's defaults, within the flavor's limits
@@ -406,15 +407,15 @@ async fn granted(
         Ok(None) => return Err(not_found(flavor.as_str())),
         Err(err) => return Err(failed(flavor.as_str(), err)),
     };
-    let grant = mint_request::within_limits(request, &rules).map_err(invalid)?;
+    let grant = request::within_limits(request, &rules).map_err(invalid)?;
     if grant.ttl == TokenTtl::Never {
         // Only a flavor whose own default is "never" and which allows it gets here: the
         // API server refuses this identity any token Secret without an expiration (the
         // policy `install --serve` ships), whatever the flavor allows.
         return Err(invalid(MintRequestError::Invalid(vec![
-            mint_request::FieldProblem {
+            request::FieldProblem {
                 field: "ttl".into(),
-                reason: mint_request::FieldReason::Invalid,
+                reason: request::FieldReason::Invalid,
                 message: format!(
                     "flavor {flavor}'s default token TTL is 0 (never expires); the join-token API mints only tokens that expire: pass a ttl such as \"24h\""
                 ),
@@ -431,15 +432,13 @@ struct Asked<'a> {
     caller: &'a str,
 }
 
-/// A token as minted, with what the answer says about it.
-struct Minted {
-    token: BootstrapToken,
-    flavor: FlavorName,
-    expiration: Option<Timestamp>,
-    max_nodes: u32,
+/// A token as minted, with what the answer hands over besides it.
+struct Handed {
+    minted: Minted,
+    /// For whom, as the caller said.
     issued_to: String,
+    /// Who asked (the TokenReview's user): the answer's and the trail's issuer.
     issued_by: String,
-    input_labels: InputLabels,
     join_line: Zeroizing<String>,
     cloud_init: Zeroizing<String>,
 }
@@ -448,7 +447,7 @@ async fn mint_token(
     server: &Server,
     flavor: &FlavorName,
     asked: &Asked<'_>,
-) -> Result<Minted, MintError> {
+) -> Result<Handed, MintError> {
     let (request, caller, grant) = (asked.request, asked.caller, &asked.grant);
     let expiration = grant.ttl.expiration(Timestamp::now());
     // Where nodes join, resolved before the token exists: a token nobody is handed is never
@@ -462,52 +461,56 @@ async fn mint_token(
         issued_by: Some(server.identity.clone()),
         requested_by: Some(caller.to_string()),
     };
-    let meta = FlavorTokenMeta::new(flavor.clone(), grant.max_nodes)
-        .with_custody(custody)
-        .with_input_labels(grant.input_labels.clone());
-    let token = mint(&server.cluster, &meta, expiration, minting::generate).await?;
-    let minted = Minted {
-        join_line: join_command_line(&target, &token),
-        cloud_init: kubeflavor_core::cloud_init::user_data(
+    let spec = NodeTokenSpec {
+        flavor: flavor.clone(),
+        max_nodes: grant.max_nodes,
+        expiration,
+        custody,
+        input_labels: grant.input_labels.clone(),
+        limits_override: None,
+    };
+    let minted = mint_node_token(&server.cluster, spec).await?;
+    let handed = Handed {
+        join_line: join_command_line(&target, &minted.token),
+        cloud_init: kubeflavor_core::mint::cloud_init::user_data(
             &target.endpoint,
-            &token,
+            &minted.token,
             &target.pins,
             &request.ssh_authorized_keys,
         ),
-        token,
-        flavor: flavor.clone(),
-        expiration,
-        max_nodes: grant.max_nodes.get(),
+        minted,
         issued_to: request.issued_to.to_string(),
         issued_by: caller.to_string(),
-        input_labels: grant.input_labels.clone(),
     };
-    record(server, &minted).await;
-    Ok(minted)
+    record(server, &handed).await;
+    Ok(handed)
 }
 
 /// The mint in the admin trail, the log and the metrics: who, which flavor, which token
 /// id, for whom. Never the token's secret.
-async fn record(server: &Server, minted: &Minted) {
-    let id = minted.token.id().to_string();
-    let labels = minted.input_labels.summary();
-    tracing::info!(caller = %minted.issued_by, flavor = %minted.flavor, token = %id, issued_to = %minted.issued_to, input_labels = %labels, "join token minted");
+async fn record(server: &Server, handed: &Handed) {
+    let id = handed.minted.token.id().to_string();
+    let labels = handed.minted.spec.input_labels.summary();
+    tracing::info!(caller = %handed.issued_by, flavor = %handed.minted.spec.flavor, token = %id, issued_to = %handed.issued_to, input_labels = %labels, "join token minted");
     server
         .metrics
-        .minted(minted.flavor.as_str(), &minted.issued_by);
-    server
-        .metrics
-        .input_labels(minted.flavor.as_str(), &minted.input_labels);
+        .minted(handed.minted.spec.flavor.as_str(), &handed.issued_by);
+    server.metrics.input_labels(
+        handed.minted.spec.flavor.as_str(),
+        &handed.minted.spec.input_labels,
+    );
     let note = format!(
         "{} minted join token {id} of flavor {} for {:?} (expires {}, max nodes {}, input labels {labels})",
-        minted.issued_by,
-        minted.flavor,
-        minted.issued_to,
-        minted
+        handed.issued_by,
+        handed.minted.spec.flavor,
+        handed.issued_to,
+        handed
+            .minted
+            .spec
             .expiration
             .map(format_expiration)
             .unwrap_or_else(|| "never".into()),
-        minted.max_nodes,
+        handed.minted.spec.max_nodes,
     );
     let event = trail::event(
         super::REPORTING_CONTROLLER,
@@ -515,7 +518,7 @@ async fn record(server: &Server, minted: &Minted) {
         Regarding {
             api_version: "kubeflavor.io/v1alpha1",
             kind: "Flavor",
-            name: minted.flavor.as_str(),
+            name: handed.minted.spec.flavor.as_str(),
             uid: None,
         },
         ("Normal", "Mint", "JoinTokenMinted"),
@@ -524,33 +527,33 @@ async fn record(server: &Server, minted: &Minted) {
     trail::post(&server.cluster.client, &event).await;
 }
 
-fn answer(minted: &Minted, request: &MintRequest, wants_document: bool) -> Response<Body> {
+fn answer(handed: &Handed, request: &MintRequest, wants_document: bool) -> Response<Body> {
     let mut response = if wants_document {
         respond(
             StatusCode::CREATED,
             CLOUD_CONFIG,
-            minted.cloud_init.to_string(),
+            handed.cloud_init.to_string(),
         )
     } else {
         let mut body: BTreeMap<&str, Value> = BTreeMap::from([
             ("kind", json!("JoinToken")),
             ("apiVersion", json!("kubeflavor.io/v1alpha1")),
-            ("token", json!(minted.token.expose().as_str())),
-            ("id", json!(minted.token.id().to_string())),
-            ("flavor", json!(minted.flavor.as_str())),
-            ("maxNodes", json!(minted.max_nodes)),
-            ("issuedTo", json!(minted.issued_to)),
-            ("issuedBy", json!(minted.issued_by)),
-            ("joinCommand", json!(minted.join_line.trim_end())),
+            ("token", json!(handed.minted.token.expose().as_str())),
+            ("id", json!(handed.minted.token.id().to_string())),
+            ("flavor", json!(handed.minted.spec.flavor.as_str())),
+            ("maxNodes", json!(handed.minted.spec.max_nodes.get())),
+            ("issuedTo", json!(handed.issued_to)),
+            ("issuedBy", json!(handed.issued_by)),
+            ("joinCommand", json!(handed.join_line.trim_end())),
         ]);
-        if !minted.input_labels.is_empty() {
-            body.insert("labels", json!(minted.input_labels.to_map()));
+        if !handed.minted.spec.input_labels.is_empty() {
+            body.insert("labels", json!(handed.minted.spec.input_labels.to_map()));
         }
-        if let Some(at) = minted.expiration {
+        if let Some(at) = handed.minted.spec.expiration {
             body.insert("expiration", json!(format_expiration(at)));
         }
         if request.output == MintOutput::CloudInit {
-            body.insert("cloudInit", json!(minted.cloud_init.as_str()));
+            body.insert("cloudInit", json!(handed.cloud_init.as_str()));
         }
         let text = Zeroizing::new(serde_json::to_string(&body).expect("JSON"));
         respond(StatusCode::CREATED, "application/json", text.to_string())
@@ -602,7 +605,7 @@ mod tests {
 
     #[test]
     fn field_problems_become_status_causes() {
-        let err = mint_request::parse(br#"{"issuedTo":"","bogus":1}"#).unwrap_err();
+        let err = request::parse(br#"{"issuedTo":"","bogus":1}"#).unwrap_err();
         let r = invalid(err);
         assert_eq!(r.status(), StatusCode::UNPROCESSABLE_ENTITY);
         let body: Value = serde_json::from_slice(

@@ -7,14 +7,16 @@
 pub mod api;
 pub mod limits;
 pub mod openapi;
-pub use crate::ops::tls;
+pub use kubeflavor_cluster::ops::tls;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use kubeflavor_core::input_labels::InputLabels;
+use kubeflavor_cluster::ops::connection;
+use kubeflavor_cluster::ops::http::{self as ops, Exposition, Health};
+use kubeflavor_core::flavor::input_labels::InputLabels;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -23,12 +25,10 @@ use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use tokio_rustls::TlsAcceptor;
 
-use crate::cluster::Cluster;
-use crate::ops::http::{self as ops, Exposition, Health};
+use crate::connect::Cluster;
 
 use self::limits::RateLimiter;
-use crate::ops::connection;
-pub use crate::ops::connection::ConnectionLimits;
+pub use kubeflavor_cluster::ops::connection::ConnectionLimits;
 
 /// Who writes the trail's mint Events.
 pub const REPORTING_CONTROLLER: &str = "kubeflavor.io/serve";
@@ -52,7 +52,7 @@ pub struct Options {
     /// `/metrics`, `/healthz`, `/readyz` on plain HTTP; `None` for none.
     pub ops_address: Option<SocketAddr>,
     /// Mints per caller on this server: on average `per_minute` a minute, `burst` at once.
-    /// Each replica counts on its own (see `kubeflavor_core::mint_rate`).
+    /// Each replica counts on its own (see `kubeflavor_core::mint::rate`).
     pub per_minute: u32,
     pub burst: u32,
     /// The audience callers' tokens must carry; `None`: the API server's own.
@@ -224,7 +224,7 @@ async fn own_name(cluster: &Cluster) -> anyhow::Result<String> {
 /// Loads the certificate, learns its own user name and binds the addresses; an error here
 /// is a configuration error.
 pub async fn bind(cluster: Cluster, opts: Options) -> anyhow::Result<Bound> {
-    crate::cluster::install_crypto_provider();
+    crate::connect::install_crypto_provider();
     let (resolver, self_signed_pem): (Arc<dyn rustls::server::ResolvesServerCert>, _) = match &opts
         .tls
     {

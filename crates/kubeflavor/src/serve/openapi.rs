@@ -2,15 +2,16 @@
 
 use serde_json::{Value, json};
 
-use kubeflavor_core::input_labels::{INPUT_LABEL_PREFIX, MAX_INPUT_KEYS};
-use kubeflavor_core::mint_request::MAX_BODY_BYTES;
-use kubeflavor_core::ssh_key::{
+use kubeflavor_cluster::crd::schema::NON_EMPTY_LABEL_VALUE_PATTERN;
+use kubeflavor_core::flavor::input_labels::{INPUT_LABEL_PREFIX, MAX_INPUT_KEYS};
+use kubeflavor_core::flavor::token_limits::{
+    ALLOW_NEVER_EXPIRING_FIELD, MAX_NODES_FIELD, MAX_TTL_FIELD,
+};
+use kubeflavor_core::mint::request::MAX_BODY_BYTES;
+use kubeflavor_core::mint::ssh_key::{
     MAX_COMMENT_CHARS, MAX_LINE_BYTES, MAX_RSA_BITS, MAX_SSH_KEYS, MIN_RSA_BITS,
 };
-use kubeflavor_core::token_limits::{ALLOW_NEVER_EXPIRING_FIELD, MAX_NODES_FIELD, MAX_TTL_FIELD};
-use kubeflavor_core::token_meta::ISSUED_TO_MAX_CHARS;
-
-use crate::crd::schema::NON_EMPTY_LABEL_VALUE_PATTERN;
+use kubeflavor_core::token::meta::ISSUED_TO_MAX_CHARS;
 
 fn status_response(description: &str) -> Value {
     json!({
@@ -156,8 +157,8 @@ fn create_join_token() -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use kubeflavor_core::mint_request::FIELDS;
-    use kubeflavor_core::token_limits::LimitExceeded;
+    use kubeflavor_core::flavor::token_limits::LimitExceeded;
+    use kubeflavor_core::mint::request::FIELDS;
 
     #[test]
     fn the_document_describes_the_fields_the_server_accepts() {

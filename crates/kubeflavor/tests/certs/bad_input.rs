@@ -9,6 +9,7 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
 use kube::api::PostParams;
 use kubeflavor::certs::CertsError;
+use kubeflavor::cmd::certs::exit_code;
 
 use crate::helpers::{Env, download_to, generate, proxy_token_ref, snapshot, upload};
 
@@ -77,7 +78,7 @@ async fn secret_version(env: &Env) -> Option<String> {
 
 fn assert_one_clear_line(err: &CertsError, code: u8, says: &str) {
     let text = err.to_string();
-    assert_eq!(err.exit_code(), code, "{text}");
+    assert_eq!(exit_code(err).code(), code, "{text}");
     assert!(!text.contains('\n'), "{text}");
     assert!(text.contains(says), "{text:?} should say {says:?}");
 }
@@ -279,7 +280,7 @@ fn reissued(tweak: impl FnOnce(&mut rcgen::CertificateParams)) -> (String, Strin
 /// `changes` applied (what someone who knows the key, or a broken control plane, can
 /// upload).
 async fn reupload(s: &Setup, changes: &[(&str, &[u8])]) {
-    use kubeflavor_core::copycerts::{EtcdMode, PkiEntry, seal_secret_data};
+    use kubeflavor_core::crypto::copycerts::{EtcdMode, PkiEntry, seal_secret_data};
     let mut files: Vec<(PkiEntry, Vec<u8>)> = PkiEntry::set(EtcdMode::Local)
         .iter()
         .map(|e| (*e, std::fs::read(s.source.join(e.rel_path())).unwrap()))
@@ -367,9 +368,9 @@ async fn an_upload_of_unusable_ca_material_stores_nothing() {
     ];
     for (i, (changes, says)) in cases.into_iter().enumerate() {
         let dir = s._tmp.path().join(format!("bad-{i}"));
-        for e in
-            kubeflavor_core::copycerts::PkiEntry::set(kubeflavor_core::copycerts::EtcdMode::Local)
-        {
+        for e in kubeflavor_core::crypto::copycerts::PkiEntry::set(
+            kubeflavor_core::crypto::copycerts::EtcdMode::Local,
+        ) {
             let to = dir.join(e.rel_path());
             std::fs::create_dir_all(to.parent().unwrap()).unwrap();
             std::fs::copy(s.source.join(e.rel_path()), &to).unwrap();

@@ -7,8 +7,8 @@ use std::process::Output;
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
-use kubeflavor_core::kubeconfig::ClusterInfo;
-use kubeflavor_core::pin::CaPin;
+use kubeflavor_core::crypto::pin::CaPin;
+use kubeflavor_core::join::kubeconfig::ClusterInfo;
 
 use crate::helpers::{Env, create_token, generate, snapshot, upload};
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
@@ -256,7 +256,7 @@ async fn a_control_plane_join_completes_its_kubelet_tls_bootstrap() {
     assert!(ok.status.success(), "{}", text(&ok.stderr));
     assert!(u.tmp.path().join("first/kubelet.conf").exists());
     assert!(u.tmp.path().join("first/pki/ca.key").exists());
-    let binding = Api::<kubeflavor::crd::FlavorBinding>::all(u.env.client.clone())
+    let binding = Api::<kubeflavor_cluster::crd::FlavorBinding>::all(u.env.client.clone())
         .get(&node)
         .await
         .expect("the name is bound");

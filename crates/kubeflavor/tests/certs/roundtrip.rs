@@ -8,6 +8,7 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
 use kube::runtime::watcher;
 use kubeflavor::certs::CertsError;
+use kubeflavor::cmd::certs::exit_code;
 
 use crate::helpers::{Env, download_to, generate, proxy_token_ref, snapshot, upload};
 use crate::support::within;
@@ -178,7 +179,7 @@ async fn garbage_collection_deletes_the_secret_with_its_proxy_token() {
         .await
         .unwrap_err();
     assert!(matches!(err, CertsError::SecretGone), "{err}");
-    assert_eq!(err.exit_code(), 25);
+    assert_eq!(exit_code(&err).code(), 25);
     assert!(!tmp.path().join("t").exists());
 }
 
@@ -212,7 +213,7 @@ async fn a_secret_written_by_kubeadm_downloads() {
         matches!(refused, CertsError::NotFromKubeflavor(_)),
         "{refused}"
     );
-    assert_eq!(refused.exit_code(), 31);
+    assert_eq!(exit_code(&refused).code(), 31);
     assert!(
         refused.to_string().contains("--accept-kubeadm-secret"),
         "{refused}"
@@ -224,7 +225,7 @@ async fn a_secret_written_by_kubeadm_downloads() {
         .await
         .unwrap_err();
     assert!(matches!(err, CertsError::WrongKeyOrTampered(_)), "{err}");
-    assert_eq!(err.exit_code(), 30);
+    assert_eq!(exit_code(&err).code(), 30);
     assert!(!target.exists());
 
     download_to(&env, key, &target, &["--accept-kubeadm-secret"])
@@ -265,7 +266,7 @@ async fn an_upload_failing_half_way_is_finished_by_the_next_run() {
     let err = upload(&env, &["--pki-dir", source.to_str().unwrap()])
         .await
         .unwrap_err();
-    assert_eq!(err.exit_code(), 1, "{err}");
+    assert_eq!(exit_code(&err).code(), 1, "{err}");
     assert!(err.to_string().contains("kubeadm-certs"), "{err}");
     // The previous upload is intact.
     let first = tmp.path().join("first");

@@ -5,7 +5,7 @@
 
 use crate::support::Env;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
-use kubeflavor::crd::{Flavor, FlavorBinding, FlavorSpec};
+use kubeflavor_cluster::crd::{Flavor, FlavorBinding, FlavorSpec};
 use serde_json::json;
 
 fn causes(err: kube::Error) -> Vec<(String, String)> {

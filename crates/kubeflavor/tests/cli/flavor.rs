@@ -4,7 +4,7 @@
 use crate::support::{Env, assert_one_line_error};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kubeflavor::ExitCode;
-use kubeflavor::crd::{Flavor, FlavorBinding, FlavorBindingSpec};
+use kubeflavor_cluster::crd::{Flavor, FlavorBinding, FlavorBindingSpec};
 use serde_json::{Value, json};
 
 async fn flavors(env: &Env) -> Api<Flavor> {

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use kubeflavor_core::token_secret::FlavorTokenMeta;
+use kubeflavor_core::token::secret::FlavorTokenMeta;
 
 use crate::support::token_secret::{KUBEADM_DEFAULT_GROUP, TokenSecret};
 use crate::support::{Env, assert_one_line_error, whoami};
@@ -169,13 +169,13 @@ async fn p1_tokens_differing_only_in_custody_and_input_labels_look_the_same_to_t
     .await;
     // The other one as a minting service would make it, with a custody of its own and the
     // input labels a portal passed on.
-    let cluster = kubeflavor::cluster::Cluster::connect(&kubeflavor::cluster::ClusterArgs {
+    let cluster = kubeflavor::connect::Cluster::connect(&kubeflavor::connect::ClusterArgs {
         kubeconfig: Some(env.kubeconfig.clone()),
         context: None,
     })
     .await
     .unwrap();
-    let custody = kubeflavor_core::token_meta::Custody {
+    let custody = kubeflavor_core::token::meta::Custody {
         issued_to: Some("globex/bob".parse().unwrap()),
         issued_by: Some("system:serviceaccount:portal:minter".into()),
         requested_by: None,
@@ -183,7 +183,9 @@ async fn p1_tokens_differing_only_in_custody_and_input_labels_look_the_same_to_t
     let input = [("site".to_string(), "berlin".to_string())].into();
     let meta = FlavorTokenMeta::new(flavor.parse().unwrap(), std::num::NonZeroU32::MIN)
         .with_custody(custody.clone())
-        .with_input_labels(kubeflavor_core::input_labels::InputLabels::from_map(&input).unwrap());
+        .with_input_labels(
+            kubeflavor_core::flavor::input_labels::InputLabels::from_map(&input).unwrap(),
+        );
     let b = kubeflavor::minting::mint(
         &cluster,
         &meta,
@@ -252,7 +254,7 @@ async fn p1_tokens_differing_only_in_custody_and_input_labels_look_the_same_to_t
             matches!(&err, kube::Error::Api(s) if s.code == 403),
             "{err}"
         );
-        let bindings = Api::<kubeflavor::crd::FlavorBinding>::all(client);
+        let bindings = Api::<kubeflavor_cluster::crd::FlavorBinding>::all(client);
         let params = ListParams::default();
         let err = crate::support::fresh(|| bindings.list(&params))
             .await
@@ -458,7 +460,7 @@ async fn token_create_draws_a_new_id_when_the_id_is_taken() {
         .await
         .unwrap();
 
-    let cluster = kubeflavor::cluster::Cluster::connect(&kubeflavor::cluster::ClusterArgs {
+    let cluster = kubeflavor::connect::Cluster::connect(&kubeflavor::connect::ClusterArgs {
         kubeconfig: Some(env.kubeconfig.clone()),
         context: None,
     })

@@ -11,7 +11,7 @@ use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
 use kube::Api;
 use kube::runtime::{WatchStreamExt, watcher};
 use kubeflavor::controller::approvers::{self, COMPETING_REASON, KUBEADM_BOOTSTRAP_BINDING};
-use kubeflavor::ops::http;
+use kubeflavor_cluster::ops::http;
 
 const NODECLIENT_ROLE: &str = "system:certificates.k8s.io:certificatesigningrequests:nodeclient";
 
@@ -44,8 +44,9 @@ async fn event_about(h: &Harness, binding: &str, instance: &str) -> String {
             while let Some(ev) = stream.next().await {
                 let Ok(ev) = ev else { continue };
                 let regarding = ev.regarding.clone().unwrap_or_default();
-                if kubeflavor_core::trail_policy::is_controllers(ev.reporting_controller.as_deref())
-                    && regarding.kind.as_deref() == Some("ClusterRoleBinding")
+                if kubeflavor_core::admission::trail::is_controllers(
+                    ev.reporting_controller.as_deref(),
+                ) && regarding.kind.as_deref() == Some("ClusterRoleBinding")
                     && regarding.name.as_deref() == Some(binding)
                     && ev.reporting_instance.as_deref() == Some(instance)
                 {
@@ -189,7 +190,7 @@ async fn another_bootstrap_group_auto_approved_stops_strict_at_start() {
 /// `--strict` controller denies it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_sole_approver_policy_refuses_kubeadms_autoapproval_and_the_bound_name_stays() {
-    use kubeflavor_core::sole_approver_policy::{self, NODECLIENT_ROLE};
+    use kubeflavor_core::admission::sole_approver::{self, NODECLIENT_ROLE};
     let h = Harness::start_serial().await;
     let said = h.install_sole_approver().await;
     assert!(
@@ -213,7 +214,7 @@ async fn the_sole_approver_policy_refuses_kubeadms_autoapproval_and_the_bound_na
     match crbs.create(&Default::default(), &kubeadms).await {
         Err(kube::Error::Api(e)) => {
             assert_eq!(e.code, 422, "{e:?}");
-            let why = &sole_approver_policy::rules()[0].message;
+            let why = &sole_approver::rules()[0].message;
             assert!(e.message.contains(why.as_str()), "{}", e.message);
             assert!(e.message.contains(&copy), "{}", e.message);
         }

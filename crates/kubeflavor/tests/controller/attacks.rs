@@ -47,7 +47,7 @@ async fn a_recycled_token_id_inherits_no_name() {
     assert_eq!(binding.spec.csr_name, first);
 
     // token create never mints an id a binding still names.
-    let cluster = kubeflavor::cluster::Cluster::connect(&kubeflavor::cluster::ClusterArgs {
+    let cluster = kubeflavor::connect::Cluster::connect(&kubeflavor::connect::ClusterArgs {
         kubeconfig: Some(h.env.kubeconfig.clone()),
         context: None,
     })
@@ -59,7 +59,7 @@ async fn a_recycled_token_id_inherits_no_name() {
     let mut draws = vec![BootstrapToken::generate().unwrap(), bound_id]
         .into_iter()
         .rev();
-    let meta = kubeflavor_core::token_secret::FlavorTokenMeta::new(
+    let meta = kubeflavor_core::token::secret::FlavorTokenMeta::new(
         sour.parse().unwrap(),
         std::num::NonZeroU32::MIN,
     );
@@ -189,7 +189,7 @@ async fn nodes_kubeflavor_never_bound_keep_renewing() {
     assert_eq!(condition_type(&decided).as_deref(), Some("Approved"));
     assert_eq!(
         visible_conditions(&decided)[0].2.as_deref(),
-        Some(kubeflavor_core::policy::APPROVED_CONDITION.reason)
+        Some(kubeflavor_core::approval::client::APPROVED_CONDITION.reason)
     );
     ctl.stop().await;
 }
@@ -384,7 +384,7 @@ async fn a_join_line_cannot_rekey_a_joined_node() {
         .metadata
         .annotations
         .as_ref()
-        .and_then(|a| a.get(kubeflavor_core::token_secret::DENIALS_ANNOTATION))
+        .and_then(|a| a.get(kubeflavor_core::token::secret::DENIALS_ANNOTATION))
         .cloned();
     assert_eq!(denials.as_deref(), Some("1"), "the re-key is counted");
     let binding = h.bindings().get(&node).await.expect("binding kept");
@@ -501,7 +501,7 @@ async fn a_used_up_token_is_retired_once_its_nodes_joined() {
     // token Secrets): ask until it refuses (there is no event to wait on).
     let reviews = Api::<SelfSubjectReview>::all(copy);
     let (params, review) = (Default::default(), SelfSubjectReview::default());
-    let answer = kubeflavor::cluster::until_settled(
+    let answer = kubeflavor_cluster::cache_lag::until_settled(
         std::time::Duration::from_secs(30),
         || reviews.create(&params, &review),
         |answer| answer.is_err(),

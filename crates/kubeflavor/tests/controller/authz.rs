@@ -20,8 +20,8 @@ use k8s_openapi::api::core::v1::{Node, Pod, Secret, ServiceAccount};
 use kube::api::{DeleteParams, PostParams};
 use kube::{Api, Client};
 use kubeflavor::authz::index::CutOffIndex;
-use kubeflavor::controller::metrics::Metrics;
-use kubeflavor_core::node_cutoff::CutOff;
+use kubeflavor::authz::metrics::AuthzMetrics;
+use kubeflavor_core::node::cutoff::CutOff;
 use serde_json::json;
 
 use crate::harness::*;
@@ -107,7 +107,7 @@ pub(crate) fn real_pki(kubeconfig: &Path) -> WebhookPki {
 /// A webhook serving until dropped.
 pub(crate) struct Webhook {
     index: Arc<CutOffIndex>,
-    metrics: Metrics,
+    metrics: AuthzMetrics,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     task: tokio::task::JoinHandle<()>,
 }
@@ -115,7 +115,7 @@ pub(crate) struct Webhook {
 impl Webhook {
     pub(crate) async fn start(admin: Client, pki: &WebhookPki) -> (Webhook, u16) {
         let index = Arc::new(CutOffIndex::default());
-        let metrics = Metrics::new();
+        let metrics = AuthzMetrics::default();
         let opts = kubeflavor::authz::Options {
             address: ([127, 0, 0, 1], pki.port).into(),
             cert: pki.cert.clone(),

@@ -25,7 +25,7 @@ use hyper_util::rt::TokioIo;
 use k8s_openapi::api::core::v1::Node;
 use kube::Api;
 use kube::api::DeleteParams;
-use kubeflavor_core::node_cutoff::CutOff;
+use kubeflavor_core::node::cutoff::CutOff;
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use serde_json::{Value, json};

@@ -231,7 +231,7 @@ async fn a_changed_flavor_reaches_its_nodes() {
     })
     .await;
     let patch = serde_json::json!({"spec": {"labels": {TIER_KEY: "platinum"}}});
-    Api::<kubeflavor::crd::Flavor>::all(h.admin.clone())
+    Api::<kubeflavor_cluster::crd::Flavor>::all(h.admin.clone())
         .patch(&sweet, &PatchParams::default(), &Patch::Merge(&patch))
         .await
         .expect("admin edits the flavor");
@@ -417,7 +417,7 @@ async fn controller_works_with_the_rbac_install_grants() {
             "{who}: {err}"
         );
         // Nor the bindings, which record flavors and custody (issuedTo, issuedBy).
-        let bindings = Api::<kubeflavor::crd::FlavorBinding>::all(client);
+        let bindings = Api::<kubeflavor_cluster::crd::FlavorBinding>::all(client);
         let params = Default::default();
         let err = crate::support::fresh(|| bindings.list(&params))
             .await

@@ -17,7 +17,7 @@ use kube::{Api, Client, ResourceExt};
 #[allow(unused_imports)]
 use kubeflavor::controller::Options as _Options;
 use kubeflavor::controller::{self, Options, Runtime, Step, StepHook};
-use kubeflavor::crd::{Flavor, FlavorBinding};
+use kubeflavor_cluster::crd::{Flavor, FlavorBinding};
 use kubeflavor_core::token::BootstrapToken;
 use tokio::sync::oneshot;
 
@@ -76,7 +76,7 @@ impl Harness {
     /// Returns what install printed.
     pub async fn install_sole_approver(&self) -> String {
         use k8s_openapi::api::admissionregistration::v1::ValidatingAdmissionPolicyBinding;
-        use kubeflavor_core::sole_approver_policy::POLICY_NAME;
+        use kubeflavor_core::admission::sole_approver::POLICY_NAME;
         let said = self
             .env
             .kf(&["install", "--apply", "--replicas", "0", "--sole-approver"])
@@ -107,7 +107,7 @@ impl Harness {
         base: &str,
         label: Option<(String, String)>,
     ) -> k8s_openapi::api::rbac::v1::ClusterRole {
-        use kubeflavor_core::sole_approver_policy::NODECLIENT;
+        use kubeflavor_core::admission::sole_approver::NODECLIENT;
         serde_json::from_value(serde_json::json!({
             "metadata": {"name": self.name(base),
                          "labels": label.map(|(k, v)| serde_json::json!({k: v}))},
@@ -131,7 +131,7 @@ impl Harness {
             MatchCondition, ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
             ValidatingAdmissionPolicyBindingSpec,
         };
-        use kubeflavor_core::sole_approver_policy::POLICY_NAME;
+        use kubeflavor_core::admission::sole_approver::POLICY_NAME;
         let name = self.name("sole-approver");
         let (key, value) = self.run_label();
         let policies = Api::<ValidatingAdmissionPolicy>::all(self.admin.clone());
@@ -547,7 +547,7 @@ pub async fn trail_names(h: &Harness, csr: &str, causes: &[&str]) -> String {
             while let Some(ev) = stream.next().await {
                 let Ok(ev) = ev else { continue };
                 // The controller's Events only: a policy keeps anyone else from naming it.
-                let ours = kubeflavor_core::trail_policy::is_controllers(
+                let ours = kubeflavor_core::admission::trail::is_controllers(
                     ev.reporting_controller.as_deref(),
                 );
                 let about =
@@ -661,7 +661,7 @@ pub struct ControllerHandle {
     stop: Option<oneshot::Sender<()>>,
     task: Option<tokio::task::JoinHandle<()>>,
     pub metrics: kubeflavor::controller::metrics::Metrics,
-    pub health: Arc<kubeflavor::ops::http::Health>,
+    pub health: Arc<kubeflavor_cluster::ops::http::Health>,
 }
 
 impl ControllerHandle {

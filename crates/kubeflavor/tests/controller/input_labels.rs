@@ -8,9 +8,9 @@ use http::StatusCode;
 use k8s_openapi::api::core::v1::Node;
 use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
-use kubeflavor::crd::Flavor;
-use kubeflavor_core::input_labels::INPUT_LABEL_PREFIX;
-use kubeflavor_core::node_state::Revocation;
+use kubeflavor_cluster::crd::Flavor;
+use kubeflavor_core::flavor::input_labels::INPUT_LABEL_PREFIX;
+use kubeflavor_core::node::state::Revocation;
 use kubeflavor_core::token::BootstrapToken;
 use serde_json::json;
 
@@ -166,7 +166,7 @@ async fn a_portals_input_labels_reach_the_node_through_the_controller_only() {
     }
 
     // Revoked: the input labels go with the flavor.
-    kubeflavor::cluster::bindings::revoke(&h.admin, &node, &Revocation::ByAdmin)
+    kubeflavor_cluster::bindings::revoke(&h.admin, &node, &Revocation::ByAdmin)
         .await
         .expect("revoked");
     h.node_until(&node, "input labels gone with the flavor", |n| {
@@ -214,7 +214,7 @@ async fn input_labels_the_flavor_no_longer_allows_are_denied() {
 
 /// An ed25519 public key line as ssh-keygen writes it, of 32 sample bytes.
 fn ed25519_line(byte: u8, comment: &str) -> String {
-    kubeflavor_core::ssh_key::SshPublicKey::ed25519(&[byte; 32], Some(comment))
+    kubeflavor_core::mint::ssh_key::SshPublicKey::ed25519(&[byte; 32], Some(comment))
         .unwrap()
         .to_string()
 }

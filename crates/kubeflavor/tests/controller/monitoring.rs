@@ -17,9 +17,9 @@ use std::sync::Arc;
 use http::StatusCode;
 use kube::Api;
 use kube::api::PostParams;
-use kubeflavor::cluster::{Cluster, ClusterArgs};
-use kubeflavor::crd::Flavor;
+use kubeflavor::connect::{Cluster, ClusterArgs};
 use kubeflavor::serve::{self, ConnectionLimits, TlsSource};
+use kubeflavor_cluster::crd::Flavor;
 use kubeflavor_core::token::BootstrapToken;
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -268,12 +268,12 @@ async fn every_series_the_alerts_and_the_dashboard_read_is_exposed_after_a_walkt
     opts.approve_serving = true;
     let ctl = h.start_controller(opts);
     // The controller's /metrics, served as `controller --http-address` serves it.
-    let listener = kubeflavor::ops::http::bind("127.0.0.1:0".parse().unwrap())
+    let listener = kubeflavor_cluster::ops::http::bind("127.0.0.1:0".parse().unwrap())
         .await
         .unwrap();
     let ctl_addr = listener.local_addr().unwrap();
     let (stop_ops, ops_stopped) = tokio::sync::oneshot::channel::<()>();
-    tokio::spawn(kubeflavor::ops::http::serve(
+    tokio::spawn(kubeflavor_cluster::ops::http::serve(
         listener,
         ctl.health.clone(),
         Arc::new(ctl.metrics.clone()),

@@ -9,7 +9,7 @@
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
-use kubeflavor::crd::{Flavor, FlavorBinding};
+use kubeflavor_cluster::crd::{Flavor, FlavorBinding};
 
 use crate::harness::*;
 

@@ -310,10 +310,10 @@ async fn the_leader_finishes_a_revocation_it_finds_and_keeps_pods_off() {
     assert_eq!(h.decision(&csr).await, "Approved");
     h.register_node(&csr, &node, &[], &[]).await;
 
-    kubeflavor::cluster::bindings::revoke(
+    kubeflavor_cluster::bindings::revoke(
         &h.admin,
         &node,
-        &kubeflavor_core::node_state::Revocation::ByAdmin,
+        &kubeflavor_core::node::state::Revocation::ByAdmin,
     )
     .await
     .unwrap();

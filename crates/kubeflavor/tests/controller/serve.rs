@@ -8,7 +8,7 @@ use http::StatusCode;
 use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
 use kube::api::ListParams;
-use kubeflavor::cluster::{Cluster, ClusterArgs};
+use kubeflavor::connect::{Cluster, ClusterArgs};
 use kubeflavor::serve::{self, ConnectionLimits, Options, TlsSource};
 use kubeflavor_core::token::BootstrapToken;
 use serde_json::Value;
@@ -258,7 +258,7 @@ async fn every_bad_request_gets_its_own_answer_and_creates_nothing() {
         want,
         reason,
     };
-    let oversized = vec![b' '; kubeflavor_core::mint_request::MAX_BODY_BYTES + 1];
+    let oversized = vec![b' '; kubeflavor_core::mint::request::MAX_BODY_BYTES + 1];
     let cases = [
         case(
             "no credentials",

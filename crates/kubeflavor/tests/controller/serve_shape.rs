@@ -12,16 +12,16 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
 use kube::api::{DeleteParams, PostParams};
 use kubeflavor::cmd::install::{SERVE, TOKEN_POLICY, serve_user};
+use kubeflavor_core::admission::token_shape::{self, DEFAULT_CEILINGS};
 use kubeflavor_core::token::BootstrapToken;
-use kubeflavor_core::token_meta::{
+use kubeflavor_core::token::meta::{
     BOUND_NODES_ANNOTATION, DENIALS_ANNOTATION, ISSUED_BY_ANNOTATION, LIMITS_OVERRIDE_ANNOTATION,
     MAX_NODES_ANNOTATION,
 };
-use kubeflavor_core::token_secret::{
+use kubeflavor_core::token::secret::{
     CONTROL_PLANE_GROUP, KEY_AUTH_EXTRA_GROUPS, KEY_EXPIRATION, KEY_TOKEN_ID,
     TOKEN_SECRET_NAMESPACE,
 };
-use kubeflavor_core::token_shape::{self, DEFAULT_CEILINGS};
 
 use crate::harness::*;
 use crate::support::portal::service_account_token;
@@ -49,7 +49,7 @@ async fn as_serve(h: &Harness) -> Api<Secret> {
         dry_run: true,
         ..Default::default()
     };
-    kubeflavor::cluster::until_settled(
+    kubeflavor_cluster::cache_lag::until_settled(
         POLICY_PROPAGATION,
         || secrets.create(&dry, &probe),
         |answer| matches!(answer, Err(kube::Error::Api(s)) if s.code == 422),
@@ -304,7 +304,7 @@ async fn the_serve_identity_mints_nothing_past_the_ceilings() {
     let (_, mut most) = minted(&h);
     string_data(&mut most).insert(
         KEY_EXPIRATION.into(),
-        kubeflavor_core::token_secret::format_expiration(
+        kubeflavor_core::token::secret::format_expiration(
             Timestamp::now() + SignedDuration::from_hours(7 * 24),
         ),
     );

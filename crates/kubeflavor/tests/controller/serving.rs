@@ -9,8 +9,8 @@ use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use kube::api::PostParams;
 use kube::runtime::wait::await_condition;
 use kube::{Api, Client};
-use kubeflavor::crd::Flavor;
-use kubeflavor_core::serving_csr::KUBELET_SERVING_SIGNER;
+use kubeflavor_cluster::crd::Flavor;
+use kubeflavor_core::csr::serving::KUBELET_SERVING_SIGNER;
 
 use crate::harness::*;
 

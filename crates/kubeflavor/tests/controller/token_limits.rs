@@ -8,7 +8,7 @@ use jiff::Timestamp;
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use kube::Api;
 use kube::api::PostParams;
-use kubeflavor::crd::Flavor;
+use kubeflavor_cluster::crd::Flavor;
 use kubeflavor_core::token::BootstrapToken;
 
 use crate::harness::*;

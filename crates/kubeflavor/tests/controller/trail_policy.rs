@@ -10,8 +10,8 @@ use k8s_openapi::api::events::v1::Event;
 use kube::Api;
 use kube::api::{ObjectMeta, PostParams};
 use kubeflavor::cmd::install::SERVE;
-use kubeflavor::ops::trail::{self, Regarding, TRAIL_NAMESPACE};
-use kubeflavor_core::trail_policy::{CONTROLLER_REPORTER, POLICY_NAME};
+use kubeflavor_cluster::ops::trail::{self, Regarding, TRAIL_NAMESPACE};
+use kubeflavor_core::admission::trail::{CONTROLLER_REPORTER, POLICY_NAME};
 
 use crate::harness::*;
 use crate::support::portal::service_account_token;
@@ -104,7 +104,7 @@ async fn the_serve_identity_cannot_write_events_as_the_controller() {
     let params = dry();
     // Wait until the API server enforces the policy. Without it this gives up and the
     // assertion below fails: RBAC alone lets this identity create the Event.
-    let answer = kubeflavor::cluster::until_settled(
+    let answer = kubeflavor_cluster::cache_lag::until_settled(
         POLICY_PROPAGATION,
         || events.create(&params, &forged),
         |answer| matches!(answer, Err(kube::Error::Api(s)) if s.code == 422),

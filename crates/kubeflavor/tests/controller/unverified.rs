@@ -60,7 +60,7 @@ async fn policy_in_effect(h: &Harness, csr: &str, node: &str) {
         dry_run: true,
         ..Default::default()
     };
-    let answer = kubeflavor::cluster::until_settled(
+    let answer = kubeflavor_cluster::cache_lag::until_settled(
         std::time::Duration::from_secs(10),
         || nodes.create(&params, &bare),
         |answer| answer.as_ref().is_ok_and(|n| unverified_count(n) == 1),
@@ -222,7 +222,7 @@ async fn the_controller_warns_when_the_policy_is_not_installed() {
     );
     bindings
         .delete(
-            kubeflavor_core::unverified_policy::POLICY_NAME,
+            kubeflavor_core::admission::unverified::POLICY_NAME,
             &Default::default(),
         )
         .await

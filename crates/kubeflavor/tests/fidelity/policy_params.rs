@@ -14,7 +14,7 @@ use k8s_openapi::api::admissionregistration::v1::{
 };
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
-use kubeflavor::cluster::until_settled;
+use kubeflavor_cluster::cache_lag::until_settled;
 use serde_json::{Value, json};
 
 use crate::kubelet::{kubelet, register};

@@ -11,7 +11,7 @@ use k8s_openapi::api::authentication::v1::{
 };
 use k8s_openapi::api::core::v1::{Pod, ServiceAccount};
 use kube::api::{Api, DeleteParams, PostParams};
-use kubeflavor::cluster::until_settled;
+use kubeflavor_cluster::cache_lag::until_settled;
 use serde_json::json;
 
 use crate::kubelet::{kubelet, refused, register};

@@ -129,15 +129,15 @@ async fn pin_of_another_ca_is_refused_as_a_possible_attack() {
     let env = Env::start().await;
     let t = mint_with_join_line(&env, "badjoin").await;
     let dir = env.dir().join("kubelet");
-    let other_ca = kubeflavor_core::pki::generate_shared_ca_set(
-        kubeflavor_core::pki::KeyAlgorithm::EcdsaP256,
+    let other_ca = kubeflavor_core::crypto::pki::generate_shared_ca_set(
+        kubeflavor_core::crypto::pki::KeyAlgorithm::EcdsaP256,
         jiff::Timestamp::now(),
     )
     .unwrap();
-    let other_der = kubeflavor_core::keys::parse_certificates_pem(other_ca[0].contents())
+    let other_der = kubeflavor_core::crypto::keys::parse_certificates_pem(other_ca[0].contents())
         .unwrap()
         .remove(0);
-    let wrong_pin = kubeflavor_core::pin::CaPin::from_cert_der(&other_der)
+    let wrong_pin = kubeflavor_core::crypto::pin::CaPin::from_cert_der(&other_der)
         .unwrap()
         .to_string();
 
@@ -284,13 +284,13 @@ async fn join_fake(
 fn trusted_by(kubeconfig: &Path) -> (Vec<Vec<u8>>, String) {
     use base64::Engine as _;
     let text = std::fs::read_to_string(kubeconfig).unwrap();
-    let parsed = kubeflavor_core::kubeconfig::Kubeconfig::parse(&text).unwrap();
+    let parsed = kubeflavor_core::join::kubeconfig::Kubeconfig::parse(&text).unwrap();
     let cluster = &parsed.clusters[0].cluster;
     let pem = base64::engine::general_purpose::STANDARD
         .decode(cluster.certificate_authority_data.as_deref().unwrap())
         .unwrap();
     (
-        kubeflavor_core::keys::parse_certificates_pem(&pem).unwrap(),
+        kubeflavor_core::crypto::keys::parse_certificates_pem(&pem).unwrap(),
         cluster.server.clone(),
     )
 }
@@ -316,7 +316,7 @@ async fn only_the_pinned_ca_of_a_bundle_is_trusted_and_written() {
     assert_eq!(cas, pinned, "bootstrap-kubelet.conf");
     let written = std::fs::read(kubelet_dir.join("pki/ca.crt")).unwrap();
     assert_eq!(
-        kubeflavor_core::keys::parse_certificates_pem(&written).unwrap(),
+        kubeflavor_core::crypto::keys::parse_certificates_pem(&written).unwrap(),
         pinned,
         "pki/ca.crt"
     );

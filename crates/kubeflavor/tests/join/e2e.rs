@@ -12,7 +12,7 @@ use crate::support::{Env, client_from, decide_csr, entries, whoami};
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use kube::api::{Api, DeleteParams};
 use kubeflavor::join::{self, CaCheck, JoinOptions, RecordedReport};
-use kubeflavor_core::pin::CaPin;
+use kubeflavor_core::crypto::pin::CaPin;
 
 /// The safety net for waiting on the cluster; never reached when things work.
 const PATIENCE: Duration = Duration::from_secs(60);
@@ -85,9 +85,9 @@ async fn printed_join_line_discovers_the_cluster_and_writes_the_bootstrap_kubeco
     assert_eq!(entries(&kubelet_dir.join("pki")), ["ca.crt"]);
     assert_eq!(mode(&ca_path), 0o644);
     let ca = std::fs::read(&ca_path).unwrap();
-    let ca_der = kubeflavor_core::keys::parse_certificates_pem(&ca).expect("a PEM CA");
+    let ca_der = kubeflavor_core::crypto::keys::parse_certificates_pem(&ca).expect("a PEM CA");
     assert_eq!(
-        kubeflavor_core::pin::CaPin::from_cert_der(&ca_der[0])
+        kubeflavor_core::crypto::pin::CaPin::from_cert_der(&ca_der[0])
             .unwrap()
             .to_string(),
         minted.pin

@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex};
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
-use kubeflavor_core::pin::CaPin;
+use kubeflavor_core::crypto::pin::CaPin;
 use rcgen::{
     BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
     KeyUsagePurpose, SanType,
@@ -50,7 +50,7 @@ impl TestCa {
     }
 
     pub fn pem(&self) -> String {
-        kubeflavor_core::keys::encode_pem("CERTIFICATE", &self.cert_der).to_string()
+        kubeflavor_core::crypto::keys::encode_pem("CERTIFICATE", &self.cert_der).to_string()
     }
 
     pub fn pin(&self) -> String {
@@ -101,7 +101,7 @@ pub fn cluster_info_json(kubeconfig: &str, token_id: &str, secret: &str) -> Vec<
         "metadata": {"name": "cluster-info", "namespace": "kube-public"},
         "data": {
             "kubeconfig": kubeconfig,
-            format!("jws-kubeconfig-{token_id}"): kubeflavor_core::jws::sign(token_id, secret, kubeconfig.as_bytes()),
+            format!("jws-kubeconfig-{token_id}"): kubeflavor_core::join::jws::sign(token_id, secret, kubeconfig.as_bytes()),
         },
     }))
     .unwrap()

@@ -11,7 +11,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use kubeflavor::join::{self, CaCheck, JoinOptions, RecordedReport};
-use kubeflavor_core::pin::CaPin;
+use kubeflavor_core::crypto::pin::CaPin;
 
 const PATIENCE: Duration = Duration::from_secs(60);
 
@@ -21,7 +21,7 @@ fn testkube_only(env: &Env) -> Option<&testkube::TestCluster> {
 
 /// The pin of the test cluster's CA, computed independently of kubeflavor's join code.
 fn cluster_pin(cluster: &testkube::TestCluster) -> CaPin {
-    let der = kubeflavor_core::keys::parse_certificates_pem(cluster.ca_pem().as_bytes())
+    let der = kubeflavor_core::crypto::keys::parse_certificates_pem(cluster.ca_pem().as_bytes())
         .unwrap()
         .remove(0);
     CaPin::from_cert_der(&der).unwrap()

@@ -92,7 +92,7 @@ pub async fn serve_self_signed(
     instance: &str,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<(HttpsClient, tokio::task::JoinHandle<()>)> {
-    let cluster = kubeflavor::cluster::Cluster::connect(&kubeflavor::cluster::ClusterArgs {
+    let cluster = kubeflavor::connect::Cluster::connect(&kubeflavor::connect::ClusterArgs {
         kubeconfig: Some(kubeconfig.to_path_buf()),
         context: None,
     })

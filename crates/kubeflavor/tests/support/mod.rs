@@ -109,7 +109,7 @@ impl Env {
     }
 
     async fn start_with(serial: bool) -> Env {
-        kubeflavor::cluster::install_crypto_provider();
+        kubeflavor::connect::install_crypto_provider();
         let dir = tempfile::tempdir().expect("temp dir");
         let run_id = kubeflavor_core::token::BootstrapToken::generate()
             .expect("randomness")
@@ -344,7 +344,11 @@ where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Result<T, kube::Error>>,
 {
-    kubeflavor::cluster::retry_unauthorized(kubeflavor::cluster::TOKEN_PROPAGATION, call).await
+    kubeflavor_cluster::cache_lag::retry_unauthorized(
+        kubeflavor_cluster::cache_lag::TOKEN_PROPAGATION,
+        call,
+    )
+    .await
 }
 
 /// Who the server says this client is: (username, groups). The client's token may be
@@ -438,7 +442,7 @@ pub async fn decide_csr(admin: kube::Client, node: String, approve: bool) -> Str
                 .await
                 .expect("watch ended")
                 .expect("watch failed");
-            let parsed = kubeflavor_core::csr::validate_kubelet_client_csr(
+            let parsed = kubeflavor_core::csr::client::validate_kubelet_client_csr(
                 &csr.spec.signer_name,
                 &csr.spec.request.0,
                 csr.spec.usages.as_deref().unwrap_or_default(),

@@ -18,7 +18,7 @@ use k8s_openapi::api::core::v1::{Node, Pod, Secret};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
 use kube::api::{Api, DeleteParams, ListParams};
 use kube::{Resource, ResourceExt};
-use kubeflavor::crd::{Flavor, FlavorBinding};
+use kubeflavor_cluster::crd::{Flavor, FlavorBinding};
 use kubeflavor_core::token::BootstrapToken;
 use serde::de::DeserializeOwned;
 
@@ -150,7 +150,7 @@ async fn sweep_async(
     let csrs = delete_where(
         Api::<CertificateSigningRequest>::all(client.clone()),
         |csr| {
-            let asked = kubeflavor_core::csr::requested_node_name(&csr.spec.request.0);
+            let asked = kubeflavor_core::csr::client::requested_node_name(&csr.spec.request.0);
             let requester = csr.spec.username.as_deref().unwrap_or_default();
             named(&csr.name_any())
                 || asked.as_deref().is_some_and(named)
@@ -239,7 +239,7 @@ async fn sweep_async(
 
 /// Removes the names `named` selects from the revocation list.
 async fn unlist(client: &kube::Client, named: &impl Fn(&str) -> bool) {
-    use kubeflavor::cluster::revocation_list;
+    use kubeflavor_cluster::revocation_list;
     let Ok(Some(names)) = revocation_list::read(client).await else {
         return;
     };

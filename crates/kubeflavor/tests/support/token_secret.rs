@@ -10,8 +10,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, PostParams};
 use kubeflavor_core::flavor::FlavorName;
 use kubeflavor_core::token::BootstrapToken;
-use kubeflavor_core::token_meta::{Custody, FlavorTokenMeta};
-use kubeflavor_core::token_secret::{
+use kubeflavor_core::token::meta::{Custody, FlavorTokenMeta};
+use kubeflavor_core::token::secret::{
     KEY_AUTH_EXTRA_GROUPS, KEY_EXPIRATION, KEY_TOKEN_ID, KEY_TOKEN_SECRET,
     KEY_USAGE_AUTHENTICATION, KEY_USAGE_SIGNING, TOKEN_SECRET_NAMESPACE, TOKEN_SECRET_TYPE,
     TokenSecretData, TokenSecretObject, format_expiration, secret_name,

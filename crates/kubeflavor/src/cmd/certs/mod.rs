@@ -10,9 +10,9 @@ use std::time::Duration;
 
 use clap::{Args, Subcommand, ValueEnum};
 use jiff::{SignedDuration, Timestamp};
-use kubeflavor_core::certkey::CertificateKey;
-use kubeflavor_core::copycerts::Provenance;
-use kubeflavor_core::pki::{self, KeyAlgorithm};
+use kubeflavor_core::crypto::certkey::CertificateKey;
+use kubeflavor_core::crypto::copycerts::Provenance;
+use kubeflavor_core::crypto::pki::{self, KeyAlgorithm};
 
 use crate::certs::download::DownloadOptions;
 use crate::certs::objects::ReadableBy;
@@ -25,6 +25,7 @@ use crate::cli::secret::{
     self, KEY_ENV, SecretFlags, SecretText, TOKEN_ENV, read_key, secret_input_error,
 };
 use crate::error::CliError;
+use crate::exit::ExitCode;
 
 /// The exit codes of `certs`, shown in its `--help`.
 pub const CERTS_EXIT_CODES: &str = "\
@@ -457,10 +458,83 @@ pub async fn execute(
     }
 }
 
+/// The process exit status of a certs failure: kubeflavor's general codes for cluster
+/// problems, and one code per failure of the hand-off (P5, certificate hand-off; P6,
+/// nothing lost).
+pub fn exit_code(err: &CertsError) -> ExitCode {
+    match err {
+        CertsError::Other(_) => ExitCode::Error,
+        CertsError::Refused(_) => ExitCode::Refused,
+        CertsError::Cluster(_) => ExitCode::Unreachable,
+        CertsError::Forbidden(_) => ExitCode::Forbidden,
+        CertsError::MalformedKey(_) => ExitCode::CertificateKeyMalformed,
+        CertsError::WrongKey => ExitCode::CertificateKeyWrong,
+        CertsError::Tampered(_) => ExitCode::CertsTampered,
+        CertsError::Swapped(_) => ExitCode::CertsSwapped,
+        CertsError::MissingEntry(_) => ExitCode::CertsEntryMissing,
+        CertsError::SecretGone => ExitCode::CertsSecretGone,
+        CertsError::PkiUnreadable(_) => ExitCode::PkiUnreadable,
+        CertsError::PkiInvalid(_) => ExitCode::PkiInconsistent,
+        CertsError::Unwritable(_) => ExitCode::PkiUnwritable,
+        CertsError::Conflict(_) => ExitCode::PkiConflict,
+        CertsError::WrongKeyOrTampered(_) => ExitCode::CertsWrongKeyOrTampered,
+        CertsError::NotFromKubeflavor(_) => ExitCode::CertsNotFromKubeflavor,
+    }
+}
+
+impl From<CertsError> for CliError {
+    fn from(e: CertsError) -> Self {
+        CliError::bare(exit_code(&e), e.to_string())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use clap::Parser;
+
+    fn every_variant() -> Vec<CertsError> {
+        let s = || String::from("x");
+        vec![
+            CertsError::MalformedKey(s()),
+            CertsError::WrongKey,
+            CertsError::WrongKeyOrTampered(s()),
+            CertsError::NotFromKubeflavor(s()),
+            CertsError::Tampered(s()),
+            CertsError::Swapped(s()),
+            CertsError::MissingEntry(s()),
+            CertsError::SecretGone,
+            CertsError::PkiUnreadable(s()),
+            CertsError::PkiInvalid(s()),
+            CertsError::Unwritable(s()),
+            CertsError::Conflict(s()),
+            CertsError::Refused(s()),
+            CertsError::Forbidden(s()),
+            CertsError::Cluster(s()),
+            CertsError::Other(s()),
+        ]
+    }
+
+    #[test]
+    fn every_failure_has_its_own_nonzero_exit_code() {
+        let codes: Vec<u8> = every_variant()
+            .iter()
+            .map(|e| exit_code(e).code())
+            .collect();
+        let mut unique = codes.clone();
+        unique.sort();
+        unique.dedup();
+        assert_eq!(unique.len(), codes.len(), "{codes:?}");
+        assert!(!codes.contains(&0));
+        // 2 is clap's usage error.
+        assert!(!codes.contains(&2));
+    }
+
+    #[test]
+    fn a_malformed_key_exits_20() {
+        let not_hex = certs::parse_certificate_key(&"g".repeat(64)).unwrap_err();
+        assert_eq!(exit_code(&not_hex).code(), 20);
+    }
 
     #[derive(Parser, Debug)]
     struct T {

@@ -1,7 +1,7 @@
 //! Kubelets keep off kubeflavor's applied record: a ValidatingAdmissionPolicy (and its
 //! binding) refusing any Node create or update of a `system:nodes` identity that sets,
 //! changes or removes the `kubeflavor.io/applied` annotation
-//! (`kubeflavor_core::applied_record` holds its rules). NodeRestriction leaves a kubelet
+//! (`kubeflavor_core::node::applied_record` holds its rules). NodeRestriction leaves a kubelet
 //! its own Node's annotations; this record is what release removes, so a kubelet that
 //! could rewrite it could keep a trusted label past its binding's end.
 
@@ -9,7 +9,7 @@ use k8s_openapi::api::admissionregistration::v1::{
     MatchCondition, MatchResources, NamedRuleWithOperations, ValidatingAdmissionPolicy,
     ValidatingAdmissionPolicySpec, Variable,
 };
-use kubeflavor_core::applied_record::{
+use kubeflavor_core::node::applied_record::{
     self, APPLIED_ANNOTATION, POLICY_NAME, RESOURCES, VALIDATION,
 };
 

@@ -24,9 +24,11 @@ use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams};
 use kube::runtime::wait::{await_condition, conditions};
+use kubeflavor_cluster::crd;
+use kubeflavor_cluster::unverified_policy;
+use kubeflavor_core::admission::token_shape::{self, Ceilings};
 use kubeflavor_core::flavor::TokenTtl;
-use kubeflavor_core::mint_rate::MintRate;
-use kubeflavor_core::token_shape::{self, Ceilings};
+use kubeflavor_core::mint::rate::MintRate;
 use serde::Serialize;
 use serde_json::Value;
 
@@ -35,18 +37,16 @@ pub use rbac::{CONTROLLER_SA, KUBELET_CLIENT_SIGNER, KUBELET_SERVING_SIGNER};
 pub use serve::{SERVE, ServePlan, TLS_SECRET, TOKEN_POLICY, serve_user};
 pub use workload::{HTTP_PORT, default_image};
 
-use crate::cluster::Cluster;
-use crate::cluster::FIELD_MANAGER;
-use crate::cluster::unverified_policy;
+use crate::connect::Cluster;
+use crate::connect::FIELD_MANAGER;
 use crate::controller::approvers::{self, KUBEADM_RENEWAL_BINDING};
-use crate::crd;
 use crate::error::{CliError, Result};
 use crate::exit::ExitCode;
 use crate::output;
 use crate::output::yaml::{comment, with_notes};
+use kubeflavor_core::admission::unverified::POLICY_NAME;
 use kubeflavor_core::flavor::{TrustLevel, UNVERIFIED_TAINT};
-use kubeflavor_core::placement::Placement;
-use kubeflavor_core::unverified_policy::POLICY_NAME;
+use kubeflavor_core::node::placement::Placement;
 
 /// How long `install --apply` waits for the CRDs to be served.
 const CRD_ESTABLISHED_TIMEOUT: Duration = Duration::from_secs(60);
@@ -671,7 +671,7 @@ async fn hand_approvals_over(cluster: &Cluster, mode: Mode, out: &mut dyn Write)
             "note: the policy {} refuses any binding that grants bootstrap tokens the nodeclient \
              auto-approval again, kubeadm's {} included: upgrade with \
              'kubeadm upgrade apply <version> --skip-phases bootstrap-token'",
-            kubeflavor_core::sole_approver_policy::POLICY_NAME,
+            kubeflavor_core::admission::sole_approver::POLICY_NAME,
             approvers::KUBEADM_BOOTSTRAP_BINDING,
         )?;
     }
@@ -689,7 +689,9 @@ async fn delete_binding(
     let shown = format!("clusterrolebinding.rbac.authorization.k8s.io/{name}");
     match bindings.delete(name, &DeleteParams::default()).await {
         Ok(_) => writeln!(out, "{shown} deleted ({why})")?,
-        Err(e) if crate::cluster::is_not_found(&e) => writeln!(out, "{shown} not present ({why})")?,
+        Err(e) if kubeflavor_cluster::status::is_not_found(&e) => {
+            writeln!(out, "{shown} not present ({why})")?
+        }
         Err(e) => return Err(cluster.error(&format!("delete {shown}"), e)),
     }
     Ok(())

@@ -8,7 +8,7 @@
 use serde_json::{Value, json};
 
 use super::{Document, labels, object_meta};
-use crate::cluster::Cluster;
+use crate::connect::Cluster;
 use crate::error::{CliError, Result};
 
 /// The alert rules (a Prometheus rules file: `groups:`).

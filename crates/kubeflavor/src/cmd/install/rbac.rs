@@ -5,17 +5,17 @@ use k8s_openapi::api::rbac::v1::{
     ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding, RoleRef, Subject,
 };
 use kube::api::ObjectMeta;
-use kubeflavor_core::token_secret::{CONTROL_PLANE_GROUP, NODE_GROUP, TOKEN_SECRET_NAMESPACE};
+use kubeflavor_cluster::ops::trail::TRAIL_NAMESPACE;
+use kubeflavor_core::token::secret::{CONTROL_PLANE_GROUP, NODE_GROUP, TOKEN_SECRET_NAMESPACE};
 
 use super::Document;
-use crate::ops::trail::TRAIL_NAMESPACE;
 
 /// The controller's ServiceAccount (in the install namespace).
 pub use crate::controller::approvers::CONTROLLER_SERVICE_ACCOUNT as CONTROLLER_SA;
 /// The signer of kubelet client certificates: the only one the controller may approve for.
-pub use kubeflavor_core::csr::KUBELET_CLIENT_SIGNER;
+pub use kubeflavor_core::csr::client::KUBELET_CLIENT_SIGNER;
 /// The signer of kubelet serving certificates: approved for only with --approve-serving.
-pub use kubeflavor_core::serving_csr::KUBELET_SERVING_SIGNER;
+pub use kubeflavor_core::csr::serving::KUBELET_SERVING_SIGNER;
 
 /// A rule and the sentence a reader of the YAML needs to judge it.
 pub struct Rule {
@@ -370,7 +370,7 @@ fn approver_check_rules() -> Vec<Rule> {
                 "mutatingadmissionpolicybindings",
             ],
             &["get"],
-            &[kubeflavor_core::unverified_policy::POLICY_NAME],
+            &[kubeflavor_core::admission::unverified::POLICY_NAME],
             "get, of kubeflavor's own policy and binding only: at start the controller checks that the API server taints every kubelet-created Node, and warns when it does not.",
         ),
     ]
@@ -404,7 +404,7 @@ fn token_rules() -> Vec<Rule> {
             &[""],
             &["configmaps"],
             &["get", "list", "watch", "update"],
-            &[kubeflavor_core::revocation_list::NAME],
+            &[kubeflavor_core::node::revocation_list::NAME],
             "get, list, watch, update: the revocation list only (resourceNames): every replica's webhook reads it, and the leader adds the names of revoked bindings it finds. No create or delete, and no other ConfigMap.",
         ),
     ]

@@ -2,14 +2,14 @@
 //! `kube-system/kubeflavor-revoked-nodes`, which `node revoke` fills) and the
 //! ValidatingAdmissionPolicy, parameterised by it, through which the API server itself
 //! refuses a listed node's kubelet, pods created on or bound to it, and a Node created
-//! under its name (`kubeflavor_core::revocation_list` holds the rules). Every install mode
+//! under its name (`kubeflavor_core::node::revocation_list` holds the rules). Every install mode
 //! ships them: the webhook's `NoOpinion` fallback must give a revoked node nothing.
 
 use k8s_openapi::api::admissionregistration::v1::{
     MatchCondition, MatchResources, NamedRuleWithOperations, ParamKind, ParamRef,
     ValidatingAdmissionPolicy, ValidatingAdmissionPolicySpec, Variable,
 };
-use kubeflavor_core::revocation_list::{self, NAME, NAMESPACE, POLICY_NAME};
+use kubeflavor_core::node::revocation_list::{self, NAME, NAMESPACE, POLICY_NAME};
 
 use super::{Document, object_meta};
 

@@ -16,7 +16,7 @@ use k8s_openapi::api::core::v1::{
 };
 use kube::api::ObjectMeta;
 use kubeflavor_core::flavor::{FLAVOR_LABEL, REVOKED_TAINT, TRUST_LEVEL_LABEL, UNVERIFIED_TAINT};
-use kubeflavor_core::placement::CONTROL_PLANE_LABEL;
+use kubeflavor_core::node::placement::CONTROL_PLANE_LABEL;
 use serde_json::Value;
 
 use super::*;

@@ -3,7 +3,7 @@
 //! it cannot approve CSRs, read or delete tokens, or write anything but new token Secrets
 //! and the Events that record them. RBAC cannot say which Secrets it may create, so a
 //! ValidatingAdmissionPolicy makes the API server refuse every Secret of this identity that
-//! is not a kubeflavor node token as `mint` writes it (`kubeflavor_core::token_shape`).
+//! is not a kubeflavor node token as `mint` writes it (`kubeflavor_core::admission::token_shape`).
 
 use k8s_openapi::api::admissionregistration::v1::{
     MatchCondition, MatchResources, NamedRuleWithOperations, ValidatingAdmissionPolicy,
@@ -15,10 +15,10 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::ObjectMeta;
-use kubeflavor_core::mint_rate::{MintRate, SplitError};
-use kubeflavor_core::placement::Placement;
-use kubeflavor_core::token_secret::TOKEN_SECRET_NAMESPACE;
-use kubeflavor_core::token_shape::{self, Ceilings};
+use kubeflavor_core::admission::token_shape::{self, Ceilings};
+use kubeflavor_core::mint::rate::{MintRate, SplitError};
+use kubeflavor_core::node::placement::Placement;
+use kubeflavor_core::token::secret::TOKEN_SECRET_NAMESPACE;
 
 use super::pods::{
     LIVENESS_NOTE, budget, deployment_of, field_env, placement_notes, pod_spec, port,

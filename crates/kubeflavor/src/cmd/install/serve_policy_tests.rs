@@ -8,16 +8,16 @@ use std::num::NonZeroU32;
 
 use base64::Engine;
 use jiff::{SignedDuration, Timestamp};
+use kubeflavor_core::admission::token_shape::{self, Ceilings, DEFAULT_CEILINGS};
 use kubeflavor_core::flavor::FlavorName;
 use kubeflavor_core::token::BootstrapToken;
-use kubeflavor_core::token_meta::{
+use kubeflavor_core::token::meta::{
     Custody, FlavorTokenMeta, ISSUED_BY_ANNOTATION, LIMITS_OVERRIDE_ANNOTATION,
     MAX_NODES_ANNOTATION, REQUESTED_BY_ANNOTATION,
 };
-use kubeflavor_core::token_secret::{
+use kubeflavor_core::token::secret::{
     KEY_EXPIRATION, TokenSecretData, TokenSecretObject, format_expiration,
 };
-use kubeflavor_core::token_shape::{self, Ceilings, DEFAULT_CEILINGS};
 use serde_json::{Value, json};
 
 use super::{policy_spec, serve_user};

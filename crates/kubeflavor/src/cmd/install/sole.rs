@@ -1,6 +1,6 @@
 //! `install --sole-approver`: a ValidatingAdmissionPolicy (and its binding) refusing any
 //! RBAC write that would let kube-controller-manager auto-approve a bootstrap token's
-//! kubelet client CSRs (`kubeflavor_core::sole_approver_policy` holds its rules). Deleting
+//! kubelet client CSRs (`kubeflavor_core::admission::sole_approver` holds its rules). Deleting
 //! kubeadm's `kubeadm:node-autoapprove-bootstrap` once is not enough: `kubeadm upgrade
 //! apply` re-creates it, and kube-controller-manager approves within milliseconds, before
 //! the controller sees the CSR.
@@ -9,7 +9,7 @@ use k8s_openapi::api::admissionregistration::v1::{
     MatchResources, NamedRuleWithOperations, ValidatingAdmissionPolicy,
     ValidatingAdmissionPolicySpec,
 };
-use kubeflavor_core::sole_approver_policy::{
+use kubeflavor_core::admission::sole_approver::{
     self, BINDING_RESOURCES, NODECLIENT_ROLE, POLICY_NAME, RBAC_GROUP, ROLE_RESOURCES,
 };
 
@@ -43,7 +43,7 @@ pub fn policy_spec() -> ValidatingAdmissionPolicySpec {
             ..Default::default()
         }),
         validations: Some(super::admission::validations(
-            sole_approver_policy::rules()
+            sole_approver::rules()
                 .into_iter()
                 .map(|r| (r.expression, r.message)),
         )),

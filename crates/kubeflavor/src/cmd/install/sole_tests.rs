@@ -2,7 +2,7 @@
 //! server evaluates it (testkube's ValidatingAdmissionPolicy evaluator) against RBAC
 //! objects; every verdict agrees with core's model (`binding_refused`, `role_refused`).
 
-use kubeflavor_core::sole_approver_policy::{
+use kubeflavor_core::admission::sole_approver::{
     ALLOWED_ROLES, NODECLIENT, NODECLIENT_ROLE, POLICY_NAME, Rule, Subject, binding_refused,
     role_refused, rules,
 };

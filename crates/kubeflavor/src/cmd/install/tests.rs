@@ -152,8 +152,8 @@ fn controller_can_delete_tokens_for_p4_but_cannot_delete_bindings() {
 fn token_groups_get_node_bootstrapper_but_never_auto_approval() {
     let docs = docs();
     for group in [
-        kubeflavor_core::token_secret::NODE_GROUP,
-        kubeflavor_core::token_secret::CONTROL_PLANE_GROUP,
+        kubeflavor_core::token::secret::NODE_GROUP,
+        kubeflavor_core::token::secret::CONTROL_PLANE_GROUP,
     ] {
         check_token_group(&docs, group);
     }
@@ -733,7 +733,7 @@ fn the_serve_ceilings_are_the_flags() {
     );
     let docs = documents("kubeflavor", "example.com/kubeflavor:test", 2, mode);
     let policy = find(&docs, "ValidatingAdmissionPolicy", TOKEN_POLICY);
-    let rules = kubeflavor_core::token_shape::rules(&ceilings);
+    let rules = kubeflavor_core::admission::token_shape::rules(&ceilings);
     assert_eq!(
         policy.object["spec"]["validations"]
             .as_array()
@@ -863,8 +863,8 @@ fn the_join_token_api_gets_exactly_its_rbac() {
     );
     // The trail's Events go where this Role grants them.
     assert_eq!(
-        crate::ops::trail::TRAIL_NAMESPACE,
-        kubeflavor_core::token_secret::TOKEN_SECRET_NAMESPACE
+        kubeflavor_cluster::ops::trail::TRAIL_NAMESPACE,
+        kubeflavor_core::token::secret::TOKEN_SECRET_NAMESPACE
     );
     assert!(
         tokens.rule_notes[0].contains("cannot limit create by name")
@@ -1133,8 +1133,9 @@ fn the_join_token_api_secrets_are_shaped_by_a_policy_on_its_identity() {
         serve_user("kubeflavor"),
         "system:serviceaccount:kubeflavor:kubeflavor-serve"
     );
-    let rules =
-        kubeflavor_core::token_shape::rules(&kubeflavor_core::token_shape::DEFAULT_CEILINGS);
+    let rules = kubeflavor_core::admission::token_shape::rules(
+        &kubeflavor_core::admission::token_shape::DEFAULT_CEILINGS,
+    );
     let validations = spec["validations"].as_array().unwrap();
     assert_eq!(validations.len(), rules.len());
     for (v, r) in validations.iter().zip(&rules) {
@@ -1147,7 +1148,7 @@ fn the_join_token_api_secrets_are_shaped_by_a_policy_on_its_identity() {
     }
     assert_eq!(
         spec["variables"].as_array().unwrap().len(),
-        kubeflavor_core::token_shape::variables().len()
+        kubeflavor_core::admission::token_shape::variables().len()
     );
     let binding = find(&docs, "ValidatingAdmissionPolicyBinding", TOKEN_POLICY);
     assert_eq!(
@@ -1234,7 +1235,7 @@ fn serving_approval_comes_with_its_flag_and_signer_grant_only() {
 /// CREATE of Nodes by `system:nodes` only, with core's expressions, failing closed.
 #[test]
 fn every_install_taints_kubelet_created_nodes() {
-    use kubeflavor_core::unverified_policy::{POLICY_NAME, json_patch, match_conditions};
+    use kubeflavor_core::admission::unverified::{POLICY_NAME, json_patch, match_conditions};
     let docs = docs();
     let policy = find(&docs, "MutatingAdmissionPolicy", POLICY_NAME);
     assert_eq!(policy.api_version(), "admissionregistration.k8s.io/v1");
@@ -1424,7 +1425,7 @@ fn without_monitoring_nothing_of_the_prometheus_operator_is_printed() {
 /// node keeps what Node and RBAC allow whenever the webhook cannot answer.
 #[test]
 fn every_mode_ships_the_revocation_list_and_its_policy() {
-    use kubeflavor_core::revocation_list::{NAME, NAMESPACE, POLICY_NAME};
+    use kubeflavor_core::node::revocation_list::{NAME, NAMESPACE, POLICY_NAME};
     let mut every = all_modes();
     every.push(with_serve(2));
     for docs in every {
@@ -1450,7 +1451,7 @@ fn every_mode_ships_the_revocation_list_and_its_policy() {
         let validations = policy["validations"].as_array().unwrap();
         assert_eq!(
             validations.len(),
-            kubeflavor_core::revocation_list::rules().len()
+            kubeflavor_core::node::revocation_list::rules().len()
         );
         let binding = &find(&docs, "ValidatingAdmissionPolicyBinding", POLICY_NAME).object["spec"];
         assert_eq!(binding["policyName"], POLICY_NAME);

@@ -1,12 +1,12 @@
 //! The ValidatingAdmissionPolicy (and its binding) keeping the controller's trail the
 //! controller's: an Event that names `kubeflavor.io/controller` as its reporter is refused
-//! unless the controller's ServiceAccount writes it (kubeflavor_core::trail_policy).
+//! unless the controller's ServiceAccount writes it (kubeflavor_core::admission::trail).
 
 use k8s_openapi::api::admissionregistration::v1::{
     MatchCondition, MatchResources, NamedRuleWithOperations, ValidatingAdmissionPolicy,
     ValidatingAdmissionPolicySpec,
 };
-use kubeflavor_core::trail_policy::{self, CONTROLLER_REPORTER, EventApi};
+use kubeflavor_core::admission::trail::{self, CONTROLLER_REPORTER, EventApi};
 
 use super::rbac::CONTROLLER_SA;
 use super::{Document, object_meta};
@@ -29,7 +29,7 @@ pub fn documents(namespace: &str) -> Vec<Document> {
 /// The policy on `api`'s Events and its binding.
 fn policy(namespace: &str, api: EventApi) -> [Document; 2] {
     let strings = |v: &[&str]| Some(v.iter().map(|s| s.to_string()).collect::<Vec<_>>());
-    let (expression, message) = trail_policy::rule(api);
+    let (expression, message) = trail::rule(api);
     let name = api.policy_name();
     let policy = ValidatingAdmissionPolicy {
         metadata: object_meta(name, None, COMPONENT),
@@ -47,7 +47,7 @@ fn policy(namespace: &str, api: EventApi) -> [Document; 2] {
             }),
             match_conditions: Some(vec![MatchCondition {
                 name: "not-the-controller".into(),
-                expression: trail_policy::applies_to(&controller_user(namespace)),
+                expression: trail::applies_to(&controller_user(namespace)),
             }]),
             validations: Some(super::admission::validations([(expression, message)])),
             ..Default::default()

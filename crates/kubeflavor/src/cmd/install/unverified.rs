@@ -1,22 +1,22 @@
 //! Untrusted until judged, enforced by the API server: a MutatingAdmissionPolicy (and its
 //! binding) that puts `kubeflavor.io/unverified:NoSchedule` on every Node a kubelet creates,
-//! whatever the kubelet asked (`kubeflavor_core::unverified_policy` holds its rules). The
+//! whatever the kubelet asked (`kubeflavor_core::admission::unverified` holds its rules). The
 //! controller removes the taint when it flavors the Node.
 //!
 //! The API is `admissionregistration.k8s.io/v1`, served from Kubernetes v1.36 (KEP-3962
 //! went GA there; v1beta1 from v1.34 behind a feature gate is not used). Where the API
 //! server lacks it, `install --apply` leaves both objects out and says what is lost.
 
-use kubeflavor_core::flavor::UNVERIFIED_TAINT;
-use kubeflavor_core::unverified_policy::{
+use kubeflavor_cluster::unverified_policy::{API_VERSION, without_policy};
+use kubeflavor_core::admission::unverified::{
     self, EFFECT, NODES_GROUP, OPERATION, POLICY_NAME, RESOURCE,
 };
+use kubeflavor_core::flavor::UNVERIFIED_TAINT;
 use serde_json::json;
 
 use super::{Document, object_meta};
-use crate::cluster::unverified_policy::{API_VERSION, without_policy};
 
-pub use crate::cluster::unverified_policy::SINCE;
+pub use kubeflavor_cluster::unverified_policy::SINCE;
 /// The labels' component.
 const COMPONENT: &str = "unverified-nodes";
 
@@ -28,7 +28,7 @@ pub fn documents() -> [Document; 2] {
 /// The MutatingAdmissionPolicy. Long as a declarative object literal: its fields and the
 /// note on each, in the order they print.
 fn policy() -> Document {
-    let conditions: Vec<_> = unverified_policy::match_conditions()
+    let conditions: Vec<_> = unverified::match_conditions()
         .into_iter()
         .map(|c| json!({"name": c.name, "expression": c.expression}))
         .collect();
@@ -48,7 +48,7 @@ fn policy() -> Document {
             "matchConditions": conditions,
             "mutations": [{
                 "patchType": "JSONPatch",
-                "jsonPatch": {"expression": unverified_policy::json_patch()},
+                "jsonPatch": {"expression": unverified::json_patch()},
             }],
         },
     });

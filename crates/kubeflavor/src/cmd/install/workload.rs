@@ -12,7 +12,7 @@ use super::pods::{
 use super::rbac::CONTROLLER_SA;
 use super::{Document, Mode, labels};
 use crate::controller::approvers::KUBEADM_RENEWAL_BINDING;
-use kubeflavor_core::placement::Placement;
+use kubeflavor_core::node::placement::Placement;
 
 /// The controller's HTTP port: /metrics, /healthz, /readyz.
 pub const HTTP_PORT: i32 = 8080;

@@ -4,16 +4,16 @@
 use std::io::Write;
 
 use jiff::Timestamp;
+use kubeflavor_core::flavor::ttl::CONTROL_PLANE_TOKEN_TTL;
 use kubeflavor_core::token::BootstrapToken;
-use kubeflavor_core::token_meta::FlavorTokenMeta;
-use kubeflavor_core::token_secret::{CONTROL_PLANE_GROUP, format_expiration};
-use kubeflavor_core::ttl::CONTROL_PLANE_TOKEN_TTL;
+use kubeflavor_core::token::meta::FlavorTokenMeta;
+use kubeflavor_core::token::secret::{CONTROL_PLANE_GROUP, format_expiration};
 
 use super::{
     TokenCreateArgs, TokenOutput, custody, flavor_rules, limits_override, mint_failed,
     within_flavor_limits,
 };
-use crate::cluster::Cluster;
+use crate::connect::Cluster;
 use crate::error::CliError;
 use crate::minting::{JoinTarget, join_command_line, join_target, mint_control_plane};
 

@@ -4,14 +4,14 @@
 use std::io::Write;
 
 use jiff::Timestamp;
+use kubeflavor_cluster::token_secrets::{self, StoredToken};
 use kubeflavor_core::flavor::FlavorName;
-use kubeflavor_core::token_record::{Expiration, TokenRecord, TokenRecordError};
-use kubeflavor_core::token_secret::{FLAVOR_TOKEN_LABEL, format_expiration};
+use kubeflavor_core::token::record::{Expiration, TokenRecord, TokenRecordError};
+use kubeflavor_core::token::secret::{FLAVOR_TOKEN_LABEL, format_expiration};
 use serde::Serialize;
 
 use super::TokenListArgs;
-use crate::cluster::Cluster;
-use crate::cluster::token_secrets::{self, StoredToken};
+use crate::connect::Cluster;
 use crate::error::Result;
 use crate::output::created;
 use crate::output::{self, Format, List, Table};
@@ -226,7 +226,7 @@ mod tests {
     use k8s_openapi::ByteString;
     use k8s_openapi::api::core::v1::Secret;
     use kube::api::ObjectMeta;
-    use kubeflavor_core::token_secret::TOKEN_SECRET_TYPE;
+    use kubeflavor_core::token::secret::TOKEN_SECRET_TYPE;
 
     use super::*;
 
@@ -252,7 +252,7 @@ mod tests {
         all.extend_from_slice(data);
         Secret {
             metadata: ObjectMeta {
-                name: Some(kubeflavor_core::token_secret::secret_name(
+                name: Some(kubeflavor_core::token::secret::secret_name(
                     &id.parse().unwrap(),
                 )),
                 namespace: Some("kube-system".into()),

@@ -13,22 +13,26 @@ use std::num::NonZeroU32;
 
 use clap::{Args, Subcommand, ValueEnum};
 use jiff::Timestamp;
+use kubeflavor_cluster::token_secrets;
+use kubeflavor_cluster::whoami::caller_name;
+use kubeflavor_core::flavor::input_labels::InputLabels;
 use kubeflavor_core::flavor::{FlavorName, FlavorRules, TokenTtl};
-use kubeflavor_core::input_labels::InputLabels;
-use kubeflavor_core::token::{BootstrapToken, TokenId};
-use kubeflavor_core::token_meta::{Custody, IssuedTo};
-use kubeflavor_core::token_secret::{
-    FlavorTokenMeta, NODE_GROUP, TOKEN_SECRET_NAMESPACE, format_expiration, secret_name,
+use kubeflavor_core::token::meta::{Custody, IssuedTo};
+use kubeflavor_core::token::secret::{
+    NODE_GROUP, TOKEN_SECRET_NAMESPACE, format_expiration, secret_name,
 };
+use kubeflavor_core::token::{BootstrapToken, TokenId};
 use serde::Serialize;
 use zeroize::Zeroizing;
 
 use crate::cli::{GlobalArgs, KeyValue, MaxNodes};
-use crate::cluster::{Cluster, token_secrets};
 use crate::cmd::unknown_flavor;
+use crate::connect::Cluster;
 use crate::error::{CliError, Result};
 use crate::exit::ExitCode;
-use crate::minting::{self, MintError, join_target, mint, stored_flavor_rules};
+use crate::minting::{
+    MintError, Minted, NodeTokenSpec, join_target, mint_node_token, stored_flavor_rules,
+};
 use crate::output::{self, Format};
 
 mod control_plane;
@@ -217,26 +221,21 @@ pub async fn create(cluster: &Cluster, args: &TokenCreateArgs, out: &mut dyn Wri
         false => None,
     };
     let custody = custody(cluster, args).await;
-    let mut meta = FlavorTokenMeta::new(flavor_name.clone(), max_nodes)
-        .with_custody(custody.clone())
-        .with_input_labels(input_labels.clone());
-    if overridden {
-        meta = meta.with_limits_override(limits_override(&custody, Timestamp::now()));
-    }
-    let token = mint(cluster, &meta, expiration, minting::generate)
+    let spec = NodeTokenSpec {
+        flavor: flavor_name.clone(),
+        max_nodes,
+        expiration,
+        limits_override: overridden.then(|| limits_override(&custody, Timestamp::now())),
+        custody,
+        input_labels,
+    };
+    let minted = mint_node_token(cluster, spec)
         .await
         .map_err(mint_failed(cluster))?;
     if let Some(target) = &join_target {
-        return print_join_command(target, &token, out);
+        return print_join_command(target, &minted.token, out);
     }
-    let minted = Minted {
-        flavor: flavor_name,
-        expiration,
-        max_nodes,
-        custody: &custody,
-        input_labels: &input_labels,
-    };
-    print_created(&token, &minted, args.output, out)
+    print_created(&minted, args.output, out)
 }
 
 /// The custody `token create` records: `--issued-to`, and the caller's own user name as
@@ -244,12 +243,10 @@ pub async fn create(cluster: &Cluster, args: &TokenCreateArgs, out: &mut dyn Wri
 pub async fn custody(cluster: &Cluster, args: &TokenCreateArgs) -> Custody {
     Custody {
         issued_to: args.issued_to.clone(),
-        issued_by: caller_name(cluster).await,
+        issued_by: caller_name(&cluster.client).await,
         requested_by: None,
     }
 }
-
-pub use crate::cluster::whoami::caller_name;
 
 /// The rules of the Flavor a new token is to carry: one GET, and errors that say what to
 /// do when it is missing or invalid.
@@ -338,33 +335,20 @@ pub fn mint_failed(cluster: &Cluster) -> impl Fn(MintError) -> CliError + '_ {
     }
 }
 
-/// What a node token was minted with, for printing.
-struct Minted<'a> {
-    flavor: &'a FlavorName,
-    expiration: Option<Timestamp>,
-    max_nodes: NonZeroU32,
-    custody: &'a Custody,
-    input_labels: &'a InputLabels,
-}
-
-fn print_created(
-    token: &BootstrapToken,
-    minted: &Minted<'_>,
-    format: TokenOutput,
-    out: &mut dyn Write,
-) -> Result<()> {
+fn print_created(minted: &Minted, format: TokenOutput, out: &mut dyn Write) -> Result<()> {
+    let (token, spec) = (&minted.token, &minted.spec);
     let view = CreatedToken {
         token: token.expose(),
         id: token.id().to_string(),
-        flavor: minted.flavor.to_string(),
-        expiration: minted.expiration.map(format_expiration),
-        max_nodes: minted.max_nodes.get(),
+        flavor: spec.flavor.to_string(),
+        expiration: spec.expiration.map(format_expiration),
+        max_nodes: spec.max_nodes.get(),
         usages: vec!["authentication", "signing"],
         groups: vec![NODE_GROUP],
         secret_name: format!("{TOKEN_SECRET_NAMESPACE}/{}", secret_name(token.id())),
-        issued_to: minted.custody.issued_to.as_ref().map(|t| t.to_string()),
-        issued_by: minted.custody.issued_by.clone(),
-        input_labels: minted.input_labels.to_map(),
+        issued_to: spec.custody.issued_to.as_ref().map(|t| t.to_string()),
+        issued_by: spec.custody.issued_by.clone(),
+        input_labels: spec.input_labels.to_map(),
     };
     let rendered: Zeroizing<String> = Zeroizing::new(match format {
         TokenOutput::Token => format!("{}\n", view.token.as_str()),

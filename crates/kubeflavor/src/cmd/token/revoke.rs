@@ -6,10 +6,11 @@
 use std::io::Write;
 
 use clap::Args;
-use kubeflavor_core::node_state::Revocation;
+use kubeflavor_cluster::{bindings, token_secrets};
+use kubeflavor_core::node::state::Revocation;
 use kubeflavor_core::token::TokenId;
 
-use crate::cluster::{Cluster, bindings, token_secrets};
+use crate::connect::Cluster;
 use crate::error::{CliError, Result};
 
 #[derive(Debug, Args)]

@@ -2,16 +2,14 @@
 //! each visible in API state so the next run finishes a half-done approval: reserve a use
 //! on the token, create the binding; then a last look at what the approval rests on.
 
-use k8s_openapi::api::core::v1::Node;
-use kube::Api;
+use kubeflavor_cluster::crd::FlavorBinding;
+use kubeflavor_cluster::{bindings, nodes, token_secrets};
+use kubeflavor_core::approval::client::BindingStep;
 use kubeflavor_core::names::NodeName;
-use kubeflavor_core::policy::BindingStep;
 use kubeflavor_core::token::TokenId;
 
 use super::facts::CsrFactsRead;
-use crate::cluster::{bindings, token_secrets};
 use crate::controller::{Context, Error, Step};
-use crate::crd::FlavorBinding;
 
 /// Makes the writes core's `binding` step asks for before `node`'s CSR is approved, then
 /// reads once more what the approval rests on. `Ok` means: write the Approved condition.
@@ -123,22 +121,9 @@ impl<'a> LastLook<'a> {
     }
 
     async fn check(&self, ctx: &Context) -> Result<(), Error> {
-        let read = |what: String| move |source| Error::Read { what, source };
-        let bindings = bindings::api(&ctx.client);
-        let nodes = Api::<Node>::all(ctx.client.clone());
         let (binding, node) = tokio::try_join!(
-            async {
-                bindings
-                    .get_metadata_opt(self.node)
-                    .await
-                    .map_err(read(format!("FlavorBinding {}", self.node)))
-            },
-            async {
-                nodes
-                    .get_metadata_opt(self.node)
-                    .await
-                    .map_err(read(format!("Node {}", self.node)))
-            },
+            bindings::get_metadata(&ctx.client, self.node),
+            nodes::get_metadata(&ctx.client, self.node),
         )?;
         let binding_version = binding.and_then(|b| b.metadata.resource_version);
         if binding_version != self.binding_version || node.is_some() != self.node_exists {

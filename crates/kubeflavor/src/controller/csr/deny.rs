@@ -7,12 +7,12 @@
 
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use k8s_openapi::api::core::v1::Secret;
-use kubeflavor_core::policy::{DenyCause, TokenFate, token_fate};
+use kubeflavor_cluster::ops::trail::Regarding;
+use kubeflavor_cluster::token_secrets;
+use kubeflavor_core::approval::client::{DenyCause, TokenFate, token_fate};
 
 use super::facts::CsrFactsRead;
-use crate::cluster::token_secrets;
 use crate::controller::{Context, Error, Options, Step};
-use crate::ops::trail::Regarding;
 
 /// Carries out the token's `fate` and records the denial in the admin trail. `Ok` means:
 /// write the Denied condition.
@@ -186,7 +186,7 @@ impl TokenWrite {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cluster::token_secrets::tests::flavored_secret as token_secret;
+    use kubeflavor_cluster::testing::flavored_secret as token_secret;
 
     #[test]
     fn a_raced_denial_is_judged_on_the_current_count() {

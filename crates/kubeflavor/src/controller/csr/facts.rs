@@ -10,27 +10,25 @@
 //! What was read is then handed to core as its [`CsrFacts`]; core decides.
 
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
-use k8s_openapi::api::core::v1::{Node, Secret};
-use kube::Api;
-use kube::core::PartialObjectMeta;
+use k8s_openapi::api::core::v1::Secret;
 
-use kubeflavor_core::csr::{CsrError, KubeletClientCsr, validate_kubelet_client_csr};
-use kubeflavor_core::flavor::FlavorName;
-use kubeflavor_core::input_labels::InputLabels;
-use kubeflavor_core::names::NodeName;
-use kubeflavor_core::policy::{
+use kubeflavor_cluster::crd::{Flavor, FlavorBinding, NewBinding, rules_from_flavor};
+use kubeflavor_cluster::{bindings, csrs, flavors, nodes, token_secrets};
+use kubeflavor_core::approval::client::{
     APPROVED_CONDITION, CsrFacts, DENIED_CONDITION, DenyCause, TokenLookup,
 };
+use kubeflavor_core::csr::client::{CsrError, KubeletClientCsr, validate_kubelet_client_csr};
+use kubeflavor_core::flavor::FlavorName;
+use kubeflavor_core::flavor::input_labels::InputLabels;
+use kubeflavor_core::flavor::token_limits::TokenLimits;
+use kubeflavor_core::names::NodeName;
 use kubeflavor_core::token::TokenId;
-use kubeflavor_core::token_limits::TokenLimits;
-use kubeflavor_core::token_meta::Custody;
+use kubeflavor_core::token::meta::Custody;
 
 use super::super::{Context, Error, Options, TOKEN_NAMESPACE};
-use crate::cluster::{bindings, token_secrets};
-use crate::crd::{Flavor, FlavorBinding, NewBinding, rules_from_flavor};
 
 /// Node identities (renewals) are `system:node:<name>`.
-pub use kubeflavor_core::csr::NODE_USER_PREFIX;
+pub use kubeflavor_core::csr::client::NODE_USER_PREFIX;
 /// Bootstrap token identities are `system:bootstrap:<token-id>`.
 pub use kubeflavor_core::token::BOOTSTRAP_USER_PREFIX;
 
@@ -50,15 +48,8 @@ pub struct CsrView {
 
 /// Already Approved or Denied: both are permanent, nothing left to decide.
 pub fn is_decided(csr: &CertificateSigningRequest) -> bool {
-    has_condition(csr, APPROVED_CONDITION.type_) || has_condition(csr, DENIED_CONDITION.type_)
-}
-
-/// The CSR has a condition of `type_` with status True.
-pub fn has_condition(csr: &CertificateSigningRequest, type_: &str) -> bool {
-    csr.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|cs| cs.iter().any(|c| c.type_ == type_ && c.status == "True"))
+    csrs::has_condition(csr, APPROVED_CONDITION.type_)
+        || csrs::has_condition(csr, DENIED_CONDITION.type_)
 }
 
 impl CsrView {
@@ -152,10 +143,7 @@ async fn read_token_and_flavor(
         None => None,
     };
     let flavor = match token_secret.as_ref().and_then(token_secrets::flavor_of) {
-        Some(name) => Api::<Flavor>::all(ctx.client.clone())
-            .get_opt(name)
-            .await
-            .map_err(read_err(format!("Flavor {name}")))?,
+        Some(name) => flavors::get(&ctx.client, name).await?,
         None => None,
     };
     Ok((token_secret, flavor))
@@ -166,29 +154,19 @@ pub async fn read_csr(
     ctx: &Context,
     name: &str,
 ) -> Result<Option<CertificateSigningRequest>, Error> {
-    Api::<CertificateSigningRequest>::all(ctx.client.clone())
-        .get_opt(name)
-        .await
-        .map_err(read_err(format!("CertificateSigningRequest {name}")))
+    Ok(csrs::get(&ctx.client, name).await?)
 }
 
 /// The FlavorBinding of the node name, if the CSR names one.
 async fn read_binding(ctx: &Context, node: Option<&str>) -> Result<Option<FlavorBinding>, Error> {
     let Some(node) = node else { return Ok(None) };
-    bindings::api(&ctx.client)
-        .get_opt(node)
-        .await
-        .map_err(read_err(format!("FlavorBinding {node}")))
+    Ok(bindings::get(&ctx.client, node).await?)
 }
 
 /// Whether a Node of the node name exists (a metadata-only read).
 async fn node_exists(ctx: &Context, node: Option<&str>) -> Result<bool, Error> {
     let Some(node) = node else { return Ok(false) };
-    let meta: Option<PartialObjectMeta<Node>> = Api::<Node>::all(ctx.client.clone())
-        .get_metadata_opt(node)
-        .await
-        .map_err(read_err(format!("Node {node}")))?;
-    Ok(meta.is_some())
+    Ok(nodes::get_metadata(&ctx.client, node).await?.is_some())
 }
 
 impl CsrFactsRead {

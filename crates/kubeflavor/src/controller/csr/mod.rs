@@ -37,15 +37,17 @@ use kube::runtime::controller::{Action, Config, Controller};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 
-use kubeflavor_core::csr::{CsrError, KubeletClientCsr};
+use kubeflavor_cluster::token_secrets;
+use kubeflavor_core::approval::client::{
+    BindingStep, CsrCondition, Decision, decide as core_decide,
+};
+use kubeflavor_core::csr::client::{CsrError, KubeletClientCsr};
 use kubeflavor_core::flavor::FlavorName;
-use kubeflavor_core::policy::{BindingStep, CsrCondition, Decision, decide as core_decide};
 use kubeflavor_core::token::TokenId;
 
 use super::cache;
 use super::metrics::Metrics;
 use super::{Context, Error, KUBELET_CLIENT_SIGNER, Step, Stop};
-use crate::cluster::token_secrets;
 
 /// Runs the CSR loop until `until` resolves.
 pub async fn run(ctx: Arc<Context>, until: Stop) {
@@ -261,7 +263,7 @@ fn served(
         Ok(csr) => Some(csr.node_name.to_string()),
         // Routing only: an invalid CSR goes to the controller of the name it asks for,
         // which denies it.
-        Err(_) => kubeflavor_core::csr::requested_node_name(&view.request),
+        Err(_) => kubeflavor_core::csr::client::requested_node_name(&view.request),
     };
     let node = asked.or_else(|| {
         view.username

@@ -14,26 +14,25 @@ use std::sync::Arc;
 
 use futures::StreamExt;
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
-use k8s_openapi::api::core::v1::Node;
 use kube::Api;
 use kube::runtime::controller::{Action, Config, Controller};
 use kube::runtime::reflector;
 use kube::runtime::{WatchStreamExt, watcher};
 
-use kubeflavor_core::names::NodeName;
-use kubeflavor_core::node_cutoff;
-use kubeflavor_core::serving_csr::{KUBELET_SERVING_SIGNER, validate_kubelet_serving_csr};
-use kubeflavor_core::serving_policy::{
+use kubeflavor_cluster::crd::{Flavor, FlavorBinding, rules_from_flavor};
+use kubeflavor_cluster::ops::trail::Regarding;
+use kubeflavor_cluster::{bindings, flavors, nodes};
+use kubeflavor_core::approval::serving::{
     ServingDecision, ServingDenyCause, ServingFacts, decide_serving, requesting_node,
 };
+use kubeflavor_core::csr::serving::{KUBELET_SERVING_SIGNER, validate_kubelet_serving_csr};
+use kubeflavor_core::names::NodeName;
+use kubeflavor_core::node::cutoff;
 
 use super::facts::{self, CsrView};
 use super::{error_policy, read_pending, write_condition};
-use crate::cluster::bindings;
 use crate::controller::metrics::Metrics;
 use crate::controller::{Context, Error, Step, Stop, cache};
-use crate::crd::{Flavor, FlavorBinding, rules_from_flavor};
-use crate::ops::trail::Regarding;
 
 /// Metric label of this loop (errors, queue and read stages).
 const LOOP: &str = "serving";
@@ -177,38 +176,21 @@ async fn read_binding_and_flavor(ctx: &Context, node: Option<&NodeName>) -> Resu
             node_marked_revoked: false,
         });
     };
-    let binding = bindings::api(&ctx.client)
-        .get_opt(node.as_str())
-        .await
-        .map_err(|source| Error::Read {
-            what: format!("FlavorBinding {node}"),
-            source,
-        })?;
+    let binding = bindings::get(&ctx.client, node.as_str()).await?;
     let flavor = match &binding {
-        Some(b) => Api::<Flavor>::all(ctx.client.clone())
-            .get_opt(&b.spec.flavor)
-            .await
-            .map_err(|source| Error::Read {
-                what: format!("Flavor {}", b.spec.flavor),
-                source,
-            })?,
+        Some(b) => flavors::get(&ctx.client, &b.spec.flavor).await?,
         None => None,
     };
     // With a binding, its Revoked condition speaks (the controller taints the Node from
     // it); without one, the Node's revoked taint is the revocation that stands.
     let node_marked_revoked = match &binding {
         Some(_) => false,
-        None => Api::<Node>::all(ctx.client.clone())
-            .get_opt(node.as_str())
-            .await
-            .map_err(|source| Error::Read {
-                what: format!("Node {node}"),
-                source,
-            })?
+        None => nodes::get(&ctx.client, node.as_str())
+            .await?
             .and_then(|n| n.spec?.taints)
             .is_some_and(|ts| {
                 ts.iter()
-                    .any(|t| node_cutoff::is_revocation_mark(&t.key, &t.effect))
+                    .any(|t| cutoff::is_revocation_mark(&t.key, &t.effect))
             }),
     };
     Ok(Read {
@@ -226,13 +208,7 @@ async fn last_look(
     node: &NodeName,
     binding: Option<&FlavorBinding>,
 ) -> Result<(), Error> {
-    let now = bindings::api(&ctx.client)
-        .get_metadata_opt(node.as_str())
-        .await
-        .map_err(|source| Error::Read {
-            what: format!("FlavorBinding {node}"),
-            source,
-        })?;
+    let now = bindings::get_metadata(&ctx.client, node.as_str()).await?;
     let was = binding.and_then(|b| b.metadata.resource_version.clone());
     if now.and_then(|b| b.metadata.resource_version) != was {
         return Err(Error::Changed {
@@ -290,84 +266,5 @@ fn record_decision(ctx: &Context, csr: &str, decision: &ServingDecision) {
         }
         ServingDecision::Deny(cause) => ctx.metrics.serving_decision("denied", cause.as_str()),
         ServingDecision::Ignore(_) => {}
-    }
-}
-
-/// The latest serving CSR a node filed, and where it stands: for `kubeflavor node get`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ServingCsrState {
-    pub csr: String,
-    /// `Pending`, `Approved` (not signed yet), `Issued`, `Denied` or `Failed`.
-    pub state: &'static str,
-    pub created: Option<jiff::Timestamp>,
-}
-
-/// The state of one CSR as its conditions and certificate say.
-pub fn csr_state(csr: &CertificateSigningRequest) -> &'static str {
-    if facts::has_condition(csr, "Denied") {
-        "Denied"
-    } else if facts::has_condition(csr, "Failed") {
-        "Failed"
-    } else if csr
-        .status
-        .as_ref()
-        .and_then(|s| s.certificate.as_ref())
-        .is_some_and(|c| !c.0.is_empty())
-    {
-        "Issued"
-    } else if facts::has_condition(csr, "Approved") {
-        "Approved"
-    } else {
-        "Pending"
-    }
-}
-
-/// The latest serving CSR filed by `system:node:<node>` (by creation time), if any.
-pub async fn latest_serving_csr(
-    client: &kube::Client,
-    node: &str,
-) -> Result<Option<ServingCsrState>, kube::Error> {
-    let list = Api::<CertificateSigningRequest>::all(client.clone())
-        .list(
-            &kube::api::ListParams::default()
-                .fields(&format!("spec.signerName={KUBELET_SERVING_SIGNER}")),
-        )
-        .await?;
-    let user = format!("{}{node}", facts::NODE_USER_PREFIX);
-    Ok(list
-        .items
-        .iter()
-        .filter(|c| c.spec.username.as_deref() == Some(user.as_str()))
-        .max_by_key(|c| c.metadata.creation_timestamp.as_ref().map(|t| t.0))
-        .map(|c| ServingCsrState {
-            csr: c.metadata.name.clone().unwrap_or_default(),
-            state: csr_state(c),
-            created: c.metadata.creation_timestamp.as_ref().map(|t| t.0),
-        }))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn csr(conditions: &[&str], certificate: bool) -> CertificateSigningRequest {
-        serde_json::from_value(serde_json::json!({
-            "metadata": {"name": "c"},
-            "spec": {"request": "", "signerName": KUBELET_SERVING_SIGNER},
-            "status": {
-                "conditions": conditions.iter().map(|t| serde_json::json!({"type": t, "status": "True"})).collect::<Vec<_>>(),
-                "certificate": if certificate { "AAAA" } else { "" },
-            }
-        }))
-        .expect("a CSR")
-    }
-
-    #[test]
-    fn a_csrs_state_is_read_from_conditions_and_certificate() {
-        assert_eq!(csr_state(&csr(&[], false)), "Pending");
-        assert_eq!(csr_state(&csr(&["Approved"], false)), "Approved");
-        assert_eq!(csr_state(&csr(&["Approved"], true)), "Issued");
-        assert_eq!(csr_state(&csr(&["Denied"], false)), "Denied");
-        assert_eq!(csr_state(&csr(&["Approved", "Failed"], false)), "Failed");
     }
 }

@@ -24,11 +24,14 @@ use kube::api::Patch;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
-use kubeflavor_core::applied_record::APPLIED_ANNOTATION;
+use kubeflavor_cluster::crd::{Flavor, FlavorBinding, FlavorBindingStatus};
+use kubeflavor_cluster::ops::trail::Regarding;
+use kubeflavor_cluster::{bindings, flavors, nodes, token_secrets};
+use kubeflavor_core::approval::client::APPROVED_CONDITION;
+use kubeflavor_core::approval::client::token_is_used_up;
 use kubeflavor_core::flavor::{FLAVOR_LABEL, UNVERIFIED_TAINT};
-use kubeflavor_core::node_state::{BindingCsr, node_is_the_holders};
-use kubeflavor_core::policy::APPROVED_CONDITION;
-use kubeflavor_core::policy::token_is_used_up;
+use kubeflavor_core::node::applied_record::APPLIED_ANNOTATION;
+use kubeflavor_core::node::state::{BindingCsr, node_is_the_holders};
 use tokio::sync::Notify;
 
 use super::cache;
@@ -37,9 +40,6 @@ use super::fleet::{self, Fingerprint};
 use super::metrics::Metrics;
 use super::queue::WorkQueue;
 use super::{Context, Error, Options, Step, Stop};
-use crate::cluster::{bindings, token_secrets};
-use crate::crd::{Flavor, FlavorBinding, FlavorBindingStatus};
-use crate::ops::trail::Regarding;
 
 type Events<K> = BoxStream<'static, Result<K, watcher::Error>>;
 type WatchEvents<K> = BoxStream<'static, Result<watcher::Event<K>, watcher::Error>>;
@@ -223,14 +223,9 @@ async fn write_bound_counts(ctx: &Context, changed: &Notify) -> Result<(), Error
         }),
         |flavor| ctx.fleet.bound_count(flavor),
     );
-    let api: Api<Flavor> = Api::all(ctx.client.clone());
     for (name, count) in updates {
         ctx.begin_write(Step::StatusWritten)?;
-        let body = serde_json::json!({ "status": { "boundNodes": count } });
-        match api
-            .patch_status(&name, &super::patch_params(), &Patch::Merge(&body))
-            .await
-        {
+        match flavors::write_bound_nodes(&ctx.client, &name, &super::patch_params(), count).await {
             Ok(_) => tracing::debug!(flavor = %name, count, "bound nodes counted"),
             // Deleted meanwhile: nothing to count.
             Err(kube::Error::Api(s)) if s.is_not_found() => {}
@@ -422,7 +417,7 @@ async fn binding_csr(ctx: &Context, binding: &FlavorBinding) -> Result<BindingCs
 }
 
 fn approved(csr: &CertificateSigningRequest) -> bool {
-    facts::has_condition(csr, APPROVED_CONDITION.type_)
+    kubeflavor_cluster::csrs::has_condition(csr, APPROVED_CONDITION.type_)
 }
 
 /// What of a Flavor its Nodes depend on: which object (uid) and which spec (generation).
@@ -482,20 +477,9 @@ async fn release(name: &str, ctx: &Context) -> Result<(), Error> {
     if ctx.fleet.get(name).binding.is_some() {
         return Ok(());
     }
-    let read = |what: String| move |source| Error::Read { what, source };
     let (binding, node) = tokio::try_join!(
-        async {
-            bindings::api(&ctx.client)
-                .get_metadata_opt(name)
-                .await
-                .map_err(read(format!("FlavorBinding {name}")))
-        },
-        async {
-            Api::<Node>::all(ctx.client.clone())
-                .get_opt(name)
-                .await
-                .map_err(read(format!("Node {name}")))
-        },
+        bindings::get_metadata(&ctx.client, name),
+        nodes::get(&ctx.client, name),
     )?;
     let (None, Some(node)) = (binding, node) else {
         return Ok(());
@@ -649,23 +633,7 @@ async fn read_binding_and_node(
     ctx: &Context,
     name: &str,
 ) -> Result<Option<(FlavorBinding, Node)>, Error> {
-    let read = |what: String| move |source| Error::Read { what, source };
-    let bindings = bindings::api(&ctx.client);
-    let nodes: Api<Node> = Api::all(ctx.client.clone());
-    let (binding, node) = tokio::try_join!(
-        async {
-            bindings
-                .get_opt(name)
-                .await
-                .map_err(read(format!("FlavorBinding {name}")))
-        },
-        async {
-            nodes
-                .get_opt(name)
-                .await
-                .map_err(read(format!("Node {name}")))
-        },
-    )?;
+    let (binding, node) = bindings::with_node(&ctx.client, name).await?;
     Ok(binding.zip(node))
 }
 

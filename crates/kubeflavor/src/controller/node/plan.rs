@@ -3,11 +3,10 @@
 //! and the binding status to write. No rule is decided here.
 
 use k8s_openapi::api::core::v1::Node;
-use kubeflavor_core::applied_record::APPLIED_ANNOTATION;
+use kubeflavor_cluster::crd::{Flavor, FlavorBinding, FlavorBindingStatus, rules_from_flavor};
 use kubeflavor_core::flavor::{FlavorName, FlavorRules};
-use kubeflavor_core::node_state::{NodeFacts, NodeTaint, desired_node_state, released_node_state};
-
-use crate::crd::{Flavor, FlavorBinding, FlavorBindingStatus, rules_from_flavor};
+use kubeflavor_core::node::applied_record::APPLIED_ANNOTATION;
+use kubeflavor_core::node::state::{NodeFacts, NodeTaint, desired_node_state, released_node_state};
 
 /// What the node flow should write for one binding.
 #[derive(Clone, Debug, PartialEq)]
@@ -109,8 +108,8 @@ pub fn bound_node_updates<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::crd::{CONDITION_REVOKED, Condition};
     use kube::ResourceExt;
+    use kubeflavor_cluster::crd::{CONDITION_REVOKED, Condition};
     use serde_json::json;
 
     fn binding(status: Option<FlavorBindingStatus>) -> FlavorBinding {

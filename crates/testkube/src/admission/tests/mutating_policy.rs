@@ -8,7 +8,7 @@ use crate::types::{ApiError, IdentityKind, Operation, UserInfo};
 const GROUP: &str = "admissionregistration.k8s.io";
 const TAINT: &str = "kubeflavor.io/unverified";
 
-/// kubeflavor's policy as `install` ships it (kubeflavor_core::unverified_policy).
+/// kubeflavor's policy as `install` ships it (kubeflavor_core::admission::unverified).
 fn unverified_policy(name: &str) -> Value {
     json!({"metadata": {"name": name}, "spec": {
         "failurePolicy": "Fail",

@@ -74,9 +74,19 @@ pub async fn write_status(
 /// Revokes the binding `name` (its Revoked condition, `why`): `false` when it was revoked
 /// already. A conflict with the controller's own status writes reads it again and retries.
 pub async fn revoke(client: &Client, name: &str, why: &Revocation) -> Result<bool, kube::Error> {
+    change_status(client, name, |b| b.revoked_status(why)).await
+}
+
+/// Writes the status `next` makes of the binding `name`, read fresh each try: `false` when
+/// `next` has nothing to change. A conflict with another status write reads it again.
+async fn change_status(
+    client: &Client,
+    name: &str,
+    next: impl Fn(&FlavorBinding) -> Option<FlavorBindingStatus>,
+) -> Result<bool, kube::Error> {
     loop {
         let binding = api(client).get(name).await?;
-        let Some(status) = binding.revoked_status(why) else {
+        let Some(status) = next(&binding) else {
             return Ok(false);
         };
         let rv = binding.resource_version().unwrap_or_default();
@@ -133,16 +143,5 @@ pub async fn set_condition(
     reason: &str,
     message: &str,
 ) -> Result<bool, kube::Error> {
-    loop {
-        let binding = api(client).get(name).await?;
-        let Some(status) = binding.with_condition(type_, reason, message) else {
-            return Ok(false);
-        };
-        let rv = binding.resource_version().unwrap_or_default();
-        match write_status(client, name, &rv, &status).await {
-            Ok(_) => return Ok(true),
-            Err(kube::Error::Api(s)) if s.is_conflict() => continue,
-            Err(e) => return Err(e),
-        }
-    }
+    change_status(client, name, |b| b.with_condition(type_, reason, message)).await
 }

@@ -91,12 +91,12 @@ pub async fn run_loops(rt: &Runtime, until: Stop) {
     let node_loop = node::run(ctx.clone(), feeds, until.clone());
     let counts = node::keep_bound_counts(ctx.clone(), counts_changed, until.clone());
     let synced = mark_synced(ctx.clone(), until.clone());
-    let csr_loop = csr::run(ctx.clone(), until.clone());
+    let csr_loop = csr::run::<csr::client::ClientCsrs>(ctx.clone(), until.clone());
     let serving_until = until.clone();
     let csr_loop = async {
         let serving_loop = async {
             if rt.opts.approve_serving {
-                csr::serving::run(ctx.clone(), serving_until).await;
+                csr::run::<csr::serving::ServingCsrs>(ctx.clone(), serving_until).await;
                 tracing::debug!("serving csr loop ended");
             }
         };

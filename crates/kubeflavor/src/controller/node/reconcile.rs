@@ -7,9 +7,8 @@ use std::sync::Arc;
 
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use k8s_openapi::api::core::v1::Node;
-use kube::api::Patch;
+use kube::ResourceExt;
 use kube::runtime::reflector::ObjectRef;
-use kube::{Api, ResourceExt};
 use kubeflavor_cluster::crd::{Flavor, FlavorBinding, FlavorBindingStatus};
 use kubeflavor_cluster::ops::trail::Regarding;
 use kubeflavor_cluster::{bindings, nodes, token_secrets};
@@ -117,8 +116,7 @@ async fn release(name: &str, ctx: &Context) -> Result<(), Error> {
         return Ok(());
     };
     let released = async {
-        Api::<Node>::all(ctx.client.clone())
-            .patch(name, &patch_params(), &Patch::Merge(&patch))
+        nodes::merge_patch(&ctx.client, name, &patch_params(), &patch)
             .await
             .map_err(|source| Error::PatchNode {
                 node: name.to_string(),
@@ -297,8 +295,7 @@ async fn patch_node(
     };
     let name = node.name_any();
     let patched = async {
-        let patched = Api::<Node>::all(ctx.client.clone())
-            .patch(&name, &patch_params(), &Patch::Merge(patch))
+        let patched = nodes::merge_patch(&ctx.client, &name, &patch_params(), patch)
             .await
             .map_err(|source| Error::PatchNode {
                 node: name.clone(),

@@ -115,16 +115,7 @@ async fn release(name: &str, ctx: &Context) -> Result<(), Error> {
     let Some(patch) = plan::plan_release(&node, flavor.as_deref()) else {
         return Ok(());
     };
-    let released = async {
-        nodes::merge_patch(&ctx.client, name, &patch_params(), &patch)
-            .await
-            .map_err(|source| Error::PatchNode {
-                node: name.to_string(),
-                source,
-            })?;
-        ctx.metrics.node_patches.inc();
-        Ok(())
-    };
+    let released = send_patch(ctx, name, &patch);
     ctx.write(name, Step::NodePatched, released).await?;
     let note = match node.labels().get(FLAVOR_LABEL) {
         Some(flavor) => format!(
@@ -295,17 +286,24 @@ async fn patch_node(
     };
     let name = node.name_any();
     let patched = async {
-        let patched = nodes::merge_patch(&ctx.client, &name, &patch_params(), patch)
-            .await
-            .map_err(|source| Error::PatchNode {
-                node: name.clone(),
-                source,
-            })?;
-        ctx.metrics.node_patches.inc();
+        let patched = send_patch(ctx, &name, patch).await?;
         tracing::info!(node = %name, flavor = %binding.spec.flavor, "node flavored");
         Ok(node_fingerprint(&patched))
     };
     ctx.write(&name, Step::NodePatched, patched).await
+}
+
+/// Merge-patches the Node `name` as the controller (its field manager), counted in the
+/// `node_patches` metric.
+async fn send_patch(ctx: &Context, name: &str, patch: &serde_json::Value) -> Result<Node, Error> {
+    let patched = nodes::merge_patch(&ctx.client, name, &patch_params(), patch)
+        .await
+        .map_err(|source| Error::PatchNode {
+            node: name.to_string(),
+            source,
+        })?;
+    ctx.metrics.node_patches.inc();
+    Ok(patched)
 }
 
 /// Writes the binding's status when it differs (guarded by the resourceVersion read), and

@@ -10,6 +10,7 @@ pub mod cache_lag;
 pub mod crd;
 pub mod csrs;
 pub mod flavors;
+pub mod leases;
 pub mod nodes;
 pub mod ops;
 pub mod read;

@@ -8,17 +8,14 @@
 //! decision independent of clock skew between replicas. A leader that cannot renew for
 //! `renew_deadline` (shorter than `lease_duration`) steps down before anyone may take over.
 //!
-//! Lease times are MicroTime: the API server requires exactly 6 fractional digits (`.123Z`
-//! or no fraction is a 400); k8s-openapi's `MicroTime` serialises with `%.6f`, checked by a
-//! test below.
+//! The Lease's reads and writes are the cluster crate's (`leases`); this module decides
+//! which to make when.
 
 use std::time::Duration;
 
-use jiff::Timestamp;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
-use kube::Api;
-use kube::api::PostParams;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+use kubeflavor_cluster::leases::{Holder, NamedLease};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
@@ -123,7 +120,8 @@ pub fn lease_step(
 type LeaseRecord = (Option<String>, Option<MicroTime>);
 
 pub struct LeaderElector {
-    api: Api<Lease>,
+    lease: NamedLease,
+    holder: Holder,
     cfg: LeaseConfig,
     /// The record last seen and when (local clock) it was first seen like that.
     observed: Option<(LeaseRecord, Instant)>,
@@ -131,9 +129,14 @@ pub struct LeaderElector {
 
 impl LeaderElector {
     pub fn new(client: kube::Client, cfg: LeaseConfig) -> Self {
-        let api = Api::namespaced(client, &cfg.namespace);
+        let lease = NamedLease::new(client, &cfg.namespace, &cfg.name);
+        let holder = Holder {
+            identity: cfg.identity.clone(),
+            lease_duration: cfg.lease_duration,
+        };
         LeaderElector {
-            api,
+            lease,
+            holder,
             cfg,
             observed: None,
         }
@@ -163,26 +166,10 @@ impl LeaderElector {
         }
     }
 
-    fn spec_now(&self, acquire_time: Option<MicroTime>, transitions: i32) -> LeaseSpec {
-        let now = MicroTime(Timestamp::now());
-        LeaseSpec {
-            holder_identity: Some(self.cfg.identity.clone()),
-            lease_duration_seconds: Some(self.cfg.lease_duration.as_secs().max(1) as i32),
-            acquire_time: Some(acquire_time.unwrap_or_else(|| now.clone())),
-            renew_time: Some(now),
-            lease_transitions: Some(transitions),
-            ..LeaseSpec::default()
-        }
-    }
-
     /// One round: returns whether we hold the Lease afterwards. A 409 (another candidate
     /// wrote first) is a lost round, not an error.
     pub async fn try_acquire_or_renew(&mut self) -> Result<bool, LeaderError> {
-        let current = self
-            .api
-            .get_opt(&self.cfg.name)
-            .await
-            .map_err(|e| self.read_err(e))?;
+        let current = self.lease.get().await.map_err(|e| self.read_err(e))?;
         let unchanged_for = self.observe(current.as_ref());
         let step = lease_step(
             current.as_ref().and_then(|l| l.spec.as_ref()),
@@ -192,8 +179,11 @@ impl LeaderElector {
         tracing::debug!(identity = %self.cfg.identity, ?step, ?unchanged_for, "lease round");
         let result = match (step, current) {
             (LeaseStep::Wait { .. }, _) => return Ok(false),
-            (LeaseStep::Create, _) | (_, None) => self.create().await,
-            (step, Some(lease)) => self.hold(lease, step == LeaseStep::TakeOver).await,
+            (LeaseStep::Create, _) | (_, None) => self.lease.create(&self.holder).await,
+            (step, Some(lease)) => {
+                let take_over = step == LeaseStep::TakeOver;
+                self.lease.hold(lease, &self.holder, take_over).await
+            }
         };
         match result {
             Ok(lease) => {
@@ -224,60 +214,20 @@ impl LeaderElector {
         }
     }
 
-    /// Creates the Lease, held by this candidate.
-    async fn create(&self) -> Result<Lease, kube::Error> {
-        let lease = Lease {
-            metadata: ObjectMeta {
-                name: Some(self.cfg.name.clone()),
-                namespace: Some(self.cfg.namespace.clone()),
-                ..ObjectMeta::default()
-            },
-            spec: Some(self.spec_now(None, 0)),
-        };
-        self.api.create(&PostParams::default(), &lease).await
-    }
-
-    /// Renews the Lease read as `lease`, or takes it over (a new acquire time, one more
-    /// transition).
-    async fn hold(&self, mut lease: Lease, take_over: bool) -> Result<Lease, kube::Error> {
-        let old = lease.spec.take().unwrap_or_default();
-        let transitions = old.lease_transitions.unwrap_or(0);
-        lease.spec = Some(if take_over {
-            self.spec_now(None, transitions + 1)
-        } else {
-            self.spec_now(old.acquire_time, transitions)
-        });
-        // metadata.resourceVersion from the read makes this PUT fail with 409 if anyone
-        // wrote in between: the optimistic lock of the election.
-        self.api
-            .replace(&self.cfg.name, &PostParams::default(), &lease)
-            .await
-    }
-
     /// Gives the Lease up so a standby takes over at its next round instead of waiting for
     /// expiry (client-go's ReleaseOnCancel). Only clears it if we still hold it.
     pub async fn release(&mut self) -> Result<(), LeaderError> {
-        let Some(mut lease) = self
-            .api
-            .get_opt(&self.cfg.name)
-            .await
-            .map_err(|e| self.read_err(e))?
-        else {
+        let Some(lease) = self.lease.get().await.map_err(|e| self.read_err(e))? else {
             return Ok(());
         };
-        let mut spec = lease.spec.take().unwrap_or_default();
-        if spec.holder_identity.as_deref() != Some(self.cfg.identity.as_str()) {
+        let holder = lease
+            .spec
+            .as_ref()
+            .and_then(|s| s.holder_identity.as_deref());
+        if holder != Some(self.cfg.identity.as_str()) {
             return Ok(());
         }
-        spec.holder_identity = None;
-        spec.renew_time = Some(MicroTime(Timestamp::now()));
-        spec.lease_duration_seconds = Some(1);
-        lease.spec = Some(spec);
-        match self
-            .api
-            .replace(&self.cfg.name, &PostParams::default(), &lease)
-            .await
-        {
+        match self.lease.release(lease).await {
             Ok(_) => Ok(()),
             Err(kube::Error::Api(s)) if s.is_conflict() => Ok(()),
             Err(e) => Err(self.write_err(e)),
@@ -402,22 +352,5 @@ mod tests {
             lease_step(Some(&s), "a", Duration::ZERO),
             LeaseStep::TakeOver
         );
-    }
-
-    #[test]
-    fn micro_time_has_exactly_six_fractional_digits() {
-        // `.123Z` or no fraction is a 400 from the real API server.
-        for ts in [
-            "2026-11-30T04:27:03Z",
-            "2026-11-30T04:27:03.123Z",
-            "2026-11-30T04:27:03.123456789Z",
-        ] {
-            let t: Timestamp = ts.parse().unwrap();
-            let json = serde_json::to_value(MicroTime(t)).unwrap();
-            let s = json.as_str().unwrap();
-            let frac = s.split('.').nth(1).expect("a fraction");
-            assert_eq!(frac.len(), 7, "{s}: six digits and Z");
-            assert!(frac.ends_with('Z') && frac[..6].chars().all(|c| c.is_ascii_digit()));
-        }
     }
 }

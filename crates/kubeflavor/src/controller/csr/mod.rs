@@ -1,28 +1,25 @@
-//! The CSR loop: gather facts -> decide (core) -> apply, for kubelet client CSRs.
+//! The CSR loops: gather facts -> decide (core) -> apply, one loop per signer.
 //!
-//! Core decides everything: approve (with the writes that come first), deny (with the
-//! token's fate) or ignore. This module only reads the facts and writes the answer.
+//! Every signer kubeflavor decides runs through the same loop ([`run`]): a watch filtered
+//! by signer on the server, a cache of pending CSRs only, a fair turn to talk to the API
+//! server, the CSR and the facts read fresh from the API server, core's decision, the
+//! writes that come before it, and the one generic condition core gives, written under
+//! the leadership write bracket. What differs between signers is one [`Signer`] entry
+//! each, as upstream's sarapprove (kubernetes/pkg/controller/certificates/approver/
+//! sarapprove.go) lists its recognizers: `client` for kubelet client CSRs, `serving` for
+//! kubelet serving CSRs (`--approve-serving`).
 //!
-//! `facts` reads and hands core its facts; `approve` and `deny` make the writes that come
-//! before the decision; the decision itself, the one condition core gives, is written here
-//! ([`conclude`]).
-//!
-//! Apply order for an approval (P3 (binding), P6 (nothing lost)): reserve a use on the token Secret (PUT with the
-//! resourceVersion read), create the FlavorBinding, approve. Each step is visible in API
-//! state, and the next reconcile re-reads it: a name already in `bound-nodes` is not
-//! reserved twice, an existing binding to the same token is not created twice. So a crash
-//! between two steps is finished by the next run, and a lost race (409) is decided again.
-//!
-//! Denials (P1 (hidden flavor), P4 (rejection that ends)): one generic reason/message on
-//! the CSR; the cause goes to the trail. When core says the token must go, the Secret is
-//! deleted BEFORE the denial is written so a crash in between still ends with the token
-//! gone (the retry then finds it missing).
+//! `facts` reads and hands core the facts of a client CSR; `approve` and `deny` make a
+//! client approval's and denial's writes before the decision; the decision itself, for
+//! every signer, is written here ([`write_condition`]).
 
 pub mod approve;
+pub mod client;
 pub mod deny;
 pub mod facts;
 pub mod serving;
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -30,39 +27,106 @@ use futures::StreamExt;
 use k8s_openapi::api::certificates::v1::{
     CertificateSigningRequest, CertificateSigningRequestCondition, CertificateSigningRequestStatus,
 };
-use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
 use kube::api::PostParams;
 use kube::runtime::controller::{Action, Config, Controller};
-use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
-
-use kubeflavor_cluster::token_secrets;
-use kubeflavor_core::approval::client::{
-    BindingStep, CsrCondition, Decision, decide as core_decide,
-};
-use kubeflavor_core::csr::client::{CsrError, KubeletClientCsr};
-use kubeflavor_core::flavor::FlavorName;
-use kubeflavor_core::token::TokenId;
+use kubeflavor_core::approval::client::CsrCondition;
 
 use super::cache;
 use super::metrics::Metrics;
-use super::{Context, Error, KUBELET_CLIENT_SIGNER, Step, Stop};
+use super::{Context, Error, Options, Step, Stop};
 
-/// Runs the CSR loop until `until` resolves.
-pub async fn run(ctx: Arc<Context>, until: Stop) {
+pub use self::client::OwnTokenWrites;
+
+/// Where a decision leaves the CSR.
+pub enum Outcome<'a> {
+    /// Not kubeflavor's to decide, and why (a metric label): nothing is written.
+    Ignore(&'a str),
+    Approve,
+    Deny,
+}
+
+/// One signer's entry: which CSRs, how they are routed and read, what core decides, the
+/// writes before the condition, and how a decision shows in metrics and logs. The loop
+/// around it is the same for every signer ([`run`]).
+pub trait Signer: Send + Sync + 'static {
+    /// The signer name: the watch's server-side filter.
+    const SIGNER: &'static str;
+    /// This loop as a metric label of its queue and read stages. (Its reconcile errors
+    /// and conflicts count under `csr`, see [`error_policy`].)
+    const LOOP: &'static str;
+    /// The loop's name in the log.
+    const LOG: &'static str;
+    /// What the log says of a CSR core ignores.
+    const IGNORED: &'static str;
+    /// The decisions family this signer counts in, by outcome and cause.
+    const DECISIONS: fn(&Metrics, &str, &str);
+
+    /// The CSR as the decision starts from it (after its turn).
+    type Subject: Send;
+    /// What was read for a decision besides the CSR itself.
+    type Facts: Send + Sync;
+    /// Core's answer.
+    type Decision: Send + Sync;
+
+    /// Before the CSR's turn, from the cached object: whether this controller may serve it
+    /// (`Options::scope`). It runs for every pending CSR at once, so it stays cheap; the
+    /// default leaves routing to [`Signer::subject`].
+    fn admits(_cached: &CertificateSigningRequest, _opts: &Options) -> bool {
+        true
+    }
+
+    /// After the CSR's turn: the CSR as the decision sees it, or `None` when this
+    /// controller does not serve it.
+    fn subject(cached: &CertificateSigningRequest, opts: &Options) -> Option<Self::Subject>;
+
+    /// Reads what a decision rests on (GETs, never a cache).
+    fn read(
+        ctx: &Context,
+        subject: Self::Subject,
+    ) -> impl Future<Output = Result<Self::Facts, Error>> + Send;
+
+    /// Core's decision on the facts.
+    fn decide(facts: &Self::Facts, opts: &Options, now: jiff::Timestamp) -> Self::Decision;
+
+    /// Where the decision leaves the CSR.
+    fn outcome(decision: &Self::Decision) -> Outcome<'_>;
+
+    /// The condition core gives for the decision, if any.
+    fn condition(decision: &Self::Decision) -> Option<CsrCondition>;
+
+    /// The writes and reads that come before the condition of an approval or a denial.
+    /// `Ok` means: write the condition.
+    fn prepare(
+        ctx: &Context,
+        csr: &CertificateSigningRequest,
+        facts: &Self::Facts,
+        decision: &Self::Decision,
+        now: jiff::Timestamp,
+    ) -> impl Future<Output = Result<(), Error>> + Send;
+
+    /// The decision just written on CSR `csr`, in the metrics and the log.
+    fn record(ctx: &Context, csr: &str, decision: &Self::Decision);
+
+    /// More triggers of the loop than its own CSRs (the client loop's token Secrets).
+    fn more_triggers(
+        controller: Controller<CertificateSigningRequest>,
+        _store: Store<CertificateSigningRequest>,
+        _ctx: &Arc<Context>,
+    ) -> Controller<CertificateSigningRequest> {
+        controller
+    }
+}
+
+/// Runs the loop of signer `S` until `until` resolves.
+pub async fn run<S: Signer>(ctx: Arc<Context>, until: Stop) {
     let csrs: Api<CertificateSigningRequest> = Api::all(ctx.client.clone());
-    // Server-side filter: only kubelet client CSRs reach this controller.
-    let wc = watcher::Config::default().fields(&format!("spec.signerName={KUBELET_CLIENT_SIGNER}"));
-    let secrets = token_secrets::api(&ctx.client);
-    let token_events = watcher(
-        secrets,
-        watcher::Config::default().fields(&token_secrets::type_selector()),
-    )
-    .default_backoff()
-    .touched_objects();
-    // The cache keeps pending CSRs only, slim (no request, no certificate): routing is all
-    // it serves; every decision reads the CSR itself.
+    // Server-side filter: only this signer's CSRs reach this loop.
+    let wc = watcher::Config::default().fields(&format!("spec.signerName={}", S::SIGNER));
+    // The cache keeps pending CSRs only, slim (no managedFields, no certificate): routing
+    // is all it serves; every decision reads the CSR itself.
     let (store, writer) = reflector::store();
     let csr_events = watcher(csrs, wc)
         .default_backoff()
@@ -73,83 +137,19 @@ pub async fn run(ctx: Arc<Context>, until: Stop) {
     let controller = Controller::for_stream(csr_events, store.clone())
         // Unbounded here: the fair limit is `Context::csr_turns` (see `Turns`).
         .with_config(Config::default().concurrency(0));
-    let ready_store = store.clone();
-    // A token Secret that changes (created late in a cache, a use released, deleted) may
-    // change the fate of CSRs still pending from that token: decide them again.
-    let own = ctx.clone();
-    let controller = controller.watches_stream(token_events, move |secret: Secret| {
-        let own_write = own.own_token_writes.seen(&secret);
-        pending_csrs_of_token(&store, &secret)
-            .into_iter()
-            .filter(|csr| own_write.as_deref() != Some(csr.name.as_str()))
-            .collect::<Vec<_>>()
-    });
+    let controller = S::more_triggers(controller, store.clone(), &ctx);
     let fut = controller
         .graceful_shutdown_on(until.clone())
-        .run(reconcile, error_policy, ctx.clone())
+        .run(reconcile::<S>, error_policy, ctx.clone())
         .for_each(|res| async move {
             if let Err(e) = res {
-                tracing::debug!(error = %e, "csr loop");
+                tracing::debug!(error = %e, "{}", S::LOG);
             }
         });
-    super::with_grace(fut, until, ready_store).await;
+    super::with_grace(fut, until, store).await;
 }
 
-/// Token Secret versions this controller wrote while deciding a CSR: the watch event of
-/// such a write must not send that same CSR round again (its reconcile carries on from the
-/// write). Other pending CSRs of the token are still decided again.
-#[derive(Default)]
-pub struct OwnTokenWrites(std::sync::Mutex<std::collections::HashMap<String, (String, String)>>);
-
-impl OwnTokenWrites {
-    /// Most entries kept: an entry leaves when the watch brings its Secret again, and a
-    /// watch that restarted from a list may never bring it.
-    const LIMIT: usize = 4096;
-
-    /// Remembers that deciding `csr` wrote `secret` (as returned by the API server).
-    fn wrote(&self, secret: &Secret, csr: &str) {
-        let (Some(name), Some(rv)) = (&secret.metadata.name, &secret.metadata.resource_version)
-        else {
-            return;
-        };
-        let mut own = self.0.lock().expect("own writes lock");
-        if own.len() >= Self::LIMIT {
-            own.clear();
-        }
-        own.insert(name.clone(), (rv.clone(), csr.to_string()));
-    }
-
-    /// The CSR whose decision wrote this version of `secret`, if it is one of ours; the
-    /// Secret's entry is dropped either way (a later version is someone else's news).
-    fn seen(&self, secret: &Secret) -> Option<String> {
-        let name = secret.metadata.name.as_deref()?;
-        let (rv, csr) = self.0.lock().expect("own writes lock").remove(name)?;
-        (secret.metadata.resource_version.as_deref() == Some(rv.as_str())).then_some(csr)
-    }
-}
-
-/// The pending CSRs filed with the token of `secret`, a bootstrap token Secret.
-fn pending_csrs_of_token(
-    store: &Store<CertificateSigningRequest>,
-    secret: &Secret,
-) -> Vec<ObjectRef<CertificateSigningRequest>> {
-    let Some(user) = secret
-        .metadata
-        .name
-        .as_deref()
-        .and_then(token_secrets::id_of)
-        .map(|id| format!("{}{id}", facts::BOOTSTRAP_USER_PREFIX))
-    else {
-        return Vec::new();
-    };
-    store
-        .state()
-        .into_iter()
-        .filter(|csr| csr.spec.username.as_ref() == Some(&user) && !facts::is_decided(csr))
-        .map(|csr| ObjectRef::from_obj(&*csr))
-        .collect()
-}
-
+/// Every signer's loop counts its errors and conflicts under `csr`.
 pub fn error_policy(
     _csr: Arc<CertificateSigningRequest>,
     err: &Error,
@@ -170,21 +170,21 @@ pub fn error_policy(
     Action::requeue(Duration::from_secs(1))
 }
 
-pub async fn reconcile(
+async fn reconcile<S: Signer>(
     cached: Arc<CertificateSigningRequest>,
     ctx: Arc<Context>,
 ) -> Result<Action, Error> {
-    if facts::is_decided(&cached) {
+    if facts::is_decided(&cached) || !S::admits(&cached, &ctx.opts) {
         return Ok(Action::await_change());
     }
-    let _turn = ctx.csr_turns.take(&ctx.metrics, "csr").await;
-    if ctx.may_write(Step::Reserved).is_err() {
+    let _turn = ctx.csr_turns.take(&ctx.metrics, S::LOOP).await;
+    if ctx.may_write(Step::Approved).is_err() {
         // The term ended while this reconcile waited: the next leader decides.
         return Ok(Action::await_change());
     }
     // Boxed: while it waits for its turn, a reconcile holds a few words, not room for
     // every API call below.
-    Box::pin(decide(&cached, &ctx)).await
+    Box::pin(decide::<S>(&cached, &ctx)).await
 }
 
 /// Reads the CSR and its facts, lets core decide, and writes the decision.
@@ -194,18 +194,19 @@ pub async fn reconcile(
 /// the CSR itself: one round trip, not two, before a decision. The CSR as read says
 /// whether it is still pending and carries the resourceVersion the decision is written
 /// with; a CSR re-created under the name (another uid) is decided again from its own spec.
-async fn decide(cached: &CertificateSigningRequest, ctx: &Context) -> Result<Action, Error> {
+async fn decide<S: Signer>(
+    cached: &CertificateSigningRequest,
+    ctx: &Context,
+) -> Result<Action, Error> {
     let name = cached.metadata.name.clone().unwrap_or_default();
-    let view = facts::CsrView::from_object(&mut cached.clone());
-    let parsed = view.validate();
-    if !served(&ctx.opts, &view, &parsed) {
+    let Some(subject) = S::subject(cached, &ctx.opts) else {
         return Ok(Action::await_change());
-    }
+    };
     let _timer = Metrics::measure(&ctx.metrics.decision_duration);
     let reading = std::time::Instant::now();
-    let (read, facts) = tokio::join!(read_pending(ctx, &name), facts::gather(ctx, view, parsed));
+    let (read, facts) = tokio::join!(read_pending(ctx, &name), S::read(ctx, subject));
     ctx.metrics
-        .stage("csr", "read", reading.elapsed().as_secs_f64());
+        .stage(S::LOOP, "read", reading.elapsed().as_secs_f64());
     let Some(csr) = read? else {
         return Ok(Action::await_change());
     };
@@ -219,21 +220,24 @@ async fn decide(cached: &CertificateSigningRequest, ctx: &Context) -> Result<Act
     }
     let facts = facts?;
     let now = jiff::Timestamp::now();
-    let decision = core_decide(&facts.core_facts(&ctx.opts, now));
-    match &decision {
-        Decision::Ignore(why) => {
-            tracing::debug!(csr = %name, why = why.as_str(), "not kubeflavor's to decide");
-            ctx.metrics.decision("ignored", why.as_str());
+    let decision = S::decide(&facts, &ctx.opts, now);
+    let step = match S::outcome(&decision) {
+        Outcome::Ignore(why) => {
+            tracing::debug!(csr = %name, why, "{}", S::IGNORED);
+            (S::DECISIONS)(&ctx.metrics, "ignored", why);
             return Ok(Action::await_change());
         }
-        Decision::Approve { node, binding } => {
-            approve::prepare(ctx, &facts, node, binding, now).await?;
-        }
-        Decision::Deny { cause, token_fate } => {
-            deny::prepare(ctx, &csr, &facts, *cause, *token_fate).await?;
-        }
-    }
-    conclude(ctx, &csr, &decision).await?;
+        Outcome::Approve => Step::Approved,
+        Outcome::Deny => Step::Denied,
+    };
+    S::prepare(ctx, &csr, &facts, &decision, now).await?;
+    let Some(condition) = S::condition(&decision) else {
+        return Ok(Action::await_change());
+    };
+    write_condition(ctx, &csr, condition, step, || {
+        S::record(ctx, &name, &decision)
+    })
+    .await?;
     Ok(Action::await_change())
 }
 
@@ -247,55 +251,6 @@ async fn read_pending(
 ) -> Result<Option<CertificateSigningRequest>, Error> {
     let csr = facts::read_csr(ctx, name).await?;
     Ok(csr.filter(|csr| !facts::is_decided(csr)))
-}
-
-/// Whether this controller serves the node name the CSR asks for, or else the node that
-/// asks (`Options::scope`). A CSR that names no node is served by unscoped controllers only.
-fn served(
-    opts: &super::Options,
-    view: &facts::CsrView,
-    parsed: &Result<KubeletClientCsr, CsrError>,
-) -> bool {
-    if opts.scope.is_none() {
-        return true;
-    }
-    let asked = match parsed {
-        Ok(csr) => Some(csr.node_name.to_string()),
-        // Routing only: an invalid CSR goes to the controller of the name it asks for,
-        // which denies it.
-        Err(_) => kubeflavor_core::csr::client::requested_node_name(&view.request),
-    };
-    let node = asked.or_else(|| {
-        view.username
-            .strip_prefix(facts::NODE_USER_PREFIX)
-            .map(str::to_owned)
-    });
-    match node {
-        Some(name) => opts.serves(&name),
-        // A request too large or too broken to name a node: routed by the CSR's own name.
-        None => opts.serves(&view.name),
-    }
-}
-
-/// Writes core's decision on the CSR: the one condition [`Decision::condition`] gives, the
-/// same for every approval or every denial (P1 (hidden flavor)).
-async fn conclude(
-    ctx: &Context,
-    csr: &CertificateSigningRequest,
-    decision: &Decision,
-) -> Result<(), Error> {
-    let Some(condition) = decision.condition() else {
-        return Ok(());
-    };
-    let name = csr.metadata.name.clone().unwrap_or_default();
-    let step = match decision {
-        Decision::Approve { .. } => Step::Approved,
-        _ => Step::Denied,
-    };
-    write_condition(ctx, csr, condition, step, || {
-        record_decision(ctx, &name, decision)
-    })
-    .await
 }
 
 /// Writes `condition` on the CSR, as write `step`, then calls `written`. PUT `/approval`
@@ -336,81 +291,4 @@ async fn write_condition(
         Ok(())
     };
     ctx.write(&name, step, write).await
-}
-
-/// The decision just written, in the metrics and the log.
-fn record_decision(ctx: &Context, csr: &str, decision: &Decision) {
-    match decision {
-        Decision::Approve { node, binding } => {
-            ctx.metrics.decision("approved", "ok");
-            let (token, flavor, reserved, input_labels) = match binding {
-                BindingStep::Create {
-                    token,
-                    flavor,
-                    reserve_use,
-                    input_labels,
-                    ..
-                } => (
-                    Some(token),
-                    Some(flavor),
-                    *reserve_use,
-                    input_labels.summary(),
-                ),
-                BindingStep::Existing { token, flavor } => {
-                    (token.as_ref(), flavor.as_ref(), false, String::new())
-                }
-            };
-            let flavor = flavor.map_or("", FlavorName::as_str);
-            let token = token.map_or("", TokenId::as_str);
-            tracing::info!(csr = %csr, node = %node, flavor, token, reserved, input_labels, "approved");
-        }
-        Decision::Deny { cause, .. } => ctx.metrics.decision("denied", cause.as_str()),
-        Decision::Ignore(_) => {}
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn secret(name: &str, rv: &str) -> Secret {
-        serde_json::from_value(serde_json::json!({
-            "metadata": {"name": name, "namespace": "kube-system", "resourceVersion": rv},
-            "type": "bootstrap.kubernetes.io/token",
-        }))
-        .expect("a Secret")
-    }
-
-    #[test]
-    fn only_the_csr_whose_write_it_was_skips_that_version() {
-        let own = OwnTokenWrites::default();
-        own.wrote(&secret("bootstrap-token-abcdef", "7"), "csr-1");
-        assert_eq!(
-            own.seen(&secret("bootstrap-token-abcdef", "7")).as_deref(),
-            Some("csr-1"),
-            "the version csr-1 wrote"
-        );
-        assert_eq!(
-            own.seen(&secret("bootstrap-token-abcdef", "7")),
-            None,
-            "seen once: a later event of the Secret is news again"
-        );
-        own.wrote(&secret("bootstrap-token-abcdef", "8"), "csr-1");
-        assert_eq!(
-            own.seen(&secret("bootstrap-token-abcdef", "9")),
-            None,
-            "someone else's version"
-        );
-        assert_eq!(
-            own.seen(&secret("bootstrap-token-abcdef", "8")),
-            None,
-            "the entry went with the first event seen after the write"
-        );
-        own.wrote(&secret("bootstrap-token-abcdef", "10"), "csr-1");
-        assert_eq!(
-            own.seen(&secret("bootstrap-token-zzzzzz", "10")),
-            None,
-            "another token"
-        );
-    }
 }

@@ -1,6 +1,6 @@
-//! The serving-CSR loop (`--approve-serving`): kubelet serving CSRs
-//! (`kubernetes.io/kubelet-serving`) of nodes kubeflavor bound, decided by core's
-//! [`decide_serving`]. The same machinery as the client-CSR loop: a watch filtered by
+//! The serving CSRs' entry of the CSR loop (`--approve-serving`, [`ServingCsrs`]): kubelet
+//! serving CSRs (`kubernetes.io/kubelet-serving`) of nodes kubeflavor bound, decided by
+//! core's [`decide_serving`], on the loop every signer shares: a watch filtered by
 //! signer on the server, a cache of pending CSRs only, facts read fresh from the API server
 //! (the CSR, the requester's FlavorBinding and its Flavor), the leadership write bracket,
 //! one generic condition on the CSR (P1 (hidden flavor)) and the exact cause of a denial
@@ -10,18 +10,12 @@
 //! written the binding's resourceVersion is read once more, so a revocation that landed in
 //! between sends the CSR back to be decided again (and denied).
 
-use std::sync::Arc;
-
-use futures::StreamExt;
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
-use kube::Api;
-use kube::runtime::controller::{Action, Config, Controller};
-use kube::runtime::reflector;
-use kube::runtime::{WatchStreamExt, watcher};
 
 use kubeflavor_cluster::crd::{Flavor, FlavorBinding, rules_from_flavor};
 use kubeflavor_cluster::ops::trail::Regarding;
 use kubeflavor_cluster::{bindings, flavors, nodes};
+use kubeflavor_core::approval::client::CsrCondition;
 use kubeflavor_core::approval::serving::{
     ServingDecision, ServingDenyCause, ServingFacts, decide_serving, requesting_node,
 };
@@ -29,62 +23,100 @@ use kubeflavor_core::csr::serving::{KUBELET_SERVING_SIGNER, validate_kubelet_ser
 use kubeflavor_core::names::NodeName;
 use kubeflavor_core::node::cutoff;
 
-use super::facts::{self, CsrView};
-use super::{error_policy, read_pending, write_condition};
+use super::facts::CsrView;
+use super::{Outcome, Signer};
 use crate::controller::metrics::Metrics;
-use crate::controller::{Context, Error, Step, Stop, cache};
+use crate::controller::{Context, Error, Options, Step};
 
-/// Metric label of this loop (errors, queue and read stages).
-const LOOP: &str = "serving";
+/// Kubelet serving CSRs of the nodes kubeflavor bound.
+pub struct ServingCsrs;
 
-/// Runs the serving-CSR loop until `until` resolves.
-pub async fn run(ctx: Arc<Context>, until: Stop) {
-    let csrs: Api<CertificateSigningRequest> = Api::all(ctx.client.clone());
-    // Server-side filter: only kubelet serving CSRs reach this loop.
-    let wc =
-        watcher::Config::default().fields(&format!("spec.signerName={KUBELET_SERVING_SIGNER}"));
-    let (store, writer) = reflector::store();
-    let events = watcher(csrs, wc)
-        .default_backoff()
-        .modify(cache::slim_csr)
-        .filter_map(|event| std::future::ready(event.map(cache::pending_only).transpose()))
-        .reflect(writer)
-        .applied_objects();
-    let fut = Controller::for_stream(events, store.clone())
-        .with_config(Config::default().concurrency(0))
-        .graceful_shutdown_on(until.clone())
-        .run(reconcile, error_policy, ctx.clone())
-        .for_each(|res| async move {
-            if let Err(e) = res {
-                tracing::debug!(error = %e, "serving csr loop");
-            }
-        });
-    crate::controller::with_grace(fut, until, store).await;
+/// What was read for one serving CSR, and core's facts from it.
+pub struct ServingRead {
+    view: CsrView,
+    read: Read,
+    facts: ServingFacts,
 }
 
-async fn reconcile(
-    cached: Arc<CertificateSigningRequest>,
-    ctx: Arc<Context>,
-) -> Result<Action, Error> {
-    if facts::is_decided(&cached) {
-        return Ok(Action::await_change());
+impl Signer for ServingCsrs {
+    const SIGNER: &'static str = KUBELET_SERVING_SIGNER;
+    const LOOP: &'static str = "serving";
+    const LOG: &'static str = "serving csr loop";
+    const IGNORED: &'static str = "serving CSR not kubeflavor's to decide";
+    const DECISIONS: fn(&Metrics, &str, &str) = Metrics::serving_decision;
+
+    type Subject = (CsrView, Option<NodeName>);
+    type Facts = ServingRead;
+    type Decision = ServingDecision;
+
+    /// Routed before its turn, by the requester.
+    fn admits(cached: &CertificateSigningRequest, opts: &Options) -> bool {
+        served_requester(cached.spec.username.as_deref().unwrap_or_default(), opts).is_some()
     }
-    let view = CsrView::from_object(&mut cached.as_ref().clone());
-    // Routed by the requester (the one name the API server vouches for); a requester that
-    // is no node is no scoped controller's, and core ignores it anyway.
-    let requester = requesting_node(&view.username);
+
+    fn subject(cached: &CertificateSigningRequest, opts: &Options) -> Option<Self::Subject> {
+        let view = CsrView::from_object(&mut cached.clone());
+        let requester = served_requester(&view.username, opts)?;
+        Some((view, requester))
+    }
+
+    async fn read(ctx: &Context, (view, requester): Self::Subject) -> Result<ServingRead, Error> {
+        let read = read_binding_and_flavor(ctx, requester.as_ref()).await?;
+        let facts = serving_facts(&view, &read, ctx);
+        Ok(ServingRead { view, read, facts })
+    }
+
+    fn decide(read: &ServingRead, _: &Options, _: jiff::Timestamp) -> ServingDecision {
+        decide_serving(&read.facts)
+    }
+
+    fn outcome(decision: &ServingDecision) -> Outcome<'_> {
+        match decision {
+            ServingDecision::Ignore(why) => Outcome::Ignore(why.as_str()),
+            ServingDecision::Approve { .. } => Outcome::Approve,
+            ServingDecision::Deny(_) => Outcome::Deny,
+        }
+    }
+
+    fn condition(decision: &ServingDecision) -> Option<CsrCondition> {
+        decision.condition()
+    }
+
+    async fn prepare(
+        ctx: &Context,
+        csr: &CertificateSigningRequest,
+        read: &ServingRead,
+        decision: &ServingDecision,
+        _: jiff::Timestamp,
+    ) -> Result<(), Error> {
+        match decision {
+            ServingDecision::Ignore(_) => Ok(()),
+            ServingDecision::Approve { node } => {
+                last_look(ctx, &read.view.name, node, read.read.binding.as_ref()).await
+            }
+            ServingDecision::Deny(cause) => {
+                ctx.may_write(Step::Denied)?;
+                record_denial(ctx, csr, &read.view, &read.facts, *cause).await;
+                Ok(())
+            }
+        }
+    }
+
+    fn record(ctx: &Context, csr: &str, decision: &ServingDecision) {
+        record_decision(ctx, csr, decision)
+    }
+}
+
+/// Routes a serving CSR by its requester (the one name the API server vouches for):
+/// `Some(requester)` when this controller serves it. A requester that is no node is no
+/// scoped controller's, and core ignores it anyway.
+fn served_requester(username: &str, opts: &Options) -> Option<Option<NodeName>> {
+    let requester = requesting_node(username);
     let served = match &requester {
-        Some(node) => ctx.opts.serves(node.as_str()),
-        None => ctx.opts.scope.is_none(),
+        Some(node) => opts.serves(node.as_str()),
+        None => opts.scope.is_none(),
     };
-    if !served {
-        return Ok(Action::await_change());
-    }
-    let _turn = ctx.csr_turns.take(&ctx.metrics, LOOP).await;
-    if ctx.may_write(Step::Approved).is_err() {
-        return Ok(Action::await_change());
-    }
-    Box::pin(decide(&cached, view, requester, &ctx)).await
+    served.then_some(requester)
 }
 
 /// What was read for one serving CSR besides the CSR itself.
@@ -93,59 +125,6 @@ struct Read {
     flavor: Option<Flavor>,
     /// Without a binding: the requester's Node carries `kubeflavor.io/revoked`.
     node_marked_revoked: bool,
-}
-
-async fn decide(
-    cached: &CertificateSigningRequest,
-    view: CsrView,
-    requester: Option<NodeName>,
-    ctx: &Context,
-) -> Result<Action, Error> {
-    let name = view.name.clone();
-    let _timer = Metrics::measure(&ctx.metrics.decision_duration);
-    let reading = std::time::Instant::now();
-    let (csr, read) = tokio::join!(
-        read_pending(ctx, &name),
-        read_binding_and_flavor(ctx, requester.as_ref())
-    );
-    ctx.metrics
-        .stage(LOOP, "read", reading.elapsed().as_secs_f64());
-    let Some(csr) = csr? else {
-        return Ok(Action::await_change());
-    };
-    if csr.metadata.uid != cached.metadata.uid {
-        return Err(Error::Changed {
-            csr: name,
-            node: String::new(),
-        });
-    }
-    let read = read?;
-    let facts = serving_facts(&view, &read, ctx);
-    let decision = decide_serving(&facts);
-    let step = match &decision {
-        ServingDecision::Ignore(why) => {
-            tracing::debug!(csr = %name, why = why.as_str(), "serving CSR not kubeflavor's to decide");
-            ctx.metrics.serving_decision("ignored", why.as_str());
-            return Ok(Action::await_change());
-        }
-        ServingDecision::Approve { node } => {
-            last_look(ctx, &name, node, read.binding.as_ref()).await?;
-            Step::Approved
-        }
-        ServingDecision::Deny(cause) => {
-            ctx.may_write(Step::Denied)?;
-            record_denial(ctx, &csr, &view, &facts, *cause).await;
-            Step::Denied
-        }
-    };
-    let Some(condition) = decision.condition() else {
-        return Ok(Action::await_change());
-    };
-    write_condition(ctx, &csr, condition, step, || {
-        record_decision(ctx, &name, &decision)
-    })
-    .await?;
-    Ok(Action::await_change())
 }
 
 /// What core's `decide_serving` looks at, from the CSR and what was read for it.

@@ -13,7 +13,7 @@ use tokio::sync::watch;
 
 use crate::gc;
 use crate::kcm::{self, SigningCa};
-use crate::server::Shared;
+use crate::shared::Shared;
 use crate::store::{EventType, StoreState, StoredEvent, format_time, meta_str};
 use crate::types::ResourceKey;
 

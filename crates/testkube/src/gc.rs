@@ -5,129 +5,17 @@
 //!
 //! Like the real collector, which works from a dependency graph its informers keep
 //! (garbagecollector/graph_builder.go) and never scans the store, the collector here works
-//! from an index the store keeps on every write ([`GcIndex`]): which objects name each uid
+//! from an index the store keeps on every write ([`GcIndex`](crate::store::gc_index::GcIndex)): which objects name each uid
 //! as an owner, which objects a write gave reason to look at, and which namespaces are
 //! terminating. A pass looks at those objects alone, so a delete costs the same in a store
 //! of ten objects or of a million.
 
-use std::collections::{BTreeSet, HashMap};
-
 use jiff::Timestamp;
-use serde_json::{Value, json};
+use serde_json::json;
 
+use crate::store::gc_index::{Slot, in_foreground, owner_uids, slot};
 use crate::store::{StoreState, format_time, meta_str};
 use crate::types::ResourceKey;
-
-/// Where an object is stored: its type, namespace and name.
-pub type Slot = (ResourceKey, String, String);
-
-fn owner_uids(obj: &Value) -> BTreeSet<String> {
-    obj["metadata"]["ownerReferences"]
-        .as_array()
-        .map(|refs| {
-            refs.iter()
-                .filter_map(|r| r["uid"].as_str().map(String::from))
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-fn has_finalizer(obj: &Value, finalizer: &str) -> bool {
-    obj["metadata"]["finalizers"]
-        .as_array()
-        .is_some_and(|f| f.iter().any(|x| x == finalizer))
-}
-
-/// Being deleted in the foreground: its dependents go first.
-fn in_foreground(obj: &Value) -> bool {
-    !obj["metadata"]["deletionTimestamp"].is_null() && has_finalizer(obj, "foregroundDeletion")
-}
-
-fn slot(key: &ResourceKey, obj: &Value) -> Slot {
-    (
-        key.clone(),
-        meta_str(obj, "namespace").to_string(),
-        meta_str(obj, "name").to_string(),
-    )
-}
-
-fn is_namespaces(key: &ResourceKey) -> bool {
-    key.group.is_empty() && key.resource == "namespaces"
-}
-
-/// What the collector must know, kept by the store as objects are written (see the module
-/// documentation).
-#[derive(Debug, Default)]
-pub struct GcIndex {
-    /// For each uid, the objects whose ownerReferences name it (the owner may not exist).
-    dependents: HashMap<String, BTreeSet<Slot>>,
-    /// Objects to look at: their owners changed, an owner is gone, or they are being
-    /// deleted in the foreground.
-    pending: BTreeSet<Slot>,
-    /// uids of owners that lost a dependent (a foreground deletion may be done).
-    pending_owners: BTreeSet<String>,
-    /// Namespaces with a deletionTimestamp.
-    terminating: BTreeSet<String>,
-    /// Objects looked at by every pass so far (the cost the tests measure).
-    examined: u64,
-}
-
-impl GcIndex {
-    /// Records one write: `old` is the object before it (none for a create), `new` after
-    /// it (none for a delete).
-    pub fn observe(&mut self, key: &ResourceKey, old: Option<&Value>, new: Option<&Value>) {
-        let Some(any) = new.or(old) else { return };
-        let at = slot(key, any);
-        let before = old.map(owner_uids).unwrap_or_default();
-        let after = new.map(owner_uids).unwrap_or_default();
-        for uid in before.difference(&after) {
-            if let Some(set) = self.dependents.get_mut(uid) {
-                set.remove(&at);
-                if set.is_empty() {
-                    self.dependents.remove(uid);
-                }
-            }
-            self.pending_owners.insert(uid.clone());
-        }
-        for uid in after.difference(&before) {
-            self.dependents
-                .entry(uid.clone())
-                .or_default()
-                .insert(at.clone());
-        }
-        match new {
-            Some(obj) => {
-                if (!after.is_empty() && after != before) || in_foreground(obj) {
-                    self.pending.insert(at.clone());
-                }
-                if is_namespaces(key) && !obj["metadata"]["deletionTimestamp"].is_null() {
-                    self.terminating.insert(at.2.clone());
-                }
-            }
-            None => {
-                // An owner is gone: its dependents are garbage unless another owner lives.
-                if let Some(dependents) = self.dependents.get(meta_str(any, "uid")) {
-                    self.pending.extend(dependents.iter().cloned());
-                }
-                self.pending.remove(&at);
-                if is_namespaces(key) {
-                    self.terminating.remove(&at.2);
-                }
-            }
-        }
-    }
-
-    /// Whether a pass has anything to do.
-    pub fn has_work(&self) -> bool {
-        !(self.pending.is_empty() && self.pending_owners.is_empty() && self.terminating.is_empty())
-    }
-
-    /// Objects looked at by the passes so far.
-    #[cfg_attr(not(test), allow(dead_code))]
-    pub fn examined(&self) -> u64 {
-        self.examined
-    }
-}
 
 /// Delete (or, with finalizers, mark deleted) one object the way the collector does;
 /// whether anything changed.
@@ -262,6 +150,7 @@ pub fn collect(st: &mut StoreState, now: Timestamp) -> bool {
 mod tests {
     use super::*;
     use crate::store::Store;
+    use serde_json::Value;
 
     fn secret(name: &str, owner_uid: Option<&str>) -> Value {
         let mut s = json!({"kind": "Secret", "apiVersion": "v1", "metadata": {"name": name, "namespace": "default"}});

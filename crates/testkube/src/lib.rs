@@ -48,6 +48,7 @@ pub(crate) mod pki;
 pub(crate) mod resources;
 pub(crate) mod selectors;
 pub(crate) mod server;
+pub(crate) mod shared;
 pub(crate) mod store;
 pub(crate) mod types;
 pub(crate) mod validation;

@@ -2,9 +2,8 @@
 //! HTTP/1.1 and h2, the request pipeline (authentication → attributes → counters → faults
 //! → authorization → handler), response rendering, and shutdown.
 
-use std::collections::BTreeMap;
 use std::convert::Infallible;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -21,63 +20,21 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::WebPkiClientVerifier;
 use serde_json::Value;
 use tokio::net::TcpListener;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
-use crate::counters::Counters;
 use crate::discovery::{self, AGGREGATED_V2};
 use crate::errors::{page_not_found, status_body};
-use crate::faults::Faults;
 use crate::handlers::route::{Query, Route, attributes, parse_route};
 use crate::handlers::watch::{StopSignals, WatchStart};
 use crate::handlers::{self, Cx, Reply};
 use crate::pki::Ca;
 use crate::resources;
-use crate::store::{Store, StoreState};
-use crate::types::{ApiError, ObjectReader, UserInfo};
+use crate::shared::Shared;
+use crate::types::{ApiError, ObjectReader};
 use crate::{authn, authz, openapi};
 
 pub type Body = BoxBody<Bytes, Infallible>;
-
-/// State shared by every connection of one cluster.
-pub struct Shared {
-    pub store: Arc<Store>,
-    pub ca: Ca,
-    pub static_tokens: RwLock<BTreeMap<String, UserInfo>>,
-    pub faults: Faults,
-    pub counters: Counters,
-    pub shutdown: watch::Receiver<bool>,
-    /// `127.0.0.1:<port>`, as `/api` reports it.
-    pub server_address: String,
-    /// The bootstrap-token authenticator's lagged view of kube-system Secrets.
-    pub token_cache: Arc<authn::TokenSecretCache>,
-    /// Issues (TokenRequest) and checks service-account tokens.
-    pub sa_issuer: authn::ServiceAccountIssuer,
-    /// The authorization webhook asked before Node and RBAC, when one is configured.
-    pub authz_webhook: RwLock<Option<Arc<authz::webhook::AuthorizationWebhook>>>,
-}
-
-impl Shared {
-    /// Run `f` with the bearer-token authenticators as they stand, over the locked store.
-    pub fn with_token_authenticators<R>(
-        &self,
-        st: &StoreState,
-        f: impl FnOnce(&authn::TokenAuthenticators<'_>) -> R,
-    ) -> R {
-        let static_tokens = self.static_tokens.read().unwrap_or_else(|p| p.into_inner());
-        let cache = self.token_cache.view();
-        let token_secrets: &dyn ObjectReader = match &cache {
-            Some(view) => view,
-            None => st,
-        };
-        f(&authn::TokenAuthenticators {
-            static_tokens: &static_tokens,
-            token_secrets,
-            service_accounts: Some(&self.sa_issuer),
-            store: st,
-        })
-    }
-}
 
 /// Why the server could not start serving.
 #[derive(Debug, thiserror::Error)]

@@ -13,8 +13,10 @@ use jiff::Timestamp;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
-use crate::gc::GcIndex;
+use crate::store::gc_index::GcIndex;
 use crate::types::{ObjectReader, ResourceKey};
+
+pub(crate) mod gc_index;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum EventType {
@@ -87,17 +89,7 @@ impl Store {
     }
 }
 
-pub fn meta_str<'a>(obj: &'a Value, field: &str) -> &'a str {
-    obj["metadata"][field].as_str().unwrap_or("")
-}
-
-pub fn name_of(obj: &Value) -> &str {
-    meta_str(obj, "name")
-}
-
-pub fn namespace_of(obj: &Value) -> &str {
-    meta_str(obj, "namespace")
-}
+pub use crate::types::{meta_str, name_of, namespace_of};
 
 /// Kubernetes Time: RFC 3339 with second precision.
 pub fn format_time(t: Timestamp) -> String {

@@ -184,3 +184,18 @@ pub enum Operation {
     Update,
     Delete,
 }
+
+/// A string field of an object's metadata (`""` when absent).
+pub fn meta_str<'a>(obj: &'a Value, field: &str) -> &'a str {
+    obj["metadata"][field].as_str().unwrap_or("")
+}
+
+/// An object's name.
+pub fn name_of(obj: &Value) -> &str {
+    meta_str(obj, "name")
+}
+
+/// An object's namespace (`""` for a cluster-scoped object).
+pub fn namespace_of(obj: &Value) -> &str {
+    meta_str(obj, "namespace")
+}

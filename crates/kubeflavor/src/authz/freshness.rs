@@ -13,8 +13,6 @@ use std::time::Duration;
 use kube::Client;
 use tokio::time::Instant;
 
-use super::index::Mark;
-
 /// How often the API server is probed, and how long a probe may take.
 pub const PROBE_EVERY: Duration = Duration::from_secs(1);
 
@@ -28,6 +26,17 @@ struct Clock {
 /// The last moment the index was confirmed current.
 #[derive(Debug, Default)]
 pub struct Freshness(Mutex<Clock>);
+
+/// One of the three marks of a cut-off name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mark {
+    /// FlavorBindings with Revoked=True.
+    Binding,
+    /// Nodes tainted `kubeflavor.io/revoked`.
+    Node,
+    /// Names in the revocation list.
+    Listed,
+}
 
 fn slot(mark: Mark) -> usize {
     match mark {

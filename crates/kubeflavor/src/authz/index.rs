@@ -20,18 +20,8 @@ use kubeflavor_core::node::cutoff::{self, CutOff};
 use kubeflavor_core::node::revocation_list;
 use tokio::sync::watch;
 
+pub use super::freshness::Mark;
 use super::freshness::{self, Freshness};
-
-/// One of the two marks of a cut-off name.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Mark {
-    /// FlavorBindings with Revoked=True.
-    Binding,
-    /// Nodes tainted `kubeflavor.io/revoked`.
-    Node,
-    /// Names in the revocation list.
-    Listed,
-}
 
 #[derive(Debug, Default)]
 struct Names {

@@ -21,6 +21,7 @@ pub mod leader;
 pub mod metrics;
 pub mod node;
 mod options;
+mod process;
 pub mod queue;
 pub mod revoked;
 mod runtime;
@@ -34,6 +35,7 @@ pub use self::options::{
     FIELD_MANAGER, KUBELET_CLIENT_SIGNER, LEASE_NAME, Options, REPORTING_CONTROLLER,
     TOKEN_NAMESPACE, patch_params,
 };
-pub use self::runtime::{Runtime, run};
+pub use self::process::run;
+pub use self::runtime::Runtime;
 use self::runtime::{Stop, with_grace};
 pub use self::turns::Turns;

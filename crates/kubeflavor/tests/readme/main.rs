@@ -11,12 +11,17 @@
 //!   tests it would select (at least one), and an example's flags after `--` against the
 //!   `#[arg(long)]` fields of its clap `Parser`;
 //! - `cargo fuzz`: the target and corpus directories against `fuzz/`;
-//! - anything else in a fenced block must be on [`UNCHECKED`], with the reason.
+//! - anything else in a fenced block must be on [`UNCHECKED`], with the reason;
+//! - every Rust path into the workspace's crates (`kubeflavor_core::node::cutoff::decide`)
+//!   must name modules and an item that exist (see `paths`);
+//! - no crate's modules import one another in a circle (see `imports`), as Layout says.
 //!
 //! `cargo test -p kubeflavor --test readme`
 
 mod cli;
+mod imports;
 mod markdown;
+mod paths;
 mod shell;
 mod workspace;
 
@@ -428,4 +433,95 @@ fn wrong_commands_are_refused() {
             "{line}: {wrong:?}"
         );
     }
+}
+
+#[test]
+fn every_rust_path_the_readme_names_exists() {
+    let root = root();
+    let readme = std::fs::read_to_string(root.join("README.md")).expect("README.md");
+    let named = paths::named(&readme);
+    let wrong: Vec<String> = named
+        .iter()
+        .filter_map(|(line, path)| {
+            paths::check(&root, path)
+                .err()
+                .map(|e| format!("README.md:{line}: `{path}`: {e}"))
+        })
+        .collect();
+    assert!(
+        wrong.is_empty(),
+        "Rust paths in README.md that do not match the code:\n{}",
+        wrong.join("\n")
+    );
+    eprintln!("checked: {} Rust paths", named.len());
+    // The README names about a dozen; none means the reader above lost them.
+    assert!(named.len() >= 8, "{} Rust paths checked", named.len());
+}
+
+/// The paths the README named before its modules moved are refused, as is a wrong item.
+#[test]
+fn moved_rust_paths_are_refused() {
+    let root = root();
+    for (path, why) in [
+        (
+            "kubeflavor::controller::csr::serving::latest_serving_csr",
+            "no module or item latest_serving_csr",
+        ),
+        (
+            "kubeflavor_core::node_cutoff::decide",
+            "no module or item node_cutoff",
+        ),
+        (
+            "kubeflavor_core::node::cutoff::decides",
+            "no module or item decides",
+        ),
+        ("kubeflavor_coer::node", "not a crate"),
+    ] {
+        let outcome = paths::check(&root, path);
+        assert!(
+            outcome.as_ref().is_err_and(|e| e.contains(why)),
+            "{path}: {outcome:?}"
+        );
+    }
+    assert_eq!(
+        paths::check(&root, "kubeflavor_cluster::csrs::latest_serving_csr"),
+        Ok(())
+    );
+}
+
+#[test]
+fn no_module_imports_in_a_circle() {
+    let root = root();
+    let mut wrong = Vec::new();
+    let mut modules = 0;
+    for krate in [
+        "kubeflavor-core",
+        "kubeflavor-cluster",
+        "kubeflavor",
+        "testkube",
+    ] {
+        let graph = imports::graph(&root.join("crates").join(krate).join("src"));
+        modules += graph.len();
+        for circle in imports::circles(&graph) {
+            let arrows: Vec<String> = circle
+                .iter()
+                .map(|m| {
+                    let to: Vec<&str> = graph[m]
+                        .iter()
+                        .filter(|t| circle.contains(t))
+                        .map(String::as_str)
+                        .collect();
+                    format!("{m} -> {}", to.join(", "))
+                })
+                .collect();
+            wrong.push(format!("{krate}: {}", arrows.join("; ")));
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "modules that import one another in a circle (move what both need below both):\n{}",
+        wrong.join("\n")
+    );
+    eprintln!("checked: {modules} modules");
+    assert!(modules >= 100, "{modules} modules read");
 }

@@ -65,7 +65,7 @@ pub struct Cx<'a> {
     pub accept: Option<&'a str>,
     pub now: Timestamp,
     /// The cluster, for handlers that authenticate tokens or issue them.
-    pub shared: &'a crate::server::Shared,
+    pub shared: &'a crate::shared::Shared,
     /// For a SubjectAccessReview: the authorization webhook's verdict on the request it
     /// describes (asked before the store was locked); no opinion otherwise.
     pub review_verdict: crate::authz::webhook::Verdict,

@@ -30,10 +30,7 @@ use serde_json::{Value, json};
 use zeroize::Zeroizing;
 
 use super::Server;
-use crate::minting::{
-    MintError, Minted, NodeTokenSpec, join_command_line, join_target, mint_node_token,
-    stored_flavor_rules,
-};
+use crate::minting::{MintError, Minted, NodeTokenSpec, join_command_line, mint_node_token};
 
 pub use kubeflavor_cluster::ops::connection::Body;
 
@@ -402,7 +399,11 @@ async fn granted(
     flavor: &FlavorName,
     request: &MintRequest,
 ) -> Result<Grant, Response<Body>> {
-    let rules = match stored_flavor_rules(&server.cluster, flavor).await {
+    let read = server
+        .recent
+        .flavor_rules(&server.cluster, flavor, std::time::Instant::now())
+        .await;
+    let rules = match read {
         Ok(Some(rules)) => rules,
         Ok(None) => return Err(not_found(flavor.as_str())),
         Err(err) => return Err(failed(flavor.as_str(), err)),
@@ -452,7 +453,10 @@ async fn mint_token(
     let expiration = grant.ttl.expiration(Timestamp::now());
     // Where nodes join, resolved before the token exists: a token nobody is handed is never
     // stored.
-    let target = join_target(&server.cluster).await?;
+    let target = server
+        .recent
+        .join_target(&server.cluster, std::time::Instant::now())
+        .await?;
     // The custody record: for whom (the caller says), who asked (the TokenReview says),
     // who minted (this server's identity: the API server refuses any other issued-by from
     // it, so a token's custody never names someone who did not mint it).

@@ -7,6 +7,7 @@
 pub mod api;
 pub mod limits;
 pub mod openapi;
+pub mod recent;
 pub use kubeflavor_cluster::ops::tls;
 
 use std::net::SocketAddr;
@@ -180,6 +181,8 @@ pub struct Server {
     /// This server's own Kubernetes user name: the `issued-by` of every token it mints,
     /// the one name the API server lets it write there (the serve policy).
     pub identity: String,
+    /// Flavors' rules and the join target, read at most once a second.
+    pub recent: recent::Recent,
 }
 
 /// A server bound to its address, not yet serving.
@@ -262,6 +265,7 @@ pub async fn bind(cluster: Cluster, opts: Options) -> anyhow::Result<Bound> {
         instance: opts.instance,
         request_timeout: opts.connections.request_timeout,
         identity,
+        recent: recent::Recent::default(),
     };
     Ok(Bound {
         server: Arc::new(server),

@@ -1,5 +1,5 @@
-//! Admission and type-specific rules: NodeRestriction for node identities, then the
-//! MutatingAdmissionPolicies; the CSR
+//! Admission and type-specific rules: ServiceAccount for pods, NodeRestriction for node
+//! identities, then the MutatingAdmissionPolicies; the CSR
 //! rules (requester identity filled in on create, conditions only through `/approval`,
 //! Approved and Denied exclusive and permanent, `approve`/`sign` on the signer); and, after
 //! the object's own validation, ValidatingAdmissionPolicies.
@@ -8,6 +8,7 @@ pub(crate) mod csr;
 mod mutating_policy;
 mod node_restriction;
 mod policy;
+pub(crate) mod service_account;
 mod validating_policy;
 pub(crate) use policy::to_cel;
 
@@ -32,9 +33,9 @@ pub fn admit(
     admit_type(attrs, op, old, new, reader)
 }
 
-/// The mutating admission plugins, in upstream's order: NodeRestriction, then the
-/// MutatingAdmissionPolicies. On an update they see the object as the client sent it (a
-/// patch already applied), before the registry's strategy resets what the subresource may
+/// The mutating admission plugins, in upstream's order: ServiceAccount, NodeRestriction,
+/// then the MutatingAdmissionPolicies. On an update they see the object as the client sent
+/// it (a patch already applied), before the registry's strategy resets what the subresource may
 /// not change (`PrepareForUpdate`): upstream runs them as transformers of the updated
 /// object, ahead of `BeforeUpdate`, so a kubelet's taint change sent through
 /// `nodes/status` is refused although the status strategy would have dropped it.
@@ -42,10 +43,11 @@ pub fn mutate(
     attrs: &RequestAttributes,
     op: Operation,
     old: Option<&Value>,
-    new: Option<&mut Value>,
+    mut new: Option<&mut Value>,
     reader: &dyn ObjectReader,
 ) -> Result<(), ApiError> {
-    // Mutating admission (NodeRestriction) sees the object as the client sent it.
+    service_account::admit(attrs, op, new.as_deref_mut(), reader)?;
+    // NodeRestriction sees the object as the client sent it (and ServiceAccount left it).
     if let Some(node) = node_identity(&attrs.user) {
         node_restriction::admit(node, attrs, op, old, new.as_deref(), reader)?;
     }

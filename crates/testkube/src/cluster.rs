@@ -185,6 +185,9 @@ fn seed(st: &mut crate::store::StoreState, options: &TestClusterBuilder, now: Ti
             st.insert(&info.storage, obj, now);
         }
     }
+    for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
+        crate::handlers::hooks::default_service_account(st, ns, now);
+    }
 }
 
 /// kubeadm's cluster-info kubeconfig: one cluster with an empty name.

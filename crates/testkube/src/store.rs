@@ -96,6 +96,20 @@ pub fn format_time(t: Timestamp) -> String {
     t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
 }
 
+/// A name for `generateName` (and the other names the server makes up, such as a pod's
+/// API access volume): `prefix` and five characters of the real server's alphabet, no
+/// vowels (apiserver/pkg/storage/names).
+pub fn generated_name(prefix: &str) -> String {
+    const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+    let mut bytes = [0u8; 5];
+    getrandom::fill(&mut bytes).expect("the OS random source is available");
+    let suffix: String = bytes
+        .iter()
+        .map(|b| ALPHABET[*b as usize % ALPHABET.len()] as char)
+        .collect();
+    format!("{prefix}{suffix}")
+}
+
 /// A random (version 4) UUID, as the real server assigns uids.
 pub fn new_uid() -> String {
     let mut b = [0u8; 16];

@@ -1,9 +1,9 @@
 //! End-to-end: `kubeflavor install` against testkube, or the cluster named by
 //! KUBEFLAVOR_E2E_KUBECONFIG.
 
-use crate::support::Env;
+use crate::support::{Env, within};
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::core::v1::{NodeSelectorRequirement, PodSpec, Service, Toleration};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::ClusterRole;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -205,6 +205,157 @@ async fn install_apply_with_replicas_adds_the_disruption_budget() {
     );
     let again = budgets.get("kubeflavor-controller").await.unwrap();
     assert_eq!(again.metadata.generation, Some(1), "nothing changed");
+}
+
+/// The Deployments that run kubeflavor: the controller (and the webhook it serves) and the
+/// join-token API.
+const WORKLOADS: [&str; 2] = ["kubeflavor-controller", "kubeflavor-serve"];
+
+/// The taints of the nodes kubeflavor must never run on (key, effect).
+const UNTRUSTED: [(&str, &str); 3] = [
+    ("kubeflavor.io/unverified", "NoSchedule"),
+    ("kubeflavor.io/revoked", "NoExecute"),
+    ("kubeflavor.io/revoked", "NoSchedule"),
+];
+
+/// `Toleration.ToleratesTaint` (k8s.io/api/core/v1): whether `t` lets a pod onto a node
+/// with a taint of `key` (any value) and `effect`.
+fn tolerates(t: &Toleration, key: &str, effect: &str) -> bool {
+    let effect_ok = t
+        .effect
+        .as_deref()
+        .is_none_or(|e| e.is_empty() || e == effect);
+    let key_ok = t.key.as_deref().is_none_or(|k| k.is_empty() || k == key);
+    // Equal (the default) tolerates the one value it names, which the taint may carry.
+    let operator_ok = matches!(t.operator.as_deref(), None | Some("" | "Equal" | "Exists"));
+    effect_ok && key_ok && operator_ok
+}
+
+/// The one requirement of the pod's required node affinity (it must have exactly one
+/// term of one expression, and no nodeSelector that could add another way in).
+fn required_requirement(pod: &PodSpec) -> Option<NodeSelectorRequirement> {
+    let terms = pod
+        .affinity
+        .as_ref()?
+        .node_affinity
+        .as_ref()?
+        .required_during_scheduling_ignored_during_execution
+        .as_ref()?
+        .node_selector_terms
+        .clone();
+    let [term] = terms.as_slice() else {
+        return None;
+    };
+    let [expression] = term.match_expressions.as_deref()? else {
+        return None;
+    };
+    term.match_fields
+        .as_ref()
+        .is_none_or(|f| f.is_empty())
+        .then(|| expression.clone())
+}
+
+/// `install --apply <flags>`, then the pod templates of [`WORKLOADS`] as the API server
+/// stores them, once both require `requirement`. Every test of a shared real cluster
+/// applies the default install: one may land between this apply and the read, so the
+/// apply is repeated until the read shows it (bounded by `within`; an install that never
+/// writes `requirement` fails here).
+async fn applied_placement(
+    env: &Env,
+    flags: &[&str],
+    requirement: &NodeSelectorRequirement,
+) -> Vec<PodSpec> {
+    let deployments: Api<Deployment> = Api::namespaced(env.client.clone(), "kubeflavor");
+    let mut args = vec!["install", "--apply", "--replicas", "0", "--serve"];
+    args.extend(flags);
+    within("install's placement to be stored", async {
+        loop {
+            env.kf(&args).await.expect_ok();
+            let mut pods = Vec::new();
+            for name in WORKLOADS {
+                let deployment = deployments.get(name).await.expect(name);
+                pods.extend(deployment.spec.template.spec);
+            }
+            let stored: Vec<_> = pods.iter().map(required_requirement).collect();
+            let all_there = pods.len() == WORKLOADS.len();
+            if all_there && stored.iter().all(|r| r.as_ref() == Some(requirement)) {
+                return pods;
+            }
+            eprintln!("stored placement {stored:?}, applying again");
+        }
+    })
+    .await
+}
+
+/// Where kubeflavor runs, as the API server stores what `install --apply` wrote: by
+/// default only on control-plane Nodes (required affinity on the label NodeRestriction
+/// keeps kubelets from setting), tolerating their taint and nothing else; with
+/// `--run-on-trust-level N` only on Nodes whose trust level is N or more, tolerating no
+/// taint. Never on a node tainted unverified or revoked. On a real cluster it leaves the
+/// default install in place, as every other test applies it.
+#[tokio::test]
+async fn install_apply_runs_kubeflavor_only_where_the_owner_trusts() {
+    let env = Env::start().await;
+    let control_plane = NodeSelectorRequirement {
+        key: "node-role.kubernetes.io/control-plane".into(),
+        operator: "Exists".into(),
+        values: None,
+    };
+    let trust_level = NodeSelectorRequirement {
+        key: "kubeflavor.node-restriction.kubernetes.io/trust-level".into(),
+        operator: "Gt".into(),
+        values: Some(vec!["79".into()]),
+    };
+    let cases = [
+        (&[][..], &control_plane, 1),
+        (&["--run-on-trust-level", "80"][..], &trust_level, 0),
+        (&[][..], &control_plane, 1),
+    ];
+    for (flags, requirement, tolerations) in cases {
+        if env.testkube.is_some() && tolerations == 0 {
+            // testkube's server-side apply merges (src/patch.rs): it does not remove the
+            // toleration the earlier apply set and this one leaves out, as the real
+            // server does for fields only this field manager owned. Start afresh there.
+            let deployments: Api<Deployment> = Api::namespaced(env.client.clone(), "kubeflavor");
+            for name in WORKLOADS {
+                deployments
+                    .delete(name, &Default::default())
+                    .await
+                    .expect(name);
+            }
+        }
+        for pod in applied_placement(&env, flags, requirement).await {
+            let all = pod.tolerations.clone().unwrap_or_default();
+            assert_eq!(all.len(), tolerations, "{flags:?}: {all:?}");
+            if tolerations == 1 {
+                let t = &all[0];
+                assert_eq!(
+                    (t.key.as_deref(), t.operator.as_deref(), t.effect.as_deref()),
+                    (
+                        Some("node-role.kubernetes.io/control-plane"),
+                        Some("Exists"),
+                        Some("NoSchedule")
+                    ),
+                    "{flags:?}"
+                );
+            }
+            for (key, effect) in UNTRUSTED {
+                assert!(
+                    !all.iter().any(|t| tolerates(t, key, effect)),
+                    "{flags:?}: {key}:{effect} tolerated by {all:?}"
+                );
+            }
+            assert!(
+                pod.node_selector.as_ref().is_none_or(|s| s.is_empty()),
+                "{flags:?}: {:?}",
+                pod.node_selector
+            );
+            assert!(
+                pod.node_name.as_deref().is_none_or(str::is_empty),
+                "{flags:?}: bypasses the scheduler"
+            );
+        }
+    }
 }
 
 #[tokio::test]

@@ -270,13 +270,10 @@ async fn revocation_cuts_the_node_off_and_only_an_admin_brings_it_back() {
         .get(&node)
         .await
         .expect("before revocation the node reads its Node");
-    if h.testkube().is_none() {
-        // Only the real Node authorizer relates a Pod's Secret to its node.
-        Api::<Secret>::namespaced(kubelet.clone(), ns)
-            .get(&secret)
-            .await
-            .expect("before revocation the node reads its pod's Secret");
-    }
+    Api::<Secret>::namespaced(kubelet.clone(), ns)
+        .get(&secret)
+        .await
+        .expect("before revocation the node reads its pod's Secret");
     assert!(
         webhook.answers("no_opinion") > 0,
         "the API server asks the webhook about the node"

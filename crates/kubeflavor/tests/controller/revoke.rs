@@ -1,33 +1,99 @@
 //! P7, durable: `kubeflavor node revoke` cuts a node off by itself, with no controller
 //! running: the revocation list and its admission policy refuse the kubelet's writes, pods
-//! on the node and a Node under its name; the node's pods are deleted, so a ServiceAccount
-//! token its kubelet minted for one of them stops authenticating; its join token is spent,
-//! so its join line files no CSR for a new name. Deleting the binding and the Node does not
-//! un-revoke; `node forget` does.
+//! created on the node or bound to it and a Node under its name; the node's pods are
+//! deleted, so a ServiceAccount token its kubelet minted for one of them stops
+//! authenticating and the Node authorizer no longer lets it read their Secrets and
+//! ConfigMaps; its join token is spent, so its join line files no CSR for a new name.
+//! Deleting the binding and the Node does not un-revoke; `node forget` does.
 
 use k8s_openapi::api::authentication::v1::TokenReview;
-use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod, ServiceAccount};
+use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod, Secret, ServiceAccount};
 use kube::api::{DeleteParams, PostParams};
 use kube::{Api, Client};
-use serde_json::json;
+use serde_json::{Value, json};
 
 use crate::harness::*;
 
-fn pod_on(node: &str, name: &str, sa: &str) -> Pod {
+/// A Pod bound to `node` (as the scheduler's binding would; pending without one) running
+/// as `sa`, with `volumes`. The API server's ServiceAccount admission adds the projected
+/// API access volume, whose token the kubelet mints.
+fn pod_on(node: Option<&str>, name: &str, sa: &str, volumes: Value) -> Pod {
     serde_json::from_value(json!({
         "metadata": {"name": name},
         "spec": {
             "nodeName": node,
             "serviceAccountName": sa,
             "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}],
-            // The projected token volume a kubelet mints tokens for (a real API server's
-            // ServiceAccount admission adds one like it to every pod; testkube does not).
-            "volumes": [{"name": "token", "projected": {"sources": [
-                {"serviceAccountToken": {"path": "token", "expirationSeconds": 3600}},
-            ]}}],
+            "volumes": volumes,
         },
     }))
     .unwrap()
+}
+
+/// A Pod as a DaemonSet's controller makes it for `node`: owned by the DaemonSet,
+/// tolerating every taint (the revoked and unverified ones included).
+fn daemon_pod_on(node: &str, name: &str) -> Pod {
+    serde_json::from_value(json!({
+        "metadata": {"name": name, "ownerReferences": [{
+            "apiVersion": "apps/v1", "kind": "DaemonSet", "name": "agent",
+            "uid": "5e0c2a9e-1d2f-4b6a-9c3d-7e8f9a0b1c2d", "controller": true,
+            "blockOwnerDeletion": true,
+        }]},
+        "spec": {
+            "nodeName": node,
+            "tolerations": [{"operator": "Exists"}],
+            "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}],
+        },
+    }))
+    .unwrap()
+}
+
+/// POSTs a Binding of `pod` (in `default`) to `node` through `pods/<pod>/binding`, as
+/// the scheduler binds a pending pod.
+async fn bind(client: &Client, pod: &str, node: &str) -> Result<Value, kube::Error> {
+    let body = json!({"apiVersion": "v1", "kind": "Binding", "metadata": {"name": pod},
+                      "target": {"apiVersion": "v1", "kind": "Node", "name": node}});
+    let request = http::Request::post(format!("/api/v1/namespaces/default/pods/{pod}/binding"))
+        .header("content-type", "application/json")
+        .body(serde_json::to_vec(&body).unwrap())
+        .unwrap();
+    client.request::<Value>(request).await
+}
+
+/// Whether `client` may read `name` of `api`: `Ok(true)` read, `Ok(false)` refused
+/// (403), other errors as they are. A missing object the client may read counts as read
+/// (testkube publishes no `kube-root-ca.crt`).
+async fn may_read<K>(api: &Api<K>, name: &str) -> Result<bool, kube::Error>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    match api.get(name).await {
+        Ok(_) => Ok(true),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(true),
+        Err(kube::Error::Api(s)) if s.code == 403 => {
+            assert!(
+                s.message.contains("no relationship found between node"),
+                "the Node authorizer's refusal: {}",
+                s.message
+            );
+            Ok(false)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// Waits until `client` may (`readable`) or may not read `name` of `api`: the Node
+/// authorizer's graph follows pods through an informer, a moment behind the API.
+async fn until_readable<K>(what: &str, api: &Api<K>, name: &str, readable: bool)
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    within(what, async {
+        while may_read(api, name).await.expect(what) != readable {
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+    })
+    .await;
 }
 
 fn node_object(name: &str) -> Node {
@@ -82,16 +148,51 @@ async fn node_revoke_alone_cuts_the_node_off_for_good_until_forgotten() {
 
     let ns = "default";
     let (sa, pod) = (h.name("rv-sa"), h.name("rv-p"));
+    let (secret, config) = (h.name("rv-s"), h.name("rv-cm"));
     let pp = PostParams::default();
     let admin_pods = Api::<Pod>::namespaced(h.admin.clone(), ns);
     let admin_sas = Api::<ServiceAccount>::namespaced(h.admin.clone(), ns);
+    let admin_secrets = Api::<Secret>::namespaced(h.admin.clone(), ns);
+    let admin_configs = Api::<ConfigMap>::namespaced(h.admin.clone(), ns);
     let sa_obj: ServiceAccount = serde_json::from_value(json!({"metadata": {"name": sa}})).unwrap();
     admin_sas.create(&pp, &sa_obj).await.unwrap();
+    let secret_obj: Secret =
+        serde_json::from_value(json!({"metadata": {"name": secret}, "stringData": {"k": "v"}}))
+            .unwrap();
+    admin_secrets.create(&pp, &secret_obj).await.unwrap();
+    let config_obj: ConfigMap =
+        serde_json::from_value(json!({"metadata": {"name": config}, "data": {"k": "v"}})).unwrap();
+    admin_configs.create(&pp, &config_obj).await.unwrap();
+    let volumes = json!([
+        {"name": "s", "secret": {"secretName": secret}},
+        {"name": "c", "configMap": {"name": config}},
+    ]);
     let created = admin_pods
-        .create(&pp, &pod_on(&node, &pod, &sa))
+        .create(&pp, &pod_on(Some(&node), &pod, &sa, volumes))
         .await
         .unwrap();
     let pod_uid = created.metadata.uid.clone().unwrap();
+    // Its kubelet reads what the pod mounts: the Node authorizer relates them to the node
+    // through the pod. (The webhook is not asked about this node: the real control plane
+    // asks it only about nodes named authz-*, and testkube has none configured here. That
+    // is what the webhook's NoOpinion fallback leaves when it cannot answer: Node and RBAC
+    // decide.)
+    let kubelet_secrets = Api::<Secret>::namespaced(kubelet.clone(), ns);
+    let kubelet_configs = Api::<ConfigMap>::namespaced(kubelet.clone(), ns);
+    until_readable(
+        "the kubelet to read its pod's Secret",
+        &kubelet_secrets,
+        &secret,
+        true,
+    )
+    .await;
+    until_readable(
+        "the kubelet to read its pod's ConfigMap",
+        &kubelet_configs,
+        &config,
+        true,
+    )
+    .await;
 
     // The kubelet mints a token for its pod's ServiceAccount, as it does for every pod.
     let minted = {
@@ -159,6 +260,29 @@ async fn node_revoke_alone_cuts_the_node_off_for_good_until_forgotten() {
             started.elapsed()
         );
     }
+    // Nor may its kubelet read what the pod mounted, the ConfigMap the ServiceAccount
+    // admission mounted (the cluster CA) included: nothing relates them to the node now.
+    until_readable(
+        "the pod's Secret to be refused",
+        &kubelet_secrets,
+        &secret,
+        false,
+    )
+    .await;
+    until_readable(
+        "the pod's ConfigMap to be refused",
+        &kubelet_configs,
+        &config,
+        false,
+    )
+    .await;
+    until_readable(
+        "the pod's kube-root-ca.crt to be refused",
+        &kubelet_configs,
+        "kube-root-ca.crt",
+        false,
+    )
+    .await;
     // Its Node carries both taints, set by the command itself.
     let n = h.nodes().get(&node).await.unwrap();
     assert!(has_taint(&n, "kubeflavor.io/revoked") && has_taint(&n, "kubeflavor.io/unverified"));
@@ -218,9 +342,9 @@ async fn node_revoke_alone_cuts_the_node_off_for_good_until_forgotten() {
         );
         assert!(code == 422 || code == 403, "{code} {message}");
         let (code, message) = refusal(
-            "a Pod created on the revoked node",
+            "a Pod created on the revoked node, as a DaemonSet's controller makes it",
             admin_pods
-                .create(&pp, &pod_on(&node, &h.name("rv-p2"), &sa))
+                .create(&pp, &daemon_pod_on(&node, &h.name("rv-ds")))
                 .await,
         );
         assert_eq!(code, 422, "{message}");
@@ -228,6 +352,28 @@ async fn node_revoke_alone_cuts_the_node_off_for_good_until_forgotten() {
             message.contains("no Pod may be created on a revoked node"),
             "{message}"
         );
+        // A pending pod may be created, but not bound there, as the scheduler would.
+        let pending = h.name("rv-pending");
+        admin_pods
+            .create(&pp, &pod_on(None, &pending, &sa, json!([])))
+            .await
+            .expect("a pending pod");
+        let (code, message) = refusal(
+            "a pod bound to the revoked node",
+            bind(&h.admin, &pending, &node).await,
+        );
+        assert_eq!(code, 422, "{message}");
+        assert!(
+            message.contains("no Pod may be bound to a revoked node"),
+            "{message}"
+        );
+        let stored = admin_pods.get(&pending).await.unwrap();
+        let bound_to = stored.spec.and_then(|s| s.node_name);
+        assert_eq!(bound_to, None, "the pod stays pending");
+        admin_pods
+            .delete(&pending, &DeleteParams::default().grace_period(0))
+            .await
+            .unwrap();
     }
 
     // Deleting the binding and the Node does not un-revoke: the kubelet cannot create its
@@ -288,13 +434,17 @@ async fn node_revoke_alone_cuts_the_node_off_for_good_until_forgotten() {
     let out = h.env.kf(&["node", "forget", &node]).await;
     assert_eq!(out.code, kubeflavor::exit::ExitCode::NotFound, "{out:?}");
 
-    let _ = admin_sas.delete(&sa, &DeleteParams::default()).await;
+    let dp = DeleteParams::default();
+    let _ = admin_sas.delete(&sa, &dp).await;
+    let _ = admin_secrets.delete(&secret, &dp).await;
+    let _ = admin_configs.delete(&config, &dp).await;
 }
 
 /// A revocation that did not run to the end (here: only the binding's condition, as an
 /// older CLI wrote it) is finished by the leader: the name is listed, its join token
-/// spent; and a pod that appears on the node (where admission does not refuse it) is
-/// deleted.
+/// spent, and the pods that landed on the node before it was listed are deleted. A pod
+/// created there afterwards is refused by admission; where the policy is missing (its
+/// binding deleted: testkube only, the real cluster's is shared), the leader deletes it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_leader_finishes_a_revocation_it_finds_and_keeps_pods_off() {
     let h = Harness::start().await;
@@ -309,6 +459,15 @@ async fn the_leader_finishes_a_revocation_it_finds_and_keeps_pods_off() {
         .await;
     assert_eq!(h.decision(&csr).await, "Approved");
     h.register_node(&csr, &node, &[], &[]).await;
+
+    // A pod lands on the node while nothing is revoked: admission lets it through.
+    let pp = PostParams::default();
+    let pods = Api::<Pod>::namespaced(h.admin.clone(), "default");
+    let early = h.name("rvl-early");
+    let landed = pods
+        .create(&pp, &pod_on(Some(&node), &early, "default", json!([])))
+        .await
+        .expect("a pod on a node not revoked");
 
     kubeflavor_cluster::bindings::revoke(
         &h.admin,
@@ -331,28 +490,55 @@ async fn the_leader_finishes_a_revocation_it_finds_and_keeps_pods_off() {
     .await
     .unwrap();
     h.token_gone(&t).await;
+    within(
+        "the leader to delete the pod that landed before the name was listed",
+        kube::runtime::wait::await_condition(
+            pods.clone(),
+            &early,
+            kube::runtime::wait::conditions::is_deleted(&landed.metadata.uid.unwrap()),
+        ),
+    )
+    .await
+    .unwrap();
 
-    let pp = PostParams::default();
-    let pods = Api::<Pod>::namespaced(h.admin.clone(), "default");
-    let pod = h.name("rvl-p");
-    match pods.create(&pp, &pod_on(&node, &pod, "default")).await {
-        Ok(created) => {
-            // Admission refuses such a pod; should one get through (the policy deleted),
-            // the leader deletes it.
-            let uid = created.metadata.uid.unwrap();
-            within(
-                "the leader to delete the pod bound to the revoked node",
-                kube::runtime::wait::await_condition(
-                    pods.clone(),
-                    &pod,
-                    kube::runtime::wait::conditions::is_deleted(&uid),
-                ),
+    // From now on admission refuses a pod there.
+    let (code, message) = refusal(
+        "a pod created on the listed node",
+        pods.create(
+            &pp,
+            &pod_on(Some(&node), &h.name("rvl-p"), "default", json!([])),
+        )
+        .await,
+    );
+    assert_eq!(code, 422, "{message}");
+
+    // Without the policy, the leader deletes such a pod as it appears.
+    if h.testkube().is_some() {
+        use k8s_openapi::api::admissionregistration::v1::ValidatingAdmissionPolicyBinding;
+        Api::<ValidatingAdmissionPolicyBinding>::all(h.admin.clone())
+            .delete(
+                kubeflavor_core::node::revocation_list::POLICY_NAME,
+                &DeleteParams::default(),
             )
             .await
-            .unwrap();
-        }
-        Err(kube::Error::Api(s)) if s.code == 422 => {}
-        Err(e) => panic!("{e:?}"),
+            .expect("the policy's binding deleted");
+        let late = h.name("rvl-late");
+        let created = pods
+            .create(&pp, &pod_on(Some(&node), &late, "default", json!([])))
+            .await
+            .expect("without the policy nothing refuses the pod");
+        within(
+            "the leader to delete the pod bound to the revoked node",
+            kube::runtime::wait::await_condition(
+                pods.clone(),
+                &late,
+                kube::runtime::wait::conditions::is_deleted(&created.metadata.uid.unwrap()),
+            ),
+        )
+        .await
+        .unwrap();
+    } else {
+        crate::support::skip("the policy-less case deletes the shared policy's binding");
     }
     ctl.stop().await;
     h.env.kf(&["node", "forget", &node]).await.expect_ok();

@@ -95,3 +95,55 @@ async fn a_kubelet_cannot_drop_taints_by_directive_or_through_status() {
         "the taints are as the kubelet registered them"
     );
 }
+
+/// The Node status strategy (pkg/registry/core/node/strategy.go,
+/// `nodeStatusStrategy.PrepareForUpdate`) resets only the spec: labels and annotations
+/// added, changed or removed through `nodes/status` are stored, a spec change is dropped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_update_through_nodes_status_keeps_its_metadata_and_drops_its_spec() {
+    let env = Env::start().await;
+    let node = env.name("fid-status-meta");
+    let nodes: Api<Node> = Api::all(env.client.clone());
+    let created: Node = serde_json::from_value(json!({
+        "metadata": {"name": node, "labels": {"example.com/gone": "x", "example.com/kept": "x"},
+                     "annotations": {"example.com/changed": "before"}},
+    }))
+    .expect("a Node");
+    nodes
+        .create(&kube::api::PostParams::default(), &created)
+        .await
+        .expect("the admin creates the Node");
+    let patch = json!({
+        "metadata": {
+            "labels": {"example.com/gone": null, "example.com/added": "yes"},
+            "annotations": {"example.com/changed": "after"},
+        },
+        "spec": {"unschedulable": true},
+    });
+    nodes
+        .patch_status(&node, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .expect("a status patch");
+    let stored = nodes.get(&node).await.expect("the Node");
+    let labels = stored.metadata.labels.clone().unwrap_or_default();
+    assert_eq!(
+        labels.get("example.com/added").map(String::as_str),
+        Some("yes")
+    );
+    assert_eq!(
+        labels.get("example.com/kept").map(String::as_str),
+        Some("x")
+    );
+    assert!(!labels.contains_key("example.com/gone"), "{labels:?}");
+    let annotations = stored.metadata.annotations.clone().unwrap_or_default();
+    assert_eq!(
+        annotations.get("example.com/changed").map(String::as_str),
+        Some("after")
+    );
+    assert_eq!(
+        stored.spec.and_then(|s| s.unschedulable),
+        None,
+        "the spec is the stored one"
+    );
+    let _ = nodes.delete(&node, &Default::default()).await;
+}

@@ -3,7 +3,7 @@
 //! commands printed and the objects they made that carry no run id.
 //!
 //! Nodes, Flavors, FlavorBindings, CSRs, ClusterRoles and ClusterRoleBindings, Leases,
-//! ServiceAccounts, Events, and Pods and Secrets in `default` are found by the run id in their names (a CSR also by the node name it asks
+//! ServiceAccounts, Events, and Pods, Secrets and ConfigMaps in `default` are found by the run id in their names (a CSR also by the node name it asks
 //! for, an Event also by the controller that wrote it); token Secrets by their flavor label or by the
 //! ids recorded in [`Made`], ClusterRoleBindings of fixed names by their names recorded there.
 
@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{Node, Pod, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod, Secret};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
 use kube::api::{Api, DeleteParams, ListParams};
 use kube::{Resource, ResourceExt};
@@ -133,7 +133,7 @@ async fn sweep_async(
     })
     .await;
     delete_where(Api::<Node>::all(client.clone()), |o| named(&o.name_any())).await;
-    // Pods bound to a run's nodes, and their Secrets (the authorization webhook's test).
+    // Pods bound to a run's nodes, and their Secrets and ConfigMaps (the revocation tests).
     // Deleted at once: no kubelet confirms their end, and a real cluster may run no pod
     // garbage collector.
     let pods = Api::<Pod>::namespaced(client.clone(), "default");
@@ -146,6 +146,11 @@ async fn sweep_async(
     delete_where(Api::<Secret>::namespaced(client.clone(), "default"), |o| {
         named(&o.name_any())
     })
+    .await;
+    delete_where(
+        Api::<ConfigMap>::namespaced(client.clone(), "default"),
+        |o| named(&o.name_any()),
+    )
     .await;
     let csrs = delete_where(
         Api::<CertificateSigningRequest>::all(client.clone()),

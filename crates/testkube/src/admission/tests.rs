@@ -41,4 +41,5 @@ pub(super) fn assert_admission_forbidden(
 mod csr;
 mod mutating_policy;
 mod node_restriction;
+mod service_account;
 mod validating_policy;

@@ -1,7 +1,8 @@
 //! What the real server does around a write of particular types, synchronously: the
 //! apiextensions controller establishing a new CRD (its resource is served at once; the
 //! real server needs under 0.4 s), dropping the custom resources of a
-//! deleted CRD, and a new Service's cluster IP.
+//! deleted CRD, a new Service's cluster IP, and a new namespace's `default`
+//! ServiceAccount.
 
 use jiff::Timestamp;
 use serde_json::{Value, json};
@@ -75,6 +76,10 @@ pub fn allocate(st: &StoreState, info: &ResourceInfo, obj: &mut Value) {
 }
 
 pub fn after_create(st: &mut StoreState, info: &ResourceInfo, stored: &Value, now: Timestamp) {
+    if !info.custom && info.key() == ResourceKey::new("", "namespaces") {
+        default_service_account(st, meta_str(stored, "name"), now);
+        return;
+    }
     if !is_crd(info) {
         return;
     }
@@ -110,4 +115,25 @@ pub fn after_delete(st: &mut StoreState, info: &ResourceInfo, old: &Value) {
     for (ns, name) in victims {
         st.remove(&key, &ns, &name);
     }
+}
+
+/// kube-controller-manager's serviceaccounts controller: every namespace has a
+/// ServiceAccount `default`, which the ServiceAccount admission plugin gives to pods that
+/// name none. Here at once; on a real server a moment after the namespace (the plugin
+/// looks a missing `default` up again for about a second).
+pub fn default_service_account(st: &mut StoreState, namespace: &str, now: Timestamp) {
+    use crate::admission::service_account::DEFAULT_SERVICE_ACCOUNT;
+    let key = ResourceKey::new("", "serviceaccounts");
+    if st
+        .get_object(&key, namespace, DEFAULT_SERVICE_ACCOUNT)
+        .is_some()
+    {
+        return;
+    }
+    let sa = json!({
+        "kind": "ServiceAccount",
+        "apiVersion": "v1",
+        "metadata": {"name": DEFAULT_SERVICE_ACCOUNT, "namespace": namespace},
+    });
+    st.insert(&key, sa, now);
 }

@@ -17,7 +17,7 @@ use crate::patch::{
     PatchType, apply_patch, field_manager_required, parse_apply, strategic_unsupported,
 };
 use crate::resources::{ResourceInfo, StatusOnCreate};
-use crate::store::{StoreState, format_time, meta_str};
+use crate::store::{StoreState, format_time, generated_name, meta_str};
 use crate::types::{ApiError, Operation, ResourceKey};
 use crate::validation::{check_micro_times, check_secret_base64, validate_object};
 
@@ -89,18 +89,6 @@ fn check_shape(info: &ResourceInfo, obj: &Value) -> Result<(), ApiError> {
         }
     }
     Ok(())
-}
-
-/// `generateName` gets five characters from the real server's alphabet (no vowels).
-fn generated_name(prefix: &str) -> String {
-    const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
-    let mut bytes = [0u8; 5];
-    getrandom::fill(&mut bytes).expect("the OS random source is available");
-    let suffix: String = bytes
-        .iter()
-        .map(|b| ALPHABET[*b as usize % ALPHABET.len()] as char)
-        .collect();
-    format!("{prefix}{suffix}")
 }
 
 /// Namespaced objects can only be created in a namespace that exists and is not terminating

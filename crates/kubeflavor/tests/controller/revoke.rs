@@ -2,8 +2,9 @@
 //! running: the revocation list and its admission policy refuse the kubelet's writes, pods
 //! on the node and a Node under its name; the node's pods are deleted, so a ServiceAccount
 //! token its kubelet minted for one of them stops authenticating; its join token is spent,
-//! so its join line files no CSR for a new name. Deleting the binding and the Node does not
-//! un-revoke; `node forget` does.
+//! so its join line files no CSR for a new name; the trail records it (`NodeRevoked`, by
+//! the CLI). Deleting the binding and the Node does not un-revoke; `node forget` does. A
+//! revocation the leader cannot finish shows on its /metrics.
 
 use k8s_openapi::api::authentication::v1::TokenReview;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod, ServiceAccount};
@@ -131,6 +132,27 @@ async fn node_revoke_alone_cuts_the_node_off_for_good_until_forgotten() {
     }
     assert!(text.contains("spent"), "{text}");
     assert!(listed(&h.admin, &node).await);
+    // The trail says who revoked it and what each step did, with the CLI as its reporter.
+    let event = trail_event(
+        &h,
+        kubeflavor::cmd::revoke_steps::REPORTING,
+        &node,
+        &[&format!("node {node} revoked by")],
+    )
+    .await;
+    assert_eq!(event.reason.as_deref(), Some("NodeRevoked"));
+    assert_eq!(event.type_.as_deref(), Some("Warning"));
+    let regarding = event.regarding.as_ref().unwrap();
+    assert_eq!(regarding.kind.as_deref(), Some("FlavorBinding"));
+    let note = event.note.as_deref().unwrap_or_default();
+    for step in [
+        "(RevokedByAdmin)",
+        "[list] node",
+        "[pods] 1 pod(s) deleted",
+        "[token] token",
+    ] {
+        assert!(note.contains(step), "{step} missing from the trail: {note}");
+    }
 
     // Its pod is gone, and with it the token minted for it.
     assert!(

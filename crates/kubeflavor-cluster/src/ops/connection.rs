@@ -483,7 +483,11 @@ mod tests {
 
         assert_eq!(
             *reported.0.lock().unwrap(),
-            vec![Dropped::HandshakeTimedOut, Dropped::NoSlot, Dropped::PushedOut]
+            vec![
+                Dropped::HandshakeTimedOut,
+                Dropped::NoSlot,
+                Dropped::PushedOut
+            ]
         );
     }
 

@@ -433,11 +433,15 @@ async fn a_revocation_the_leader_cannot_finish_is_on_metrics_until_it_does() {
     .await
     .unwrap();
     tk.faults().fired(1).await;
-    metrics_until(&ctl, "the token step failed, the revocation unfinished", |text| {
-        sample(text, failures).is_some_and(|n| n >= 1.0)
-            && sample(text, "kubeflavor_unfinished_revocations") == Some(1.0)
-            && sample(text, "kubeflavor_revocation_list_names").is_some_and(|n| n >= 1.0)
-    })
+    metrics_until(
+        &ctl,
+        "the token step failed, the revocation unfinished",
+        |text| {
+            sample(text, failures).is_some_and(|n| n >= 1.0)
+                && sample(text, "kubeflavor_unfinished_revocations") == Some(1.0)
+                && sample(text, "kubeflavor_revocation_list_names").is_some_and(|n| n >= 1.0)
+        },
+    )
     .await;
     assert!(
         h.token_secret(&t).await.is_some(),

@@ -126,9 +126,11 @@ def fmt(v, unit=""):
 
 
 def stat(svg, x, y, w, title, value, unit="", bad=None):
+    """One value, or several (a list) shown side by side as the dashboard's stat does."""
     svg.panel(x, y, w, 80, title)
-    color = "#e02f44" if bad is not None and value is not None and value > bad else "#73bf69"
-    svg.text(x + w / 2, y + 62, fmt(value, unit), 28, color, "middle", "bold")
+    values = value if isinstance(value, list) else [value]
+    color = "#e02f44" if bad is not None and any(v is not None and v > bad for v in values) else "#73bf69"
+    svg.text(x + w / 2, y + 62, " / ".join(fmt(v, unit) for v in values), 28, color, "middle", "bold")
 
 
 def chart(svg, x, y, w, h, title, series, steps, stack=False):
@@ -193,7 +195,8 @@ def main():
     bound = run.series("kubeflavor_bound_nodes", ["flavor"])
     stat(svg, G, y, w5, "Bound nodes", sum(v[-1] or 0 for v in bound.values()))
     stat(svg, G * 2 + w5, y, w5, "Flavored nodes", run.last("kubeflavor_flavored_nodes"))
-    stat(svg, G * 3 + 2 * w5, y, w5, "Revoked bindings", run.last("kubeflavor_revoked_bindings"))
+    stat(svg, G * 3 + 2 * w5, y, w5, "Revoked: bindings, listed names",
+         [run.last("kubeflavor_revoked_bindings"), run.last("kubeflavor_revocation_list_names")])
     stat(svg, G * 4 + 3 * w5, y, w5, "Oldest unflavored Node",
          run.last("kubeflavor_oldest_unflavored_node_age_seconds"), "s", 600)
     stat(svg, G * 5 + 4 * w5, y, w5, "Leader", run.last("kubeflavor_leader", sum))

@@ -8,6 +8,7 @@ pub mod cli;
 pub mod cmd;
 pub mod connect;
 pub mod controller;
+pub mod dropped_connections;
 pub mod error;
 pub mod exit;
 pub mod join;

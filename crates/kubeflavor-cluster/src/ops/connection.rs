@@ -22,6 +22,11 @@
 //! ([`ConnectionLimits::request_timeout`]). hyper's own HTTP/1.1 header timeout is not
 //! used: it starts only once the version is known, so a client that sends nothing at all
 //! escapes it, and h2 has none.
+//!
+//! What a flood does is visible: every connection closed before it was served (pushed out
+//! of the pool, its handshake timed out, no slot came in time) is reported to the server's
+//! [`DropCounter`], through which the feature running the server counts it in its own
+//! metric families; this layer registers none.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -86,6 +91,42 @@ impl Default for ConnectionLimits {
     }
 }
 
+/// Why a connection was closed before it was served.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Dropped {
+    /// A newer connection took its place in the pool of pending handshakes (the pool was
+    /// full, or its source held its whole share), during its handshake or while it waited
+    /// for a slot.
+    PushedOut,
+    /// Its TLS handshake did not end within the handshake timeout.
+    HandshakeTimedOut,
+    /// Its handshake was accepted, but no connection slot came free in time.
+    NoSlot,
+}
+
+impl Dropped {
+    pub const ALL: [Dropped; 3] = [
+        Dropped::PushedOut,
+        Dropped::HandshakeTimedOut,
+        Dropped::NoSlot,
+    ];
+
+    /// The metric label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Dropped::PushedOut => "pushed_out",
+            Dropped::HandshakeTimedOut => "handshake_timeout",
+            Dropped::NoSlot => "no_slot",
+        }
+    }
+}
+
+/// Where a server reports the connections it closed unserved: the feature that runs the
+/// server (the webhook, the join-token API) counts them in its own metric families.
+pub trait DropCounter: Send + Sync + 'static {
+    fn dropped(&self, why: Dropped);
+}
+
 /// The pending handshakes of one server, and how to close each.
 struct Handshakes {
     pool: Pool<IpAddr>,
@@ -98,6 +139,7 @@ struct Handshakes {
 pub struct Gate {
     handshakes: Arc<Mutex<Handshakes>>,
     slots: Arc<Semaphore>,
+    counter: Arc<dyn DropCounter>,
     ticket: Ticket,
     pushed_out: oneshot::Receiver<()>,
     left: bool,
@@ -116,26 +158,53 @@ fn lock(h: &Mutex<Handshakes>) -> std::sync::MutexGuard<'_, Handshakes> {
     h.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-impl Gate {
+/// What every connection of one server passes through: its pool of pending handshakes,
+/// its connection slots, and where it reports the connections it closes unserved.
+struct Gates {
+    handshakes: Arc<Mutex<Handshakes>>,
+    slots: Arc<Semaphore>,
+    counter: Arc<dyn DropCounter>,
+}
+
+impl Gates {
+    fn new(limits: &ConnectionLimits, counter: Arc<dyn DropCounter>) -> Gates {
+        Gates {
+            handshakes: Arc::new(Mutex::new(Handshakes {
+                pool: Pool::new(Bounds {
+                    total: limits.max_handshakes,
+                    per_source: limits.max_handshakes_per_source,
+                }),
+                close: HashMap::new(),
+            })),
+            slots: Arc::new(Semaphore::new(limits.max_connections.max(1))),
+            counter,
+        }
+    }
+
     /// Admits a new connection from `source` to the pool, closing those it pushes out.
-    fn admit(handshakes: &Arc<Mutex<Handshakes>>, slots: &Arc<Semaphore>, source: IpAddr) -> Gate {
+    fn admit(&self, source: IpAddr) -> Gate {
         let (tx, rx) = oneshot::channel();
-        let mut h = lock(handshakes);
+        let mut h = lock(&self.handshakes);
         let (ticket, pushed_out) = h.pool.admit(source);
         for old in pushed_out {
+            // Counted before its connection is closed: whoever sees it closed sees it counted.
+            self.counter.dropped(Dropped::PushedOut);
             h.close.remove(&old);
         }
         h.close.insert(ticket, tx);
         drop(h);
         Gate {
-            handshakes: handshakes.clone(),
-            slots: slots.clone(),
+            handshakes: self.handshakes.clone(),
+            slots: self.slots.clone(),
+            counter: self.counter.clone(),
             ticket,
             pushed_out: rx,
             left: false,
         }
     }
+}
 
+impl Gate {
     /// Runs `handshake` within `deadline`, unless a newer connection pushes it out first.
     pub async fn handshake<T, E>(
         &mut self,
@@ -148,7 +217,10 @@ impl Gate {
             ended = timeout(deadline, handshake) => match ended {
                 Ok(Ok(t)) => Ok(t),
                 Ok(Err(e)) => Err(NoHandshake::Failed(e)),
-                Err(_) => Err(NoHandshake::TimedOut),
+                Err(_) => {
+                    self.counter.dropped(Dropped::HandshakeTimedOut);
+                    Err(NoHandshake::TimedOut)
+                }
             },
         }
     }
@@ -161,8 +233,15 @@ impl Gate {
         let slots = self.slots.clone();
         let slot = tokio::select! {
             biased;
+            // Counted when it was pushed out (`Gates::admit`).
             _ = &mut self.pushed_out => None,
-            slot = timeout(wait, slots.acquire_owned()) => slot.ok().and_then(Result::ok),
+            slot = timeout(wait, slots.acquire_owned()) => match slot {
+                Ok(slot) => slot.ok(),
+                Err(_) => {
+                    self.counter.dropped(Dropped::NoSlot);
+                    None
+                }
+            },
         };
         // Pushed out between getting the slot and now: not served either.
         if self.leave() { slot } else { None }
@@ -188,10 +267,12 @@ impl Drop for Gate {
 /// Accepts connections on `listener` until `shutdown` resolves and runs each in its own
 /// task as `serve_one(stream, peer, gate)` makes it; the gate gives it its place in the
 /// handshake pool and, once its handshake is accepted, its connection slot
-/// (`limits.max_connections` at most).
+/// (`limits.max_connections` at most). Connections closed unserved are reported to
+/// `counter`.
 pub async fn accept_loop<C, F>(
     listener: TcpListener,
     limits: ConnectionLimits,
+    counter: Arc<dyn DropCounter>,
     shutdown: impl std::future::Future<Output = ()>,
     mut serve_one: C,
 ) where
@@ -199,14 +280,7 @@ pub async fn accept_loop<C, F>(
     F: std::future::Future<Output = ()> + Send + 'static,
 {
     tokio::pin!(shutdown);
-    let slots = Arc::new(Semaphore::new(limits.max_connections.max(1)));
-    let handshakes = Arc::new(Mutex::new(Handshakes {
-        pool: Pool::new(Bounds {
-            total: limits.max_handshakes,
-            per_source: limits.max_handshakes_per_source,
-        }),
-        close: HashMap::new(),
-    }));
+    let gates = Gates::new(&limits, counter);
     loop {
         let (stream, peer) = tokio::select! {
             _ = &mut shutdown => return,
@@ -221,7 +295,7 @@ pub async fn accept_loop<C, F>(
                 }
             },
         };
-        let gate = Gate::admit(&handshakes, &slots, handshake_pool::source_of(peer.ip()));
+        let gate = gates.admit(handshake_pool::source_of(peer.ip()));
         tokio::spawn(serve_one(stream, peer, gate));
     }
 }
@@ -362,6 +436,59 @@ mod tests {
         drop(request);
         assert!(!idle_after(&mut idle, Duration::from_secs(9)).await);
         assert!(idle_after(&mut idle, Duration::from_secs(1)).await);
+    }
+
+    /// The connections reported closed unserved, in order.
+    #[derive(Default)]
+    struct Reported(Mutex<Vec<Dropped>>);
+
+    impl DropCounter for Reported {
+        fn dropped(&self, why: Dropped) {
+            self.0.lock().unwrap().push(why);
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn every_connection_closed_unserved_is_reported_once_with_why() {
+        let reported = Arc::new(Reported::default());
+        let limits = ConnectionLimits {
+            max_connections: 1,
+            max_handshakes: 2,
+            max_handshakes_per_source: 2,
+            ..ConnectionLimits::default()
+        };
+        let gates = Gates::new(&limits, reported.clone());
+        let source = IpAddr::from([10, 0, 0, 1]);
+        let wait = Duration::from_secs(1);
+
+        // A handshake that fails is the client's doing, not a flood's: not reported.
+        let failed = gates
+            .admit(source)
+            .handshake(wait, async { Err::<(), _>("bad certificate") })
+            .await;
+        assert!(matches!(failed, Err(NoHandshake::Failed(_))));
+        // One that never ends is closed at its deadline.
+        let stalled = gates
+            .admit(source)
+            .handshake(wait, std::future::pending::<Result<(), ()>>())
+            .await;
+        assert!(matches!(stalled, Err(NoHandshake::TimedOut)));
+        // The one slot is held: the next accepted connection waits for it in vain.
+        let _held = gates.admit(source).slot(wait).await.expect("a free slot");
+        assert!(gates.admit(source).slot(wait).await.is_none());
+        // A full pool pushes out its oldest, reported once: not again when its wait ends.
+        let mut oldest = gates.admit(source);
+        let (_newer, _newest) = (gates.admit(source), gates.admit(source));
+        assert!(oldest.slot(wait).await.is_none());
+
+        assert_eq!(
+            *reported.0.lock().unwrap(),
+            vec![
+                Dropped::HandshakeTimedOut,
+                Dropped::NoSlot,
+                Dropped::PushedOut
+            ]
+        );
     }
 
     #[test]

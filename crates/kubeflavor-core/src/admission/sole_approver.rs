@@ -22,7 +22,11 @@
 //! - a role that grants that create (wildcards in apiGroups, resources and verbs
 //!   included), which an allowed name or an existing binding could then carry. Refused
 //!   unless its name is `system:*` (the API server's own roles, reconciled at every start;
-//!   writing them is an admin's act on the API server's defaults).
+//!   writing them is an admin's act on the API server's defaults) and not one of
+//!   [`ALLOWED_ROLES`]: those are bound to bootstrap tokens already (kubeadm binds
+//!   `system:node-bootstrapper` to its token group), so such an edit of one, or the
+//!   aggregation controller filling one an edit made aggregated, would be the grant
+//!   itself. The API server's reconciliation never adds that create to them.
 //!
 //! [`binding_refused`] and [`role_refused`] are the rules as plain functions; the
 //! policy's expressions implement them in CEL.
@@ -120,9 +124,10 @@ pub fn grants_nodeclient(rule: &Rule<'_>) -> bool {
 }
 
 /// The role rule: a role named `name` is refused when a rule of it grants `create` on
-/// [`NODECLIENT`] and its name is not `system:*`.
+/// [`NODECLIENT`] and its name is not `system:*`, or is one of [`ALLOWED_ROLES`].
 pub fn role_refused(name: &str, rules: &[Rule<'_>]) -> bool {
-    !name.starts_with("system:") && rules.iter().any(grants_nodeclient)
+    (!name.starts_with("system:") || ALLOWED_ROLES.contains(&name))
+        && rules.iter().any(grants_nodeclient)
 }
 
 fn cel_list(items: &[&str]) -> String {
@@ -182,14 +187,17 @@ pub fn rules() -> [PolicyRule; 2] {
         },
         PolicyRule {
             expression: format!(
-                "!(request.resource.resource in {roles}) || object.metadata.name.startsWith('system:') \
+                "!(request.resource.resource in {roles}) \
+                 || (object.metadata.name.startsWith('system:') && !(object.metadata.name in {allowed})) \
                  || !has(object.rules) || !object.rules.exists(r, {})",
                 nodeclient_rule("r")
             ),
             message: format!(
-                "kubeflavor is the sole approver (install --sole-approver): a role not named system:* \
-                 may not grant create on {NODECLIENT} in {CERTIFICATES_GROUP} (wildcards included): \
-                 whoever holds it has kube-controller-manager approve node certificates for any name"
+                "kubeflavor is the sole approver (install --sole-approver): a role not named system:*, \
+                 or one bootstrap tokens may be granted ({}), may not grant create on {NODECLIENT} in \
+                 {CERTIFICATES_GROUP} (wildcards included): whoever holds it has \
+                 kube-controller-manager approve node certificates for any name",
+                ALLOWED_ROLES.join(", ")
             ),
         },
     ]
@@ -313,6 +321,24 @@ mod tests {
     }
 
     #[test]
+    fn a_role_bootstrap_tokens_may_be_granted_may_not_be_edited_to_grant_nodeclient() {
+        let granting = [rule(&[CERTIFICATES_GROUP], &[NODECLIENT], &["create"])];
+        for role in ALLOWED_ROLES {
+            assert!(role_refused(role, &granting), "{role}");
+        }
+        // Its ordinary rules stay writable (the API server reconciles them at start).
+        let bootstrapper = [rule(
+            &[CERTIFICATES_GROUP],
+            &["certificatesigningrequests"],
+            &["create", "get", "list", "watch"],
+        )];
+        assert!(!role_refused("system:node-bootstrapper", &bootstrapper));
+        // The API server's own nodeclient role keeps its grant: no bootstrap token may be
+        // bound to it (the binding rule).
+        assert!(!role_refused(NODECLIENT_ROLE, &granting));
+    }
+
+    #[test]
     fn the_expressions_name_the_lists_of_the_model() {
         let [bindings, roles] = rules();
         assert!(
@@ -326,6 +352,9 @@ mod tests {
         }
         assert!(roles.expression.contains("['clusterroles', 'roles']"));
         assert!(roles.expression.contains("'*/nodeclient'"));
+        for role in ALLOWED_ROLES {
+            assert!(roles.expression.contains(&format!("'{role}'")), "{role}");
+        }
         assert!(bindings.message.contains("--skip-phases bootstrap-token"));
     }
 }

@@ -1,4 +1,5 @@
-//! The authorization webhook's own metrics: its answers by kind, and how long each took.
+//! The authorization webhook's own metrics: its answers by kind, how long each took, and
+//! the connections it closed unserved (`server="authz"`, see `crate::dropped_connections`).
 //! Every replica answers, leader or not; the controller's runtime registers the families on
 //! its /metrics (`controller::metrics::Metrics::with_families`).
 
@@ -7,6 +8,8 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
+
+use crate::dropped_connections::DroppedConnections;
 
 /// Buckets from 20 µs to about 0.3 s: the webhook answers from memory.
 fn answer_histogram() -> Histogram {
@@ -36,6 +39,8 @@ pub struct AnswerLabels {
 pub struct AuthzMetrics {
     answers: Family<AnswerLabels, Counter>,
     answer_duration: Family<AnswerLabels, Histogram, fn() -> Histogram>,
+    /// Connections closed before they were served (a flood shows here).
+    pub connections: DroppedConnections,
 }
 
 impl Default for AuthzMetrics {
@@ -43,6 +48,7 @@ impl Default for AuthzMetrics {
         AuthzMetrics {
             answers: Family::default(),
             answer_duration: Family::new_with_constructor(answer_histogram as fn() -> Histogram),
+            connections: DroppedConnections::new("authz"),
         }
     }
 }
@@ -71,6 +77,7 @@ impl AuthzMetrics {
             let _ = self.answers.get_or_create(&AnswerLabels { answer });
             let _ = self.answer_duration.get_or_create(&AnswerLabels { answer });
         }
+        self.connections.register(r);
     }
 
     /// One answer of the authorization webhook and how long it took.

@@ -159,7 +159,8 @@ impl Bound {
         tracing::info!(addr = %listener.local_addr().map(|a| a.to_string()).unwrap_or_default(), "serving the authorization webhook");
         let limits = opts.connections;
         let client_cn: Option<Arc<str>> = opts.client_cn.as_deref().map(Arc::from);
-        connection::accept_loop(listener, limits, shutdown, |stream, peer, gate| {
+        let dropped = Arc::new(state.metrics.connections.clone());
+        connection::accept_loop(listener, limits, dropped, shutdown, |stream, peer, gate| {
             let _ = stream.set_nodelay(true);
             let (state, acceptor, client_cn) = (state.clone(), acceptor.clone(), client_cn.clone());
             let handler = move |req| {
@@ -636,8 +637,15 @@ mod tests {
         .await
         .expect("the API server is answered within its 2 s timeout, flood or not");
         assert_eq!(answered.unwrap().0, 200);
-        // The flood's oldest connections were closed to make room.
+        // The flood's oldest connections were closed to make room, and counted.
         assert!(closed_within(&mut flood[0], Duration::from_secs(2)).await);
+        let text = r.metrics.render();
+        assert!(
+            !text.contains(
+                "kubeflavor_tls_connections_dropped_total{server=\"authz\",reason=\"pushed_out\"} 0"
+            ),
+            "{text}"
+        );
         let _ = r.stop.send(());
     }
 
@@ -656,6 +664,9 @@ mod tests {
             "closed by the handshake deadline, not the idle timeout"
         );
         assert!(started.elapsed() < Duration::from_secs(5));
+        assert!(r.metrics.render().contains(
+            "kubeflavor_tls_connections_dropped_total{server=\"authz\",reason=\"handshake_timeout\"} 1"
+        ));
         let _ = r.stop.send(());
     }
 

@@ -1,7 +1,8 @@
 //! The fleet as /metrics shows it while this replica leads: bindings per flavor, the
-//! Flavors' trust levels, revoked bindings, and how long a bound Node has gone without its
-//! flavor. Read from the node loop's index (`fleet`) and the Flavor store when /metrics is
-//! read, so it costs nothing between scrapes.
+//! Flavors' trust levels, revoked bindings, how long a bound Node has gone without its
+//! flavor, the names listed and the revocations not finished. Read from the node loop's
+//! index (`fleet`), the Flavor store and the revoked loop's progress when /metrics is read,
+//! so it costs nothing between scrapes.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -22,6 +23,14 @@ impl FleetCensus for Context {
 
     fn revoked(&self) -> usize {
         self.fleet.revoked()
+    }
+
+    fn listed(&self) -> usize {
+        self.revocations.listed()
+    }
+
+    fn unfinished_revocations(&self) -> usize {
+        self.revocations.unfinished()
     }
 
     fn trust_levels(&self) -> Vec<(String, Option<u8>)> {

@@ -11,7 +11,7 @@ use kubeflavor_cluster::ops::trail::{self, Regarding};
 use super::metrics::Metrics;
 use super::runtime::Runtime;
 use super::turns::Turns;
-use super::{Error, Options, REPORTING_CONTROLLER, csr, fleet};
+use super::{Error, Options, REPORTING_CONTROLLER, csr, fleet, revoked};
 
 /// The writes of the CSR and node flows, in order. Tests use them to stop a controller
 /// between two writes and check the next run finishes the job.
@@ -62,6 +62,8 @@ pub struct Context {
     pub flavors: kube::runtime::reflector::Store<kubeflavor_cluster::crd::Flavor>,
     /// What the node loop knows of every node name (see `fleet`).
     pub fleet: fleet::Fleet,
+    /// What the revoked loop last saw (see `revoked`).
+    pub revocations: revoked::Progress,
     /// Set once the step hook stopped this context, or its leadership term ended.
     pub halted: std::sync::atomic::AtomicBool,
     /// Turns of the CSR loop to work with the API server (`Options::concurrency`).
@@ -84,6 +86,7 @@ impl Context {
             hook: rt.hook.clone(),
             flavors,
             fleet: fleet::Fleet::new(),
+            revocations: revoked::Progress::default(),
             halted: Default::default(),
             csr_turns: Turns::new(rt.opts.concurrency),
             own_token_writes: Default::default(),

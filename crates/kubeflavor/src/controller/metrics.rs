@@ -17,6 +17,7 @@ use prometheus_client::registry::Registry;
 
 use kubeflavor_core::approval::client::DenyCause;
 use kubeflavor_core::approval::serving::ServingDenyCause;
+use kubeflavor_core::node::revocation_list::Step;
 
 /// Buckets from 1 ms to about 16 s.
 fn duration_histogram() -> Histogram {
@@ -49,6 +50,12 @@ pub struct StageLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StepLabels {
+    /// A revocation step: list, binding, taint, pods, token.
+    pub step: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct KindLabels {
     pub kind: String,
 }
@@ -68,11 +75,16 @@ struct FlavorInfoLabels {
 }
 
 /// What the leader knows of the fleet, read when /metrics is: the bindings per flavor, the
-/// Flavors' trust levels, and Nodes left without their flavor. Only a leader has one (the
-/// node loop's index lives for a leadership term), so a standby shows none of these.
+/// Flavors' trust levels, Nodes left without their flavor, and the revocations. Only a
+/// leader has one (the node loop's index and the revoked loop's view live for a leadership
+/// term), so a standby shows none of these.
 pub trait FleetCensus: Send + Sync {
     fn bound_per_flavor(&self) -> Vec<(String, i64)>;
     fn revoked(&self) -> usize;
+    /// Names on the revocation list.
+    fn listed(&self) -> usize;
+    /// Names listed or with a revoked binding whose revocation this term has not finished.
+    fn unfinished_revocations(&self) -> usize;
     /// The Flavors as watched, with their trust levels.
     fn trust_levels(&self) -> Vec<(String, Option<u8>)>;
     fn oldest_unflavored(&self) -> Option<Duration>;
@@ -133,6 +145,21 @@ impl Collector for CensusCollector {
             None,
             revoked.metric_type(),
         )?)?;
+        let listed = ConstGauge::new(i64::try_from(census.listed()).unwrap_or(i64::MAX));
+        listed.encode(encoder.encode_descriptor(
+            "revocation_list_names",
+            "Names on the revocation list kube-system/kubeflavor-revoked-nodes, as the leader's revoked loop sees it",
+            None,
+            listed.metric_type(),
+        )?)?;
+        let unfinished =
+            ConstGauge::new(i64::try_from(census.unfinished_revocations()).unwrap_or(i64::MAX));
+        unfinished.encode(encoder.encode_descriptor(
+            "unfinished_revocations",
+            "Names listed or with a revoked binding whose revocation the leader has not finished this term: a step failed (kubeflavor_revocation_step_failures_total says which), retried on the next change of a binding or the list",
+            None,
+            unfinished.metric_type(),
+        )?)?;
         let oldest = ConstGauge::new(census.oldest_unflavored().map_or(0.0, |d| d.as_secs_f64()));
         oldest.encode(encoder.encode_descriptor(
             "oldest_unflavored_node_age_seconds",
@@ -156,6 +183,8 @@ pub struct Metrics {
     pub conflicts: Family<ErrorLabels, Counter>,
     pub tokens_deleted: Counter,
     pub node_patches: Counter,
+    pub revoked_pods_deleted: Counter,
+    pub revocation_failures: Family<StepLabels, Counter>,
     pub leader: Gauge<i64, AtomicI64>,
     pub writes: Counter,
     pub last_write: Gauge<f64, AtomicU64>,
@@ -204,6 +233,8 @@ impl Metrics {
             conflicts: Family::default(),
             tokens_deleted: Counter::default(),
             node_patches: Counter::default(),
+            revoked_pods_deleted: Counter::default(),
+            revocation_failures: Family::default(),
             leader: Gauge::default(),
             writes: Counter::default(),
             last_write: Gauge::default(),
@@ -217,6 +248,7 @@ impl Metrics {
         metrics.register_outcomes(&mut registry);
         metrics.register_failures(&mut registry);
         metrics.register_cleanups(&mut registry);
+        metrics.register_revocations(&mut registry);
         metrics.register_leadership(&mut registry);
         metrics.register_diagnostics(&mut registry);
         register(&mut registry);
@@ -254,6 +286,11 @@ impl Metrics {
                 let _ = self.errors.get_or_create(&labels);
                 let _ = self.conflicts.get_or_create(&labels);
             }
+        }
+        for step in Step::ALL {
+            let _ = self.revocation_failures.get_or_create(&StepLabels {
+                step: step.name().into(),
+            });
         }
     }
 
@@ -311,6 +348,21 @@ impl Metrics {
             "node_patches",
             "Node patches written to restore or apply a flavor",
             self.node_patches.clone(),
+        );
+    }
+
+    /// What the leader's revoked loop does beyond the revocations' own runs: the steps that
+    /// failed, and the pods it deleted off revoked nodes.
+    fn register_revocations(&self, r: &mut Registry) {
+        r.register(
+            "revocation_step_failures",
+            "Revocation steps (list, binding, taint, pods, token) the leader's revoked loop ran and failed, by step; retried on the next change of a binding or the list",
+            self.revocation_failures.clone(),
+        );
+        r.register(
+            "revoked_node_pods_deleted",
+            "Pods the leader's revoked loop deleted because it saw them bound to a revoked node (admission refuses new ones; the pods a revocation's own pods step deletes are not counted)",
+            self.revoked_pods_deleted.clone(),
         );
     }
 
@@ -376,6 +428,15 @@ impl Metrics {
             .get_or_create(&ErrorLabels {
                 controller: controller.to_string(),
                 error: error.to_string(),
+            })
+            .inc();
+    }
+
+    /// A revocation step the revoked loop ran failed.
+    pub fn revocation_failed(&self, step: Step) {
+        self.revocation_failures
+            .get_or_create(&StepLabels {
+                step: step.name().into(),
             })
             .inc();
     }
@@ -481,6 +542,12 @@ mod tests {
         fn revoked(&self) -> usize {
             1
         }
+        fn listed(&self) -> usize {
+            2
+        }
+        fn unfinished_revocations(&self) -> usize {
+            1
+        }
         fn trust_levels(&self) -> Vec<(String, Option<u8>)> {
             vec![("sweet".into(), Some(80)), ("sour".into(), None)]
         }
@@ -501,6 +568,8 @@ mod tests {
             "kubeflavor_flavor_info{flavor=\"sweet\",trust_level=\"80\"} 1",
             "kubeflavor_flavor_info{flavor=\"sour\",trust_level=\"none\"} 1",
             "kubeflavor_revoked_bindings 1",
+            "kubeflavor_revocation_list_names 2",
+            "kubeflavor_unfinished_revocations 1",
             "kubeflavor_oldest_unflavored_node_age_seconds 7.0",
         ] {
             assert!(text.contains(line), "{line} missing from\n{text}");
@@ -525,6 +594,22 @@ mod tests {
         assert!(text.contains(
             "kubeflavor_serving_csr_decisions_total{outcome=\"denied\",cause=\"address_not_allowed\"} 0"
         ));
+    }
+
+    #[test]
+    fn revocation_failures_are_counted_by_step_every_step_from_zero() {
+        let m = Metrics::new();
+        m.revocation_failed(Step::Pods);
+        m.revoked_pods_deleted.inc();
+        let text = m.render();
+        for line in [
+            "kubeflavor_revocation_step_failures_total{step=\"pods\"} 1",
+            "kubeflavor_revocation_step_failures_total{step=\"list\"} 0",
+            "kubeflavor_revocation_step_failures_total{step=\"token\"} 0",
+            "kubeflavor_revoked_node_pods_deleted_total 1",
+        ] {
+            assert!(text.contains(line), "{line} missing from\n{text}");
+        }
     }
 
     #[test]

@@ -8,10 +8,14 @@
 //! it runs the same idempotent steps once per term. And a Pod that appears bound to such a
 //! name (the admission policy refuses them; this is belt and braces, for an API server that
 //! lacks the policy) is deleted at once.
+//!
+//! What it sees and does is on /metrics: the names listed and the revocations it has not
+//! finished (the leader's census, [`Progress`]), each step that failed, by step, and the
+//! pods it deleted.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
@@ -24,6 +28,25 @@ use kubeflavor_core::node::revocation_list;
 use kubeflavor_core::node::state::Revocation;
 
 use super::{Context, Stop};
+
+/// What this term's revoked loop last saw, for the leader's census.
+#[derive(Debug, Default)]
+pub struct Progress {
+    listed: AtomicUsize,
+    unfinished: AtomicUsize,
+}
+
+impl Progress {
+    /// Names on the revocation list.
+    pub fn listed(&self) -> usize {
+        self.listed.load(Ordering::Relaxed)
+    }
+
+    /// Names listed or with a revoked binding whose revocation this term has not finished.
+    pub fn unfinished(&self) -> usize {
+        self.unfinished.load(Ordering::Relaxed)
+    }
+}
 
 /// What the loop learned from one watch event.
 enum Seen {
@@ -154,6 +177,15 @@ pub async fn run(ctx: Arc<Context>, until: Stop) {
                     finished.insert(name);
                 }
             }
+            let unfinished: HashSet<&String> = list
+                .iter()
+                .chain(revoked.keys())
+                .filter(|n| ctx.opts.serves(n) && !finished.contains(*n))
+                .collect();
+            ctx.revocations
+                .unfinished
+                .store(unfinished.len(), Ordering::Relaxed);
+            ctx.revocations.listed.store(list.len(), Ordering::Relaxed);
         }
     };
     tokio::select! {
@@ -181,6 +213,7 @@ async fn finish(ctx: &Context, name: &str, why: &Revocation) -> bool {
             true
         }
         Err(e) => {
+            ctx.metrics.revocation_failed(e.step);
             tracing::warn!(node = name, error = %e, "could not finish a revocation; retrying on the next change");
             false
         }
@@ -204,6 +237,7 @@ async fn delete_pod(ctx: &Context, ns: &str, name: &str, uid: Option<String>, no
         .await
     {
         Ok(_) => {
+            ctx.metrics.revoked_pods_deleted.inc();
             tracing::info!(node, pod = %format!("{ns}/{name}"), "deleted a pod bound to a revoked node")
         }
         Err(e) if kubeflavor_cluster::status::is_not_found(&e) => {}

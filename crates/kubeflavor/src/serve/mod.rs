@@ -27,6 +27,7 @@ use tokio::sync::Semaphore;
 use tokio_rustls::TlsAcceptor;
 
 use crate::connect::Cluster;
+use crate::dropped_connections::DroppedConnections;
 
 use self::limits::RateLimiter;
 pub use kubeflavor_cluster::ops::connection::ConnectionLimits;
@@ -85,20 +86,27 @@ struct CodeLabels {
 /// the caller may not mint), 429 (over the caller's rate), 500 and 503.
 const ALERTED_CODES: [u16; 5] = [401, 403, 429, 500, 503];
 
-/// The API's metrics. `caller` is the user name a TokenReview authenticated and a
-/// SubjectAccessReview allowed to mint the flavor: bounded by the identities RBAC lets
-/// mint (a request without that right is counted only by its status code).
+/// The API's metrics (`kubeflavor_serve_*`, and the connections it closed unserved with
+/// `server="serve"`, see `crate::dropped_connections`). `caller` is the user name a
+/// TokenReview authenticated and a SubjectAccessReview allowed to mint the flavor: bounded
+/// by the identities RBAC lets mint (a request without that right is counted only by its
+/// status code).
 #[derive(Clone)]
 pub struct ServeMetrics {
     mints: Family<MintLabels, Counter>,
     input_labels: Family<InputKeyLabels, Counter>,
     responses: Family<CodeLabels, Counter>,
+    /// Connections closed before they were served (a flood shows here).
+    pub connections: DroppedConnections,
     registry: Arc<Registry>,
 }
 
 impl Default for ServeMetrics {
     fn default() -> Self {
-        let mut registry = Registry::with_prefix("kubeflavor_serve");
+        let mut root = Registry::with_prefix("kubeflavor");
+        let connections = DroppedConnections::new("serve");
+        connections.register(&mut root);
+        let registry = root.sub_registry_with_prefix("serve");
         let mints = Family::<MintLabels, Counter>::default();
         registry.register(
             "join_tokens_minted",
@@ -128,7 +136,8 @@ impl Default for ServeMetrics {
             mints,
             input_labels,
             responses,
-            registry: Arc::new(registry),
+            connections,
+            registry: Arc::new(root),
         }
     }
 }
@@ -328,7 +337,8 @@ async fn accept_loop(
     limits: ConnectionLimits,
     shutdown: impl std::future::Future<Output = ()>,
 ) {
-    connection::accept_loop(listener, limits, shutdown, |stream, peer, gate| {
+    let dropped = Arc::new(server.metrics.connections.clone());
+    connection::accept_loop(listener, limits, dropped, shutdown, |stream, peer, gate| {
         let (server, acceptor) = (server.clone(), acceptor.clone());
         let handler = move |req| {
             let server = server.clone();
@@ -337,4 +347,27 @@ async fn accept_loop(
         connection::serve(handler, acceptor, stream, peer, gate, limits, |_| true)
     })
     .await;
+}
+
+#[cfg(test)]
+mod tests {
+    use kubeflavor_cluster::ops::connection::{DropCounter, Dropped};
+
+    use super::*;
+
+    #[test]
+    fn the_apis_families_keep_their_prefix_beside_the_servers_dropped_connections() {
+        let metrics = ServeMetrics::default();
+        metrics.response(401);
+        metrics.connections.dropped(Dropped::HandshakeTimedOut);
+        let text = metrics.render();
+        for line in [
+            "kubeflavor_serve_responses_total{code=\"401\"} 1",
+            "kubeflavor_serve_responses_total{code=\"429\"} 0",
+            "kubeflavor_tls_connections_dropped_total{server=\"serve\",reason=\"handshake_timeout\"} 1",
+            "kubeflavor_tls_connections_dropped_total{server=\"serve\",reason=\"pushed_out\"} 0",
+        ] {
+            assert!(text.contains(line), "{line} missing from\n{text}");
+        }
+    }
 }

@@ -535,6 +535,22 @@ impl Harness {
 /// this CSR that names `cause`; returns that note. Events are written right after the
 /// denial, so the wait is on a watch, never a sleep.
 pub async fn trail_names(h: &Harness, csr: &str, causes: &[&str]) -> String {
+    // The controller's Events only: a policy keeps anyone else from naming it.
+    let reporter = kubeflavor_core::admission::trail::CONTROLLER_REPORTER;
+    trail_event(h, reporter, csr, causes)
+        .await
+        .note
+        .unwrap_or_default()
+}
+
+/// Waits until the admin trail holds an Event by `reporter` (its `reportingController`)
+/// about the object named `regarding` whose note names one of `causes`; returns it.
+pub async fn trail_event(
+    h: &Harness,
+    reporter: &str,
+    regarding: &str,
+    causes: &[&str],
+) -> k8s_openapi::api::events::v1::Event {
     use futures::StreamExt;
     use kube::runtime::{WatchStreamExt, watcher};
     let api =
@@ -542,19 +558,15 @@ pub async fn trail_names(h: &Harness, csr: &str, causes: &[&str]) -> String {
     let stream = watcher(api, watcher::Config::default()).applied_objects();
     futures::pin_mut!(stream);
     within(
-        &format!("an Event about {csr} naming one of {causes:?}"),
+        &format!("an Event by {reporter} about {regarding} naming one of {causes:?}"),
         async {
             while let Some(ev) = stream.next().await {
                 let Ok(ev) = ev else { continue };
-                // The controller's Events only: a policy keeps anyone else from naming it.
-                let ours = kubeflavor_core::admission::trail::is_controllers(
-                    ev.reporting_controller.as_deref(),
-                );
-                let about =
-                    ours && ev.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(csr);
-                let note = ev.note.unwrap_or_default();
+                let about = ev.reporting_controller.as_deref() == Some(reporter)
+                    && ev.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(regarding);
+                let note = ev.note.as_deref().unwrap_or_default();
                 if about && causes.iter().any(|c| note.contains(c)) {
-                    return note;
+                    return ev;
                 }
             }
             panic!("event watch ended")

@@ -3,8 +3,10 @@
 //! created on the node or bound to it and a Node under its name; the node's pods are
 //! deleted, so a ServiceAccount token its kubelet minted for one of them stops
 //! authenticating and the Node authorizer no longer lets it read their Secrets and
-//! ConfigMaps; its join token is spent, so its join line files no CSR for a new name.
-//! Deleting the binding and the Node does not un-revoke; `node forget` does.
+//! ConfigMaps; its join token is spent, so its join line files no CSR for a new name; the
+//! trail records it (`NodeRevoked`, by the CLI). Deleting the binding and the Node does not
+//! un-revoke; `node forget` does. A revocation the leader cannot finish shows on its
+//! /metrics.
 
 use k8s_openapi::api::authentication::v1::TokenReview;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod, Secret, ServiceAccount};
@@ -232,6 +234,27 @@ async fn node_revoke_alone_cuts_the_node_off_for_good_until_forgotten() {
     }
     assert!(text.contains("spent"), "{text}");
     assert!(listed(&h.admin, &node).await);
+    // The trail says who revoked it and what each step did, with the CLI as its reporter.
+    let event = trail_event(
+        &h,
+        kubeflavor::cmd::revoke_steps::REPORTING,
+        &node,
+        &[&format!("node {node} revoked by")],
+    )
+    .await;
+    assert_eq!(event.reason.as_deref(), Some("NodeRevoked"));
+    assert_eq!(event.type_.as_deref(), Some("Warning"));
+    let regarding = event.regarding.as_ref().unwrap();
+    assert_eq!(regarding.kind.as_deref(), Some("FlavorBinding"));
+    let note = event.note.as_deref().unwrap_or_default();
+    for step in [
+        "(RevokedByAdmin)",
+        "[list] node",
+        "[pods] 1 pod(s) deleted",
+        "[token] token",
+    ] {
+        assert!(note.contains(step), "{step} missing from the trail: {note}");
+    }
 
     // Its pod is gone, and with it the token minted for it.
     assert!(
@@ -540,6 +563,95 @@ async fn the_leader_finishes_a_revocation_it_finds_and_keeps_pods_off() {
     } else {
         crate::support::skip("the policy-less case deletes the shared policy's binding");
     }
+    ctl.stop().await;
+    h.env.kf(&["node", "forget", &node]).await.expect_ok();
+}
+
+/// The value of the sample `series` (a metric name with its labels, as /metrics writes it).
+fn sample(text: &str, series: &str) -> Option<f64> {
+    text.lines().find_map(|l| {
+        l.strip_prefix(series)?
+            .strip_prefix(' ')?
+            .trim()
+            .parse()
+            .ok()
+    })
+}
+
+/// Waits until the controller's /metrics shows `what`. A scrape announces no change, so
+/// it is read again after a yield, within the usual bound.
+async fn metrics_until(ctl: &ControllerHandle, what: &str, shows: impl Fn(&str) -> bool) {
+    within(&format!("/metrics to show {what}"), async {
+        while !shows(&ctl.metrics.render()) {
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+}
+
+/// A revocation the leader cannot finish is visible: the failing step is counted and the
+/// name stays among the unfinished revocations (what `KubeflavorRevocationUnfinished`
+/// fires on) until a later change lets the leader finish it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revocation_the_leader_cannot_finish_is_on_metrics_until_it_does() {
+    let h = Harness::start().await;
+    let Some(tk) = h.env.testkube_or_skip("needs testkube's fault injection") else {
+        return;
+    };
+    let f = h.gold_flavor("rvm").await;
+    let t = h.token(&f, 2, None).await;
+    let node = h.name("rvm");
+    let csr = format!("{node}-csr");
+    let ctl = h.start_controller(h.options("ctl"));
+    h.submit_csr(&h.bootstrap_client(&t).await, &csr, &node)
+        .await;
+    assert_eq!(h.decision(&csr).await, "Approved");
+    h.register_node(&csr, &node, &[], &[]).await;
+    let failures = r#"kubeflavor_revocation_step_failures_total{step="token"}"#;
+    assert_eq!(sample(&ctl.metrics.render(), failures), Some(0.0));
+
+    // Every deletion of a Secret fails: the token step cannot spend the join token.
+    tk.faults().fail_next(usize::MAX, "delete", "secrets", 500);
+    kubeflavor_cluster::bindings::revoke(
+        &h.admin,
+        &node,
+        &kubeflavor_core::node::state::Revocation::ByAdmin,
+    )
+    .await
+    .unwrap();
+    tk.faults().fired(1).await;
+    metrics_until(
+        &ctl,
+        "the token step failed, the revocation unfinished",
+        |text| {
+            sample(text, failures).is_some_and(|n| n >= 1.0)
+                && sample(text, "kubeflavor_unfinished_revocations") == Some(1.0)
+                && sample(text, "kubeflavor_revocation_list_names").is_some_and(|n| n >= 1.0)
+        },
+    )
+    .await;
+    assert!(
+        h.token_secret(&t).await.is_some(),
+        "the token is not spent yet"
+    );
+
+    // The fault ends; the next change of a binding (here an annotation) lets the leader
+    // finish.
+    tk.faults().clear();
+    let touch = json!({"metadata": {"annotations": {"example.com/touched": "yes"}}});
+    h.bindings()
+        .patch(
+            &node,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&touch),
+        )
+        .await
+        .unwrap();
+    h.token_gone(&t).await;
+    metrics_until(&ctl, "no unfinished revocation", |text| {
+        sample(text, "kubeflavor_unfinished_revocations") == Some(0.0)
+    })
+    .await;
     ctl.stop().await;
     h.env.kf(&["node", "forget", &node]).await.expect_ok();
 }

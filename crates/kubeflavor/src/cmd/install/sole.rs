@@ -63,7 +63,8 @@ fn policy() -> Document {
              binding that grants a bootstrap identity (groups system:bootstrappers, \
              system:bootstrappers:*, system:authenticated, system:unauthenticated; users \
              system:bootstrap:*) a ClusterRole off a short list of roles that cannot approve, and \
-             any role not named system:* granting create on certificatesigningrequests/nodeclient. \
+             any role not named system:*, or on that list, granting create on \
+             certificatesigningrequests/nodeclient. \
              So kubeadm's kubeadm:node-autoapprove-bootstrap ({NODECLIENT_ROLE}) cannot come back: \
              run kubeadm upgrade apply <version> --skip-phases bootstrap-token, as that phase \
              re-creates it and is refused here."
@@ -82,7 +83,8 @@ fn policy() -> Document {
         "spec.validations",
         "First the bindings: a RoleBinding of a Role passes (a namespaced Role grants nothing on \
          CSRs, which are cluster-scoped). Then the roles: system:* roles are the API server's \
-         own, reconciled at each start.",
+         own, reconciled at each start, except those bootstrap tokens may be granted, which \
+         must never grant it.",
     )
 }
 

@@ -235,7 +235,8 @@ fn rule<'a>(groups: &[&'a str], resources: &[&'a str], verbs: &[&'a str]) -> Rul
     }
 }
 
-/// A role granting create on nodeclient, wildcards included, is refused unless `system:*`.
+/// A role granting create on nodeclient, wildcards included, is refused unless `system:*`
+/// and not one of the roles bootstrap tokens may be granted.
 #[test]
 fn a_role_granting_the_autoapproval_is_refused() {
     let certs = "certificates.k8s.io";
@@ -260,6 +261,8 @@ fn a_role_granting_the_autoapproval_is_refused() {
             for name in [
                 "approver",
                 "system:certificates.k8s.io:certificatesigningrequests:nodeclient",
+                "system:node-bootstrapper",
+                "system:basic-user",
             ] {
                 let expected = role_refused(name, rules).then(role_message);
                 assert_eq!(

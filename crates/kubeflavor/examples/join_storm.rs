@@ -13,6 +13,11 @@
 //! errors, from its own metrics). The last line of the output is the run's figures as one
 //! JSON object (`--record FILE` also appends it to FILE).
 //!
+//! With `--baseline M` it first runs a storm of M nodes, then the storm of `--nodes`, each
+//! against a fresh testkube and controller, and compares testkube's CPU per request at the
+//! two sizes (`--min-cost-ratio F` exits 1 when the cost is not flat enough): the check CI
+//! runs so a cost per request that grows with the fleet cannot slip in unseen.
+//!
 //! With `--kubeconfig FILE` it runs against that cluster instead (request counters are
 //! testkube-only and are skipped). It creates `install --apply` objects, a Flavor, N
 //! tokens, CSRs and Nodes named `storm-*`: use a throwaway cluster.
@@ -67,6 +72,16 @@ struct Args {
     /// Also append the run's JSON line to this file, so runs can be compared over time.
     #[arg(long, value_name = "FILE")]
     record: Option<std::path::PathBuf>,
+    /// First run a storm of this many nodes (a fresh testkube and controller), then the
+    /// storm of `--nodes`, and compare the two: testkube's CPU per request and
+    /// approvals/s at both sizes. Flat cost means a cost ratio near 1.
+    #[arg(long, value_name = "N", value_parser = args::at_least_one)]
+    baseline: Option<usize>,
+    /// With --baseline: exit 1 when the baseline's in-process CPU per request divided by
+    /// the larger storm's is below this floor (the larger storm costs more than 1/floor
+    /// times as much per request).
+    #[arg(long, value_name = "RATIO", requires = "baseline")]
+    min_cost_ratio: Option<f64>,
     /// Internal: run as the controller child process with this kubeconfig.
     #[arg(long, value_name = "FILE", hide = true)]
     controller_child: Option<String>,
@@ -130,7 +145,71 @@ async fn main() {
         run_child(path, a.concurrency).await;
         return;
     }
-    let n = a.nodes;
+    let Some(small) = a.baseline else {
+        storm(&a, a.nodes).await;
+        return;
+    };
+    let base = storm(&a, small).await;
+    let large = storm(&a, a.nodes).await;
+    let verdict = compare(&base, &large, a.min_cost_ratio);
+    println!("{}", verdict.text);
+    if !verdict.holds {
+        std::process::exit(1);
+    }
+}
+
+/// The baseline storm against the larger one.
+struct Verdict {
+    text: String,
+    holds: bool,
+}
+
+fn compare(base: &Report, large: &Report, floor: Option<f64>) -> Verdict {
+    let (Some(b), Some(l)) = (
+        base.in_process_cpu_us_per_request,
+        large.in_process_cpu_us_per_request,
+    ) else {
+        return Verdict {
+            text: "no CPU per request to compare (testkube only)".into(),
+            holds: floor.is_none(),
+        };
+    };
+    let cost_ratio = b / l;
+    let rate_ratio = large.approvals_per_s / base.approvals_per_s;
+    let mut text = format!(
+        "compared: {} against {} nodes: in-process CPU per request {b:.0} against {l:.0} us \
+         (cost ratio {cost_ratio:.2}; 1 is flat), approvals/s {:.0} against {:.0} \
+         ({:.0} %), testkube requests per join {:.2} against {:.2}",
+        large.nodes,
+        base.nodes,
+        large.approvals_per_s,
+        base.approvals_per_s,
+        rate_ratio * 100.0,
+        large.requests_per_join.unwrap_or(f64::NAN),
+        base.requests_per_join.unwrap_or(f64::NAN),
+    );
+    let holds = floor.is_none_or(|f| cost_ratio >= f);
+    if let Some(f) = floor {
+        text.push_str(&if holds {
+            format!("\ncost ratio {cost_ratio:.2} >= floor {f:.2}: flat enough")
+        } else {
+            format!(
+                "\ncost ratio {cost_ratio:.2} < floor {f:.2}: a request costs {:.2}x as much \
+                 with {} nodes as with {}; something in testkube grows with the fleet \
+                 (profile join_storm --nodes {} with perf)",
+                1.0 / cost_ratio,
+                large.nodes,
+                base.nodes,
+                large.nodes
+            )
+        });
+    }
+    Verdict { text, holds }
+}
+
+/// One storm of `n` joins against a fresh cluster and controller: its figures printed,
+/// recorded (with --record) and returned.
+async fn storm(a: &Args, n: usize) -> Report {
     let dir = tempfile::tempdir().expect("temp dir");
 
     // The cluster: testkube, or the given kubeconfig.
@@ -230,6 +309,8 @@ async fn main() {
     if let Some(c) = &cluster {
         c.counters().reset();
     }
+    // This process: testkube, the simulated kubelets and the watchers timing them.
+    let own_cpu_at_start = cpu_time(std::process::id());
 
     let approved: Times = Arc::default();
     let flavored: Times = Arc::default();
@@ -274,6 +355,9 @@ async fn main() {
     let total = start.elapsed();
 
     // Figures.
+    let own_cpu = cpu_time(std::process::id())
+        .zip(own_cpu_at_start)
+        .map(|(after, before)| after.saturating_sub(before));
     let storm_cpu = child
         .as_ref()
         .and_then(|(ch, _)| cpu_time(ch.id()))
@@ -328,6 +412,8 @@ async fn main() {
         writes_per_join: None,
         reads_per_join: None,
         controller_cpu_ms_per_join: storm_cpu.map(|c| c.as_secs_f64() * 1000.0 / n as f64),
+        requests_per_join: None,
+        in_process_cpu_us_per_request: None,
         controller_peak_rss_mib: None,
         idle_cpu_ms_per_min: None,
         waited: BTreeMap::new(),
@@ -351,6 +437,10 @@ async fn main() {
                 _ => *reads.entry(key).or_default() += v,
             }
         }
+        let requests = snap.total();
+        report.requests_per_join = Some(requests as f64 / n as f64);
+        report.in_process_cpu_us_per_request =
+            own_cpu.map(|c| c.as_secs_f64() * 1e6 / requests.max(1) as f64);
         report.writes_per_join = Some(writes.values().sum::<u64>() as f64 / n as f64);
         report.reads_per_join = Some(reads.values().sum::<u64>() as f64 / n as f64);
         by_request = vec![("writes".into(), writes), ("reads".into(), reads)];
@@ -424,6 +514,7 @@ async fn main() {
             .expect("open --record file");
         writeln!(f, "{line}").expect("append to --record file");
     }
+    report
 }
 
 /// Time a loop spent in one stage, per join.
@@ -455,6 +546,11 @@ struct Report {
     writes_per_join: Option<f64>,
     reads_per_join: Option<f64>,
     controller_cpu_ms_per_join: Option<f64>,
+    /// Requests testkube served per join, from every client (testkube only).
+    requests_per_join: Option<f64>,
+    /// This process's CPU (testkube, the simulated kubelets and the watchers that time
+    /// them) per request testkube served, in microseconds (testkube only).
+    in_process_cpu_us_per_request: Option<f64>,
     controller_peak_rss_mib: Option<f64>,
     /// The controller's CPU with no joins, in ms per minute.
     idle_cpu_ms_per_min: Option<f64>,
@@ -496,6 +592,10 @@ fn print_report(r: &Report, by_request: &[(String, BTreeMap<String, u64>)]) {
     }
     if let Some(c) = r.controller_cpu_ms_per_join {
         println!("  controller CPU/join     {c:.2} ms (user+system during the storm)");
+    }
+    if let (Some(q), Some(c)) = (r.requests_per_join, r.in_process_cpu_us_per_request) {
+        println!("  testkube requests/join  {q:.2} (every client)");
+        println!("  in-process CPU/request  {c:.0} us (testkube and the simulated kubelets)");
     }
     if let Some(m) = r.controller_peak_rss_mib {
         println!(

@@ -513,16 +513,13 @@ async fn the_leader_finishes_a_revocation_it_finds_and_keeps_pods_off() {
     .await
     .unwrap();
     h.token_gone(&t).await;
-    within(
-        "the leader to delete the pod that landed before the name was listed",
-        kube::runtime::wait::await_condition(
-            pods.clone(),
-            &early,
-            kube::runtime::wait::conditions::is_deleted(&landed.metadata.uid.unwrap()),
-        ),
+    leader_deletes(
+        "the pod that landed before the name was listed",
+        &pods,
+        &early,
+        &landed,
     )
-    .await
-    .unwrap();
+    .await;
 
     // From now on admission refuses a pod there.
     let (code, message) = refusal(
@@ -550,21 +547,31 @@ async fn the_leader_finishes_a_revocation_it_finds_and_keeps_pods_off() {
             .create(&pp, &pod_on(Some(&node), &late, "default", json!([])))
             .await
             .expect("without the policy nothing refuses the pod");
-        within(
-            "the leader to delete the pod bound to the revoked node",
-            kube::runtime::wait::await_condition(
-                pods.clone(),
-                &late,
-                kube::runtime::wait::conditions::is_deleted(&created.metadata.uid.unwrap()),
-            ),
-        )
-        .await
-        .unwrap();
+        leader_deletes("the pod bound to the revoked node", &pods, &late, &created).await;
     } else {
         crate::support::skip("the policy-less case deletes the shared policy's binding");
     }
     ctl.stop().await;
     h.env.kf(&["node", "forget", &node]).await.expect_ok();
+}
+
+/// Waits until the pod `name` (as `created`) is gone: the leader deleted `what`.
+async fn leader_deletes(what: &str, pods: &Api<Pod>, name: &str, created: &Pod) {
+    let uid = created
+        .metadata
+        .uid
+        .clone()
+        .expect("a stored pod has a uid");
+    within(
+        &format!("the leader to delete {what}"),
+        kube::runtime::wait::await_condition(
+            pods.clone(),
+            name,
+            kube::runtime::wait::conditions::is_deleted(&uid),
+        ),
+    )
+    .await
+    .unwrap();
 }
 
 /// The value of the sample `series` (a metric name with its labels, as /metrics writes it).

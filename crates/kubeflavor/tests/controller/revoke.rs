@@ -12,6 +12,7 @@ use k8s_openapi::api::authentication::v1::TokenReview;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod, Secret, ServiceAccount};
 use kube::api::{DeleteParams, PostParams};
 use kube::{Api, Client};
+use kubeflavor_core::token::BootstrapToken;
 use serde_json::{Value, json};
 
 use crate::harness::*;
@@ -471,17 +472,7 @@ async fn node_revoke_alone_cuts_the_node_off_for_good_until_forgotten() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_leader_finishes_a_revocation_it_finds_and_keeps_pods_off() {
     let h = Harness::start().await;
-    let f = h.gold_flavor("rvl").await;
-    // Two uses, one left: the controller does not delete it as exhausted (P4), so its
-    // deletion below is the revocation's.
-    let t = h.token(&f, 2, None).await;
-    let node = h.name("rvl");
-    let csr = format!("{node}-csr");
-    let ctl = h.start_controller(h.options("ctl"));
-    h.submit_csr(&h.bootstrap_client(&t).await, &csr, &node)
-        .await;
-    assert_eq!(h.decision(&csr).await, "Approved");
-    h.register_node(&csr, &node, &[], &[]).await;
+    let (t, node, ctl) = joined_with_a_use_left(&h, "rvl").await;
 
     // A pod lands on the node while nothing is revoked: admission lets it through.
     let pp = PostParams::default();
@@ -555,6 +546,25 @@ async fn the_leader_finishes_a_revocation_it_finds_and_keeps_pods_off() {
     h.env.kf(&["node", "forget", &node]).await.expect_ok();
 }
 
+/// A node joined under a running controller with a token of two uses: one is left, so the
+/// controller does not delete the token as exhausted (P4) and its deletion is the
+/// revocation's. Returns the token, the node's name and the controller.
+async fn joined_with_a_use_left(
+    h: &Harness,
+    base: &str,
+) -> (BootstrapToken, String, ControllerHandle) {
+    let f = h.gold_flavor(base).await;
+    let t = h.token(&f, 2, None).await;
+    let node = h.name(base);
+    let csr = format!("{node}-csr");
+    let ctl = h.start_controller(h.options("ctl"));
+    h.submit_csr(&h.bootstrap_client(&t).await, &csr, &node)
+        .await;
+    assert_eq!(h.decision(&csr).await, "Approved");
+    h.register_node(&csr, &node, &[], &[]).await;
+    (t, node, ctl)
+}
+
 /// Waits until the pod `name` (as `created`) is gone: the leader deleted `what`.
 async fn leader_deletes(what: &str, pods: &Api<Pod>, name: &str, created: &Pod) {
     let uid = created
@@ -605,15 +615,7 @@ async fn a_revocation_the_leader_cannot_finish_is_on_metrics_until_it_does() {
     let Some(tk) = h.env.testkube_or_skip("needs testkube's fault injection") else {
         return;
     };
-    let f = h.gold_flavor("rvm").await;
-    let t = h.token(&f, 2, None).await;
-    let node = h.name("rvm");
-    let csr = format!("{node}-csr");
-    let ctl = h.start_controller(h.options("ctl"));
-    h.submit_csr(&h.bootstrap_client(&t).await, &csr, &node)
-        .await;
-    assert_eq!(h.decision(&csr).await, "Approved");
-    h.register_node(&csr, &node, &[], &[]).await;
+    let (t, node, ctl) = joined_with_a_use_left(&h, "rvm").await;
     let failures = r#"kubeflavor_revocation_step_failures_total{step="token"}"#;
     assert_eq!(sample(&ctl.metrics.render(), failures), Some(0.0));
 

@@ -91,12 +91,15 @@ async fn until_readable<K>(what: &str, api: &Api<K>, name: &str, readable: bool)
 where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
 {
-    within(what, async {
-        while may_read(api, name).await.expect(what) != readable {
-            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-        }
-    })
+    // The same bounded wait the API server's other caches get (cache_lag), then a
+    // check: a graph that never catches up fails here.
+    let answer = kubeflavor_cluster::cache_lag::until_settled(
+        crate::support::WAIT,
+        || may_read(api, name),
+        |answer| matches!(answer, Ok(r) if *r == readable),
+    )
     .await;
+    assert_eq!(answer.expect(what), readable, "{what}");
 }
 
 fn node_object(name: &str) -> Node {
@@ -483,13 +486,7 @@ async fn the_leader_finishes_a_revocation_it_finds_and_keeps_pods_off() {
         .await
         .expect("a pod on a node not revoked");
 
-    kubeflavor_cluster::bindings::revoke(
-        &h.admin,
-        &node,
-        &kubeflavor_core::node::state::Revocation::ByAdmin,
-    )
-    .await
-    .unwrap();
+    revoke_binding(&h, &node).await;
     within(
         "the leader to list the name",
         kube::runtime::wait::await_condition(
@@ -565,6 +562,18 @@ async fn joined_with_a_use_left(
     (t, node, ctl)
 }
 
+/// Marks `node`'s binding revoked by an admin, as `node revoke`'s binding step does, and
+/// nothing else: what the leader finds to finish.
+async fn revoke_binding(h: &Harness, node: &str) {
+    kubeflavor_cluster::bindings::revoke(
+        &h.admin,
+        node,
+        &kubeflavor_core::node::state::Revocation::ByAdmin,
+    )
+    .await
+    .unwrap();
+}
+
 /// Waits until the pod `name` (as `created`) is gone: the leader deleted `what`.
 async fn leader_deletes(what: &str, pods: &Api<Pod>, name: &str, created: &Pod) {
     let uid = created
@@ -621,13 +630,7 @@ async fn a_revocation_the_leader_cannot_finish_is_on_metrics_until_it_does() {
 
     // Every deletion of a Secret fails: the token step cannot spend the join token.
     tk.faults().fail_next(usize::MAX, "delete", "secrets", 500);
-    kubeflavor_cluster::bindings::revoke(
-        &h.admin,
-        &node,
-        &kubeflavor_core::node::state::Revocation::ByAdmin,
-    )
-    .await
-    .unwrap();
+    revoke_binding(&h, &node).await;
     tk.faults().fired(1).await;
     metrics_until(
         &ctl,

@@ -120,6 +120,7 @@ async fn main() {
             audience: None,
             instance: NAME.into(),
             connections: Default::default(),
+            administrators: None,
         },
     )
     .await

@@ -16,8 +16,9 @@ use kubeflavor_core::token::TokenId;
 use kubeflavor_core::token::meta::Custody;
 
 use super::{
-    BINDING_TOKEN_ID_LABEL, CONDITION_FLAVORED, CONDITION_REVOKED, Condition, FlavorBinding,
-    FlavorBindingSpec, FlavorBindingStatus, FlavorTaint, effect_str,
+    BINDING_IDENTITY_LABEL, BINDING_TOKEN_ID_LABEL, BindingIdentity, CONDITION_FLAVORED,
+    CONDITION_REVOKED, Condition, FlavorBinding, FlavorBindingSpec, FlavorBindingStatus,
+    FlavorTaint, effect_str,
 };
 
 /// What an approval records in a new binding: the token, its Secret and flavor, the CSR and
@@ -36,6 +37,16 @@ pub struct NewBinding<'a> {
     pub input_labels: &'a InputLabels,
 }
 
+/// The token id, and the identity the token was minted for when it names one.
+fn binding_labels(token: &TokenId, custody: &Custody) -> BTreeMap<String, String> {
+    let mut labels: BTreeMap<String, String> =
+        [(BINDING_TOKEN_ID_LABEL.to_string(), token.to_string())].into();
+    if let Some(identity) = &custody.identity {
+        labels.insert(BINDING_IDENTITY_LABEL.to_string(), identity.key());
+    }
+    labels
+}
+
 impl FlavorBinding {
     /// The binding an approval creates first (named after the node, labelled with its token
     /// id: `token create` looks bindings up by id, so it never mints an id a binding still
@@ -44,7 +55,7 @@ impl FlavorBinding {
         FlavorBinding {
             metadata: ObjectMeta {
                 name: Some(new.node.to_string()),
-                labels: Some([(BINDING_TOKEN_ID_LABEL.to_string(), new.token.to_string())].into()),
+                labels: Some(binding_labels(new.token, new.custody)),
                 ..ObjectMeta::default()
             },
             spec: FlavorBindingSpec {
@@ -58,6 +69,10 @@ impl FlavorBinding {
                 issued_to: new.custody.issued_to.as_ref().map(|t| t.to_string()),
                 issued_by: new.custody.issued_by.clone(),
                 requested_by: new.custody.requested_by.clone(),
+                identity: new.custody.identity.as_ref().map(|i| BindingIdentity {
+                    issuer: i.issuer.clone(),
+                    subject: i.subject.clone(),
+                }),
                 input_labels: new.input_labels.to_map(),
             },
             status: None,
@@ -281,6 +296,7 @@ mod tests {
                 issued_to: None,
                 issued_by: None,
                 requested_by: None,
+                identity: None,
                 input_labels: Default::default(),
             },
         );

@@ -50,20 +50,25 @@ pub fn core_spec(spec: &FlavorSpec) -> core::FlavorSpec {
             allow_never_expiring: l.allow_never_expiring,
         }),
         serving_addresses: spec.serving_addresses.clone(),
-        input_labels: spec.input_labels.as_ref().map(|r| {
-            kubeflavor_core::flavor::input_labels::InputLabelsSpec {
-                max_labels: r.max_labels.map(i64::from),
-                keys: r
-                    .keys
-                    .iter()
-                    .map(|k| kubeflavor_core::flavor::input_labels::InputKeySpec {
-                        key: k.key.clone(),
-                        values: k.values.clone(),
-                        pattern: k.pattern.clone(),
-                    })
-                    .collect(),
-            }
-        }),
+        input_labels: spec.input_labels.as_ref().map(input_labels_spec),
+    }
+}
+
+/// `inputLabels` (of a Flavor or a Roster) as the plain spec core validates.
+pub fn input_labels_spec(
+    rules: &InputLabelRules,
+) -> kubeflavor_core::flavor::input_labels::InputLabelsSpec {
+    kubeflavor_core::flavor::input_labels::InputLabelsSpec {
+        max_labels: rules.max_labels.map(i64::from),
+        keys: rules
+            .keys
+            .iter()
+            .map(|k| kubeflavor_core::flavor::input_labels::InputKeySpec {
+                key: k.key.clone(),
+                values: k.values.clone(),
+                pattern: k.pattern.clone(),
+            })
+            .collect(),
     }
 }
 

@@ -1,16 +1,20 @@
-//! The two custom resources of kubeflavor, generated from these Rust types:
+//! The three custom resources of kubeflavor, generated from these Rust types:
 //! - `Flavor` (`flavors.kubeflavor.io`): what a flavor means for a node (labels the kubelet
 //!   cannot write, taints, a trust level) and the defaults of its tokens.
 //! - `FlavorBinding` (`flavorbindings.kubeflavor.io`, named after the node): which token a
 //!   node joined with, written by the controller before it approves the node's CSR (P3,
 //!   binding).
 //!
-//! Both are cluster-scoped, `v1alpha1`, with a status subresource and printer columns. The
+//! - `Roster` (`rosters.kubeflavor.io`, [`roster`]): which node administrators get a join
+//!   token, and of which flavor, by their verified identity.
+//!
+//! All are cluster-scoped, `v1alpha1`, with a status subresource and printer columns. The
 //! schema rules (including the CEL rules of [`schema`]) make the API server refuse what
 //! the CLI refuses, so `kubectl apply` of a bad Flavor fails too.
 
 mod binding;
 mod convert;
+pub mod roster;
 pub mod schema;
 
 use std::collections::BTreeMap;
@@ -220,6 +224,7 @@ pub struct FlavorStatus {
     printcolumn = r#"{"name":"Flavored","type":"string","jsonPath":".status.conditions[?(@.type==\"Flavored\")].status"}"#,
     printcolumn = r#"{"name":"Revoked","type":"string","jsonPath":".status.conditions[?(@.type==\"Revoked\")].status"}"#,
     printcolumn = r#"{"name":"Issued To","type":"string","jsonPath":".spec.issuedTo","priority":1}"#,
+    printcolumn = r#"{"name":"Identity","type":"string","jsonPath":".spec.identity.subject","priority":1}"#,
     printcolumn = r#"{"name":"CSR","type":"string","jsonPath":".spec.csrName","priority":1}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
@@ -262,6 +267,12 @@ pub struct FlavorBindingSpec {
     /// binding is made. Absent for tokens minted directly.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub requested_by: Option<String>,
+    /// The node administrator the token was minted for, as their identity provider's
+    /// verified ID token named them (issuer and subject), copied from the token Secret
+    /// when the binding is made. Absent for tokens minted for a portal's caller or by an
+    /// admin.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub identity: Option<BindingIdentity>,
     /// What the node's administrator said through the portal (keys without their prefix),
     /// copied from the token when the binding is made, as the Flavor allowed it then. The
     /// controller keeps them on the Node under
@@ -269,6 +280,13 @@ pub struct FlavorBindingSpec {
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     #[schemars(schema_with = "schema::binding_input_labels")]
     pub input_labels: BTreeMap<String, String>,
+}
+
+/// A verified identity: the issuer (`iss`) and subject (`sub`) of an ID token.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct BindingIdentity {
+    pub issuer: String,
+    pub subject: String,
 }
 
 /// Written by the controller.
@@ -292,6 +310,10 @@ pub struct FlavorBindingStatus {
 
 /// The label of a FlavorBinding naming its token id (for lookups by id).
 pub const BINDING_TOKEN_ID_LABEL: &str = "kubeflavor.io/token-id";
+/// The label of a FlavorBinding naming the identity its token was minted for
+/// (`kubeflavor_core::token::meta::IDENTITY_LABEL`: a hash of issuer and subject), so the
+/// join-token API counts an administrator's nodes with a label selector.
+pub use kubeflavor_core::token::meta::IDENTITY_LABEL as BINDING_IDENTITY_LABEL;
 
 /// The condition types of a FlavorBinding.
 pub const CONDITION_FLAVORED: &str = "Flavored";
@@ -319,9 +341,9 @@ pub struct Condition {
     pub observed_generation: Option<i64>,
 }
 
-/// Both CRDs, Flavor first, with the rules that apply to the whole object.
+/// Every CRD, Flavor first, with the rules that apply to the whole object.
 pub fn crds() -> Vec<CustomResourceDefinition> {
-    vec![flavor_crd(), flavor_binding_crd()]
+    vec![flavor_crd(), flavor_binding_crd(), roster::Roster::crd()]
 }
 
 /// `flavors.kubeflavor.io`, plus the object-level rule on the name (it becomes a label value).

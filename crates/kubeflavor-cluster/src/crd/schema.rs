@@ -310,8 +310,8 @@ pub fn binding_spec_rules() -> Value {
             "node, flavor, tokenId, tokenUid, csrName, publicKeySha256 and boundAt of a FlavorBinding are written once, when it is made, and cannot change (delete the binding: its Node loses the flavor, and a new join makes a new binding)"
         ),
         rule(
-            "has(self.issuedTo) == has(oldSelf.issuedTo) && (!has(self.issuedTo) || self.issuedTo == oldSelf.issuedTo) && has(self.issuedBy) == has(oldSelf.issuedBy) && (!has(self.issuedBy) || self.issuedBy == oldSelf.issuedBy) && has(self.requestedBy) == has(oldSelf.requestedBy) && (!has(self.requestedBy) || self.requestedBy == oldSelf.requestedBy)",
-            "issuedTo, issuedBy and requestedBy of a FlavorBinding are written once, when it is made, and cannot be added, changed or removed"
+            "has(self.issuedTo) == has(oldSelf.issuedTo) && (!has(self.issuedTo) || self.issuedTo == oldSelf.issuedTo) && has(self.issuedBy) == has(oldSelf.issuedBy) && (!has(self.issuedBy) || self.issuedBy == oldSelf.issuedBy) && has(self.requestedBy) == has(oldSelf.requestedBy) && (!has(self.requestedBy) || self.requestedBy == oldSelf.requestedBy) && has(self.identity) == has(oldSelf.identity) && (!has(self.identity) || self.identity == oldSelf.identity)",
+            "issuedTo, issuedBy, requestedBy and identity of a FlavorBinding are written once, when it is made, and cannot be added, changed or removed"
         ),
         rule(
             "has(self.inputLabels) == has(oldSelf.inputLabels) && (!has(self.inputLabels) || self.inputLabels == oldSelf.inputLabels)",

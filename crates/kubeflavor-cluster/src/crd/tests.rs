@@ -305,6 +305,7 @@ fn binding_names_its_node_and_serializes_camel_case() {
             issued_to: None,
             issued_by: None,
             requested_by: None,
+            identity: None,
             input_labels: Default::default(),
         },
     );

@@ -35,9 +35,9 @@ use crate::approval::client::CLOCK_SKEW_ALLOWANCE_SECS;
 use crate::flavor::input_labels::INPUT_LABELS_ANNOTATION;
 use crate::flavor::ttl::TokenTtl;
 use crate::token::meta::{
-    BOUND_NODES_ANNOTATION, DENIALS_ANNOTATION, FLAVOR_TOKEN_LABEL, ISSUED_BY_ANNOTATION,
-    ISSUED_TO_ANNOTATION, LIMITS_OVERRIDE_ANNOTATION, MAX_NODES_ANNOTATION,
-    REQUESTED_BY_ANNOTATION,
+    BOUND_NODES_ANNOTATION, DENIALS_ANNOTATION, FLAVOR_TOKEN_LABEL, IDENTITY_ISSUER_ANNOTATION,
+    IDENTITY_LABEL, IDENTITY_SUBJECT_ANNOTATION, ISSUED_BY_ANNOTATION, ISSUED_TO_ANNOTATION,
+    LIMITS_OVERRIDE_ANNOTATION, MAX_NODES_ANNOTATION, REQUESTED_BY_ANNOTATION,
 };
 use crate::token::secret::{
     KEY_AUTH_EXTRA_GROUPS, KEY_DESCRIPTION, KEY_EXPIRATION, KEY_TOKEN_ID, KEY_TOKEN_SECRET,
@@ -74,7 +74,7 @@ pub const DATA_KEYS: [&str; 7] = [
 /// they may be present only as a new token has them (none bound, no denial). The input
 /// labels are checked again by the controller against the Flavor before it binds a node.
 /// Not the admins' override of a Flavor's limits ([`LIMITS_OVERRIDE_ANNOTATION`]).
-pub const ANNOTATIONS: [&str; 7] = [
+pub const ANNOTATIONS: [&str; 9] = [
     MAX_NODES_ANNOTATION,
     BOUND_NODES_ANNOTATION,
     DENIALS_ANNOTATION,
@@ -82,6 +82,8 @@ pub const ANNOTATIONS: [&str; 7] = [
     ISSUED_BY_ANNOTATION,
     REQUESTED_BY_ANNOTATION,
     INPUT_LABELS_ANNOTATION,
+    IDENTITY_ISSUER_ANNOTATION,
+    IDENTITY_SUBJECT_ANNOTATION,
 ];
 
 /// The most the identity the policy binds may mint, whatever a Flavor allows: `install
@@ -468,12 +470,31 @@ fn metadata_rules(ceilings: &Ceilings) -> Vec<Rule> {
     vec![
         rule(
             format!(
-                "has(object.metadata.labels) && object.metadata.labels.size() == 1 && {l} in \
-                 object.metadata.labels && object.metadata.labels[{l}] != ''",
+                "has(object.metadata.labels) && {l} in object.metadata.labels && \
+                 object.metadata.labels[{l}] != '' && (object.metadata.labels.size() == 1 || \
+                 (object.metadata.labels.size() == 2 && {i} in object.metadata.labels && \
+                 object.metadata.labels[{i}].matches('^[0-9a-f]{{40}}$')))",
                 l = cel_string(FLAVOR_TOKEN_LABEL),
+                i = cel_string(IDENTITY_LABEL),
             ),
             format!(
-                "metadata.labels must be exactly {FLAVOR_TOKEN_LABEL} (the token's flavor, not empty)"
+                "metadata.labels must be exactly {FLAVOR_TOKEN_LABEL} (the token's flavor, not empty), \
+                 and {IDENTITY_LABEL} (40 hex digits) for a node administrator's token"
+            ),
+        ),
+        rule(
+            format!(
+                "has(object.metadata.annotations) && ({is} in object.metadata.annotations) == \
+                 ({su} in object.metadata.annotations) && ({is} in object.metadata.annotations) == \
+                 (has(object.metadata.labels) && {i} in object.metadata.labels)",
+                is = cel_string(IDENTITY_ISSUER_ANNOTATION),
+                su = cel_string(IDENTITY_SUBJECT_ANNOTATION),
+                i = cel_string(IDENTITY_LABEL),
+            ),
+            format!(
+                "a node administrator's token names its identity whole: the annotations \
+                 {IDENTITY_ISSUER_ANNOTATION} and {IDENTITY_SUBJECT_ANNOTATION} and the label \
+                 {IDENTITY_LABEL}, all three or none"
             ),
         ),
         rule(
@@ -566,6 +587,10 @@ mod tests {
             issued_to: Some("acme-corp/alice".parse().unwrap()),
             issued_by: Some("system:serviceaccount:kubeflavor:kubeflavor-serve".into()),
             requested_by: Some("system:serviceaccount:portal:portal".into()),
+            identity: Some(Box::new(crate::token::meta::CustodyIdentity {
+                issuer: "https://login.acme.example".into(),
+                subject: "u-1".into(),
+            })),
         };
         let input_labels =
             InputLabels::from_map(&[("site".into(), "paris".into())].into()).expect("input labels");
@@ -577,8 +602,9 @@ mod tests {
         TokenSecretObject::new(&data, Some(&meta))
     }
 
-    /// The rules describe what `mint` writes: every data key, the one label and every
-    /// annotation it writes, with bound nodes and denials as a new token has them.
+    /// The rules describe what `mint` writes: every data key, the labels and every
+    /// annotation it writes (a node administrator's token has them all), with bound nodes
+    /// and denials as a new token has them.
     #[test]
     fn the_shape_is_what_mint_writes() {
         let secret = minted();
@@ -588,7 +614,7 @@ mod tests {
         assert_eq!(keys, expected);
         assert_eq!(
             secret.labels.keys().collect::<Vec<_>>(),
-            [FLAVOR_TOKEN_LABEL]
+            [FLAVOR_TOKEN_LABEL, IDENTITY_LABEL]
         );
         let mut annotations = ANNOTATIONS.to_vec();
         annotations.sort_unstable();

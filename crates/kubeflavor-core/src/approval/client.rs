@@ -77,6 +77,9 @@ pub struct BindingFacts {
 }
 
 /// What the controller found for the token named by the requester `system:bootstrap:<id>`.
+// One lookup per CSR decision, held for that decision alone: its size costs nothing, and
+// boxing the record would add an allocation to every decision.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TokenLookup {
     /// No Secret `kube-system/bootstrap-token-<id>` (deleted, expired and cleaned, never

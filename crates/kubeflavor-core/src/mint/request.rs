@@ -159,6 +159,63 @@ pub fn parse(body: &[u8]) -> Result<MintRequest, MintRequestError> {
     }
 }
 
+/// The fields a node administrator's request may carry: the rest (for whom, how long, how
+/// many nodes) is the roster's to decide, from the verified identity.
+pub const ADMINISTRATOR_FIELDS: [&str; 3] = ["output", "labels", "sshAuthorizedKeys"];
+
+/// What a node administrator asks `POST /v1/jointokens` for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AdministratorRequest {
+    pub output: MintOutput,
+    pub labels: BTreeMap<String, String>,
+    pub ssh_authorized_keys: Vec<SshPublicKey>,
+}
+
+/// Parses a node administrator's request body: only [`ADMINISTRATOR_FIELDS`]; `issuedTo`,
+/// `ttl` and `maxNodes` are refused by name (the identity provider says who they are, the
+/// owner's roster how long and how many).
+pub fn parse_for_administrator(body: &[u8]) -> Result<AdministratorRequest, MintRequestError> {
+    if body.len() > MAX_BODY_BYTES {
+        return Err(MintRequestError::TooLarge(body.len()));
+    }
+    let value = if body.iter().all(u8::is_ascii_whitespace) {
+        Value::Object(Default::default())
+    } else {
+        read_json(body)?
+    };
+    let Value::Object(fields) = value else {
+        return Err(MintRequestError::Malformed(
+            "it is JSON but not an object (send {} or {\"sshAuthorizedKeys\": [...]})".into(),
+        ));
+    };
+    let mut problems = Vec::new();
+    for name in fields.keys() {
+        let message = match name.as_str() {
+            "issuedTo" => "set by kubeflavor from your sign-in; remove it",
+            "ttl" | "maxNodes" => "set by the cluster's owner for every token; remove it",
+            n if ADMINISTRATOR_FIELDS.contains(&n) => continue,
+            _ => "unknown field; the fields are output, labels, sshAuthorizedKeys",
+        };
+        problems.push(FieldProblem {
+            field: name.clone(),
+            reason: FieldReason::NotSupported,
+            message: message.into(),
+        });
+    }
+    let output = output(&fields, &mut problems);
+    let labels = labels(&fields, &mut problems);
+    let ssh_authorized_keys = ssh_authorized_keys(&fields, &mut problems);
+    if problems.is_empty() {
+        Ok(AdministratorRequest {
+            output,
+            labels,
+            ssh_authorized_keys,
+        })
+    } else {
+        Err(MintRequestError::Invalid(problems))
+    }
+}
+
 /// The body as JSON, refusing a key repeated in any object: serde_json keeps the last of
 /// two equal keys, other readers the first, so a body with both could be checked as one
 /// request and acted on as another.

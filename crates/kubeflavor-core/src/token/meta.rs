@@ -38,6 +38,15 @@ pub const REQUESTED_BY_ANNOTATION: &str = "kubeflavor.io/requested-by";
 /// it the controller denies the CSRs of a token that breaks its Flavor's limits; the
 /// join-token API's identity cannot write it (the serve policy refuses it).
 pub const LIMITS_OVERRIDE_ANNOTATION: &str = "kubeflavor.io/limits-override";
+/// Secret annotation: the issuer (`iss`) of the verified ID token of the node administrator
+/// the join-token API minted the token for. Written by the API from the token it verified,
+/// never from a request body.
+pub const IDENTITY_ISSUER_ANNOTATION: &str = "kubeflavor.io/identity-issuer";
+/// Secret annotation: the subject (`sub`) of that ID token: unique within its issuer only.
+pub const IDENTITY_SUBJECT_ANNOTATION: &str = "kubeflavor.io/identity-subject";
+/// Secret and FlavorBinding label: [`crate::mint::roster::identity_key`] of the identity, so
+/// an identity's tokens and nodes are counted with a label selector.
+pub const IDENTITY_LABEL: &str = "kubeflavor.io/identity";
 
 /// The longest [`IssuedTo`], in characters.
 pub const ISSUED_TO_MAX_CHARS: usize = 256;
@@ -130,6 +139,39 @@ pub struct Custody {
     /// Who asked the join-token API for the token (its caller), when the API minted it;
     /// never empty.
     pub requested_by: Option<String>,
+    /// The node administrator whose verified ID token the API minted the token for (boxed:
+    /// the policy's facts hold a token record by value).
+    pub identity: Option<Box<CustodyIdentity>>,
+}
+
+/// A node administrator as their identity provider's verified ID token named them: the
+/// issuer and the subject together (a subject alone is unique within its issuer only).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CustodyIdentity {
+    pub issuer: String,
+    pub subject: String,
+}
+
+impl CustodyIdentity {
+    /// The label value naming this identity ([`IDENTITY_LABEL`]).
+    pub fn key(&self) -> String {
+        identity_key(&self.issuer, &self.subject)
+    }
+}
+
+/// A label-safe name of an identity: 40 hex digits of SHA-256 over the issuer and the
+/// subject, each prefixed by its length, so that no two (issuer, subject) pairs share the
+/// text hashed (("a", "bc") and ("ab", "c") differ). Token Secrets and bindings carry it
+/// ([`IDENTITY_LABEL`]), so the join-token API counts an identity's tokens and nodes with a
+/// label selector.
+pub fn identity_key(issuer: &str, subject: &str) -> String {
+    use sha2::{Digest, Sha256};
+    let mut hash = Sha256::new();
+    for part in [issuer, subject] {
+        hash.update((part.len() as u64).to_be_bytes());
+        hash.update(part.as_bytes());
+    }
+    hex::encode(&hash.finalize()[..20])
 }
 
 impl Custody {
@@ -143,10 +185,18 @@ impl Custody {
             .map(|v| v.parse().map_err(TokenMetaError::IssuedTo))
             .transpose()?;
         let named = |key: &str| annotations.get(key).filter(|v| !v.is_empty()).cloned();
+        let identity = match (
+            named(IDENTITY_ISSUER_ANNOTATION),
+            named(IDENTITY_SUBJECT_ANNOTATION),
+        ) {
+            (Some(issuer), Some(subject)) => Some(Box::new(CustodyIdentity { issuer, subject })),
+            _ => None,
+        };
         Ok(Custody {
             issued_to,
             issued_by: named(ISSUED_BY_ANNOTATION),
             requested_by: named(REQUESTED_BY_ANNOTATION),
+            identity,
         })
     }
 
@@ -161,6 +211,16 @@ impl Custody {
         }
         if let Some(by) = self.requested_by.as_ref().filter(|b| !b.is_empty()) {
             annotations.insert(REQUESTED_BY_ANNOTATION.to_owned(), by.clone());
+        }
+        if let Some(identity) = &self.identity {
+            annotations.insert(
+                IDENTITY_ISSUER_ANNOTATION.to_owned(),
+                identity.issuer.clone(),
+            );
+            annotations.insert(
+                IDENTITY_SUBJECT_ANNOTATION.to_owned(),
+                identity.subject.clone(),
+            );
         }
         annotations
     }
@@ -290,7 +350,12 @@ impl FlavorTokenMeta {
 
     /// The Secret labels kubeflavor owns.
     pub fn labels(&self) -> BTreeMap<String, String> {
-        [(FLAVOR_TOKEN_LABEL.to_owned(), self.flavor.to_string())].into()
+        let mut labels: BTreeMap<String, String> =
+            [(FLAVOR_TOKEN_LABEL.to_owned(), self.flavor.to_string())].into();
+        if let Some(identity) = &self.custody.identity {
+            labels.insert(IDENTITY_LABEL.to_owned(), identity.key());
+        }
+        labels
     }
 
     /// The Secret annotations kubeflavor owns (bound nodes sorted, comma-separated; the
@@ -539,6 +604,7 @@ mod tests {
             issued_to: Some("acme-corp/alice".parse().unwrap()),
             issued_by: Some("system:serviceaccount:portal:minter".into()),
             requested_by: Some("system:serviceaccount:portal:portal".into()),
+            identity: None,
         };
         let meta = FlavorTokenMeta::new("sweet".parse().unwrap(), NonZeroU32::MIN)
             .with_custody(custody.clone());

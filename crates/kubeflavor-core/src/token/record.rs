@@ -434,6 +434,7 @@ mod tests {
                 issued_to: Some("acme-corp/alice".parse().unwrap()),
                 issued_by: Some("kubernetes-admin".into()),
                 requested_by: None,
+                identity: None,
             },
         );
         assert_eq!(sweet.groups, sour.groups);
@@ -504,6 +505,7 @@ mod tests {
                 issued_to: issued_to.map(|t| t.parse::<IssuedTo>().unwrap()),
                 issued_by,
                 requested_by: None,
+                identity: None,
             };
             let obj = flavored_token_secret(
                 &"abcdef.0123456789abcdef".parse().unwrap(),

@@ -598,6 +598,7 @@ mod tests {
                 issued_to: Some("acme-corp/alice".parse().unwrap()),
                 issued_by: Some("kubernetes-admin".into()),
                 requested_by: None,
+                identity: None,
             },
         );
         assert_eq!(

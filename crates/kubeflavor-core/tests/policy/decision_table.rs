@@ -777,6 +777,7 @@ fn a_new_binding_carries_the_tokens_custody() {
         issued_to: Some("acme-corp/alice".parse().unwrap()),
         issued_by: Some("system:serviceaccount:portal:minter".into()),
         requested_by: None,
+        identity: None,
     };
     let mut f = base();
     if let TokenLookup::Found(record) = &mut f.token {

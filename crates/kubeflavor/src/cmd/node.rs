@@ -114,12 +114,13 @@ pub fn status_of(b: &FlavorBinding) -> &'static str {
     }
 }
 
-/// The table of `node list`, and of `node get` (`single`), which adds ISSUED-BY; both add
-/// the input labels (keys without their prefix) with `-o wide` or `single`.
+/// The table of `node list`, and of `node get` (`single`), which adds ISSUED-BY and
+/// IDENTITY (the verified `issuer#subject` a node administrator's token was minted for);
+/// both add the input labels (keys without their prefix) with `-o wide` or `single`.
 fn table(bindings: &[FlavorBinding], now: Timestamp, single: bool, wide: bool) -> String {
     let mut header = vec!["NODE", "FLAVOR", "TOKEN", "BOUND", "STATUS", "ISSUED-TO"];
     if single {
-        header.push("ISSUED-BY");
+        header.extend(["ISSUED-BY", "IDENTITY"]);
     }
     if single || wide {
         header.push("INPUT-LABELS");
@@ -137,6 +138,10 @@ fn table(bindings: &[FlavorBinding], now: Timestamp, single: bool, wide: bool) -
         ];
         if single {
             row.push(or_none(&b.spec.issued_by));
+            row.push(b.spec.identity.as_ref().map_or_else(
+                || "<none>".into(),
+                |i| format!("{}#{}", i.issuer, i.subject),
+            ));
         }
         if single || wide {
             row.push(b.input_labels().summary());

@@ -9,7 +9,13 @@ use clap::Args;
 use crate::cli::discovery_flags::parse_duration;
 use crate::connect::Cluster;
 use crate::error::{CliError, Result};
-use crate::serve::{self, ConnectionLimits, Options, TlsSource};
+use crate::exit::ExitCode;
+use std::sync::Arc;
+
+use kubeflavor_cluster::crd::roster::DEFAULT_ROSTER;
+
+use crate::serve::oidc::{IssuerConfig, Verifier};
+use crate::serve::{self, Administrators, ConnectionLimits, Options, TlsSource};
 
 #[derive(Debug, Args)]
 #[command(after_help = "\
@@ -23,6 +29,12 @@ and gets 201 with the token, its id and expiry and the kubeadm join line. It may
 flavors named by a rule like
   {apiGroups: [kubeflavor.io], resources: [flavors/jointoken], resourceNames: [sour], verbs: [create]}
 and no other; it needs no access to Secrets. The OpenAPI document is at /openapi.json.
+
+Node administrators (with --oidc-issuer) send their identity provider's ID token instead,
+name no flavor, and get the flavor the Roster (--roster) gives them, which they are never told:
+
+  curl --cacert ca.crt -H \"Authorization: Bearer $ID_TOKEN\" -d '{}' \\
+       https://kubeflavor-serve.kubeflavor.svc:8443/v1/jointokens
 
 Limits are per replica. --rate-per-minute and --burst count one caller's mints on this
 replica only: N replicas behind a Service without session affinity let a caller mint up to
@@ -100,6 +112,75 @@ pub struct ServeArgs {
     /// (authenticated and authorized).
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
     pub request_timeout: Duration,
+    /// Serve node administrators at POST /v1/jointokens: an OpenID Connect issuer whose ID
+    /// tokens they sign in with, and the client id (audience) those tokens are issued to,
+    /// as ISSUER=AUDIENCE (e.g. https://login.acme.example=kubeflavor). Repeat for more
+    /// providers. The Roster (--roster) decides each administrator's flavor.
+    #[arg(long = "oidc-issuer", value_name = "ISSUER=AUDIENCE")]
+    pub oidc_issuers: Vec<IssuerConfig>,
+    /// The claim of an ID token that lists the administrator's groups.
+    #[arg(long, value_name = "CLAIM", default_value = "groups")]
+    pub oidc_groups_claim: String,
+    /// CA certificates (PEM) the identity providers' TLS certificates chain to, instead of
+    /// the system's.
+    #[arg(long, value_name = "FILE")]
+    pub oidc_ca_file: Option<PathBuf>,
+    /// Leeway on an ID token's exp, nbf and iat for clocks that disagree (at most 5m).
+    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = parse_duration)]
+    pub oidc_clock_skew: Duration,
+    /// The Roster that decides which flavor each node administrator gets.
+    #[arg(long, value_name = "NAME", default_value = DEFAULT_ROSTER)]
+    pub roster: String,
+}
+
+/// The issuers' verifier, with the CAs of --oidc-ca-file or the system's.
+fn administrators(args: &ServeArgs) -> Result<Option<Arc<Administrators>>> {
+    if args.oidc_issuers.is_empty() {
+        return Ok(None);
+    }
+    let mut roots = rustls::RootCertStore::empty();
+    match &args.oidc_ca_file {
+        Some(path) => {
+            use rustls_pki_types::pem::PemObject;
+            let certs = rustls_pki_types::CertificateDer::pem_file_iter(path)
+                .and_then(|certs| certs.collect::<std::result::Result<Vec<_>, _>>())
+                .map_err(|e| {
+                    CliError::new(
+                        ExitCode::Usage,
+                        format!("cannot read --oidc-ca-file {}: {e}", path.display()),
+                        "give a PEM file of CA certificates",
+                    )
+                })?;
+            let (added, _) = roots.add_parsable_certificates(certs);
+            if added == 0 {
+                return Err(CliError::new(
+                    ExitCode::Usage,
+                    format!("--oidc-ca-file {} holds no CA certificate", path.display()),
+                    "give a PEM file with -----BEGIN CERTIFICATE----- blocks",
+                ));
+            }
+        }
+        None => {
+            let found = rustls_native_certs::load_native_certs();
+            roots.add_parsable_certificates(found.certs);
+            if roots.is_empty() {
+                return Err(CliError::new(
+                    ExitCode::Usage,
+                    "no system CA certificates found to check the identity providers' TLS certificates",
+                    "give --oidc-ca-file",
+                ));
+            }
+        }
+    }
+    Ok(Some(Arc::new(Administrators {
+        verifier: Verifier::new(
+            args.oidc_issuers.clone(),
+            args.oidc_groups_claim.clone(),
+            roots,
+        )
+        .with_clock_skew(args.oidc_clock_skew),
+        roster: args.roster.clone(),
+    })))
 }
 
 pub async fn run(cluster: Cluster, args: &ServeArgs) -> Result<()> {
@@ -115,6 +196,7 @@ pub async fn run(cluster: Cluster, args: &ServeArgs) -> Result<()> {
     let instance = std::env::var("POD_NAME").unwrap_or_else(|_| {
         std::env::var("HOSTNAME").unwrap_or_else(|_| "kubeflavor-serve".into())
     });
+    let administrators = administrators(args)?;
     let opts = Options {
         address: args.address,
         tls,
@@ -131,6 +213,7 @@ pub async fn run(cluster: Cluster, args: &ServeArgs) -> Result<()> {
             max_handshakes: args.max_handshakes as usize,
             max_handshakes_per_source: args.max_handshakes_per_source as usize,
         },
+        administrators,
     };
     let bound = serve::bind(cluster, opts)
         .await

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use http::header::{self, HeaderMap, HeaderValue};
-use http::{Method, Request, Response, StatusCode};
+use http::{Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::{Bytes, Incoming};
 use jiff::Timestamp;
@@ -41,44 +41,7 @@ pub const SUBRESOURCE: &str = "jointoken";
 /// The media type cloud-init reads user data in, for callers that want the document alone.
 pub const CLOUD_CONFIG: &str = "text/cloud-config";
 
-/// Answers one request.
-pub async fn handle(server: &Server, req: Request<Incoming>) -> Response<Body> {
-    let path: Vec<String> = req
-        .uri()
-        .path()
-        .trim_matches('/')
-        .split('/')
-        .map(str::to_string)
-        .collect();
-    let path: Vec<&str> = path.iter().map(String::as_str).collect();
-    let response = match (req.method(), path.as_slice()) {
-        (&Method::GET, ["openapi.json"]) => respond(
-            StatusCode::OK,
-            "application/json",
-            super::openapi::document().to_string(),
-        ),
-        (&Method::POST, ["v1", "flavors", flavor, "jointokens"]) => {
-            let flavor = flavor.to_string();
-            mint_for(server, &flavor, req).await
-        }
-        (_, ["v1", "flavors", _, "jointokens"]) => status(
-            StatusCode::METHOD_NOT_ALLOWED,
-            "MethodNotAllowed",
-            "only POST is served here: POST /v1/flavors/{flavor}/jointokens",
-            None,
-        ),
-        _ => status(
-            StatusCode::NOT_FOUND,
-            "NotFound",
-            "no such path: the API is POST /v1/flavors/{flavor}/jointokens (see /openapi.json)",
-            None,
-        ),
-    };
-    server.metrics.response(response.status().as_u16());
-    response
-}
-
-fn respond(code: StatusCode, content_type: &str, body: String) -> Response<Body> {
+pub(super) fn respond(code: StatusCode, content_type: &str, body: String) -> Response<Body> {
     let mut response = Response::new(Full::new(Bytes::from(body)));
     *response.status_mut() = code;
     response.headers_mut().insert(
@@ -110,7 +73,7 @@ pub fn status(
     respond(code, "application/json", body.to_string())
 }
 
-fn unauthorized(message: &str) -> Response<Body> {
+pub(super) fn unauthorized(message: &str) -> Response<Body> {
     let mut response = status(StatusCode::UNAUTHORIZED, "Unauthorized", message, None);
     response
         .headers_mut()
@@ -118,7 +81,7 @@ fn unauthorized(message: &str) -> Response<Body> {
     response
 }
 
-fn unavailable(doing: &str) -> Response<Body> {
+pub(super) fn unavailable(doing: &str) -> Response<Body> {
     status(
         StatusCode::SERVICE_UNAVAILABLE,
         "ServiceUnavailable",
@@ -128,7 +91,7 @@ fn unavailable(doing: &str) -> Response<Body> {
 }
 
 /// `Authorization: Bearer <token>`, if the request carries one.
-fn bearer(headers: &HeaderMap) -> Option<Zeroizing<String>> {
+pub(super) fn bearer(headers: &HeaderMap) -> Option<Zeroizing<String>> {
     let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
     let (scheme, token) = value.split_once(' ')?;
     let token = token.trim();
@@ -224,7 +187,10 @@ fn not_found(flavor: &str) -> Response<Body> {
 /// Reads the body, refusing it as soon as it is larger than a request can be, or when it
 /// has not all arrived within `limit` (a body sent a byte at a time, or never ended, must
 /// not hold the connection).
-async fn read_body(req: Request<Incoming>, limit: Duration) -> Result<Bytes, Response<Body>> {
+pub(super) async fn read_body(
+    req: Request<Incoming>,
+    limit: Duration,
+) -> Result<Bytes, Response<Body>> {
     let too_large = |size: &str| {
         status(
             StatusCode::PAYLOAD_TOO_LARGE,
@@ -267,7 +233,7 @@ async fn read_body(req: Request<Incoming>, limit: Duration) -> Result<Bytes, Res
     }
 }
 
-fn invalid(err: MintRequestError) -> Response<Body> {
+pub(super) fn invalid(err: MintRequestError) -> Response<Body> {
     match err {
         MintRequestError::TooLarge(size) => status(
             StatusCode::PAYLOAD_TOO_LARGE,
@@ -326,7 +292,11 @@ fn failed(flavor: &str, err: MintError) -> Response<Body> {
 
 /// `POST /v1/flavors/{flavor}/jointokens`: who calls, within their rate, allowed this
 /// flavor; then what they ask, within the flavor's limits; then the token.
-async fn mint_for(server: &Server, flavor: &str, req: Request<Incoming>) -> Response<Body> {
+pub(super) async fn mint_for(
+    server: &Server,
+    flavor: &str,
+    req: Request<Incoming>,
+) -> Response<Body> {
     let user = match authenticate(server, req.headers()).await {
         Ok(user) => user,
         Err(response) => return response,
@@ -354,10 +324,20 @@ async fn mint_for(server: &Server, flavor: &str, req: Request<Incoming>) -> Resp
         Ok(grant) => grant,
         Err(response) => return response,
     };
+    // The custody record: for whom (the caller says), who asked (the TokenReview says),
+    // who minted (this server's identity: the API server refuses any other issued-by from
+    // it, so a token's custody never names someone who did not mint it).
+    let custody = Custody {
+        issued_to: Some(request.issued_to.clone()),
+        issued_by: Some(server.identity.clone()),
+        requested_by: Some(caller.clone()),
+        identity: None,
+    };
     let asked = Asked {
         request: &request,
         grant,
         caller: &caller,
+        custody,
     };
     match mint_token(server, &flavor_name, &asked).await {
         Ok(minted) => answer(&minted, &request, wants_document),
@@ -366,7 +346,7 @@ async fn mint_for(server: &Server, flavor: &str, req: Request<Incoming>) -> Resp
 }
 
 /// 429, with when to retry.
-fn too_many(caller: &str, wait: Duration) -> Response<Body> {
+pub(super) fn too_many(caller: &str, wait: Duration) -> Response<Body> {
     let mut response = status(
         StatusCode::TOO_MANY_REQUESTS,
         "TooManyRequests",
@@ -427,24 +407,27 @@ async fn granted(
 }
 
 /// A request within its flavor's limits, with the defaults filled in.
-struct Asked<'a> {
-    request: &'a MintRequest,
-    grant: Grant,
-    caller: &'a str,
+pub(super) struct Asked<'a> {
+    pub request: &'a MintRequest,
+    pub grant: Grant,
+    /// Who asked, for the log and the trail.
+    pub caller: &'a str,
+    /// The custody record the token carries.
+    pub custody: Custody,
 }
 
 /// A token as minted, with what the answer hands over besides it.
-struct Handed {
-    minted: Minted,
+pub(super) struct Handed {
+    pub minted: Minted,
     /// For whom, as the caller said.
     issued_to: String,
     /// Who asked (the TokenReview's user): the answer's and the trail's issuer.
     issued_by: String,
-    join_line: Zeroizing<String>,
-    cloud_init: Zeroizing<String>,
+    pub join_line: Zeroizing<String>,
+    pub cloud_init: Zeroizing<String>,
 }
 
-async fn mint_token(
+pub(super) async fn mint_token(
     server: &Server,
     flavor: &FlavorName,
     asked: &Asked<'_>,
@@ -457,19 +440,11 @@ async fn mint_token(
         .recent
         .join_target(&server.cluster, std::time::Instant::now())
         .await?;
-    // The custody record: for whom (the caller says), who asked (the TokenReview says),
-    // who minted (this server's identity: the API server refuses any other issued-by from
-    // it, so a token's custody never names someone who did not mint it).
-    let custody = Custody {
-        issued_to: Some(request.issued_to.clone()),
-        issued_by: Some(server.identity.clone()),
-        requested_by: Some(caller.to_string()),
-    };
     let spec = NodeTokenSpec {
         flavor: flavor.clone(),
         max_nodes: grant.max_nodes,
         expiration,
-        custody,
+        custody: asked.custody.clone(),
         input_labels: grant.input_labels.clone(),
         limits_override: None,
     };
@@ -496,9 +471,16 @@ async fn record(server: &Server, handed: &Handed) {
     let id = handed.minted.token.id().to_string();
     let labels = handed.minted.spec.input_labels.summary();
     tracing::info!(caller = %handed.issued_by, flavor = %handed.minted.spec.flavor, token = %id, issued_to = %handed.issued_to, input_labels = %labels, "join token minted");
+    // Node administrators are counted as one caller: one series per administrator would
+    // grow with the fleet (their answers are counted by rule instead).
+    let counted_as = if handed.minted.spec.custody.identity.is_some() {
+        "node-administrator"
+    } else {
+        handed.issued_by.as_str()
+    };
     server
         .metrics
-        .minted(handed.minted.spec.flavor.as_str(), &handed.issued_by);
+        .minted(handed.minted.spec.flavor.as_str(), counted_as);
     server.metrics.input_labels(
         handed.minted.spec.flavor.as_str(),
         &handed.minted.spec.input_labels,
@@ -531,7 +513,11 @@ async fn record(server: &Server, handed: &Handed) {
     trail::post(&server.cluster.client, &event).await;
 }
 
-fn answer(handed: &Handed, request: &MintRequest, wants_document: bool) -> Response<Body> {
+pub(super) fn answer(
+    handed: &Handed,
+    request: &MintRequest,
+    wants_document: bool,
+) -> Response<Body> {
     let mut response = if wants_document {
         respond(
             StatusCode::CREATED,

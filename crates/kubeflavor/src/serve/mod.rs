@@ -4,10 +4,13 @@
 //! `flavors/jointoken` of `kubeflavor.io`, `resourceNames` = the flavors). The server's own
 //! identity does the reviews and writes the token Secrets.
 
+pub mod administrators;
 pub mod api;
 pub mod limits;
+pub mod oidc;
 pub mod openapi;
 pub mod recent;
+pub mod routes;
 pub use kubeflavor_cluster::ops::tls;
 
 use std::net::SocketAddr;
@@ -63,6 +66,24 @@ pub struct Options {
     pub instance: String,
     /// Connections held at once and how long each may take.
     pub connections: ConnectionLimits,
+    /// Node administrators' sign-ins (`POST /v1/jointokens`); `None`: not served.
+    pub administrators: Option<Arc<Administrators>>,
+}
+
+/// What `POST /v1/jointokens` needs: the identity providers the owner trusts and the
+/// Roster that decides.
+pub struct Administrators {
+    pub verifier: oidc::Verifier,
+    /// The Roster's name.
+    pub roster: String,
+}
+
+impl std::fmt::Debug for Administrators {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Administrators")
+            .field("roster", &self.roster)
+            .finish_non_exhaustive()
+    }
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -75,6 +96,12 @@ struct MintLabels {
 struct InputKeyLabels {
     flavor: String,
     key: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct AdministratorLabels {
+    rule: String,
+    answer: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -96,6 +123,7 @@ pub struct ServeMetrics {
     mints: Family<MintLabels, Counter>,
     input_labels: Family<InputKeyLabels, Counter>,
     responses: Family<CodeLabels, Counter>,
+    administrators: Family<AdministratorLabels, Counter>,
     /// Connections closed before they were served (a flood shows here).
     pub connections: DroppedConnections,
     registry: Arc<Registry>,
@@ -127,6 +155,14 @@ impl Default for ServeMetrics {
             "Answers of the join-token API by HTTP status code",
             responses.clone(),
         );
+        // By the Roster rule that decided (empty: none) and the answer, never by flavor or
+        // identity: rules are the owner's (at most 512), answers a fixed set.
+        let administrators = Family::<AdministratorLabels, Counter>::default();
+        registry.register(
+            "administrator_answers",
+            "Answers to node administrators, by deciding Roster rule and answer (minted, no-token, limit, invalid, invalid-token, misconfigured)",
+            administrators.clone(),
+        );
         // The answers the alerts watch exist from the start, at 0 (see the controller's
         // `Metrics::start_at_zero`).
         for code in ALERTED_CODES {
@@ -136,6 +172,7 @@ impl Default for ServeMetrics {
             mints,
             input_labels,
             responses,
+            administrators,
             connections,
             registry: Arc::new(root),
         }
@@ -162,6 +199,16 @@ impl ServeMetrics {
                 })
                 .inc();
         }
+    }
+
+    /// One answer to a node administrator: the deciding rule (empty: none) and what they got.
+    pub fn administrator_answer(&self, rule: &str, answer: &str) {
+        self.administrators
+            .get_or_create(&AdministratorLabels {
+                rule: rule.into(),
+                answer: answer.into(),
+            })
+            .inc();
     }
 
     pub fn response(&self, code: u16) {
@@ -192,6 +239,8 @@ pub struct Server {
     pub identity: String,
     /// Flavors' rules and the join target, read at most once a second.
     pub recent: recent::Recent,
+    /// Node administrators' sign-ins, when served.
+    pub administrators: Option<Arc<Administrators>>,
 }
 
 /// A server bound to its address, not yet serving.
@@ -275,6 +324,7 @@ pub async fn bind(cluster: Cluster, opts: Options) -> anyhow::Result<Bound> {
         request_timeout: opts.connections.request_timeout,
         identity,
         recent: recent::Recent::default(),
+        administrators: opts.administrators,
     };
     Ok(Bound {
         server: Arc::new(server),
@@ -342,7 +392,7 @@ async fn accept_loop(
         let (server, acceptor) = (server.clone(), acceptor.clone());
         let handler = move |req| {
             let server = server.clone();
-            async move { api::handle(&server, req).await }
+            async move { routes::handle(&server, req).await }
         };
         connection::serve(handler, acceptor, stream, peer, gate, limits, |_| true)
     })

@@ -7,7 +7,7 @@ use kubeflavor_core::flavor::input_labels::{INPUT_LABEL_PREFIX, MAX_INPUT_KEYS};
 use kubeflavor_core::flavor::token_limits::{
     ALLOW_NEVER_EXPIRING_FIELD, MAX_NODES_FIELD, MAX_TTL_FIELD,
 };
-use kubeflavor_core::mint::request::MAX_BODY_BYTES;
+use kubeflavor_core::mint::request::{ADMINISTRATOR_FIELDS, MAX_BODY_BYTES};
 use kubeflavor_core::mint::ssh_key::{
     MAX_COMMENT_CHARS, MAX_LINE_BYTES, MAX_RSA_BITS, MAX_SSH_KEYS, MIN_RSA_BITS,
 };
@@ -27,10 +27,12 @@ pub fn document() -> Value {
         "info": info(),
         "components": {
             "securitySchemes": {
-                "kubernetesToken": {"type": "http", "scheme": "bearer", "description": "A Kubernetes ServiceAccount token, e.g. from `kubectl create token`."}
+                "kubernetesToken": {"type": "http", "scheme": "bearer", "description": "A Kubernetes ServiceAccount token, e.g. from `kubectl create token`."},
+                "idToken": {"type": "http", "scheme": "bearer", "bearerFormat": "JWT", "description": "An OpenID Connect ID token of an issuer the server trusts (serve --oidc-issuer)."}
             },
             "schemas": {
                 "JoinTokenRequest": join_token_request(),
+                "AdministratorJoinTokenRequest": administrator_request(),
                 "JoinToken": join_token(),
                 "Status": status(),
             }
@@ -38,6 +40,9 @@ pub fn document() -> Value {
         "paths": {
             "/v1/flavors/{flavor}/jointokens": {
                 "post": create_join_token()
+            },
+            "/v1/jointokens": {
+                "post": create_administrator_join_token()
             }
         }
     })
@@ -154,11 +159,76 @@ fn create_join_token() -> Value {
     })
 }
 
+/// A node administrator's body: the fields of [`ADMINISTRATOR_FIELDS`], as a portal sends
+/// them.
+fn administrator_request() -> Value {
+    let portal = join_token_request();
+    let properties: serde_json::Map<String, Value> = ADMINISTRATOR_FIELDS
+        .iter()
+        .map(|f| (f.to_string(), portal["properties"][*f].clone()))
+        .collect();
+    json!({
+        "type": "object",
+        "description": "What a node administrator may ask: who they are comes from their ID token, how long and how many from the owner's Roster; issuedTo, ttl and maxNodes are refused by name.",
+        "properties": properties,
+        "additionalProperties": false,
+    })
+}
+
+/// `POST /v1/jointokens`: a node administrator's mint; the Roster decides the flavor, and
+/// the answer never names it.
+fn create_administrator_join_token() -> Value {
+    json!({
+        "operationId": "createAdministratorJoinToken",
+        "summary": "Mint a join token for the signed-in node administrator (the owner's Roster decides its flavor, which the answer does not name)",
+        "security": [{"idToken": []}],
+        "requestBody": {"required": false, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/AdministratorJoinTokenRequest"}}}},
+        "responses": {
+            "201": {
+                "description": "Minted: token, id, expiration, issuedTo, labels, joinCommand (and cloudInit); never the flavor or max nodes. With `Accept: text/cloud-config` the body is the cloud-init document alone.",
+                "content": {
+                    "application/json": {"schema": {"type": "object"}},
+                    "text/cloud-config": {"schema": {"type": "string"}}
+                }
+            },
+            "400": status_response("The body is not a JSON object, or repeats a key."),
+            "401": status_response("No ID token, or one that is not valid here (expired, another audience or issuer, a signature that does not verify)."),
+            "403": status_response("No join token for this sign-in (one answer for every cause), or a per-administrator limit reached (the message says which)."),
+            "404": status_response("This server takes no node administrators' sign-ins (no serve --oidc-issuer)."),
+            "408": status_response("The body did not arrive in time (serve --request-timeout)."),
+            "413": status_response("The body is larger than the limit."),
+            "422": status_response("A field is invalid or not one an administrator may send, or an input label the Roster does not take; details.causes names each."),
+            "429": status_response("Too many requests from this administrator; see Retry-After."),
+            "503": status_response("The Kubernetes API or the identity provider could not be reached; retry.")
+        }
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use kubeflavor_core::flavor::token_limits::LimitExceeded;
     use kubeflavor_core::mint::request::FIELDS;
+
+    #[test]
+    fn the_administrators_body_is_described_field_by_field() {
+        let doc = document();
+        let properties =
+            doc["components"]["schemas"]["AdministratorJoinTokenRequest"]["properties"]
+                .as_object()
+                .expect("properties");
+        let mut described: Vec<&str> = properties.keys().map(String::as_str).collect();
+        described.sort();
+        let mut accepted = ADMINISTRATOR_FIELDS.to_vec();
+        accepted.sort();
+        assert_eq!(described, accepted);
+        assert!(
+            properties
+                .values()
+                .all(|p| p.is_object() && !p.as_object().unwrap().is_empty())
+        );
+        assert!(doc["paths"]["/v1/jointokens"]["post"]["responses"]["403"].is_object());
+    }
 
     #[test]
     fn the_document_describes_the_fields_the_server_accepts() {

@@ -14,7 +14,9 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use kubeflavor_cluster::crd;
 use kubeflavor_core::flavor::{FlavorName, FlavorRules};
+use kubeflavor_core::mint::roster::{RosterTokens, Rule};
 
 use crate::connect::Cluster;
 use crate::minting::{JoinTarget, MintError, join_target, stored_flavor_rules};
@@ -32,6 +34,14 @@ const MAX_FLAVORS: usize = 1024;
 pub struct Recent {
     flavors: Mutex<HashMap<FlavorName, (Instant, FlavorRules)>>,
     target: Mutex<Option<(Instant, JoinTarget)>>,
+    roster: Mutex<Option<(Instant, Option<Roster>)>>,
+}
+
+/// A Roster as the join-token API uses it: its rules and what its tokens are minted with.
+#[derive(Debug, Clone)]
+pub struct Roster {
+    pub rules: Vec<Rule>,
+    pub tokens: RosterTokens,
 }
 
 impl Recent {
@@ -57,6 +67,37 @@ impl Recent {
             }
             kept.insert(flavor.clone(), (now, rules.clone()));
         }
+        Ok(read)
+    }
+
+    /// The Roster `name` as read within the last second, else read now; `None` when it does
+    /// not exist. A Roster that cannot be used is an error (logged: the owner must fix it)
+    /// and is not kept.
+    pub async fn roster(
+        &self,
+        cluster: &Cluster,
+        name: &str,
+        now: Instant,
+    ) -> Result<Option<Roster>, String> {
+        if let Some(roster) = fresh(&lock(&self.roster).clone(), now) {
+            return Ok(roster);
+        }
+        let api: kube::Api<crd::roster::Roster> = kube::Api::all(cluster.client.clone());
+        let read = match api
+            .get_opt(name)
+            .await
+            .map_err(|e| format!("could not read Roster {name}: {e}"))?
+        {
+            None => None,
+            Some(stored) => {
+                let rules = crd::roster::rules_from_roster(&stored.spec)
+                    .map_err(|e| format!("Roster {name}: {e}"))?;
+                let tokens = crd::roster::roster_tokens(&stored.spec)
+                    .map_err(|e| format!("Roster {name}: {e}"))?;
+                Some(Roster { rules, tokens })
+            }
+        };
+        *lock(&self.roster) = Some((now, read.clone()));
         Ok(read)
     }
 

@@ -242,7 +242,7 @@ async fn a_flavor_binding_cannot_move_to_another_token() {
         .unwrap();
 }
 
-/// A FlavorBinding's custody (issuedTo, issuedBy) is written once, when it is made: it
+/// A FlavorBinding's custody (issuedTo, issuedBy, identity) is written once, when it is made: it
 /// cannot be changed, removed or added later. `node list` and `node get` show it.
 #[tokio::test]
 async fn a_flavor_binding_keeps_the_custody_it_was_made_with() {
@@ -266,6 +266,7 @@ async fn a_flavor_binding_keeps_the_custody_it_was_made_with() {
         json!({"issuedTo": "globex/bob"}),
         json!({"issuedTo": null}),
         json!({"issuedBy": "kubernetes-admin"}),
+        json!({"identity": {"issuer": "https://login.acme.example", "subject": "u-1"}}),
     ] {
         let got = causes(
             bindings
@@ -279,7 +280,7 @@ async fn a_flavor_binding_keeps_the_custody_it_was_made_with() {
         );
         assert!(
             got.iter().any(|(_, m)| m.contains(
-                "issuedTo, issuedBy and requestedBy of a FlavorBinding are written once"
+                "issuedTo, issuedBy, requestedBy and identity of a FlavorBinding are written once"
             )),
             "{spec}: {got:?}"
         );
@@ -298,13 +299,15 @@ async fn a_flavor_binding_keeps_the_custody_it_was_made_with() {
     let got = got.expect_ok();
     let header = got.lines().next().unwrap();
     let row = got.lines().nth(1).unwrap();
-    let (to, by, input) = (
+    let (to, by, identity, input) = (
         header.find("ISSUED-TO").unwrap(),
         header.find("ISSUED-BY").unwrap(),
+        header.find("IDENTITY").unwrap(),
         header.find("INPUT-LABELS").unwrap(),
     );
     assert_eq!(row[to..by].trim_end(), "acme-corp/alice", "{got}");
-    assert_eq!(row[by..input].trim_end(), "<none>", "{got}");
+    assert_eq!(row[by..identity].trim_end(), "<none>", "{got}");
+    assert_eq!(row[identity..input].trim_end(), "<none>", "{got}");
     assert_eq!(&row[input..], "<none>", "{got}");
     let yaml: serde_json::Value = serde_saphyr::from_str(
         env.kf(&["node", "get", &node, "-o", "yaml"])

@@ -320,6 +320,7 @@ async fn delete_is_refused_while_tokens_or_bindings_use_the_flavor() {
             issued_to: None,
             issued_by: None,
             requested_by: None,
+            identity: None,
             input_labels: Default::default(),
         },
     );

@@ -179,6 +179,7 @@ async fn p1_tokens_differing_only_in_custody_and_input_labels_look_the_same_to_t
         issued_to: Some("globex/bob".parse().unwrap()),
         issued_by: Some("system:serviceaccount:portal:minter".into()),
         requested_by: None,
+        identity: None,
     };
     let input = [("site".to_string(), "berlin".to_string())].into();
     let meta = FlavorTokenMeta::new(flavor.parse().unwrap(), std::num::NonZeroU32::MIN)

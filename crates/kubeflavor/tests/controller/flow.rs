@@ -177,7 +177,10 @@ async fn a_binding_records_the_custody_of_its_token() {
     let got = h.env.kf(&["node", "get", &node]).await;
     let got = got.expect_ok();
     let header: Vec<&str> = got.lines().next().unwrap().split_whitespace().collect();
-    assert!(header.ends_with(&["ISSUED-BY", "INPUT-LABELS"]), "{got}");
+    assert!(
+        header.ends_with(&["ISSUED-BY", "IDENTITY", "INPUT-LABELS"]),
+        "{got}"
+    );
     assert!(
         got.contains("acme-corp/alice") && got.contains(&me),
         "{got}"

@@ -10,6 +10,7 @@ mod support;
 
 mod harness;
 
+mod administrators;
 mod approvers;
 mod attacks;
 mod authz;

@@ -64,6 +64,7 @@ async fn start_api_tuned(
         audience: None,
         instance: h.name("serve"),
         connections: ConnectionLimits::default(),
+        administrators: None,
     };
     tune(&mut options);
     let cluster = Cluster::connect(&ClusterArgs {
@@ -72,7 +73,11 @@ async fn start_api_tuned(
     })
     .await
     .expect("admin kubeconfig");
-    let bound = serve::bind(cluster, options).await.expect("the API binds");
+    serve_bound(serve::bind(cluster, options).await.expect("the API binds"))
+}
+
+/// Serves `bound` until the returned handle is dropped.
+pub(crate) fn serve_bound(bound: serve::Bound) -> MintApi {
     let client = HttpsClient::new(
         bound.local_addr().expect("bound"),
         bound.self_signed_pem.as_deref().expect("self-signed"),

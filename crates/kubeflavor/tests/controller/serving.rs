@@ -357,7 +357,10 @@ async fn node_get_shows_the_node_judged_and_its_serving_certificate() {
     let out = h.env.kf(&["node", "get", &node]).await;
     let out = out.expect_ok();
     let header: Vec<&str> = out.lines().next().unwrap().split_whitespace().collect();
-    assert!(header.ends_with(&["ISSUED-BY", "INPUT-LABELS"]), "{out}");
+    assert!(
+        header.ends_with(&["ISSUED-BY", "IDENTITY", "INPUT-LABELS"]),
+        "{out}"
+    );
     let judged = standing_line(out, "Judged:");
     assert!(judged.starts_with("yes ("), "{out}");
     assert!(

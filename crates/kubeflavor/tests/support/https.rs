@@ -111,6 +111,7 @@ pub async fn serve_self_signed(
             audience: None,
             instance: instance.into(),
             connections: Default::default(),
+            administrators: None,
         },
     )
     .await?;

@@ -14,6 +14,7 @@
 
 pub mod https;
 pub mod minted;
+pub mod oidc;
 pub mod portal;
 pub mod stall;
 mod sweep;

@@ -302,7 +302,8 @@ fn rbac(namespace: &str) -> Vec<Document> {
         .collect()
 }
 
-/// Flavors for their token defaults, bindings for the token ids they still name: reads only.
+/// Flavors for their token defaults, bindings for the token ids they still name, the Roster
+/// for node administrators: reads only.
 fn flavor_read_rules() -> Vec<Rule> {
     vec![
         rule(
@@ -318,8 +319,18 @@ fn flavor_read_rules() -> Vec<Rule> {
             &["flavorbindings"],
             &["list"],
             &[],
-            "list: a token id still named by a binding is never minted again (P3). No get, watch \
-             or write: bindings are the controller's.",
+            "list: a token id still named by a binding is never minted again (P3), and a node \
+             administrator's bound nodes are counted against their Roster rule's maxNodes. No \
+             get, watch or write: bindings are the controller's.",
+        ),
+        rule(
+            &["kubeflavor.io"],
+            &["rosters"],
+            &["get"],
+            &[],
+            "get: the Roster that decides node administrators' flavors (serve --roster). No \
+             list, watch or write: the roster is the owner's, and this identity reads only the \
+             one it serves.",
         ),
     ]
 }

@@ -50,6 +50,7 @@ fn minted(ttl: SignedDuration) -> Value {
         issued_to: Some("acme-corp/alice".parse().unwrap()),
         issued_by: Some(user()),
         requested_by: Some("system:serviceaccount:portal:portal".into()),
+        identity: None,
     };
     let meta = FlavorTokenMeta::new(flavor, NonZeroU32::new(3).unwrap()).with_custody(custody);
     let created: Timestamp = CREATED.parse().unwrap();

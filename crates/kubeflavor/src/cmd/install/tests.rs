@@ -850,6 +850,7 @@ fn the_join_token_api_gets_exactly_its_rbac() {
         [
             row("kubeflavor.io", "flavors", &["get", "list"], &[]),
             row("kubeflavor.io", "flavorbindings", &["list"], &[]),
+            row("kubeflavor.io", "rosters", &["get"], &[]),
         ]
     );
     let tokens = find(&docs, "Role", "kubeflavor:serve:tokens");

@@ -245,6 +245,7 @@ pub async fn custody(cluster: &Cluster, args: &TokenCreateArgs) -> Custody {
         issued_to: args.issued_to.clone(),
         issued_by: caller_name(&cluster.client).await,
         requested_by: None,
+        identity: None,
     }
 }
 

@@ -1,0 +1,314 @@
+//! `POST /v1/jointokens`: a node administrator, signed in with the owner's identity
+//! provider, asks for a join token without naming a flavor; the Roster decides.
+//!
+//! What the administrator can tell apart is only what they asked and who they are: every
+//! grant, whatever its flavor, has the same status, body shape (no flavor, no max nodes,
+//! the roster's one TTL) and token format, and goes through the same steps; "the roster
+//! gives you nothing", a `noToken` rule, a missing Flavor and a Flavor that disagrees with
+//! the roster all get one answer ([`no_token`]). Input labels are refused by the roster's
+//! own rules, the same for every flavor. The custody record is the verified identity
+//! (issuer, subject, and the e-mail the provider verified, else the name or subject, as
+//! issued-to), written from the ID token, never from the body.
+
+use std::time::Instant;
+
+use http::header::{self, HeaderValue};
+use http::{Request, Response, StatusCode};
+use hyper::body::Incoming;
+use kube::api::ListParams;
+use kubeflavor_cluster::crd::FlavorBinding;
+use kubeflavor_core::mint::request::{self, MintOutput, MintRequest, MintRequestError};
+use kubeflavor_core::mint::roster::{
+    self, GrantRefusal, Identity, Outcome, identity_key, within_identity_limits,
+};
+use kubeflavor_core::token::meta::{Custody, CustodyIdentity, IDENTITY_LABEL, IssuedTo};
+use serde_json::{Value, json};
+use zeroize::Zeroizing;
+
+use super::Server;
+use super::api::{
+    Asked, Body, Handed, bearer, invalid, mint_token, read_body, respond, status, too_many,
+    unauthorized, unavailable,
+};
+use super::oidc::Rejection;
+
+/// The one answer for every way an identity gets no token.
+pub const NO_TOKEN_MESSAGE: &str = "no join token for your sign-in: the cluster's owner has not given you one (ask them, naming the account you signed in with)";
+
+fn no_token() -> Response<Body> {
+    status(StatusCode::FORBIDDEN, "Forbidden", NO_TOKEN_MESSAGE, None)
+}
+
+/// What the custody record shows people as issued-to: the verified e-mail, else the
+/// name, else the subject, the first that is an [`IssuedTo`] (visible text, no control or
+/// direction characters); the issuer and subject are recorded beside it either way.
+pub fn shown_as(identity: &Identity) -> IssuedTo {
+    let email = identity.email.as_ref().filter(|_| identity.email_verified);
+    [email, identity.name.as_ref(), Some(&identity.subject)]
+        .into_iter()
+        .flatten()
+        .find_map(|text| text.parse::<IssuedTo>().ok())
+        .unwrap_or_else(|| {
+            identity_key(&identity.issuer, &identity.subject)
+                .parse()
+                .expect("40 hex digits are an IssuedTo")
+        })
+}
+
+/// `POST /v1/jointokens`.
+pub async fn mint_for_administrator(server: &Server, req: Request<Incoming>) -> Response<Body> {
+    let Some(administrators) = server.administrators.clone() else {
+        return status(
+            StatusCode::NOT_FOUND,
+            "NotFound",
+            "this server takes no node administrators' sign-ins (it runs without --oidc-issuer); portals use POST /v1/flavors/{flavor}/jointokens",
+            None,
+        );
+    };
+    let Some(token) = bearer(req.headers()) else {
+        return unauthorized(
+            "send the ID token your identity provider gave you at sign-in as Authorization: Bearer <token>",
+        );
+    };
+    let identity = match administrators.verifier.verify(&token).await {
+        Ok(identity) => identity,
+        Err(Rejection::Unavailable(why)) => {
+            tracing::warn!(error = %why, "an identity provider's keys could not be fetched");
+            return status(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "ServiceUnavailable",
+                "the identity provider cannot be reached to check your sign-in; retry shortly",
+                None,
+            );
+        }
+        Err(rejection) => {
+            server.metrics.administrator_answer("", "invalid-token");
+            return unauthorized(&rejection.to_string());
+        }
+    };
+    drop(token);
+    let key = identity_key(&identity.issuer, &identity.subject);
+    let caller = format!("oidc:{}#{}", identity.issuer, identity.subject);
+    if let Err(wait) = server.limiter.check(&format!("oidc:{key}"), Instant::now()) {
+        return too_many(shown_as(&identity).as_str(), wait);
+    }
+    let wants_document = req
+        .headers()
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.contains(super::api::CLOUD_CONFIG));
+    let body = match read_body(req, server.request_timeout).await {
+        Ok(body) => body,
+        Err(response) => return response,
+    };
+    let asked = match request::parse_for_administrator(&body) {
+        Ok(asked) => asked,
+        Err(err) => return invalid(err),
+    };
+    let roster = match server
+        .recent
+        .roster(&server.cluster, &administrators.roster, Instant::now())
+        .await
+    {
+        Ok(Some(roster)) => roster,
+        Ok(None) => {
+            tracing::warn!(roster = %administrators.roster, "no Roster: node administrators get no token");
+            server.metrics.administrator_answer("", "no-token");
+            return no_token();
+        }
+        Err(err) => {
+            tracing::error!(error = %err, "the Roster cannot be used; node administrators get no token until it is fixed");
+            return unavailable("read the roster");
+        }
+    };
+    let Some((_, rule)) = roster::decide(&identity, &roster.rules) else {
+        server.metrics.administrator_answer("", "no-token");
+        return no_token();
+    };
+    let Outcome::Flavor(flavor) = &rule.outcome else {
+        server.metrics.administrator_answer(&rule.name, "no-token");
+        return no_token();
+    };
+    if let Err(response) = within_limits(server, rule, &key).await {
+        server.metrics.administrator_answer(&rule.name, "limit");
+        return response;
+    }
+    let rules = match server
+        .recent
+        .flavor_rules(&server.cluster, flavor, Instant::now())
+        .await
+    {
+        Ok(Some(rules)) => rules,
+        Ok(None) => {
+            tracing::error!(rule = %rule.name, flavor = %flavor, "a Roster rule grants a Flavor that does not exist; its administrators get no token");
+            server
+                .metrics
+                .administrator_answer(&rule.name, "misconfigured");
+            return no_token();
+        }
+        Err(err) => {
+            tracing::warn!(error = %err, "reading a Flavor failed");
+            return unavailable("read the cluster's configuration");
+        }
+    };
+    let grant = match roster::grant_for(&roster.tokens, &rules, &asked.labels) {
+        Ok(grant) => grant,
+        Err(GrantRefusal::Labels(problems)) => {
+            server.metrics.administrator_answer(&rule.name, "invalid");
+            return invalid(MintRequestError::Invalid(problems));
+        }
+        Err(GrantRefusal::FlavorDisagrees) => {
+            tracing::error!(rule = %rule.name, flavor = %flavor, "the Flavor a Roster rule grants does not allow the Roster's tokenDefaults or inputLabels; its administrators get no token");
+            server
+                .metrics
+                .administrator_answer(&rule.name, "misconfigured");
+            return no_token();
+        }
+    };
+    let issued_to = shown_as(&identity);
+    let request = MintRequest {
+        issued_to: issued_to.clone(),
+        ttl: None,
+        max_nodes: None,
+        output: asked.output,
+        labels: asked.labels.clone(),
+        ssh_authorized_keys: asked.ssh_authorized_keys.clone(),
+    };
+    let custody = Custody {
+        issued_to: Some(issued_to),
+        issued_by: Some(server.identity.clone()),
+        requested_by: None,
+        identity: Some(Box::new(CustodyIdentity {
+            issuer: identity.issuer.clone(),
+            subject: identity.subject.clone(),
+        })),
+    };
+    let asked = Asked {
+        request: &request,
+        grant,
+        caller: &caller,
+        custody,
+    };
+    match mint_token(server, flavor, &asked).await {
+        Ok(handed) => {
+            server.metrics.administrator_answer(&rule.name, "minted");
+            answer(&handed, &request, wants_document)
+        }
+        Err(err) => {
+            tracing::warn!(rule = %rule.name, error = %err, "minting a node administrator's join token failed");
+            unavailable("mint the token")
+        }
+    }
+}
+
+/// The rule's per-identity limit on nodes: the FlavorBindings labelled with the identity's
+/// key, read only when the rule sets one. A refusal speaks to the administrator and names
+/// no flavor or rule.
+async fn within_limits(
+    server: &Server,
+    rule: &roster::Rule,
+    key: &str,
+) -> Result<(), Response<Body>> {
+    if rule.limits.bound_nodes.is_none() {
+        return Ok(());
+    }
+    let selector = ListParams::default().labels(&format!("{IDENTITY_LABEL}={key}"));
+    let bindings: kube::Api<FlavorBinding> = kube::Api::all(server.cluster.client.clone());
+    let bound = bindings
+        .list_metadata(&selector)
+        .await
+        .map_err(|_| unavailable("count your nodes"))?
+        .items
+        .len();
+    within_identity_limits(&rule.limits, 0, u32::try_from(bound).unwrap_or(u32::MAX)).map_err(
+        |refusal| {
+            status(
+                StatusCode::FORBIDDEN,
+                "Forbidden",
+                &refusal.to_string(),
+                None,
+            )
+        },
+    )
+}
+
+/// 201 with the token, its id, expiry and join line, the input labels and for whom:
+/// never the flavor.
+fn answer(handed: &Handed, request: &MintRequest, wants_document: bool) -> Response<Body> {
+    let mut response = if wants_document {
+        respond(
+            StatusCode::CREATED,
+            super::api::CLOUD_CONFIG,
+            handed.cloud_init.to_string(),
+        )
+    } else {
+        let mut body = serde_json::Map::new();
+        let mut put = |k: &str, v: Value| {
+            body.insert(k.to_string(), v);
+        };
+        put("kind", json!("JoinToken"));
+        put("apiVersion", json!("kubeflavor.io/v1alpha1"));
+        put("token", json!(handed.minted.token.expose().as_str()));
+        put("id", json!(handed.minted.token.id().to_string()));
+        put("issuedTo", json!(request.issued_to.as_str()));
+        put("joinCommand", json!(handed.join_line.trim_end()));
+        put("labels", json!(handed.minted.spec.input_labels.to_map()));
+        if let Some(at) = handed.minted.spec.expiration {
+            put(
+                "expiration",
+                json!(kubeflavor_core::token::secret::format_expiration(at)),
+            );
+        }
+        if request.output == MintOutput::CloudInit {
+            put("cloudInit", json!(handed.cloud_init.as_str()));
+        }
+        let text = Zeroizing::new(Value::Object(body).to_string());
+        respond(StatusCode::CREATED, "application/json", text.to_string())
+    };
+    response
+        .headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn identity() -> Identity {
+        Identity {
+            issuer: "https://login.acme.example".into(),
+            subject: "u-1".into(),
+            email: Some("alice@acme.example".into()),
+            email_verified: true,
+            groups: vec![],
+            name: Some("Alice".into()),
+        }
+    }
+
+    #[test]
+    fn custody_shows_the_verified_email_else_the_name_else_the_subject() {
+        assert_eq!(shown_as(&identity()).as_str(), "alice@acme.example");
+        let unverified = Identity {
+            email_verified: false,
+            ..identity()
+        };
+        assert_eq!(shown_as(&unverified).as_str(), "Alice");
+        let hidden_name = Identity {
+            email_verified: false,
+            name: Some("Al\u{202e}ice".into()),
+            ..identity()
+        };
+        assert_eq!(shown_as(&hidden_name).as_str(), "u-1");
+        let nothing_shown = Identity {
+            email: None,
+            name: None,
+            subject: "\u{0007}".into(),
+            ..identity()
+        };
+        assert_eq!(
+            shown_as(&nothing_shown).as_str(),
+            identity_key("https://login.acme.example", "\u{0007}")
+        );
+    }
+}

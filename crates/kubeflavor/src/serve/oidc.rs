@@ -1,0 +1,504 @@
+//! Node administrators' ID tokens: OpenID Connect issuers the owner trusts (`serve
+//! --oidc-issuer URL=AUDIENCE`), their keys found by discovery and kept, and the checks a
+//! token must pass before the roster reads the identity it names.
+//!
+//! Signature and claims are checked by the `jsonwebtoken` crate, never here: the token's
+//! algorithm must be one of [`ALGORITHMS`] (asymmetric only: no `none`, no HMAC, so a
+//! public key can never serve as an HMAC secret), the key is the issuer's own, found by the
+//! token's `kid` in the issuer's published key set (a key, `jku` or `x5u` the token carries
+//! is never used), the key's own `alg` and `use` must agree, and `iss`, `aud`, `exp`, `nbf`
+//! and `iat` are checked with [`CLOCK_SKEW`] of leeway.
+//!
+//! Keys rotate: a token whose `kid` is not in the kept set makes the set be fetched again,
+//! at most once per [`REFETCH_AT_MOST_EVERY`] per issuer (so a flood of made-up `kid`s
+//! costs the provider one fetch per interval), and the set is fetched again anyway when
+//! it is older than [`KEYS_KEPT_FOR`] (a key the provider dropped stops verifying).
+
+use std::collections::HashMap;
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use base64::Engine;
+use http_body_util::{BodyExt, Empty, Limited};
+use hyper::body::Bytes;
+use jsonwebtoken::jwk::{JwkSet, KeyAlgorithm, PublicKeyUse};
+use jsonwebtoken::{Algorithm, DecodingKey, Validation};
+use kubeflavor_core::mint::roster::Identity;
+use serde::Deserialize;
+use serde_json::Value;
+use tokio::sync::Mutex;
+
+/// The signature algorithms accepted: asymmetric ones only.
+pub const ALGORITHMS: [Algorithm; 9] = [
+    Algorithm::RS256,
+    Algorithm::RS384,
+    Algorithm::RS512,
+    Algorithm::PS256,
+    Algorithm::PS384,
+    Algorithm::PS512,
+    Algorithm::ES256,
+    Algorithm::ES384,
+    Algorithm::EdDSA,
+];
+
+/// Leeway on `exp`, `nbf` and `iat` for clocks that disagree (`serve --oidc-clock-skew`).
+pub const CLOCK_SKEW: Duration = Duration::from_secs(60);
+/// The most leeway `--oidc-clock-skew` may give: more would keep expired tokens alive.
+pub const MAX_CLOCK_SKEW: Duration = Duration::from_secs(300);
+/// A key set fetched again at most this often when a token names a key it lacks.
+pub const REFETCH_AT_MOST_EVERY: Duration = Duration::from_secs(10);
+/// A key set older than this is fetched again before it is used.
+pub const KEYS_KEPT_FOR: Duration = Duration::from_secs(300);
+/// The most a discovery document or key set may weigh.
+const MAX_DOCUMENT_BYTES: usize = 512 * 1024;
+/// How long one fetch from a provider may take.
+const FETCH_TIMEOUT: Duration = Duration::from_secs(10);
+/// The longest ID token read.
+const MAX_TOKEN_BYTES: usize = 16 * 1024;
+
+/// One issuer the owner trusts, and the audience (client id) its tokens must carry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IssuerConfig {
+    pub issuer: String,
+    pub audience: String,
+}
+
+impl FromStr for IssuerConfig {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        let Some((issuer, audience)) = s.rsplit_once('=') else {
+            return Err(format!(
+                "{s:?} names no audience; write the issuer URL, '=', and the client id its ID tokens are issued to (e.g. https://login.acme.example=kubeflavor)"
+            ));
+        };
+        let https = issuer
+            .strip_prefix("https://")
+            .is_some_and(|rest| !rest.is_empty() && !rest.starts_with('/'));
+        if !https || issuer.chars().any(char::is_whitespace) {
+            return Err(format!(
+                "issuer {issuer:?} is not an https URL; write it exactly as the provider's ID tokens' iss claim (e.g. https://login.acme.example)"
+            ));
+        }
+        if audience.is_empty() || audience.chars().any(char::is_whitespace) {
+            return Err(format!(
+                "audience {audience:?} for issuer {issuer} is empty or holds whitespace; write the client id (e.g. kubeflavor)"
+            ));
+        }
+        Ok(IssuerConfig {
+            issuer: issuer.to_string(),
+            audience: audience.to_string(),
+        })
+    }
+}
+
+/// Why an ID token was not accepted. The message is for the administrator: it says what
+/// to do, not how the check works inside.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Rejection {
+    #[error("the bearer token is not an ID token (a JWT); sign in again and send the ID token")]
+    Malformed,
+    #[error(
+        "the ID token's issuer is not one this cluster trusts; sign in with the cluster owner's identity provider"
+    )]
+    UnknownIssuer,
+    #[error("the ID token is not valid ({0}); sign in again")]
+    Invalid(String),
+    /// The provider's keys could not be fetched: not the administrator's fault.
+    #[error("the identity provider's keys cannot be fetched right now ({0}); retry shortly")]
+    Unavailable(String),
+}
+
+/// The issuers and what is kept of each.
+pub struct Verifier {
+    issuers: HashMap<String, Issuer>,
+    groups_claim: String,
+    tls: Arc<rustls::ClientConfig>,
+    skew: Duration,
+    keys_kept_for: Duration,
+    refetch_every: Duration,
+}
+
+struct Issuer {
+    config: IssuerConfig,
+    keys: Mutex<Keys>,
+}
+
+#[derive(Default)]
+struct Keys {
+    jwks_uri: Option<String>,
+    set: Option<(Instant, JwkSet)>,
+    last_fetch: Option<Instant>,
+}
+
+#[derive(Deserialize)]
+struct Discovery {
+    issuer: String,
+    jwks_uri: String,
+}
+
+#[derive(Deserialize)]
+struct Claims {
+    iss: String,
+    sub: String,
+    #[serde(default)]
+    iat: Option<i64>,
+    #[serde(default)]
+    azp: Option<String>,
+    #[serde(default)]
+    aud: Value,
+    #[serde(default)]
+    email: Option<String>,
+    #[serde(default)]
+    email_verified: Option<Value>,
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(flatten)]
+    rest: HashMap<String, Value>,
+}
+
+impl Verifier {
+    /// A verifier for `issuers`; `roots`: the CAs their TLS certificates chain to (the
+    /// system's when `None`). Nothing is fetched until the first token comes.
+    pub fn new(
+        issuers: Vec<IssuerConfig>,
+        groups_claim: String,
+        roots: rustls::RootCertStore,
+    ) -> Self {
+        crate::connect::install_crypto_provider();
+        let tls = rustls::ClientConfig::builder()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        Verifier {
+            issuers: issuers
+                .into_iter()
+                .map(|config| {
+                    (
+                        config.issuer.clone(),
+                        Issuer {
+                            config,
+                            keys: Mutex::new(Keys::default()),
+                        },
+                    )
+                })
+                .collect(),
+            groups_claim,
+            tls: Arc::new(tls),
+            skew: CLOCK_SKEW,
+            keys_kept_for: KEYS_KEPT_FOR,
+            refetch_every: REFETCH_AT_MOST_EVERY,
+        }
+    }
+
+    /// The same verifier keeping key sets for `kept_for` and fetching one again for an
+    /// unknown `kid` at most every `refetch_every` (tests of key rotation use zero for both).
+    pub fn with_key_cache(mut self, kept_for: Duration, refetch_every: Duration) -> Self {
+        self.keys_kept_for = kept_for;
+        self.refetch_every = refetch_every;
+        self
+    }
+
+    /// The same verifier with `skew` of leeway on `exp`, `nbf` and `iat` (at most
+    /// [`MAX_CLOCK_SKEW`]).
+    pub fn with_clock_skew(mut self, skew: Duration) -> Self {
+        self.skew = skew.min(MAX_CLOCK_SKEW);
+        self
+    }
+
+    /// The identity a valid ID token names.
+    pub async fn verify(&self, token: &str) -> Result<Identity, Rejection> {
+        if token.len() > MAX_TOKEN_BYTES {
+            return Err(Rejection::Malformed);
+        }
+        let header = jsonwebtoken::decode_header(token).map_err(|_| Rejection::Malformed)?;
+        if !ALGORITHMS.contains(&header.alg) {
+            return Err(Rejection::Invalid(format!(
+                "its algorithm {:?} is not accepted",
+                header.alg
+            )));
+        }
+        // Which issuer: read from the unverified payload only to pick the keys and the
+        // checks; the signature and `iss` are then checked against that issuer alone.
+        let issuer = unverified_issuer(token).ok_or(Rejection::Malformed)?;
+        let issuer = self.issuers.get(&issuer).ok_or(Rejection::UnknownIssuer)?;
+        let key = issuer.key(self, header.kid.as_deref(), header.alg).await?;
+        let mut validation = Validation::new(header.alg);
+        validation.leeway = self.skew.as_secs();
+        validation.validate_nbf = true;
+        validation.set_issuer(&[issuer.config.issuer.as_str()]);
+        validation.set_audience(&[issuer.config.audience.as_str()]);
+        validation.set_required_spec_claims(&["exp", "iss", "aud", "sub"]);
+        let data = jsonwebtoken::decode::<Claims>(token, &key, &validation)
+            .map_err(|e| Rejection::Invalid(describe(e.kind())))?;
+        let claims = data.claims;
+        let now = jiff::Timestamp::now().as_second();
+        if claims
+            .iat
+            .is_some_and(|iat| iat > now + self.skew.as_secs() as i64)
+        {
+            return Err(Rejection::Invalid("it was issued in the future".into()));
+        }
+        // OpenID Connect Core 3.1.3.7: with several audiences, `azp` names ours.
+        let audiences = match &claims.aud {
+            Value::Array(a) => a.len(),
+            _ => 1,
+        };
+        if audiences > 1 && claims.azp.as_deref() != Some(issuer.config.audience.as_str()) {
+            return Err(Rejection::Invalid(
+                "it was issued to another client (azp)".into(),
+            ));
+        }
+        if claims.sub.is_empty() {
+            return Err(Rejection::Invalid("it names no subject".into()));
+        }
+        let groups = match claims.rest.get(&self.groups_claim) {
+            Some(Value::Array(items)) => items
+                .iter()
+                .filter_map(Value::as_str)
+                .map(str::to_string)
+                .collect(),
+            Some(Value::String(one)) => vec![one.clone()],
+            _ => Vec::new(),
+        };
+        Ok(Identity {
+            issuer: claims.iss,
+            subject: claims.sub,
+            email: claims.email.filter(|e| !e.is_empty()),
+            // Only a JSON `true` is a verified e-mail (OpenID Connect Core 5.1: a boolean).
+            email_verified: claims.email_verified == Some(Value::Bool(true)),
+            groups,
+            name: claims.name.filter(|n| !n.is_empty()),
+        })
+    }
+}
+
+/// What went wrong, in words for the administrator.
+fn describe(kind: &jsonwebtoken::errors::ErrorKind) -> String {
+    use jsonwebtoken::errors::ErrorKind as K;
+    match kind {
+        K::ExpiredSignature => "it has expired".into(),
+        K::ImmatureSignature => "it is not valid yet".into(),
+        K::InvalidAudience => "it was issued to another client".into(),
+        K::InvalidIssuer => "another issuer".into(),
+        K::InvalidSignature => "its signature does not verify".into(),
+        K::MissingRequiredClaim(c) => format!("it lacks the {c} claim"),
+        K::InvalidAlgorithm => "its algorithm does not match the key".into(),
+        _ => "it cannot be read".into(),
+    }
+}
+
+/// `iss` of the token's payload, not verified.
+fn unverified_issuer(token: &str) -> Option<String> {
+    let payload = token.split('.').nth(1)?;
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(payload.trim_end_matches('='))
+        .ok()?;
+    let value: Value = serde_json::from_slice(&bytes).ok()?;
+    value.get("iss")?.as_str().map(str::to_string)
+}
+
+impl Issuer {
+    /// The decoding key for `kid` and `alg` from the issuer's key set, fetching the set
+    /// when it is missing, old, or lacks `kid` (within [`REFETCH_AT_MOST_EVERY`]).
+    async fn key(
+        &self,
+        verifier: &Verifier,
+        kid: Option<&str>,
+        alg: Algorithm,
+    ) -> Result<DecodingKey, Rejection> {
+        let tls = &verifier.tls;
+        let mut keys = self.keys.lock().await;
+        let now = Instant::now();
+        let stale = keys
+            .set
+            .as_ref()
+            .is_none_or(|(at, _)| now.duration_since(*at) >= verifier.keys_kept_for);
+        let fetched = stale;
+        if stale {
+            self.fetch(tls, &mut keys, now).await?;
+        }
+        if let Some(found) = find(&keys, kid, alg)? {
+            return Ok(found);
+        }
+        let may_refetch = keys
+            .last_fetch
+            .is_none_or(|at| now.duration_since(at) >= verifier.refetch_every);
+        if may_refetch && !fetched {
+            self.fetch(tls, &mut keys, now).await?;
+            if let Some(found) = find(&keys, kid, alg)? {
+                return Ok(found);
+            }
+        }
+        Err(Rejection::Invalid(
+            "it is signed with a key the provider does not publish".into(),
+        ))
+    }
+
+    async fn fetch(
+        &self,
+        tls: &Arc<rustls::ClientConfig>,
+        keys: &mut Keys,
+        now: Instant,
+    ) -> Result<(), Rejection> {
+        keys.last_fetch = Some(now);
+        let jwks_uri = match &keys.jwks_uri {
+            Some(uri) => uri.clone(),
+            None => {
+                let url = format!(
+                    "{}/.well-known/openid-configuration",
+                    self.config.issuer.trim_end_matches('/')
+                );
+                let body = get(tls, &url).await.map_err(Rejection::Unavailable)?;
+                let discovery: Discovery = serde_json::from_slice(&body)
+                    .map_err(|e| Rejection::Unavailable(format!("its discovery document: {e}")))?;
+                // OpenID Connect Discovery 4.3: the document's issuer is the issuer asked.
+                if discovery.issuer != self.config.issuer {
+                    return Err(Rejection::Unavailable(format!(
+                        "its discovery document names issuer {:?}, not {:?}",
+                        discovery.issuer, self.config.issuer
+                    )));
+                }
+                if !discovery.jwks_uri.starts_with("https://") {
+                    return Err(Rejection::Unavailable(
+                        "its discovery document's jwks_uri is not https".into(),
+                    ));
+                }
+                keys.jwks_uri = Some(discovery.jwks_uri.clone());
+                discovery.jwks_uri
+            }
+        };
+        let body = get(tls, &jwks_uri).await.map_err(Rejection::Unavailable)?;
+        let set: JwkSet = serde_json::from_slice(&body)
+            .map_err(|e| Rejection::Unavailable(format!("its key set: {e}")))?;
+        tracing::debug!(issuer = %self.config.issuer, keys = set.keys.len(), "identity provider keys fetched");
+        keys.set = Some((now, set));
+        Ok(())
+    }
+}
+
+/// The key of the set that `kid` names (the only key when the token names none and the
+/// set has one), if its `use` and `alg` allow `alg`.
+fn find(keys: &Keys, kid: Option<&str>, alg: Algorithm) -> Result<Option<DecodingKey>, Rejection> {
+    let Some((_, set)) = &keys.set else {
+        return Ok(None);
+    };
+    let jwk = match kid {
+        Some(kid) => set.find(kid),
+        None if set.keys.len() == 1 => set.keys.first(),
+        None => None,
+    };
+    let Some(jwk) = jwk else {
+        return Ok(None);
+    };
+    if matches!(jwk.common.public_key_use, Some(PublicKeyUse::Encryption)) {
+        return Err(Rejection::Invalid("its key is an encryption key".into()));
+    }
+    if let Some(key_alg) = jwk.common.key_algorithm
+        && !same_algorithm(key_alg, alg)
+    {
+        return Err(Rejection::Invalid("its algorithm is not its key's".into()));
+    }
+    DecodingKey::from_jwk(jwk)
+        .map(Some)
+        .map_err(|_| Rejection::Invalid("its key cannot be used".into()))
+}
+
+fn same_algorithm(key: KeyAlgorithm, alg: Algorithm) -> bool {
+    format!("{key:?}") == format!("{alg:?}")
+}
+
+/// GET `url` over TLS (roots of `tls`), within [`FETCH_TIMEOUT`], at most
+/// [`MAX_DOCUMENT_BYTES`].
+async fn get(tls: &Arc<rustls::ClientConfig>, url: &str) -> Result<Bytes, String> {
+    tokio::time::timeout(FETCH_TIMEOUT, get_inner(tls, url))
+        .await
+        .map_err(|_| format!("GET {url}: no answer within {} s", FETCH_TIMEOUT.as_secs()))?
+}
+
+async fn get_inner(tls: &Arc<rustls::ClientConfig>, url: &str) -> Result<Bytes, String> {
+    let uri: http::Uri = url.parse().map_err(|e| format!("{url}: {e}"))?;
+    if uri.scheme_str() != Some("https") {
+        return Err(format!("{url} is not https"));
+    }
+    let host = uri.host().ok_or_else(|| format!("{url} names no host"))?;
+    let port = uri.port_u16().unwrap_or(443);
+    let tcp = tokio::net::TcpStream::connect((host.trim_matches(['[', ']']), port))
+        .await
+        .map_err(|e| format!("GET {url}: {e}"))?;
+    let name = rustls_pki_types::ServerName::try_from(host.trim_matches(['[', ']']).to_string())
+        .map_err(|e| format!("{url}: {e}"))?;
+    let stream = tokio_rustls::TlsConnector::from(tls.clone())
+        .connect(name, tcp)
+        .await
+        .map_err(|e| format!("GET {url}: TLS: {e}"))?;
+    let (mut sender, conn) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+            .await
+            .map_err(|e| format!("GET {url}: {e}"))?;
+    tokio::spawn(conn);
+    let authority = uri.authority().map(|a| a.as_str()).unwrap_or(host);
+    let request = http::Request::get(uri.path_and_query().map_or("/", |p| p.as_str()))
+        .header(http::header::HOST, authority)
+        .header(http::header::ACCEPT, "application/json")
+        .body(Empty::<Bytes>::new())
+        .map_err(|e| format!("GET {url}: {e}"))?;
+    let response = sender
+        .send_request(request)
+        .await
+        .map_err(|e| format!("GET {url}: {e}"))?;
+    if !response.status().is_success() {
+        return Err(format!("GET {url}: HTTP {}", response.status()));
+    }
+    let body = Limited::new(response.into_body(), MAX_DOCUMENT_BYTES)
+        .collect()
+        .await
+        .map_err(|e| format!("GET {url}: {e}"))?;
+    Ok(body.to_bytes())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_issuer_names_its_audience_and_is_https() {
+        let ok: IssuerConfig = "https://login.acme.example=kubeflavor".parse().unwrap();
+        assert_eq!(ok.issuer, "https://login.acme.example");
+        assert_eq!(ok.audience, "kubeflavor");
+        let with_path: IssuerConfig = "https://idp.example/realms/a=b".parse().unwrap();
+        assert_eq!(with_path.issuer, "https://idp.example/realms/a");
+        for bad in [
+            "https://login.acme.example",
+            "http://login.acme.example=kubeflavor",
+            "https://=kubeflavor",
+            "https://login.acme.example=",
+            "https://login.acme.example=a b",
+        ] {
+            assert!(bad.parse::<IssuerConfig>().is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn only_asymmetric_algorithms_are_accepted() {
+        for alg in [Algorithm::HS256, Algorithm::HS384, Algorithm::HS512] {
+            assert!(!ALGORITHMS.contains(&alg));
+        }
+    }
+
+    #[test]
+    fn the_issuer_is_read_from_the_payload() {
+        let b64 = |v: &str| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(v);
+        let token = format!(
+            "{}.{}.sig",
+            b64(r#"{"alg":"RS256"}"#),
+            b64(r#"{"iss":"https://a.example","sub":"x"}"#)
+        );
+        assert_eq!(
+            unverified_issuer(&token).as_deref(),
+            Some("https://a.example")
+        );
+        assert_eq!(unverified_issuer("a.b.c"), None);
+        assert_eq!(unverified_issuer("nodots"), None);
+    }
+}

@@ -1,4 +1,4 @@
-# Shared by start, token, rotate, stop and inspect. Sourced, never run.
+# Shared by start, token, rotate, lifetime, stop and inspect. Sourced, never run.
 # shellcheck shell=bash disable=SC2034  # variables are used by the sourcing scripts
 
 OIDC_DIR=${KUBEFLAVOR_OIDC_DIR:-${TMPDIR:-/tmp}/kubeflavor-oidc}
@@ -44,7 +44,7 @@ oidc_load_env() {
   set +a
 }
 
-# Serialises start/stop/rotate on one state dir: parallel test processes
+# Serialises start/stop/rotate/lifetime on one state dir: parallel test processes
 # (nextest) may all call start at once. The lock file sits beside the state
 # dir because --wipe deletes the dir itself.
 oidc_lock() {

@@ -9,6 +9,7 @@ pub mod install;
 pub mod join;
 pub mod node;
 pub mod revoke_steps;
+pub mod roster;
 pub mod serve;
 pub mod token;
 
@@ -85,6 +86,10 @@ pub enum Command {
     /// List, show and revoke bound nodes (FlavorBindings).
     #[command(subcommand)]
     Node(node::NodeCommand),
+    /// The owner's list of node administrators (a Roster): which flavor each gets when
+    /// they sign in to the join-token API.
+    #[command(subcommand)]
+    Roster(roster::RosterCommand),
     /// Serve the join-token API: an HTTPS endpoint where a portal, authenticated by its
     /// Kubernetes token and authorized per flavor, mints join tokens without access to
     /// Secrets.
@@ -116,6 +121,7 @@ pub async fn execute(cli: Cli, out: &mut dyn Write) -> Result<()> {
             node::forget(&connect(&global).await?, &args, out).await
         }
         Command::Flavor(command) => flavor::execute(command, &connect(&global).await?, out).await,
+        Command::Roster(command) => roster::execute(command, &connect(&global).await?, out).await,
         Command::Certs(command) => certs::execute(command, &global, out).await,
         Command::Install(args) => {
             if args.apply {

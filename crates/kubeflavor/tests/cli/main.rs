@@ -12,4 +12,5 @@ mod bin;
 mod crd_validation;
 mod flavor;
 mod install;
+mod roster;
 mod token;

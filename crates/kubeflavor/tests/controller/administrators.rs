@@ -386,6 +386,51 @@ async fn a_rotated_in_key_works_and_a_rotated_out_key_does_not() {
     assert_eq!(code, StatusCode::CREATED, "{body}");
 }
 
+/// An expired ID token mints nothing: on a provider of this test's own whose tokens live
+/// 2 s, checked with no leeway, a token is accepted while valid and refused once its `exp`
+/// has passed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expired_token_mints_nothing() {
+    let private = PrivateProvider::start();
+    let provider = &private.provider;
+    provider.script("lifetime", &["2"]);
+    let h = Harness::start().await;
+    let sweet = h.gold_flavor("sweet").await;
+    let roster = roster(&h, provider, &sweet, &sweet).await;
+    let api = start_with(&h, provider, &[&provider.issuer], &roster, |v| {
+        v.with_clock_skew(std::time::Duration::ZERO)
+    })
+    .await;
+    let token = provider.token("alice", &[]);
+    let exp = claims(&token)["exp"].as_i64().expect("exp");
+    let (code, body) = call(&api, PATH, Some(&token), None, b"{}").await;
+    assert_eq!(code, StatusCode::CREATED, "still valid: {body}");
+    // The wall clock passes `exp` (what expiry is); bounded by the suite's safety net.
+    crate::support::within("the token's exp to pass", async {
+        while jiff::Timestamp::now().as_second() <= exp {
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+    })
+    .await;
+    let (code, body) = call(&api, PATH, Some(&token), None, b"{}").await;
+    assert_eq!(code, StatusCode::UNAUTHORIZED, "{body}");
+    assert!(
+        body["message"].as_str().unwrap_or("").contains("expired"),
+        "{body}"
+    );
+}
+
+/// The claims of a JWT, not verified.
+fn claims(token: &str) -> Value {
+    let payload = token.split('.').nth(1).expect("a payload");
+    serde_json::from_slice(
+        &base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .decode(payload)
+            .expect("base64"),
+    )
+    .expect("JSON")
+}
+
 /// The `kid` of a JWT's header.
 fn kid(token: &str) -> String {
     let header = token.split('.').next().expect("a header");

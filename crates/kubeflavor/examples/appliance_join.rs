@@ -72,6 +72,39 @@ struct Args {
     /// a minute on an idle machine, several under load).
     #[arg(long, value_name = "SECONDS", default_value_t = 600)]
     timeout: u64,
+    /// Mint as a node administrator instead of a portal: the env file of a running OpenID
+    /// Provider (what testbed/oidc/start prints). alice signs in, a Roster of the run gives
+    /// her group the flavor, and the FlavorBinding must name her verified identity.
+    #[arg(long, value_name = "FILE")]
+    administrator_env: Option<PathBuf>,
+}
+
+/// The provider's env file, as `KEY=value` lines.
+fn read_env_file(path: &Path) -> anyhow::Result<BTreeMap<String, String>> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading --administrator-env {}", path.display()))?;
+    Ok(text
+        .lines()
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+        .collect())
+}
+
+/// alice's ID token from the provider (testbed/oidc/token).
+fn id_token(env: &BTreeMap<String, String>, user: &str) -> anyhow::Result<String> {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testbed/oidc/token");
+    let out = Command::new("bash")
+        .arg(script)
+        .arg(user)
+        .envs(env)
+        .output()
+        .context("running testbed/oidc/token")?;
+    ensure!(
+        out.status.success(),
+        "testbed/oidc/token {user}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(String::from_utf8(out.stdout)?.trim().to_string())
 }
 
 /// The flavor's class label and trust level: what the flavored Node must carry.
@@ -215,29 +248,70 @@ async fn scenario(a: &Args, run: &mut Run) -> anyhow::Result<serde_json::Value> 
     tokio::time::timeout(Duration::from_secs(60), health.wait_synced())
         .await
         .context("the controller's caches did not sync within 60 s")?;
-    let (api, server) =
-        https::serve_self_signed(&a.kubeconfig, "appliance-join", std::future::pending()).await?;
+    let provider = a
+        .administrator_env
+        .as_deref()
+        .map(read_env_file)
+        .transpose()?;
+    let administrators = match &provider {
+        None => None,
+        Some(env) => Some(administrators(&admin, env, &run.name("roster"), &flavor).await?),
+    };
+    let (api, server) = https::serve_self_signed_with(
+        &a.kubeconfig,
+        "appliance-join",
+        administrators,
+        std::future::pending(),
+    )
+    .await?;
     run.tasks.push(server);
 
-    progress(&format!(
-        "the portal mints a {flavor} token with output cloud-init"
-    ));
     let ssh_key = SshKey::generate(&run.name("appliance-join"))?;
-    let body = json!({
-        "issuedTo": format!("appliance-join/{node}"),
-        "ttl": "30m",
-        "output": "cloud-init",
-        "labels": INPUT_LABELS.iter().copied().collect::<BTreeMap<_, _>>(),
-        "sshAuthorizedKeys": [ssh_key.line],
-    });
-    let (code, minted) = api
-        .post(
-            &format!("/v1/flavors/{flavor}/jointokens"),
-            Some(&portal_token),
-            None,
-            body.to_string().as_bytes(),
-        )
-        .await;
+    let labels = INPUT_LABELS.iter().copied().collect::<BTreeMap<_, _>>();
+    let (code, minted) = match &provider {
+        None => {
+            progress(&format!(
+                "the portal mints a {flavor} token with output cloud-init"
+            ));
+            let body = json!({
+                "issuedTo": format!("appliance-join/{node}"),
+                "ttl": "30m",
+                "output": "cloud-init",
+                "labels": labels,
+                "sshAuthorizedKeys": [ssh_key.line],
+            });
+            api.post(
+                &format!("/v1/flavors/{flavor}/jointokens"),
+                Some(&portal_token),
+                None,
+                body.to_string().as_bytes(),
+            )
+            .await
+        }
+        Some(env) => {
+            progress(
+                "alice signs in at the OpenID Provider and asks for a join token (no flavor named)",
+            );
+            let body = json!({
+                "output": "cloud-init",
+                "labels": labels,
+                "sshAuthorizedKeys": [ssh_key.line],
+            });
+            let (code, minted) = api
+                .post(
+                    "/v1/jointokens",
+                    Some(&id_token(env, "alice")?),
+                    None,
+                    body.to_string().as_bytes(),
+                )
+                .await;
+            ensure!(
+                minted.get("flavor").is_none(),
+                "the answer names a flavor: {minted}"
+            );
+            (code, minted)
+        }
+    };
     if let Some(id) = minted["id"].as_str() {
         run.made.token_id(id);
     }
@@ -416,6 +490,37 @@ async fn scenario(a: &Args, run: &mut Run) -> anyhow::Result<serde_json::Value> 
         binding.spec.flavor
     );
     binding_records_input_labels(&binding)?;
+    let identity = match &provider {
+        None => None,
+        Some(env) => {
+            let (issuer, subject) = (
+                env.get("KUBEFLAVOR_OIDC_ISSUER")
+                    .cloned()
+                    .unwrap_or_default(),
+                env.get("KUBEFLAVOR_OIDC_SUB_ALICE")
+                    .cloned()
+                    .unwrap_or_default(),
+            );
+            let recorded = binding
+                .spec
+                .identity
+                .as_ref()
+                .map(|i| (&i.issuer, &i.subject));
+            ensure!(
+                recorded == Some((&issuer, &subject)),
+                "FlavorBinding {node} names identity {recorded:?}, not alice's ({issuer}, {subject})"
+            );
+            ensure!(
+                binding.spec.issued_to.as_deref() == Some("alice@acme.example"),
+                "FlavorBinding {node} is issued to {:?}, not alice's verified e-mail",
+                binding.spec.issued_to
+            );
+            progress(&format!(
+                "FlavorBinding {node} names alice's verified identity ({issuer}#{subject}) and the flavor the Roster gave her"
+            ));
+            Some(json!({"issuer": issuer, "subject": subject}))
+        }
+    };
     let serving = serving_certificate_issued(&admin, &node, powered_on, deadline).await?;
     progress(&format!(
         "the kubelet's serving certificate: CSR {} approved by kubeflavor and issued {} s after power-on, names {:?}",
@@ -425,6 +530,8 @@ async fn scenario(a: &Args, run: &mut Run) -> anyhow::Result<serde_json::Value> 
     ));
     Ok(json!({
         "scenario": "appliance_join",
+        "minted_by": if identity.is_some() { "node administrator (Roster)" } else { "portal" },
+        "identity": identity,
         "node": node,
         "flavor": flavor,
         "power_on_to_registered_s": secs(registered_after),
@@ -921,4 +1028,54 @@ fn load_average() -> Option<f64> {
         .next()?
         .parse()
         .ok()
+}
+
+/// The join-token API's node administrators: the provider's first issuer, and a Roster of
+/// this run giving alice's group (sweet-admins) `flavor`, with the run's input labels.
+async fn administrators(
+    admin: &kube::Client,
+    env: &BTreeMap<String, String>,
+    roster: &str,
+    flavor: &str,
+) -> anyhow::Result<std::sync::Arc<kubeflavor::serve::Administrators>> {
+    use kubeflavor::serve::oidc::{IssuerConfig, Verifier};
+    use kubeflavor_cluster::crd::roster::Roster;
+    use rustls_pki_types::pem::PemObject;
+    let get = |k: &str| {
+        env.get(k)
+            .cloned()
+            .with_context(|| format!("the provider's env file names no {k}"))
+    };
+    let issuer = get("KUBEFLAVOR_OIDC_ISSUER")?;
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in rustls_pki_types::CertificateDer::pem_file_iter(get("KUBEFLAVOR_OIDC_CA")?)? {
+        roots.add(cert?)?;
+    }
+    let object: Roster = serde_json::from_value(json!({
+        "apiVersion": "kubeflavor.io/v1alpha1", "kind": "Roster",
+        "metadata": {"name": roster},
+        "spec": {
+            "tokenDefaults": {"ttl": "30m"},
+            "inputLabels": {"keys": [
+                {"key": "site", "values": ["berlin", "paris"]},
+                {"key": "segment", "pattern": "seg-[0-9]{1,4}"},
+            ]},
+            "rules": [{"name": "appliance-admins", "issuer": issuer, "group": "sweet-admins", "flavor": flavor}],
+        },
+    }))?;
+    Api::<Roster>::all(admin.clone())
+        .create(&Default::default(), &object)
+        .await
+        .context("creating the run's Roster")?;
+    Ok(std::sync::Arc::new(kubeflavor::serve::Administrators {
+        verifier: Verifier::new(
+            vec![IssuerConfig {
+                issuer,
+                audience: get("KUBEFLAVOR_OIDC_CLIENT_ID")?,
+            }],
+            "groups".into(),
+            roots,
+        ),
+        roster: roster.to_string(),
+    }))
 }

@@ -112,8 +112,8 @@ pub async fn mint_for_administrator(server: &Server, req: Request<Incoming>) -> 
     {
         Ok(Some(roster)) => roster,
         Ok(None) => {
-            tracing::warn!(roster = %administrators.roster, "no Roster: node administrators get no token");
-            server.metrics.administrator_answer("", "no-token");
+            tracing::error!(roster = %administrators.roster, "no Roster: node administrators get no token until it exists (kubeflavor roster add-rule)");
+            server.metrics.administrator_answer("", "misconfigured");
             return no_token();
         }
         Err(err) => {

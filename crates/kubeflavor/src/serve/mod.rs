@@ -168,6 +168,14 @@ impl Default for ServeMetrics {
         for code in ALERTED_CODES {
             let _ = responses.get_or_create(&CodeLabels { code });
         }
+        // No rule decided: the answers the alerts tell apart (a 403 of "no token" is an
+        // administrator not on the list, not a portal probing for flavors).
+        for answer in ["no-token", "misconfigured"] {
+            let _ = administrators.get_or_create(&AdministratorLabels {
+                rule: String::new(),
+                answer: answer.into(),
+            });
+        }
         ServeMetrics {
             mints,
             input_labels,

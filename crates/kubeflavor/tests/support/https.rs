@@ -92,6 +92,16 @@ pub async fn serve_self_signed(
     instance: &str,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<(HttpsClient, tokio::task::JoinHandle<()>)> {
+    serve_self_signed_with(kubeconfig, instance, None, shutdown).await
+}
+
+/// [`serve_self_signed`], serving node administrators too when `administrators` is given.
+pub async fn serve_self_signed_with(
+    kubeconfig: &std::path::Path,
+    instance: &str,
+    administrators: Option<std::sync::Arc<kubeflavor::serve::Administrators>>,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<(HttpsClient, tokio::task::JoinHandle<()>)> {
     let cluster = kubeflavor::connect::Cluster::connect(&kubeflavor::connect::ClusterArgs {
         kubeconfig: Some(kubeconfig.to_path_buf()),
         context: None,
@@ -111,7 +121,7 @@ pub async fn serve_self_signed(
             audience: None,
             instance: instance.into(),
             connections: Default::default(),
-            administrators: None,
+            administrators,
         },
     )
     .await?;

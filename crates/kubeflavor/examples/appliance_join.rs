@@ -1067,8 +1067,8 @@ async fn administrators(
         .create(&Default::default(), &object)
         .await
         .context("creating the run's Roster")?;
-    Ok(std::sync::Arc::new(kubeflavor::serve::Administrators {
-        verifier: Verifier::new(
+    Ok(std::sync::Arc::new(kubeflavor::serve::Administrators::new(
+        Verifier::new(
             vec![IssuerConfig {
                 issuer,
                 audience: get("KUBEFLAVOR_OIDC_CLIENT_ID")?,
@@ -1076,6 +1076,6 @@ async fn administrators(
             "groups".into(),
             roots,
         ),
-        roster: roster.to_string(),
-    }))
+        roster.to_string(),
+    )))
 }

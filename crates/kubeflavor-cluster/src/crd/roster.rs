@@ -40,7 +40,6 @@ pub const DEFAULT_ROSTER: &str = "default";
     derive = "PartialEq",
     doc = "Which node administrators get a join token, and of which flavor: rules over the verified identity their identity provider vouches for, read in order; the first that matches decides, and no match is no token.",
     printcolumn = r#"{"name":"Rules","type":"integer","jsonPath":".status.rules"}"#,
-    printcolumn = r#"{"name":"Administrators","type":"integer","jsonPath":".status.administrators"}"#,
     printcolumn = r#"{"name":"Last Match","type":"date","jsonPath":".status.lastMatched"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
@@ -110,14 +109,11 @@ pub struct RosterStatus {
     /// How many rules the spec has.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rules: Option<i64>,
-    /// How many distinct administrators hold a live token or a node through the roster.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub administrators: Option<i64>,
     /// When a rule last granted a token.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "schema::date_time")]
     pub last_matched: Option<jiff::Timestamp>,
-    /// Per rule, by name: administrators matched and when last.
+    /// Per rule, by name: tokens granted and when last.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub rule_matches: Vec<RuleMatches>,
 }
@@ -127,8 +123,9 @@ pub struct RosterStatus {
 #[serde(rename_all = "camelCase")]
 pub struct RuleMatches {
     pub name: String,
-    /// Distinct administrators holding a live token or a node granted by this rule.
-    pub administrators: i64,
+    /// Join tokens the rule granted.
+    #[serde(default)]
+    pub grants: i64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "schema::date_time")]
     pub last_matched: Option<jiff::Timestamp>,

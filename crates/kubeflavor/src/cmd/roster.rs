@@ -168,8 +168,20 @@ async fn get(cluster: &Cluster, args: &RosterGetArgs, out: &mut dyn Write) -> Re
                 )?;
                 return Ok(());
             }
-            let mut t = Table::new(&["#", "rule", "issuer", "matches", "gives", "max-nodes"]);
+            let mut t = Table::new(&[
+                "#",
+                "rule",
+                "issuer",
+                "matches",
+                "gives",
+                "max-nodes",
+                "grants",
+                "last-match",
+            ]);
+            let now = jiff::Timestamp::now();
+            let status = roster.status.clone().unwrap_or_default();
             for (i, rule) in roster.spec.rules.iter().enumerate() {
+                let matched = status.rule_matches.iter().find(|m| m.name == rule.name);
                 t.row(vec![
                     (i + 1).to_string(),
                     rule.name.clone(),
@@ -178,6 +190,10 @@ async fn get(cluster: &Cluster, args: &RosterGetArgs, out: &mut dyn Write) -> Re
                     gives(rule),
                     rule.max_nodes
                         .map_or_else(|| "<none>".into(), |n| n.to_string()),
+                    matched.map_or(0, |m| m.grants).to_string(),
+                    matched
+                        .and_then(|m| m.last_matched)
+                        .map_or_else(|| "<never>".into(), |at| output::age(Some(at), now)),
                 ]);
             }
             write!(out, "{}", t.render())?;

@@ -172,15 +172,15 @@ fn administrators(args: &ServeArgs) -> Result<Option<Arc<Administrators>>> {
             }
         }
     }
-    Ok(Some(Arc::new(Administrators {
-        verifier: Verifier::new(
+    Ok(Some(Arc::new(Administrators::new(
+        Verifier::new(
             args.oidc_issuers.clone(),
             args.oidc_groups_claim.clone(),
             roots,
         )
         .with_clock_skew(args.oidc_clock_skew),
-        roster: args.roster.clone(),
-    })))
+        args.roster.clone(),
+    ))))
 }
 
 pub async fn run(cluster: Cluster, args: &ServeArgs) -> Result<()> {

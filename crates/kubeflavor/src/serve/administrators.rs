@@ -192,6 +192,7 @@ pub async fn mint_for_administrator(server: &Server, req: Request<Incoming>) -> 
     match mint_token(server, flavor, &asked).await {
         Ok(handed) => {
             server.metrics.administrator_answer(&rule.name, "minted");
+            administrators.pending.granted(&rule.name);
             answer(&handed, &request, wants_document)
         }
         Err(err) => {

@@ -10,6 +10,7 @@ pub mod limits;
 pub mod oidc;
 pub mod openapi;
 pub mod recent;
+pub mod roster_status;
 pub mod routes;
 pub use kubeflavor_cluster::ops::tls;
 
@@ -76,6 +77,18 @@ pub struct Administrators {
     pub verifier: oidc::Verifier,
     /// The Roster's name.
     pub roster: String,
+    /// Grants not yet written to the Roster's status.
+    pub pending: Arc<roster_status::Pending>,
+}
+
+impl Administrators {
+    pub fn new(verifier: oidc::Verifier, roster: impl Into<String>) -> Administrators {
+        Administrators {
+            verifier,
+            roster: roster.into(),
+            pending: Arc::default(),
+        }
+    }
 }
 
 impl std::fmt::Debug for Administrators {
@@ -378,6 +391,14 @@ impl Bound {
                 tracing::warn!(error = %e, "operations endpoint failed");
             }
         };
+        // The Roster's status, written while the server serves.
+        let status_writer = server.administrators.as_ref().map(|a| {
+            tokio::spawn(roster_status::write_loop(
+                server.cluster.clone(),
+                a.roster.clone(),
+                a.pending.clone(),
+            ))
+        });
         let accept = accept_loop(server, listener, acceptor, connections, shutdown);
         let accept = async {
             accept.await;
@@ -385,6 +406,9 @@ impl Bound {
             let _ = stop_tx.send(true);
         };
         tokio::join!(ops_task, accept);
+        if let Some(writer) = status_writer {
+            writer.abort();
+        }
     }
 }
 

@@ -68,10 +68,10 @@ async fn start_with(
             audience: provider.client_id.clone(),
         })
         .collect();
-    let administrators = Administrators {
-        verifier: tune(Verifier::new(issuers, "groups".into(), roots(provider))),
-        roster: roster.to_string(),
-    };
+    let administrators = Administrators::new(
+        tune(Verifier::new(issuers, "groups".into(), roots(provider))),
+        roster.to_string(),
+    );
     let options = Options {
         address: "127.0.0.1:0".parse().unwrap(),
         tls: TlsSource::SelfSigned {
@@ -256,6 +256,37 @@ async fn administrators_get_the_rosters_flavor_without_learning_it() {
     // bob's rule sets no such limit.
     let (code, body) = call(&api, PATH, Some(&bob), None, b"{}").await;
     assert_eq!(code, StatusCode::CREATED, "{body}");
+
+    // The Roster's status counts each rule's grants (written every few seconds): alice's
+    // rule one, bob's two, the others none. Watched until three are counted.
+    let grants_of = |r: &Roster| -> Vec<(String, i64)> {
+        r.status
+            .clone()
+            .unwrap_or_default()
+            .rule_matches
+            .iter()
+            .filter(|m| m.grants > 0)
+            .map(|m| (m.name.clone(), m.grants))
+            .collect()
+    };
+    let rosters = Api::<Roster>::all(h.admin.clone());
+    let stored = crate::support::within(
+        "the Roster's status to count the grants",
+        kube::runtime::wait::await_condition(rosters, &roster, |r: Option<&Roster>| {
+            r.is_some_and(|r| grants_of(r).iter().map(|(_, n)| n).sum::<i64>() >= 3)
+        }),
+    )
+    .await
+    .expect("a watch of the Roster")
+    .expect("the Roster");
+    let counted = grants_of(&stored);
+    assert_eq!(
+        counted,
+        [
+            ("sweet-admins".to_string(), 1),
+            ("sour-admins".to_string(), 2)
+        ]
+    );
 }
 
 /// Tokens the provider did not sign for this API, or that say what they may not: each is

@@ -258,11 +258,8 @@ pub fn verdict(policy: &Value, request: &Value, object: &Value) -> Option<String
 /// Why `policy` refuses the request (None: it does not apply, or it allows it).
 fn judge(policy: &Value, base: &Context) -> Option<String> {
     let spec = &policy["spec"];
-    let conditions = spec["matchConditions"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default();
-    for condition in &conditions {
+    let listed = |field: &str| spec[field].as_array().into_iter().flatten();
+    for condition in listed("matchConditions") {
         let expression = condition["expression"].as_str().unwrap_or("");
         match evaluate(expression, base) {
             Ok(true) => {}
@@ -271,25 +268,35 @@ fn judge(policy: &Value, base: &Context) -> Option<String> {
         }
     }
     // Variables in order, each seeing the ones before it; one that fails is left out, so
-    // an expression using it fails with `no such key`.
-    let mut variables: HashMap<Key, Cel> = HashMap::new();
-    let mut ctx = base.new_inner_scope();
-    for variable in spec["variables"].as_array().cloned().unwrap_or_default() {
-        let name = variable["name"].as_str().unwrap_or("").to_string();
-        let value =
-            compile(variable["expression"].as_str().unwrap_or("")).and_then(|p| execute(&p, &ctx));
-        if let Ok(value) = value {
-            variables.insert(Key::String(Arc::new(name)), value);
-        }
-        ctx = base.new_inner_scope();
+    // an expression using it fails with `no such key`. The map grows in place: the scope
+    // that saw it is gone before the next variable is added, so nothing is copied.
+    let mut variables: Arc<HashMap<Key, Cel>> = Arc::new(HashMap::new());
+    let scope = |variables: &Arc<HashMap<Key, Cel>>| {
+        let mut ctx = base.new_inner_scope();
         ctx.add_variable_from_value(
             "variables",
             Cel::Map(CelMap {
-                map: Arc::new(variables.clone()),
+                map: variables.clone(),
             }),
         );
+        ctx
+    };
+    for variable in listed("variables") {
+        let value = {
+            let ctx = scope(&variables);
+            compile(variable["expression"].as_str().unwrap_or("")).and_then(|p| execute(&p, &ctx))
+        };
+        if let Ok(value) = value {
+            let name = variable["name"].as_str().unwrap_or("").to_string();
+            Arc::make_mut(&mut variables).insert(Key::String(Arc::new(name)), value);
+        }
     }
-    for validation in spec["validations"].as_array().cloned().unwrap_or_default() {
+    let ctx = if listed("variables").next().is_some() {
+        scope(&variables)
+    } else {
+        base.new_inner_scope()
+    };
+    for validation in listed("validations") {
         let expression = validation["expression"].as_str().unwrap_or("");
         match evaluate(expression, &ctx) {
             Ok(true) => {}

@@ -125,15 +125,15 @@ thread_local! {
 
 pub(crate) fn compile(text: &str) -> Result<Rc<Program>, String> {
     PROGRAMS.with(|cache| {
-        cache
-            .borrow_mut()
-            .entry(text.to_string())
-            .or_insert_with(|| {
-                Program::compile(text)
-                    .map(Rc::new)
-                    .map_err(|e| e.to_string())
-            })
-            .clone()
+        // A lookup first: the key is copied only when a program is compiled.
+        if let Some(program) = cache.borrow().get(text) {
+            return program.clone();
+        }
+        let program = Program::compile(text)
+            .map(Rc::new)
+            .map_err(|e| e.to_string());
+        cache.borrow_mut().insert(text.to_string(), program.clone());
+        program
     })
 }
 

@@ -329,8 +329,15 @@ fn flavor_read_rules() -> Vec<Rule> {
             &["get"],
             &[],
             "get: the Roster that decides node administrators' flavors (serve --roster). No \
-             list, watch or write: the roster is the owner's, and this identity reads only the \
-             one it serves.",
+             list, watch or write of its rules: the roster is the owner's.",
+        ),
+        rule(
+            &["kubeflavor.io"],
+            &["rosters/status"],
+            &["update"],
+            &[],
+            "update: the Roster's status (tokens each rule granted, and when last). Not its \
+             spec: the status subresource writes nothing else.",
         ),
     ]
 }

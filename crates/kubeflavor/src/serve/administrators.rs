@@ -12,22 +12,20 @@
 
 use std::time::Instant;
 
-use http::header::{self, HeaderValue};
+use http::header;
 use http::{Request, Response, StatusCode};
 use hyper::body::Incoming;
 use kube::api::ListParams;
 use kubeflavor_cluster::crd::FlavorBinding;
-use kubeflavor_core::mint::request::{self, MintOutput, MintRequest, MintRequestError};
+use kubeflavor_core::mint::request::{self, MintRequest, MintRequestError};
 use kubeflavor_core::mint::roster::{
     self, GrantRefusal, Identity, Outcome, identity_key, within_identity_limits,
 };
 use kubeflavor_core::token::meta::{Custody, CustodyIdentity, IDENTITY_LABEL, IssuedTo};
-use serde_json::{Value, json};
-use zeroize::Zeroizing;
 
 use super::Server;
 use super::api::{
-    Asked, Body, Handed, bearer, invalid, mint_token, read_body, respond, status, too_many,
+    Asked, Body, Handed, bearer, created, invalid, mint_token, read_body, status, too_many,
     unauthorized, unavailable,
 };
 use super::oidc::Rejection;
@@ -234,42 +232,9 @@ async fn within_limits(
 }
 
 /// 201 with the token, its id, expiry and join line, the input labels and for whom:
-/// never the flavor.
+/// never the flavor or max nodes.
 fn answer(handed: &Handed, request: &MintRequest, wants_document: bool) -> Response<Body> {
-    let mut response = if wants_document {
-        respond(
-            StatusCode::CREATED,
-            super::api::CLOUD_CONFIG,
-            handed.cloud_init.to_string(),
-        )
-    } else {
-        let mut body = serde_json::Map::new();
-        let mut put = |k: &str, v: Value| {
-            body.insert(k.to_string(), v);
-        };
-        put("kind", json!("JoinToken"));
-        put("apiVersion", json!("kubeflavor.io/v1alpha1"));
-        put("token", json!(handed.minted.token.expose().as_str()));
-        put("id", json!(handed.minted.token.id().to_string()));
-        put("issuedTo", json!(request.issued_to.as_str()));
-        put("joinCommand", json!(handed.join_line.trim_end()));
-        put("labels", json!(handed.minted.spec.input_labels.to_map()));
-        if let Some(at) = handed.minted.spec.expiration {
-            put(
-                "expiration",
-                json!(kubeflavor_core::token::secret::format_expiration(at)),
-            );
-        }
-        if request.output == MintOutput::CloudInit {
-            put("cloudInit", json!(handed.cloud_init.as_str()));
-        }
-        let text = Zeroizing::new(Value::Object(body).to_string());
-        respond(StatusCode::CREATED, "application/json", text.to_string())
-    };
-    response
-        .headers_mut()
-        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    response
+    created(handed, request, wants_document, |_| {})
 }
 
 #[cfg(test)]

@@ -518,6 +518,25 @@ pub(super) fn answer(
     request: &MintRequest,
     wants_document: bool,
 ) -> Response<Body> {
+    created(handed, request, wants_document, |body| {
+        body.insert("flavor", json!(handed.minted.spec.flavor.as_str()));
+        body.insert("maxNodes", json!(handed.minted.spec.max_nodes.get()));
+        body.insert("issuedBy", json!(handed.issued_by));
+        if handed.minted.spec.input_labels.is_empty() {
+            body.remove("labels");
+        }
+    })
+}
+
+/// 201 with a minted token: the cloud-init document alone when the caller asked for it,
+/// else the JoinToken every answer carries (token, id, for whom, the join line, the input
+/// labels, expiry, cloud-init when asked) with what `more` adds or removes. Never cached.
+pub(super) fn created(
+    handed: &Handed,
+    request: &MintRequest,
+    wants_document: bool,
+    more: impl FnOnce(&mut BTreeMap<&'static str, Value>),
+) -> Response<Body> {
     let mut response = if wants_document {
         respond(
             StatusCode::CREATED,
@@ -530,21 +549,17 @@ pub(super) fn answer(
             ("apiVersion", json!("kubeflavor.io/v1alpha1")),
             ("token", json!(handed.minted.token.expose().as_str())),
             ("id", json!(handed.minted.token.id().to_string())),
-            ("flavor", json!(handed.minted.spec.flavor.as_str())),
-            ("maxNodes", json!(handed.minted.spec.max_nodes.get())),
-            ("issuedTo", json!(handed.issued_to)),
-            ("issuedBy", json!(handed.issued_by)),
+            ("issuedTo", json!(request.issued_to.as_str())),
             ("joinCommand", json!(handed.join_line.trim_end())),
+            ("labels", json!(handed.minted.spec.input_labels.to_map())),
         ]);
-        if !handed.minted.spec.input_labels.is_empty() {
-            body.insert("labels", json!(handed.minted.spec.input_labels.to_map()));
-        }
         if let Some(at) = handed.minted.spec.expiration {
             body.insert("expiration", json!(format_expiration(at)));
         }
         if request.output == MintOutput::CloudInit {
             body.insert("cloudInit", json!(handed.cloud_init.as_str()));
         }
+        more(&mut body);
         let text = Zeroizing::new(serde_json::to_string(&body).expect("JSON"));
         respond(StatusCode::CREATED, "application/json", text.to_string())
     };

@@ -122,7 +122,11 @@ pub struct Verifier {
 
 struct Issuer {
     config: IssuerConfig,
-    keys: Mutex<Keys>,
+    /// What was fetched; read without waiting on a fetch in flight (a slow provider or a
+    /// flood of unknown `kid`s does not hold up tokens of known keys).
+    keys: std::sync::RwLock<Keys>,
+    /// One fetch at a time per issuer.
+    fetching: Mutex<()>,
 }
 
 #[derive(Default)]
@@ -178,7 +182,8 @@ impl Verifier {
                         config.issuer.clone(),
                         Issuer {
                             config,
-                            keys: Mutex::new(Keys::default()),
+                            keys: Default::default(),
+                            fetching: Mutex::new(()),
                         },
                     )
                 })
@@ -307,26 +312,39 @@ impl Issuer {
         kid: Option<&str>,
         alg: Algorithm,
     ) -> Result<DecodingKey, Rejection> {
-        let tls = &verifier.tls;
-        let mut keys = self.keys.lock().await;
+        let fresh = |keys: &Keys, now: Instant| {
+            keys.set
+                .as_ref()
+                .is_some_and(|(at, _)| now.duration_since(*at) < verifier.keys_kept_for)
+        };
+        // A known key of a fresh set: no waiting.
+        {
+            let keys = self.read();
+            if fresh(&keys, Instant::now())
+                && let Some(found) = find(&keys, kid, alg)?
+            {
+                return Ok(found);
+            }
+        }
+        // Else one fetch at a time: the set is stale, or lacks the key and was not
+        // fetched within `refetch_every`. Another task may have fetched meanwhile.
+        let _turn = self.fetching.lock().await;
         let now = Instant::now();
-        let stale = keys
-            .set
-            .as_ref()
-            .is_none_or(|(at, _)| now.duration_since(*at) >= verifier.keys_kept_for);
-        let fetched = stale;
-        if stale {
-            self.fetch(tls, &mut keys, now).await?;
-        }
-        if let Some(found) = find(&keys, kid, alg)? {
-            return Ok(found);
-        }
-        let may_refetch = keys
-            .last_fetch
-            .is_none_or(|at| now.duration_since(at) >= verifier.refetch_every);
-        if may_refetch && !fetched {
-            self.fetch(tls, &mut keys, now).await?;
-            if let Some(found) = find(&keys, kid, alg)? {
+        let (stale, may_refetch) = {
+            let keys = self.read();
+            if fresh(&keys, now)
+                && let Some(found) = find(&keys, kid, alg)?
+            {
+                return Ok(found);
+            }
+            let may_refetch = keys
+                .last_fetch
+                .is_none_or(|at| now.duration_since(at) >= verifier.refetch_every);
+            (!fresh(&keys, now), may_refetch)
+        };
+        if stale || may_refetch {
+            self.fetch(&verifier.tls, now).await?;
+            if let Some(found) = find(&self.read(), kid, alg)? {
                 return Ok(found);
             }
         }
@@ -335,15 +353,24 @@ impl Issuer {
         ))
     }
 
-    async fn fetch(
-        &self,
-        tls: &Arc<rustls::ClientConfig>,
-        keys: &mut Keys,
-        now: Instant,
-    ) -> Result<(), Rejection> {
-        keys.last_fetch = Some(now);
-        let jwks_uri = match &keys.jwks_uri {
-            Some(uri) => uri.clone(),
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, Keys> {
+        self.keys.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, Keys> {
+        self.keys.write().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Fetches the key set (and the discovery document the first time), with no lock held
+    /// across the network; the caller holds `fetching`.
+    async fn fetch(&self, tls: &Arc<rustls::ClientConfig>, now: Instant) -> Result<(), Rejection> {
+        let known_uri = {
+            let mut keys = self.write();
+            keys.last_fetch = Some(now);
+            keys.jwks_uri.clone()
+        };
+        let jwks_uri = match known_uri {
+            Some(uri) => uri,
             None => {
                 let url = format!(
                     "{}/.well-known/openid-configuration",
@@ -364,7 +391,7 @@ impl Issuer {
                         "its discovery document's jwks_uri is not https".into(),
                     ));
                 }
-                keys.jwks_uri = Some(discovery.jwks_uri.clone());
+                self.write().jwks_uri = Some(discovery.jwks_uri.clone());
                 discovery.jwks_uri
             }
         };
@@ -372,7 +399,7 @@ impl Issuer {
         let set: JwkSet = serde_json::from_slice(&body)
             .map_err(|e| Rejection::Unavailable(format!("its key set: {e}")))?;
         tracing::debug!(issuer = %self.config.issuer, keys = set.keys.len(), "identity provider keys fetched");
-        keys.set = Some((now, set));
+        self.write().set = Some((now, set));
         Ok(())
     }
 }

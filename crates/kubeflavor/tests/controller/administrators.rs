@@ -221,6 +221,15 @@ async fn administrators_get_the_rosters_flavor_without_learning_it() {
     }
     assert!(refusals.windows(2).all(|w| w[0] == w[1]), "{refusals:?}");
 
+    // An input label the Roster does not take: one refusal, the same whichever flavor the
+    // asker's rule gives.
+    let asked = br#"{"labels": {"rack": "r1"}}"#;
+    let (code_a, refused_a) = call(&api, PATH, Some(&alice), None, asked).await;
+    let (code_b, refused_b) = call(&api, PATH, Some(&bob), None, asked).await;
+    assert_eq!(code_a, StatusCode::UNPROCESSABLE_ENTITY, "{refused_a}");
+    assert_eq!((code_a, &refused_a), (code_b, &refused_b));
+    assert_eq!(refused_a["details"]["causes"][0]["field"], "labels[rack]");
+
     // A body that names who or how long is refused by name, and mints nothing.
     let (code, body) = call(
         &api,

@@ -122,7 +122,8 @@ pub struct ServeArgs {
     #[arg(long, value_name = "CLAIM", default_value = "groups")]
     pub oidc_groups_claim: String,
     /// CA certificates (PEM) the identity providers' TLS certificates chain to, instead of
-    /// the system's.
+    /// the system's (or, where the system has none, as in the controller image, Mozilla's
+    /// compiled in).
     #[arg(long, value_name = "FILE")]
     pub oidc_ca_file: Option<PathBuf>,
     /// Leeway on an ID token's exp, nbf and iat for clocks that disagree (at most 5m).
@@ -164,11 +165,8 @@ fn administrators(args: &ServeArgs) -> Result<Option<Arc<Administrators>>> {
             let found = rustls_native_certs::load_native_certs();
             roots.add_parsable_certificates(found.certs);
             if roots.is_empty() {
-                return Err(CliError::new(
-                    ExitCode::Usage,
-                    "no system CA certificates found to check the identity providers' TLS certificates",
-                    "give --oidc-ca-file",
-                ));
+                // No system CAs (the image is FROM scratch): Mozilla's, compiled in.
+                roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
             }
         }
     }

@@ -137,6 +137,23 @@ pub struct InstallArgs {
     /// bind (its kubeflavor.io/max-nodes), whatever a Flavor's tokenLimits allow.
     #[arg(long, value_name = "N", default_value_t = token_shape::DEFAULT_CEILINGS.max_nodes.get(), requires = "serve", value_parser = clap::value_parser!(u32).range(1..))]
     pub serve_max_nodes: u32,
+    /// With --serve: also serve node administrators who sign in with this OpenID Connect
+    /// issuer, as ISSUER=AUDIENCE (repeat for more): the API's `serve --oidc-issuer`. A
+    /// Roster decides their flavors (`kubeflavor roster add-rule`).
+    #[arg(
+        long = "serve-oidc-issuer",
+        value_name = "ISSUER=AUDIENCE",
+        requires = "serve"
+    )]
+    pub serve_oidc_issuers: Vec<crate::serve::oidc::IssuerConfig>,
+    /// With --serve-oidc-issuer: the Roster the API reads (default: default).
+    #[arg(long, value_name = "NAME", requires = "serve_oidc_issuers")]
+    pub serve_roster: Option<String>,
+    /// With --serve-oidc-issuer: a ConfigMap of the install namespace whose key ca.crt holds
+    /// the CA certificates (PEM) the providers' TLS certificates chain to; without it the
+    /// API trusts Mozilla's CAs, compiled in (the image has no system CAs).
+    #[arg(long, value_name = "NAME", requires = "serve_oidc_issuers")]
+    pub serve_oidc_ca_configmap: Option<String>,
     /// Every controller replica also serves the authorization webhook that cuts revoked
     /// nodes off (port 8443, behind the Service kubeflavor-authz), with the certificate of
     /// the Secret kubeflavor-authz-tls (tls.crt, tls.key, client-ca.crt), which you create.
@@ -366,6 +383,24 @@ impl Mode {
 /// run; then, with `mode.serve`, the join-token API's identity, RBAC, Deployment, budget and
 /// Service.
 pub fn documents(namespace: &str, image: &str, replicas: u16, mode: Mode) -> Vec<Document> {
+    documents_with(
+        namespace,
+        image,
+        replicas,
+        mode,
+        &serve::Administrators::default(),
+    )
+}
+
+/// [`documents`], with the join-token API serving node administrators as `administrators`
+/// says.
+pub fn documents_with(
+    namespace: &str,
+    image: &str,
+    replicas: u16,
+    mode: Mode,
+    administrators: &serve::Administrators,
+) -> Vec<Document> {
     let mut docs: Vec<Document> = crd::crds()
         .into_iter()
         .map(|c| {
@@ -398,6 +433,7 @@ pub fn documents(namespace: &str, image: &str, replicas: u16, mode: Mode) -> Vec
             replicas > 0,
             plan,
             mode.placement,
+            administrators,
         ));
     }
     if mode.monitoring {
@@ -440,7 +476,13 @@ pub fn print(args: &InstallArgs, out: &mut dyn Write) -> Result<()> {
     }
     let image = args.image.clone().unwrap_or_else(default_image);
     let mode = Mode::of(args)?;
-    let docs = documents(&args.namespace, &image, args.replicas, mode);
+    let docs = documents_with(
+        &args.namespace,
+        &image,
+        args.replicas,
+        mode,
+        &administrators_of(args),
+    );
     let mut remove = mode.bindings_to_remove();
     if !mode.token_node_read {
         remove.push(rbac::GET_NODES);
@@ -538,13 +580,32 @@ fn resource_of(doc: &Document) -> Result<(ApiResource, bool)> {
     Ok((ar, namespaced))
 }
 
+/// The join-token API's node administrators, from the `--serve-oidc-*` flags.
+fn administrators_of(args: &InstallArgs) -> serve::Administrators {
+    serve::Administrators {
+        issuers: args
+            .serve_oidc_issuers
+            .iter()
+            .map(|i| format!("{}={}", i.issuer, i.audience))
+            .collect(),
+        roster: args.serve_roster.clone(),
+        ca_configmap: args.serve_oidc_ca_configmap.clone(),
+    }
+}
+
 /// Server-side apply of every document with field manager `kubeflavor` and force, so a
 /// re-run converges to the same objects; then wait until the CRDs are served.
 pub async fn apply(cluster: &Cluster, args: &InstallArgs, out: &mut dyn Write) -> Result<()> {
     validate_namespace(&args.namespace)?;
     let image = args.image.clone().unwrap_or_else(default_image);
     let mode = Mode::of(args)?;
-    let mut docs = documents(&args.namespace, &image, args.replicas, mode);
+    let mut docs = documents_with(
+        &args.namespace,
+        &image,
+        args.replicas,
+        mode,
+        &administrators_of(args),
+    );
     if mode.monitoring {
         monitoring::refuse_without_operator(cluster).await?;
     }

@@ -10,8 +10,8 @@ use k8s_openapi::api::admissionregistration::v1::{
     ValidatingAdmissionPolicySpec, Variable,
 };
 use k8s_openapi::api::core::v1::{
-    Container, PodSpec, PodTemplateSpec, SecretVolumeSource, Service, ServicePort, ServiceSpec,
-    Volume, VolumeMount,
+    ConfigMapVolumeSource, Container, PodSpec, PodTemplateSpec, SecretVolumeSource, Service,
+    ServicePort, ServiceSpec, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::ObjectMeta;
@@ -85,6 +85,38 @@ impl Default for ServePlan {
         ServePlan::new(DEFAULT_REPLICAS, DEFAULT_RATE).expect("the defaults split evenly")
     }
 }
+/// Node administrators' sign-ins (`install --serve-oidc-issuer`, `--serve-roster`,
+/// `--serve-oidc-ca-configmap`): the `serve` flags they become.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Administrators {
+    /// `ISSUER=AUDIENCE`, as `serve --oidc-issuer` takes them.
+    pub issuers: Vec<String>,
+    /// The Roster (`serve --roster`); `None`: serve's default.
+    pub roster: Option<String>,
+    /// A ConfigMap of this namespace whose `ca.crt` the providers' TLS certificates chain to.
+    pub ca_configmap: Option<String>,
+}
+
+/// Where the providers' CA ConfigMap is mounted.
+const OIDC_CA_DIR: &str = "/etc/kubeflavor/oidc-ca";
+
+impl Administrators {
+    fn args(&self) -> Vec<String> {
+        let mut args: Vec<String> = self
+            .issuers
+            .iter()
+            .map(|i| format!("--oidc-issuer={i}"))
+            .collect();
+        if let Some(roster) = &self.roster {
+            args.push(format!("--roster={roster}"));
+        }
+        if self.ca_configmap.is_some() {
+            args.push(format!("--oidc-ca-file={OIDC_CA_DIR}/ca.crt"));
+        }
+        args
+    }
+}
+
 /// The ValidatingAdmissionPolicy (and its binding) shaping the Secrets it may create.
 pub const TOKEN_POLICY: &str = "kubeflavor-serve-token-secrets";
 
@@ -98,12 +130,20 @@ pub fn documents(
     run: bool,
     plan: ServePlan,
     placement: Placement,
+    administrators: &Administrators,
 ) -> Vec<Document> {
     let mut docs = Vec::from(token_policy(namespace, &plan.ceilings));
     docs.push(service_account(namespace));
     docs.extend(rbac(namespace));
     let replicas = if run { i32::from(plan.replicas) } else { 0 };
-    docs.push(deployment(namespace, image, replicas, plan, placement));
+    docs.push(deployment(
+        namespace,
+        image,
+        replicas,
+        plan,
+        placement,
+        administrators,
+    ));
     if run {
         docs.push(budget(
             namespace,
@@ -376,13 +416,14 @@ fn deployment(
     replicas: i32,
     plan: ServePlan,
     placement: Placement,
+    administrators: &Administrators,
 ) -> Document {
     let deployment = deployment_of(
         namespace,
         (SERVE, COMPONENT),
         replicas,
         0,
-        pod_template(image, plan.per_replica, placement),
+        pod_template(image, plan.per_replica, placement, administrators),
     );
     let doc = Document::new(
         &format!(
@@ -403,23 +444,53 @@ fn deployment(
 }
 
 /// The API's pod: its container and the serving certificate's Secret as a volume.
-fn pod_template(image: &str, each: MintRate, placement: Placement) -> PodTemplateSpec {
+fn pod_template(
+    image: &str,
+    each: MintRate,
+    placement: Placement,
+    administrators: &Administrators,
+) -> PodTemplateSpec {
     let selector = selector_of(COMPONENT);
-    let pod = pod_spec(SERVE, &selector, container(image, each), placement);
+    let mut container = container(image, each);
+    container
+        .args
+        .get_or_insert_with(Vec::new)
+        .extend(administrators.args());
+    let mut volumes = vec![Volume {
+        name: "tls".into(),
+        secret: Some(SecretVolumeSource {
+            secret_name: Some(TLS_SECRET.into()),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }];
+    if let Some(configmap) = &administrators.ca_configmap {
+        volumes.push(Volume {
+            name: "oidc-ca".into(),
+            config_map: Some(ConfigMapVolumeSource {
+                name: configmap.clone(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+        container
+            .volume_mounts
+            .get_or_insert_with(Vec::new)
+            .push(VolumeMount {
+                name: "oidc-ca".into(),
+                mount_path: OIDC_CA_DIR.into(),
+                read_only: Some(true),
+                ..Default::default()
+            });
+    }
+    let pod = pod_spec(SERVE, &selector, container, placement);
     PodTemplateSpec {
         metadata: Some(ObjectMeta {
             labels: Some(selector),
             ..Default::default()
         }),
         spec: Some(PodSpec {
-            volumes: Some(vec![Volume {
-                name: "tls".into(),
-                secret: Some(SecretVolumeSource {
-                    secret_name: Some(TLS_SECRET.into()),
-                    ..Default::default()
-                }),
-                ..Default::default()
-            }]),
+            volumes: Some(volumes),
             ..pod
         }),
     }

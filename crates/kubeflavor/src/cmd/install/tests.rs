@@ -623,11 +623,86 @@ fn with_serve_flags(replicas: u16, per_minute: u32, burst: u32) -> InstallArgs {
         serve_burst: burst,
         serve_max_token_ttl: TokenTtl::Seconds(7 * 24 * 3600),
         serve_max_nodes: 100,
+        serve_oidc_issuers: Vec::new(),
+        serve_roster: None,
+        serve_oidc_ca_configmap: None,
         authz_webhook: false,
         authz_config: false,
         monitoring: false,
         run_on_trust_level: None,
     }
+}
+
+/// `install --serve --serve-oidc-issuer ... --serve-roster ... --serve-oidc-ca-configmap
+/// ...`: the API's Deployment runs `serve` with the same flags, the CA ConfigMap mounted
+/// read-only where `--oidc-ca-file` names it; without them, none of it.
+#[test]
+fn the_join_token_api_serves_node_administrators_as_install_says() {
+    use clap::Parser;
+    let cli = crate::cmd::Cli::try_parse_from([
+        "kubeflavor",
+        "install",
+        "--serve",
+        "--serve-oidc-issuer",
+        "https://login.acme.example=kubeflavor",
+        "--serve-oidc-issuer",
+        "https://id.other.example/realms/a=kf",
+        "--serve-roster",
+        "partners",
+        "--serve-oidc-ca-configmap",
+        "idp-ca",
+    ])
+    .expect("the flags parse");
+    let crate::cmd::Command::Install(args) = cli.command else {
+        panic!("not install");
+    };
+    let docs = documents_with(
+        "kubeflavor",
+        "example.com/kubeflavor:test",
+        2,
+        Mode::of(&args).unwrap(),
+        &administrators_of(&args),
+    );
+    let pod = &find(&docs, "Deployment", SERVE).object["spec"]["template"]["spec"];
+    let container = &pod["containers"][0];
+    let args = strings(&container["args"]);
+    for flag in [
+        "--oidc-issuer=https://login.acme.example=kubeflavor",
+        "--oidc-issuer=https://id.other.example/realms/a=kf",
+        "--roster=partners",
+        "--oidc-ca-file=/etc/kubeflavor/oidc-ca/ca.crt",
+    ] {
+        assert!(args.iter().any(|a| a == flag), "{flag} missing: {args:?}");
+    }
+    let volume = pod["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == "oidc-ca")
+        .expect("the CA volume");
+    assert_eq!(volume["configMap"]["name"], "idp-ca");
+    let mount = container["volumeMounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["name"] == "oidc-ca")
+        .expect("the CA mount");
+    assert_eq!(mount["mountPath"], "/etc/kubeflavor/oidc-ca");
+    assert_eq!(mount["readOnly"], true);
+    // Every flag the Deployment passes is one `serve` takes.
+    let serve_args: Vec<&str> = std::iter::once("kubeflavor")
+        .chain(args.iter().map(String::as_str))
+        .collect();
+    crate::cmd::Cli::try_parse_from(serve_args).expect("serve takes the Deployment's args");
+
+    let plain = with_serve(2);
+    let pod = &find(&plain, "Deployment", SERVE).object["spec"]["template"]["spec"];
+    assert!(
+        !strings(&pod["containers"][0]["args"])
+            .iter()
+            .any(|a| a.starts_with("--oidc"))
+    );
+    assert_eq!(pod["volumes"].as_array().unwrap().len(), 1);
 }
 
 /// The objects of the join-token API: (kind, namespace, name).

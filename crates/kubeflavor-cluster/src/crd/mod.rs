@@ -1,4 +1,4 @@
-//! The three custom resources of kubeflavor, generated from these Rust types:
+//! The custom resources of kubeflavor, generated from these Rust types:
 //! - `Flavor` (`flavors.kubeflavor.io`): what a flavor means for a node (labels the kubelet
 //!   cannot write, taints, a trust level) and the defaults of its tokens.
 //! - `FlavorBinding` (`flavorbindings.kubeflavor.io`, named after the node): which token a
@@ -6,7 +6,9 @@
 //!   binding).
 //!
 //! - `Roster` (`rosters.kubeflavor.io`, [`roster`]): which node administrators get a join
-//!   token, and of which flavor, by their verified identity.
+//!   token, and of which flavor, by their verified identity; and `AdministratorLedger`
+//!   (`administratorledgers.kubeflavor.io`): the tokens one administrator may still hold,
+//!   how a rule's `maxLiveTokens` is counted.
 //!
 //! All are cluster-scoped, `v1alpha1`, with a status subresource and printer columns. The
 //! schema rules (including the CEL rules of [`schema`]) make the API server refuse what
@@ -343,7 +345,12 @@ pub struct Condition {
 
 /// Every CRD, Flavor first, with the rules that apply to the whole object.
 pub fn crds() -> Vec<CustomResourceDefinition> {
-    vec![flavor_crd(), flavor_binding_crd(), roster::Roster::crd()]
+    vec![
+        flavor_crd(),
+        flavor_binding_crd(),
+        roster::Roster::crd(),
+        roster::AdministratorLedger::crd(),
+    ]
 }
 
 /// `flavors.kubeflavor.io`, plus the object-level rule on the name (it becomes a label value).

@@ -100,6 +100,11 @@ pub struct RosterRule {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "schema::max_nodes")]
     pub max_nodes: Option<u32>,
+    /// The most join tokens one administrator may hold at once under this rule (minted,
+    /// not expired, not used up).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "schema::max_nodes")]
+    pub max_live_tokens: Option<u32>,
 }
 
 /// Written by the join-token API.
@@ -189,9 +194,7 @@ pub fn rules_from_roster(spec: &RosterSpec) -> Result<Vec<Rule>, RuleError> {
                 _ => Outcome::NoToken,
             };
             let limits = IdentityLimits {
-                // Counting an identity's live tokens needs a read of token Secrets, which
-                // the join-token API's identity must never have; not offered yet.
-                live_tokens: None,
+                live_tokens: r.max_live_tokens.and_then(std::num::NonZeroU32::new),
                 bound_nodes: r.max_nodes.and_then(std::num::NonZeroU32::new),
             };
             let matcher = Match {
@@ -235,4 +238,49 @@ pub fn roster_tokens(spec: &RosterSpec) -> Result<RosterTokens, FlavorError> {
         max_nodes,
         input_labels,
     })
+}
+
+/// What one node administrator holds under one Roster: the join tokens minted for them
+/// that may still be live, written by the join-token API before each mint of a rule with
+/// `maxLiveTokens` (a reservation first, the token's id once minted), so replicas count
+/// together and a crash between the two leaves an entry that expires with the token.
+/// Named by a hash of the Roster and the identity; read and written by the API alone.
+#[derive(
+    CustomResource, Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema,
+)]
+#[kube(
+    group = "kubeflavor.io",
+    version = "v1alpha1",
+    kind = "AdministratorLedger",
+    plural = "administratorledgers",
+    singular = "administratorledger",
+    category = "kubeflavor",
+    derive = "Default",
+    derive = "PartialEq",
+    doc = "The join tokens the join-token API minted for one node administrator under one Roster that may still be live: how a rule's maxLiveTokens is counted across the API's replicas.",
+    printcolumn = r#"{"name":"Roster","type":"string","jsonPath":".spec.roster"}"#,
+    printcolumn = r#"{"name":"Subject","type":"string","jsonPath":".spec.subject"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct AdministratorLedgerSpec {
+    pub roster: String,
+    pub issuer: String,
+    pub subject: String,
+    /// Tokens, or reservations (`pending-…`) for tokens being minted.
+    #[serde(default)]
+    pub tokens: Vec<LedgerToken>,
+}
+
+/// One token (or reservation) and when it expires.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct LedgerToken {
+    pub id: String,
+    #[schemars(schema_with = "schema::date_time")]
+    pub expires: jiff::Timestamp,
+}
+
+/// The ledger's name: 40 hex digits naming the Roster and the identity together.
+pub fn ledger_name(roster: &str, issuer: &str, subject: &str) -> String {
+    kubeflavor_core::token::meta::identity_key(&format!("{roster}\n{issuer}"), subject)
 }

@@ -14,7 +14,7 @@
 use std::fmt;
 use std::num::NonZeroU32;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use crate::flavor::input_labels::InputLabelRules;
 use crate::flavor::token_limits::DEFAULT_MAX_NODES;
@@ -370,6 +370,27 @@ pub fn within_identity_limits(
     Ok(())
 }
 
+/// The ledger prefix of a reservation: a token being minted, counted before its id exists.
+pub const RESERVATION_PREFIX: &str = "pending-";
+
+/// The entries of an administrator's ledger that still count as live tokens at `now`:
+/// not expired, and not used up (`spent`: ids whose nodes reached the token's max nodes).
+/// A reservation counts until it expires (it was given the token's own expiry), so a mint
+/// that crashed after its reservation is counted, never forgotten.
+pub fn live_tokens<'a, T>(
+    entries: &'a [(String, T)],
+    now: T,
+    spent: &BTreeSet<String>,
+) -> Vec<&'a (String, T)>
+where
+    T: PartialOrd + Copy,
+{
+    entries
+        .iter()
+        .filter(|(id, expires)| *expires > now && !spent.contains(id))
+        .collect()
+}
+
 /// What every token the roster grants is minted with, whatever its flavor (the roster's
 /// `tokenDefaults` and `inputLabels`): one TTL, one max nodes and one set of input-label
 /// rules, so that neither an answer nor a refusal tells one flavor from another (P1).
@@ -710,6 +731,23 @@ mod tests {
                 ("sweet", Ok(())),
             ]
         );
+    }
+
+    #[test]
+    fn live_tokens_are_the_unexpired_and_unspent_ones_and_reservations_count() {
+        let entries = vec![
+            ("expired".to_string(), 5),
+            ("spent".to_string(), 20),
+            ("live".to_string(), 20),
+            (format!("{RESERVATION_PREFIX}x"), 20),
+        ];
+        let spent: BTreeSet<String> = ["spent".to_string()].into();
+        let live: Vec<&str> = live_tokens(&entries, 10, &spent)
+            .iter()
+            .map(|(id, _)| id.as_str())
+            .collect();
+        assert_eq!(live, ["live", "pending-x"]);
+        assert!(live_tokens(&entries, 20, &BTreeSet::new()).is_empty());
     }
 
     #[test]

@@ -75,6 +75,9 @@ pub struct RosterAddRuleArgs {
     /// The most nodes one administrator may have bound under this rule.
     #[arg(long, value_name = "N")]
     pub max_nodes: Option<NonZeroU32>,
+    /// The most join tokens one administrator may hold at once under this rule.
+    #[arg(long, value_name = "N")]
+    pub max_live_tokens: Option<NonZeroU32>,
     /// Where the rule goes, 1 being first (default: last).
     #[arg(long, value_name = "POSITION")]
     pub at: Option<NonZeroU32>,
@@ -261,6 +264,7 @@ async fn add_rule(cluster: &Cluster, args: &RosterAddRuleArgs, out: &mut dyn Wri
         flavor: args.flavor.as_ref().map(|f| f.to_string()),
         no_token: args.no_token.then_some(true),
         max_nodes: args.max_nodes.map(NonZeroU32::get),
+        max_live_tokens: args.max_live_tokens.map(NonZeroU32::get),
     };
     let at = args.at.map_or(roster.spec.rules.len(), |p| {
         (p.get() as usize - 1).min(roster.spec.rules.len())

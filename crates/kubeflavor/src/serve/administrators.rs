@@ -28,6 +28,7 @@ use super::api::{
     Asked, Body, Handed, bearer, created, invalid, mint_token, read_body, status, too_many,
     unauthorized, unavailable,
 };
+use super::ledger::{self, LedgerError};
 use super::oidc::Rejection;
 
 /// The one answer for every way an identity gets no token.
@@ -163,6 +164,46 @@ pub async fn mint_for_administrator(server: &Server, req: Request<Incoming>) -> 
             return no_token();
         }
     };
+    // The rule's maxLiveTokens: a place reserved in the administrator's ledger before the
+    // token exists, expiring (with a minute to spare) after the token will.
+    let reservation = match rule.limits.live_tokens {
+        None => None,
+        Some(limit) => {
+            let expires = grant
+                .ttl
+                .expiration(jiff::Timestamp::now())
+                .and_then(|at| at.checked_add(jiff::SignedDuration::from_secs(60)).ok());
+            let Some(expires) = expires else {
+                // Never-expiring tokens are refused before this (grant_for).
+                return no_token();
+            };
+            let reserved = ledger::reserve(
+                &server.cluster,
+                &administrators.roster,
+                (&identity.issuer, &identity.subject),
+                limit,
+                grant.max_nodes,
+                expires,
+            )
+            .await;
+            match reserved {
+                Ok(reservation) => Some(reservation),
+                Err(LedgerError::Limit(refusal)) => {
+                    server.metrics.administrator_answer(&rule.name, "limit");
+                    return status(
+                        StatusCode::FORBIDDEN,
+                        "Forbidden",
+                        &refusal.to_string(),
+                        None,
+                    );
+                }
+                Err(LedgerError::Api(err)) => {
+                    tracing::warn!(error = %err, "an AdministratorLedger could not be read or written");
+                    return unavailable("count your join tokens");
+                }
+            }
+        }
+    };
     let issued_to = shown_as(&identity);
     let request = MintRequest {
         issued_to: issued_to.clone(),
@@ -191,9 +232,17 @@ pub async fn mint_for_administrator(server: &Server, req: Request<Incoming>) -> 
         Ok(handed) => {
             server.metrics.administrator_answer(&rule.name, "minted");
             administrators.pending.granted(&rule.name);
+            if let Some(reservation) = reservation {
+                reservation
+                    .minted(&server.cluster, &handed.minted.token.id().to_string())
+                    .await;
+            }
             answer(&handed, &request, wants_document)
         }
         Err(err) => {
+            if let Some(reservation) = reservation {
+                reservation.release(&server.cluster).await;
+            }
             tracing::warn!(rule = %rule.name, error = %err, "minting a node administrator's join token failed");
             unavailable("mint the token")
         }

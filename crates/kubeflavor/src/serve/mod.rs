@@ -6,6 +6,7 @@
 
 pub mod administrators;
 pub mod api;
+pub mod ledger;
 pub mod limits;
 pub mod oidc;
 pub mod openapi;

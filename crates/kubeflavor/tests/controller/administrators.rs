@@ -94,7 +94,8 @@ async fn start_with(
     crate::serve::serve_bound(serve::bind(cluster, options).await.expect("the API binds"))
 }
 
-/// A Roster of this run: alice's group gets `sweet` (one node each at most), bob's `sour`, an e-mail domain rule
+/// A Roster of this run: alice's group gets `sweet` (one node each at most), bob's `sour`
+/// (two live tokens each at most), an e-mail domain rule
 /// that carol's unverified address must not meet gives `sour`, dave is refused by a
 /// `noToken` rule before a rule that would grant him; nothing for issuer 2.
 async fn roster(h: &Harness, provider: &Provider, sweet: &str, sour: &str) -> String {
@@ -106,7 +107,7 @@ async fn roster(h: &Harness, provider: &Provider, sweet: &str, sour: &str) -> St
         "spec": {
             "rules": [
                 {"name": "sweet-admins", "issuer": provider.issuer, "group": "sweet-admins", "flavor": sweet, "maxNodes": 1},
-                {"name": "sour-admins", "issuer": provider.issuer, "group": "sour-admins", "flavor": sour},
+                {"name": "sour-admins", "issuer": provider.issuer, "group": "sour-admins", "flavor": sour, "maxLiveTokens": 2},
                 {"name": "acme-verified", "issuer": provider.issuer, "emailDomain": "acme.example", "flavor": sour},
                 {"name": "dave-refused", "issuer": provider.issuer, "email": "dave@other.example", "noToken": true},
                 {"name": "other-domain", "issuer": provider.issuer, "emailDomain": "other.example", "flavor": sour},
@@ -262,9 +263,18 @@ async fn administrators_get_the_rosters_flavor_without_learning_it() {
     let message = body["message"].as_str().expect("a message");
     assert!(message.contains("you already have 1 nodes"), "{message}");
     assert!(!message.contains(&sweet), "{message}");
-    // bob's rule sets no such limit.
+    // bob's rule sets no such limit, but holds him to 2 live tokens: his second is
+    // minted, his third refused with a reason that names no flavor.
     let (code, body) = call(&api, PATH, Some(&bob), None, b"{}").await;
     assert_eq!(code, StatusCode::CREATED, "{body}");
+    let (code, body) = call(&api, PATH, Some(&bob), None, b"{}").await;
+    assert_eq!(code, StatusCode::FORBIDDEN, "{body}");
+    let message = body["message"].as_str().expect("a message");
+    assert!(
+        message.contains("you already hold 2 join tokens"),
+        "{message}"
+    );
+    assert!(!message.contains(&sour), "{message}");
 
     // The Roster's status counts each rule's grants (written every few seconds): alice's
     // rule one, bob's two, the others none. Watched until three are counted.

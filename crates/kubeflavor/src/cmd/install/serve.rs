@@ -373,6 +373,15 @@ fn flavor_read_rules() -> Vec<Rule> {
         ),
         rule(
             &["kubeflavor.io"],
+            &["administratorledgers"],
+            &["get", "create", "update"],
+            &[],
+            "get, create, update: each node administrator's ledger of the tokens they may still \
+             hold, how a rule's maxLiveTokens is counted across replicas (this identity never \
+             reads token Secrets). No list or delete.",
+        ),
+        rule(
+            &["kubeflavor.io"],
             &["rosters/status"],
             &["update"],
             &[],

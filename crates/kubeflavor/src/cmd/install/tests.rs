@@ -926,6 +926,12 @@ fn the_join_token_api_gets_exactly_its_rbac() {
             row("kubeflavor.io", "flavors", &["get", "list"], &[]),
             row("kubeflavor.io", "flavorbindings", &["list"], &[]),
             row("kubeflavor.io", "rosters", &["get"], &[]),
+            row(
+                "kubeflavor.io",
+                "administratorledgers",
+                &["get", "create", "update"],
+                &[],
+            ),
             row("kubeflavor.io", "rosters/status", &["update"], &[]),
         ]
     );

@@ -44,8 +44,10 @@ const PATIENCE: Duration = Duration::from_secs(60);
 /// An owner installs kubeflavor, defines two flavors and mints a token of each; the
 /// controller runs; two machines join with `kubeflavor join --tls-bootstrap` and get their
 /// flavor's labels; then a sour token asking for the sweet node's name is refused, and the
-/// sweet node raising its own trust level is refused by NodeRestriction. It measures
-/// nothing and takes no flags.
+/// sweet node raising its own trust level is refused by NodeRestriction; a portal mints
+/// through `kubeflavor serve`; and, when `KUBEFLAVOR_E2E_OIDC` names a running OpenID
+/// Provider (testbed/oidc/start), node administrators sign in and get the flavor the
+/// owner's Roster gives them without being told it. It measures nothing and takes no flags.
 #[derive(Debug, Parser)]
 #[command(
     name = "walkthrough",
@@ -266,6 +268,7 @@ async fn main() -> anyhow::Result<()> {
     }
 
     portal_chapter(&kf, &admin, &kubeconfig, &work.path().join("sour-node-2")).await?;
+    administrators_chapter(&kf, &admin, &kubeconfig, &work.path().join("alice-node")).await?;
 
     chapter("The end");
     let _ = stop_controller.send(());
@@ -351,6 +354,141 @@ async fn portal_chapter(
     if code != http::StatusCode::FORBIDDEN {
         bail!("the portal minted a flavor it was not given: {refused}");
     }
+    let _ = stop.send(());
+    server.await?;
+    Ok(())
+}
+
+/// Node administrators sign in with the owner's OpenID Provider (the running one that
+/// `KUBEFLAVOR_E2E_OIDC` names, as testbed/oidc/start prints it) and get the flavor the
+/// Roster gives them without learning it; alice's machine joins and its binding names her.
+async fn administrators_chapter(
+    kf: &Kf,
+    admin: &kube::Client,
+    kubeconfig: &Path,
+    kubelet_dir: &Path,
+) -> anyhow::Result<()> {
+    chapter("Node administrators sign in; the owner's Roster decides their flavor");
+    let Some(env_file) = std::env::var_os("KUBEFLAVOR_E2E_OIDC") else {
+        say(
+            "(skipped: no OpenID Provider. Start one with testbed/oidc/start and set KUBEFLAVOR_E2E_OIDC to the file it prints.)",
+        );
+        return Ok(());
+    };
+    let env: BTreeMap<String, String> = std::fs::read_to_string(&env_file)
+        .with_context(|| format!("reading KUBEFLAVOR_E2E_OIDC {env_file:?}"))?
+        .lines()
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    let get = |k: &str| {
+        env.get(k)
+            .cloned()
+            .with_context(|| format!("{env_file:?} names no {k}"))
+    };
+    let (issuer, audience, ca) = (
+        get("KUBEFLAVOR_OIDC_ISSUER")?,
+        get("KUBEFLAVOR_OIDC_CLIENT_ID")?,
+        get("KUBEFLAVOR_OIDC_CA")?,
+    );
+    say(&format!(
+        "The owner trusts one identity provider, {issuer}, and keeps a list of who gets what:"
+    ));
+    for (rule, group, flavor) in [
+        ("partners", "sour-admins", "sour"),
+        ("staff", "sweet-admins", "sweet"),
+    ] {
+        kf.run(
+            &[
+                "roster", "add-rule", rule, "--issuer", &issuer, "--group", group, "--flavor",
+                flavor,
+            ],
+            Quiet::No,
+        )
+        .await?;
+    }
+    kf.run(&["roster", "get"], Quiet::No).await?;
+
+    use rustls_pki_types::pem::PemObject;
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in rustls_pki_types::CertificateDer::pem_file_iter(&ca)? {
+        roots.add(cert?)?;
+    }
+    let administrators = kubeflavor::serve::Administrators::new(
+        kubeflavor::serve::oidc::Verifier::new(
+            vec![kubeflavor::serve::oidc::IssuerConfig {
+                issuer: issuer.clone(),
+                audience: audience.clone(),
+            }],
+            "groups".into(),
+            roots,
+        ),
+        "default",
+    );
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let (api, server) = https::serve_self_signed_with(
+        kubeconfig,
+        "walkthrough-administrators",
+        Some(std::sync::Arc::new(administrators)),
+        async {
+            let _ = stopped.await;
+        },
+    )
+    .await?;
+    let addr = api.addr();
+    say(&format!(
+        "$ kubeflavor serve --self-signed --oidc-issuer {issuer}={audience}    # listening on https://{addr}"
+    ));
+
+    let token_of_user = |user: &str| -> anyhow::Result<String> {
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testbed/oidc/token");
+        let out = std::process::Command::new("bash")
+            .arg(script)
+            .arg(user)
+            .envs(&env)
+            .output()?;
+        anyhow::ensure!(
+            out.status.success(),
+            "testbed/oidc/token {user}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Ok(String::from_utf8(out.stdout)?.trim().to_string())
+    };
+    let mut line = String::new();
+    for user in ["alice", "bob"] {
+        say(&format!(
+            "[{user}]$ curl -H 'Authorization: Bearer <{user}'s ID token>' -d '{{}}' https://{addr}/v1/jointokens    # no flavor named"
+        ));
+        let (code, minted) = api
+            .post("/v1/jointokens", Some(&token_of_user(user)?), None, b"{}")
+            .await;
+        let shown: BTreeMap<&String, &serde_json::Value> = minted
+            .as_object()
+            .context("an object")?
+            .iter()
+            .filter(|(k, _)| !["token", "joinCommand", "id"].contains(&k.as_str()))
+            .collect();
+        indent(&format!(
+            "{} {}",
+            code.as_u16(),
+            serde_json::to_string(&shown)?
+        ));
+        if code != http::StatusCode::CREATED {
+            bail!("{user} got no token: {minted}");
+        }
+        if user == "alice" {
+            line = minted["joinCommand"]
+                .as_str()
+                .context("no join line")?
+                .to_string();
+        }
+    }
+    say("Both answers have the same fields: neither says which flavor the Roster gave.");
+    kf.join(&line, "alice-node", kubelet_dir).await?;
+    register_node(&node_client(kubelet_dir).await?, "alice-node").await?;
+    wait_until_flavored(&Api::all(admin.clone()), "alice-node", "sweet").await?;
+    say("alice's node is sweet, as her rule says; its binding names her verified identity:");
+    kf.run(&["node", "get", "alice-node"], Quiet::No).await?;
     let _ = stop.send(());
     server.await?;
     Ok(())

@@ -131,6 +131,9 @@ pub struct RuleMatches {
     /// Join tokens the rule granted.
     #[serde(default)]
     pub grants: i64,
+    /// Distinct administrators the rule granted a token.
+    #[serde(default)]
+    pub administrators: i64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "schema::date_time")]
     pub last_matched: Option<jiff::Timestamp>,
@@ -240,10 +243,11 @@ pub fn roster_tokens(spec: &RosterSpec) -> Result<RosterTokens, FlavorError> {
     })
 }
 
-/// What one node administrator holds under one Roster: the join tokens minted for them
-/// that may still be live, written by the join-token API before each mint of a rule with
-/// `maxLiveTokens` (a reservation first, the token's id once minted), so replicas count
-/// together and a crash between the two leaves an entry that expires with the token.
+/// What one node administrator holds under one Roster: the rules that granted them tokens,
+/// and the join tokens minted for them that may still be live. Written by the join-token
+/// API before each mint (for a rule with `maxLiveTokens`, a reservation first and the
+/// token's id once minted), so replicas count together and a crash between the two leaves
+/// an entry that expires with the token.
 /// Named by a hash of the Roster and the identity; read and written by the API alone.
 #[derive(
     CustomResource, Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema,
@@ -270,6 +274,10 @@ pub struct AdministratorLedgerSpec {
     /// Tokens, or reservations (`pending-…`) for tokens being minted.
     #[serde(default)]
     pub tokens: Vec<LedgerToken>,
+    /// The Roster rules that ever granted this administrator a token (the Roster's status
+    /// counts each rule's distinct administrators from the first).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rules: Vec<String>,
 }
 
 /// One token (or reservation) and when it expires.

@@ -179,6 +179,7 @@ async fn get(cluster: &Cluster, args: &RosterGetArgs, out: &mut dyn Write) -> Re
                 "gives",
                 "max-nodes",
                 "grants",
+                "administrators",
                 "last-match",
             ]);
             let now = jiff::Timestamp::now();
@@ -194,6 +195,7 @@ async fn get(cluster: &Cluster, args: &RosterGetArgs, out: &mut dyn Write) -> Re
                     rule.max_nodes
                         .map_or_else(|| "<none>".into(), |n| n.to_string()),
                     matched.map_or(0, |m| m.grants).to_string(),
+                    matched.map_or(0, |m| m.administrators).to_string(),
                     matched
                         .and_then(|m| m.last_matched)
                         .map_or_else(|| "<never>".into(), |at| output::age(Some(at), now)),

@@ -164,44 +164,41 @@ pub async fn mint_for_administrator(server: &Server, req: Request<Incoming>) -> 
             return no_token();
         }
     };
-    // The rule's maxLiveTokens: a place reserved in the administrator's ledger before the
-    // token exists, expiring (with a minute to spare) after the token will.
-    let reservation = match rule.limits.live_tokens {
-        None => None,
-        Some(limit) => {
-            let expires = grant
-                .ttl
-                .expiration(jiff::Timestamp::now())
-                .and_then(|at| at.checked_add(jiff::SignedDuration::from_secs(60)).ok());
-            let Some(expires) = expires else {
-                // Never-expiring tokens are refused before this (grant_for).
-                return no_token();
-            };
-            let reserved = ledger::reserve(
-                &server.cluster,
-                &administrators.roster,
-                (&identity.issuer, &identity.subject),
-                limit,
-                grant.max_nodes,
-                expires,
-            )
-            .await;
-            match reserved {
-                Ok(reservation) => Some(reservation),
-                Err(LedgerError::Limit(refusal)) => {
-                    server.metrics.administrator_answer(&rule.name, "limit");
-                    return status(
-                        StatusCode::FORBIDDEN,
-                        "Forbidden",
-                        &refusal.to_string(),
-                        None,
-                    );
-                }
-                Err(LedgerError::Api(err)) => {
-                    tracing::warn!(error = %err, "an AdministratorLedger could not be read or written");
-                    return unavailable("count your join tokens");
-                }
-            }
+    // The grant in the administrator's ledger before the token exists: the rule among those
+    // that granted them, and for a rule's maxLiveTokens a place reserved, expiring (with a
+    // minute to spare) after the token will.
+    let Some(expires) = grant
+        .ttl
+        .expiration(jiff::Timestamp::now())
+        .and_then(|at| at.checked_add(jiff::SignedDuration::from_secs(60)).ok())
+    else {
+        // Never-expiring tokens are refused before this (grant_for).
+        return no_token();
+    };
+    let recorded = ledger::record(
+        &server.cluster,
+        &administrators.roster,
+        (&identity.issuer, &identity.subject),
+        &rule.name,
+        rule.limits.live_tokens,
+        grant.max_nodes,
+        expires,
+    )
+    .await;
+    let recorded = match recorded {
+        Ok(recorded) => recorded,
+        Err(LedgerError::Limit(refusal)) => {
+            server.metrics.administrator_answer(&rule.name, "limit");
+            return status(
+                StatusCode::FORBIDDEN,
+                "Forbidden",
+                &refusal.to_string(),
+                None,
+            );
+        }
+        Err(LedgerError::Api(err)) => {
+            tracing::warn!(error = %err, "an AdministratorLedger could not be read or written");
+            return unavailable("count your join tokens");
         }
     };
     let issued_to = shown_as(&identity);
@@ -231,8 +228,10 @@ pub async fn mint_for_administrator(server: &Server, req: Request<Incoming>) -> 
     match mint_token(server, flavor, &asked).await {
         Ok(handed) => {
             server.metrics.administrator_answer(&rule.name, "minted");
-            administrators.pending.granted(&rule.name);
-            if let Some(reservation) = reservation {
+            administrators
+                .pending
+                .granted(&rule.name, recorded.first_for_rule);
+            if let Some(reservation) = recorded.reservation {
                 reservation
                     .minted(&server.cluster, &handed.minted.token.id().to_string())
                     .await;
@@ -240,7 +239,7 @@ pub async fn mint_for_administrator(server: &Server, req: Request<Incoming>) -> 
             answer(&handed, &request, wants_document)
         }
         Err(err) => {
-            if let Some(reservation) = reservation {
+            if let Some(reservation) = recorded.reservation {
                 reservation.release(&server.cluster).await;
             }
             tracing::warn!(rule = %rule.name, error = %err, "minting a node administrator's join token failed");

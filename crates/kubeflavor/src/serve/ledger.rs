@@ -1,4 +1,5 @@
-//! A rule's `maxLiveTokens`: the administrator's ledger (an AdministratorLedger per Roster
+//! Each grant to a node administrator, and a rule's `maxLiveTokens`: the administrator's
+//! ledger (an AdministratorLedger per Roster
 //! and identity) is read, pruned of tokens expired or used up (their bindings reached the
 //! Roster's max nodes), checked against the limit and given a reservation, all in one
 //! write carrying the resourceVersion read: two replicas minting for one administrator at
@@ -41,16 +42,27 @@ pub struct Reservation {
     id: String,
 }
 
-/// The ledger of `identity` under `roster`, pruned, checked against `limit` and holding a
-/// reservation that expires at `expires`.
-pub async fn reserve(
+/// What [`record`] wrote.
+pub struct Recorded {
+    /// The place held for the token, when the rule limits live tokens.
+    pub reservation: Option<Reservation>,
+    /// The rule had never granted this administrator a token.
+    pub first_for_rule: bool,
+}
+
+/// A grant of `rule` to `identity` under `roster`, in the administrator's ledger, before the
+/// token is minted: the rule among those that granted them (for the Roster's count of
+/// distinct administrators), and with `limit` (the rule's maxLiveTokens) the ledger pruned,
+/// checked and holding a reservation that expires at `expires`. One read and one write.
+pub async fn record(
     cluster: &Cluster,
     roster: &str,
     (issuer, subject): (&str, &str),
-    limit: NonZeroU32,
+    rule: &str,
+    limit: Option<NonZeroU32>,
     max_nodes: NonZeroU32,
     expires: Timestamp,
-) -> Result<Reservation, LedgerError> {
+) -> Result<Recorded, LedgerError> {
     let api: Api<AdministratorLedger> = Api::all(cluster.client.clone());
     let name = ledger_name(roster, issuer, subject);
     let id = format!(
@@ -74,6 +86,7 @@ pub async fn reserve(
                 issuer: issuer.to_string(),
                 subject: subject.to_string(),
                 tokens: Vec::new(),
+                rules: Vec::new(),
             },
         });
         let entries: Vec<(String, Timestamp)> = ledger
@@ -88,7 +101,7 @@ pub async fn reserve(
             .cloned()
             .collect();
         let limits = IdentityLimits {
-            live_tokens: Some(limit),
+            live_tokens: limit,
             bound_nodes: None,
         };
         within_identity_limits(&limits, u32::try_from(live.len()).unwrap_or(u32::MAX), 0)
@@ -97,16 +110,27 @@ pub async fn reserve(
             .into_iter()
             .map(|(id, expires)| LedgerToken { id, expires })
             .collect();
-        ledger.spec.tokens.push(LedgerToken {
-            id: id.clone(),
-            expires,
-        });
+        if limit.is_some() {
+            ledger.spec.tokens.push(LedgerToken {
+                id: id.clone(),
+                expires,
+            });
+        }
+        let first_for_rule = !ledger.spec.rules.iter().any(|r| r == rule);
+        if first_for_rule {
+            ledger.spec.rules.push(rule.to_string());
+        }
         let written = match stored {
             None => api.create(&PostParams::default(), &ledger).await,
             Some(_) => api.replace(&name, &PostParams::default(), &ledger).await,
         };
         match written {
-            Ok(_) => return Ok(Reservation { name, id }),
+            Ok(_) => {
+                return Ok(Recorded {
+                    reservation: limit.map(|_| Reservation { name, id }),
+                    first_for_rule,
+                });
+            }
             Err(kube::Error::Api(e)) if e.code == 409 => continue,
             Err(e) => return Err(LedgerError::Api(e.to_string())),
         }

@@ -1,5 +1,6 @@
-//! The Roster's status, written by the join-token API: per rule, how many tokens it granted
-//! and when last; the rules' count and the last grant overall. Grants are counted in
+//! The Roster's status, written by the join-token API: per rule, how many tokens it granted,
+//! to how many distinct administrators (the administrator's ledger says whether a grant is
+//! the rule's first to them), and when last; the rules' count and the last grant overall. Grants are counted in
 //! memory and added to the stored counts at most once per [`WRITE_EVERY`]: a read and a
 //! write carrying its resourceVersion, so replicas add up instead of overwriting one
 //! another, and a write refused as stale is tried again with the counts kept.
@@ -20,41 +21,66 @@ use crate::connect::Cluster;
 /// How often the counts kept are written.
 pub const WRITE_EVERY: Duration = Duration::from_secs(5);
 
-/// Grants not yet written: per rule, how many and the latest.
+/// What one rule granted since the last write: tokens, new administrators, the latest.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Grants {
+    pub tokens: i64,
+    pub administrators: i64,
+    pub latest: Timestamp,
+}
+
+impl Grants {
+    fn add(&mut self, other: Grants) {
+        self.tokens += other.tokens;
+        self.administrators += other.administrators;
+        self.latest = self.latest.max(other.latest);
+    }
+}
+
+/// Grants not yet written, per rule.
 #[derive(Debug, Default)]
 pub struct Pending {
-    grants: Mutex<BTreeMap<String, (i64, Timestamp)>>,
+    grants: Mutex<BTreeMap<String, Grants>>,
 }
 
 impl Pending {
-    /// One token granted by `rule` now.
-    pub fn granted(&self, rule: &str) {
-        let mut grants = self.grants.lock().unwrap_or_else(|p| p.into_inner());
-        let entry = grants
-            .entry(rule.to_string())
-            .or_insert((0, Timestamp::UNIX_EPOCH));
-        entry.0 += 1;
-        entry.1 = Timestamp::now();
+    /// One token granted by `rule` now; `first` when the rule had never granted this
+    /// administrator one (the ledger says).
+    pub fn granted(&self, rule: &str, first: bool) {
+        self.keep(
+            [(
+                rule.to_string(),
+                Grants {
+                    tokens: 1,
+                    administrators: i64::from(first),
+                    latest: Timestamp::now(),
+                },
+            )]
+            .into(),
+        );
     }
 
-    fn take(&self) -> BTreeMap<String, (i64, Timestamp)> {
+    fn take(&self) -> BTreeMap<String, Grants> {
         std::mem::take(&mut *self.grants.lock().unwrap_or_else(|p| p.into_inner()))
     }
 
-    /// Puts back counts a write did not store.
-    fn keep(&self, unwritten: BTreeMap<String, (i64, Timestamp)>) {
+    /// Adds counts (new ones, or ones a write did not store).
+    fn keep(&self, more: BTreeMap<String, Grants>) {
         let mut grants = self.grants.lock().unwrap_or_else(|p| p.into_inner());
-        for (rule, (n, at)) in unwritten {
-            let entry = grants.entry(rule).or_insert((0, at));
-            entry.0 += n;
-            entry.1 = entry.1.max(at);
+        for (rule, g) in more {
+            match grants.get_mut(&rule) {
+                Some(kept) => kept.add(g),
+                None => {
+                    grants.insert(rule, g);
+                }
+            }
         }
     }
 }
 
 /// `status` with `grants` added: each rule's count and latest grant, rules no longer in
 /// `spec` dropped, the rules' count and the latest grant overall.
-pub fn with_grants(roster: &Roster, grants: &BTreeMap<String, (i64, Timestamp)>) -> RosterStatus {
+pub fn with_grants(roster: &Roster, grants: &BTreeMap<String, Grants>) -> RosterStatus {
     let old = roster.status.clone().unwrap_or_default();
     let mut status = RosterStatus {
         rules: Some(roster.spec.rules.len() as i64),
@@ -67,10 +93,11 @@ pub fn with_grants(roster: &Roster, grants: &BTreeMap<String, (i64, Timestamp)>)
             name: rule.name.clone(),
             ..RuleMatches::default()
         });
-        if let Some((n, at)) = grants.get(&rule.name) {
-            matches.grants += n;
-            matches.last_matched = matches.last_matched.max(Some(*at));
-            status.last_matched = status.last_matched.max(Some(*at));
+        if let Some(g) = grants.get(&rule.name) {
+            matches.grants += g.tokens;
+            matches.administrators += g.administrators;
+            matches.last_matched = matches.last_matched.max(Some(g.latest));
+            status.last_matched = status.last_matched.max(Some(g.latest));
         }
         status.rule_matches.push(matches);
     }
@@ -135,38 +162,50 @@ mod tests {
                 RuleMatches {
                     name: "a".into(),
                     grants: 3,
+                    administrators: 2,
                     last_matched: Some(t1),
                 },
                 RuleMatches {
                     name: "gone".into(),
                     grants: 9,
+                    administrators: 9,
                     last_matched: Some(t1),
                 },
             ],
             ..RosterStatus::default()
         };
-        let grants = [("a".to_string(), (2, t2)), ("b".to_string(), (1, t1))].into();
+        let g = |tokens, administrators, latest| Grants {
+            tokens,
+            administrators,
+            latest,
+        };
+        let grants = [
+            ("a".to_string(), g(2, 1, t2)),
+            ("b".to_string(), g(1, 1, t1)),
+        ]
+        .into();
         let status = with_grants(&roster(&["a", "b"], Some(stored)), &grants);
         assert_eq!(status.rules, Some(2));
         assert_eq!(status.last_matched, Some(t2));
         let got: Vec<_> = status
             .rule_matches
             .iter()
-            .map(|m| (m.name.as_str(), m.grants, m.last_matched))
+            .map(|m| (m.name.as_str(), m.grants, m.administrators, m.last_matched))
             .collect();
-        assert_eq!(got, [("a", 5, Some(t2)), ("b", 1, Some(t1))]);
+        assert_eq!(got, [("a", 5, 3, Some(t2)), ("b", 1, 1, Some(t1))]);
     }
 
     #[test]
     fn unwritten_counts_are_kept_for_the_next_try() {
         let pending = Pending::default();
-        pending.granted("a");
-        pending.granted("a");
+        pending.granted("a", true);
+        pending.granted("a", false);
         let taken = pending.take();
-        assert_eq!(taken["a"].0, 2);
-        pending.granted("a");
+        assert_eq!((taken["a"].tokens, taken["a"].administrators), (2, 1));
+        pending.granted("a", false);
         pending.keep(taken);
-        assert_eq!(pending.take()["a"].0, 3);
+        let again = pending.take();
+        assert_eq!((again["a"].tokens, again["a"].administrators), (3, 1));
         assert!(pending.take().is_empty());
     }
 }

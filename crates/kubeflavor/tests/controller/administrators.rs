@@ -277,22 +277,23 @@ async fn administrators_get_the_rosters_flavor_without_learning_it() {
     assert!(!message.contains(&sour), "{message}");
 
     // The Roster's status counts each rule's grants (written every few seconds): alice's
-    // rule one, bob's two, the others none. Watched until three are counted.
-    let grants_of = |r: &Roster| -> Vec<(String, i64)> {
+    // rule one, bob's two, the others none; one administrator each. Watched until three
+    // are counted.
+    let grants_of = |r: &Roster| -> Vec<(String, i64, i64)> {
         r.status
             .clone()
             .unwrap_or_default()
             .rule_matches
             .iter()
             .filter(|m| m.grants > 0)
-            .map(|m| (m.name.clone(), m.grants))
+            .map(|m| (m.name.clone(), m.grants, m.administrators))
             .collect()
     };
     let rosters = Api::<Roster>::all(h.admin.clone());
     let stored = crate::support::within(
         "the Roster's status to count the grants",
         kube::runtime::wait::await_condition(rosters, &roster, |r: Option<&Roster>| {
-            r.is_some_and(|r| grants_of(r).iter().map(|(_, n)| n).sum::<i64>() >= 3)
+            r.is_some_and(|r| grants_of(r).iter().map(|(_, n, _)| n).sum::<i64>() >= 3)
         }),
     )
     .await
@@ -302,8 +303,8 @@ async fn administrators_get_the_rosters_flavor_without_learning_it() {
     assert_eq!(
         counted,
         [
-            ("sweet-admins".to_string(), 1),
-            ("sour-admins".to_string(), 2)
+            ("sweet-admins".to_string(), 1, 1),
+            ("sour-admins".to_string(), 2, 1)
         ]
     );
 }

@@ -134,7 +134,11 @@ pub fn documents(
 ) -> Vec<Document> {
     let mut docs = Vec::from(token_policy(namespace, &plan.ceilings));
     docs.push(service_account(namespace));
-    docs.extend(rbac(namespace));
+    let roster = administrators
+        .roster
+        .as_deref()
+        .unwrap_or(kubeflavor_cluster::crd::roster::DEFAULT_ROSTER);
+    docs.extend(rbac(namespace, roster));
     let replicas = if run { i32::from(plan.replicas) } else { 0 };
     docs.push(deployment(
         namespace,
@@ -292,7 +296,7 @@ fn service_account(namespace: &str) -> Document {
 
 /// The join-token API's grants: reviewing its callers, reading flavors and bindings,
 /// creating token Secrets and their Events in kube-system, reading cluster-info.
-fn rbac(namespace: &str) -> Vec<Document> {
+fn rbac(namespace: &str, roster: &str) -> Vec<Document> {
     let to = Grantee {
         shown: "the join-token API's ServiceAccount".into(),
         subjects: vec![service_account_subject(SERVE, namespace)],
@@ -317,7 +321,7 @@ fn rbac(namespace: &str) -> Vec<Document> {
         .chain(granted_cluster_role(
             "kubeflavor:serve",
             "The join-token API's cluster-wide reads: what minting a token of a flavor needs.",
-            flavor_read_rules(),
+            flavor_read_rules(roster),
             &to,
         ))
         .chain(granted_role(
@@ -344,7 +348,7 @@ fn rbac(namespace: &str) -> Vec<Document> {
 
 /// Flavors for their token defaults, bindings for the token ids they still name, the Roster
 /// for node administrators: reads only.
-fn flavor_read_rules() -> Vec<Rule> {
+fn flavor_read_rules(roster: &str) -> Vec<Rule> {
     vec![
         rule(
             &["kubeflavor.io"],
@@ -367,9 +371,9 @@ fn flavor_read_rules() -> Vec<Rule> {
             &["kubeflavor.io"],
             &["rosters"],
             &["get"],
-            &[],
-            "get: the Roster that decides node administrators' flavors (serve --roster). No \
-             list, watch or write of its rules: the roster is the owner's.",
+            &[roster],
+            "get: only the Roster that decides node administrators' flavors (resourceNames: \
+             serve --roster). No list, watch or write of its rules: the roster is the owner's.",
         ),
         rule(
             &["kubeflavor.io"],
@@ -384,7 +388,7 @@ fn flavor_read_rules() -> Vec<Rule> {
             &["kubeflavor.io"],
             &["rosters/status"],
             &["update"],
-            &[],
+            &[roster],
             "update: the Roster's status (tokens each rule granted, and when last). Not its \
              spec: the status subresource writes nothing else.",
         ),

@@ -689,6 +689,13 @@ fn the_join_token_api_serves_node_administrators_as_install_says() {
         .expect("the CA mount");
     assert_eq!(mount["mountPath"], "/etc/kubeflavor/oidc-ca");
     assert_eq!(mount["readOnly"], true);
+    // It may read only the Roster it serves.
+    let role = find(&docs, "ClusterRole", "kubeflavor:serve");
+    let roster_rule = rules(role)
+        .into_iter()
+        .find(|r| strings(&r["resources"]) == ["rosters"])
+        .expect("a rule on rosters");
+    assert_eq!(strings(&roster_rule["resourceNames"]), ["partners"]);
     // Every flag the Deployment passes is one `serve` takes.
     let serve_args: Vec<&str> = std::iter::once("kubeflavor")
         .chain(args.iter().map(String::as_str))
@@ -925,14 +932,14 @@ fn the_join_token_api_gets_exactly_its_rbac() {
         [
             row("kubeflavor.io", "flavors", &["get", "list"], &[]),
             row("kubeflavor.io", "flavorbindings", &["list"], &[]),
-            row("kubeflavor.io", "rosters", &["get"], &[]),
+            row("kubeflavor.io", "rosters", &["get"], &["default"]),
             row(
                 "kubeflavor.io",
                 "administratorledgers",
                 &["get", "create", "update"],
                 &[],
             ),
-            row("kubeflavor.io", "rosters/status", &["update"], &[]),
+            row("kubeflavor.io", "rosters/status", &["update"], &["default"]),
         ]
     );
     let tokens = find(&docs, "Role", "kubeflavor:serve:tokens");

@@ -77,6 +77,11 @@ struct Args {
     /// her group the flavor, and the FlavorBinding must name her verified identity.
     #[arg(long, value_name = "FILE")]
     administrator_env: Option<PathBuf>,
+    /// Hand the VM a NoCloud seed image (FAT, labelled CIDATA) that kubeflavor builds in
+    /// process (kubeflavor_core::mint::seed_image), attached as is, instead of letting the
+    /// boot script build one from the user-data.
+    #[arg(long)]
+    seed_image: bool,
 }
 
 /// The provider's env file, as `KEY=value` lines.
@@ -341,13 +346,34 @@ async fn scenario(a: &Args, run: &mut Run) -> anyhow::Result<serde_json::Value> 
     let seed = tempfile::tempdir()?;
     let user_data = seed.path().join("user-data");
     write_private(&user_data, &document)?;
+    let seed_image = if a.seed_image {
+        use kubeflavor_core::mint::seed_image;
+        let meta = seed_image::meta_data(&format!("kubeflavor-{token_id}"), &node);
+        let image = seed_image::nocloud(&document, &meta)?;
+        let path = seed.path().join("seed.img");
+        std::fs::write(&path, &image)?;
+        progress(&format!(
+            "a NoCloud seed image built in process: {} bytes, FAT labelled CIDATA, attached as is",
+            image.len()
+        ));
+        Some(path)
+    } else {
+        None
+    };
     progress(&format!(
         "power-on: {} {} {node} (APPLIANCE_API_PORT={api_port})",
         a.boot.display(),
         a.image.display()
     ));
     let powered_on = Instant::now();
-    run.vm = Some(Vm::boot(&a.boot, &a.image, &node, &user_data, api_port)?);
+    run.vm = Some(Vm::boot(
+        &a.boot,
+        &a.image,
+        &node,
+        &user_data,
+        seed_image.as_deref(),
+        api_port,
+    )?);
     drop(seed);
 
     let deadline = powered_on + Duration::from_secs(a.timeout);
@@ -531,6 +557,7 @@ async fn scenario(a: &Args, run: &mut Run) -> anyhow::Result<serde_json::Value> 
     Ok(json!({
         "scenario": "appliance_join",
         "minted_by": if identity.is_some() { "node administrator (Roster)" } else { "portal" },
+        "seed_image": a.seed_image,
         "identity": identity,
         "node": node,
         "flavor": flavor,
@@ -908,13 +935,17 @@ impl Vm {
         image: &Path,
         name: &str,
         user_data: &Path,
+        seed_image: Option<&Path>,
         api_port: u16,
     ) -> anyhow::Result<Vm> {
-        let out = Command::new("bash")
-            .arg(script)
-            .arg(image)
-            .arg(name)
-            .arg(user_data)
+        let mut command = Command::new("bash");
+        command.arg(script).arg(image).arg(name);
+        match seed_image {
+            // The seed image as is: the script's user-data argument is then `-`.
+            Some(seed) => command.arg("-").env("APPLIANCE_SEED_IMAGE", seed),
+            None => command.arg(user_data),
+        };
+        let out = command
             .arg(name)
             .env("APPLIANCE_API_PORT", api_port.to_string())
             .output()

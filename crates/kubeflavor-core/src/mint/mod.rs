@@ -6,4 +6,5 @@ pub mod cloud_init;
 pub mod rate;
 pub mod request;
 pub mod roster;
+pub mod seed_image;
 pub mod ssh_key;

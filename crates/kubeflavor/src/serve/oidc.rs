@@ -513,6 +513,199 @@ mod tests {
         }
     }
 
+    /// A provider on loopback: discovery and a key set of one P-256 key, counting fetches
+    /// of the key set; and a signer of ID tokens with that key.
+    struct Provider {
+        issuer: String,
+        roots: rustls::RootCertStore,
+        jwks_fetches: Arc<std::sync::atomic::AtomicUsize>,
+        signing: jsonwebtoken::EncodingKey,
+    }
+
+    async fn provider() -> Provider {
+        use http_body_util::Full;
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        crate::connect::install_crypto_provider();
+        let (certified, pem) =
+            kubeflavor_cluster::ops::tls::self_signed(&["127.0.0.1".into()]).unwrap();
+        let mut roots = rustls::RootCertStore::empty();
+        {
+            use rustls_pki_types::pem::PemObject;
+            for cert in rustls_pki_types::CertificateDer::pem_slice_iter(pem.as_bytes()) {
+                roots.add(cert.unwrap()).unwrap();
+            }
+        }
+        let config = rustls::ServerConfig::builder()
+            .with_no_client_auth()
+            .with_cert_resolver(Arc::new(kubeflavor_cluster::ops::tls::FixedCert(certified)));
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let issuer = format!("https://{}", listener.local_addr().unwrap());
+        let key = rcgen::KeyPair::generate().unwrap();
+        let point = key.public_key_raw().to_vec();
+        let b64 = |b: &[u8]| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(b);
+        let jwks = serde_json::json!({"keys": [{
+            "kty": "EC", "crv": "P-256", "kid": "k1", "alg": "ES256", "use": "sig",
+            "x": b64(&point[1..33]), "y": b64(&point[33..65]),
+        }]})
+        .to_string();
+        let discovery =
+            serde_json::json!({"issuer": issuer, "jwks_uri": format!("{issuer}/jwks")}).to_string();
+        let fetches = Arc::new(AtomicUsize::new(0));
+        let counted = fetches.clone();
+        tokio::spawn(async move {
+            loop {
+                let (tcp, _) = listener.accept().await.unwrap();
+                let (acceptor, jwks, discovery, counted) = (
+                    acceptor.clone(),
+                    jwks.clone(),
+                    discovery.clone(),
+                    counted.clone(),
+                );
+                tokio::spawn(async move {
+                    let Ok(tls) = acceptor.accept(tcp).await else {
+                        return;
+                    };
+                    let service = hyper::service::service_fn(
+                        move |req: http::Request<hyper::body::Incoming>| {
+                            let body = if req.uri().path() == "/jwks" {
+                                counted.fetch_add(1, Ordering::SeqCst);
+                                jwks.clone()
+                            } else {
+                                discovery.clone()
+                            };
+                            async move {
+                                Ok::<_, std::convert::Infallible>(http::Response::new(Full::new(
+                                    Bytes::from(body),
+                                )))
+                            }
+                        },
+                    );
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(hyper_util::rt::TokioIo::new(tls), service)
+                        .await;
+                });
+            }
+        });
+        let signing = jsonwebtoken::EncodingKey::from_ec_der(&key.serialize_der());
+        Provider {
+            issuer,
+            roots,
+            jwks_fetches: fetches,
+            signing,
+        }
+    }
+
+    impl Provider {
+        fn verifier(&self) -> Verifier {
+            Verifier::new(
+                vec![IssuerConfig {
+                    issuer: self.issuer.clone(),
+                    audience: "kubeflavor".into(),
+                }],
+                "groups".into(),
+                self.roots.clone(),
+            )
+        }
+
+        fn token(&self, kid: &str, claims: serde_json::Value) -> String {
+            let mut header = jsonwebtoken::Header::new(Algorithm::ES256);
+            header.kid = Some(kid.into());
+            let now = jiff::Timestamp::now().as_second();
+            let mut all = serde_json::json!({
+                "iss": self.issuer, "aud": "kubeflavor", "sub": "u-1",
+                "iat": now, "exp": now + 600,
+            });
+            for (k, v) in claims.as_object().unwrap() {
+                all[k] = v.clone();
+            }
+            jsonwebtoken::encode(&header, &all, &self.signing).unwrap()
+        }
+
+        fn fetches(&self) -> usize {
+            self.jwks_fetches.load(std::sync::atomic::Ordering::SeqCst)
+        }
+    }
+
+    #[tokio::test]
+    async fn a_token_of_the_issuers_key_names_its_identity_and_only_a_true_email_verified_counts() {
+        let p = provider().await;
+        let v = p.verifier();
+        let id = v
+            .verify(&p.token("k1", serde_json::json!({"email": "a@acme.example", "email_verified": true, "groups": ["g"]})))
+            .await
+            .unwrap();
+        assert_eq!((id.subject.as_str(), id.email_verified), ("u-1", true));
+        assert_eq!(id.groups, ["g"]);
+        // A string "true" is not OpenID Connect's boolean: not verified.
+        let id = v
+            .verify(&p.token(
+                "k1",
+                serde_json::json!({"email": "a@acme.example", "email_verified": "true"}),
+            ))
+            .await
+            .unwrap();
+        assert!(!id.email_verified);
+        let now = jiff::Timestamp::now().as_second();
+        for (what, claims) in [
+            (
+                "expired",
+                serde_json::json!({"exp": now - 600, "iat": now - 1200}),
+            ),
+            ("not yet valid", serde_json::json!({"nbf": now + 600})),
+            (
+                "issued in the future",
+                serde_json::json!({"iat": now + 600}),
+            ),
+            ("another audience", serde_json::json!({"aud": "other"})),
+            (
+                "another party among audiences",
+                serde_json::json!({"aud": ["kubeflavor", "other"], "azp": "other"}),
+            ),
+            ("no subject", serde_json::json!({"sub": ""})),
+        ] {
+            let got = v.verify(&p.token("k1", claims)).await;
+            assert!(matches!(got, Err(Rejection::Invalid(_))), "{what}: {got:?}");
+        }
+    }
+
+    /// A flood of made-up `kid`s fetches the key set again at most once per
+    /// [`REFETCH_AT_MOST_EVERY`], and tokens of the known key keep verifying meanwhile.
+    #[tokio::test]
+    async fn unknown_kids_refetch_the_key_set_at_most_once_per_interval() {
+        let p = provider().await;
+        let v = p.verifier();
+        v.verify(&p.token("k1", serde_json::json!({})))
+            .await
+            .unwrap();
+        assert_eq!(p.fetches(), 1);
+        for i in 0..20 {
+            let got = v
+                .verify(&p.token(&format!("made-up-{i}"), serde_json::json!({})))
+                .await;
+            assert!(matches!(got, Err(Rejection::Invalid(_))), "{got:?}");
+            v.verify(&p.token("k1", serde_json::json!({})))
+                .await
+                .unwrap();
+        }
+        assert_eq!(
+            p.fetches(),
+            1,
+            "within the interval nothing is fetched again"
+        );
+        // With no interval, each unknown kid fetches once.
+        let eager = p.verifier().with_key_cache(KEYS_KEPT_FOR, Duration::ZERO);
+        eager
+            .verify(&p.token("k1", serde_json::json!({})))
+            .await
+            .unwrap();
+        let before = p.fetches();
+        let _ = eager
+            .verify(&p.token("made-up", serde_json::json!({})))
+            .await;
+        assert_eq!(p.fetches(), before + 1);
+    }
+
     #[test]
     fn the_issuer_is_read_from_the_payload() {
         let b64 = |v: &str| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(v);

@@ -344,28 +344,36 @@ pub enum IdentityLimitError {
     )]
     LiveTokens { held: u32 },
     #[error(
-        "you already have {held} nodes, the most you may have; ask the cluster's owner to release one you no longer run"
+        "you already have {nodes} nodes and {tokens} unused join tokens, which together may reach the most nodes you may have; use a token you hold, or ask the cluster's owner to release a node you no longer run"
     )]
-    BoundNodes { held: u32 },
+    Nodes { nodes: u32, tokens: u32 },
 }
 
-/// Whether an identity holding `live_tokens` valid tokens and `bound_nodes` nodes may get
-/// one more token under `limits`. The messages speak to the administrator and name no
-/// flavor or rule.
+/// Whether an identity holding `live_tokens` valid, unused tokens and `bound_nodes` nodes
+/// may get one more token, which can bind `per_token` nodes, under `limits`. A node limit
+/// counts what the tokens held can still bind, not only the nodes bound so far: else many
+/// tokens minted before any joins would pass it together. The messages speak to the
+/// administrator and name no flavor or rule.
 pub fn within_identity_limits(
     limits: &IdentityLimits,
     live_tokens: u32,
     bound_nodes: u32,
+    per_token: NonZeroU32,
 ) -> Result<(), IdentityLimitError> {
     if let Some(max) = limits.live_tokens
         && live_tokens >= max.get()
     {
         return Err(IdentityLimitError::LiveTokens { held: live_tokens });
     }
-    if let Some(max) = limits.bound_nodes
-        && bound_nodes >= max.get()
-    {
-        return Err(IdentityLimitError::BoundNodes { held: bound_nodes });
+    if let Some(max) = limits.bound_nodes {
+        let reach =
+            u64::from(bound_nodes) + (u64::from(live_tokens) + 1) * u64::from(per_token.get());
+        if reach > u64::from(max.get()) {
+            return Err(IdentityLimitError::Nodes {
+                nodes: bound_nodes,
+                tokens: live_tokens,
+            });
+        }
     }
     Ok(())
 }
@@ -756,17 +764,30 @@ mod tests {
             live_tokens: NonZeroU32::new(2),
             bound_nodes: NonZeroU32::new(3),
         };
-        assert_eq!(within_identity_limits(&limits, 1, 2), Ok(()));
+        let one = NonZeroU32::MIN;
+        // 1 node and 1 unused token, each binding 1: a new token reaches 3, the limit.
+        assert_eq!(within_identity_limits(&limits, 1, 1, one), Ok(()));
         assert_eq!(
-            within_identity_limits(&limits, 2, 0),
+            within_identity_limits(&limits, 2, 0, one),
             Err(IdentityLimitError::LiveTokens { held: 2 })
         );
         assert_eq!(
-            within_identity_limits(&limits, 0, 3),
-            Err(IdentityLimitError::BoundNodes { held: 3 })
+            within_identity_limits(&limits, 0, 3, one),
+            Err(IdentityLimitError::Nodes {
+                nodes: 3,
+                tokens: 0
+            })
+        );
+        // Unused tokens count what they can still bind: no node yet, yet no room.
+        assert_eq!(
+            within_identity_limits(&limits, 1, 0, NonZeroU32::new(2).unwrap()),
+            Err(IdentityLimitError::Nodes {
+                nodes: 0,
+                tokens: 1
+            })
         );
         assert_eq!(
-            within_identity_limits(&IdentityLimits::default(), 1000, 1000),
+            within_identity_limits(&IdentityLimits::default(), 1000, 1000, one),
             Ok(())
         );
     }
@@ -907,6 +928,27 @@ mod tests {
     }
 
     proptest! {
+        /// Whatever is held, granting only within the limits keeps every node the tokens
+        /// can bind within the node limit: tokens minted one after another, each checked,
+        /// never reach past it however many are minted before any binds.
+        #[test]
+        fn tokens_granted_within_the_node_limit_cannot_bind_past_it(
+            max in 1u32..20,
+            per_token in 1u32..5,
+            bound in 0u32..20,
+        ) {
+            let limits = IdentityLimits { live_tokens: None, bound_nodes: NonZeroU32::new(max) };
+            let per = NonZeroU32::new(per_token).unwrap();
+            let mut live = 0u32;
+            while within_identity_limits(&limits, live, bound, per).is_ok() {
+                live += 1;
+                prop_assert!(live < 100);
+            }
+            if live > 0 {
+                prop_assert!(bound + live * per_token <= max);
+            }
+        }
+
         /// A granted flavor comes from a rule of the identity's own issuer whose conditions
         /// all hold, and no earlier rule matches; an e-mail condition held only with a
         /// verified e-mail.

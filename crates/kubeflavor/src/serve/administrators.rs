@@ -18,9 +18,7 @@ use hyper::body::Incoming;
 use kube::api::ListParams;
 use kubeflavor_cluster::crd::FlavorBinding;
 use kubeflavor_core::mint::request::{self, MintRequest, MintRequestError};
-use kubeflavor_core::mint::roster::{
-    self, GrantRefusal, Identity, Outcome, identity_key, within_identity_limits,
-};
+use kubeflavor_core::mint::roster::{self, GrantRefusal, Identity, Outcome, identity_key};
 use kubeflavor_core::token::meta::{Custody, CustodyIdentity, IDENTITY_LABEL, IssuedTo};
 
 use super::Server;
@@ -128,10 +126,10 @@ pub async fn mint_for_administrator(server: &Server, req: Request<Incoming>) -> 
         server.metrics.administrator_answer(&rule.name, "no-token");
         return no_token();
     };
-    if let Err(response) = within_limits(server, rule, &key).await {
-        server.metrics.administrator_answer(&rule.name, "limit");
-        return response;
-    }
+    let bound_nodes = match bound_nodes(server, rule, &key).await {
+        Ok(n) => n,
+        Err(response) => return response,
+    };
     let rules = match server
         .recent
         .flavor_rules(&server.cluster, flavor, Instant::now())
@@ -180,7 +178,7 @@ pub async fn mint_for_administrator(server: &Server, req: Request<Incoming>) -> 
         &administrators.roster,
         (&identity.issuer, &identity.subject),
         &rule.name,
-        rule.limits.live_tokens,
+        (&rule.limits, bound_nodes),
         grant.max_nodes,
         expires,
     )
@@ -248,16 +246,15 @@ pub async fn mint_for_administrator(server: &Server, req: Request<Incoming>) -> 
     }
 }
 
-/// The rule's per-identity limit on nodes: the FlavorBindings labelled with the identity's
-/// key, read only when the rule sets one. A refusal speaks to the administrator and names
-/// no flavor or rule.
-async fn within_limits(
+/// The identity's bound nodes (FlavorBindings labelled with its key), read only when the
+/// rule limits nodes.
+async fn bound_nodes(
     server: &Server,
     rule: &roster::Rule,
     key: &str,
-) -> Result<(), Response<Body>> {
+) -> Result<u32, Response<Body>> {
     if rule.limits.bound_nodes.is_none() {
-        return Ok(());
+        return Ok(0);
     }
     let selector = ListParams::default().labels(&format!("{IDENTITY_LABEL}={key}"));
     let bindings: kube::Api<FlavorBinding> = kube::Api::all(server.cluster.client.clone());
@@ -267,16 +264,7 @@ async fn within_limits(
         .map_err(|_| unavailable("count your nodes"))?
         .items
         .len();
-    within_identity_limits(&rule.limits, 0, u32::try_from(bound).unwrap_or(u32::MAX)).map_err(
-        |refusal| {
-            status(
-                StatusCode::FORBIDDEN,
-                "Forbidden",
-                &refusal.to_string(),
-                None,
-            )
-        },
-    )
+    Ok(u32::try_from(bound).unwrap_or(u32::MAX))
 }
 
 /// 201 with the token, its id, expiry and join line, the input labels and for whom:

@@ -52,17 +52,22 @@ pub struct Recorded {
 
 /// A grant of `rule` to `identity` under `roster`, in the administrator's ledger, before the
 /// token is minted: the rule among those that granted them (for the Roster's count of
-/// distinct administrators), and with `limit` (the rule's maxLiveTokens) the ledger pruned,
-/// checked and holding a reservation that expires at `expires`. One read and one write.
+/// distinct administrators), and when the rule limits live tokens or nodes, the ledger
+/// pruned, checked against `limits` (with `bound_nodes` the nodes bound so far, each token
+/// binding up to `max_nodes`) and holding a reservation that expires at `expires`. One
+/// read and one write, so replicas cannot both pass the last place.
 pub async fn record(
     cluster: &Cluster,
     roster: &str,
     (issuer, subject): (&str, &str),
     rule: &str,
-    limit: Option<NonZeroU32>,
+    (limits, bound_nodes): (&IdentityLimits, u32),
     max_nodes: NonZeroU32,
     expires: Timestamp,
 ) -> Result<Recorded, LedgerError> {
+    // Tokens are kept whenever a limit counts them: maxLiveTokens, and maxNodes (which
+    // counts what unused tokens can still bind).
+    let tracked = limits.live_tokens.is_some() || limits.bound_nodes.is_some();
     let api: Api<AdministratorLedger> = Api::all(cluster.client.clone());
     let name = ledger_name(roster, issuer, subject);
     let id = format!(
@@ -100,17 +105,18 @@ pub async fn record(
             .into_iter()
             .cloned()
             .collect();
-        let limits = IdentityLimits {
-            live_tokens: limit,
-            bound_nodes: None,
-        };
-        within_identity_limits(&limits, u32::try_from(live.len()).unwrap_or(u32::MAX), 0)
-            .map_err(LedgerError::Limit)?;
+        within_identity_limits(
+            limits,
+            u32::try_from(live.len()).unwrap_or(u32::MAX),
+            bound_nodes,
+            max_nodes,
+        )
+        .map_err(LedgerError::Limit)?;
         ledger.spec.tokens = live
             .into_iter()
             .map(|(id, expires)| LedgerToken { id, expires })
             .collect();
-        if limit.is_some() {
+        if tracked {
             ledger.spec.tokens.push(LedgerToken {
                 id: id.clone(),
                 expires,
@@ -127,7 +133,7 @@ pub async fn record(
         match written {
             Ok(_) => {
                 return Ok(Recorded {
-                    reservation: limit.map(|_| Reservation { name, id }),
+                    reservation: tracked.then_some(Reservation { name, id }),
                     first_for_rule,
                 });
             }

@@ -99,15 +99,30 @@ async fn start_with(
 /// that carol's unverified address must not meet gives `sour`, dave is refused by a
 /// `noToken` rule before a rule that would grant him; nothing for issuer 2.
 async fn roster(h: &Harness, provider: &Provider, sweet: &str, sour: &str) -> String {
+    roster_limited(h, provider, (sweet, sour), true).await
+}
+
+/// [`roster`], with its two per-administrator limits only when `limits`.
+async fn roster_limited(
+    h: &Harness,
+    provider: &Provider,
+    (sweet, sour): (&str, &str),
+    limits: bool,
+) -> String {
     let name = h.name("roster");
+    let (max_nodes, max_live) = if limits {
+        (json!(1), json!(2))
+    } else {
+        (json!(null), json!(null))
+    };
     let roster: Roster = serde_json::from_value(json!({
         "apiVersion": "kubeflavor.io/v1alpha1",
         "kind": "Roster",
         "metadata": {"name": name},
         "spec": {
             "rules": [
-                {"name": "sweet-admins", "issuer": provider.issuer, "group": "sweet-admins", "flavor": sweet, "maxNodes": 1},
-                {"name": "sour-admins", "issuer": provider.issuer, "group": "sour-admins", "flavor": sour, "maxLiveTokens": 2},
+                {"name": "sweet-admins", "issuer": provider.issuer, "group": "sweet-admins", "flavor": sweet, "maxNodes": max_nodes},
+                {"name": "sour-admins", "issuer": provider.issuer, "group": "sour-admins", "flavor": sour, "maxLiveTokens": max_live},
                 {"name": "acme-verified", "issuer": provider.issuer, "emailDomain": "acme.example", "flavor": sour},
                 {"name": "dave-refused", "issuer": provider.issuer, "email": "dave@other.example", "noToken": true},
                 {"name": "other-domain", "issuer": provider.issuer, "emailDomain": "other.example", "flavor": sour},
@@ -206,6 +221,16 @@ async fn administrators_get_the_rosters_flavor_without_learning_it() {
             &provider.issuer,
             &subject_a
         ))
+    );
+
+    // alice's rule allows her 1 node, and her unused token can bind it: a second token is
+    // refused before any node joins (tokens minted ahead cannot pass the limit together).
+    let (code, body) = call(&api, PATH, Some(&alice), None, b"{}").await;
+    assert_eq!(code, StatusCode::FORBIDDEN, "{body}");
+    let message = body["message"].as_str().expect("a message");
+    assert!(
+        message.contains("0 nodes and 1 unused join tokens"),
+        "{message}"
     );
 
     // No token: no rule (alice at the second issuer: the same subject is another
@@ -316,7 +341,7 @@ async fn tokens_the_provider_did_not_sign_for_us_mint_nothing() {
     let provider = Provider::shared();
     let h = Harness::start().await;
     let sweet = h.gold_flavor("sweet").await;
-    let roster = roster(&h, provider, &sweet, &sweet).await;
+    let roster = roster_limited(&h, provider, (&sweet, &sweet), false).await;
     // This API trusts the provider's first issuer only.
     let api = start_with(&h, provider, &[&provider.issuer], &roster, |v| v).await;
     let b64 = |b: &[u8]| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(b);
@@ -408,7 +433,7 @@ async fn a_rotated_in_key_works_and_a_rotated_out_key_does_not() {
     let provider = &private.provider;
     let h = Harness::start().await;
     let sweet = h.gold_flavor("sweet").await;
-    let roster = roster(&h, provider, &sweet, &sweet).await;
+    let roster = roster_limited(&h, provider, (&sweet, &sweet), false).await;
     // Key sets are kept for no time, so the provider's word is read at every request.
     let api = start_with(&h, provider, &[&provider.issuer], &roster, |v| {
         v.with_key_cache(std::time::Duration::ZERO, std::time::Duration::ZERO)
@@ -447,7 +472,7 @@ async fn an_expired_token_mints_nothing() {
     provider.script("lifetime", &["2"]);
     let h = Harness::start().await;
     let sweet = h.gold_flavor("sweet").await;
-    let roster = roster(&h, provider, &sweet, &sweet).await;
+    let roster = roster_limited(&h, provider, (&sweet, &sweet), false).await;
     let api = start_with(&h, provider, &[&provider.issuer], &roster, |v| {
         v.with_clock_skew(std::time::Duration::ZERO)
     })

@@ -450,7 +450,10 @@ async fn get_inner(tls: &Arc<rustls::ClientConfig>, url: &str) -> Result<Bytes, 
     }
     let host = uri.host().ok_or_else(|| format!("{url} names no host"))?;
     let port = uri.port_u16().unwrap_or(443);
-    let tcp = tokio::net::TcpStream::connect((host.trim_matches(['[', ']']), port))
+    let addresses = resolve(host.trim_matches(['[', ']']), port)
+        .await
+        .map_err(|e| format!("GET {url}: {e}"))?;
+    let tcp = tokio::net::TcpStream::connect(&addresses[..])
         .await
         .map_err(|e| format!("GET {url}: {e}"))?;
     let name = rustls_pki_types::ServerName::try_from(host.trim_matches(['[', ']']).to_string())
@@ -482,6 +485,40 @@ async fn get_inner(tls: &Arc<rustls::ClientConfig>, url: &str) -> Result<Bytes, 
         .await
         .map_err(|e| format!("GET {url}: {e}"))?;
     Ok(body.to_bytes())
+}
+
+/// The addresses of `host`: an IP address as is, else resolved in process with the system's
+/// configuration (`/etc/resolv.conf`, `/etc/hosts`), not libc's getaddrinfo, whose NSS
+/// modules a static binary in an empty image does not have; libc only where no
+/// configuration can be read.
+async fn resolve(host: &str, port: u16) -> Result<Vec<std::net::SocketAddr>, String> {
+    if let Ok(ip) = host.parse::<std::net::IpAddr>() {
+        return Ok(vec![std::net::SocketAddr::new(ip, port)]);
+    }
+    static RESOLVER: std::sync::OnceLock<Option<hickory_resolver::TokioResolver>> =
+        std::sync::OnceLock::new();
+    let resolver = RESOLVER.get_or_init(|| {
+        hickory_resolver::Resolver::builder_tokio()
+            .ok()
+            .and_then(|b| b.build().ok())
+    });
+    let found: Vec<std::net::SocketAddr> = match resolver {
+        Some(resolver) => resolver
+            .lookup_ip(host)
+            .await
+            .map_err(|e| format!("cannot resolve {host}: {e}"))?
+            .iter()
+            .map(|ip| std::net::SocketAddr::new(ip, port))
+            .collect(),
+        None => tokio::net::lookup_host((host, port))
+            .await
+            .map_err(|e| format!("cannot resolve {host}: {e}"))?
+            .collect(),
+    };
+    if found.is_empty() {
+        return Err(format!("{host} has no address"));
+    }
+    Ok(found)
 }
 
 #[cfg(test)]
@@ -704,6 +741,20 @@ mod tests {
             .verify(&p.token("made-up", serde_json::json!({})))
             .await;
         assert_eq!(p.fetches(), before + 1);
+    }
+
+    #[tokio::test]
+    async fn host_names_resolve_in_process_and_addresses_pass_as_they_are() {
+        let ip = resolve("192.0.2.7", 443).await.unwrap();
+        assert_eq!(ip, ["192.0.2.7:443".parse().unwrap()]);
+        // localhost comes from /etc/hosts, read by the in-process resolver.
+        let local = resolve("localhost", 8443).await.unwrap();
+        assert!(
+            local
+                .iter()
+                .all(|a| a.ip().is_loopback() && a.port() == 8443),
+            "{local:?}"
+        );
     }
 
     #[test]

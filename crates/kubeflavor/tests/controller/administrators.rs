@@ -481,12 +481,17 @@ async fn an_expired_token_mints_nothing() {
     let exp = claims(&token)["exp"].as_i64().expect("exp");
     let (code, body) = call(&api, PATH, Some(&token), None, b"{}").await;
     assert_eq!(code, StatusCode::CREATED, "still valid: {body}");
-    // The wall clock passes `exp` (what expiry is); bounded by the suite's safety net.
-    crate::support::within("the token's exp to pass", async {
-        while jiff::Timestamp::now().as_second() <= exp {
-            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-        }
-    })
+    // Expiry is the wall clock passing `exp`: one timer set for the first second after it
+    // (jsonwebtoken refuses once `exp < now`), not a poll.
+    let expired_at = jiff::Timestamp::from_second(exp + 1).expect("a time");
+    let until = jiff::Timestamp::now()
+        .duration_until(expired_at)
+        .max(jiff::SignedDuration::ZERO)
+        .unsigned_abs();
+    crate::support::within(
+        "the token's exp to pass",
+        tokio::time::sleep_until(tokio::time::Instant::now() + until),
+    )
     .await;
     let (code, body) = call(&api, PATH, Some(&token), None, b"{}").await;
     assert_eq!(code, StatusCode::UNAUTHORIZED, "{body}");

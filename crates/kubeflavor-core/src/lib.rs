@@ -39,6 +39,9 @@ pub mod node;
 // machine is handed.
 pub mod mint;
 
+// The node administrators' web portal: sign-in, sessions, forms, downloads.
+pub mod portal;
+
 // Which pending TLS handshakes a server keeps (the authorization webhook, the join-token
 // API).
 pub mod handshake_pool;

@@ -121,6 +121,7 @@ async fn main() {
             instance: NAME.into(),
             connections: Default::default(),
             administrators: None,
+            portal: None,
         },
     )
     .await

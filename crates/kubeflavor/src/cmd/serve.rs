@@ -15,6 +15,7 @@ use std::sync::Arc;
 use kubeflavor_cluster::crd::roster::DEFAULT_ROSTER;
 
 use crate::serve::oidc::{IssuerConfig, Verifier};
+use crate::serve::portal::Portal;
 use crate::serve::{self, Administrators, ConnectionLimits, Options, TlsSource};
 
 #[derive(Debug, Args)]
@@ -132,6 +133,93 @@ pub struct ServeArgs {
     /// The Roster that decides which flavor each node administrator gets.
     #[arg(long, value_name = "NAME", default_value = DEFAULT_ROSTER)]
     pub roster: String,
+    /// Serve the node administrators' web portal (off by default) at this address, the
+    /// one browsers use: https://HOST[:PORT], no path. Its /callback must be registered as
+    /// a redirect URI of --portal-issuer's client (the audience of its --oidc-issuer).
+    #[arg(long, value_name = "URL", requires_all = ["portal_client_secret_file", "portal_session_keys_file"])]
+    pub portal_url: Option<String>,
+    /// The issuer administrators sign in with on the portal; one of --oidc-issuer's
+    /// (default: the only one).
+    #[arg(long, value_name = "ISSUER", requires = "portal_url")]
+    pub portal_issuer: Option<String>,
+    /// A file holding the portal client's secret at the identity provider.
+    #[arg(long, value_name = "FILE", requires = "portal_url")]
+    pub portal_client_secret_file: Option<PathBuf>,
+    /// The keys that seal the portal's session cookies: one base64 key of 32 bytes per
+    /// line, newest first, read again when the file changes. To rotate, add a key on top
+    /// and remove the old one a session lifetime later: nobody is signed out.
+    #[arg(long, value_name = "FILE", requires = "portal_url")]
+    pub portal_session_keys_file: Option<PathBuf>,
+    /// How long a portal session lasts (at most 12h).
+    #[arg(long, value_name = "DURATION", default_value = "1h", value_parser = parse_duration, requires = "portal_url")]
+    pub portal_session_lifetime: Duration,
+}
+
+/// The portal, when --portal-url asks for it.
+fn portal(args: &ServeArgs) -> Result<Option<Arc<Portal>>> {
+    let Some(url) = &args.portal_url else {
+        return Ok(None);
+    };
+    let usage = |problem: String, fix: &str| CliError::new(ExitCode::Usage, problem, fix);
+    let issuer = match (&args.portal_issuer, args.oidc_issuers.as_slice()) {
+        (Some(i), issuers) if issuers.iter().any(|c| &c.issuer == i) => i.clone(),
+        (Some(i), _) => {
+            return Err(usage(
+                format!("--portal-issuer {i} is not one of --oidc-issuer's"),
+                "give the portal's issuer to --oidc-issuer too, with its client id",
+            ));
+        }
+        (None, [only]) => only.issuer.clone(),
+        (None, []) => {
+            return Err(usage(
+                "--portal-url needs --oidc-issuer: administrators sign in with it".into(),
+                "add --oidc-issuer ISSUER=CLIENT_ID",
+            ));
+        }
+        (None, _) => {
+            return Err(usage(
+                "several --oidc-issuer are given and the portal signs in with one".into(),
+                "name it with --portal-issuer",
+            ));
+        }
+    };
+    let secret_path = args
+        .portal_client_secret_file
+        .as_ref()
+        .expect("clap requires it");
+    let secret = std::fs::read_to_string(secret_path).map_err(|e| {
+        usage(
+            format!(
+                "cannot read --portal-client-secret-file {}: {e}",
+                secret_path.display()
+            ),
+            "give the file holding the portal client's secret",
+        )
+    })?;
+    let secret = zeroize::Zeroizing::new(secret.trim().to_string());
+    if secret.is_empty() {
+        return Err(usage(
+            format!(
+                "--portal-client-secret-file {} is empty",
+                secret_path.display()
+            ),
+            "put the client's secret in it",
+        ));
+    }
+    let keys = args
+        .portal_session_keys_file
+        .clone()
+        .expect("clap requires it");
+    let portal = Portal::new(
+        issuer,
+        secret,
+        url,
+        keys,
+        args.portal_session_lifetime
+            .min(Duration::from_secs(12 * 3600)),
+    )
+    .map_err(|e| usage(e.to_string(), "fix the --portal-* flags"))?;
+    Ok(Some(Arc::new(portal)))
 }
 
 /// The issuers' verifier, with the CAs of --oidc-ca-file or the system's.
@@ -195,6 +283,7 @@ pub async fn run(cluster: Cluster, args: &ServeArgs) -> Result<()> {
         std::env::var("HOSTNAME").unwrap_or_else(|_| "kubeflavor-serve".into())
     });
     let administrators = administrators(args)?;
+    let portal = portal(args)?;
     let opts = Options {
         address: args.address,
         tls,
@@ -212,6 +301,7 @@ pub async fn run(cluster: Cluster, args: &ServeArgs) -> Result<()> {
             max_handshakes_per_source: args.max_handshakes_per_source as usize,
         },
         administrators,
+        portal,
     };
     let bound = serve::bind(cluster, opts)
         .await

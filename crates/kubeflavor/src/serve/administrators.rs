@@ -84,10 +84,8 @@ pub async fn mint_for_administrator(server: &Server, req: Request<Incoming>) -> 
         }
     };
     drop(token);
-    let key = identity_key(&identity.issuer, &identity.subject);
-    let caller = format!("oidc:{}#{}", identity.issuer, identity.subject);
-    if let Err(wait) = server.limiter.check(&format!("oidc:{key}"), Instant::now()) {
-        return too_many(shown_as(&identity).as_str(), wait);
+    if let Some(refused) = over_limit(server, &identity) {
+        return refused;
     }
     let wants_document = req
         .headers()
@@ -98,9 +96,44 @@ pub async fn mint_for_administrator(server: &Server, req: Request<Incoming>) -> 
         Ok(body) => body,
         Err(response) => return response,
     };
-    let asked = match request::parse_for_administrator(&body) {
+    match grant(server, &administrators, &identity, &body).await {
+        Ok(granted) => answer(&granted.handed, &granted.request, wants_document),
+        Err(refused) => refused,
+    }
+}
+
+/// The identity's turn under the per-caller rate limit: `None` when it has one, else the
+/// 429 saying when to come back.
+pub(super) fn over_limit(server: &Server, identity: &Identity) -> Option<Response<Body>> {
+    let key = identity_key(&identity.issuer, &identity.subject);
+    server
+        .limiter
+        .check(&format!("oidc:{key}"), Instant::now())
+        .err()
+        .map(|wait| too_many(shown_as(identity).as_str(), wait))
+}
+
+/// A token minted for a node administrator, and what they asked.
+pub(super) struct Granted {
+    pub handed: Handed,
+    pub request: MintRequest,
+}
+
+/// What the roster gives `identity` for the request `body` (an API request's JSON): the
+/// minted token, or the answer refusing it. The API and the portal both mint through here,
+/// so they refuse the same things with the same words.
+pub(super) async fn grant(
+    server: &Server,
+    administrators: &super::Administrators,
+    identity: &Identity,
+    body: &[u8],
+) -> Result<Granted, Response<Body>> {
+    let identity = identity.clone();
+    let key = identity_key(&identity.issuer, &identity.subject);
+    let caller = format!("oidc:{}#{}", identity.issuer, identity.subject);
+    let asked = match request::parse_for_administrator(body) {
         Ok(asked) => asked,
-        Err(err) => return invalid(err),
+        Err(err) => return Err(invalid(err)),
     };
     let roster = match server
         .recent
@@ -111,24 +144,24 @@ pub async fn mint_for_administrator(server: &Server, req: Request<Incoming>) -> 
         Ok(None) => {
             tracing::error!(roster = %administrators.roster, "no Roster: node administrators get no token until it exists (kubeflavor roster add-rule)");
             server.metrics.administrator_answer("", "misconfigured");
-            return no_token();
+            return Err(no_token());
         }
         Err(err) => {
             tracing::error!(error = %err, "the Roster cannot be used; node administrators get no token until it is fixed");
-            return unavailable("read the roster");
+            return Err(unavailable("read the roster"));
         }
     };
     let Some((_, rule)) = roster::decide(&identity, &roster.rules) else {
         server.metrics.administrator_answer("", "no-token");
-        return no_token();
+        return Err(no_token());
     };
     let Outcome::Flavor(flavor) = &rule.outcome else {
         server.metrics.administrator_answer(&rule.name, "no-token");
-        return no_token();
+        return Err(no_token());
     };
     let bound_nodes = match bound_nodes(server, rule, &key).await {
         Ok(n) => n,
-        Err(response) => return response,
+        Err(response) => return Err(response),
     };
     let rules = match server
         .recent
@@ -141,25 +174,25 @@ pub async fn mint_for_administrator(server: &Server, req: Request<Incoming>) -> 
             server
                 .metrics
                 .administrator_answer(&rule.name, "misconfigured");
-            return no_token();
+            return Err(no_token());
         }
         Err(err) => {
             tracing::warn!(error = %err, "reading a Flavor failed");
-            return unavailable("read the cluster's configuration");
+            return Err(unavailable("read the cluster's configuration"));
         }
     };
     let grant = match roster::grant_for(&roster.tokens, &rules, &asked.labels) {
         Ok(grant) => grant,
         Err(GrantRefusal::Labels(problems)) => {
             server.metrics.administrator_answer(&rule.name, "invalid");
-            return invalid(MintRequestError::Invalid(problems));
+            return Err(invalid(MintRequestError::Invalid(problems)));
         }
         Err(GrantRefusal::FlavorDisagrees) => {
             tracing::error!(rule = %rule.name, flavor = %flavor, "the Flavor a Roster rule grants does not allow the Roster's tokenDefaults or inputLabels; its administrators get no token");
             server
                 .metrics
                 .administrator_answer(&rule.name, "misconfigured");
-            return no_token();
+            return Err(no_token());
         }
     };
     // The grant in the administrator's ledger before the token exists: the rule among those
@@ -171,7 +204,7 @@ pub async fn mint_for_administrator(server: &Server, req: Request<Incoming>) -> 
         .and_then(|at| at.checked_add(jiff::SignedDuration::from_secs(60)).ok())
     else {
         // Never-expiring tokens are refused before this (grant_for).
-        return no_token();
+        return Err(no_token());
     };
     let recorded = ledger::record(
         &server.cluster,
@@ -187,16 +220,16 @@ pub async fn mint_for_administrator(server: &Server, req: Request<Incoming>) -> 
         Ok(recorded) => recorded,
         Err(LedgerError::Limit(refusal)) => {
             server.metrics.administrator_answer(&rule.name, "limit");
-            return status(
+            return Err(status(
                 StatusCode::FORBIDDEN,
                 "Forbidden",
                 &refusal.to_string(),
                 None,
-            );
+            ));
         }
         Err(LedgerError::Api(err)) => {
             tracing::warn!(error = %err, "an AdministratorLedger could not be read or written");
-            return unavailable("count your join tokens");
+            return Err(unavailable("count your join tokens"));
         }
     };
     let issued_to = shown_as(&identity);
@@ -234,14 +267,14 @@ pub async fn mint_for_administrator(server: &Server, req: Request<Incoming>) -> 
                     .minted(&server.cluster, &handed.minted.token.id().to_string())
                     .await;
             }
-            answer(&handed, &request, wants_document)
+            Ok(Granted { handed, request })
         }
         Err(err) => {
             if let Some(reservation) = recorded.reservation {
                 reservation.release(&server.cluster).await;
             }
             tracing::warn!(rule = %rule.name, error = %err, "minting a node administrator's join token failed");
-            unavailable("mint the token")
+            Err(unavailable("mint the token"))
         }
     }
 }

@@ -10,6 +10,7 @@ pub mod ledger;
 pub mod limits;
 pub mod oidc;
 pub mod openapi;
+pub mod portal;
 pub mod recent;
 pub mod roster_status;
 pub mod routes;
@@ -70,6 +71,8 @@ pub struct Options {
     pub connections: ConnectionLimits,
     /// Node administrators' sign-ins (`POST /v1/jointokens`); `None`: not served.
     pub administrators: Option<Arc<Administrators>>,
+    /// The node administrators' web portal; `None`: not served.
+    pub portal: Option<Arc<portal::Portal>>,
 }
 
 /// What `POST /v1/jointokens` needs: the identity providers the owner trusts and the
@@ -263,6 +266,8 @@ pub struct Server {
     pub recent: recent::Recent,
     /// Node administrators' sign-ins, when served.
     pub administrators: Option<Arc<Administrators>>,
+    /// The web portal, when served.
+    pub portal: Option<Arc<portal::Portal>>,
 }
 
 /// A server bound to its address, not yet serving.
@@ -347,6 +352,7 @@ pub async fn bind(cluster: Cluster, opts: Options) -> anyhow::Result<Bound> {
         identity,
         recent: recent::Recent::default(),
         administrators: opts.administrators,
+        portal: opts.portal,
     };
     Ok(Bound {
         server: Arc::new(server),

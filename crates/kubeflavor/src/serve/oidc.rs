@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use base64::Engine;
-use http_body_util::{BodyExt, Empty, Limited};
+use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Bytes;
 use jsonwebtoken::jwk::{JwkSet, KeyAlgorithm, PublicKeyUse};
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
@@ -132,6 +132,8 @@ struct Issuer {
 #[derive(Default)]
 struct Keys {
     jwks_uri: Option<String>,
+    /// Where a browser signs in and where its code is redeemed (the portal's sign-in).
+    endpoints: Option<Endpoints>,
     set: Option<(Instant, JwkSet)>,
     last_fetch: Option<Instant>,
 }
@@ -140,6 +142,17 @@ struct Keys {
 struct Discovery {
     issuer: String,
     jwks_uri: String,
+    #[serde(default)]
+    authorization_endpoint: Option<String>,
+    #[serde(default)]
+    token_endpoint: Option<String>,
+}
+
+/// An issuer's endpoints for the authorization code flow, from its discovery document.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Endpoints {
+    pub authorization: String,
+    pub token: String,
 }
 
 #[derive(Deserialize)]
@@ -158,6 +171,8 @@ struct Claims {
     email_verified: Option<Value>,
     #[serde(default)]
     name: Option<String>,
+    #[serde(default)]
+    nonce: Option<String>,
     #[serde(flatten)]
     rest: HashMap<String, Value>,
 }
@@ -213,6 +228,17 @@ impl Verifier {
 
     /// The identity a valid ID token names.
     pub async fn verify(&self, token: &str) -> Result<Identity, Rejection> {
+        self.verify_with_nonce(token)
+            .await
+            .map(|(identity, _)| identity)
+    }
+
+    /// The identity a valid ID token names, and its `nonce` claim (a sign-in checks it is
+    /// its own).
+    pub async fn verify_with_nonce(
+        &self,
+        token: &str,
+    ) -> Result<(Identity, Option<String>), Rejection> {
         if token.len() > MAX_TOKEN_BYTES {
             return Err(Rejection::Malformed);
         }
@@ -266,7 +292,7 @@ impl Verifier {
             Some(Value::String(one)) => vec![one.clone()],
             _ => Vec::new(),
         };
-        Ok(Identity {
+        let identity = Identity {
             issuer: claims.iss,
             subject: claims.sub,
             email: claims.email.filter(|e| !e.is_empty()),
@@ -274,7 +300,87 @@ impl Verifier {
             email_verified: claims.email_verified == Some(Value::Bool(true)),
             groups,
             name: claims.name.filter(|n| !n.is_empty()),
+        };
+        Ok((identity, claims.nonce))
+    }
+
+    /// The client id (audience) the owner gave `issuer`, if it is trusted.
+    pub fn audience(&self, issuer: &str) -> Option<&str> {
+        self.issuers.get(issuer).map(|i| i.config.audience.as_str())
+    }
+
+    /// `issuer`'s authorization and token endpoints, from its discovery document (fetched
+    /// once, then kept).
+    pub async fn endpoints(&self, issuer: &str) -> Result<Endpoints, Rejection> {
+        let issuer = self.issuers.get(issuer).ok_or(Rejection::UnknownIssuer)?;
+        if let Some(found) = issuer.read().endpoints.clone() {
+            return Ok(found);
+        }
+        let _turn = issuer.fetching.lock().await;
+        if let Some(found) = issuer.read().endpoints.clone() {
+            return Ok(found);
+        }
+        issuer.discover(&self.tls).await?;
+        issuer.read().endpoints.clone().ok_or_else(|| {
+            Rejection::Unavailable(
+                "its discovery document names no https authorization_endpoint and token_endpoint"
+                    .into(),
+            )
         })
+    }
+
+    /// Redeems an authorization `code` at `issuer`'s token endpoint (RFC 6749 4.1.3, with
+    /// the PKCE `code_verifier` of RFC 7636 and the client's secret by HTTP Basic), and
+    /// returns the ID token it answers with. The token is verified by the caller, as any.
+    pub async fn redeem_code(
+        &self,
+        issuer: &str,
+        code: &str,
+        code_verifier: &str,
+        redirect_uri: &str,
+        client_secret: &str,
+    ) -> Result<zeroize::Zeroizing<String>, Rejection> {
+        let endpoints = self.endpoints(issuer).await?;
+        let client_id = self.audience(issuer).ok_or(Rejection::UnknownIssuer)?;
+        let body: String = form_urlencoded::Serializer::new(String::new())
+            .append_pair("grant_type", "authorization_code")
+            .append_pair("code", code)
+            .append_pair("redirect_uri", redirect_uri)
+            .append_pair("code_verifier", code_verifier)
+            .finish();
+        // RFC 6749 2.3.1: client id and secret form-encoded, then Basic.
+        let encode = |s: &str| form_urlencoded::byte_serialize(s.as_bytes()).collect::<String>();
+        let basic = zeroize::Zeroizing::new(format!(
+            "Basic {}",
+            base64::engine::general_purpose::STANDARD.encode(format!(
+                "{}:{}",
+                encode(client_id),
+                encode(client_secret)
+            ))
+        ));
+        let answer = tokio::time::timeout(
+            FETCH_TIMEOUT,
+            send(
+                &self.tls,
+                http::Method::POST,
+                &endpoints.token,
+                Some((basic.as_str(), body)),
+            ),
+        )
+        .await
+        .map_err(|_| Rejection::Unavailable("its token endpoint did not answer".into()))?
+        .map_err(Rejection::Unavailable)?;
+        #[derive(Deserialize)]
+        struct TokenAnswer {
+            id_token: Option<String>,
+        }
+        let parsed: TokenAnswer = serde_json::from_slice(&answer).map_err(|_| {
+            Rejection::Unavailable("its token endpoint's answer is not JSON".into())
+        })?;
+        parsed
+            .id_token
+            .map(zeroize::Zeroizing::new)
+            .ok_or_else(|| Rejection::Invalid("the provider's answer holds no ID token".into()))
     }
 }
 
@@ -371,29 +477,7 @@ impl Issuer {
         };
         let jwks_uri = match known_uri {
             Some(uri) => uri,
-            None => {
-                let url = format!(
-                    "{}/.well-known/openid-configuration",
-                    self.config.issuer.trim_end_matches('/')
-                );
-                let body = get(tls, &url).await.map_err(Rejection::Unavailable)?;
-                let discovery: Discovery = serde_json::from_slice(&body)
-                    .map_err(|e| Rejection::Unavailable(format!("its discovery document: {e}")))?;
-                // OpenID Connect Discovery 4.3: the document's issuer is the issuer asked.
-                if discovery.issuer != self.config.issuer {
-                    return Err(Rejection::Unavailable(format!(
-                        "its discovery document names issuer {:?}, not {:?}",
-                        discovery.issuer, self.config.issuer
-                    )));
-                }
-                if !discovery.jwks_uri.starts_with("https://") {
-                    return Err(Rejection::Unavailable(
-                        "its discovery document's jwks_uri is not https".into(),
-                    ));
-                }
-                self.write().jwks_uri = Some(discovery.jwks_uri.clone());
-                discovery.jwks_uri
-            }
+            None => self.discover(tls).await?,
         };
         let body = get(tls, &jwks_uri).await.map_err(Rejection::Unavailable)?;
         let set: JwkSet = serde_json::from_slice(&body)
@@ -401,6 +485,44 @@ impl Issuer {
         tracing::debug!(issuer = %self.config.issuer, keys = set.keys.len(), "identity provider keys fetched");
         self.write().set = Some((now, set));
         Ok(())
+    }
+}
+
+impl Issuer {
+    /// Fetches the discovery document and keeps its `jwks_uri` and code-flow endpoints;
+    /// the caller holds `fetching`.
+    async fn discover(&self, tls: &Arc<rustls::ClientConfig>) -> Result<String, Rejection> {
+        let url = format!(
+            "{}/.well-known/openid-configuration",
+            self.config.issuer.trim_end_matches('/')
+        );
+        let body = get(tls, &url).await.map_err(Rejection::Unavailable)?;
+        let discovery: Discovery = serde_json::from_slice(&body)
+            .map_err(|e| Rejection::Unavailable(format!("its discovery document: {e}")))?;
+        // OpenID Connect Discovery 4.3: the document's issuer is the issuer asked.
+        if discovery.issuer != self.config.issuer {
+            return Err(Rejection::Unavailable(format!(
+                "its discovery document names issuer {:?}, not {:?}",
+                discovery.issuer, self.config.issuer
+            )));
+        }
+        if !discovery.jwks_uri.starts_with("https://") {
+            return Err(Rejection::Unavailable(
+                "its discovery document's jwks_uri is not https".into(),
+            ));
+        }
+        let endpoints = discovery
+            .authorization_endpoint
+            .zip(discovery.token_endpoint)
+            .filter(|(a, t)| a.starts_with("https://") && t.starts_with("https://"))
+            .map(|(authorization, token)| Endpoints {
+                authorization,
+                token,
+            });
+        let mut keys = self.write();
+        keys.jwks_uri = Some(discovery.jwks_uri.clone());
+        keys.endpoints = endpoints;
+        Ok(discovery.jwks_uri)
     }
 }
 
@@ -438,12 +560,19 @@ fn same_algorithm(key: KeyAlgorithm, alg: Algorithm) -> bool {
 /// GET `url` over TLS (roots of `tls`), within [`FETCH_TIMEOUT`], at most
 /// [`MAX_DOCUMENT_BYTES`].
 async fn get(tls: &Arc<rustls::ClientConfig>, url: &str) -> Result<Bytes, String> {
-    tokio::time::timeout(FETCH_TIMEOUT, get_inner(tls, url))
+    tokio::time::timeout(FETCH_TIMEOUT, send(tls, http::Method::GET, url, None))
         .await
         .map_err(|_| format!("GET {url}: no answer within {} s", FETCH_TIMEOUT.as_secs()))?
 }
 
-async fn get_inner(tls: &Arc<rustls::ClientConfig>, url: &str) -> Result<Bytes, String> {
+/// One request to a provider over TLS: a GET, or a POST of a form with an Authorization
+/// header (`form`); the answer's body, at most [`MAX_DOCUMENT_BYTES`].
+async fn send(
+    tls: &Arc<rustls::ClientConfig>,
+    method: http::Method,
+    url: &str,
+    form: Option<(&str, String)>,
+) -> Result<Bytes, String> {
     let uri: http::Uri = url.parse().map_err(|e| format!("{url}: {e}"))?;
     if uri.scheme_str() != Some("https") {
         return Err(format!("{url} is not https"));
@@ -452,38 +581,53 @@ async fn get_inner(tls: &Arc<rustls::ClientConfig>, url: &str) -> Result<Bytes, 
     let port = uri.port_u16().unwrap_or(443);
     let addresses = resolve(host.trim_matches(['[', ']']), port)
         .await
-        .map_err(|e| format!("GET {url}: {e}"))?;
+        .map_err(|e| format!("{method} {url}: {e}"))?;
     let tcp = tokio::net::TcpStream::connect(&addresses[..])
         .await
-        .map_err(|e| format!("GET {url}: {e}"))?;
+        .map_err(|e| format!("{method} {url}: {e}"))?;
     let name = rustls_pki_types::ServerName::try_from(host.trim_matches(['[', ']']).to_string())
         .map_err(|e| format!("{url}: {e}"))?;
     let stream = tokio_rustls::TlsConnector::from(tls.clone())
         .connect(name, tcp)
         .await
-        .map_err(|e| format!("GET {url}: TLS: {e}"))?;
+        .map_err(|e| format!("{method} {url}: TLS: {e}"))?;
     let (mut sender, conn) =
         hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
             .await
-            .map_err(|e| format!("GET {url}: {e}"))?;
+            .map_err(|e| format!("{method} {url}: {e}"))?;
     tokio::spawn(conn);
     let authority = uri.authority().map(|a| a.as_str()).unwrap_or(host);
-    let request = http::Request::get(uri.path_and_query().map_or("/", |p| p.as_str()))
+    let mut request = http::Request::builder()
+        .method(method.clone())
+        .uri(uri.path_and_query().map_or("/", |p| p.as_str()))
         .header(http::header::HOST, authority)
-        .header(http::header::ACCEPT, "application/json")
-        .body(Empty::<Bytes>::new())
-        .map_err(|e| format!("GET {url}: {e}"))?;
+        .header(http::header::ACCEPT, "application/json");
+    let body = match form {
+        Some((authorization, form)) => {
+            request = request
+                .header(http::header::AUTHORIZATION, authorization)
+                .header(
+                    http::header::CONTENT_TYPE,
+                    "application/x-www-form-urlencoded",
+                );
+            Full::new(Bytes::from(form))
+        }
+        None => Full::new(Bytes::new()),
+    };
+    let request = request
+        .body(body)
+        .map_err(|e| format!("{method} {url}: {e}"))?;
     let response = sender
         .send_request(request)
         .await
-        .map_err(|e| format!("GET {url}: {e}"))?;
+        .map_err(|e| format!("{method} {url}: {e}"))?;
     if !response.status().is_success() {
-        return Err(format!("GET {url}: HTTP {}", response.status()));
+        return Err(format!("{method} {url}: HTTP {}", response.status()));
     }
     let body = Limited::new(response.into_body(), MAX_DOCUMENT_BYTES)
         .collect()
         .await
-        .map_err(|e| format!("GET {url}: {e}"))?;
+        .map_err(|e| format!("{method} {url}: {e}"))?;
     Ok(body.to_bytes())
 }
 

@@ -17,6 +17,13 @@ pub async fn handle(server: &Server, req: Request<Incoming>) -> Response<Body> {
         .map(str::to_string)
         .collect();
     let path: Vec<&str> = path.iter().map(String::as_str).collect();
+    if let Some(portal) = server.portal.clone()
+        && super::portal::serves(req.method(), &path)
+    {
+        let response = super::portal::handle(server, &portal, req, &path).await;
+        server.metrics.response(response.status().as_u16());
+        return response;
+    }
     let response = match (req.method(), path.as_slice()) {
         (&Method::GET, ["openapi.json"]) => respond(
             StatusCode::OK,

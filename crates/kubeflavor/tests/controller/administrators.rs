@@ -31,7 +31,7 @@ use crate::support::oidc::{PrivateProvider, Provider};
 const PATH: &str = "/v1/jointokens";
 
 /// The provider's CA as a root store.
-fn roots(provider: &Provider) -> rustls::RootCertStore {
+pub(crate) fn roots(provider: &Provider) -> rustls::RootCertStore {
     use rustls_pki_types::pem::PemObject;
     let mut roots = rustls::RootCertStore::empty();
     for cert in rustls_pki_types::CertificateDer::pem_file_iter(&provider.ca).expect("CA file") {
@@ -84,6 +84,7 @@ async fn start_with(
         instance: h.name("serve-admins"),
         connections: ConnectionLimits::default(),
         administrators: Some(Arc::new(administrators)),
+        portal: None,
     };
     let cluster = Cluster::connect(&ClusterArgs {
         kubeconfig: Some(h.env.kubeconfig.clone()),

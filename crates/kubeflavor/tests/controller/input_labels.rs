@@ -19,7 +19,7 @@ use crate::serve::{call, path, portal, start_api, tokens_of};
 
 /// A Flavor (labels `TIER_KEY=gold`) whose tokens may carry `site` (berlin or paris) and
 /// `segment` (`seg-` and 1-4 digits), at most two.
-async fn sited_flavor(h: &Harness, base: &str) -> String {
+pub(crate) async fn sited_flavor(h: &Harness, base: &str) -> String {
     let name = h.name(base);
     let flavor: Flavor = serde_json::from_value(json!({
         "apiVersion": "kubeflavor.io/v1alpha1",

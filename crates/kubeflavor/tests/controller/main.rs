@@ -21,6 +21,7 @@ mod input_labels;
 mod leader;
 mod monitoring;
 mod policy;
+mod portal;
 mod promql;
 mod release;
 mod revoke;

@@ -302,6 +302,7 @@ async fn every_series_the_alerts_and_the_dashboard_read_is_exposed_after_a_walkt
             instance: h.name("serve"),
             connections: ConnectionLimits::default(),
             administrators: None,
+            portal: None,
         },
     )
     .await

@@ -65,6 +65,7 @@ async fn start_api_tuned(
         instance: h.name("serve"),
         connections: ConnectionLimits::default(),
         administrators: None,
+        portal: None,
     };
     tune(&mut options);
     let cluster = Cluster::connect(&ClusterArgs {

@@ -51,6 +51,35 @@ impl HttpsClient {
         self.addr
     }
 
+    /// One request on a new connection with `headers`; the status, headers and body.
+    pub async fn send(
+        &self,
+        method: http::Method,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: &[u8],
+    ) -> (StatusCode, http::HeaderMap, Bytes) {
+        let tls = self.connect().await;
+        let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
+            .await
+            .expect("HTTP handshake");
+        tokio::spawn(conn);
+        let mut req = Request::builder()
+            .method(method)
+            .uri(path)
+            .header("host", self.addr.to_string());
+        for (name, value) in headers {
+            req = req.header(*name, *value);
+        }
+        let req = req
+            .body(Full::new(Bytes::copy_from_slice(body)))
+            .expect("request");
+        let resp = sender.send_request(req).await.expect("response");
+        let (parts, body) = resp.into_parts();
+        let bytes = body.collect().await.expect("body").to_bytes();
+        (parts.status, parts.headers, bytes)
+    }
+
     /// One POST on a new connection; the status and the body (JSON when it is JSON, else
     /// a string).
     pub async fn post(
@@ -122,6 +151,7 @@ pub async fn serve_self_signed_with(
             instance: instance.into(),
             connections: Default::default(),
             administrators,
+            portal: None,
         },
     )
     .await?;

@@ -12,6 +12,7 @@
 
 #![allow(dead_code)] // each test binary uses its own subset of the helpers
 
+pub mod browser;
 pub mod https;
 pub mod minted;
 pub mod oidc;

@@ -19,6 +19,8 @@ pub struct Provider {
     /// The CA its TLS certificate chains to.
     pub ca: PathBuf,
     pub client_id: String,
+    /// The `kubeflavor` client's secret (the web portal redeems codes with it).
+    pub client_secret: String,
     env: BTreeMap<String, String>,
 }
 
@@ -89,6 +91,7 @@ impl Provider {
             issuer2: get("KUBEFLAVOR_OIDC_ISSUER2"),
             ca: PathBuf::from(get("KUBEFLAVOR_OIDC_CA")),
             client_id: get("KUBEFLAVOR_OIDC_CLIENT_ID"),
+            client_secret: get("KUBEFLAVOR_OIDC_CLIENT_SECRET"),
             env,
         }
     }
@@ -99,6 +102,11 @@ impl Provider {
         let mut all = vec![user];
         all.extend_from_slice(args);
         run("token", &all, &self.env).trim().to_string()
+    }
+
+    /// A value of the provider's env file.
+    pub fn env(&self, key: &str) -> Option<&str> {
+        self.env.get(key).map(String::as_str)
     }
 
     /// Runs `testbed/oidc/<script> args` against this provider.

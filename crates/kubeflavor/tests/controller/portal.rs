@@ -1,0 +1,631 @@
+//! The node administrators' web portal in a real browser (Debian's headless Chromium over
+//! WebDriver), signing in through the real identity provider's login page (glewlwyd, see
+//! `support::oidc`): sign in, describe the node, a bad key refused beside its field, the
+//! token shown once, the seed image downloaded and read back, "My nodes", sign-out; and
+//! the page attacked from outside the browser: forms without the session's CSRF token or
+//! from another origin, a forged or planted session cookie, markup in every field,
+//! oversized bodies.
+//!
+//! With `KUBEFLAVOR_E2E_SCREENSHOTS=<dir>` the test saves a screenshot of each page there
+//! (the README's are made this way).
+
+use std::io::Read;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use fantoccini::Locator;
+use http::{Method, StatusCode};
+use k8s_openapi::api::core::v1::Secret;
+use kube::Api;
+use kube::api::{ListParams, PostParams};
+use kubeflavor::connect::{Cluster, ClusterArgs};
+use kubeflavor::serve::oidc::{IssuerConfig, Verifier};
+use kubeflavor::serve::portal::Portal;
+use kubeflavor::serve::{self, Administrators, ConnectionLimits, Options, TlsSource};
+use kubeflavor_cluster::crd::roster::Roster;
+use kubeflavor_core::flavor::input_labels::INPUT_LABELS_ANNOTATION;
+use kubeflavor_core::portal::SESSION_COOKIE;
+use kubeflavor_core::portal::seal::SealingKeys;
+use kubeflavor_core::token::BootstrapToken;
+use kubeflavor_core::token::meta::IDENTITY_SUBJECT_ANNOTATION;
+use serde_json::json;
+
+use crate::administrators::roots;
+use crate::harness::*;
+use crate::input_labels::sited_flavor;
+use crate::support::browser::Browser;
+use crate::support::https::HttpsClient;
+use crate::support::oidc::Provider;
+
+/// The ports whose /callback the test provider registers (`testbed/oidc/start`).
+const PORTAL_PORTS: [u16; 4] = [16490, 16491, 16492, 16493];
+const ED25519_KEY: &str =
+    "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIB5Hh8Xq5u8lPq5dL0K0Jg9p5pJzqfTfYqzv3vjv2yJ+ alice@laptop";
+
+/// A running portal: its origin, a client trusting its certificate, and its stop switch.
+struct RunningPortal {
+    origin: String,
+    client: HttpsClient,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for RunningPortal {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+}
+
+/// The API with its portal on the first free port the provider knows, signing in with the
+/// provider's first issuer, deciding with `roster`.
+async fn start_portal(h: &Harness, provider: &Provider, roster: &str) -> RunningPortal {
+    let dir = tempfile::tempdir().expect("a temporary folder");
+    let keys = dir.path().join("session-keys");
+    std::fs::write(
+        &keys,
+        format!("{}\n", &*SealingKeys::new_key_line().unwrap()),
+    )
+    .unwrap();
+    let secret = dir.path().join("client-secret");
+    std::fs::write(&secret, &provider.client_secret).unwrap();
+    let cluster = Cluster::connect(&ClusterArgs {
+        kubeconfig: Some(h.env.kubeconfig.clone()),
+        context: None,
+    })
+    .await
+    .expect("admin kubeconfig");
+    for port in PORTAL_PORTS {
+        let origin = format!("https://127.0.0.1:{port}");
+        let verifier = Verifier::new(
+            vec![IssuerConfig {
+                issuer: provider.issuer.clone(),
+                audience: provider.client_id.clone(),
+            }],
+            "groups".into(),
+            roots(provider),
+        );
+        let portal = Portal::new(
+            provider.issuer.clone(),
+            zeroize::Zeroizing::new(provider.client_secret.clone()),
+            &origin,
+            keys.clone(),
+            Duration::from_secs(600),
+        )
+        .expect("the portal's configuration");
+        let options = Options {
+            address: format!("127.0.0.1:{port}").parse().unwrap(),
+            tls: TlsSource::SelfSigned {
+                names: vec!["127.0.0.1".into()],
+            },
+            ops_address: None,
+            per_minute: 100,
+            burst: 100,
+            audience: None,
+            instance: h.name("serve-portal"),
+            connections: ConnectionLimits::default(),
+            administrators: Some(Arc::new(Administrators::new(verifier, roster.to_string()))),
+            portal: Some(Arc::new(portal)),
+        };
+        // Another test (or run) may hold the port: the next one, then.
+        let Ok(bound) = serve::bind(cluster.clone(), options).await else {
+            continue;
+        };
+        let client = HttpsClient::new(
+            bound.local_addr().unwrap(),
+            bound.self_signed_pem.as_deref().unwrap(),
+        );
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        tokio::spawn(bound.serve(async {
+            let _ = rx.await;
+        }));
+        return RunningPortal {
+            origin,
+            client,
+            stop: Some(tx),
+            _dir: dir,
+        };
+    }
+    panic!("every portal port the provider knows ({PORTAL_PORTS:?}) is taken");
+}
+
+/// A Roster of this run: alice's group gets `sited`; its tokens may carry `site`.
+async fn roster(h: &Harness, provider: &Provider, sited: &str) -> String {
+    let name = h.name("portal-roster");
+    let roster: Roster = serde_json::from_value(json!({
+        "apiVersion": "kubeflavor.io/v1alpha1",
+        "kind": "Roster",
+        "metadata": {"name": name},
+        "spec": {
+            "rules": [
+                {"name": "sweet-admins", "issuer": provider.issuer, "group": "sweet-admins", "flavor": sited},
+            ],
+            "tokenDefaults": {"ttl": "2h"},
+            "inputLabels": {"keys": [{"key": "site", "values": ["berlin", "paris"]}]},
+        },
+    }))
+    .expect("a Roster");
+    Api::<Roster>::all(h.admin.clone())
+        .create(&PostParams::default(), &roster)
+        .await
+        .expect("Roster created");
+    name
+}
+
+fn screenshots() -> Option<PathBuf> {
+    std::env::var_os("KUBEFLAVOR_E2E_SCREENSHOTS").map(PathBuf::from)
+}
+
+/// Signs `user` in through the provider's login page, starting from the portal's.
+async fn sign_in(browser: &Browser, portal: &RunningPortal, provider: &Provider, user: &str) {
+    let c = &browser.client;
+    c.goto(&format!("{}/", portal.origin))
+        .await
+        .expect("open the portal");
+    browser
+        .screenshot(screenshots().as_deref(), "1-sign-in")
+        .await;
+    c.find(Locator::LinkText("Sign in"))
+        .await
+        .expect("a sign-in link")
+        .click()
+        .await
+        .expect("click sign in");
+    // glewlwyd's login page (built by its script): user name, password, OK.
+    let username = browser
+        .wait_for("the provider's login form", Locator::Id("username"))
+        .await;
+    browser
+        .screenshot(screenshots().as_deref(), "1b-identity-provider")
+        .await;
+    username.send_keys(user).await.expect("type the user name");
+    let password = provider
+        .env("KUBEFLAVOR_OIDC_PASSWORD_SUFFIX")
+        .unwrap_or("-password");
+    c.find(Locator::Id("password"))
+        .await
+        .expect("a password field")
+        .send_keys(&format!("{user}{password}"))
+        .await
+        .expect("type the password");
+    c.find(Locator::Id("loginbut"))
+        .await
+        .expect("the OK button")
+        .click()
+        .await
+        .expect("log in");
+    // Logged in, the provider asks whether to continue to kubeflavor.
+    browser
+        .wait_for(
+            "the provider's Continue",
+            Locator::XPath("//button[normalize-space()='Continue']"),
+        )
+        .await
+        .click()
+        .await
+        .expect("continue to the portal");
+    browser
+        .wait_for(
+            "back at the portal, signed in",
+            Locator::Css("form[action='/tokens']"),
+        )
+        .await;
+}
+
+/// The session cookie the browser holds, as a `Cookie` header value.
+async fn session_cookie(browser: &Browser) -> String {
+    let cookie = browser
+        .client
+        .get_named_cookie(SESSION_COOKIE)
+        .await
+        .expect("the session cookie");
+    format!("{}={}", cookie.name(), cookie.value())
+}
+
+/// The value of the hidden `csrf` field of the page's first form.
+async fn csrf_of_page(browser: &Browser) -> String {
+    browser
+        .client
+        .find(Locator::Css("input[name='csrf']"))
+        .await
+        .expect("a CSRF field")
+        .attr("value")
+        .await
+        .expect("its value")
+        .expect("a value")
+}
+
+fn form(fields: &[(&str, &str)]) -> String {
+    let mut s = form_urlencoded::Serializer::new(String::new());
+    for (k, v) in fields {
+        s.append_pair(k, v);
+    }
+    s.finish()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_administrator_signs_in_describes_the_node_and_downloads_its_seed_image() {
+    let provider = Provider::shared();
+    let h = Harness::start().await;
+    let sited = sited_flavor(&h, "sited").await;
+    let roster = roster(&h, provider, &sited).await;
+    let portal = start_portal(&h, provider, &roster).await;
+    let browser = Browser::start().await;
+    let c = &browser.client;
+    // The machine's name: this run's own (a real cluster is shared).
+    let host = h.name("edge");
+
+    // Signed out: the landing page, with the headers every portal page carries.
+    let (code, headers, body) = portal.client.send(Method::GET, "/", &[], b"").await;
+    assert_eq!(code, StatusCode::OK);
+    let csp = headers["content-security-policy"].to_str().unwrap();
+    assert!(
+        csp.contains("default-src 'none'")
+            && csp.contains("form-action 'self'")
+            && csp.contains("frame-ancestors 'none'"),
+        "{csp}"
+    );
+    assert_eq!(headers["x-frame-options"], "DENY");
+    assert_eq!(headers["cache-control"], "no-store");
+    assert!(String::from_utf8_lossy(&body).contains("href=\"/signin\""));
+    // A planted session (a value the portal never sealed) is no session.
+    let (_, _, body) = portal
+        .client
+        .send(
+            Method::GET,
+            "/",
+            &[("cookie", &format!("{SESSION_COOKIE}=planted"))],
+            b"",
+        )
+        .await;
+    assert!(String::from_utf8_lossy(&body).contains("Your session has ended"));
+
+    sign_in(&browser, &portal, provider, "alice").await;
+    browser
+        .screenshot(screenshots().as_deref(), "2-describe-the-node")
+        .await;
+
+    // The session cookie: Secure, HttpOnly, SameSite, host-only.
+    let cookie = c
+        .get_named_cookie(SESSION_COOKIE)
+        .await
+        .expect("a session cookie");
+    assert_eq!(cookie.secure(), Some(true));
+    assert_eq!(cookie.http_only(), Some(true));
+    assert_eq!(format!("{:?}", cookie.same_site()), "Some(Lax)");
+    assert_eq!(cookie.path(), Some("/"));
+    // The form offers the roster's input labels (the same for every flavor).
+    let offered: Vec<String> = {
+        let select = c
+            .find(Locator::Id("label-site"))
+            .await
+            .expect("the site field");
+        let mut values = Vec::new();
+        for option in select.find_all(Locator::Css("option")).await.unwrap() {
+            values.push(option.attr("value").await.unwrap().unwrap_or_default());
+        }
+        values
+    };
+    assert_eq!(offered, ["", "berlin", "paris"]);
+
+    // A bad key: refused beside its field, what was typed kept.
+    c.find(Locator::Id("hostname"))
+        .await
+        .unwrap()
+        .send_keys(&host)
+        .await
+        .unwrap();
+    c.find(Locator::Id("sshAuthorizedKeys"))
+        .await
+        .unwrap()
+        .send_keys("ssh-ed25519 not-a-key")
+        .await
+        .unwrap();
+    c.find(Locator::Css("button[type='submit']:not(.secondary)"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    let error = browser
+        .wait_for("the key's error", Locator::Id("sshAuthorizedKeys-error"))
+        .await;
+    assert!(
+        error.text().await.unwrap().starts_with("line 1:"),
+        "{}",
+        error.text().await.unwrap()
+    );
+    assert_eq!(
+        c.find(Locator::Id("sshAuthorizedKeys"))
+            .await
+            .unwrap()
+            .attr("aria-invalid")
+            .await
+            .unwrap()
+            .as_deref(),
+        Some("true")
+    );
+    assert_eq!(
+        c.find(Locator::Id("hostname"))
+            .await
+            .unwrap()
+            .prop("value")
+            .await
+            .unwrap()
+            .as_deref(),
+        Some(host.as_str())
+    );
+    browser
+        .screenshot(screenshots().as_deref(), "3-a-bad-key")
+        .await;
+    assert!(
+        Api::<Secret>::namespaced(h.admin.clone(), "kube-system")
+            .list(&ListParams::default().labels(&format!("kubeflavor.io/flavor={sited}")))
+            .await
+            .unwrap()
+            .items
+            .is_empty(),
+        "a refused form mints nothing"
+    );
+
+    // A good one: the token, once, with how long it is valid.
+    let keys = c.find(Locator::Id("sshAuthorizedKeys")).await.unwrap();
+    keys.clear().await.unwrap();
+    keys.send_keys(ED25519_KEY).await.unwrap();
+    c.find(Locator::Css("#label-site option[value='paris']"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    c.find(Locator::Css("button[type='submit']:not(.secondary)"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    let shown = browser
+        .wait_for("the token page", Locator::Css("pre.secret"))
+        .await;
+    let join_line = shown.text().await.unwrap();
+    let token: BootstrapToken = join_line
+        .split_whitespace()
+        .skip_while(|w| *w != "--token")
+        .nth(1)
+        .expect("a --token")
+        .parse()
+        .expect("a bootstrap token");
+    let page = c.source().await.unwrap();
+    assert!(
+        page.contains("valid until"),
+        "the page says how long the token is valid"
+    );
+    assert!(!page.contains(&sited), "the page never names the flavor");
+    browser
+        .screenshot(screenshots().as_deref(), "4-the-join-token")
+        .await;
+
+    // Custody: the signed-in identity, the roster's flavor, the chosen label.
+    let secret = Api::<Secret>::namespaced(h.admin.clone(), "kube-system")
+        .get(&format!("bootstrap-token-{}", token.id()))
+        .await
+        .expect("the token Secret");
+    let annotations = secret.metadata.annotations.clone().unwrap_or_default();
+    assert_eq!(
+        annotations
+            .get(IDENTITY_SUBJECT_ANNOTATION)
+            .map(String::as_str),
+        Some("kf-sub-alice")
+    );
+    assert_eq!(
+        secret
+            .metadata
+            .labels
+            .clone()
+            .unwrap_or_default()
+            .get("kubeflavor.io/flavor"),
+        Some(&sited)
+    );
+    assert_eq!(
+        annotations.get(INPUT_LABELS_ANNOTATION).map(String::as_str),
+        Some(r#"{"site":"paris"}"#)
+    );
+
+    // The seed image: a CIDATA FAT volume whose user-data joins with the token and
+    // installs the key, and whose meta-data names the machine.
+    c.find(Locator::XPath("//button[text()='Download the seed image']"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    let mut image = browser
+        .downloaded(&format!("{host}-seed.img"), Duration::from_secs(30))
+        .await;
+    {
+        let fs = fatfs::FileSystem::new(
+            std::io::Cursor::new(&mut image[..]),
+            fatfs::FsOptions::new(),
+        )
+        .expect("a FAT volume");
+        assert_eq!(fs.volume_label().trim(), "CIDATA");
+        let read = |name: &str| {
+            let mut text = String::new();
+            fs.root_dir()
+                .open_file(name)
+                .expect(name)
+                .read_to_string(&mut text)
+                .unwrap();
+            text
+        };
+        let user_data = read("user-data");
+        assert!(user_data.starts_with("#cloud-config\n"));
+        assert!(
+            user_data.contains(token.expose().as_str()),
+            "the user-data carries the token"
+        );
+        assert!(
+            user_data.contains(ED25519_KEY.split_whitespace().nth(1).unwrap()),
+            "and the key"
+        );
+        let meta = read("meta-data");
+        assert!(meta.contains(&format!("local-hostname: {host}")), "{meta}");
+    }
+    c.find(Locator::XPath(
+        "//button[text()='Download the cloud-init user-data']",
+    ))
+    .await
+    .unwrap()
+    .click()
+    .await
+    .unwrap();
+    let user_data = browser
+        .downloaded(&format!("{host}-user-data.yaml"), Duration::from_secs(30))
+        .await;
+    assert!(String::from_utf8_lossy(&user_data).contains(token.expose().as_str()));
+
+    // Attacks from outside the browser, with the browser's own session cookie.
+    let session = session_cookie(&browser).await;
+    let csrf = csrf_of_page(&browser).await;
+    let post = |fields: Vec<(&'static str, String)>, extra: Vec<(&'static str, String)>| {
+        let session = session.clone();
+        let client = portal.client.clone();
+        async move {
+            let body = form(
+                &fields
+                    .iter()
+                    .map(|(k, v)| (*k, v.as_str()))
+                    .collect::<Vec<_>>(),
+            );
+            let mut headers = vec![
+                ("cookie", session),
+                (
+                    "content-type",
+                    "application/x-www-form-urlencoded".to_string(),
+                ),
+            ];
+            headers.extend(extra);
+            let headers: Vec<(&str, &str)> =
+                headers.iter().map(|(k, v)| (*k, v.as_str())).collect();
+            client
+                .send(Method::POST, "/tokens", &headers, body.as_bytes())
+                .await
+        }
+    };
+    let minted_before = tokens_minted(&h, &sited).await;
+    // No CSRF token; another session's token; the right token from another origin.
+    let (code, _, _) = post(vec![("hostname", "x".into())], vec![]).await;
+    assert_eq!(code, StatusCode::FORBIDDEN, "a form without the CSRF token");
+    let (code, _, _) = post(vec![("csrf", "AAAA".into())], vec![]).await;
+    assert_eq!(code, StatusCode::FORBIDDEN, "a wrong CSRF token");
+    let (code, _, _) = post(
+        vec![("csrf", csrf.clone())],
+        vec![("origin", "https://evil.example".into())],
+    )
+    .await;
+    assert_eq!(code, StatusCode::FORBIDDEN, "another origin");
+    let (code, _, _) = post(
+        vec![("csrf", csrf.clone())],
+        vec![("sec-fetch-site", "cross-site".into())],
+    )
+    .await;
+    assert_eq!(code, StatusCode::FORBIDDEN, "a cross-site post");
+    // Markup in every field: refused or escaped, never rendered.
+    let xss = "\"><script>alert(1)</script>";
+    let (code, _, body) = post(
+        vec![
+            ("csrf", csrf.clone()),
+            ("hostname", xss.into()),
+            ("label.site", xss.into()),
+            ("sshAuthorizedKeys", xss.into()),
+        ],
+        vec![("origin", portal.origin.clone())],
+    )
+    .await;
+    assert_eq!(code, StatusCode::UNPROCESSABLE_ENTITY);
+    let body = String::from_utf8_lossy(&body);
+    assert!(!body.contains("<script>"), "markup is escaped:\n{body}");
+    assert!(body.contains("&lt;script&gt;"), "and shown as typed");
+    // An oversized body: refused from its declared length, before it is read.
+    let (code, _, _) = post(
+        vec![("csrf", csrf.clone())],
+        vec![("content-length", (10 * 1024 * 1024).to_string())],
+    )
+    .await;
+    assert_eq!(code, StatusCode::PAYLOAD_TOO_LARGE);
+    // A download ticket changed by a byte is not a download.
+    let (code, _, _) = portal
+        .client
+        .send(
+            Method::POST,
+            "/download",
+            &[
+                ("cookie", &session),
+                ("content-type", "application/x-www-form-urlencoded"),
+            ],
+            form(&[
+                ("csrf", &csrf),
+                ("ticket", "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"),
+                ("what", "seed-image"),
+            ])
+            .as_bytes(),
+        )
+        .await;
+    assert_eq!(code, StatusCode::BAD_REQUEST);
+    assert_eq!(
+        tokens_minted(&h, &sited).await,
+        minted_before,
+        "no attack minted a token"
+    );
+
+    // My nodes: the node that joins with the token appears, under its name.
+    let ctl = h.start_controller(h.options("ctl"));
+    let boot = h.bootstrap_client(&token).await;
+    h.submit_csr(&boot, &host, &host).await;
+    assert_eq!(h.decision(&host).await, "Approved");
+    c.goto(&format!("{}/nodes", portal.origin)).await.unwrap();
+    let table = browser
+        .wait_for("my nodes", Locator::Css("table tbody"))
+        .await;
+    let rows = table.text().await.unwrap();
+    assert!(rows.contains(&host), "{rows}");
+    assert!(
+        !c.source().await.unwrap().contains(&sited),
+        "never the flavor"
+    );
+    browser
+        .screenshot(screenshots().as_deref(), "5-my-nodes")
+        .await;
+    drop(ctl);
+
+    // Sign out: the landing page, and the browser holds no session.
+    c.find(Locator::Css("header button"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    browser
+        .wait_for("signed out", Locator::LinkText("Sign in"))
+        .await;
+    assert!(c.source().await.unwrap().contains("You have signed out"));
+    assert!(
+        c.get_named_cookie(SESSION_COOKIE).await.is_err(),
+        "the session cookie is gone"
+    );
+    c.goto(&format!("{}/nodes", portal.origin)).await.unwrap();
+    assert!(c.source().await.unwrap().contains("href=\"/signin\""));
+    browser.close().await;
+}
+
+/// The token Secrets of `flavor`.
+async fn tokens_minted(h: &Harness, flavor: &str) -> usize {
+    Api::<Secret>::namespaced(h.admin.clone(), "kube-system")
+        .list(&ListParams::default().labels(&format!("kubeflavor.io/flavor={flavor}")))
+        .await
+        .expect("list Secrets")
+        .items
+        .len()
+}

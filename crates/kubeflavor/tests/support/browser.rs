@@ -16,20 +16,19 @@ pub struct Browser {
     dir: tempfile::TempDir,
 }
 
+/// The WebDriver binary, installed by `testbed/browser/install` when missing.
 fn driver_binary() -> PathBuf {
-    for candidate in ["chromedriver", "/usr/bin/chromedriver"] {
-        if Command::new(candidate)
-            .arg("--version")
-            .stdout(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success())
-        {
-            return PathBuf::from(candidate);
-        }
-    }
-    panic!(
-        "the portal's browser tests need Chromium and its WebDriver: apt-get install chromium chromium-driver (CI's .ci/run installs them)"
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testbed/browser/install");
+    let out = Command::new("bash")
+        .arg(&script)
+        .stderr(Stdio::inherit())
+        .output()
+        .expect("run testbed/browser/install");
+    assert!(
+        out.status.success(),
+        "the portal's browser tests need Chromium and its WebDriver, and testbed/browser/install could not provide them (see its message; on Debian: apt-get install chromium chromium-driver)"
     );
+    PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
 }
 
 impl Browser {

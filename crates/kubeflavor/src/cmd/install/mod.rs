@@ -154,6 +154,19 @@ pub struct InstallArgs {
     /// API trusts Mozilla's CAs, compiled in (the image has no system CAs).
     #[arg(long, value_name = "NAME", requires = "serve_oidc_issuers")]
     pub serve_oidc_ca_configmap: Option<String>,
+    /// With --serve-oidc-issuer: also serve the node administrators' web portal at this
+    /// address (https://HOST[:PORT], the one browsers use; its /callback must be a redirect
+    /// URI of the issuer's client): the API's `serve --portal-url`. It reads the Secret
+    /// kubeflavor-portal of this namespace, which you create, with keys client-secret (the
+    /// client's secret at the provider) and session-keys (one base64 key of 32 bytes per line,
+    /// newest first: `head -c 32 /dev/urandom | base64`); its pods wait in ContainerCreating
+    /// until it exists.
+    #[arg(long, value_name = "URL", requires = "serve_oidc_issuers")]
+    pub serve_portal_url: Option<String>,
+    /// With --serve-portal-url: the issuer administrators sign in with on the portal (one
+    /// of --serve-oidc-issuer's; default: the only one).
+    #[arg(long, value_name = "ISSUER", requires = "serve_portal_url")]
+    pub serve_portal_issuer: Option<String>,
     /// Every controller replica also serves the authorization webhook that cuts revoked
     /// nodes off (port 8443, behind the Service kubeflavor-authz), with the certificate of
     /// the Secret kubeflavor-authz-tls (tls.crt, tls.key, client-ca.crt), which you create.
@@ -590,6 +603,8 @@ fn administrators_of(args: &InstallArgs) -> serve::Administrators {
             .collect(),
         roster: args.serve_roster.clone(),
         ca_configmap: args.serve_oidc_ca_configmap.clone(),
+        portal_url: args.serve_portal_url.clone(),
+        portal_issuer: args.serve_portal_issuer.clone(),
     }
 }
 

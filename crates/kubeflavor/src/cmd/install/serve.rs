@@ -95,7 +95,17 @@ pub struct Administrators {
     pub roster: Option<String>,
     /// A ConfigMap of this namespace whose `ca.crt` the providers' TLS certificates chain to.
     pub ca_configmap: Option<String>,
+    /// The web portal's address (`serve --portal-url`); `None`: no portal.
+    pub portal_url: Option<String>,
+    /// The issuer the portal signs in with (`serve --portal-issuer`).
+    pub portal_issuer: Option<String>,
 }
+
+/// The Secret the portal reads its client secret and session keys from, which the owner
+/// creates (keys `client-secret` and `session-keys`).
+pub const PORTAL_SECRET: &str = "kubeflavor-portal";
+/// Where [`PORTAL_SECRET`] is mounted.
+const PORTAL_DIR: &str = "/etc/kubeflavor/portal";
 
 /// Where the providers' CA ConfigMap is mounted.
 const OIDC_CA_DIR: &str = "/etc/kubeflavor/oidc-ca";
@@ -112,6 +122,20 @@ impl Administrators {
         }
         if self.ca_configmap.is_some() {
             args.push(format!("--oidc-ca-file={OIDC_CA_DIR}/ca.crt"));
+        }
+        if let Some(url) = &self.portal_url {
+            args.push(format!("--portal-url={url}"));
+            args.push(format!(
+                "--portal-client-secret-file={PORTAL_DIR}/client-secret"
+            ));
+            // Read again when the Secret changes (the kubelet updates the mounted file):
+            // keys rotate without a restart and without signing anyone out.
+            args.push(format!(
+                "--portal-session-keys-file={PORTAL_DIR}/session-keys"
+            ));
+            if let Some(issuer) = &self.portal_issuer {
+                args.push(format!("--portal-issuer={issuer}"));
+            }
         }
         args
     }
@@ -492,6 +516,26 @@ fn pod_template(
             .push(VolumeMount {
                 name: "oidc-ca".into(),
                 mount_path: OIDC_CA_DIR.into(),
+                read_only: Some(true),
+                ..Default::default()
+            });
+    }
+    if administrators.portal_url.is_some() {
+        volumes.push(Volume {
+            name: "portal".into(),
+            secret: Some(SecretVolumeSource {
+                secret_name: Some(PORTAL_SECRET.into()),
+                default_mode: Some(0o400),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+        container
+            .volume_mounts
+            .get_or_insert_with(Vec::new)
+            .push(VolumeMount {
+                name: "portal".into(),
+                mount_path: PORTAL_DIR.into(),
                 read_only: Some(true),
                 ..Default::default()
             });

@@ -626,6 +626,8 @@ fn with_serve_flags(replicas: u16, per_minute: u32, burst: u32) -> InstallArgs {
         serve_oidc_issuers: Vec::new(),
         serve_roster: None,
         serve_oidc_ca_configmap: None,
+        serve_portal_url: None,
+        serve_portal_issuer: None,
         authz_webhook: false,
         authz_config: false,
         monitoring: false,
@@ -651,6 +653,10 @@ fn the_join_token_api_serves_node_administrators_as_install_says() {
         "partners",
         "--serve-oidc-ca-configmap",
         "idp-ca",
+        "--serve-portal-url",
+        "https://nodes.acme.example",
+        "--serve-portal-issuer",
+        "https://login.acme.example",
     ])
     .expect("the flags parse");
     let crate::cmd::Command::Install(args) = cli.command else {
@@ -671,6 +677,10 @@ fn the_join_token_api_serves_node_administrators_as_install_says() {
         "--oidc-issuer=https://id.other.example/realms/a=kf",
         "--roster=partners",
         "--oidc-ca-file=/etc/kubeflavor/oidc-ca/ca.crt",
+        "--portal-url=https://nodes.acme.example",
+        "--portal-issuer=https://login.acme.example",
+        "--portal-client-secret-file=/etc/kubeflavor/portal/client-secret",
+        "--portal-session-keys-file=/etc/kubeflavor/portal/session-keys",
     ] {
         assert!(args.iter().any(|a| a == flag), "{flag} missing: {args:?}");
     }
@@ -689,6 +699,22 @@ fn the_join_token_api_serves_node_administrators_as_install_says() {
         .expect("the CA mount");
     assert_eq!(mount["mountPath"], "/etc/kubeflavor/oidc-ca");
     assert_eq!(mount["readOnly"], true);
+    // The portal's Secret (client secret, session keys), which the owner creates.
+    let volume = pod["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == "portal")
+        .expect("the portal volume");
+    assert_eq!(volume["secret"]["secretName"], "kubeflavor-portal");
+    assert!(
+        container["volumeMounts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|m| m["name"] == "portal" && m["mountPath"] == "/etc/kubeflavor/portal"),
+        "the portal Secret is mounted where the flags name it"
+    );
     // It may read only the Roster it serves.
     let role = find(&docs, "ClusterRole", "kubeflavor:serve");
     let roster_rule = rules(role)

@@ -42,6 +42,8 @@ use serde_json::json;
 
 #[path = "../../kubeflavor-core/examples/support/args.rs"]
 mod args;
+#[path = "../tests/support/browser.rs"]
+mod browser;
 #[path = "../tests/support/https.rs"]
 mod https;
 #[path = "../tests/support/portal.rs"]
@@ -82,6 +84,13 @@ struct Args {
     /// boot script build one from the user-data.
     #[arg(long)]
     seed_image: bool,
+    /// With --administrator-env: alice goes through the web portal in a real browser
+    /// (Debian's headless Chromium over chromium-driver): she signs in at the provider's
+    /// login page, describes the node, pastes her SSH key and downloads the seed image, which
+    /// the VM boots with as downloaded (the run's serving-certificate patch is then not
+    /// added, so the kubelet asks for no serving certificate and none is checked).
+    #[arg(long, requires = "administrator_env")]
+    via_portal: bool,
 }
 
 /// The provider's env file, as `KEY=value` lines.
@@ -262,6 +271,24 @@ async fn scenario(a: &Args, run: &mut Run) -> anyhow::Result<serde_json::Value> 
         None => None,
         Some(env) => Some(administrators(&admin, env, &run.name("roster"), &flavor).await?),
     };
+    let portal = match (&provider, &administrators) {
+        (Some(env), Some(administrators)) if a.via_portal => {
+            let get = |k: &str| env.get(k).cloned().unwrap_or_default();
+            let server = https::serve_portal(
+                &a.kubeconfig,
+                "appliance-join-portal",
+                administrators.clone(),
+                (
+                    &get("KUBEFLAVOR_OIDC_ISSUER"),
+                    &get("KUBEFLAVOR_OIDC_CLIENT_SECRET"),
+                ),
+                std::future::pending(),
+            )
+            .await?;
+            Some(server)
+        }
+        _ => None,
+    };
     let (api, server) = https::serve_self_signed_with(
         &a.kubeconfig,
         "appliance-join",
@@ -273,7 +300,25 @@ async fn scenario(a: &Args, run: &mut Run) -> anyhow::Result<serde_json::Value> 
 
     let ssh_key = SshKey::generate(&run.name("appliance-join"))?;
     let labels = INPUT_LABELS.iter().copied().collect::<BTreeMap<_, _>>();
+    let mut downloaded_seed: Option<Vec<u8>> = None;
     let (code, minted) = match &provider {
+        Some(env) if a.via_portal => {
+            let portal = portal.as_ref().context("the portal")?;
+            progress(&format!(
+                "alice opens the web portal ({}) in headless Chromium and signs in at the provider's login page",
+                portal.origin
+            ));
+            let password = format!(
+                "alice{}",
+                env.get("KUBEFLAVOR_OIDC_PASSWORD_SUFFIX")
+                    .map_or("-password", String::as_str)
+            );
+            let (minted, image) =
+                through_the_portal(&portal.origin, &password, &node, &labels, &ssh_key.line)
+                    .await?;
+            downloaded_seed = Some(image);
+            (http::StatusCode::CREATED, minted)
+        }
         None => {
             progress(&format!(
                 "the portal mints a {flavor} token with output cloud-init"
@@ -330,9 +375,13 @@ async fn scenario(a: &Args, run: &mut Run) -> anyhow::Result<serde_json::Value> 
         .as_str()
         .and_then(|t| t.split_once('.'))
         .map(|(_, s)| s.to_string());
-    let document = minted["cloudInit"]
-        .as_str()
-        .context("the answer has no cloudInit")?;
+    let document = match &downloaded_seed {
+        // What the VM boots with is the seed image as downloaded: no document to change.
+        Some(_) => "",
+        None => minted["cloudInit"]
+            .as_str()
+            .context("the answer has no cloudInit")?,
+    };
 
     // The Node's events from before power-on: the first one is the Node as registered.
     let nodes: Api<Node> = Api::all(admin.clone());
@@ -341,12 +390,23 @@ async fn scenario(a: &Args, run: &mut Run) -> anyhow::Result<serde_json::Value> 
     ensure!(listed.items.is_empty(), "a Node {node} exists already");
     let mut rv = listed.metadata.resource_version.unwrap_or_default();
 
-    let document = with_serving_bootstrap(document)?;
+    let document = match &downloaded_seed {
+        Some(_) => String::new(),
+        None => with_serving_bootstrap(document)?,
+    };
 
     let seed = tempfile::tempdir()?;
     let user_data = seed.path().join("user-data");
     write_private(&user_data, &document)?;
-    let seed_image = if a.seed_image {
+    let seed_image = if let Some(image) = &downloaded_seed {
+        let path = seed.path().join("seed.img");
+        std::fs::write(&path, image)?;
+        progress(&format!(
+            "the seed image alice downloaded from the portal: {} bytes, attached as is",
+            image.len()
+        ));
+        Some(path)
+    } else if a.seed_image {
         use kubeflavor_core::mint::seed_image;
         let meta = seed_image::meta_data(&format!("kubeflavor-{token_id}"), &node);
         let image = seed_image::nocloud(&document, &meta)?;
@@ -547,17 +607,26 @@ async fn scenario(a: &Args, run: &mut Run) -> anyhow::Result<serde_json::Value> 
             Some(json!({"issuer": issuer, "subject": subject}))
         }
     };
-    let serving = serving_certificate_issued(&admin, &node, powered_on, deadline).await?;
-    progress(&format!(
-        "the kubelet's serving certificate: CSR {} approved by kubeflavor and issued {} s after power-on, names {:?}",
-        serving.csr,
-        serving.issued_after.as_secs(),
-        serving.names
-    ));
+    let serving = if downloaded_seed.is_some() {
+        progress(
+            "the kubelet's serving certificate: not asked for (the seed image is the portal's, unchanged)",
+        );
+        None
+    } else {
+        let serving = serving_certificate_issued(&admin, &node, powered_on, deadline).await?;
+        progress(&format!(
+            "the kubelet's serving certificate: CSR {} approved by kubeflavor and issued {} s after power-on, names {:?}",
+            serving.csr,
+            serving.issued_after.as_secs(),
+            serving.names
+        ));
+        Some(serving)
+    };
     Ok(json!({
         "scenario": "appliance_join",
         "minted_by": if identity.is_some() { "node administrator (Roster)" } else { "portal" },
-        "seed_image": a.seed_image,
+        "seed_image": a.seed_image || a.via_portal,
+        "via_portal": a.via_portal,
         "identity": identity,
         "node": node,
         "flavor": flavor,
@@ -578,9 +647,9 @@ async fn scenario(a: &Args, run: &mut Run) -> anyhow::Result<serde_json::Value> 
         "input_labels_manager": site_managers,
         "kubelet_write_refused": kubelet_refused,
         "ssh_key_on_console_s": secs(fingerprint_seen),
-        "serving_csr": serving.csr,
-        "serving_certificate_names": serving.names,
-        "serving_certificate_issued_s": secs(serving.issued_after),
+        "serving_csr": serving.as_ref().map(|s| s.csr.clone()),
+        "serving_certificate_names": serving.as_ref().map(|s| s.names.clone()),
+        "serving_certificate_issued_s": serving.as_ref().map(|s| secs(s.issued_after)),
         "load_average_1m": load_average(),
     }))
 }
@@ -1059,6 +1128,71 @@ fn load_average() -> Option<f64> {
         .next()?
         .parse()
         .ok()
+}
+
+/// alice's way through the web portal at `origin`, in a real browser: sign in at the
+/// provider's login page, name the node, choose the run's input labels, paste her key, get
+/// the token; then download the seed image. The token's id and secret (to find and redact
+/// it), and the image's bytes.
+async fn through_the_portal(
+    origin: &str,
+    password: &str,
+    node: &str,
+    labels: &BTreeMap<&str, &str>,
+    ssh_key: &str,
+) -> anyhow::Result<(serde_json::Value, Vec<u8>)> {
+    use fantoccini::Locator;
+    let browser = browser::Browser::start().await;
+    let c = &browser.client;
+    browser.sign_in(origin, "alice", password, None).await;
+    c.find(Locator::Id("hostname"))
+        .await?
+        .send_keys(node)
+        .await?;
+    for (key, value) in labels {
+        let field = c.find(Locator::Id(&format!("label-{key}"))).await?;
+        if field.tag_name().await? == "select" {
+            field
+                .find(Locator::Css(&format!("option[value='{value}']")))
+                .await?
+                .click()
+                .await?;
+        } else {
+            field.send_keys(value).await?;
+        }
+    }
+    c.find(Locator::Id("sshAuthorizedKeys"))
+        .await?
+        .send_keys(ssh_key)
+        .await?;
+    c.find(Locator::Css("form[action='/tokens'] button[type='submit']"))
+        .await?
+        .click()
+        .await?;
+    let line = browser
+        .wait_for("the token page", Locator::Css("pre.secret"))
+        .await
+        .text()
+        .await?;
+    let token = line
+        .split_whitespace()
+        .skip_while(|w| *w != "--token")
+        .nth(1)
+        .context("the portal's join line names no --token")?
+        .to_string();
+    let (id, _) = token.split_once('.').context("not a bootstrap token")?;
+    progress(&format!(
+        "the portal showed alice her token {id}.<secret> once; she downloads the seed image"
+    ));
+    c.find(Locator::XPath("//button[text()='Download the seed image']"))
+        .await?
+        .click()
+        .await?;
+    let image = browser
+        .downloaded(&format!("{node}-seed.img"), Duration::from_secs(60))
+        .await;
+    browser.close().await;
+    Ok((json!({"id": id, "token": token}), image))
 }
 
 /// The join-token API's node administrators: the provider's first issuer, and a Roster of

@@ -19,14 +19,11 @@ use http::{Method, StatusCode};
 use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
 use kube::api::{ListParams, PostParams};
-use kubeflavor::connect::{Cluster, ClusterArgs};
+use kubeflavor::serve::Administrators;
 use kubeflavor::serve::oidc::{IssuerConfig, Verifier};
-use kubeflavor::serve::portal::Portal;
-use kubeflavor::serve::{self, Administrators, ConnectionLimits, Options, TlsSource};
 use kubeflavor_cluster::crd::roster::Roster;
 use kubeflavor_core::flavor::input_labels::INPUT_LABELS_ANNOTATION;
 use kubeflavor_core::portal::SESSION_COOKIE;
-use kubeflavor_core::portal::seal::SealingKeys;
 use kubeflavor_core::token::BootstrapToken;
 use kubeflavor_core::token::meta::IDENTITY_SUBJECT_ANNOTATION;
 use serde_json::json;
@@ -35,20 +32,17 @@ use crate::administrators::roots;
 use crate::harness::*;
 use crate::input_labels::sited_flavor;
 use crate::support::browser::Browser;
-use crate::support::https::HttpsClient;
+use crate::support::https::{HttpsClient, serve_portal};
 use crate::support::oidc::Provider;
 
-/// The ports whose /callback the test provider registers (`testbed/oidc/start`).
-const PORTAL_PORTS: [u16; 4] = [16490, 16491, 16492, 16493];
 const ED25519_KEY: &str =
     "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIB5Hh8Xq5u8lPq5dL0K0Jg9p5pJzqfTfYqzv3vjv2yJ+ alice@laptop";
 
-/// A running portal: its origin, a client trusting its certificate, and its stop switch.
+/// A running portal, stopped when dropped.
 struct RunningPortal {
     origin: String,
     client: HttpsClient,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
-    _dir: tempfile::TempDir,
 }
 
 impl Drop for RunningPortal {
@@ -59,76 +53,34 @@ impl Drop for RunningPortal {
     }
 }
 
-/// The API with its portal on the first free port the provider knows, signing in with the
-/// provider's first issuer, deciding with `roster`.
+/// The API with its portal, signing in with the provider's first issuer, deciding with
+/// `roster`.
 async fn start_portal(h: &Harness, provider: &Provider, roster: &str) -> RunningPortal {
-    let dir = tempfile::tempdir().expect("a temporary folder");
-    let keys = dir.path().join("session-keys");
-    std::fs::write(
-        &keys,
-        format!("{}\n", &*SealingKeys::new_key_line().unwrap()),
-    )
-    .unwrap();
-    let secret = dir.path().join("client-secret");
-    std::fs::write(&secret, &provider.client_secret).unwrap();
-    let cluster = Cluster::connect(&ClusterArgs {
-        kubeconfig: Some(h.env.kubeconfig.clone()),
-        context: None,
-    })
-    .await
-    .expect("admin kubeconfig");
-    for port in PORTAL_PORTS {
-        let origin = format!("https://127.0.0.1:{port}");
-        let verifier = Verifier::new(
-            vec![IssuerConfig {
-                issuer: provider.issuer.clone(),
-                audience: provider.client_id.clone(),
-            }],
-            "groups".into(),
-            roots(provider),
-        );
-        let portal = Portal::new(
-            provider.issuer.clone(),
-            zeroize::Zeroizing::new(provider.client_secret.clone()),
-            &origin,
-            keys.clone(),
-            Duration::from_secs(600),
-        )
-        .expect("the portal's configuration");
-        let options = Options {
-            address: format!("127.0.0.1:{port}").parse().unwrap(),
-            tls: TlsSource::SelfSigned {
-                names: vec!["127.0.0.1".into()],
-            },
-            ops_address: None,
-            per_minute: 100,
-            burst: 100,
-            audience: None,
-            instance: h.name("serve-portal"),
-            connections: ConnectionLimits::default(),
-            administrators: Some(Arc::new(Administrators::new(verifier, roster.to_string()))),
-            portal: Some(Arc::new(portal)),
-        };
-        // Another test (or run) may hold the port: the next one, then.
-        let Ok(bound) = serve::bind(cluster.clone(), options).await else {
-            continue;
-        };
-        let client = HttpsClient::new(
-            bound.local_addr().unwrap(),
-            bound.self_signed_pem.as_deref().unwrap(),
-        );
-        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-        tokio::spawn(bound.serve(async {
+    let verifier = Verifier::new(
+        vec![IssuerConfig {
+            issuer: provider.issuer.clone(),
+            audience: provider.client_id.clone(),
+        }],
+        "groups".into(),
+        roots(provider),
+    );
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let server = serve_portal(
+        &h.env.kubeconfig,
+        &h.name("serve-portal"),
+        Arc::new(Administrators::new(verifier, roster.to_string())),
+        (&provider.issuer, &provider.client_secret),
+        async {
             let _ = rx.await;
-        }));
-        return RunningPortal {
-            origin,
-            client,
-            stop: Some(tx),
-            _dir: dir,
-        };
+        },
+    )
+    .await
+    .expect("the portal serves");
+    RunningPortal {
+        origin: server.origin.clone(),
+        client: server.client.clone(),
+        stop: Some(tx),
     }
-    panic!("every portal port the provider knows ({PORTAL_PORTS:?}) is taken");
 }
 
 /// A Roster of this run: alice's group gets `sited`; its tokens may carry `site`.
@@ -156,62 +108,6 @@ async fn roster(h: &Harness, provider: &Provider, sited: &str) -> String {
 
 fn screenshots() -> Option<PathBuf> {
     std::env::var_os("KUBEFLAVOR_E2E_SCREENSHOTS").map(PathBuf::from)
-}
-
-/// Signs `user` in through the provider's login page, starting from the portal's.
-async fn sign_in(browser: &Browser, portal: &RunningPortal, provider: &Provider, user: &str) {
-    let c = &browser.client;
-    c.goto(&format!("{}/", portal.origin))
-        .await
-        .expect("open the portal");
-    browser
-        .screenshot(screenshots().as_deref(), "1-sign-in")
-        .await;
-    c.find(Locator::LinkText("Sign in"))
-        .await
-        .expect("a sign-in link")
-        .click()
-        .await
-        .expect("click sign in");
-    // glewlwyd's login page (built by its script): user name, password, OK.
-    let username = browser
-        .wait_for("the provider's login form", Locator::Id("username"))
-        .await;
-    browser
-        .screenshot(screenshots().as_deref(), "1b-identity-provider")
-        .await;
-    username.send_keys(user).await.expect("type the user name");
-    let password = provider
-        .env("KUBEFLAVOR_OIDC_PASSWORD_SUFFIX")
-        .unwrap_or("-password");
-    c.find(Locator::Id("password"))
-        .await
-        .expect("a password field")
-        .send_keys(&format!("{user}{password}"))
-        .await
-        .expect("type the password");
-    c.find(Locator::Id("loginbut"))
-        .await
-        .expect("the OK button")
-        .click()
-        .await
-        .expect("log in");
-    // Logged in, the provider asks whether to continue to kubeflavor.
-    browser
-        .wait_for(
-            "the provider's Continue",
-            Locator::XPath("//button[normalize-space()='Continue']"),
-        )
-        .await
-        .click()
-        .await
-        .expect("continue to the portal");
-    browser
-        .wait_for(
-            "back at the portal, signed in",
-            Locator::Css("form[action='/tokens']"),
-        )
-        .await;
 }
 
 /// The session cookie the browser holds, as a `Cookie` header value.
@@ -282,7 +178,17 @@ async fn an_administrator_signs_in_describes_the_node_and_downloads_its_seed_ima
         .await;
     assert!(String::from_utf8_lossy(&body).contains("Your session has ended"));
 
-    sign_in(&browser, &portal, provider, "alice").await;
+    let password = provider
+        .env("KUBEFLAVOR_OIDC_PASSWORD_SUFFIX")
+        .unwrap_or("-password");
+    browser
+        .sign_in(
+            &portal.origin,
+            "alice",
+            &format!("alice{password}"),
+            screenshots().as_deref(),
+        )
+        .await;
     browser
         .screenshot(screenshots().as_deref(), "2-describe-the-node")
         .await;

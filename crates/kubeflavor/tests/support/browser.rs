@@ -101,7 +101,7 @@ impl Browser {
     pub async fn downloaded(&self, name: &str, limit: Duration) -> Vec<u8> {
         let path = self.downloads().join(name);
         let partial = self.downloads().join(format!("{name}.crdownload"));
-        crate::support::within_for(limit, &format!("the download {name}"), async {
+        let wait = async {
             loop {
                 if !partial.exists()
                     && let Ok(bytes) = std::fs::read(&path)
@@ -112,8 +112,10 @@ impl Browser {
                 // The browser writes on its own; nothing to await but the file system.
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
-        })
-        .await
+        };
+        tokio::time::timeout(limit, wait)
+            .await
+            .unwrap_or_else(|_| panic!("the download {name} did not arrive within {limit:?}"))
     }
 
     /// Saves a screenshot of the page as `name`.png under `dir`, when `dir` is set (the
@@ -162,6 +164,54 @@ impl Browser {
                 );
             }
         }
+    }
+
+    /// Signs `user` in at the portal on `origin` through the identity provider's own login
+    /// page (glewlwyd's: user name, password, OK, then Continue to the client), and waits for
+    /// the portal's node form. `shots`: where to save screenshots of the pages on the way.
+    pub async fn sign_in(&self, origin: &str, user: &str, password: &str, shots: Option<&Path>) {
+        use fantoccini::Locator;
+        let c = &self.client;
+        c.goto(&format!("{origin}/"))
+            .await
+            .expect("open the portal");
+        self.screenshot(shots, "1-sign-in").await;
+        self.wait_for("the portal's sign-in link", Locator::LinkText("Sign in"))
+            .await
+            .click()
+            .await
+            .expect("click sign in");
+        let username = self
+            .wait_for("the provider's login form", Locator::Id("username"))
+            .await;
+        self.screenshot(shots, "1b-identity-provider").await;
+        username.send_keys(user).await.expect("type the user name");
+        c.find(Locator::Id("password"))
+            .await
+            .expect("a password field")
+            .send_keys(password)
+            .await
+            .expect("type the password");
+        c.find(Locator::Id("loginbut"))
+            .await
+            .expect("the OK button")
+            .click()
+            .await
+            .expect("log in");
+        // Logged in, the provider asks whether to continue to the portal's client.
+        self.wait_for(
+            "the provider's Continue",
+            Locator::XPath("//button[normalize-space()='Continue']"),
+        )
+        .await
+        .click()
+        .await
+        .expect("continue to the portal");
+        self.wait_for(
+            "back at the portal, signed in",
+            Locator::Css("form[action='/tokens']"),
+        )
+        .await;
     }
 
     /// Ends the session (the browser quits) and stops the driver.

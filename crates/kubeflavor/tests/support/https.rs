@@ -161,3 +161,78 @@ pub async fn serve_self_signed_with(
     );
     Ok((client, tokio::spawn(bound.serve(shutdown))))
 }
+
+/// The ports whose `/callback` the test identity provider registers as redirect URIs
+/// (`testbed/oidc/start`): a portal binds the first one free.
+pub const PORTAL_PORTS: [u16; 4] = [16490, 16491, 16492, 16493];
+
+/// A portal serving on one of [`PORTAL_PORTS`].
+pub struct PortalServer {
+    /// `https://127.0.0.1:<port>`, as browsers reach it.
+    pub origin: String,
+    pub client: HttpsClient,
+    pub task: tokio::task::JoinHandle<()>,
+    /// The session key and client secret files.
+    _dir: tempfile::TempDir,
+}
+
+/// `kubeflavor serve --self-signed` with the node administrators' web portal, signing in
+/// with `issuer` (the client id is its audience in `administrators`) and `client_secret`,
+/// on the first of [`PORTAL_PORTS`] it can bind, until `shutdown` resolves.
+pub async fn serve_portal(
+    kubeconfig: &std::path::Path,
+    instance: &str,
+    administrators: std::sync::Arc<kubeflavor::serve::Administrators>,
+    (issuer, client_secret): (&str, &str),
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<PortalServer> {
+    let dir = tempfile::tempdir()?;
+    let keys = dir.path().join("session-keys");
+    let key = kubeflavor_core::portal::seal::SealingKeys::new_key_line()?;
+    std::fs::write(&keys, format!("{}\n", &*key))?;
+    let cluster = kubeflavor::connect::Cluster::connect(&kubeflavor::connect::ClusterArgs {
+        kubeconfig: Some(kubeconfig.to_path_buf()),
+        context: None,
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}"))?;
+    for port in PORTAL_PORTS {
+        let origin = format!("https://127.0.0.1:{port}");
+        let portal = kubeflavor::serve::portal::Portal::new(
+            issuer.to_string(),
+            zeroize::Zeroizing::new(client_secret.to_string()),
+            &origin,
+            keys.clone(),
+            std::time::Duration::from_secs(600),
+        )?;
+        let options = kubeflavor::serve::Options {
+            address: format!("127.0.0.1:{port}").parse()?,
+            tls: kubeflavor::serve::TlsSource::SelfSigned {
+                names: vec!["127.0.0.1".into()],
+            },
+            ops_address: None,
+            per_minute: 100,
+            burst: 100,
+            audience: None,
+            instance: instance.into(),
+            connections: Default::default(),
+            administrators: Some(administrators.clone()),
+            portal: Some(std::sync::Arc::new(portal)),
+        };
+        // Another test (or run) may hold the port: the next one, then.
+        let Ok(bound) = kubeflavor::serve::bind(cluster.clone(), options).await else {
+            continue;
+        };
+        let client = HttpsClient::new(
+            bound.local_addr()?,
+            bound.self_signed_pem.as_deref().unwrap_or_default(),
+        );
+        return Ok(PortalServer {
+            origin,
+            client,
+            task: tokio::spawn(bound.serve(shutdown)),
+            _dir: dir,
+        });
+    }
+    anyhow::bail!("every portal port the provider knows ({PORTAL_PORTS:?}) is taken")
+}

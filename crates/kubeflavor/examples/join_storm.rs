@@ -188,6 +188,11 @@ fn compare(base: &Report, large: &Report, floor: Option<f64>) -> Verdict {
         large.requests_per_join.unwrap_or(f64::NAN),
         base.requests_per_join.unwrap_or(f64::NAN),
     );
+    text.push_str(&format!(
+        "\nwithin the {}-node storm, its 9th tenth of approvals ran at {:.0} % of its 2nd (same run, same machine)",
+        large.nodes,
+        large.approvals_per_s_late / large.approvals_per_s_early * 100.0
+    ));
     let holds = floor.is_none_or(|f| cost_ratio >= f);
     if let Some(f) = floor {
         text.push_str(&if holds {
@@ -404,6 +409,8 @@ async fn storm(a: &Args, n: usize) -> Report {
         concurrency: a.concurrency.unwrap_or(Options::new("", "").concurrency),
         total_s: total.as_secs_f64(),
         approvals_per_s: n as f64 / last_ok.saturating_duration_since(first).as_secs_f64(),
+        approvals_per_s_early: window_rate(&approved.lock().unwrap(), 0.1, 0.2),
+        approvals_per_s_late: window_rate(&approved.lock().unwrap(), 0.8, 0.9),
         csr_approved_p50_ms: ms_f(percentile(&csr_lat, 0.5)),
         csr_approved_p99_ms: ms_f(percentile(&csr_lat, 0.99)),
         csr_approved_max_ms: ms_f(percentile(&csr_lat, 1.0)),
@@ -537,6 +544,12 @@ struct Report {
     concurrency: u16,
     total_s: f64,
     approvals_per_s: f64,
+    /// Approvals/s over the second tenth of the storm's approvals (ramp-up excluded) and
+    /// over the ninth (the store holding nearly every node, the tail excluded): measured in
+    /// one run, a machine that speeds up or slows down between runs moves both alike, so
+    /// `late / early` shows whether a join costs more as the store fills.
+    approvals_per_s_early: f64,
+    approvals_per_s_late: f64,
     csr_approved_p50_ms: f64,
     csr_approved_p99_ms: f64,
     csr_approved_max_ms: f64,
@@ -563,6 +576,19 @@ struct Report {
     errors: BTreeMap<String, u64>,
 }
 
+/// Approvals per second between the `from` and `to` fractions of the approvals, in the
+/// order they happened.
+fn window_rate<K>(approved: &std::collections::HashMap<K, Instant>, from: f64, to: f64) -> f64 {
+    let mut times: Vec<Instant> = approved.values().copied().collect();
+    times.sort();
+    let n = times.len();
+    let (a, b) = ((n as f64 * from) as usize, ((n as f64 * to) as usize).min(n.saturating_sub(1)));
+    if b <= a {
+        return f64::NAN;
+    }
+    (b - a) as f64 / times[b].saturating_duration_since(times[a]).as_secs_f64()
+}
+
 fn ms_f(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }
@@ -575,6 +601,12 @@ fn print_report(r: &Report, by_request: &[(String, BTreeMap<String, u64>)]) {
     );
     println!("  total time              {:.2} s", r.total_s);
     println!("  approvals/s             {:.0}", r.approvals_per_s);
+    println!(
+        "  approvals/s in tenths   {:.0} in the 2nd, {:.0} in the 9th ({:.0} %: the store nearly full against nearly empty)",
+        r.approvals_per_s_early,
+        r.approvals_per_s_late,
+        r.approvals_per_s_late / r.approvals_per_s_early * 100.0
+    );
     println!(
         "  CSR -> Approved         p50 {:.1} ms  p99 {:.1} ms  max {:.1} ms",
         r.csr_approved_p50_ms, r.csr_approved_p99_ms, r.csr_approved_max_ms

@@ -93,6 +93,15 @@ struct Args {
     via_portal: bool,
 }
 
+/// `program`'s path on the PATH, if it is there.
+fn which(program: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|dir| dir.join(program))
+            .find(|p| p.is_file())
+    })
+}
+
 /// The provider's env file, as `KEY=value` lines.
 fn read_env_file(path: &Path) -> anyhow::Result<BTreeMap<String, String>> {
     let text = std::fs::read_to_string(path)
@@ -298,7 +307,12 @@ async fn scenario(a: &Args, run: &mut Run) -> anyhow::Result<serde_json::Value> 
     .await?;
     run.tasks.push(server);
 
-    let ssh_key = SshKey::generate(&run.name("appliance-join"))?;
+    let key_dir = tempfile::tempdir()?;
+    let ssh_key = SshKey::generate(&run.name("appliance-join"), key_dir.path())?;
+    // The VM's SSH server on a free loopback port of this machine (bound, read, released).
+    let ssh_port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
     let labels = INPUT_LABELS.iter().copied().collect::<BTreeMap<_, _>>();
     let mut downloaded_seed: Option<Vec<u8>> = None;
     let (code, minted) = match &provider {
@@ -433,6 +447,7 @@ async fn scenario(a: &Args, run: &mut Run) -> anyhow::Result<serde_json::Value> 
         &user_data,
         seed_image.as_deref(),
         api_port,
+        ssh_port,
     )?);
     drop(seed);
 
@@ -564,6 +579,22 @@ async fn scenario(a: &Args, run: &mut Run) -> anyhow::Result<serde_json::Value> 
         fingerprint_seen.as_secs(),
         ssh_key.fingerprint
     ));
+    // The administrator logs in with the key they pasted (where this machine has ssh).
+    let ssh_login = ssh_key.log_in(ssh_port, deadline)?;
+    match &ssh_login {
+        Some(hostname) => {
+            ensure!(
+                hostname == &node,
+                "logged in over SSH with the pasted key, but the machine calls itself {hostname:?}, not {node}"
+            );
+            progress(&format!(
+                "ssh -i <the pasted key's private half> -p {ssh_port} debian@127.0.0.1 hostname: {hostname}"
+            ));
+        }
+        None => {
+            progress("no ssh client here: the SSH login was not tried (the console listed the key)")
+        }
+    }
     let taints_after = taints_of(&node_flavored);
     let binding = Api::<FlavorBinding>::all(admin.clone())
         .get(&node)
@@ -627,6 +658,7 @@ async fn scenario(a: &Args, run: &mut Run) -> anyhow::Result<serde_json::Value> 
         "minted_by": if identity.is_some() { "node administrator (Roster)" } else { "portal" },
         "seed_image": a.seed_image || a.via_portal,
         "via_portal": a.via_portal,
+        "ssh_login_hostname": ssh_login,
         "identity": identity,
         "node": node,
         "flavor": flavor,
@@ -881,18 +913,36 @@ struct SshKey {
     line: String,
     fingerprint: String,
     cloud_init_fingerprint: String,
+    /// The private key's file, when ssh-keygen made the pair (then the run logs in with it).
+    private: Option<PathBuf>,
 }
 
 impl SshKey {
-    fn generate(comment: &str) -> anyhow::Result<SshKey> {
+    /// A new ed25519 pair: by ssh-keygen into `dir` when this machine has it and ssh (the
+    /// run then logs in to the VM with it), else rcgen's (the key is then only seen on the
+    /// VM's console).
+    fn generate(comment: &str, dir: &Path) -> anyhow::Result<SshKey> {
+        let private = dir.join("id_ed25519");
+        let made = which("ssh").is_some()
+            && Command::new("ssh-keygen")
+                .args(["-q", "-t", "ed25519", "-N", "", "-C", comment, "-f"])
+                .arg(&private)
+                .status()
+                .is_ok_and(|s| s.success());
+        if made {
+            let line = std::fs::read_to_string(private.with_extension("pub"))?;
+            let parsed: kubeflavor_core::mint::ssh_key::SshPublicKey = line.trim().parse()?;
+            return Ok(SshKey::of(&parsed, Some(private)));
+        }
+        SshKey::generated(comment)
+    }
+
+    fn of(
+        parsed: &kubeflavor_core::mint::ssh_key::SshPublicKey,
+        private: Option<PathBuf>,
+    ) -> SshKey {
         use sha2::Digest;
-        let pair = rcgen::KeyPair::generate_for(&rcgen::PKCS_ED25519)?;
-        let raw: &[u8; 32] = pair
-            .public_key_raw()
-            .try_into()
-            .context("an ed25519 public key of 32 bytes")?;
-        let parsed = kubeflavor_core::mint::ssh_key::SshPublicKey::ed25519(raw, Some(comment))?;
-        Ok(SshKey {
+        SshKey {
             fingerprint: parsed.fingerprint(),
             cloud_init_fingerprint: hex::encode(sha2::Sha256::digest(parsed.blob()))
                 .as_bytes()
@@ -901,7 +951,60 @@ impl SshKey {
                 .collect::<Vec<_>>()
                 .join(":"),
             line: parsed.to_string(),
-        })
+            private,
+        }
+    }
+
+    fn generated(comment: &str) -> anyhow::Result<SshKey> {
+        let pair = rcgen::KeyPair::generate_for(&rcgen::PKCS_ED25519)?;
+        let raw: &[u8; 32] = pair
+            .public_key_raw()
+            .try_into()
+            .context("an ed25519 public key of 32 bytes")?;
+        let parsed = kubeflavor_core::mint::ssh_key::SshPublicKey::ed25519(raw, Some(comment))?;
+        Ok(SshKey::of(&parsed, None))
+    }
+
+    /// Logs in to the VM's default user through the forwarded `port` with the private key,
+    /// and returns what `hostname` printed there. The VM's SSH server may start after its
+    /// console listed the key: tried again until `deadline`.
+    fn log_in(&self, port: u16, deadline: Instant) -> anyhow::Result<Option<String>> {
+        let Some(private) = &self.private else {
+            return Ok(None);
+        };
+        let mut last = String::new();
+        while Instant::now() < deadline {
+            let out = Command::new("ssh")
+                .arg("-i")
+                .arg(private)
+                .args(["-p", &port.to_string()])
+                .args([
+                    "-o",
+                    "BatchMode=yes",
+                    "-o",
+                    "IdentitiesOnly=yes",
+                    "-o",
+                    "ConnectTimeout=10",
+                    "-o",
+                    "StrictHostKeyChecking=no",
+                    "-o",
+                    "UserKnownHostsFile=/dev/null",
+                    "-o",
+                    "LogLevel=ERROR",
+                    "debian@127.0.0.1",
+                    "hostname",
+                ])
+                .output()?;
+            if out.status.success() {
+                return Ok(Some(
+                    String::from_utf8_lossy(&out.stdout).trim().to_string(),
+                ));
+            }
+            last = String::from_utf8_lossy(&out.stderr).trim().to_string();
+            // The VM's sshd is another machine's process: nothing to await but its port.
+            std::thread::sleep(Duration::from_secs(2));
+        }
+        bail!("could not log in to the VM over SSH with the pasted key: {last}")
     }
 }
 
@@ -1006,6 +1109,7 @@ impl Vm {
         user_data: &Path,
         seed_image: Option<&Path>,
         api_port: u16,
+        ssh_port: u16,
     ) -> anyhow::Result<Vm> {
         let mut command = Command::new("bash");
         command.arg(script).arg(image).arg(name);
@@ -1017,6 +1121,7 @@ impl Vm {
         let out = command
             .arg(name)
             .env("APPLIANCE_API_PORT", api_port.to_string())
+            .env("APPLIANCE_SSH_PORT", ssh_port.to_string())
             .output()
             .with_context(|| format!("running {}", script.display()))?;
         let stdout = String::from_utf8_lossy(&out.stdout);

@@ -582,7 +582,10 @@ fn window_rate<K>(approved: &std::collections::HashMap<K, Instant>, from: f64, t
     let mut times: Vec<Instant> = approved.values().copied().collect();
     times.sort();
     let n = times.len();
-    let (a, b) = ((n as f64 * from) as usize, ((n as f64 * to) as usize).min(n.saturating_sub(1)));
+    let (a, b) = (
+        (n as f64 * from) as usize,
+        ((n as f64 * to) as usize).min(n.saturating_sub(1)),
+    );
     if b <= a {
         return f64::NAN;
     }

@@ -110,6 +110,16 @@ fn screenshots() -> Option<PathBuf> {
     std::env::var_os("KUBEFLAVOR_E2E_SCREENSHOTS").map(PathBuf::from)
 }
 
+/// Clicks what `locator` finds on the page.
+async fn click(c: &fantoccini::Client, locator: Locator<'_>) {
+    c.find(locator)
+        .await
+        .unwrap_or_else(|e| panic!("{locator:?} is not on the page: {e}"))
+        .click()
+        .await
+        .expect("click");
+}
+
 /// The session cookie the browser holds, as a `Cookie` header value.
 async fn session_cookie(browser: &Browser) -> String {
     let cookie = browser
@@ -229,12 +239,7 @@ async fn an_administrator_signs_in_describes_the_node_and_downloads_its_seed_ima
         .send_keys("ssh-ed25519 not-a-key")
         .await
         .unwrap();
-    c.find(Locator::Css("button[type='submit']:not(.secondary)"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    click(c, Locator::Css("button[type='submit']:not(.secondary)")).await;
     let error = browser
         .wait_for("the key's error", Locator::Id("sshAuthorizedKeys-error"))
         .await;
@@ -280,18 +285,8 @@ async fn an_administrator_signs_in_describes_the_node_and_downloads_its_seed_ima
     let keys = c.find(Locator::Id("sshAuthorizedKeys")).await.unwrap();
     keys.clear().await.unwrap();
     keys.send_keys(ED25519_KEY).await.unwrap();
-    c.find(Locator::Css("#label-site option[value='paris']"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
-    c.find(Locator::Css("button[type='submit']:not(.secondary)"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    click(c, Locator::Css("#label-site option[value='paris']")).await;
+    click(c, Locator::Css("button[type='submit']:not(.secondary)")).await;
     let shown = browser
         .wait_for("the token page", Locator::Css("pre.secret"))
         .await;
@@ -341,12 +336,11 @@ async fn an_administrator_signs_in_describes_the_node_and_downloads_its_seed_ima
 
     // The seed image: a CIDATA FAT volume whose user-data joins with the token and
     // installs the key, and whose meta-data names the machine.
-    c.find(Locator::XPath("//button[text()='Download the seed image']"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    click(
+        c,
+        Locator::XPath("//button[text()='Download the seed image']"),
+    )
+    .await;
     let mut image = browser
         .downloaded(&format!("{host}-seed.img"), Duration::from_secs(30))
         .await;
@@ -507,12 +501,7 @@ async fn an_administrator_signs_in_describes_the_node_and_downloads_its_seed_ima
     drop(ctl);
 
     // Sign out: the landing page, and the browser holds no session.
-    c.find(Locator::Css("header button"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    click(c, Locator::Css("header button")).await;
     browser
         .wait_for("signed out", Locator::LinkText("Sign in"))
         .await;

@@ -501,44 +501,44 @@ fn pod_template(
         }),
         ..Default::default()
     }];
-    if let Some(configmap) = &administrators.ca_configmap {
-        volumes.push(Volume {
-            name: "oidc-ca".into(),
-            config_map: Some(ConfigMapVolumeSource {
-                name: configmap.clone(),
-                ..Default::default()
-            }),
-            ..Default::default()
-        });
+    let mut mount = |volume: Volume, path: &str| {
         container
             .volume_mounts
             .get_or_insert_with(Vec::new)
             .push(VolumeMount {
-                name: "oidc-ca".into(),
-                mount_path: OIDC_CA_DIR.into(),
+                name: volume.name.clone(),
+                mount_path: path.into(),
                 read_only: Some(true),
                 ..Default::default()
             });
+        volumes.push(volume);
+    };
+    if let Some(configmap) = &administrators.ca_configmap {
+        mount(
+            Volume {
+                name: "oidc-ca".into(),
+                config_map: Some(ConfigMapVolumeSource {
+                    name: configmap.clone(),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+            OIDC_CA_DIR,
+        );
     }
     if administrators.portal_url.is_some() {
-        volumes.push(Volume {
-            name: "portal".into(),
-            secret: Some(SecretVolumeSource {
-                secret_name: Some(PORTAL_SECRET.into()),
-                default_mode: Some(0o400),
-                ..Default::default()
-            }),
-            ..Default::default()
-        });
-        container
-            .volume_mounts
-            .get_or_insert_with(Vec::new)
-            .push(VolumeMount {
+        mount(
+            Volume {
                 name: "portal".into(),
-                mount_path: PORTAL_DIR.into(),
-                read_only: Some(true),
+                secret: Some(SecretVolumeSource {
+                    secret_name: Some(PORTAL_SECRET.into()),
+                    default_mode: Some(0o400),
+                    ..Default::default()
+                }),
                 ..Default::default()
-            });
+            },
+            PORTAL_DIR,
+        );
     }
     let pod = pod_spec(SERVE, &selector, container, placement);
     PodTemplateSpec {

@@ -429,6 +429,25 @@ async fn form_page(
     }
 }
 
+/// The node form again, with `message` for the whole form.
+async fn form_refused(
+    server: &Server,
+    session: &Session,
+    values: &FormValues,
+    message: &str,
+    code: StatusCode,
+) -> Response<Body> {
+    form_page(
+        server,
+        session,
+        values,
+        &BTreeMap::new(),
+        Some(message),
+        code,
+    )
+    .await
+}
+
 /// `GET /signin`: start a sign-in at the provider.
 async fn sign_in(server: &Server, portal: &Portal) -> Response<Body> {
     let Some(administrators) = &server.administrators else {
@@ -730,12 +749,11 @@ async fn new_token(server: &Server, portal: &Portal, req: Request<Incoming>) -> 
             .await;
         }
         Err(e) => {
-            return form_page(
+            return form_refused(
                 server,
                 &session,
                 &values,
-                &BTreeMap::new(),
-                Some(&e.to_string()),
+                &e.to_string(),
                 StatusCode::BAD_REQUEST,
             )
             .await;
@@ -750,12 +768,11 @@ async fn new_token(server: &Server, portal: &Portal, req: Request<Incoming>) -> 
     let identity = session.identity();
     if let Some(refused) = over_limit(server, &identity) {
         let (message, _) = refusal(refused).await;
-        return form_page(
+        return form_refused(
             server,
             &session,
             &values,
-            &BTreeMap::new(),
-            Some(&message),
+            &message,
             StatusCode::TOO_MANY_REQUESTS,
         )
         .await;
@@ -765,12 +782,11 @@ async fn new_token(server: &Server, portal: &Portal, req: Request<Incoming>) -> 
         None => match form::made_up_hostname() {
             Ok(h) => h,
             Err(_) => {
-                return form_page(
+                return form_refused(
                     server,
                     &session,
                     &values,
-                    &BTreeMap::new(),
-                    Some("The portal cannot make up a name right now; give one."),
+                    "The portal cannot make up a name right now; give one.",
                     StatusCode::INTERNAL_SERVER_ERROR,
                 )
                 .await;
@@ -815,12 +831,11 @@ async fn new_token(server: &Server, portal: &Portal, req: Request<Incoming>) -> 
         &Zeroizing::new(serde_json::to_vec(&ticket).expect("JSON")),
     );
     let Ok(sealed) = sealed else {
-        return form_page(
+        return form_refused(
             server,
             &session,
             &values,
-            &BTreeMap::new(),
-            Some("The portal cannot prepare the download right now; try again."),
+            "The portal cannot prepare the download right now; try again.",
             StatusCode::INTERNAL_SERVER_ERROR,
         )
         .await;

@@ -398,6 +398,14 @@ async fn storm(a: &Args, n: usize) -> Report {
     let node_lat = storm::latencies(&registered, &flavored);
     let first = created.lock().unwrap().values().min().copied().unwrap();
     let last_ok = approved.lock().unwrap().values().max().copied().unwrap();
+    // One lock for both (a guard in the literal below would live to its end).
+    let (early, late) = {
+        let approved = approved.lock().unwrap();
+        (
+            window_rate(&approved, 0.1, 0.2),
+            window_rate(&approved, 0.8, 0.9),
+        )
+    };
     let mut report = Report {
         cluster: if cluster.is_some() {
             "testkube"
@@ -409,8 +417,8 @@ async fn storm(a: &Args, n: usize) -> Report {
         concurrency: a.concurrency.unwrap_or(Options::new("", "").concurrency),
         total_s: total.as_secs_f64(),
         approvals_per_s: n as f64 / last_ok.saturating_duration_since(first).as_secs_f64(),
-        approvals_per_s_early: window_rate(&approved.lock().unwrap(), 0.1, 0.2),
-        approvals_per_s_late: window_rate(&approved.lock().unwrap(), 0.8, 0.9),
+        approvals_per_s_early: early,
+        approvals_per_s_late: late,
         csr_approved_p50_ms: ms_f(percentile(&csr_lat, 0.5)),
         csr_approved_p99_ms: ms_f(percentile(&csr_lat, 0.99)),
         csr_approved_max_ms: ms_f(percentile(&csr_lat, 1.0)),

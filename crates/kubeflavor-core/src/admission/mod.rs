@@ -1,6 +1,7 @@
 //! The admission policies `install` ships: rules the API server enforces on requests that
 //! RBAC cannot tell apart (ValidatingAdmissionPolicy, MutatingAdmissionPolicy).
 
+pub mod kubelet_topology;
 pub mod sole_approver;
 pub mod token_shape;
 pub mod trail;

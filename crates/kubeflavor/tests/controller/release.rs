@@ -275,6 +275,77 @@ async fn a_revoked_node_whose_taint_is_removed_by_hand_is_never_left_schedulable
     ctl.stop().await;
 }
 
+/// The kubelet's zone is not trusted: a kubelet may not register its Node with
+/// `topology.kubernetes.io/zone` or `region` (NodeRestriction would let it), nor add, change
+/// or remove them later; an admin (or a cloud controller manager) may set them, and the
+/// kubelet's ordinary writes still pass.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kubelet_does_not_decide_its_zone() {
+    let h = Harness::start().await;
+    let f = h.gold_flavor("zone-kubelet").await;
+    let node = h.name("node-zone-kubelet");
+    let ctl = h.start_controller(h.options("ctl"));
+    let t = h.token(&f, 1, None).await;
+    let csr = h.name("csr-zone-kubelet");
+    h.submit_csr(&h.bootstrap_client(&t).await, &csr, &node)
+        .await;
+    assert_eq!(h.decision(&csr).await, "Approved");
+    let kubelet: Api<Node> = Api::all(h.node_client(&csr).await);
+    let zone = "topology.kubernetes.io/zone";
+    for key in kubeflavor_core::admission::kubelet_topology::TOPOLOGY_LABELS {
+        let chosen: Node = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": node, "labels": {key: "where-i-say"}},
+        }))
+        .unwrap();
+        let err = kubelet
+            .create(&PostParams::default(), &chosen)
+            .await
+            .expect_err("a kubelet may not register with a zone of its own");
+        assert!(refused(&err), "{key}: {err}");
+    }
+    h.register_node(&csr, &node, &[], &[(UNVERIFIED, "NoSchedule")])
+        .await;
+    let add = serde_json::json!({"metadata": {"labels": {zone: "where-i-say"}}});
+    let err = kubelet
+        .patch(&node, &PatchParams::default(), &Patch::Merge(&add))
+        .await
+        .expect_err("a kubelet may not add a zone");
+    assert!(refused(&err), "{err}");
+    // The owner's (an admin's) zone: kept, and the kubelet may neither change nor drop it.
+    h.nodes()
+        .patch(
+            &node,
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"metadata": {"labels": {zone: "observed-site"}}})),
+        )
+        .await
+        .expect("an admin sets the zone");
+    for (what, patch) in [
+        (
+            "change",
+            serde_json::json!({"metadata": {"labels": {zone: "where-i-say"}}}),
+        ),
+        (
+            "remove",
+            serde_json::json!({"metadata": {"labels": {zone: null}}}),
+        ),
+    ] {
+        let err = kubelet
+            .patch(&node, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .expect_err(what);
+        assert!(refused(&err), "{what}: {err}");
+    }
+    let own = serde_json::json!({"metadata": {"annotations": {"example.com/kubelet": "yes"}}});
+    kubelet
+        .patch(&node, &PatchParams::default(), &Patch::Merge(&own))
+        .await
+        .expect("a kubelet's own annotation");
+    let n = h.nodes().get(&node).await.unwrap();
+    assert_eq!(label(&n, zone), Some("observed-site"));
+    ctl.stop().await;
+}
+
 /// The record is kubeflavor's: a kubelet may not create its Node with it, nor remove or
 /// change it (through `nodes` or `nodes/status`); its ordinary writes still pass.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -9,6 +9,7 @@ use k8s_openapi::api::admissionregistration::v1::{
     MatchCondition, MatchResources, NamedRuleWithOperations, ValidatingAdmissionPolicy,
     ValidatingAdmissionPolicySpec, Variable,
 };
+use kubeflavor_core::admission::kubelet_topology;
 use kubeflavor_core::node::applied_record::{
     self, APPLIED_ANNOTATION, POLICY_NAME, RESOURCES, VALIDATION,
 };
@@ -46,16 +47,20 @@ fn policy() -> Document {
             variables: Some(
                 applied_record::variables()
                     .into_iter()
+                    .chain(kubelet_topology::variables())
                     .map(|(name, expression)| Variable {
                         name: name.into(),
                         expression,
                     })
                     .collect(),
             ),
-            validations: Some(super::admission::validations([(
-                VALIDATION.into(),
-                applied_record::refusal(),
-            )])),
+            validations: Some(super::admission::validations([
+                (VALIDATION.into(), applied_record::refusal()),
+                (
+                    kubelet_topology::VALIDATION.into(),
+                    kubelet_topology::refusal(),
+                ),
+            ])),
             ..Default::default()
         }),
         status: None,
@@ -66,7 +71,10 @@ fn policy() -> Document {
              {APPLIED_ANNOTATION} (the label keys and taints it put on the Node) in the same \
              patch as what it records, and releasing a Node removes what the record names. \
              NodeRestriction leaves a kubelet its own Node's annotations, so this policy refuses \
-             any kubelet request (group system:nodes) that sets, changes or removes it."
+             any kubelet request (group system:nodes) that sets, changes or removes it. It also \
+             refuses a kubelet that sets, changes or removes topology.kubernetes.io/zone or \
+             region, which NodeRestriction would let it set: whoever runs a node must not decide \
+             where zone-placed workloads run."
         ),
         &policy,
     )
@@ -86,8 +94,9 @@ fn policy() -> Document {
     )
     .note(
         "spec.validations",
-        "The record after the request equals the record before (absent stays absent): a kubelet's \
-         own updates (heartbeats, labels it may set) pass unchanged.",
+        "The record after the request equals the record before (absent stays absent), and so do \
+         the zone and region labels (a kubelet may not bring them at registration either): a \
+         kubelet's own updates (heartbeats, labels it may set) pass unchanged.",
     )
 }
 

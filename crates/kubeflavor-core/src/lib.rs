@@ -39,6 +39,9 @@ pub mod node;
 // machine is handed.
 pub mod mint;
 
+// What kubeflavor observed about a node's network, kept apart from what the node claims.
+pub mod network;
+
 // The node administrators' web portal: sign-in, sessions, forms, downloads.
 pub mod portal;
 

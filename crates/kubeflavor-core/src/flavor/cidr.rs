@@ -17,7 +17,7 @@ use std::net::{IpAddr, Ipv6Addr};
 use std::str::FromStr;
 
 /// An IP range, e.g. `10.20.0.0/16` or `2001:db8::/48`.
-#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Cidr {
     addr: IpAddr,
     prefix: u8,
@@ -41,6 +41,38 @@ impl Cidr {
 
     pub fn prefix(&self) -> u8 {
         self.prefix
+    }
+
+    /// `addr`/`prefix`, the prefix capped at the family's width.
+    pub fn from_parts(addr: IpAddr, prefix: u8) -> Cidr {
+        let width = if addr.is_ipv4() { 32 } else { 128 };
+        Cidr {
+            addr,
+            prefix: prefix.min(width),
+        }
+    }
+
+    /// The same range with the bits after the prefix cleared (`10.1.2.3/8` is
+    /// `10.0.0.0/8`): one way to write each range.
+    pub fn network(&self) -> Cidr {
+        let addr = match self.addr {
+            IpAddr::V4(a) => {
+                let host = 32 - u32::from(self.prefix);
+                let bits = u32::from(a);
+                let net = if host >= 32 { 0 } else { bits >> host << host };
+                IpAddr::V4(net.into())
+            }
+            IpAddr::V6(a) => {
+                let host = 128 - u32::from(self.prefix);
+                let bits = u128::from(a);
+                let net = if host >= 128 { 0 } else { bits >> host << host };
+                IpAddr::V6(net.into())
+            }
+        };
+        Cidr {
+            addr,
+            prefix: self.prefix,
+        }
     }
 
     /// Whether `ip` lies in the range: same family, same leading `prefix` bits.

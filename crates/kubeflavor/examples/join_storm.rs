@@ -13,10 +13,12 @@
 //! errors, from its own metrics). The last line of the output is the run's figures as one
 //! JSON object (`--record FILE` also appends it to FILE).
 //!
-//! With `--baseline M` it first runs a storm of M nodes, then the storm of `--nodes`, each
-//! against a fresh testkube and controller, and compares testkube's CPU per request at the
-//! two sizes (`--min-cost-ratio F` exits 1 when the cost is not flat enough): the check CI
-//! runs so a cost per request that grows with the fleet cannot slip in unseen.
+//! With `--baseline M` it runs a storm of M nodes, then the storm of `--nodes`, then M nodes
+//! again, each against a fresh testkube and controller, and compares testkube's CPU per
+//! request of the large storm with the mean of the two small ones (`--min-cost-ratio F`
+//! exits 1 when the cost is not flat enough): the check CI runs so a cost per request that
+//! grows with the fleet cannot slip in unseen. A baseline on each side cancels a machine
+//! that speeds up or slows down while they run.
 //!
 //! With `--kubeconfig FILE` it runs against that cluster instead (request counters are
 //! testkube-only and are skipped). It creates `install --apply` objects, a Flavor, N
@@ -72,13 +74,14 @@ struct Args {
     /// Also append the run's JSON line to this file, so runs can be compared over time.
     #[arg(long, value_name = "FILE")]
     record: Option<std::path::PathBuf>,
-    /// First run a storm of this many nodes (a fresh testkube and controller), then the
-    /// storm of `--nodes`, and compare the two: testkube's CPU per request and
-    /// approvals/s at both sizes. Flat cost means a cost ratio near 1.
+    /// Run a storm of this many nodes (a fresh testkube and controller) before and after
+    /// the storm of `--nodes`, and compare: testkube's CPU per request and approvals/s of
+    /// the large storm against the mean of the two small ones. Flat cost means a cost ratio
+    /// near 1.
     #[arg(long, value_name = "N", value_parser = args::at_least_one)]
     baseline: Option<usize>,
-    /// With --baseline: exit 1 when the baseline's in-process CPU per request divided by
-    /// the larger storm's is below this floor (the larger storm costs more than 1/floor
+    /// With --baseline: exit 1 when the baselines' mean in-process CPU per request divided
+    /// by the larger storm's is below this floor (the larger storm costs more than 1/floor
     /// times as much per request).
     #[arg(long, value_name = "RATIO", requires = "baseline")]
     min_cost_ratio: Option<f64>,
@@ -149,9 +152,13 @@ async fn main() {
         storm(&a, a.nodes).await;
         return;
     };
-    let base = storm(&a, small).await;
+    // The baseline before and after the large storm, compared by their mean: a machine
+    // that speeds up or slows down during the runs moves the two baselines apart and their
+    // mean with the large storm, not the ratio.
+    let before = storm(&a, small).await;
     let large = storm(&a, a.nodes).await;
-    let verdict = compare(&base, &large, a.min_cost_ratio);
+    let after = storm(&a, small).await;
+    let verdict = compare(&[before, after], &large, a.min_cost_ratio);
     println!("{}", verdict.text);
     if !verdict.holds {
         std::process::exit(1);
@@ -164,29 +171,40 @@ struct Verdict {
     holds: bool,
 }
 
-fn compare(base: &Report, large: &Report, floor: Option<f64>) -> Verdict {
-    let (Some(b), Some(l)) = (
-        base.in_process_cpu_us_per_request,
-        large.in_process_cpu_us_per_request,
-    ) else {
+fn compare(bases: &[Report; 2], large: &Report, floor: Option<f64>) -> Verdict {
+    let mean = |f: fn(&Report) -> Option<f64>| {
+        bases
+            .iter()
+            .map(f)
+            .sum::<Option<f64>>()
+            .map(|sum| sum / bases.len() as f64)
+    };
+    let base_cpu = mean(|r| r.in_process_cpu_us_per_request);
+    let base_rate = mean(|r| Some(r.approvals_per_s)).unwrap_or(f64::NAN);
+    let base_requests = mean(|r| r.requests_per_join).unwrap_or(f64::NAN);
+    let base = &bases[0];
+    let (Some(b), Some(l)) = (base_cpu, large.in_process_cpu_us_per_request) else {
         return Verdict {
             text: "no CPU per request to compare (testkube only)".into(),
             holds: floor.is_none(),
         };
     };
     let cost_ratio = b / l;
-    let rate_ratio = large.approvals_per_s / base.approvals_per_s;
+    let rate_ratio = large.approvals_per_s / base_rate;
     let mut text = format!(
-        "compared: {} against {} nodes: in-process CPU per request {b:.0} against {l:.0} us \
-         (cost ratio {cost_ratio:.2}; 1 is flat), approvals/s {:.0} against {:.0} \
-         ({:.0} %), testkube requests per join {:.2} against {:.2}",
+        "compared: {} nodes against {} (the mean of a run before and one after): in-process \
+         CPU per request {l:.0} against {b:.0} us ({:.0} and {:.0}; cost ratio \
+         {cost_ratio:.2}, 1 is flat), approvals/s {:.0} against {:.0} ({:.0} %), testkube \
+         requests per join {:.2} against {:.2}",
         large.nodes,
         base.nodes,
+        bases[0].in_process_cpu_us_per_request.unwrap_or(f64::NAN),
+        bases[1].in_process_cpu_us_per_request.unwrap_or(f64::NAN),
         large.approvals_per_s,
-        base.approvals_per_s,
+        base_rate,
         rate_ratio * 100.0,
         large.requests_per_join.unwrap_or(f64::NAN),
-        base.requests_per_join.unwrap_or(f64::NAN),
+        base_requests,
     );
     text.push_str(&format!(
         "\nwithin the {}-node storm, its 9th tenth of approvals ran at {:.0} % of its 2nd (same run, same machine)",

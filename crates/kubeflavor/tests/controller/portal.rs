@@ -42,7 +42,10 @@ const ED25519_KEY: &str =
 struct RunningPortal {
     origin: String,
     client: HttpsClient,
+    keys_file: std::path::PathBuf,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
+    /// Holds the key file's folder.
+    _server: crate::support::https::PortalServer,
 }
 
 impl Drop for RunningPortal {
@@ -79,7 +82,9 @@ async fn start_portal(h: &Harness, provider: &Provider, roster: &str) -> Running
     RunningPortal {
         origin: server.origin.clone(),
         client: server.client.clone(),
+        keys_file: server.keys_file.clone(),
         stop: Some(tx),
+        _server: server,
     }
 }
 
@@ -225,6 +230,38 @@ async fn an_administrator_signs_in_describes_the_node_and_downloads_its_seed_ima
         values
     };
     assert_eq!(offered, ["", "berlin", "paris"]);
+
+    // Keys rotate without signing anyone out: a new key on top, the old one kept.
+    let old_keys = std::fs::read_to_string(&portal.keys_file).unwrap();
+    let new_key = kubeflavor_core::portal::seal::SealingKeys::new_key_line().unwrap();
+    std::fs::write(&portal.keys_file, format!("{}\n{old_keys}", &*new_key)).unwrap();
+    c.refresh().await.unwrap();
+    browser
+        .wait_for(
+            "still signed in after the rotation",
+            Locator::Css("form[action='/tokens']"),
+        )
+        .await;
+    // Readable on a phone: nothing wider than a phone's screen.
+    let desktop = c.get_window_rect().await.unwrap();
+    c.set_window_size(390, 844).await.unwrap();
+    let overflow = c
+        .execute(
+            "return document.documentElement.scrollWidth - window.innerWidth;",
+            vec![],
+        )
+        .await
+        .unwrap();
+    assert!(
+        overflow.as_i64().unwrap_or(1) <= 0,
+        "the page is {overflow} px wider than a phone"
+    );
+    browser
+        .screenshot(screenshots().as_deref(), "2b-on-a-phone")
+        .await;
+    c.set_window_size(desktop.2 as u32, desktop.3 as u32)
+        .await
+        .unwrap();
 
     // A bad key: refused beside its field, what was typed kept.
     c.find(Locator::Id("hostname"))
@@ -512,6 +549,14 @@ async fn an_administrator_signs_in_describes_the_node_and_downloads_its_seed_ima
     );
     c.goto(&format!("{}/nodes", portal.origin)).await.unwrap();
     assert!(c.source().await.unwrap().contains("href=\"/signin\""));
+    // The old key removed (a session lifetime after the rotation): what it sealed no
+    // longer opens, so a session from before the rotation has ended.
+    std::fs::write(&portal.keys_file, format!("{}\n", &*new_key)).unwrap();
+    let (_, _, body) = portal
+        .client
+        .send(Method::GET, "/", &[("cookie", &session)], b"")
+        .await;
+    assert!(String::from_utf8_lossy(&body).contains("Your session has ended"));
     browser.close().await;
 }
 

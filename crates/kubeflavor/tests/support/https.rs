@@ -172,6 +172,8 @@ pub struct PortalServer {
     pub origin: String,
     pub client: HttpsClient,
     pub task: tokio::task::JoinHandle<()>,
+    /// The session key file, looked at on every request (rotate by writing it).
+    pub keys_file: std::path::PathBuf,
     /// The session key and client secret files.
     _dir: tempfile::TempDir,
 }
@@ -204,7 +206,8 @@ pub async fn serve_portal(
             &origin,
             keys.clone(),
             std::time::Duration::from_secs(600),
-        )?;
+        )?
+        .with_keys_checked_every(std::time::Duration::ZERO);
         let options = kubeflavor::serve::Options {
             address: format!("127.0.0.1:{port}").parse()?,
             tls: kubeflavor::serve::TlsSource::SelfSigned {
@@ -231,6 +234,7 @@ pub async fn serve_portal(
             origin,
             client,
             task: tokio::spawn(bound.serve(shutdown)),
+            keys_file: keys,
             _dir: dir,
         });
     }

@@ -43,7 +43,7 @@ use super::api::Body;
 pub const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
 const STYLESHEET: &str = include_str!("portal.css");
 /// How often the key file is looked at for changes.
-const KEYS_CHECKED_EVERY: Duration = Duration::from_secs(5);
+pub const KEYS_CHECKED_EVERY: Duration = Duration::from_secs(5);
 
 /// The portal's configuration.
 pub struct Portal {
@@ -69,6 +69,8 @@ impl std::fmt::Debug for Portal {
 struct KeyFile {
     path: PathBuf,
     loaded: RwLock<Loaded>,
+    /// How often the file is looked at ([`KEYS_CHECKED_EVERY`]; tests of rotation: 0).
+    checked_every: Duration,
 }
 
 struct Loaded {
@@ -100,8 +102,15 @@ impl Portal {
                     modified,
                     checked: std::time::Instant::now(),
                 }),
+                checked_every: KEYS_CHECKED_EVERY,
             },
         })
+    }
+
+    /// The same portal looking at its key file every `every` (tests of rotation use 0).
+    pub fn with_keys_checked_every(mut self, every: Duration) -> Portal {
+        self.keys.checked_every = every;
+        self
     }
 
     fn redirect_uri(&self) -> String {
@@ -113,7 +122,7 @@ impl Portal {
     fn keys(&self) -> Arc<SealingKeys> {
         {
             let loaded = self.keys.loaded.read().unwrap_or_else(|p| p.into_inner());
-            if loaded.checked.elapsed() < KEYS_CHECKED_EVERY {
+            if loaded.checked.elapsed() < self.keys.checked_every {
                 return loaded.keys.clone();
             }
         }

@@ -275,6 +275,24 @@ async fn a_revoked_node_whose_taint_is_removed_by_hand_is_never_left_schedulable
     ctl.stop().await;
 }
 
+/// A kubelet whose client CSR the controller approved, before its Node exists: the node's
+/// name, the CSR's, the controller, and the kubelet's own view of Nodes.
+async fn approved_kubelet(
+    h: &Harness,
+    base: &str,
+) -> (String, String, ControllerHandle, Api<Node>) {
+    let f = h.gold_flavor(base).await;
+    let node = h.name(&format!("node-{base}"));
+    let ctl = h.start_controller(h.options("ctl"));
+    let t = h.token(&f, 1, None).await;
+    let csr = h.name(&format!("csr-{base}"));
+    h.submit_csr(&h.bootstrap_client(&t).await, &csr, &node)
+        .await;
+    assert_eq!(h.decision(&csr).await, "Approved");
+    let kubelet: Api<Node> = Api::all(h.node_client(&csr).await);
+    (node, csr, ctl, kubelet)
+}
+
 /// The kubelet's zone is not trusted: a kubelet may not register its Node with
 /// `topology.kubernetes.io/zone` or `region` (NodeRestriction would let it), nor add, change
 /// or remove them later; an admin (or a cloud controller manager) may set them, and the
@@ -282,15 +300,7 @@ async fn a_revoked_node_whose_taint_is_removed_by_hand_is_never_left_schedulable
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_kubelet_does_not_decide_its_zone() {
     let h = Harness::start().await;
-    let f = h.gold_flavor("zone-kubelet").await;
-    let node = h.name("node-zone-kubelet");
-    let ctl = h.start_controller(h.options("ctl"));
-    let t = h.token(&f, 1, None).await;
-    let csr = h.name("csr-zone-kubelet");
-    h.submit_csr(&h.bootstrap_client(&t).await, &csr, &node)
-        .await;
-    assert_eq!(h.decision(&csr).await, "Approved");
-    let kubelet: Api<Node> = Api::all(h.node_client(&csr).await);
+    let (node, csr, ctl, kubelet) = approved_kubelet(&h, "zone-kubelet").await;
     let zone = "topology.kubernetes.io/zone";
     for key in kubeflavor_core::admission::kubelet_topology::TOPOLOGY_LABELS {
         let chosen: Node = serde_json::from_value(serde_json::json!({
@@ -351,15 +361,7 @@ async fn a_kubelet_does_not_decide_its_zone() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_kubelet_cannot_set_change_or_remove_the_record() {
     let h = Harness::start().await;
-    let f = h.gold_flavor("rel-kubelet").await;
-    let node = h.name("node-rel-kubelet");
-    let ctl = h.start_controller(h.options("ctl"));
-    let t = h.token(&f, 1, None).await;
-    let csr = h.name("csr-rel-kubelet");
-    h.submit_csr(&h.bootstrap_client(&t).await, &csr, &node)
-        .await;
-    assert_eq!(h.decision(&csr).await, "Approved");
-    let kubelet: Api<Node> = Api::all(h.node_client(&csr).await);
+    let (node, csr, ctl, kubelet) = approved_kubelet(&h, "rel-kubelet").await;
 
     // Create with a record of its own choosing: refused.
     let forged: Node = serde_json::from_value(serde_json::json!({

@@ -527,7 +527,17 @@ async fn an_administrator_signs_in_describes_the_node_and_downloads_its_seed_ima
         .wait_for("my nodes", Locator::Css("table tbody"))
         .await;
     let rows = table.text().await.unwrap();
-    assert!(rows.contains(&host), "{rows}");
+    assert!(rows.contains(&host) && rows.contains("not yet"), "{rows}");
+    // Its Node registers and the controller sees it: registered.
+    h.register_node(&host, &host, &[], &[]).await;
+    h.binding_until(&host, "flavored", |b| b.is_flavored())
+        .await;
+    c.refresh().await.unwrap();
+    let table = browser
+        .wait_for("my nodes", Locator::Css("table tbody"))
+        .await;
+    let rows = table.text().await.unwrap();
+    assert!(rows.contains(&host) && rows.ends_with("yes"), "{rows}");
     assert!(
         !c.source().await.unwrap().contains(&sited),
         "never the flavor"

@@ -1032,6 +1032,14 @@ async fn my_nodes(server: &Server, portal: &Portal, headers: &HeaderMap) -> Resp
                     .map(|b| pages::NodeRow {
                         node: b.spec.node.clone(),
                         joined: b.spec.bound_at.strftime("%Y-%m-%d %H:%M UTC").to_string(),
+                        // The controller writes the Flavored condition once it has seen the
+                        // Node, whatever it decided: present means registered; its status
+                        // (which could tell a revoked node) is not shown.
+                        registered: b.status.as_ref().is_some_and(|s| {
+                            s.conditions
+                                .iter()
+                                .any(|c| c.type_ == kubeflavor_cluster::crd::CONDITION_FLAVORED)
+                        }),
                     })
                     .collect();
             rows.sort_by(|a, b| b.joined.cmp(&a.joined));

@@ -325,6 +325,8 @@ pub fn minted(signed_in: &SignedIn<'_>, m: &Minted<'_>) -> String {
 pub struct NodeRow {
     pub node: String,
     pub joined: String,
+    /// Its Node has registered with the cluster.
+    pub registered: bool,
 }
 
 /// The nodes whose custody names the signed-in identity.
@@ -333,14 +335,15 @@ pub fn nodes(signed_in: &SignedIn<'_>, rows: &[NodeRow]) -> String {
         r#"<p>No machine has joined with your tokens yet. A machine appears here once it has joined.</p><p><a href="/">Add a node</a></p>"#.to_string()
     } else {
         let mut table = String::from(
-            r#"<table><caption>Machines that joined with tokens given to you</caption><thead><tr><th scope="col">Node</th><th scope="col">Joined</th></tr></thead><tbody>"#,
+            r#"<table><caption>Machines that joined with tokens given to you</caption><thead><tr><th scope="col">Node</th><th scope="col">Token used</th><th scope="col">Registered</th></tr></thead><tbody>"#,
         );
         for row in rows {
             let _ = write!(
                 table,
-                "<tr><td>{}</td><td>{}</td></tr>",
+                "<tr><td>{}</td><td>{}</td><td>{}</td></tr>",
                 esc(&row.node),
-                esc(&row.joined)
+                esc(&row.joined),
+                if row.registered { "yes" } else { "not yet" }
             );
         }
         table.push_str("</tbody></table>");

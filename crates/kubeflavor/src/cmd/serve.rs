@@ -37,6 +37,11 @@ name no flavor, and get the flavor the Roster (--roster) gives them, which they 
   curl --cacert ca.crt -H \"Authorization: Bearer $ID_TOKEN\" -d '{}' \\
        https://kubeflavor-serve.kubeflavor.svc:8443/v1/jointokens
 
+With --portal-url, node administrators also get a web page at that address: they sign in
+with --portal-issuer's provider in their browser, describe the node, and download a
+cloud-init user-data or a NoCloud seed image holding their token (register
+<portal-url>/callback as a redirect URI of the issuer's client).
+
 Limits are per replica. --rate-per-minute and --burst count one caller's mints on this
 replica only: N replicas behind a Service without session affinity let a caller mint up to
 N x --burst at once and N x --rate-per-minute a minute, and only one replica's share when its

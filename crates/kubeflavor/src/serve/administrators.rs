@@ -128,7 +128,6 @@ pub(super) async fn grant(
     identity: &Identity,
     body: &[u8],
 ) -> Result<Granted, Response<Body>> {
-    let identity = identity.clone();
     let key = identity_key(&identity.issuer, &identity.subject);
     let caller = format!("oidc:{}#{}", identity.issuer, identity.subject);
     let asked = match request::parse_for_administrator(body) {
@@ -151,7 +150,7 @@ pub(super) async fn grant(
             return Err(unavailable("read the roster"));
         }
     };
-    let Some((_, rule)) = roster::decide(&identity, &roster.rules) else {
+    let Some((_, rule)) = roster::decide(identity, &roster.rules) else {
         server.metrics.administrator_answer("", "no-token");
         return Err(no_token());
     };
@@ -232,7 +231,7 @@ pub(super) async fn grant(
             return Err(unavailable("count your join tokens"));
         }
     };
-    let issued_to = shown_as(&identity);
+    let issued_to = shown_as(identity);
     let request = MintRequest {
         issued_to: issued_to.clone(),
         ttl: None,

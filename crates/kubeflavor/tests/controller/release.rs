@@ -293,6 +293,16 @@ async fn approved_kubelet(
     (node, csr, ctl, kubelet)
 }
 
+/// A kubelet's ordinary write (an annotation of its own) passes; the Node after it.
+async fn own_write_passes(h: &Harness, kubelet: &Api<Node>, node: &str) -> Node {
+    let own = serde_json::json!({"metadata": {"annotations": {"example.com/kubelet": "yes"}}});
+    kubelet
+        .patch(node, &PatchParams::default(), &Patch::Merge(&own))
+        .await
+        .expect("a kubelet's own annotation");
+    h.nodes().get(node).await.unwrap()
+}
+
 /// The kubelet's zone is not trusted: a kubelet may not register its Node with
 /// `topology.kubernetes.io/zone` or `region` (NodeRestriction would let it), nor add, change
 /// or remove them later; an admin (or a cloud controller manager) may set them, and the
@@ -346,12 +356,7 @@ async fn a_kubelet_does_not_decide_its_zone() {
             .expect_err(what);
         assert!(refused(&err), "{what}: {err}");
     }
-    let own = serde_json::json!({"metadata": {"annotations": {"example.com/kubelet": "yes"}}});
-    kubelet
-        .patch(&node, &PatchParams::default(), &Patch::Merge(&own))
-        .await
-        .expect("a kubelet's own annotation");
-    let n = h.nodes().get(&node).await.unwrap();
+    let n = own_write_passes(&h, &kubelet, &node).await;
     assert_eq!(label(&n, zone), Some("observed-site"));
     ctl.stop().await;
 }
@@ -410,12 +415,7 @@ async fn a_kubelet_cannot_set_change_or_remove_the_record() {
         assert!(refused(&err), "{what} through nodes/status: {err}");
     }
     // Its ordinary writes pass: an annotation of its own.
-    let own = serde_json::json!({"metadata": {"annotations": {"example.com/kubelet": "yes"}}});
-    kubelet
-        .patch(&node, &PatchParams::default(), &Patch::Merge(&own))
-        .await
-        .expect("a kubelet's own annotation");
-    let n = h.nodes().get(&node).await.unwrap();
+    let n = own_write_passes(&h, &kubelet, &node).await;
     assert_eq!(record(&n), Some(kept.as_str()), "the record is unchanged");
     ctl.stop().await;
 }

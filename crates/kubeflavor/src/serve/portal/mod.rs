@@ -426,14 +426,7 @@ async fn form_page(
         ),
         Err(e) => {
             tracing::warn!(error = %e, "the Roster cannot be read for the portal's form");
-            html(
-                StatusCode::SERVICE_UNAVAILABLE,
-                pages::problem(
-                    "Try again shortly",
-                    "The portal cannot reach the cluster right now; try again in a minute.",
-                    Some(&who),
-                ),
-            )
+            unreachable(&who)
         }
     }
 }
@@ -455,6 +448,18 @@ async fn form_refused(
         code,
     )
     .await
+}
+
+/// The page for a cluster the portal cannot read right now.
+fn unreachable(who: &SignedIn<'_>) -> Response<Body> {
+    html(
+        StatusCode::SERVICE_UNAVAILABLE,
+        pages::problem(
+            "Try again shortly",
+            "The portal cannot reach the cluster right now; try again in a minute.",
+            Some(who),
+        ),
+    )
 }
 
 /// `GET /signin`: start a sign-in at the provider.
@@ -1047,14 +1052,7 @@ async fn my_nodes(server: &Server, portal: &Portal, headers: &HeaderMap) -> Resp
         }
         Err(e) => {
             tracing::warn!(error = %e, "FlavorBindings cannot be listed for the portal");
-            html(
-                StatusCode::SERVICE_UNAVAILABLE,
-                pages::problem(
-                    "Try again shortly",
-                    "The portal cannot reach the cluster right now; try again in a minute.",
-                    Some(&who),
-                ),
-            )
+            unreachable(&who)
         }
     }
 }

@@ -193,6 +193,39 @@ async fn an_administrator_signs_in_describes_the_node_and_downloads_its_seed_ima
         .await;
     assert!(String::from_utf8_lossy(&body).contains("Your session has ended"));
 
+    // The provider's answer must belong to a sign-in this browser started: without the
+    // sign-in cookie, or with another `state`, nothing is redeemed (login CSRF).
+    let (code, headers, _) = portal.client.send(Method::GET, "/signin", &[], b"").await;
+    assert_eq!(code, StatusCode::SEE_OTHER);
+    let started = headers
+        .get_all("set-cookie")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .find(|v| v.starts_with("__Host-kubeflavor-sign-in="))
+        .and_then(|v| v.split(';').next())
+        .expect("a sign-in cookie")
+        .to_string();
+    for (cookie, why) in [
+        (None, "not started here"),
+        (Some(started.as_str()), "does not belong to this sign-in"),
+    ] {
+        let mut headers = vec![];
+        if let Some(c) = cookie {
+            headers.push(("cookie", c));
+        }
+        let (code, _, body) = portal
+            .client
+            .send(
+                Method::GET,
+                "/callback?code=stolen&state=other",
+                &headers,
+                b"",
+            )
+            .await;
+        assert_eq!(code, StatusCode::BAD_REQUEST);
+        assert!(String::from_utf8_lossy(&body).contains(why), "{why}");
+    }
+
     let password = provider
         .env("KUBEFLAVOR_OIDC_PASSWORD_SUFFIX")
         .unwrap_or("-password");

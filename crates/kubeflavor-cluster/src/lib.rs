@@ -11,6 +11,7 @@ pub mod crd;
 pub mod csrs;
 pub mod flavors;
 pub mod leases;
+pub mod node_reports;
 pub mod nodes;
 pub mod ops;
 pub mod read;

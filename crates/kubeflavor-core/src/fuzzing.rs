@@ -440,6 +440,8 @@ struct FlavorObjectSpec {
     serving_addresses: Vec<String>,
     #[serde(default)]
     input_labels: Option<crate::flavor::input_labels::InputLabelsSpec>,
+    #[serde(default)]
+    allowed_sites: Vec<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -506,6 +508,7 @@ pub fn flavor(data: &[u8]) {
         token_limits: spec.token_limits,
         serving_addresses: spec.serving_addresses,
         input_labels: spec.input_labels,
+        allowed_sites: spec.allowed_sites,
     };
     if let Ok(rules) = FlavorRules::from_spec(&core) {
         let _ = rules

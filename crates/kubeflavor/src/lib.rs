@@ -14,6 +14,7 @@ pub mod exit;
 pub mod join;
 pub mod minting;
 pub mod output;
+pub mod report;
 pub mod revocation;
 pub mod serve;
 

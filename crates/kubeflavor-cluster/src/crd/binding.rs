@@ -232,6 +232,9 @@ impl FlavorBinding {
                 .map(|t| (t.key.clone(), effect_str(t.effect).to_string()))
                 .collect(),
             input_labels: self.input_labels(),
+            // Where the node is on the network is not the binding's to say: the node loop
+            // adds it from the node's report and the Sites.
+            placement: Default::default(),
         }
     }
 

@@ -51,6 +51,7 @@ pub fn core_spec(spec: &FlavorSpec) -> core::FlavorSpec {
         }),
         serving_addresses: spec.serving_addresses.clone(),
         input_labels: spec.input_labels.as_ref().map(input_labels_spec),
+        allowed_sites: spec.allowed_sites.clone(),
     }
 }
 
@@ -136,6 +137,7 @@ pub fn flavor_from_rules(name: &FlavorName, rules: &FlavorRules) -> Flavor {
                     })
                     .collect(),
             }),
+            allowed_sites: rules.allowed_sites().to_vec(),
         },
         status: None,
     }
@@ -211,6 +213,7 @@ mod tests {
                     },
                 ],
             }),
+            allowed_sites: vec!["lyon".into()],
         };
         let original = flavor("sweet", spec);
         let (name, rules) = rules_from_flavor(&original).unwrap();

@@ -10,12 +10,18 @@
 //!   (`administratorledgers.kubeflavor.io`): the tokens one administrator may still hold,
 //!   how a rule's `maxLiveTokens` is counted.
 //!
-//! All are cluster-scoped, `v1alpha1`, with a status subresource and printer columns. The
+//! - `Site` (`sites.kubeflavor.io`) and `NodeReport` (`nodereports.kubeflavor.io`, named
+//!   after its node), [`network`]: the owner's sites by address range, and each node's
+//!   report of its network beside what kubeflavor observed of it (P9).
+//!
+//! All are cluster-scoped, `v1alpha1`, with printer columns and (but Site) a status
+//! subresource. The
 //! schema rules (including the CEL rules of [`schema`]) make the API server refuse what
 //! the CLI refuses, so `kubectl apply` of a bad Flavor fails too.
 
 mod binding;
 mod convert;
+pub mod network;
 pub mod roster;
 pub mod schema;
 
@@ -105,6 +111,14 @@ pub struct FlavorSpec {
     /// the kubelet cannot write. Absent: tokens of this flavor carry no input labels.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub input_labels: Option<InputLabelRules>,
+
+    /// The Sites a node of this flavor must be observed on to take workloads: a node
+    /// observed elsewhere (or not observed yet) is tainted
+    /// `kubeflavor.io/site-not-allowed:NoSchedule`. List `unknown` to allow addresses no
+    /// Site holds. Empty: any site, observed or not.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "schema::allowed_sites")]
+    pub allowed_sites: Vec<String>,
 }
 
 /// The input labels a Flavor's tokens may carry.
@@ -350,6 +364,8 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
         flavor_binding_crd(),
         roster::Roster::crd(),
         roster::AdministratorLedger::crd(),
+        network::site_crd(),
+        network::node_report_crd(),
     ]
 }
 

@@ -23,6 +23,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
     CustomResourceDefinition, ValidationRule,
 };
 use kubeflavor_core::flavor::input_labels;
+use kubeflavor_core::network;
 use schemars::{Schema, SchemaGenerator, json_schema};
 use serde_json::{Value, json};
 
@@ -89,7 +90,53 @@ pub const DNS_SUBDOMAIN_PATTERN: &str =
 pub const DURATION_PATTERN: &str = "^(0|([0-9]+h)?([0-9]+m)?([0-9]+s)?)$";
 
 /// Taints kubeflavor's controller manages itself.
-pub const RESERVED_TAINTS: [&str; 2] = ["kubeflavor.io/unverified", "kubeflavor.io/revoked"];
+pub const RESERVED_TAINTS: [&str; 3] = [
+    "kubeflavor.io/unverified",
+    "kubeflavor.io/revoked",
+    kubeflavor_core::network::SITE_NOT_ALLOWED_TAINT,
+];
+
+/// `spec.allowedSites` of a Flavor: site names (label values, `unknown` included).
+pub fn allowed_sites(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({
+        "type": "array",
+        "maxItems": network::MAX_SITES,
+        "items": { "type": "string", "maxLength": 63, "pattern": NON_EMPTY_LABEL_VALUE_PATTERN },
+        "x-kubernetes-list-type": "set"
+    })
+}
+
+/// `spec.ranges` of a Site: IP ranges, at least one.
+pub fn site_ranges(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({
+        "type": "array",
+        "minItems": 1,
+        "maxItems": network::MAX_RANGES_PER_SITE,
+        "items": {
+            "type": "string",
+            "maxLength": 64,
+            "x-kubernetes-validations": [
+                rule("isCIDR(self)",
+                     "every range must be an IP range such as 10.20.0.0/16 or 2001:db8::/48 (no IPv4-mapped IPv6)"),
+            ]
+        }
+    })
+}
+
+/// A Site's name becomes a label value: at most 63 characters, and not `unknown`.
+pub fn site_root_rules() -> Vec<ValidationRule> {
+    vec![ValidationRule {
+        rule: format!(
+            "self.metadata.name.size() <= 63 && self.metadata.name != '{}'",
+            network::UNKNOWN_SITE
+        ),
+        message: Some(
+            "a Site's name is at most 63 characters and not 'unknown' (kept for addresses no site holds): it becomes the value of the observed.kubeflavor.node-restriction.kubernetes.io/site label"
+                .into(),
+        ),
+        ..Default::default()
+    }]
+}
 
 fn rule(rule: impl Into<String>, message: &str) -> Value {
     json!({ "rule": rule.into(), "message": message })
@@ -112,6 +159,8 @@ pub fn flavor_labels(_: &mut SchemaGenerator) -> Schema {
             rule(reserved, "kubeflavor sets the flavor and trust-level labels itself: remove them from labels (use spec.trustLevel for the level)"),
             rule(format!("self.all(k, !k.startsWith('{RESERVED_PREFIX}'))"),
                  "kubeflavor sets the labels under input.kubeflavor.node-restriction.kubernetes.io/ from the tokens' input labels: remove them from labels (use spec.inputLabels)"),
+            rule(format!("self.all(k, !k.startsWith('{}') && !k.startsWith('{}'))", network::OBSERVED_PREFIX, network::CLAIMED_PREFIX),
+                 "kubeflavor sets the labels under observed.kubeflavor.node-restriction.kubernetes.io/ and claimed.kubeflavor.node-restriction.kubernetes.io/ from what it observed of the node's network and what the node reports: remove them from labels (use spec.allowedSites and Site objects)"),
         ]
     })
 }
@@ -126,7 +175,7 @@ pub fn flavor_taints(generator: &mut SchemaGenerator) -> Schema {
             rule("self.all(t, self.exists_one(u, u.key == t.key && u.effect == t.effect))",
                  "a taint key may appear only once per effect"),
             rule(format!("self.all(t, {})", RESERVED_TAINTS.iter().map(|k| format!("t.key != '{k}'")).collect::<Vec<_>>().join(" && ")),
-                 "kubeflavor manages the kubeflavor.io/unverified and kubeflavor.io/revoked taints itself: remove them from the flavor"),
+                 "kubeflavor manages the kubeflavor.io/unverified, kubeflavor.io/revoked and kubeflavor.io/site-not-allowed taints itself: remove them from the flavor"),
         ]
     })
 }

@@ -58,12 +58,31 @@ fn stamp(cert: &Path, key: &Path) -> Option<(SystemTime, SystemTime)> {
 
 /// Reads a certificate chain and its private key from PEM files.
 pub fn load(cert: &Path, key: &Path) -> Result<Arc<CertifiedKey>, TlsError> {
+    let cert_text = std::fs::read(cert).map_err(|e| TlsError::Certificate {
+        path: cert.into(),
+        reason: e.to_string(),
+    })?;
+    let key_text = Zeroizing::new(std::fs::read(key).map_err(|e| TlsError::Key {
+        path: key.into(),
+        reason: e.to_string(),
+    })?);
+    let (chain, private) = pem_pair(&cert_text, &key_text, cert, key)?;
+    certified(chain, private, key)
+}
+
+/// A certificate chain and its private key from PEM text (`cert` and `key` name where they
+/// come from in errors).
+pub fn pem_pair(
+    cert_text: &[u8],
+    key_text: &[u8],
+    cert: &Path,
+    key: &Path,
+) -> Result<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>), TlsError> {
     let cert_error = |reason: String| TlsError::Certificate {
         path: cert.into(),
         reason,
     };
-    let text = std::fs::read(cert).map_err(|e| cert_error(e.to_string()))?;
-    let chain: Vec<CertificateDer<'static>> = keys::tls_certificate_chain(&text)
+    let chain: Vec<CertificateDer<'static>> = keys::tls_certificate_chain(cert_text)
         .map_err(|e| cert_error(e.to_string()))?
         .into_iter()
         .map(CertificateDer::from)
@@ -71,18 +90,16 @@ pub fn load(cert: &Path, key: &Path) -> Result<Arc<CertifiedKey>, TlsError> {
     if chain.is_empty() {
         return Err(cert_error("no CERTIFICATE block in it".into()));
     }
-    let key_error = |reason: String| TlsError::Key {
+    let (form, der) = keys::tls_private_key(key_text).map_err(|e| TlsError::Key {
         path: key.into(),
-        reason,
-    };
-    let text = Zeroizing::new(std::fs::read(key).map_err(|e| key_error(e.to_string()))?);
-    let (form, der) = keys::tls_private_key(&text).map_err(|e| key_error(e.to_string()))?;
+        reason: e.to_string(),
+    })?;
     let private = match form {
-        PrivateKeyForm::Pkcs1 => PrivateKeyDer::Pkcs1(PrivatePkcs1KeyDer::from(&der[..])),
-        PrivateKeyForm::Sec1 => PrivateKeyDer::Sec1(PrivateSec1KeyDer::from(&der[..])),
-        PrivateKeyForm::Pkcs8 => PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(&der[..])),
+        PrivateKeyForm::Pkcs1 => PrivateKeyDer::Pkcs1(PrivatePkcs1KeyDer::from(der.to_vec())),
+        PrivateKeyForm::Sec1 => PrivateKeyDer::Sec1(PrivateSec1KeyDer::from(der.to_vec())),
+        PrivateKeyForm::Pkcs8 => PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(der.to_vec())),
     };
-    certified(chain, private, key)
+    Ok((chain, private))
 }
 
 fn certified(
@@ -175,6 +192,19 @@ pub fn self_signed(names: &[String]) -> Result<(Arc<CertifiedKey>, String), TlsE
 pub fn server_config(resolver: Arc<dyn ResolvesServerCert>) -> rustls::ServerConfig {
     let mut config = rustls::ServerConfig::builder()
         .with_no_client_auth()
+        .with_cert_resolver(resolver);
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    config
+}
+
+/// [`server_config`], asking clients for a certificate `verifier` checks (a client may
+/// still connect without one when the verifier allows it).
+pub fn server_config_with_clients(
+    resolver: Arc<dyn ResolvesServerCert>,
+    verifier: Arc<dyn rustls::server::danger::ClientCertVerifier>,
+) -> rustls::ServerConfig {
+    let mut config = rustls::ServerConfig::builder()
+        .with_client_cert_verifier(verifier)
         .with_cert_resolver(resolver);
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     config

@@ -23,7 +23,7 @@ use crate::flavor::input_labels::{
     INPUT_LABEL_PREFIX, InputLabelRules, InputLabelsSpec, InputRulesError,
 };
 use crate::flavor::labels::{
-    LabelKey, LabelKeyError, LabelValue, LabelValueError, check_flavor_label_key,
+    LabelKey, LabelKeyError, LabelValue, LabelValueError, check_flavor_label_key, check_label_value,
 };
 pub use crate::flavor::taint::{Taint, TaintEffect, TaintError};
 use crate::flavor::token_limits::{DEFAULT_MAX_NODES, EffectiveLimits, LimitExceeded, TokenLimits};
@@ -163,6 +163,10 @@ pub struct FlavorSpec {
     /// [`crate::flavor::input_labels`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub input_labels: Option<InputLabelsSpec>,
+    /// The sites (see [`crate::network`]) a node of this flavor must be observed on to
+    /// take workloads; empty: any.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allowed_sites: Vec<String>,
 }
 
 /// What a portal (or `token create` without an override) may ask for, as a Flavor's
@@ -234,6 +238,12 @@ pub enum FlavorError {
         "flavor servingAddresses lists {0} ranges; at most {MAX_SERVING_ADDRESSES} are allowed (merge neighbouring ranges)"
     )]
     TooManyServingAddresses(usize),
+    #[error(
+        "flavor allowedSites: {0:?} is not a site name (1-63 of [A-Za-z0-9-_.], starting and ending alphanumeric)"
+    )]
+    AllowedSite(String),
+    #[error("flavor allowedSites lists {0} sites; at most {max} are allowed", max = crate::network::MAX_SITES)]
+    TooManyAllowedSites(usize),
     #[error("flavor {0}")]
     InputLabels(InputRulesError),
 }
@@ -254,6 +264,7 @@ pub struct FlavorRules {
     token_limits: TokenLimits,
     serving_addresses: Vec<Cidr>,
     input_labels: InputLabelRules,
+    allowed_sites: Vec<String>,
 }
 
 /// Checks a max-nodes value given as a signed integer (CLI flag, CRD field, annotation).
@@ -267,7 +278,10 @@ pub fn parse_max_nodes(n: i64) -> Result<NonZeroU32, FlavorError> {
 /// Whether `key` is a label kubeflavor sets itself on a flavored node (the flavor's name,
 /// its trust level, and the input labels), which no flavor may carry.
 pub fn is_reserved_label_key(key: &str) -> bool {
-    key == FLAVOR_LABEL || key == TRUST_LEVEL_LABEL || key.starts_with(INPUT_LABEL_PREFIX)
+    key == FLAVOR_LABEL
+        || key == TRUST_LEVEL_LABEL
+        || key.starts_with(INPUT_LABEL_PREFIX)
+        || crate::network::is_placement_label(key)
 }
 
 /// The flavor's labels: valid keys and values, none of kubeflavor's own.
@@ -299,7 +313,10 @@ fn parse_taints(spec: &[TaintSpec]) -> Result<Vec<Taint>, FlavorError> {
         let effect: TaintEffect = t.effect.parse().map_err(FlavorError::Taint)?;
         let taint = Taint::new(&t.key, t.value.as_deref().unwrap_or(""), effect)
             .map_err(FlavorError::Taint)?;
-        if t.key == UNVERIFIED_TAINT || t.key == REVOKED_TAINT {
+        if t.key == UNVERIFIED_TAINT
+            || t.key == REVOKED_TAINT
+            || t.key == crate::network::SITE_NOT_ALLOWED_TAINT
+        {
             return Err(FlavorError::ReservedTaint { key: t.key.clone() });
         }
         if taints
@@ -328,6 +345,22 @@ fn parse_serving_addresses(spec: &[String]) -> Result<Vec<Cidr>, FlavorError> {
         .map_err(FlavorError::ServingAddress)
 }
 
+/// The sites a flavor's nodes must be observed on: site names (or `unknown`), few.
+fn parse_allowed_sites(spec: &[String]) -> Result<Vec<String>, FlavorError> {
+    if spec.len() > crate::network::MAX_SITES {
+        return Err(FlavorError::TooManyAllowedSites(spec.len()));
+    }
+    for site in spec {
+        if site.is_empty() || check_label_value(site).is_err() {
+            return Err(FlavorError::AllowedSite(site.clone()));
+        }
+    }
+    let mut sites = spec.to_vec();
+    sites.sort();
+    sites.dedup();
+    Ok(sites)
+}
+
 impl FlavorRules {
     /// Validates a flavor spec, reporting the first problem found.
     pub fn from_spec(spec: &FlavorSpec) -> Result<Self, FlavorError> {
@@ -354,6 +387,7 @@ impl FlavorRules {
             .transpose()
             .map_err(FlavorError::InputLabels)?
             .unwrap_or_default();
+        let allowed_sites = parse_allowed_sites(&spec.allowed_sites)?;
         Ok(FlavorRules {
             labels,
             taints,
@@ -363,6 +397,7 @@ impl FlavorRules {
             token_limits,
             serving_addresses,
             input_labels,
+            allowed_sites,
         })
     }
 
@@ -396,7 +431,14 @@ impl FlavorRules {
             }),
             serving_addresses: self.serving_addresses.iter().map(Cidr::to_string).collect(),
             input_labels: self.input_labels.to_spec(),
+            allowed_sites: self.allowed_sites.clone(),
         }
+    }
+
+    /// The sites a node of this flavor must be observed on to take workloads (empty: any);
+    /// see [`crate::network::Placement::allowed_by`].
+    pub fn allowed_sites(&self) -> &[String] {
+        &self.allowed_sites
     }
 
     /// Which input labels the flavor's tokens may carry (none unless the flavor says so).
@@ -526,7 +568,11 @@ mod tests {
                 Err(FlavorError::LabelKey(LabelKeyError::Reserved { .. }))
             ));
         }
-        for reserved in [UNVERIFIED_TAINT, REVOKED_TAINT] {
+        for reserved in [
+            UNVERIFIED_TAINT,
+            REVOKED_TAINT,
+            crate::network::SITE_NOT_ALLOWED_TAINT,
+        ] {
             let spec = FlavorSpec {
                 taints: vec![TaintSpec {
                     key: reserved.into(),
@@ -634,6 +680,7 @@ mod tests {
                 max_nodes: Some(10),
                 allow_never_expiring: Some(false),
             }),
+            allowed_sites: vec!["lyon".into(), "paris".into()],
             serving_addresses: vec!["10.20.0.0/16".into(), "2001:db8::/48".into()],
             input_labels: Some(crate::flavor::input_labels::InputLabelsSpec {
                 max_labels: Some(2),

@@ -19,6 +19,7 @@ use crate::flavor::{
     FLAVOR_LABEL, FlavorName, FlavorRules, REVOKED_TAINT, TRUST_LEVEL_LABEL, Taint, TaintEffect,
     UNVERIFIED_TAINT,
 };
+use crate::network::{NetworkPlacement, SITE_NOT_ALLOWED_TAINT, is_placement_label};
 use crate::node::applied_record::{APPLIED_ANNOTATION, AppliedRecord};
 
 /// A taint as it is on a Node (any effect string the API server holds, its `timeAdded`).
@@ -70,6 +71,10 @@ pub struct BindingState {
     /// What the node's administrator said through the portal, as the binding recorded it
     /// (put on the Node under [`INPUT_LABEL_PREFIX`] while the node is flavored).
     pub input_labels: InputLabels,
+    /// Where the node was observed on the network and what it claims (P9): its labels go
+    /// with the flavor, and a flavor that names sites keeps a node observed elsewhere out
+    /// of scheduling ([`SITE_NOT_ALLOWED_TAINT`]).
+    pub placement: NetworkPlacement,
 }
 
 /// The change that brings a Node to its desired state, and what to record as applied.
@@ -263,11 +268,15 @@ fn wanted(
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect();
     labels.extend(binding.input_labels.node_labels());
+    labels.extend(binding.placement.labels.clone());
     labels.insert(FLAVOR_LABEL.into(), flavor_name.to_string());
     if let Some(level) = rules.trust_level() {
         labels.insert(TRUST_LEVEL_LABEL.into(), level.to_string());
     }
-    let taints = rules.taints().iter().map(NodeTaint::from_taint).collect();
+    let mut taints: Vec<NodeTaint> = rules.taints().iter().map(NodeTaint::from_taint).collect();
+    if !binding.placement.allowed_by(rules.allowed_sites()) {
+        taints.push(own_taint(SITE_NOT_ALLOWED_TAINT, TaintEffect::NoSchedule));
+    }
     (labels, taints)
 }
 
@@ -495,7 +504,7 @@ fn label_change(
             node.labels
                 .keys()
                 .map(String::as_str)
-                .filter(|k| k.starts_with(INPUT_LABEL_PREFIX)),
+                .filter(|k| k.starts_with(INPUT_LABEL_PREFIX) || is_placement_label(k)),
         );
     let remove: BTreeSet<String> = owned
         .filter(|k| !want.contains_key(*k) && node.labels.contains_key(*k))

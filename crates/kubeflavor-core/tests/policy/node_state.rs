@@ -436,8 +436,28 @@ fn arb_binding() -> impl Strategy<Value = BindingState> {
                 } else {
                     InputLabels::default()
                 },
+                placement: if with_input {
+                    observed_in_lyon()
+                } else {
+                    Default::default()
+                },
             },
         )
+}
+
+/// A node observed in lyon (with a zone) that claims lyon too.
+fn observed_in_lyon() -> kubeflavor_core::network::NetworkPlacement {
+    use kubeflavor_core::network::{Claim, SiteEntry, Sites, placement};
+    let lyon = ["10.20.0.0/16".to_string()];
+    let (sites, _) = Sites::build([SiteEntry {
+        zone: Some("lyon-a"),
+        ..SiteEntry::new("lyon", &lyon)
+    }]);
+    let claim = Claim {
+        prefixes: vec!["10.20.1.0/24".parse().unwrap()],
+        ..Claim::default()
+    };
+    placement(&sites, Some("10.20.1.5".parse().unwrap()), Some(&claim))
 }
 
 proptest! {
@@ -453,6 +473,7 @@ proptest! {
             applied_labels: change.applied_labels.clone(),
             applied_taints: change.applied_taints.clone(),
             input_labels: binding.input_labels.clone(),
+            placement: binding.placement.clone(),
         };
         let again = desired_node_state(flavor, &name(), &next, &after);
         prop_assert!(again.is_empty(), "{:?}", again);
@@ -592,4 +613,102 @@ fn a_released_node_without_its_flavor_or_revoked_stays_untrusted() {
             taint(UNVERIFIED_TAINT, None, "NoSchedule"),
         ]
     );
+}
+
+/// P9: where the node was observed goes on the Node with its flavor (the site, the site's
+/// zone), a flavor that names sites keeps a node observed elsewhere (or not yet) out of
+/// scheduling, a revoked node loses the observed labels with the flavor's, and an observed
+/// or claimed label kubeflavor does not want (an admin's, a stale one) goes.
+#[test]
+fn the_observed_site_goes_with_the_flavor_and_an_unallowed_site_keeps_pods_off() {
+    use kubeflavor_core::network::{
+        CLAIMED_PREFIX, SITE_LABEL, SITE_NOT_ALLOWED_TAINT, SiteEntry, Sites, ZONE_LABEL, placement,
+    };
+    let lyon = ["10.20.0.0/16".to_string()];
+    let paris = ["10.30.0.0/16".to_string()];
+    let (sites, _) = Sites::build([
+        SiteEntry {
+            zone: Some("lyon-a"),
+            ..SiteEntry::new("lyon", &lyon)
+        },
+        SiteEntry::new("paris", &paris),
+    ]);
+    let only_lyon = FlavorRules::from_spec(&FlavorSpec {
+        allowed_sites: vec!["lyon".into()],
+        ..sweet().to_spec()
+    })
+    .unwrap();
+    let at = |addr: Option<&str>| BindingState {
+        placement: placement(&sites, addr.map(|a| a.parse().unwrap()), None),
+        ..BindingState::default()
+    };
+    let site_taint = |n: &NodeFacts| n.taints.iter().any(|t| t.key == SITE_NOT_ALLOWED_TAINT);
+
+    // Not observed yet: no site label, and kept off by a flavor that names sites.
+    let (_, unobserved) = converge(Some(&only_lyon), &at(None), &fresh_node());
+    assert!(!unobserved.labels.contains_key(SITE_LABEL));
+    assert!(site_taint(&unobserved));
+    // Without allowed sites, the same node takes pods.
+    let (_, any_site) = converge(Some(&sweet()), &at(None), &fresh_node());
+    assert!(!site_taint(&any_site));
+
+    // Observed in lyon: the site, its zone, no site taint.
+    let (_, in_lyon) = converge(Some(&only_lyon), &at(Some("10.20.3.4")), &unobserved);
+    assert_eq!(in_lyon.labels[SITE_LABEL], "lyon");
+    assert_eq!(in_lyon.labels[ZONE_LABEL], "lyon-a");
+    assert!(!site_taint(&in_lyon));
+    // Moved to paris: the zone goes with lyon, and the site taint comes back.
+    let (_, in_paris) = converge(Some(&only_lyon), &at(Some("10.30.3.4")), &in_lyon);
+    assert_eq!(in_paris.labels[SITE_LABEL], "paris");
+    assert!(
+        !in_paris.labels.contains_key(ZONE_LABEL),
+        "{:?}",
+        in_paris.labels
+    );
+    assert!(site_taint(&in_paris));
+
+    // A label under the claimed prefix nobody asked for (an admin's) is removed.
+    let mut planted = in_lyon.clone();
+    planted
+        .labels
+        .insert(format!("{CLAIMED_PREFIX}site"), "paris".into());
+    let (_, cleaned) = converge(Some(&only_lyon), &at(Some("10.20.3.4")), &planted);
+    assert!(
+        !cleaned
+            .labels
+            .contains_key(&format!("{CLAIMED_PREFIX}site"))
+    );
+
+    // Revoked: the observed labels and the zone go with the flavor.
+    let revoked = BindingState {
+        revoked: true,
+        ..at(Some("10.20.3.4"))
+    };
+    let (_, gone) = converge(Some(&only_lyon), &revoked, &in_lyon);
+    assert!(!gone.labels.contains_key(SITE_LABEL));
+    assert!(!gone.labels.contains_key(ZONE_LABEL));
+    // Released (the binding deleted): the record takes them away too.
+    let released = in_lyon.apply(&released_node_state(None, &in_lyon));
+    assert!(!released.labels.contains_key(SITE_LABEL));
+    assert!(!released.labels.contains_key(ZONE_LABEL));
+}
+
+/// No Flavor may carry an observed or claimed label: only the placement puts them on.
+#[test]
+fn a_flavor_cannot_carry_a_placement_label() {
+    for key in [
+        "observed.kubeflavor.node-restriction.kubernetes.io/site",
+        "claimed.kubeflavor.node-restriction.kubernetes.io/site",
+    ] {
+        let spec = FlavorSpec {
+            labels: [(key.into(), "lyon".into())].into(),
+            ..FlavorSpec::default()
+        };
+        assert!(FlavorRules::from_spec(&spec).is_err(), "{key}");
+    }
+    let bad_site = FlavorSpec {
+        allowed_sites: vec!["not a site".into()],
+        ..FlavorSpec::default()
+    };
+    assert!(FlavorRules::from_spec(&bad_site).is_err());
 }

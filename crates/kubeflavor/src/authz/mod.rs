@@ -71,12 +71,17 @@ struct State {
     max_staleness: Duration,
 }
 
-fn client_verifier(
+/// A verifier of client certificates issued by the CA in the PEM file `ca` (named by
+/// `flag` in errors); `optional`: a client without a certificate may still connect (the
+/// requests it may make are the handler's to decide).
+pub fn client_verifier(
     ca: &std::path::Path,
+    flag: &str,
+    optional: bool,
 ) -> anyhow::Result<Arc<dyn rustls::server::danger::ClientCertVerifier>> {
     let unreadable = |e: &dyn std::fmt::Display| {
         anyhow::anyhow!(
-            "cannot read the client CA {}: {e} (give --authz-client-ca-file the CA of the API server's client certificate)",
+            "cannot read the client CA {}: {e} (give {flag} the PEM CA certificate that issues the clients' certificates)",
             ca.display()
         )
     };
@@ -91,7 +96,13 @@ fn client_verifier(
     if roots.is_empty() {
         anyhow::bail!("the client CA {} holds no certificate", ca.display());
     }
-    WebPkiClientVerifier::builder(Arc::new(roots))
+    let builder = WebPkiClientVerifier::builder(Arc::new(roots));
+    let builder = if optional {
+        builder.allow_unauthenticated()
+    } else {
+        builder
+    };
+    builder
         .build()
         .map_err(|e| anyhow::anyhow!("the client CA {} is not usable: {e}", ca.display()))
 }
@@ -120,7 +131,11 @@ pub async fn bind(
         anyhow::anyhow!("{e} (give --authz-tls-cert-file and --authz-tls-key-file the webhook's serving certificate and key)")
     })?;
     let mut config = rustls::ServerConfig::builder()
-        .with_client_cert_verifier(client_verifier(&opts.client_ca)?)
+        .with_client_cert_verifier(client_verifier(
+            &opts.client_ca,
+            "--authz-client-ca-file",
+            false,
+        )?)
         .with_cert_resolver(Arc::new(serving));
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     let listener = TcpListener::bind(opts.address).await.map_err(|e| {

@@ -75,6 +75,11 @@ pub struct FlavorCreateArgs {
     /// controller approves no serving certificate that names an IP address.
     #[arg(long = "serving-address", value_name = "CIDR")]
     pub serving_addresses: Vec<String>,
+    /// A Site a node of this flavor must be observed on to take workloads (spec.allowedSites;
+    /// repeat for more). A node observed elsewhere, or not yet observed, is tainted
+    /// kubeflavor.io/site-not-allowed:NoSchedule. `unknown` allows addresses no Site holds.
+    #[arg(long = "allowed-site", value_name = "SITE")]
+    pub allowed_sites: Vec<String>,
     /// An input label a portal may attach to this flavor's tokens, with the values it
     /// allows: `site=berlin,paris` (spec.inputLabels; repeat for more keys). Nodes get it as
     /// input.kubeflavor.node-restriction.kubernetes.io/<key>, set by the controller.
@@ -180,6 +185,7 @@ pub async fn create(cluster: &Cluster, args: &FlavorCreateArgs, out: &mut dyn Wr
             }),
         serving_addresses: args.serving_addresses.clone(),
         input_labels: args.input_labels(),
+        allowed_sites: args.allowed_sites.clone(),
     };
     // Duplicate taints and the like are only visible on the whole set.
     let rules = FlavorRules::from_spec(&spec)
@@ -187,7 +193,7 @@ pub async fn create(cluster: &Cluster, args: &FlavorCreateArgs, out: &mut dyn Wr
         .map_err(|e| {
             CliError::refused(
                 e,
-                "fix the flags and retry (--max-ttl, --max-nodes-limit and --allow-never-expiring set the limits; --serving-address takes an IP range such as 10.20.0.0/16; --input-label takes site=berlin,paris and --input-label-pattern site=REGEX)",
+                "fix the flags and retry (--max-ttl, --max-nodes-limit and --allow-never-expiring set the limits; --serving-address takes an IP range such as 10.20.0.0/16; --allowed-site a Site's name; --input-label takes site=berlin,paris and --input-label-pattern site=REGEX)",
             )
         })?;
     let flavor = flavor_from_rules(&args.name, &rules);

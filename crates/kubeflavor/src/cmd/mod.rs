@@ -120,6 +120,7 @@ pub async fn execute(cli: Cli, out: &mut dyn Write) -> Result<()> {
         Command::Node(node::NodeCommand::Forget(args)) => {
             node::forget(&connect(&global).await?, &args, out).await
         }
+        Command::Node(node::NodeCommand::Report(args)) => node::report(&global, &args, out).await,
         Command::Flavor(command) => flavor::execute(command, &connect(&global).await?, out).await,
         Command::Roster(command) => roster::execute(command, &connect(&global).await?, out).await,
         Command::Certs(command) => certs::execute(command, &global, out).await,

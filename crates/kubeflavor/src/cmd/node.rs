@@ -78,6 +78,42 @@ pub enum NodeCommand {
     /// Its spent join token stays spent. Exit 3 when nothing named the node.
     #[command(verbatim_doc_comment)]
     Forget(NodeForgetArgs),
+    /// On the node, with the kubelet's credentials: report this machine's network and be
+    /// observed by kubeflavor
+    ///
+    /// Writes the NodeReport named after this node (its spec: interfaces and addresses,
+    /// macvlan links, the default gateway and its MAC, the DHCP search domain, an LLDP
+    /// neighbour when lldpd runs) with the node's own identity, then connects to the
+    /// join-token API (--observer) with the node's client certificate, which records the
+    /// address the connection came from. The controller labels the Node with the site of
+    /// that address (observed.kubeflavor.node-restriction.kubernetes.io/site) and copies
+    /// the claims (claimed.kubeflavor.node-restriction.kubernetes.io/*) only when they
+    /// agree with it.
+    ///
+    /// Run it with --kubeconfig /etc/kubernetes/kubelet.conf (the appliance's systemd unit
+    /// and the DaemonSet `install --node-reporter` ships do). Exit 0 when reported (and
+    /// observed); 1 when the API server or the observer refused (the message says why).
+    #[command(verbatim_doc_comment)]
+    Report(NodeReportArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct NodeReportArgs {
+    /// The join-token API that observes nodes (`serve --node-client-ca-file`):
+    /// https://HOST[:PORT]. Without it only the report is written.
+    #[arg(long, value_name = "URL")]
+    pub observer: Option<String>,
+    /// The CA of the observer's serving certificate (PEM); default: the public roots.
+    #[arg(long, value_name = "FILE", requires = "observer")]
+    pub observer_ca_file: Option<std::path::PathBuf>,
+    /// The local address to connect to the observer from: on a machine with several
+    /// networks, the one whose site counts. Default: the system's choice.
+    #[arg(long, value_name = "IP", requires = "observer")]
+    pub source_address: Option<std::net::IpAddr>,
+    /// Report again at this interval (e.g. 10m) instead of once; failures are logged and
+    /// retried at the next one.
+    #[arg(long, value_name = "DURATION", value_parser = crate::cli::discovery_flags::parse_duration)]
+    pub every: Option<std::time::Duration>,
 }
 
 #[derive(Debug, Args)]
@@ -582,6 +618,65 @@ fn why(c: &Option<kubeflavor_cluster::crd::Condition>) -> String {
         Some(c) if c.message.is_empty() => c.reason.clone(),
         Some(c) => format!("{}: {}", c.reason, c.message),
         None => "no condition yet".into(),
+    }
+}
+
+/// `node report`: once, or at `--every` until stopped.
+pub async fn report(
+    global: &crate::cli::GlobalArgs,
+    args: &NodeReportArgs,
+    out: &mut dyn Write,
+) -> Result<()> {
+    use crate::report::{self as reporter, Observer};
+    let (cluster, config) = Cluster::connect_with_config(&global.cluster()).await?;
+    let identity = reporter::identity_of(&config).map_err(|e| {
+        CliError::failed(
+            e,
+            "run it on the node with --kubeconfig /etc/kubernetes/kubelet.conf",
+        )
+    })?;
+    let observer = match &args.observer {
+        Some(url) => Some(Observer {
+            url: url.clone(),
+            ca_pem: args
+                .observer_ca_file
+                .as_ref()
+                .map(reporter::read_ca)
+                .transpose()
+                .map_err(|e| CliError::failed(e, "give --observer-ca-file a readable PEM file"))?,
+            source: args.source_address,
+        }),
+        None => None,
+    };
+    loop {
+        let spec = reporter::gather::this_machine();
+        let done = reporter::report(&cluster, &identity, &spec, observer.as_ref()).await;
+        match (&done, args.every) {
+            (Ok(r), _) => {
+                match &r.observed {
+                    Some(address) => writeln!(
+                        out,
+                        "nodereport.kubeflavor.io/{} reported; observed at {address}",
+                        r.node
+                    )?,
+                    None => writeln!(out, "nodereport.kubeflavor.io/{} reported", r.node)?,
+                }
+                out.flush()?;
+            }
+            (Err(e), Some(_)) => {
+                tracing::warn!(error = %e, "node report failed; retrying at the next interval")
+            }
+            (Err(e), None) => {
+                return Err(CliError::failed(
+                    e.clone(),
+                    "check that kubeflavor is installed (its NodeReport CRD and the nodes' reporter role) and that --observer is the join-token API started with --node-client-ca-file",
+                ));
+            }
+        }
+        let Some(every) = args.every else {
+            return Ok(());
+        };
+        tokio::time::sleep(every).await;
     }
 }
 

@@ -158,6 +158,15 @@ pub struct ServeArgs {
     /// How long a portal session lasts (at most 12h).
     #[arg(long, value_name = "DURATION", default_value = "1h", value_parser = parse_duration, requires = "portal_url")]
     pub portal_session_lifetime: Duration,
+    /// Observe nodes (POST /v1/observations, what `kubeflavor node report` calls): the CA
+    /// that issues the kubelets' client certificates (the cluster CA; in a pod,
+    /// /var/run/secrets/kubernetes.io/serviceaccount/ca.crt). A node connecting with its
+    /// certificate gets the connection's source address recorded in its NodeReport, from
+    /// which the controller labels its site; the address must be the node's own, so serve
+    /// the API where no proxy or NAT rewrites sources (a Service with
+    /// externalTrafficPolicy: Local, or host networking). Off by default.
+    #[arg(long, value_name = "FILE")]
+    pub node_client_ca_file: Option<PathBuf>,
 }
 
 /// The portal, when --portal-url asks for it.
@@ -307,6 +316,7 @@ pub async fn run(cluster: Cluster, args: &ServeArgs) -> Result<()> {
         },
         administrators,
         portal,
+        node_client_ca: args.node_client_ca_file.clone(),
     };
     let bound = serve::bind(cluster, opts)
         .await

@@ -66,8 +66,15 @@ impl Cluster {
     /// Resolve the configuration like kubectl and build a client. Nothing is sent yet: the
     /// first request is the first contact with the server.
     pub async fn connect(args: &ClusterArgs) -> Result<Cluster> {
+        Ok(Cluster::connect_with_config(args).await?.0)
+    }
+
+    /// [`Cluster::connect`], with the configuration it was built from (a node's reporter
+    /// reads its client certificate there).
+    pub async fn connect_with_config(args: &ClusterArgs) -> Result<(Cluster, kube::Config)> {
         install_crypto_provider();
         let (config, origin) = resolve::load(args).await?;
+        let kept = config.clone();
         let ca_certs_der = config.root_cert.clone().unwrap_or_default();
         let client = Client::try_from(config).map_err(|err| {
             CliError::failed(
@@ -78,11 +85,12 @@ impl Cluster {
                 "check the kubeconfig's certificate and key data",
             )
         })?;
-        Ok(Cluster {
+        let cluster = Cluster {
             client,
             origin,
             ca_certs_der,
-        })
+        };
+        Ok((cluster, kept))
     }
 
     /// Turn a kube-rs error into the line the user sees (see [`errors`]).

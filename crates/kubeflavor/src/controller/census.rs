@@ -44,6 +44,14 @@ impl FleetCensus for Context {
     fn oldest_unflavored(&self) -> Option<Duration> {
         self.fleet.oldest_unflavored()
     }
+
+    fn nodes_per_site(&self) -> Vec<(String, i64)> {
+        self.network.nodes_per_site().into_iter().collect()
+    }
+
+    fn contradicting_claims(&self) -> usize {
+        self.network.contradicting()
+    }
 }
 
 type BindingEvents = BoxStream<'static, Result<watcher::Event<FlavorBinding>, watcher::Error>>;

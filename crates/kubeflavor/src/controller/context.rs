@@ -70,6 +70,8 @@ pub struct Context {
     pub csr_turns: Turns,
     /// Token Secret versions the CSR loop wrote (see `csr::OwnTokenWrites`).
     pub own_token_writes: csr::OwnTokenWrites,
+    /// The Sites and the nodes' reports, as the node loop knows them (see `network`).
+    pub network: super::network::Network,
 }
 
 impl Context {
@@ -90,6 +92,7 @@ impl Context {
             halted: Default::default(),
             csr_turns: Turns::new(rt.opts.concurrency),
             own_token_writes: Default::default(),
+            network: Default::default(),
         }
     }
 

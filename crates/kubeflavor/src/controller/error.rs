@@ -55,6 +55,12 @@ pub enum Error {
         #[source]
         source: kube::Error,
     },
+    #[error("writing the status of NodeReport {node} failed: {source}")]
+    ReportStatus {
+        node: String,
+        #[source]
+        source: kube::Error,
+    },
     #[error("the binding or Node of {node} changed before CSR {csr} was approved; deciding again")]
     Changed { csr: String, node: String },
     #[error("halted by the step hook after {0:?}")]
@@ -93,6 +99,7 @@ impl Error {
             Error::RetireToken { .. } => "retire_token",
             Error::PatchNode { .. } => "patch_node",
             Error::BindingStatus { .. } => "binding_status",
+            Error::ReportStatus { .. } => "report_status",
             Error::Changed { .. } => "changed_before_approval",
             Error::Halted(_) => "halted",
         }
@@ -107,7 +114,8 @@ impl Error {
             | Error::TokenAfterDenial { source, .. }
             | Error::RetireToken { source, .. }
             | Error::PatchNode { source, .. }
-            | Error::BindingStatus { source, .. } => Some(source),
+            | Error::BindingStatus { source, .. }
+            | Error::ReportStatus { source, .. } => Some(source),
             Error::Changed { .. } | Error::Halted(_) => None,
         }
     }

@@ -67,6 +67,12 @@ struct FlavorLabels {
     flavor: String,
 }
 
+/// An observed site: a Site object's name, or `unknown` (nothing a node sends becomes one).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct SiteLabels {
+    site: String,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct FlavorInfoLabels {
     flavor: String,
@@ -88,6 +94,10 @@ pub trait FleetCensus: Send + Sync {
     /// The Flavors as watched, with their trust levels.
     fn trust_levels(&self) -> Vec<(String, Option<u8>)>;
     fn oldest_unflavored(&self) -> Option<Duration>;
+    /// Nodes per observed site (their NodeReport's, as the node loop last read it).
+    fn nodes_per_site(&self) -> Vec<(String, i64)>;
+    /// Nodes whose reported claims contradict what was observed.
+    fn contradicting_claims(&self) -> usize;
 }
 
 /// The census of the current leadership term, if this replica leads.
@@ -160,6 +170,24 @@ impl Collector for CensusCollector {
             None,
             unfinished.metric_type(),
         )?)?;
+        let sites = Family::<SiteLabels, Gauge>::default();
+        for (site, n) in census.nodes_per_site() {
+            sites.get_or_create(&SiteLabels { site }).set(n);
+        }
+        sites.encode(encoder.encode_descriptor(
+            "nodes_by_observed_site",
+            "Nodes per site they were observed on (the address of their connection to the join-token API, mapped by the Sites; unknown: no Site holds it)",
+            None,
+            sites.metric_type(),
+        )?)?;
+        let contradicting =
+            ConstGauge::new(i64::try_from(census.contradicting_claims()).unwrap_or(i64::MAX));
+        contradicting.encode(encoder.encode_descriptor(
+            "contradicting_network_claims",
+            "Nodes whose NodeReport claims an address on another site than the one they were observed on (their claims are not copied to the Node)",
+            None,
+            contradicting.metric_type(),
+        )?)?;
         let oldest = ConstGauge::new(census.oldest_unflavored().map_or(0.0, |d| d.as_secs_f64()));
         oldest.encode(encoder.encode_descriptor(
             "oldest_unflavored_node_age_seconds",
@@ -182,6 +210,7 @@ pub struct Metrics {
     pub errors: Family<ErrorLabels, Counter>,
     pub conflicts: Family<ErrorLabels, Counter>,
     pub tokens_deleted: Counter,
+    pub contradicted_claims: Counter,
     pub node_patches: Counter,
     pub revoked_pods_deleted: Counter,
     pub revocation_failures: Family<StepLabels, Counter>,
@@ -232,6 +261,7 @@ impl Metrics {
             errors: Family::default(),
             conflicts: Family::default(),
             tokens_deleted: Counter::default(),
+            contradicted_claims: Counter::default(),
             node_patches: Counter::default(),
             revoked_pods_deleted: Counter::default(),
             revocation_failures: Family::default(),
@@ -339,6 +369,11 @@ impl Metrics {
 
     /// Writes that undo what a denial or drift left behind: deleted tokens, patched Nodes.
     fn register_cleanups(&self, r: &mut Registry) {
+        r.register(
+            "network_claims_contradicted",
+            "Times a node's NodeReport came to claim an address on another site than the one it was observed on (an Event ClaimContradicted on the Node says which)",
+            self.contradicted_claims.clone(),
+        );
         r.register(
             "tokens_deleted",
             "Token Secrets deleted after a denial so the kubelet stops retrying",
@@ -554,6 +589,12 @@ mod tests {
         fn oldest_unflavored(&self) -> Option<Duration> {
             Some(Duration::from_secs(7))
         }
+        fn nodes_per_site(&self) -> Vec<(String, i64)> {
+            vec![("lyon".into(), 4), ("unknown".into(), 1)]
+        }
+        fn contradicting_claims(&self) -> usize {
+            1
+        }
     }
 
     #[test]
@@ -571,6 +612,9 @@ mod tests {
             "kubeflavor_revocation_list_names 2",
             "kubeflavor_unfinished_revocations 1",
             "kubeflavor_oldest_unflavored_node_age_seconds 7.0",
+            "kubeflavor_nodes_by_observed_site{site=\"lyon\"} 4",
+            "kubeflavor_nodes_by_observed_site{site=\"unknown\"} 1",
+            "kubeflavor_contradicting_network_claims 1",
         ] {
             assert!(text.contains(line), "{line} missing from\n{text}");
         }

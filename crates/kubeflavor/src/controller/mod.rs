@@ -19,6 +19,7 @@ mod error;
 pub mod fleet;
 pub mod leader;
 pub mod metrics;
+pub mod network;
 pub mod node;
 mod options;
 mod process;

@@ -65,6 +65,8 @@ fn term_context(rt: &Runtime) -> (Arc<Context>, node::Feeds, Arc<tokio::sync::No
             node::binding_events(rt.client.clone(), scope),
         ),
         flavors: flavor_events,
+        sites: node::site_store(rt.client.clone(), scope),
+        reports: node::report_events(rt.client.clone(), scope),
         counts_changed: counts_changed.clone(),
     };
     let fleet_census: Arc<dyn metrics::FleetCensus> = ctx.clone();

@@ -8,6 +8,7 @@ pub mod administrators;
 pub mod api;
 pub mod ledger;
 pub mod limits;
+pub mod observe;
 pub mod oidc;
 pub mod openapi;
 pub mod portal;
@@ -73,6 +74,9 @@ pub struct Options {
     pub administrators: Option<Arc<Administrators>>,
     /// The node administrators' web portal; `None`: not served.
     pub portal: Option<Arc<portal::Portal>>,
+    /// The CA of the kubelets' client certificates: nodes presenting one are observed
+    /// (`POST /v1/observations`); `None`: not served, and no client certificate is asked.
+    pub node_client_ca: Option<PathBuf>,
 }
 
 /// What `POST /v1/jointokens` needs: the identity providers the owner trusts and the
@@ -268,6 +272,8 @@ pub struct Server {
     pub administrators: Option<Arc<Administrators>>,
     /// The web portal, when served.
     pub portal: Option<Arc<portal::Portal>>,
+    /// Nodes are observed (`POST /v1/observations`).
+    pub observes_nodes: bool,
 }
 
 /// A server bound to its address, not yet serving.
@@ -327,7 +333,14 @@ pub async fn bind(cluster: Cluster, opts: Options) -> anyhow::Result<Bound> {
             (Arc::new(tls::FixedCert(key)), Some(pem))
         }
     };
-    let acceptor = TlsAcceptor::from(Arc::new(tls::server_config(resolver)));
+    let config = match &opts.node_client_ca {
+        Some(ca) => {
+            let verifier = crate::authz::client_verifier(ca, "--node-client-ca-file", true)?;
+            tls::server_config_with_clients(resolver, verifier)
+        }
+        None => tls::server_config(resolver),
+    };
+    let acceptor = TlsAcceptor::from(Arc::new(config));
     let listener = TcpListener::bind(opts.address).await.map_err(|e| {
         anyhow::anyhow!(
             "cannot listen on {}: {e} (choose another --address)",
@@ -353,6 +366,7 @@ pub async fn bind(cluster: Cluster, opts: Options) -> anyhow::Result<Bound> {
         recent: recent::Recent::default(),
         administrators: opts.administrators,
         portal: opts.portal,
+        observes_nodes: opts.node_client_ca.is_some(),
     };
     Ok(Bound {
         server: Arc::new(server),
@@ -429,11 +443,17 @@ async fn accept_loop(
     let dropped = Arc::new(server.metrics.connections.clone());
     connection::accept_loop(listener, limits, dropped, shutdown, |stream, peer, gate| {
         let (server, acceptor) = (server.clone(), acceptor.clone());
-        let handler = move |req| {
+        let seen = observe::Peer::new(peer);
+        let node = seen.node.clone();
+        let handler = move |mut req: http::Request<hyper::body::Incoming>| {
             let server = server.clone();
+            req.extensions_mut().insert(seen.clone());
             async move { routes::handle(&server, req).await }
         };
-        connection::serve(handler, acceptor, stream, peer, gate, limits, |_| true)
+        connection::serve(handler, acceptor, stream, peer, gate, limits, move |conn| {
+            let _ = node.set(observe::node_of(conn));
+            true
+        })
     })
     .await;
 }

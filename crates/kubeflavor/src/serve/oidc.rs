@@ -635,7 +635,7 @@ async fn send(
 /// configuration (`/etc/resolv.conf`, `/etc/hosts`), not libc's getaddrinfo, whose NSS
 /// modules a static binary in an empty image does not have; libc only where no
 /// configuration can be read.
-async fn resolve(host: &str, port: u16) -> Result<Vec<std::net::SocketAddr>, String> {
+pub(crate) async fn resolve(host: &str, port: u16) -> Result<Vec<std::net::SocketAddr>, String> {
     if let Ok(ip) = host.parse::<std::net::IpAddr>() {
         return Ok(vec![std::net::SocketAddr::new(ip, port)]);
     }

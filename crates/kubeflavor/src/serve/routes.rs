@@ -39,6 +39,13 @@ pub async fn handle(server: &Server, req: Request<Incoming>) -> Response<Body> {
             "only POST is served here: POST /v1/jointokens",
             None,
         ),
+        (&Method::POST, ["v1", "observations"]) => super::observe::observe(server, req).await,
+        (_, ["v1", "observations"]) => status(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "MethodNotAllowed",
+            "only POST is served here: POST /v1/observations, with the node's client certificate",
+            None,
+        ),
         (&Method::POST, ["v1", "flavors", flavor, "jointokens"]) => {
             let flavor = flavor.to_string();
             mint_for(server, &flavor, req).await

@@ -85,6 +85,7 @@ async fn start_with(
         connections: ConnectionLimits::default(),
         administrators: Some(Arc::new(administrators)),
         portal: None,
+        node_client_ca: None,
     };
     let cluster = Cluster::connect(&ClusterArgs {
         kubeconfig: Some(h.env.kubeconfig.clone()),

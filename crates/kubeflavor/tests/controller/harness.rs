@@ -324,6 +324,24 @@ impl Harness {
     /// The node identity `system:node:<node>`, from the certificate the cluster issued for
     /// the CSR `csr_name` (filed with `submit_csr`) and its key: what the kubelet gets.
     pub async fn node_client(&self, csr_name: &str) -> Client {
+        let (cert, key) = self.node_identity(csr_name).await;
+        let admin = Kubeconfig::read_from(&self.env.kubeconfig).expect("admin kubeconfig");
+        let cluster = admin.clusters[0].cluster.clone().expect("cluster");
+        use base64::Engine;
+        let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+        let yaml = format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: {}\n    certificate-authority-data: {}\ncontexts:\n- name: c\n  context:\n    cluster: c\n    user: u\ncurrent-context: c\nusers:\n- name: u\n  user:\n    client-certificate-data: {}\n    client-key-data: {}\n",
+            cluster.server.expect("server"),
+            cluster.certificate_authority_data.expect("CA data"),
+            b64(&cert),
+            b64(&key),
+        );
+        client_from(&yaml).await
+    }
+
+    /// The certificate (PEM) the cluster issued for the CSR `csr_name` (filed with
+    /// `submit_csr`) and its key (PEM).
+    pub async fn node_identity(&self, csr_name: &str) -> (String, String) {
         let cond = |obj: Option<&CertificateSigningRequest>| {
             obj.and_then(|c| c.status.as_ref())
                 .and_then(|s| s.certificate.as_ref())
@@ -344,18 +362,7 @@ impl Harness {
             .get(csr_name)
             .cloned()
             .expect("key of a CSR filed here");
-        let admin = Kubeconfig::read_from(&self.env.kubeconfig).expect("admin kubeconfig");
-        let cluster = admin.clusters[0].cluster.clone().expect("cluster");
-        use base64::Engine;
-        let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
-        let yaml = format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: {}\n    certificate-authority-data: {}\ncontexts:\n- name: c\n  context:\n    cluster: c\n    user: u\ncurrent-context: c\nusers:\n- name: u\n  user:\n    client-certificate-data: {}\n    client-key-data: {}\n",
-            cluster.server.expect("server"),
-            cluster.certificate_authority_data.expect("CA data"),
-            b64(&cert),
-            b64(&key),
-        );
-        client_from(&yaml).await
+        (cert, key)
     }
 
     /// Files a kubelet client CSR for `node` as `client` (a bootstrap identity).

@@ -20,6 +20,7 @@ mod flow;
 mod input_labels;
 mod leader;
 mod monitoring;
+mod network;
 mod policy;
 mod portal;
 mod promql;

@@ -303,6 +303,7 @@ async fn every_series_the_alerts_and_the_dashboard_read_is_exposed_after_a_walkt
             connections: ConnectionLimits::default(),
             administrators: None,
             portal: None,
+            node_client_ca: None,
         },
     )
     .await

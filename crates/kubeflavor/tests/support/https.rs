@@ -19,6 +19,7 @@ use serde_json::Value;
 pub struct HttpsClient {
     addr: SocketAddr,
     tls: tokio_rustls::TlsConnector,
+    pem: String,
 }
 
 impl HttpsClient {
@@ -34,7 +35,13 @@ impl HttpsClient {
         HttpsClient {
             addr,
             tls: tokio_rustls::TlsConnector::from(Arc::new(config)),
+            pem: pem.to_string(),
         }
+    }
+
+    /// The server's certificate (PEM), as this client trusts it.
+    pub fn pem(&self) -> &str {
+        &self.pem
     }
 
     /// A new connection with its TLS handshake done and nothing sent yet.
@@ -131,30 +138,56 @@ pub async fn serve_self_signed_with(
     administrators: Option<std::sync::Arc<kubeflavor::serve::Administrators>>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<(HttpsClient, tokio::task::JoinHandle<()>)> {
+    serve_configured(kubeconfig, instance, shutdown, |o| {
+        o.administrators = administrators
+    })
+    .await
+}
+
+/// [`serve_self_signed`], observing nodes whose client certificates `node_client_ca` (a
+/// PEM file) issued.
+pub async fn serve_observing(
+    kubeconfig: &std::path::Path,
+    instance: &str,
+    node_client_ca: std::path::PathBuf,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<(HttpsClient, tokio::task::JoinHandle<()>)> {
+    serve_configured(kubeconfig, instance, shutdown, |o| {
+        o.node_client_ca = Some(node_client_ca)
+    })
+    .await
+}
+
+/// [`serve_self_signed`] with its options changed by `configure`.
+async fn serve_configured(
+    kubeconfig: &std::path::Path,
+    instance: &str,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+    configure: impl FnOnce(&mut kubeflavor::serve::Options),
+) -> anyhow::Result<(HttpsClient, tokio::task::JoinHandle<()>)> {
     let cluster = kubeflavor::connect::Cluster::connect(&kubeflavor::connect::ClusterArgs {
         kubeconfig: Some(kubeconfig.to_path_buf()),
         context: None,
     })
     .await
     .map_err(|e| anyhow::anyhow!("{e}"))?;
-    let bound = kubeflavor::serve::bind(
-        cluster,
-        kubeflavor::serve::Options {
-            address: "127.0.0.1:0".parse()?,
-            tls: kubeflavor::serve::TlsSource::SelfSigned {
-                names: vec!["127.0.0.1".into()],
-            },
-            ops_address: None,
-            per_minute: 60,
-            burst: 20,
-            audience: None,
-            instance: instance.into(),
-            connections: Default::default(),
-            administrators,
-            portal: None,
+    let mut options = kubeflavor::serve::Options {
+        address: "127.0.0.1:0".parse()?,
+        tls: kubeflavor::serve::TlsSource::SelfSigned {
+            names: vec!["127.0.0.1".into()],
         },
-    )
-    .await?;
+        ops_address: None,
+        per_minute: 60,
+        burst: 20,
+        audience: None,
+        instance: instance.into(),
+        connections: Default::default(),
+        administrators: None,
+        portal: None,
+        node_client_ca: None,
+    };
+    configure(&mut options);
+    let bound = kubeflavor::serve::bind(cluster, options).await?;
     let client = HttpsClient::new(
         bound.local_addr()?,
         bound.self_signed_pem.as_deref().unwrap_or_default(),
@@ -221,6 +254,7 @@ pub async fn serve_portal(
             connections: Default::default(),
             administrators: Some(administrators.clone()),
             portal: Some(std::sync::Arc::new(portal)),
+            node_client_ca: None,
         };
         // Another test (or run) may hold the port: the next one, then.
         let Ok(bound) = kubeflavor::serve::bind(cluster.clone(), options).await else {

@@ -2,7 +2,7 @@
 //! its test panicked), everything named after its run id is deleted, with the tokens its
 //! commands printed and the objects they made that carry no run id.
 //!
-//! Nodes, Flavors, FlavorBindings, Rosters and their AdministratorLedgers, CSRs, ClusterRoles and ClusterRoleBindings, Leases,
+//! Nodes, Flavors, FlavorBindings, Rosters and their AdministratorLedgers, Sites, NodeReports, CSRs, ClusterRoles and ClusterRoleBindings, Leases,
 //! ServiceAccounts, Events, and Pods, Secrets and ConfigMaps in `default` are found by the run id in their names (a CSR also by the node name it asks
 //! for, an Event also by the controller that wrote it); token Secrets by their flavor label or by the
 //! ids recorded in [`Made`], ClusterRoleBindings of fixed names by their names recorded there.
@@ -18,6 +18,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod, Secret};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
 use kube::api::{Api, DeleteParams, ListParams};
 use kube::{Resource, ResourceExt};
+use kubeflavor_cluster::crd::network::{NodeReport, Site};
 use kubeflavor_cluster::crd::roster::{AdministratorLedger, Roster};
 use kubeflavor_cluster::crd::{Flavor, FlavorBinding};
 use kubeflavor_core::token::BootstrapToken;
@@ -205,6 +206,11 @@ async fn sweep_async(
     }
     delete_where(Api::<Flavor>::all(client.clone()), |o| named(&o.name_any())).await;
     delete_where(Api::<Roster>::all(client.clone()), |o| named(&o.name_any())).await;
+    delete_where(Api::<Site>::all(client.clone()), |o| named(&o.name_any())).await;
+    delete_where(Api::<NodeReport>::all(client.clone()), |o| {
+        named(&o.name_any())
+    })
+    .await;
     delete_where(Api::<AdministratorLedger>::all(client.clone()), |o| {
         named(&o.spec.roster)
     })

@@ -5,6 +5,7 @@ mod admission;
 mod applied_record;
 mod authz;
 mod monitoring;
+mod node_reports;
 mod pods;
 mod rbac;
 mod revoked;
@@ -428,6 +429,7 @@ pub fn documents_with(
     docs.extend(rbac::bootstrap_tokens(mode.token_node_read));
     docs.extend(unverified::documents());
     docs.extend(applied_record::documents());
+    docs.extend(node_reports::documents());
     docs.extend(revoked::documents());
     if mode.strict {
         docs.extend(sole::documents());
@@ -460,9 +462,21 @@ fn crd_about(crd: &CustomResourceDefinition) -> String {
         "Flavor" => "Flavor: what a flavor means for a node. Its label keys are checked by CEL rules here too, so \
                      `kubectl apply` of a Flavor with a label a kubelet could write is refused."
             .into(),
-        _ => "FlavorBinding: the record that a node name is bound to one token (and so one flavor), written by the \
+        "FlavorBinding" => "FlavorBinding: the record that a node name is bound to one token (and so one flavor), written by the \
               controller before it approves the node's certificate."
             .into(),
+        "Site" => "Site: the owner's name for address ranges; a node observed connecting from one is labelled with the site \
+                   (and its zone and region)."
+            .into(),
+        "NodeReport" => "NodeReport: what a node says of its network (spec, written with the node's credentials) beside what \
+                         kubeflavor observed of it (status)."
+            .into(),
+        "Roster" => "Roster: which node administrators get a join token, and of which flavor, by their verified identity."
+            .into(),
+        "AdministratorLedger" => "AdministratorLedger: the join tokens one node administrator holds, how a Roster rule's \
+                                  maxLiveTokens is counted."
+            .into(),
+        kind => format!("{kind}: one of kubeflavor's resources."),
     }
 }
 

@@ -90,7 +90,7 @@ pub(super) fn service_account_subject(name: &str, namespace: &str) -> Subject {
     }
 }
 
-fn group_subject(group: &str) -> Subject {
+pub(super) fn group_subject(group: &str) -> Subject {
     Subject {
         kind: "Group".into(),
         name: group.into(),
@@ -319,6 +319,20 @@ fn flavor_and_binding_rules() -> Vec<Rule> {
             &["update", "patch"],
             &[],
             "update, patch: record whether the Node carries its flavor (Flavored, Revoked conditions, applied labels and taints).",
+        ),
+        rule(
+            &["kubeflavor.io"],
+            &["sites", "nodereports"],
+            &["get", "list", "watch"],
+            &[],
+            "get, list, watch: the owner's Sites and each node's report, to label nodes with the site they were observed on (P9). No write: Sites are the owner's, reports the nodes'.",
+        ),
+        rule(
+            &["kubeflavor.io"],
+            &["nodereports/status"],
+            &["patch"],
+            &[],
+            "patch: record the site and how the node's claims compare with the observation (status only; the observation itself is the join-token API's).",
         ),
     ]
 }

@@ -416,6 +416,15 @@ fn flavor_read_rules(roster: &str) -> Vec<Rule> {
             "update: the Roster's status (tokens each rule granted, and when last). Not its \
              spec: the status subresource writes nothing else.",
         ),
+        rule(
+            &["kubeflavor.io"],
+            &["nodereports/status"],
+            &["patch"],
+            &[],
+            "patch: record what this server observed of a node that connected with its own \
+             client certificate (the address, when, which instance) in its NodeReport's \
+             status. Not the spec: that is the node's claim.",
+        ),
     ]
 }
 

@@ -193,13 +193,26 @@ fn check_token_group(docs: &[Document], group: &str) {
 
 /// P1 (hidden flavor): FlavorBindings record each node's flavor and its token's custody
 /// (issuedTo, issuedBy). In every install mode, only the controller's ServiceAccount is
-/// granted anything on kubeflavor.io resources: no join token group and no node.
+/// granted anything on kubeflavor.io resources but a node's own report: no join token
+/// group, and nodes nothing else (the reporter's role names NodeReports alone, create and
+/// patch).
 #[test]
 fn only_the_controller_may_touch_flavor_bindings() {
     for docs in all_modes() {
+        let reporter = find(&docs, "ClusterRole", "kubeflavor:node-reporter");
+        assert_eq!(
+            rule_table(reporter),
+            [row(
+                "kubeflavor.io",
+                "nodereports",
+                &["create", "patch"],
+                &[]
+            )]
+        );
         let roles_on_kubeflavor: Vec<&str> = docs
             .iter()
             .filter(|d| d.kind() == "ClusterRole" || d.kind() == "Role")
+            .filter(|d| d.name() != "kubeflavor:node-reporter")
             .filter(|d| {
                 rules(d).iter().any(|r| {
                     strings(&r["apiGroups"])
@@ -966,6 +979,7 @@ fn the_join_token_api_gets_exactly_its_rbac() {
                 &[],
             ),
             row("kubeflavor.io", "rosters/status", &["update"], &["default"]),
+            row("kubeflavor.io", "nodereports/status", &["patch"], &[]),
         ]
     );
     let tokens = find(&docs, "Role", "kubeflavor:serve:tokens");

@@ -28,7 +28,9 @@ use super::{Context, Error, Stop};
 pub use self::counts::keep_bound_counts;
 pub use self::reconcile::reconcile;
 pub use self::view::{NodeView, NodeViewSpec};
-pub use self::watch::{Feeds, binding_events, flavor_store, node_events};
+pub use self::watch::{
+    Feeds, binding_events, flavor_store, node_events, report_events, site_store,
+};
 
 /// Runs the node loop until `until` resolves: the watches feed the index and the queue,
 /// `Options::concurrency` workers take names from the queue.

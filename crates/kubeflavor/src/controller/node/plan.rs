@@ -5,8 +5,11 @@
 use k8s_openapi::api::core::v1::Node;
 use kubeflavor_cluster::crd::{Flavor, FlavorBinding, FlavorBindingStatus, rules_from_flavor};
 use kubeflavor_core::flavor::{FlavorName, FlavorRules};
+use kubeflavor_core::network::NetworkPlacement;
 use kubeflavor_core::node::applied_record::APPLIED_ANNOTATION;
-use kubeflavor_core::node::state::{NodeFacts, NodeTaint, desired_node_state, released_node_state};
+use kubeflavor_core::node::state::{
+    BindingState, NodeFacts, NodeTaint, desired_node_state, released_node_state,
+};
 
 /// What the node flow should write for one binding.
 #[derive(Clone, Debug, PartialEq)]
@@ -67,7 +70,12 @@ pub fn plan_release(node: &Node, flavor: Option<&Flavor>) -> Option<serde_json::
 }
 
 /// Computes, with core's `desired_node_state`, the Node patch and the binding status.
-pub fn plan_node(binding: &FlavorBinding, flavor: Option<&Flavor>, node: &Node) -> NodePlan {
+pub fn plan_node(
+    binding: &FlavorBinding,
+    flavor: Option<&Flavor>,
+    node: &Node,
+    placement: NetworkPlacement,
+) -> NodePlan {
     let prev = binding.status.as_ref();
     let Ok(flavor_name) = binding.spec.flavor.parse::<FlavorName>() else {
         // The CRD's schema keeps an invalid flavor name off a binding.
@@ -79,7 +87,11 @@ pub fn plan_node(binding: &FlavorBinding, flavor: Option<&Flavor>, node: &Node) 
     };
     let rules = flavor_rules(binding, flavor);
     let facts = node_facts(node);
-    let change = desired_node_state(rules.as_ref(), &flavor_name, &binding.node_state(), &facts);
+    let state = BindingState {
+        placement,
+        ..binding.node_state()
+    };
+    let change = desired_node_state(rules.as_ref(), &flavor_name, &state, &facts);
     let patch = (!change.is_empty())
         .then(|| change.to_merge_patch(node.metadata.resource_version.as_deref().unwrap_or("")));
     NodePlan {
@@ -170,7 +182,7 @@ mod tests {
             json!({"kubernetes.io/hostname": "n1"}),
             json!([{"key": "kubeflavor.io/unverified", "effect": "NoSchedule"}]),
         );
-        let first = plan_node(&binding(None), Some(&flavor()), &n);
+        let first = plan_node(&binding(None), Some(&flavor()), &n, Default::default());
         let patch = first.patch.clone().expect("a new node needs its flavor");
         assert_eq!(patch["metadata"]["resourceVersion"], "7");
         assert!(first.flavored);
@@ -185,7 +197,12 @@ mod tests {
             "other labels untouched"
         );
         // The next round, with the status written: nothing to patch, nothing to write.
-        let again = plan_node(&binding(Some(first.status.clone())), Some(&flavor()), &n2);
+        let again = plan_node(
+            &binding(Some(first.status.clone())),
+            Some(&flavor()),
+            &n2,
+            Default::default(),
+        );
         assert_eq!(again.patch, None);
         assert_eq!(again.status, first.status);
     }
@@ -193,7 +210,7 @@ mod tests {
     #[test]
     fn a_revoked_binding_keeps_its_revoked_condition_and_loses_the_flavor() {
         let n = node(json!({}), json!([]));
-        let flavored = plan_node(&binding(None), Some(&flavor()), &n);
+        let flavored = plan_node(&binding(None), Some(&flavor()), &n, Default::default());
         let n2 = patched(&n, flavored.patch.as_ref().unwrap());
         let mut status = flavored.status.clone();
         status.conditions.push(Condition {
@@ -204,7 +221,12 @@ mod tests {
             last_transition_time: jiff::Timestamp::UNIX_EPOCH,
             observed_generation: None,
         });
-        let revoked = plan_node(&binding(Some(status)), Some(&flavor()), &n2);
+        let revoked = plan_node(
+            &binding(Some(status)),
+            Some(&flavor()),
+            &n2,
+            Default::default(),
+        );
         assert!(!revoked.flavored);
         let n3 = patched(
             &n2,

@@ -11,7 +11,7 @@ use kube::ResourceExt;
 use kube::runtime::reflector::ObjectRef;
 use kubeflavor_cluster::crd::{Flavor, FlavorBinding, FlavorBindingStatus};
 use kubeflavor_cluster::ops::trail::Regarding;
-use kubeflavor_cluster::{bindings, nodes, token_secrets};
+use kubeflavor_cluster::{bindings, node_reports, nodes, token_secrets};
 use kubeflavor_core::approval::client::APPROVED_CONDITION;
 use kubeflavor_core::approval::client::token_is_used_up;
 use kubeflavor_core::flavor::{FLAVOR_LABEL, UNVERIFIED_TAINT};
@@ -23,6 +23,7 @@ use super::view::node_fingerprint;
 use crate::controller::csr::facts;
 use crate::controller::fleet::{self, Fingerprint};
 use crate::controller::metrics::Metrics;
+use crate::controller::network;
 use crate::controller::{Context, Error, Step, TOKEN_NAMESPACE, patch_params};
 
 fn forget(ctx: &Context, name: &str) {
@@ -57,6 +58,12 @@ pub(super) fn flavor_version(flavor: Option<&Flavor>) -> String {
     }
 }
 
+/// What besides the binding and the Node a node's state depends on: its Flavor, and its
+/// report and the site map.
+fn depends_on(ctx: &Context, name: &str, flavor: Option<&Flavor>) -> String {
+    format!("{}|{}", flavor_version(flavor), ctx.network.version(name))
+}
+
 /// Looks at one name: skipped when the index says a reconcile found this same Node,
 /// binding and Flavor needing nothing; otherwise the binding and the Node are read and
 /// brought to what the Flavor says.
@@ -78,7 +85,11 @@ pub async fn reconcile(name: &str, ctx: &Context) -> Result<(), Error> {
         return Ok(());
     };
     let flavor = ctx.flavors.get(&ObjectRef::new(&flavor_name));
-    let seen = fleet::combined(node, binding_version, &flavor_version(flavor.as_deref()));
+    let seen = fleet::combined(
+        node,
+        binding_version,
+        &depends_on(ctx, name, flavor.as_deref()),
+    );
     if known.done.contains(&seen) {
         return Ok(());
     }
@@ -147,6 +158,8 @@ async fn flavor_node(
 ) -> Result<(), Error> {
     let _timer = Metrics::measure(&ctx.metrics.flavoring_duration);
     let reading = std::time::Instant::now();
+    // What the network placement depends on, as known before the reads.
+    let network_version = ctx.network.version(&name);
     let read = read_binding_and_node(ctx, &name).await;
     ctx.metrics
         .stage("node", "read", reading.elapsed().as_secs_f64());
@@ -163,7 +176,14 @@ async fn flavor_node(
     } else {
         ctx.flavors.get(&ObjectRef::new(&binding.spec.flavor))
     };
-    let plan = plan::plan_node(&binding, flavor.as_deref(), &node);
+    let report = if ctx.network.has_report(&name) {
+        node_reports::get(&ctx.client, &name).await?
+    } else {
+        None
+    };
+    let placement = ctx.network.placement(report.as_ref());
+    tracing::debug!(node = %name, site = ?placement.site, verdict = ?placement.verdict, "network placement");
+    let plan = plan::plan_node(&binding, flavor.as_deref(), &node, placement.clone());
     let node_after = patch_node(ctx, &binding, &node, plan.patch.as_ref()).await?;
     // Before the status says "flavored": a crash in between leaves the binding unflavored,
     // so the next run looks at the token again.
@@ -171,8 +191,11 @@ async fn flavor_node(
         retire_used_up_token(ctx, &binding).await?;
     }
     let binding_rv = write_status(ctx, &binding, &plan.status).await?;
+    if let Some(report) = &report {
+        network::after_reconcile(ctx, report, &placement, node.metadata.uid.as_deref()).await?;
+    }
     let read_rv = binding.resource_version().unwrap_or_default();
-    let flavor = flavor_version(flavor.as_deref());
+    let flavor = format!("{}|{network_version}", flavor_version(flavor.as_deref()));
     let done = |binding_rv: &str| {
         fleet::combined(node_after, fleet::version_fingerprint(binding_rv), &flavor)
     };

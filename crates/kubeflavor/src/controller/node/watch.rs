@@ -8,6 +8,7 @@ use futures::stream::BoxStream;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
+use kubeflavor_cluster::crd::network::{NodeReport, Site};
 use kubeflavor_cluster::crd::{Flavor, FlavorBinding};
 use tokio::sync::Notify;
 
@@ -59,11 +60,35 @@ pub fn binding_events(client: Client, opts: &Options) -> WatchEvents<FlavorBindi
     .boxed()
 }
 
+/// A reflector of the Sites (the ones this controller serves) and its watch events, each
+/// passed on once the store holds it (an initial list only at its end: `InitDone`).
+pub fn site_store(client: Client, opts: &Options) -> (Store<Site>, WatchEvents<Site>) {
+    let (reader, writer) = reflector::store();
+    let opts = opts.clone();
+    let stream = watcher(Api::<Site>::all(client), watcher::Config::default())
+        .default_backoff()
+        .filter_map(move |e| std::future::ready(cache::served(e, &opts)))
+        .reflect(writer)
+        .boxed();
+    (reader, stream)
+}
+
+/// The watch of all NodeReports (of the nodes this controller serves).
+pub fn report_events(client: Client, opts: &Options) -> WatchEvents<NodeReport> {
+    let opts = opts.clone();
+    watcher(Api::<NodeReport>::all(client), watcher::Config::default())
+        .default_backoff()
+        .filter_map(move |e| std::future::ready(cache::served(e, &opts)))
+        .boxed()
+}
+
 /// The watches of one term, as the node loop consumes them.
 pub struct Feeds {
     pub nodes: WatchEvents<NodeView>,
     pub bindings: WatchEvents<FlavorBinding>,
     pub flavors: Events<Flavor>,
+    pub sites: (Store<Site>, WatchEvents<Site>),
+    pub reports: WatchEvents<NodeReport>,
     /// Notified when a binding appears or goes (the bound-node counts).
     pub counts_changed: Arc<Notify>,
 }
@@ -74,13 +99,18 @@ pub(super) async fn feed(ctx: &Context, feeds: Feeds, queue: &WorkQueue) {
         Node(Result<watcher::Event<NodeView>, watcher::Error>),
         Binding(Result<watcher::Event<FlavorBinding>, watcher::Error>),
         Flavor(Result<Flavor, watcher::Error>),
+        Site(Result<watcher::Event<Site>, watcher::Error>),
+        Report(Result<watcher::Event<NodeReport>, watcher::Error>),
     }
     let routes = FlavorRoutes::default();
     let counts_changed = feeds.counts_changed;
+    let (site_store, sites) = feeds.sites;
     let mut events = futures::stream::select_all([
         feeds.nodes.map(Fed::Node).boxed(),
         feeds.bindings.map(Fed::Binding).boxed(),
         feeds.flavors.map(Fed::Flavor).boxed(),
+        sites.map(Fed::Site).boxed(),
+        feeds.reports.map(Fed::Report).boxed(),
     ]);
     let fleet = &ctx.fleet;
     while let Some(event) = events.next().await {
@@ -123,7 +153,31 @@ pub(super) async fn feed(ctx: &Context, feeds: Feeds, queue: &WorkQueue) {
                     queue.add(&name);
                 }
             }
-            Fed::Node(Err(e)) | Fed::Binding(Err(e)) | Fed::Flavor(Err(e)) => {
+            Fed::Site(Ok(
+                watcher::Event::InitDone | watcher::Event::Apply(_) | watcher::Event::Delete(_),
+            )) => {
+                for name in ctx.network.sites_changed(&site_store) {
+                    queue.add(&name);
+                }
+            }
+            Fed::Site(Ok(_)) => {}
+            Fed::Report(Ok(e)) => match e {
+                watcher::Event::InitApply(r) | watcher::Event::Apply(r) => {
+                    if ctx.network.report(&r) {
+                        queue.add(&r.name_any());
+                    }
+                }
+                watcher::Event::Delete(r) => {
+                    ctx.network.report_gone(&r.name_any());
+                    queue.add(&r.name_any());
+                }
+                watcher::Event::Init | watcher::Event::InitDone => {}
+            },
+            Fed::Node(Err(e))
+            | Fed::Binding(Err(e))
+            | Fed::Flavor(Err(e))
+            | Fed::Site(Err(e))
+            | Fed::Report(Err(e)) => {
                 tracing::debug!(error = %e, "node loop watch");
             }
         }

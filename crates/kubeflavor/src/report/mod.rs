@@ -1,0 +1,253 @@
+//! `kubeflavor node report`: the node's half of P9. Run on the node with the kubelet's own
+//! credentials (its kubeconfig, `/etc/kubernetes/kubelet.conf`), it
+//! 1. writes the node's NodeReport spec, what the node says of its network (`gather`), by
+//!    server-side apply; the API server's admission policy refuses a report named after
+//!    another node, and RBAC gives nodes no read of reports and no write of their status;
+//! 2. shows itself to the join-token API's `POST /v1/observations` over TLS with the same
+//!    client certificate, so kubeflavor records, from outside, the address the connection
+//!    came from.
+
+pub mod gather;
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use base64::Engine;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Bytes;
+use kube::api::{Patch, PatchParams};
+use kubeflavor_cluster::crd::network::NodeReportSpec;
+use kubeflavor_cluster::node_reports;
+use kubeflavor_core::admission::node_report::NODE_USER_PREFIX;
+use serde_json::{Value, json};
+use zeroize::Zeroizing;
+
+use crate::connect::Cluster;
+
+/// The field manager of the reporter's writes.
+pub const FIELD_MANAGER: &str = "kubeflavor-node-report";
+/// The most of an observer's answer read.
+const MAX_ANSWER_BYTES: usize = 64 * 1024;
+
+/// Where and how to be observed.
+#[derive(Debug, Clone)]
+pub struct Observer {
+    /// The join-token API's address, `https://HOST[:PORT]`.
+    pub url: String,
+    /// The CA of its serving certificate (PEM); `None`: the system's roots.
+    pub ca_pem: Option<Vec<u8>>,
+    /// The local address to connect from (a machine on several networks: the one whose
+    /// site counts); `None`: the system's choice.
+    pub source: Option<IpAddr>,
+}
+
+/// The node's client certificate and key (PEM), as its kubeconfig names them.
+pub struct Identity {
+    pub cert_pem: Vec<u8>,
+    pub key_pem: Zeroizing<Vec<u8>>,
+}
+
+/// What one report did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reported {
+    pub node: String,
+    /// The address the observer saw, when one was asked.
+    pub observed: Option<String>,
+}
+
+/// Reads the client certificate and key a kubeconfig's user names (files or data).
+pub fn identity_of(config: &kube::Config) -> Result<Identity, String> {
+    let auth = &config.auth_info;
+    let read = |path: &Option<String>,
+                data: Option<String>,
+                what: &str|
+     -> Result<Vec<u8>, String> {
+        if let Some(data) = data {
+            return base64::engine::general_purpose::STANDARD
+                .decode(data.trim())
+                .map_err(|e| format!("the kubeconfig's {what} data is not base64: {e}"));
+        }
+        match path {
+            Some(p) => std::fs::read(p).map_err(|e| format!("cannot read the {what} {p}: {e}")),
+            None => Err(format!(
+                "the kubeconfig's user has no {what}: a node reports with its own client certificate (give --kubeconfig the kubelet's, /etc/kubernetes/kubelet.conf)"
+            )),
+        }
+    };
+    use secrecy::ExposeSecret;
+    let cert_pem = read(
+        &auth.client_certificate,
+        auth.client_certificate_data.clone(),
+        "client certificate",
+    )?;
+    let key_pem = Zeroizing::new(read(
+        &auth.client_key,
+        auth.client_key_data
+            .as_ref()
+            .map(|k| k.expose_secret().to_string()),
+        "client key",
+    )?);
+    Ok(Identity { cert_pem, key_pem })
+}
+
+/// The node this identity is, from the API server's own answer.
+async fn node_name(cluster: &Cluster) -> Result<String, String> {
+    let user = kubeflavor_cluster::whoami::caller_name(&cluster.client)
+        .await
+        .ok_or("the API server did not say who this kubeconfig is (SelfSubjectReview)")?;
+    user.strip_prefix(NODE_USER_PREFIX)
+        .map(str::to_string)
+        .ok_or_else(|| {
+            format!(
+                "this kubeconfig authenticates as {user:?}, not as a node: a node reports with its own credentials (give --kubeconfig the kubelet's, /etc/kubernetes/kubelet.conf)"
+            )
+        })
+}
+
+/// Writes the node's report (`spec`) and, with `observer`, has it observed.
+pub async fn report(
+    cluster: &Cluster,
+    identity: &Identity,
+    spec: &NodeReportSpec,
+    observer: Option<&Observer>,
+) -> Result<Reported, String> {
+    let node = node_name(cluster).await?;
+    let applied = json!({
+        "apiVersion": "kubeflavor.io/v1alpha1",
+        "kind": "NodeReport",
+        "metadata": {"name": node},
+        "spec": spec,
+    });
+    node_reports::api(&cluster.client)
+        .patch(
+            &node,
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&applied),
+        )
+        .await
+        .map_err(|e| format!("cannot write NodeReport {node}: {e}"))?;
+    let observed = match observer {
+        Some(observer) => Some(observe(observer, identity).await?),
+        None => None,
+    };
+    Ok(Reported { node, observed })
+}
+
+/// The TLS client configuration: the observer's CA (or the system's roots) and the node's
+/// client certificate.
+fn client_config(observer: &Observer, identity: &Identity) -> Result<rustls::ClientConfig, String> {
+    let mut roots = rustls::RootCertStore::empty();
+    match &observer.ca_pem {
+        Some(pem) => {
+            for der in kubeflavor_core::crypto::keys::tls_certificate_chain(pem)
+                .map_err(|e| format!("the observer's CA: {e}"))?
+            {
+                roots
+                    .add(rustls_pki_types::CertificateDer::from(der))
+                    .map_err(|e| format!("the observer's CA: {e}"))?;
+            }
+        }
+        None => roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned()),
+    }
+    let (chain, key) = kubeflavor_cluster::ops::tls::pem_pair(
+        &identity.cert_pem,
+        &identity.key_pem,
+        Path::new("(the kubeconfig's client certificate)"),
+        Path::new("(the kubeconfig's client key)"),
+    )
+    .map_err(|e| e.to_string())?;
+    rustls::ClientConfig::builder()
+        .with_root_certificates(roots)
+        .with_client_auth_cert(chain, key)
+        .map_err(|e| format!("the node's client certificate: {e}"))
+}
+
+/// `POST /v1/observations` at the observer, as the node; the address it saw.
+pub async fn observe(observer: &Observer, identity: &Identity) -> Result<String, String> {
+    let config = client_config(observer, identity)?;
+    let url = format!("{}/v1/observations", observer.url.trim_end_matches('/'));
+    let uri: http::Uri = url.parse().map_err(|e| format!("{url}: {e}"))?;
+    if uri.scheme_str() != Some("https") {
+        return Err(format!("{url}: the observer must be an https:// address"));
+    }
+    let host = uri
+        .host()
+        .ok_or_else(|| format!("{url} names no host"))?
+        .trim_matches(['[', ']'])
+        .to_string();
+    let port = uri.port_u16().unwrap_or(443);
+    let addresses = crate::serve::oidc::resolve(&host, port)
+        .await
+        .map_err(|e| format!("{url}: {e}"))?;
+    let tcp = connect(&addresses, observer.source)
+        .await
+        .map_err(|e| format!("{url}: {e}"))?;
+    let name =
+        rustls_pki_types::ServerName::try_from(host.clone()).map_err(|e| format!("{url}: {e}"))?;
+    let tls = tokio_rustls::TlsConnector::from(Arc::new(config))
+        .connect(name, tcp)
+        .await
+        .map_err(|e| format!("{url}: TLS: {e}"))?;
+    let (mut sender, conn) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tls))
+            .await
+            .map_err(|e| format!("{url}: {e}"))?;
+    tokio::spawn(conn);
+    let request = http::Request::post(uri.path())
+        .header(
+            http::header::HOST,
+            uri.authority().map_or(host.as_str(), |a| a.as_str()),
+        )
+        .header(http::header::ACCEPT, "application/json")
+        .body(Full::new(Bytes::new()))
+        .map_err(|e| format!("{url}: {e}"))?;
+    let response = sender
+        .send_request(request)
+        .await
+        .map_err(|e| format!("{url}: {e}"))?;
+    let code = response.status();
+    let body = Limited::new(response.into_body(), MAX_ANSWER_BYTES)
+        .collect()
+        .await
+        .map_err(|e| format!("{url}: {e}"))?
+        .to_bytes();
+    let answer: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    if !code.is_success() {
+        let message = answer["message"].as_str().unwrap_or("(no message)");
+        return Err(format!("{url} answered {code}: {message}"));
+    }
+    answer["address"]
+        .as_str()
+        .map(str::to_string)
+        .ok_or_else(|| format!("{url} answered without the observed address"))
+}
+
+/// A TCP connection to the first of `addresses` that answers, from `source` when given.
+async fn connect(
+    addresses: &[SocketAddr],
+    source: Option<IpAddr>,
+) -> std::io::Result<tokio::net::TcpStream> {
+    let mut last = std::io::Error::other("no address to connect to");
+    for addr in addresses {
+        let socket = if addr.is_ipv4() {
+            tokio::net::TcpSocket::new_v4()?
+        } else {
+            tokio::net::TcpSocket::new_v6()?
+        };
+        if let Some(source) = source {
+            socket.bind(SocketAddr::new(source, 0))?;
+        }
+        match socket.connect(*addr).await {
+            Ok(stream) => return Ok(stream),
+            Err(e) => last = e,
+        }
+    }
+    Err(last)
+}
+
+/// The CA file's PEM, read for `--observer-ca-file`.
+pub fn read_ca(path: &PathBuf) -> Result<Vec<u8>, String> {
+    std::fs::read(path)
+        .map_err(|e| format!("cannot read --observer-ca-file {}: {e}", path.display()))
+}

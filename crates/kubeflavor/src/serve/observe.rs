@@ -1,0 +1,200 @@
+//! `POST /v1/observations`: a node shows itself to kubeflavor from outside (P9). It
+//! connects with its own kubelet client certificate (`system:node:<name>`, group
+//! `system:nodes`, verified against the cluster's CA given as `serve
+//! --node-client-ca-file`), and this server records what it saw, not what the node says:
+//! the source address of the TCP connection, which instance saw it, and when, in the
+//! status of the node's NodeReport (which the node cannot write). The controller turns the
+//! address into the node's site.
+//!
+//! A revoked node is refused (its binding says so), and each node is held to the API's
+//! per-caller rate.
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, OnceLock};
+use std::time::Instant;
+
+use http::header::{self, HeaderValue};
+use http::{Request, Response, StatusCode};
+use hyper::body::Incoming;
+use kube::Api;
+use kube::api::{ListParams, PatchParams};
+use kubeflavor_cluster::crd::FlavorBinding;
+use kubeflavor_cluster::crd::network::OBSERVED_BY_CLIENT_CERTIFICATE;
+use kubeflavor_cluster::node_reports;
+use kubeflavor_core::admission::node_report::{NODE_USER_PREFIX, NODES_GROUP};
+use serde_json::json;
+
+use super::Server;
+use super::api::{Body, respond, status};
+
+/// Who is at the other end of a connection, as the TLS handshake and the socket show it.
+#[derive(Debug, Clone)]
+pub struct Peer {
+    pub address: SocketAddr,
+    /// The node its client certificate names, once the handshake verified one against the
+    /// cluster's CA; set once, after the handshake, before any request is read.
+    pub node: Arc<OnceLock<Option<String>>>,
+}
+
+impl Peer {
+    pub fn new(address: SocketAddr) -> Peer {
+        Peer {
+            address,
+            node: Arc::default(),
+        }
+    }
+
+    fn node(&self) -> Option<&str> {
+        self.node.get().and_then(Option::as_deref)
+    }
+}
+
+/// The node a verified client certificate names: common name `system:node:<name>` and
+/// organization `system:nodes`, each exactly once (the chain was verified by the handshake
+/// against the CA given; a certificate without one is no node).
+pub fn node_of(conn: &rustls::ServerConnection) -> Option<String> {
+    let leaf = conn.peer_certificates()?.first()?;
+    let (_, cert) = x509_parser::parse_x509_certificate(leaf.as_ref()).ok()?;
+    let subject = cert.subject();
+    let mut cns = subject.iter_common_name();
+    let cn = cns.next()?.as_str().ok()?;
+    if cns.next().is_some() {
+        return None;
+    }
+    let mut orgs = subject.iter_organization();
+    let org = orgs.next()?.as_str().ok()?;
+    if org != NODES_GROUP || orgs.next().is_some() {
+        return None;
+    }
+    let name = cn.strip_prefix(NODE_USER_PREFIX)?;
+    kubeflavor_core::names::check_dns1123_subdomain(name).ok()?;
+    Some(name.to_string())
+}
+
+/// The address as observed: an IPv4 peer of a dual-stack listener as IPv4.
+fn observed_address(peer: &SocketAddr) -> IpAddr {
+    match peer.ip() {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4),
+        v4 => v4,
+    }
+}
+
+/// Answers `POST /v1/observations`.
+pub async fn observe(server: &Server, req: Request<Incoming>) -> Response<Body> {
+    let Some(peer) = req.extensions().get::<Peer>().cloned() else {
+        return status(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "InternalError",
+            "the connection's peer is not known",
+            None,
+        );
+    };
+    if !server.observes_nodes {
+        return status(
+            StatusCode::NOT_FOUND,
+            "NotFound",
+            "this server observes no nodes (start it with --node-client-ca-file, the CA of the kubelets' client certificates)",
+            None,
+        );
+    }
+    let Some(node) = peer.node().map(str::to_string) else {
+        return status(
+            StatusCode::UNAUTHORIZED,
+            "Unauthorized",
+            "present the node's own client certificate (system:node:<name>, as the kubelet holds it in /var/lib/kubelet/pki/kubelet-client-current.pem)",
+            None,
+        );
+    };
+    if let Err(wait) = server
+        .limiter
+        .check(&format!("node:{node}"), Instant::now())
+    {
+        let mut response = status(
+            StatusCode::TOO_MANY_REQUESTS,
+            "TooManyRequests",
+            &format!(
+                "too many observations of {node}; retry in {} s",
+                wait.as_secs() + 1
+            ),
+            None,
+        );
+        response
+            .headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from(wait.as_secs() + 1));
+        return response;
+    }
+    match revoked(server, &node).await {
+        Ok(false) => {}
+        Ok(true) => {
+            return status(
+                StatusCode::FORBIDDEN,
+                "Forbidden",
+                &format!("node {node} is revoked"),
+                None,
+            );
+        }
+        Err(e) => {
+            tracing::warn!(%node, error = %e, "cannot read the node's binding");
+            return status(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "ServiceUnavailable",
+                "cannot read the node's binding now; retry",
+                None,
+            );
+        }
+    }
+    let address = observed_address(&peer.address);
+    let now = jiff::Timestamp::now();
+    let at = jiff::Timestamp::from_second(now.as_second()).unwrap_or(now);
+    let patch = json!({"status": {"observed": {
+        "address": address.to_string(),
+        "method": OBSERVED_BY_CLIENT_CERTIFICATE,
+        "observer": server.instance,
+        "at": at.to_string(),
+    }}});
+    match node_reports::patch_status(
+        &server.cluster.client,
+        &node,
+        &PatchParams::default(),
+        &patch,
+    )
+    .await
+    {
+        Ok(_) => {
+            tracing::info!(%node, %address, "observed a node");
+            respond(
+                StatusCode::OK,
+                "application/json",
+                json!({"node": node, "address": address.to_string(), "observedAt": at.to_string()})
+                    .to_string(),
+            )
+        }
+        Err(kube::Error::Api(e)) if e.code == 404 => status(
+            StatusCode::CONFLICT,
+            "Conflict",
+            &format!(
+                "node {node} has no NodeReport yet: write it first (kubeflavor node report does both, in that order)"
+            ),
+            None,
+        ),
+        Err(e) => {
+            tracing::warn!(%node, error = %e, "cannot record an observation");
+            status(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "ServiceUnavailable",
+                "cannot record the observation now; retry",
+                None,
+            )
+        }
+    }
+}
+
+/// Whether the node's binding is revoked (no binding: not revoked; such a node carries no
+/// flavor, and its observation says nothing anyone trusts until it is bound).
+async fn revoked(server: &Server, node: &str) -> Result<bool, kube::Error> {
+    let bindings: Api<FlavorBinding> = Api::all(server.cluster.client.clone());
+    let found = bindings
+        .list(&ListParams::default().fields(&format!("metadata.name={node}")))
+        .await?;
+    Ok(found.items.iter().any(FlavorBinding::is_revoked))
+}

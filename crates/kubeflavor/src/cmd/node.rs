@@ -90,9 +90,10 @@ pub enum NodeCommand {
     /// the claims (claimed.kubeflavor.node-restriction.kubernetes.io/*) only when they
     /// agree with it.
     ///
-    /// Run it with --kubeconfig /etc/kubernetes/kubelet.conf (the appliance's systemd unit
-    /// and the DaemonSet `install --node-reporter` ships do). Exit 0 when reported (and
-    /// observed); 1 when the API server or the observer refused (the message says why).
+    /// Run it on the node with --kubeconfig /etc/kubernetes/kubelet.conf (as root: the
+    /// kubelet's key is root's), once after the kubelet has its certificate and then with
+    /// --every. Exit 0 when reported (and observed); 1 when the API server or the observer
+    /// refused (the message says why).
     #[command(verbatim_doc_comment)]
     Report(NodeReportArgs),
 }

@@ -266,8 +266,11 @@ async fn revoked_node_loses_its_flavor_gets_the_noexecute_taint_and_no_renewal()
 
     let out = h.env.kf(&["node", "revoke", &node]).await;
     out.expect_ok();
+    // `node revoke` taints the Node itself; the controller then takes the flavor away.
     let revoked = h
-        .node_until(&node, "revoked", |n| has_taint(n, "kubeflavor.io/revoked"))
+        .node_until(&node, "revoked and stripped", |n| {
+            has_taint(n, "kubeflavor.io/revoked") && label(n, FLAVOR_KEY).is_none()
+        })
         .await;
     assert_eq!(label(&revoked, TIER_KEY), None);
     assert_eq!(label(&revoked, FLAVOR_KEY), None);

@@ -34,7 +34,8 @@ pub fn refusal() -> String {
 /// The rule the policy stands for, as a plain function: may the identity `user` (with
 /// `groups`) write the report named `report`?
 pub fn allows(user: &str, groups: &[&str], report: &str) -> bool {
-    !groups.contains(&NODES_GROUP) || user.strip_prefix(NODE_USER_PREFIX) == Some(report)
+    !groups.contains(&NODES_GROUP)
+        || (!report.is_empty() && user.strip_prefix(NODE_USER_PREFIX) == Some(report))
 }
 
 #[cfg(test)]

@@ -377,17 +377,7 @@ async fn controller_works_with_the_rbac_install_grants() {
     h.flavor(&f, &[(TIER_KEY, "gold")], &[]).await;
     h.flavor(&other, &[(TIER_KEY, "bronze")], &[]).await;
     let (node, csr, bad) = (h.name("node-sa"), h.name("csr-sa"), h.name("csr-bad"));
-    let t = h.token(&f, 1, None).await;
-    h.submit_csr(&h.bootstrap_client(&t).await, &csr, &node)
-        .await;
-    assert_eq!(h.decision(&csr).await, "Approved");
-    h.register_node(
-        &csr,
-        &node,
-        &[],
-        &[("kubeflavor.io/unverified", "NoSchedule")],
-    )
-    .await;
+    h.join_and_register(&f, &node, &csr).await;
     h.node_until(&node, "flavored", |n| {
         label(n, TIER_KEY) == Some("gold") && !has_taint(n, "kubeflavor.io/unverified")
     })

@@ -365,6 +365,22 @@ impl Harness {
         (cert, key)
     }
 
+    /// A node `node` of `flavor` as a kubelet joins: a token of one use, the CSR `csr`
+    /// filed with it and approved, the Node registered tainted unverified.
+    pub async fn join_and_register(&self, flavor: &str, node: &str, csr: &str) {
+        let t = self.token(flavor, 1, None).await;
+        self.submit_csr(&self.bootstrap_client(&t).await, csr, node)
+            .await;
+        assert_eq!(self.decision(csr).await, "Approved");
+        self.register_node(
+            csr,
+            node,
+            &[],
+            &[("kubeflavor.io/unverified", "NoSchedule")],
+        )
+        .await;
+    }
+
     /// Files a kubelet client CSR for `node` as `client` (a bootstrap identity).
     pub async fn submit_csr(
         &self,

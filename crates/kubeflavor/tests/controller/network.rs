@@ -81,18 +81,8 @@ fn loopback_pair(run_id: &str) -> (u8, u8) {
 /// client as kubeflavor's commands hold one.
 async fn joined(h: &Harness, flavor: &str, base: &str) -> (String, Identity, Cluster) {
     let node = h.name(&format!("node-{base}"));
-    let t = h.token(flavor, 1, None).await;
     let csr = h.name(&format!("csr-{base}"));
-    h.submit_csr(&h.bootstrap_client(&t).await, &csr, &node)
-        .await;
-    assert_eq!(h.decision(&csr).await, "Approved");
-    h.register_node(
-        &csr,
-        &node,
-        &[],
-        &[("kubeflavor.io/unverified", "NoSchedule")],
-    )
-    .await;
+    h.join_and_register(flavor, &node, &csr).await;
     let (cert, key) = h.node_identity(&csr).await;
     let cluster = Cluster {
         client: h.node_client(&csr).await,

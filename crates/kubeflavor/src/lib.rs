@@ -13,6 +13,7 @@ pub mod error;
 pub mod exit;
 pub mod join;
 pub mod minting;
+pub mod outbound;
 pub mod output;
 pub mod report;
 pub mod revocation;

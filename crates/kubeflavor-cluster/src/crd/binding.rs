@@ -253,8 +253,7 @@ pub fn whole_seconds(t: jiff::Timestamp) -> jiff::Timestamp {
     jiff::Timestamp::from_second(t.as_second()).unwrap_or(t)
 }
 
-/// A binding condition of `type_`, keeping the previous transition time while the status
-/// holds, so an unchanged status compares equal and is not written again.
+/// A binding condition of `type_` (see [`Condition::after`]).
 fn condition(
     type_: &str,
     ok: bool,
@@ -262,20 +261,8 @@ fn condition(
     message: &str,
     prev: Option<&FlavorBindingStatus>,
 ) -> Condition {
-    let status = if ok { "True" } else { "False" };
-    let old = prev.and_then(|p| p.conditions.iter().find(|c| c.type_ == type_));
-    let last_transition_time = match old {
-        Some(c) if c.status == status => c.last_transition_time,
-        _ => whole_seconds(jiff::Timestamp::now()),
-    };
-    Condition {
-        type_: type_.into(),
-        status: status.into(),
-        reason: reason.into(),
-        message: message.into(),
-        last_transition_time,
-        observed_generation: None,
-    }
+    let previous = prev.map_or(&[][..], |p| &p.conditions[..]);
+    Condition::after(type_, ok, reason, message, previous)
 }
 
 #[cfg(test)]

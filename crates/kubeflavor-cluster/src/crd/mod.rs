@@ -33,7 +33,7 @@ use kube::{CustomResource, CustomResourceExt};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-pub use binding::NewBinding;
+pub use binding::{NewBinding, whole_seconds};
 pub use convert::{RulesError, core_spec, effect_str, flavor_from_rules, rules_from_flavor};
 
 /// The API group of kubeflavor's resources.
@@ -355,6 +355,34 @@ pub struct Condition {
     pub last_transition_time: Timestamp,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
+}
+
+impl Condition {
+    /// The condition `type_` (status True when `ok`), keeping the transition time of the
+    /// one in `previous` while its status holds, so an unchanged status compares equal and
+    /// is not written again.
+    pub fn after(
+        type_: &str,
+        ok: bool,
+        reason: &str,
+        message: &str,
+        previous: &[Condition],
+    ) -> Condition {
+        let status = if ok { "True" } else { "False" };
+        let old = previous.iter().find(|c| c.type_ == type_);
+        let last_transition_time = match old {
+            Some(c) if c.status == status => c.last_transition_time,
+            _ => whole_seconds(jiff::Timestamp::now()),
+        };
+        Condition {
+            type_: type_.into(),
+            status: status.into(),
+            reason: reason.into(),
+            message: message.into(),
+            last_transition_time,
+            observed_generation: None,
+        }
+    }
 }
 
 /// Every CRD, Flavor first, with the rules that apply to the whole object.

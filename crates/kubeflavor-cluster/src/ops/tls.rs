@@ -66,18 +66,18 @@ pub fn load(cert: &Path, key: &Path) -> Result<Arc<CertifiedKey>, TlsError> {
         path: key.into(),
         reason: e.to_string(),
     })?);
-    let (chain, private) = pem_pair(&cert_text, &key_text, cert, key)?;
-    certified(chain, private, key)
+    certified_from_pem(&cert_text, &key_text, cert, key)
 }
 
-/// A certificate chain and its private key from PEM text (`cert` and `key` name where they
-/// come from in errors).
-pub fn pem_pair(
+/// A certificate chain and its private key from PEM text, ready to sign (`cert` and `key`
+/// name where the text comes from, in errors). The key's DER is zeroized once rustls
+/// holds it.
+pub fn certified_from_pem(
     cert_text: &[u8],
     key_text: &[u8],
     cert: &Path,
     key: &Path,
-) -> Result<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>), TlsError> {
+) -> Result<Arc<CertifiedKey>, TlsError> {
     let cert_error = |reason: String| TlsError::Certificate {
         path: cert.into(),
         reason,
@@ -95,11 +95,11 @@ pub fn pem_pair(
         reason: e.to_string(),
     })?;
     let private = match form {
-        PrivateKeyForm::Pkcs1 => PrivateKeyDer::Pkcs1(PrivatePkcs1KeyDer::from(der.to_vec())),
-        PrivateKeyForm::Sec1 => PrivateKeyDer::Sec1(PrivateSec1KeyDer::from(der.to_vec())),
-        PrivateKeyForm::Pkcs8 => PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(der.to_vec())),
+        PrivateKeyForm::Pkcs1 => PrivateKeyDer::Pkcs1(PrivatePkcs1KeyDer::from(&der[..])),
+        PrivateKeyForm::Sec1 => PrivateKeyDer::Sec1(PrivateSec1KeyDer::from(&der[..])),
+        PrivateKeyForm::Pkcs8 => PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(&der[..])),
     };
-    Ok((chain, private))
+    certified(chain, private, key)
 }
 
 fn certified(

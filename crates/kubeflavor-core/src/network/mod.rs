@@ -113,17 +113,6 @@ pub enum SitesError {
 }
 
 impl Sites {
-    /// The map from site names to their ranges, as written; the first problem refuses it.
-    pub fn parse<'a>(
-        sites: impl IntoIterator<Item = (&'a str, &'a [String])>,
-    ) -> Result<Sites, SitesError> {
-        let (map, problems) = Sites::build(sites.into_iter().map(|(n, r)| SiteEntry::new(n, r)));
-        match problems.into_iter().next() {
-            Some(first) => Err(first),
-            None => Ok(map),
-        }
-    }
-
     /// The map from every site that reads, and what is wrong with the others. The sites
     /// live in separate objects, which no admission can compare, so one bad site must not
     /// blind the controller to the rest: a site that does not read is left out, and a
@@ -178,11 +167,6 @@ impl Sites {
             .sort_by_key(|(range, site)| (std::cmp::Reverse(range.prefix()), *range, site.clone()));
         ranges.dedup();
         (Sites { ranges, topology }, problems)
-    }
-
-    /// The names of the sites with at least one range.
-    pub fn names(&self) -> BTreeSet<&str> {
-        self.ranges.iter().map(|(_, s)| s.as_str()).collect()
     }
 
     /// The site of `addr`: the site of the most specific range that holds it (two ranges of
@@ -245,7 +229,7 @@ fn read_entry(entry: &SiteEntry<'_>) -> Result<(Vec<Cidr>, Topology), SitesError
 
 /// An IPv4-mapped IPv6 address (how a dual-stack listener sees an IPv4 peer) as the IPv4
 /// address it is; anything else as it is.
-fn canonical(addr: IpAddr) -> IpAddr {
+pub fn canonical(addr: IpAddr) -> IpAddr {
     match addr {
         IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(addr, IpAddr::V4),
         v4 => v4,
@@ -415,7 +399,15 @@ mod tests {
             .iter()
             .map(|(n, r)| (n.to_string(), r.iter().map(|s| s.to_string()).collect()))
             .collect();
-        Sites::parse(owned.iter().map(|(n, r)| (n.as_str(), r.as_slice())))
+        let (map, problems) = Sites::build(
+            owned
+                .iter()
+                .map(|(n, r)| SiteEntry::new(n.as_str(), r.as_slice())),
+        );
+        match problems.into_iter().next() {
+            Some(first) => Err(first),
+            None => Ok(map),
+        }
     }
 
     fn ip(s: &str) -> IpAddr {
@@ -532,7 +524,6 @@ mod tests {
             UNKNOWN_SITE,
             "shared: neither's"
         );
-        assert_eq!(map.names(), BTreeSet::from(["lyon", "paris"]));
         let (_, bad) = Sites::build([SiteEntry {
             zone: Some("a b"),
             ..SiteEntry::new("lyon", &lyon)

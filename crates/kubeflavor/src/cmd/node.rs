@@ -641,7 +641,7 @@ pub async fn report(
             url: url.clone(),
             ca_pem: args
                 .observer_ca_file
-                .as_ref()
+                .as_deref()
                 .map(reporter::read_ca)
                 .transpose()
                 .map_err(|e| CliError::failed(e, "give --observer-ca-file a readable PEM file"))?,
@@ -649,7 +649,17 @@ pub async fn report(
         }),
         None => None,
     };
+    // Each report starts an interval after the previous one started (one that ran late
+    // does not make the next come early).
+    let mut ticks = args.every.map(|every| {
+        let mut ticks = tokio::time::interval(every);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        ticks
+    });
     loop {
+        if let Some(ticks) = ticks.as_mut() {
+            ticks.tick().await;
+        }
         let spec = reporter::gather::this_machine();
         let done = reporter::report(&cluster, &identity, &spec, observer.as_ref()).await;
         match (&done, args.every) {
@@ -674,10 +684,9 @@ pub async fn report(
                 ));
             }
         }
-        let Some(every) = args.every else {
+        if ticks.is_none() {
             return Ok(());
-        };
-        tokio::time::sleep(every).await;
+        }
     }
 }
 

@@ -144,7 +144,7 @@ fn status_after(report: &NodeReport, placement: &NetworkPlacement) -> NodeReport
                 message: String::new(),
             }),
             Some((
-                "True",
+                true,
                 "Consistent",
                 "the node's claims agree with the site it was observed on".to_string(),
             )),
@@ -162,35 +162,25 @@ fn status_after(report: &NodeReport, placement: &NetworkPlacement) -> NodeReport
                     verdict: "Contradicts".into(),
                     message: message.clone(),
                 }),
-                Some(("False", "Contradicts", message)),
+                Some((false, "Contradicts", message)),
             )
         }
     };
     status.claim = reading;
-    status
-        .conditions
-        .retain(|c| c.type_ != CONDITION_CLAIM_CONSISTENT);
-    if let Some((state, reason, message)) = condition {
-        let before = report.status.as_ref().and_then(|s| {
-            s.conditions
-                .iter()
-                .find(|c| c.type_ == CONDITION_CLAIM_CONSISTENT)
-        });
-        let since = before
-            .filter(|c| c.status == state)
-            .map(|c| c.last_transition_time)
-            .unwrap_or_else(|| {
-                let now = jiff::Timestamp::now();
-                jiff::Timestamp::from_second(now.as_second()).unwrap_or(now)
-            });
-        status.conditions.push(Condition {
-            type_: CONDITION_CLAIM_CONSISTENT.into(),
-            status: state.into(),
-            reason: reason.into(),
-            message,
-            last_transition_time: since,
-            observed_generation: report.metadata.generation,
-        });
+    let previous = std::mem::take(&mut status.conditions);
+    status.conditions = previous
+        .iter()
+        .filter(|c| c.type_ != CONDITION_CLAIM_CONSISTENT)
+        .cloned()
+        .collect();
+    if let Some((ok, reason, message)) = condition {
+        status.conditions.push(Condition::after(
+            CONDITION_CLAIM_CONSISTENT,
+            ok,
+            reason,
+            &message,
+            &previous,
+        ));
     }
     status
 }

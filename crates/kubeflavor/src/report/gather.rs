@@ -115,13 +115,14 @@ pub fn this_machine() -> NodeReportSpec {
         .and_then(|t| dhcp_domain(&t));
     let lldp_neighbor =
         run("lldpcli", &["-f", "json", "show", "neighbors"]).and_then(|t| lldp_neighbor(&t));
-    let now = jiff::Timestamp::now();
     NodeReportSpec {
         interfaces,
         default_gateway,
         dhcp_domain,
         lldp_neighbor,
-        reported_at: Some(jiff::Timestamp::from_second(now.as_second()).unwrap_or(now)),
+        reported_at: Some(kubeflavor_cluster::crd::whole_seconds(
+            jiff::Timestamp::now(),
+        )),
     }
 }
 

@@ -9,13 +9,11 @@
 
 pub mod gather;
 
-use std::net::{IpAddr, SocketAddr};
-use std::path::{Path, PathBuf};
+use std::net::IpAddr;
+use std::path::Path;
 use std::sync::Arc;
 
 use base64::Engine;
-use http_body_util::{BodyExt, Full, Limited};
-use hyper::body::Bytes;
 use kube::api::{Patch, PatchParams};
 use kubeflavor_cluster::crd::network::NodeReportSpec;
 use kubeflavor_cluster::node_reports;
@@ -59,10 +57,8 @@ pub struct Reported {
 /// Reads the client certificate and key a kubeconfig's user names (files or data).
 pub fn identity_of(config: &kube::Config) -> Result<Identity, String> {
     let auth = &config.auth_info;
-    let read = |path: &Option<String>,
-                data: Option<String>,
-                what: &str|
-     -> Result<Vec<u8>, String> {
+    // The key's text is borrowed, never copied; what is read is zeroized by the caller.
+    let read = |path: &Option<String>, data: Option<&str>, what: &str| -> Result<Vec<u8>, String> {
         if let Some(data) = data {
             return base64::engine::general_purpose::STANDARD
                 .decode(data.trim())
@@ -78,14 +74,12 @@ pub fn identity_of(config: &kube::Config) -> Result<Identity, String> {
     use secrecy::ExposeSecret;
     let cert_pem = read(
         &auth.client_certificate,
-        auth.client_certificate_data.clone(),
+        auth.client_certificate_data.as_deref(),
         "client certificate",
     )?;
     let key_pem = Zeroizing::new(read(
         &auth.client_key,
-        auth.client_key_data
-            .as_ref()
-            .map(|k| k.expose_secret().to_string()),
+        auth.client_key_data.as_ref().map(|k| k.expose_secret()),
         "client key",
     )?);
     Ok(Identity { cert_pem, key_pem })
@@ -150,68 +144,25 @@ fn client_config(observer: &Observer, identity: &Identity) -> Result<rustls::Cli
         }
         None => roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned()),
     }
-    let (chain, key) = kubeflavor_cluster::ops::tls::pem_pair(
+    let certified = kubeflavor_cluster::ops::tls::certified_from_pem(
         &identity.cert_pem,
         &identity.key_pem,
         Path::new("(the kubeconfig's client certificate)"),
         Path::new("(the kubeconfig's client key)"),
     )
     .map_err(|e| e.to_string())?;
-    rustls::ClientConfig::builder()
+    Ok(rustls::ClientConfig::builder()
         .with_root_certificates(roots)
-        .with_client_auth_cert(chain, key)
-        .map_err(|e| format!("the node's client certificate: {e}"))
+        .with_client_cert_resolver(Arc::new(rustls::sign::SingleCertAndKey::from(certified))))
 }
 
 /// `POST /v1/observations` at the observer, as the node; the address it saw.
 pub async fn observe(observer: &Observer, identity: &Identity) -> Result<String, String> {
-    let config = client_config(observer, identity)?;
+    let config = Arc::new(client_config(observer, identity)?);
     let url = format!("{}/v1/observations", observer.url.trim_end_matches('/'));
-    let uri: http::Uri = url.parse().map_err(|e| format!("{url}: {e}"))?;
-    if uri.scheme_str() != Some("https") {
-        return Err(format!("{url}: the observer must be an https:// address"));
-    }
-    let host = uri
-        .host()
-        .ok_or_else(|| format!("{url} names no host"))?
-        .trim_matches(['[', ']'])
-        .to_string();
-    let port = uri.port_u16().unwrap_or(443);
-    let addresses = crate::serve::oidc::resolve(&host, port)
-        .await
-        .map_err(|e| format!("{url}: {e}"))?;
-    let tcp = connect(&addresses, observer.source)
-        .await
-        .map_err(|e| format!("{url}: {e}"))?;
-    let name =
-        rustls_pki_types::ServerName::try_from(host.clone()).map_err(|e| format!("{url}: {e}"))?;
-    let tls = tokio_rustls::TlsConnector::from(Arc::new(config))
-        .connect(name, tcp)
-        .await
-        .map_err(|e| format!("{url}: TLS: {e}"))?;
-    let (mut sender, conn) =
-        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tls))
-            .await
-            .map_err(|e| format!("{url}: {e}"))?;
-    tokio::spawn(conn);
-    let request = http::Request::post(uri.path())
-        .header(
-            http::header::HOST,
-            uri.authority().map_or(host.as_str(), |a| a.as_str()),
-        )
-        .header(http::header::ACCEPT, "application/json")
-        .body(Full::new(Bytes::new()))
-        .map_err(|e| format!("{url}: {e}"))?;
-    let response = sender
-        .send_request(request)
-        .await
-        .map_err(|e| format!("{url}: {e}"))?;
-    let code = response.status();
-    let body = Limited::new(response.into_body(), MAX_ANSWER_BYTES)
-        .collect()
-        .await
-        .map_err(|e| format!("{url}: {e}"))?
-        .to_bytes();
+    let mut request = crate::outbound::Request::new(http::Method::POST, &url, MAX_ANSWER_BYTES);
+    request.source = observer.source;
+    let (code, body) = crate::outbound::send(&config, request).await?;
     let answer: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
     if !code.is_success() {
         let message = answer["message"].as_str().unwrap_or("(no message)");
@@ -223,31 +174,8 @@ pub async fn observe(observer: &Observer, identity: &Identity) -> Result<String,
         .ok_or_else(|| format!("{url} answered without the observed address"))
 }
 
-/// A TCP connection to the first of `addresses` that answers, from `source` when given.
-async fn connect(
-    addresses: &[SocketAddr],
-    source: Option<IpAddr>,
-) -> std::io::Result<tokio::net::TcpStream> {
-    let mut last = std::io::Error::other("no address to connect to");
-    for addr in addresses {
-        let socket = if addr.is_ipv4() {
-            tokio::net::TcpSocket::new_v4()?
-        } else {
-            tokio::net::TcpSocket::new_v6()?
-        };
-        if let Some(source) = source {
-            socket.bind(SocketAddr::new(source, 0))?;
-        }
-        match socket.connect(*addr).await {
-            Ok(stream) => return Ok(stream),
-            Err(e) => last = e,
-        }
-    }
-    Err(last)
-}
-
 /// The CA file's PEM, read for `--observer-ca-file`.
-pub fn read_ca(path: &PathBuf) -> Result<Vec<u8>, String> {
+pub fn read_ca(path: &Path) -> Result<Vec<u8>, String> {
     std::fs::read(path)
         .map_err(|e| format!("cannot read --observer-ca-file {}: {e}", path.display()))
 }

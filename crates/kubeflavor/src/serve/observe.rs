@@ -9,7 +9,7 @@
 //! A revoked node is refused (its binding says so), and each node is held to the API's
 //! per-caller rate.
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
@@ -53,8 +53,12 @@ impl Peer {
 /// organization `system:nodes`, each exactly once (the chain was verified by the handshake
 /// against the CA given; a certificate without one is no node).
 pub fn node_of(conn: &rustls::ServerConnection) -> Option<String> {
-    let leaf = conn.peer_certificates()?.first()?;
-    let (_, cert) = x509_parser::parse_x509_certificate(leaf.as_ref()).ok()?;
+    node_of_certificate(conn.peer_certificates()?.first()?.as_ref())
+}
+
+/// The node a certificate (DER) names: see [`node_of`].
+fn node_of_certificate(der: &[u8]) -> Option<String> {
+    let (_, cert) = x509_parser::parse_x509_certificate(der).ok()?;
     let subject = cert.subject();
     let mut cns = subject.iter_common_name();
     let cn = cns.next()?.as_str().ok()?;
@@ -69,14 +73,6 @@ pub fn node_of(conn: &rustls::ServerConnection) -> Option<String> {
     let name = cn.strip_prefix(NODE_USER_PREFIX)?;
     kubeflavor_core::names::check_dns1123_subdomain(name).ok()?;
     Some(name.to_string())
-}
-
-/// The address as observed: an IPv4 peer of a dual-stack listener as IPv4.
-fn observed_address(peer: &SocketAddr) -> IpAddr {
-    match peer.ip() {
-        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4),
-        v4 => v4,
-    }
 }
 
 /// Answers `POST /v1/observations`.
@@ -143,9 +139,9 @@ pub async fn observe(server: &Server, req: Request<Incoming>) -> Response<Body> 
             );
         }
     }
-    let address = observed_address(&peer.address);
-    let now = jiff::Timestamp::now();
-    let at = jiff::Timestamp::from_second(now.as_second()).unwrap_or(now);
+    // An IPv4 peer of a dual-stack listener, as IPv4.
+    let address = kubeflavor_core::network::canonical(peer.address.ip());
+    let at = kubeflavor_cluster::crd::whole_seconds(jiff::Timestamp::now());
     let patch = json!({"status": {"observed": {
         "address": address.to_string(),
         "method": OBSERVED_BY_CLIENT_CERTIFICATE,
@@ -197,4 +193,42 @@ async fn revoked(server: &Server, node: &str) -> Result<bool, kube::Error> {
         .list(&ListParams::default().fields(&format!("metadata.name={node}")))
         .await?;
     Ok(found.items.iter().any(FlavorBinding::is_revoked))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A certificate whose subject has these common names and organizations (rcgen keeps
+    /// one value per attribute type: the last).
+    fn cert(cns: &[&str], orgs: &[&str]) -> Vec<u8> {
+        let mut params = rcgen::CertificateParams::default();
+        let mut name = rcgen::DistinguishedName::new();
+        for cn in cns {
+            name.push(rcgen::DnType::CommonName, *cn);
+        }
+        for org in orgs {
+            name.push(rcgen::DnType::OrganizationName, *org);
+        }
+        params.distinguished_name = name;
+        let key = rcgen::KeyPair::generate().unwrap();
+        params.self_signed(&key).unwrap().der().to_vec()
+    }
+
+    #[test]
+    fn only_a_node_certificate_names_a_node() {
+        let node = |cns: &[&str], orgs: &[&str]| node_of_certificate(&cert(cns, orgs));
+        assert_eq!(
+            node(&["system:node:worker-1"], &["system:nodes"]).as_deref(),
+            Some("worker-1")
+        );
+        // A user named like a node but not in the nodes' group (another signer could
+        // issue that name): no node.
+        assert_eq!(node(&["system:node:worker-1"], &[]), None);
+        assert_eq!(node(&["system:node:worker-1"], &["system:masters"]), None);
+        assert_eq!(node(&["worker-1"], &["system:nodes"]), None);
+        assert_eq!(node(&["system:node:Not_A_Name"], &["system:nodes"]), None);
+        assert_eq!(node(&["system:node:"], &["system:nodes"]), None);
+        assert_eq!(node_of_certificate(b"not a certificate"), None);
+    }
 }

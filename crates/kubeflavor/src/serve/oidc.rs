@@ -20,7 +20,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use base64::Engine;
-use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Bytes;
 use jsonwebtoken::jwk::{JwkSet, KeyAlgorithm, PublicKeyUse};
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
@@ -573,96 +572,22 @@ async fn send(
     url: &str,
     form: Option<(&str, String)>,
 ) -> Result<Bytes, String> {
-    let uri: http::Uri = url.parse().map_err(|e| format!("{url}: {e}"))?;
-    if uri.scheme_str() != Some("https") {
-        return Err(format!("{url} is not https"));
+    let mut request = crate::outbound::Request::new(method.clone(), url, MAX_DOCUMENT_BYTES);
+    if let Some((authorization, form)) = form {
+        request.headers = vec![
+            (http::header::AUTHORIZATION, authorization.to_string()),
+            (
+                http::header::CONTENT_TYPE,
+                "application/x-www-form-urlencoded".to_string(),
+            ),
+        ];
+        request.body = Bytes::from(form);
     }
-    let host = uri.host().ok_or_else(|| format!("{url} names no host"))?;
-    let port = uri.port_u16().unwrap_or(443);
-    let addresses = resolve(host.trim_matches(['[', ']']), port)
-        .await
-        .map_err(|e| format!("{method} {url}: {e}"))?;
-    let tcp = tokio::net::TcpStream::connect(&addresses[..])
-        .await
-        .map_err(|e| format!("{method} {url}: {e}"))?;
-    let name = rustls_pki_types::ServerName::try_from(host.trim_matches(['[', ']']).to_string())
-        .map_err(|e| format!("{url}: {e}"))?;
-    let stream = tokio_rustls::TlsConnector::from(tls.clone())
-        .connect(name, tcp)
-        .await
-        .map_err(|e| format!("{method} {url}: TLS: {e}"))?;
-    let (mut sender, conn) =
-        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
-            .await
-            .map_err(|e| format!("{method} {url}: {e}"))?;
-    tokio::spawn(conn);
-    let authority = uri.authority().map(|a| a.as_str()).unwrap_or(host);
-    let mut request = http::Request::builder()
-        .method(method.clone())
-        .uri(uri.path_and_query().map_or("/", |p| p.as_str()))
-        .header(http::header::HOST, authority)
-        .header(http::header::ACCEPT, "application/json");
-    let body = match form {
-        Some((authorization, form)) => {
-            request = request
-                .header(http::header::AUTHORIZATION, authorization)
-                .header(
-                    http::header::CONTENT_TYPE,
-                    "application/x-www-form-urlencoded",
-                );
-            Full::new(Bytes::from(form))
-        }
-        None => Full::new(Bytes::new()),
-    };
-    let request = request
-        .body(body)
-        .map_err(|e| format!("{method} {url}: {e}"))?;
-    let response = sender
-        .send_request(request)
-        .await
-        .map_err(|e| format!("{method} {url}: {e}"))?;
-    if !response.status().is_success() {
-        return Err(format!("{method} {url}: HTTP {}", response.status()));
+    let (status, body) = crate::outbound::send(tls, request).await?;
+    if !status.is_success() {
+        return Err(format!("{method} {url}: HTTP {status}"));
     }
-    let body = Limited::new(response.into_body(), MAX_DOCUMENT_BYTES)
-        .collect()
-        .await
-        .map_err(|e| format!("{method} {url}: {e}"))?;
-    Ok(body.to_bytes())
-}
-
-/// The addresses of `host`: an IP address as is, else resolved in process with the system's
-/// configuration (`/etc/resolv.conf`, `/etc/hosts`), not libc's getaddrinfo, whose NSS
-/// modules a static binary in an empty image does not have; libc only where no
-/// configuration can be read.
-pub(crate) async fn resolve(host: &str, port: u16) -> Result<Vec<std::net::SocketAddr>, String> {
-    if let Ok(ip) = host.parse::<std::net::IpAddr>() {
-        return Ok(vec![std::net::SocketAddr::new(ip, port)]);
-    }
-    static RESOLVER: std::sync::OnceLock<Option<hickory_resolver::TokioResolver>> =
-        std::sync::OnceLock::new();
-    let resolver = RESOLVER.get_or_init(|| {
-        hickory_resolver::Resolver::builder_tokio()
-            .ok()
-            .and_then(|b| b.build().ok())
-    });
-    let found: Vec<std::net::SocketAddr> = match resolver {
-        Some(resolver) => resolver
-            .lookup_ip(host)
-            .await
-            .map_err(|e| format!("cannot resolve {host}: {e}"))?
-            .iter()
-            .map(|ip| std::net::SocketAddr::new(ip, port))
-            .collect(),
-        None => tokio::net::lookup_host((host, port))
-            .await
-            .map_err(|e| format!("cannot resolve {host}: {e}"))?
-            .collect(),
-    };
-    if found.is_empty() {
-        return Err(format!("{host} has no address"));
-    }
-    Ok(found)
+    Ok(body)
 }
 
 #[cfg(test)]
@@ -885,20 +810,6 @@ mod tests {
             .verify(&p.token("made-up", serde_json::json!({})))
             .await;
         assert_eq!(p.fetches(), before + 1);
-    }
-
-    #[tokio::test]
-    async fn host_names_resolve_in_process_and_addresses_pass_as_they_are() {
-        let ip = resolve("192.0.2.7", 443).await.unwrap();
-        assert_eq!(ip, ["192.0.2.7:443".parse().unwrap()]);
-        // localhost comes from /etc/hosts, read by the in-process resolver.
-        let local = resolve("localhost", 8443).await.unwrap();
-        assert!(
-            local
-                .iter()
-                .all(|a| a.ip().is_loopback() && a.port() == 8443),
-            "{local:?}"
-        );
     }
 
     #[test]

@@ -4,7 +4,7 @@
 //! site's zone), the one whose report lies about its prefix gets its claim refused (not
 //! copied, an Event, the Site the flavor does not allow taints it), a node cannot write
 //! another node's report nor the status of its own, and a connection without a node's
-//! certificate is not observed.
+//! certificate, or from a revoked node, is not observed.
 
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, Patch, PatchParams, PostParams};
@@ -313,6 +313,16 @@ async fn each_node_gets_the_site_it_was_observed_on_and_a_lying_claim_is_refused
     assert!(
         as_liar.get(&honest).await.is_err(),
         "a node may not read another node's report"
+    );
+
+    // A revoked node is observed no more.
+    h.env.kf(&["node", "revoke", &liar]).await.expect_ok();
+    let refused = report::observe(&observer(&paris_addr), &liar_id)
+        .await
+        .expect_err("a revoked node is not observed");
+    assert!(
+        refused.contains("403") && refused.contains("revoked"),
+        "{refused}"
     );
 
     let _ = stop.send(());

@@ -2,10 +2,37 @@
 //! API's validations, and the binding that makes the API server enforce it.
 
 use k8s_openapi::api::admissionregistration::v1::{
-    ParamRef, ValidatingAdmissionPolicyBinding, ValidatingAdmissionPolicyBindingSpec, Validation,
+    MatchResources, NamedRuleWithOperations, ParamRef, ValidatingAdmissionPolicyBinding,
+    ValidatingAdmissionPolicyBindingSpec, ValidatingAdmissionPolicySpec, Validation,
 };
 
 use super::{Document, object_meta};
+
+/// A policy spec matching `operations` on `resources` of the API `groups` and `versions`,
+/// refusing a request a rule cannot evaluate (failurePolicy Fail); the caller adds its
+/// conditions, variables and validations.
+pub fn matching(
+    groups: &[&str],
+    versions: &[&str],
+    operations: &[&str],
+    resources: &[&str],
+) -> ValidatingAdmissionPolicySpec {
+    let strings = |v: &[&str]| Some(v.iter().map(|s| s.to_string()).collect::<Vec<_>>());
+    ValidatingAdmissionPolicySpec {
+        failure_policy: Some("Fail".into()),
+        match_constraints: Some(MatchResources {
+            resource_rules: Some(vec![NamedRuleWithOperations {
+                api_groups: strings(groups),
+                api_versions: strings(versions),
+                operations: strings(operations),
+                resources: strings(resources),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
 
 /// Rules (CEL expression, message) as the policy's validations, in order: the API server
 /// answers with the message of the first one that fails.

@@ -6,8 +6,7 @@
 //! could rewrite it could keep a trusted label past its binding's end.
 
 use k8s_openapi::api::admissionregistration::v1::{
-    MatchCondition, MatchResources, NamedRuleWithOperations, ValidatingAdmissionPolicy,
-    ValidatingAdmissionPolicySpec, Variable,
+    MatchCondition, ValidatingAdmissionPolicy, ValidatingAdmissionPolicySpec, Variable,
 };
 use kubeflavor_core::admission::kubelet_topology;
 use kubeflavor_core::node::applied_record::{
@@ -25,21 +24,9 @@ pub fn documents() -> [Document; 2] {
 }
 
 fn policy() -> Document {
-    let strings = |v: &[&str]| Some(v.iter().map(|s| s.to_string()).collect::<Vec<_>>());
     let policy = ValidatingAdmissionPolicy {
         metadata: object_meta(POLICY_NAME, None, COMPONENT),
         spec: Some(ValidatingAdmissionPolicySpec {
-            failure_policy: Some("Fail".into()),
-            match_constraints: Some(MatchResources {
-                resource_rules: Some(vec![NamedRuleWithOperations {
-                    api_groups: strings(&[""]),
-                    api_versions: strings(&["v1"]),
-                    operations: strings(&["CREATE", "UPDATE"]),
-                    resources: strings(&RESOURCES),
-                    ..Default::default()
-                }]),
-                ..Default::default()
-            }),
             match_conditions: Some(vec![MatchCondition {
                 name: "requested-by-a-kubelet".into(),
                 expression: applied_record::applies_to(),
@@ -61,7 +48,7 @@ fn policy() -> Document {
                     kubelet_topology::refusal(),
                 ),
             ])),
-            ..Default::default()
+            ..super::admission::matching(&[""], &["v1"], &["CREATE", "UPDATE"], &RESOURCES)
         }),
         status: None,
     };

@@ -4,8 +4,7 @@
 //! a report not named after it (`kubeflavor_core::admission::node_report`).
 
 use k8s_openapi::api::admissionregistration::v1::{
-    MatchCondition, MatchResources, NamedRuleWithOperations, ValidatingAdmissionPolicy,
-    ValidatingAdmissionPolicySpec,
+    MatchCondition, ValidatingAdmissionPolicy, ValidatingAdmissionPolicySpec,
 };
 use kubeflavor_cluster::crd::GROUP;
 use kubeflavor_core::admission::node_report::{self, NODES_GROUP, POLICY_NAME, VALIDATION};
@@ -19,10 +18,6 @@ pub const REPORTER_ROLE: &str = "kubeflavor:node-reporter";
 /// The nodes' role and binding, the policy and its binding.
 pub fn documents() -> Vec<Document> {
     vec![role(), role_binding(), policy(), binding()]
-}
-
-fn strings(v: &[&str]) -> Option<Vec<String>> {
-    Some(v.iter().map(|s| s.to_string()).collect())
 }
 
 fn role() -> Document {
@@ -54,17 +49,6 @@ fn policy() -> Document {
     let policy = ValidatingAdmissionPolicy {
         metadata: object_meta(POLICY_NAME, None, COMPONENT),
         spec: Some(ValidatingAdmissionPolicySpec {
-            failure_policy: Some("Fail".into()),
-            match_constraints: Some(MatchResources {
-                resource_rules: Some(vec![NamedRuleWithOperations {
-                    api_groups: strings(&[GROUP]),
-                    api_versions: strings(&["*"]),
-                    operations: strings(&["CREATE", "UPDATE", "DELETE"]),
-                    resources: strings(&["nodereports", "nodereports/status"]),
-                    ..Default::default()
-                }]),
-                ..Default::default()
-            }),
             match_conditions: Some(vec![MatchCondition {
                 name: "requested-by-a-node".into(),
                 expression: node_report::applies_to(),
@@ -73,7 +57,12 @@ fn policy() -> Document {
                 VALIDATION.into(),
                 node_report::refusal(),
             )])),
-            ..Default::default()
+            ..super::admission::matching(
+                &[GROUP],
+                &["*"],
+                &["CREATE", "UPDATE", "DELETE"],
+                &["nodereports", "nodereports/status"],
+            )
         }),
         status: None,
     };

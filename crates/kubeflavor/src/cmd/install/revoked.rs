@@ -6,8 +6,8 @@
 //! ships them: the webhook's `NoOpinion` fallback must give a revoked node nothing.
 
 use k8s_openapi::api::admissionregistration::v1::{
-    MatchCondition, MatchResources, NamedRuleWithOperations, ParamKind, ParamRef,
-    ValidatingAdmissionPolicy, ValidatingAdmissionPolicySpec, Variable,
+    MatchCondition, ParamKind, ParamRef, ValidatingAdmissionPolicy, ValidatingAdmissionPolicySpec,
+    Variable,
 };
 use kubeflavor_core::node::revocation_list::{self, NAME, NAMESPACE, POLICY_NAME};
 
@@ -39,22 +39,10 @@ fn list() -> Document {
 }
 
 fn policy() -> Document {
-    let strings = |v: &[&str]| Some(v.iter().map(|s| s.to_string()).collect::<Vec<_>>());
     let spec = ValidatingAdmissionPolicySpec {
-        failure_policy: Some("Fail".into()),
         param_kind: Some(ParamKind {
             api_version: Some("v1".into()),
             kind: Some("ConfigMap".into()),
-        }),
-        match_constraints: Some(MatchResources {
-            resource_rules: Some(vec![NamedRuleWithOperations {
-                api_groups: strings(&["*"]),
-                api_versions: strings(&["*"]),
-                operations: strings(&["CREATE", "UPDATE", "DELETE"]),
-                resources: strings(&["*/*"]),
-                ..Default::default()
-            }]),
-            ..Default::default()
         }),
         match_conditions: Some(
             revocation_list::match_conditions()
@@ -79,7 +67,7 @@ fn policy() -> Document {
                 .into_iter()
                 .map(|r| (r.expression, r.message)),
         )),
-        ..Default::default()
+        ..super::admission::matching(&["*"], &["*"], &["CREATE", "UPDATE", "DELETE"], &["*/*"])
     };
     let policy = ValidatingAdmissionPolicy {
         metadata: object_meta(POLICY_NAME, None, COMPONENT),

@@ -6,8 +6,7 @@
 //! is not a kubeflavor node token as `mint` writes it (`kubeflavor_core::admission::token_shape`).
 
 use k8s_openapi::api::admissionregistration::v1::{
-    MatchCondition, MatchResources, NamedRuleWithOperations, ValidatingAdmissionPolicy,
-    ValidatingAdmissionPolicySpec, Variable,
+    MatchCondition, ValidatingAdmissionPolicy, ValidatingAdmissionPolicySpec, Variable,
 };
 use k8s_openapi::api::core::v1::{
     ConfigMapVolumeSource, Container, PodSpec, PodTemplateSpec, SecretVolumeSource, Service,
@@ -263,19 +262,7 @@ fn policy(user: &str, ceilings: &Ceilings) -> Document {
 /// Creates and updates of Secrets by `user`, refused unless they pass every rule of
 /// [`token_shape`].
 fn policy_spec(user: &str, ceilings: &Ceilings) -> ValidatingAdmissionPolicySpec {
-    let strings = |v: &[&str]| Some(v.iter().map(|s| s.to_string()).collect::<Vec<_>>());
     ValidatingAdmissionPolicySpec {
-        failure_policy: Some("Fail".into()),
-        match_constraints: Some(MatchResources {
-            resource_rules: Some(vec![NamedRuleWithOperations {
-                api_groups: strings(&[""]),
-                api_versions: strings(&["v1"]),
-                operations: strings(&["CREATE", "UPDATE"]),
-                resources: strings(&["secrets"]),
-                ..Default::default()
-            }]),
-            ..Default::default()
-        }),
         match_conditions: Some(vec![MatchCondition {
             name: "join-token-api".into(),
             expression: token_shape::applies_to(user),
@@ -294,7 +281,7 @@ fn policy_spec(user: &str, ceilings: &Ceilings) -> ValidatingAdmissionPolicySpec
                 .into_iter()
                 .map(|r| (r.expression, r.message)),
         )),
-        ..Default::default()
+        ..super::admission::matching(&[""], &["v1"], &["CREATE", "UPDATE"], &["secrets"])
     }
 }
 

@@ -6,8 +6,7 @@
 //! the controller sees the CSR.
 
 use k8s_openapi::api::admissionregistration::v1::{
-    MatchResources, NamedRuleWithOperations, ValidatingAdmissionPolicy,
-    ValidatingAdmissionPolicySpec,
+    ValidatingAdmissionPolicy, ValidatingAdmissionPolicySpec,
 };
 use kubeflavor_core::admission::sole_approver::{
     self, BINDING_RESOURCES, NODECLIENT_ROLE, POLICY_NAME, RBAC_GROUP, ROLE_RESOURCES,
@@ -24,30 +23,18 @@ pub fn documents() -> [Document; 2] {
 
 /// The policy's spec (also what tests evaluate).
 pub fn policy_spec() -> ValidatingAdmissionPolicySpec {
-    let strings = |v: &[&str]| Some(v.iter().map(|s| s.to_string()).collect::<Vec<_>>());
     let resources: Vec<&str> = BINDING_RESOURCES
         .iter()
         .chain(ROLE_RESOURCES.iter())
         .copied()
         .collect();
     ValidatingAdmissionPolicySpec {
-        failure_policy: Some("Fail".into()),
-        match_constraints: Some(MatchResources {
-            resource_rules: Some(vec![NamedRuleWithOperations {
-                api_groups: strings(&[RBAC_GROUP]),
-                api_versions: strings(&["*"]),
-                operations: strings(&["CREATE", "UPDATE"]),
-                resources: strings(&resources),
-                ..Default::default()
-            }]),
-            ..Default::default()
-        }),
         validations: Some(super::admission::validations(
             sole_approver::rules()
                 .into_iter()
                 .map(|r| (r.expression, r.message)),
         )),
-        ..Default::default()
+        ..super::admission::matching(&[RBAC_GROUP], &["*"], &["CREATE", "UPDATE"], &resources)
     }
 }
 

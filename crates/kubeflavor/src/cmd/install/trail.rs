@@ -3,8 +3,7 @@
 //! unless the controller's ServiceAccount writes it (kubeflavor_core::admission::trail).
 
 use k8s_openapi::api::admissionregistration::v1::{
-    MatchCondition, MatchResources, NamedRuleWithOperations, ValidatingAdmissionPolicy,
-    ValidatingAdmissionPolicySpec,
+    MatchCondition, ValidatingAdmissionPolicy, ValidatingAdmissionPolicySpec,
 };
 use kubeflavor_core::admission::trail::{self, CONTROLLER_REPORTER, EventApi};
 
@@ -28,29 +27,22 @@ pub fn documents(namespace: &str) -> Vec<Document> {
 
 /// The policy on `api`'s Events and its binding.
 fn policy(namespace: &str, api: EventApi) -> [Document; 2] {
-    let strings = |v: &[&str]| Some(v.iter().map(|s| s.to_string()).collect::<Vec<_>>());
     let (expression, message) = trail::rule(api);
     let name = api.policy_name();
     let policy = ValidatingAdmissionPolicy {
         metadata: object_meta(name, None, COMPONENT),
         spec: Some(ValidatingAdmissionPolicySpec {
-            failure_policy: Some("Fail".into()),
-            match_constraints: Some(MatchResources {
-                resource_rules: Some(vec![NamedRuleWithOperations {
-                    api_groups: strings(&[api.group()]),
-                    api_versions: strings(&["v1"]),
-                    operations: strings(&["CREATE", "UPDATE"]),
-                    resources: strings(&["events"]),
-                    ..Default::default()
-                }]),
-                ..Default::default()
-            }),
             match_conditions: Some(vec![MatchCondition {
                 name: "not-the-controller".into(),
                 expression: trail::applies_to(&controller_user(namespace)),
             }]),
             validations: Some(super::admission::validations([(expression, message)])),
-            ..Default::default()
+            ..super::admission::matching(
+                &[api.group()],
+                &["v1"],
+                &["CREATE", "UPDATE"],
+                &["events"],
+            )
         }),
         status: None,
     };

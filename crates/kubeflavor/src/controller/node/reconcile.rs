@@ -9,6 +9,7 @@ use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
 use kube::runtime::reflector::ObjectRef;
+use kubeflavor_cluster::crd::network::NodeReport;
 use kubeflavor_cluster::crd::{Flavor, FlavorBinding, FlavorBindingStatus};
 use kubeflavor_cluster::ops::trail::Regarding;
 use kubeflavor_cluster::{bindings, node_reports, nodes, token_secrets};
@@ -160,10 +161,10 @@ async fn flavor_node(
     let reading = std::time::Instant::now();
     // What the network placement depends on, as known before the reads.
     let network_version = ctx.network.version(&name);
-    let read = read_binding_and_node(ctx, &name).await;
+    let read = read_binding_node_and_report(ctx, &name).await;
     ctx.metrics
         .stage("node", "read", reading.elapsed().as_secs_f64());
-    let Some((binding, node)) = read? else {
+    let Some((binding, node, report)) = read? else {
         // Deleted meanwhile: the watch event that follows ends the story.
         forget(ctx, &name);
         return Ok(());
@@ -176,13 +177,7 @@ async fn flavor_node(
     } else {
         ctx.flavors.get(&ObjectRef::new(&binding.spec.flavor))
     };
-    let report = if ctx.network.has_report(&name) {
-        node_reports::get(&ctx.client, &name).await?
-    } else {
-        None
-    };
     let placement = ctx.network.placement(report.as_ref());
-    tracing::debug!(node = %name, site = ?placement.site, verdict = ?placement.verdict, "network placement");
     let plan = plan::plan_node(&binding, flavor.as_deref(), &node, placement.clone());
     let node_after = patch_node(ctx, &binding, &node, plan.patch.as_ref()).await?;
     // Before the status says "flavored": a crash in between leaves the binding unflavored,
@@ -262,16 +257,25 @@ async fn retire_used_up_token(ctx: &Context, binding: &FlavorBinding) -> Result<
     }
 }
 
-/// The binding and the Node of `name`, read together; `None` when either is gone. The
-/// caches keep neither the binding's status nor the Node's labels and taints, and a fresh
-/// binding is the only safe base for the status write (a cache may lag the status written
-/// a moment ago).
-async fn read_binding_and_node(
+/// The binding and the Node of `name`, and its NodeReport when the index knows one, read
+/// together; `None` when the binding or the Node is gone. The caches keep neither the
+/// binding's status nor the Node's labels and taints, and a fresh binding is the only safe
+/// base for the status write (a cache may lag the status written a moment ago); only the
+/// index of reports is kept, not the reports.
+async fn read_binding_node_and_report(
     ctx: &Context,
     name: &str,
-) -> Result<Option<(FlavorBinding, Node)>, Error> {
-    let (binding, node) = bindings::with_node(&ctx.client, name).await?;
-    Ok(binding.zip(node))
+) -> Result<Option<(FlavorBinding, Node, Option<NodeReport>)>, Error> {
+    let report = async {
+        if ctx.network.has_report(name) {
+            node_reports::get(&ctx.client, name).await
+        } else {
+            Ok(None)
+        }
+    };
+    let ((binding, node), report) =
+        tokio::try_join!(bindings::with_node(&ctx.client, name), report)?;
+    Ok(binding.zip(node).map(|(b, n)| (b, n, report)))
 }
 
 /// P3 (binding): whether the Node of the binding's name is the token holder's to act on

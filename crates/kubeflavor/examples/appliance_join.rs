@@ -31,7 +31,6 @@ use anyhow::{Context, bail, ensure};
 use clap::Parser;
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::Node;
-use k8s_openapi::api::events::v1::Event;
 use kube::Api;
 use kube::api::{ListParams, Patch, PatchParams, WatchEvent, WatchParams};
 use kubeflavor::controller::{self, Options, Runtime};
@@ -40,6 +39,13 @@ use kubeflavor_core::flavor::input_labels::INPUT_LABEL_PREFIX;
 use kubeflavor_core::flavor::{FLAVOR_LABEL, TRUST_LEVEL_LABEL, UNVERIFIED_TAINT};
 use serde_json::json;
 
+use appliance::{
+    Seed, Vm, api_server_port, client_from, delete_node_events, kf, load_average, secs, taints_of,
+    which, write_private,
+};
+
+#[path = "support/appliance.rs"]
+mod appliance;
 #[path = "../../kubeflavor-core/examples/support/args.rs"]
 mod args;
 #[path = "../tests/support/browser.rs"]
@@ -93,15 +99,6 @@ struct Args {
     via_portal: bool,
 }
 
-/// `program`'s path on the PATH, if it is there.
-fn which(program: &str) -> Option<PathBuf> {
-    std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths)
-            .map(|dir| dir.join(program))
-            .find(|p| p.is_file())
-    })
-}
-
 /// The provider's env file, as `KEY=value` lines.
 fn read_env_file(path: &Path) -> anyhow::Result<BTreeMap<String, String>> {
     let text = std::fs::read_to_string(path)
@@ -136,13 +133,6 @@ const CLASS: &str = "appliance";
 const TRUST_LEVEL: &str = "60";
 /// How often the wait says where the VM is.
 const PROGRESS_EVERY: Duration = Duration::from_secs(30);
-
-/// For `sweep`, which makes its clients with `super::client_from`.
-async fn client_from(kubeconfig_yaml: &str) -> kube::Client {
-    kubeflavor::join::client_from_kubeconfig(kubeconfig_yaml)
-        .await
-        .expect("a usable kubeconfig")
-}
 
 #[tokio::main(flavor = "multi_thread")]
 async fn main() -> ExitCode {
@@ -444,10 +434,14 @@ async fn scenario(a: &Args, run: &mut Run) -> anyhow::Result<serde_json::Value> 
         &a.boot,
         &a.image,
         &node,
-        &user_data,
-        seed_image.as_deref(),
-        api_port,
-        ssh_port,
+        match seed_image.as_deref() {
+            Some(image) => Seed::Image(image),
+            None => Seed::UserData(&user_data),
+        },
+        &[
+            ("APPLIANCE_API_PORT", api_port.to_string()),
+            ("APPLIANCE_SSH_PORT", ssh_port.to_string()),
+        ],
     )?);
     drop(seed);
 
@@ -1008,21 +1002,6 @@ impl SshKey {
     }
 }
 
-/// The Events the VM's kubelet and kube-controller-manager wrote about the Node, in
-/// `default` (where Events about a Node go), named after it; the e2e sweep looks in
-/// kube-system only, where kubeflavor's trail is.
-async fn delete_node_events(kubeconfig: &Path, run_id: &str) -> anyhow::Result<()> {
-    let client = client_from(&std::fs::read_to_string(kubeconfig)?).await;
-    let events: Api<Event> = Api::namespaced(client, "default");
-    for event in events.list(&ListParams::default()).await? {
-        let name = event.metadata.name.unwrap_or_default();
-        if name.contains(run_id) {
-            events.delete(&name, &Default::default()).await?;
-        }
-    }
-    Ok(())
-}
-
 /// The Node carries its flavor's label and no longer the unverified taint.
 fn is_flavored(node: &Node, flavor: &str) -> bool {
     let labelled = node
@@ -1039,200 +1018,8 @@ fn is_flavored(node: &Node, flavor: &str) -> bool {
             .is_some_and(|t| t.iter().any(|t| t.key == UNVERIFIED_TAINT))
 }
 
-/// `key[=value]:effect` of every taint.
-fn taints_of(node: &Node) -> Vec<String> {
-    node.spec
-        .as_ref()
-        .and_then(|s| s.taints.clone())
-        .unwrap_or_default()
-        .into_iter()
-        .map(|t| match t.value {
-            Some(v) if !v.is_empty() => format!("{}={v}:{}", t.key, t.effect),
-            _ => format!("{}:{}", t.key, t.effect),
-        })
-        .collect()
-}
-
-/// One kubeflavor command in-process, its output discarded.
-async fn kf(kubeconfig: &Path, args: &[&str]) -> anyhow::Result<()> {
-    let mut argv = vec![
-        "kubeflavor".to_string(),
-        "--kubeconfig".into(),
-        kubeconfig.display().to_string(),
-    ];
-    argv.extend(args.iter().map(|a| a.to_string()));
-    let mut out = Vec::new();
-    kubeflavor::run(argv, &mut out)
-        .await
-        .map_err(|e| anyhow::anyhow!("kubeflavor {}: {e}", args.join(" ")))
-}
-
-/// The API server's port on this host: the VM reaches it there (the boot script's
-/// APPLIANCE_API_PORT).
-fn api_server_port(kubeconfig: &Path) -> anyhow::Result<u16> {
-    let config = kube::config::Kubeconfig::read_from(kubeconfig)?;
-    let server = config
-        .clusters
-        .iter()
-        .find_map(|c| c.cluster.as_ref().and_then(|c| c.server.clone()))
-        .context("the kubeconfig names no server")?;
-    let uri: http::Uri = server.parse()?;
-    uri.port_u16()
-        .with_context(|| format!("the server {server} names no port"))
-}
-
-/// Writes `text` readable by its owner only (it holds a token).
-fn write_private(path: &Path, text: &str) -> anyhow::Result<()> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(path)?;
-    file.write_all(text.as_bytes())?;
-    Ok(())
-}
-
-/// One booted appliance VM.
-struct Vm {
-    pid: u32,
-    /// `<image>/vms/<name>`: the overlay, seed, ISO and console are this plus a suffix.
-    stem: PathBuf,
-}
-
-impl Vm {
-    fn boot(
-        script: &Path,
-        image: &Path,
-        name: &str,
-        user_data: &Path,
-        seed_image: Option<&Path>,
-        api_port: u16,
-        ssh_port: u16,
-    ) -> anyhow::Result<Vm> {
-        let mut command = Command::new("bash");
-        command.arg(script).arg(image).arg(name);
-        match seed_image {
-            // The seed image as is: the script's user-data argument is then `-`.
-            Some(seed) => command.arg("-").env("APPLIANCE_SEED_IMAGE", seed),
-            None => command.arg(user_data),
-        };
-        let out = command
-            .arg(name)
-            .env("APPLIANCE_API_PORT", api_port.to_string())
-            .env("APPLIANCE_SSH_PORT", ssh_port.to_string())
-            .output()
-            .with_context(|| format!("running {}", script.display()))?;
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        let pid = stdout.trim().lines().last().and_then(|l| l.parse().ok());
-        match (out.status.success(), pid) {
-            (true, Some(pid)) => Ok(Vm {
-                pid,
-                stem: image.join("vms").join(name),
-            }),
-            _ => bail!(
-                "{} failed ({}): {}{}",
-                script.display(),
-                out.status,
-                stdout.trim(),
-                String::from_utf8_lossy(&out.stderr).trim()
-            ),
-        }
-    }
-
-    /// QEMU still runs (a zombie counts as gone).
-    fn running(&self) -> bool {
-        std::fs::read_to_string(format!("/proc/{}/stat", self.pid))
-            .ok()
-            .and_then(|s| {
-                s.rsplit_once(')')
-                    .map(|(_, rest)| !rest.trim_start().starts_with('Z'))
-            })
-            .unwrap_or(false)
-    }
-
-    fn path(&self, suffix: &str) -> PathBuf {
-        let mut p = self.stem.clone().into_os_string();
-        p.push(suffix);
-        PathBuf::from(p)
-    }
-
-    fn console(&self, secret: Option<&str>) -> String {
-        let text = std::fs::read(self.path(".console")).unwrap_or_default();
-        let text = String::from_utf8_lossy(&text).into_owned();
-        match secret {
-            Some(s) if !s.is_empty() => text.replace(s, "****************"),
-            _ => text,
-        }
-    }
-
-    /// The console's last line with text, without terminal control characters.
-    fn console_last_line(&self, secret: Option<&str>) -> String {
-        let text = self.console(secret);
-        let line = text
-            .lines()
-            .map(printable)
-            .rfind(|l| !l.trim().is_empty())
-            .unwrap_or_default();
-        line.chars().take(160).collect()
-    }
-
-    fn show_console_tail(&self, secret: Option<&str>) {
-        let text = self.console(secret);
-        let lines: Vec<String> = text.lines().map(printable).collect();
-        eprintln!("--- the VM's console, last 40 lines:");
-        for line in &lines[lines.len().saturating_sub(40)..] {
-            eprintln!("    {line}");
-        }
-    }
-
-    /// Kills QEMU and deletes the overlay, the seed (it holds the token) and the console.
-    fn remove(self) {
-        let kill = |signal: &str| {
-            let _ = Command::new("kill")
-                .args([signal, &self.pid.to_string()])
-                .status();
-        };
-        kill("-TERM");
-        let asked = Instant::now();
-        while self.running() {
-            if asked.elapsed() > Duration::from_secs(10) {
-                kill("-KILL");
-            }
-            if asked.elapsed() > Duration::from_secs(30) {
-                eprintln!("warning: QEMU pid {} did not exit", self.pid);
-                break;
-            }
-            // Waiting for another process's exit: nothing to be woken by.
-            std::thread::sleep(Duration::from_millis(200));
-        }
-        for suffix in [".qcow2", ".iso", ".console", ".qemu.log"] {
-            let _ = std::fs::remove_file(self.path(suffix));
-        }
-        let _ = std::fs::remove_dir_all(self.path(".seed"));
-    }
-}
-
-fn printable(line: &str) -> String {
-    line.chars().filter(|c| !c.is_control()).collect()
-}
-
 fn progress(what: &str) {
     eprintln!("[appliance_join] {what}");
-}
-
-fn secs(d: Duration) -> f64 {
-    (d.as_secs_f64() * 10.0).round() / 10.0
-}
-
-fn load_average() -> Option<f64> {
-    std::fs::read_to_string("/proc/loadavg")
-        .ok()?
-        .split_whitespace()
-        .next()?
-        .parse()
-        .ok()
 }
 
 /// alice's way through the web portal at `origin`, in a real browser: sign in at the

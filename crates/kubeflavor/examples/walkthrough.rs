@@ -12,7 +12,9 @@
 //! node trying to raise its own trust level is refused by NodeRestriction. Last, a
 //! partner's portal mints a token through the join-token API (`kubeflavor serve`) with its
 //! own ServiceAccount token; its node joins and records on whose behalf it runs, and the
-//! portal is refused the flavor it was not given.
+//! portal is refused the flavor it was not given. Then the owner names a site by address
+//! range, the sweet node reports its network with its own credentials and is observed on
+//! that site, and a pod joining the site's network with macvlan selects it.
 //!
 //! Every `kubeflavor ...` line below runs the real command in-process; the output under it
 //! is that command's output. Token secrets are masked in this narration.
@@ -268,6 +270,7 @@ async fn main() -> anyhow::Result<()> {
     }
 
     portal_chapter(&kf, &admin, &kubeconfig, &work.path().join("sour-node-2")).await?;
+    network_chapter(&admin, &kubeconfig, &sweet_dir, work.path()).await?;
     administrators_chapter(&kf, &admin, &kubeconfig, &work.path().join("alice-node")).await?;
 
     chapter("The end");
@@ -354,6 +357,138 @@ async fn portal_chapter(
     if code != http::StatusCode::FORBIDDEN {
         bail!("the portal minted a flavor it was not given: {refused}");
     }
+    let _ = stop.send(());
+    server.await?;
+    Ok(())
+}
+
+/// Where a node is on the network: the owner names a site by address range; the sweet
+/// node reports its network with its own credentials and is observed by the join-token API
+/// from the address it connects from; the controller labels the Node with the observed
+/// site, and a pod that joins the site's network with macvlan selects it.
+async fn network_chapter(
+    admin: &kube::Client,
+    kubeconfig: &Path,
+    kubelet_dir: &Path,
+    work: &Path,
+) -> anyhow::Result<()> {
+    use kubeflavor_core::network::{CLAIMED_PREFIX, OBSERVED_PREFIX, SITE_LABEL, ZONE_LABEL};
+    chapter("Where the sweet node is on the network: observed, not claimed");
+    let site = serde_json::json!({
+        "apiVersion": "kubeflavor.io/v1alpha1", "kind": "Site",
+        "metadata": {"name": "lab"},
+        "spec": {"ranges": ["127.0.0.0/8"], "zone": "lab-a"},
+    });
+    say(
+        "The owner names a site by its address range (this walkthrough's machines connect from loopback):",
+    );
+    say(&format!("$ kubectl apply -f - <<< '{site}'"));
+    Api::<kubeflavor_cluster::crd::network::Site>::all(admin.clone())
+        .create(&PostParams::default(), &serde_json::from_value(site)?)
+        .await?;
+
+    // The cluster CA, which issued the kubelets' client certificates.
+    let ca = {
+        use base64::Engine;
+        let config = kube::config::Kubeconfig::read_from(kubeconfig)?;
+        let data = config
+            .clusters
+            .first()
+            .and_then(|c| c.cluster.as_ref())
+            .and_then(|c| c.certificate_authority_data.clone())
+            .context("the admin kubeconfig carries no CA")?;
+        let path = work.join("cluster-ca.crt");
+        std::fs::write(
+            &path,
+            base64::engine::general_purpose::STANDARD.decode(data)?,
+        )?;
+        path
+    };
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let (api, server) = https::serve_observing(
+        kubeconfig,
+        "walkthrough-observer",
+        ca.clone(),
+        "127.0.0.1:0".parse()?,
+        async {
+            let _ = stopped.await;
+        },
+    )
+    .await?;
+    let observer_ca = work.join("observer-ca.crt");
+    std::fs::write(&observer_ca, api.pem())?;
+    let url = format!("https://{}", api.addr());
+    say(&format!(
+        "$ kubeflavor serve --self-signed --node-client-ca-file {}    # listening on {url}",
+        ca.display()
+    ));
+
+    let node_kubeconfig = kubelet_dir.join(kubeflavor::join::KUBELET_CONF);
+    let args = [
+        "node",
+        "report",
+        "--observer",
+        &url,
+        "--observer-ca-file",
+        &observer_ca.display().to_string(),
+    ];
+    say(&format!(
+        "[sweet-node-1]# kubeflavor --kubeconfig {} {}",
+        node_kubeconfig.display(),
+        args.join(" ")
+    ));
+    let mut argv = vec![
+        "kubeflavor".to_string(),
+        "--kubeconfig".into(),
+        node_kubeconfig.display().to_string(),
+    ];
+    argv.extend(args.iter().map(|a| a.to_string()));
+    let mut out = Vec::new();
+    let reported = kubeflavor::run(argv, &mut out).await;
+    indent(&String::from_utf8(out)?);
+    reported.map_err(|e| anyhow::anyhow!("kubeflavor node report failed: {e}"))?;
+
+    let nodes: Api<Node> = Api::all(admin.clone());
+    let node = tokio::time::timeout(
+        PATIENCE,
+        await_condition(nodes, "sweet-node-1", |n: Option<&Node>| {
+            n.and_then(|n| n.metadata.labels.as_ref())
+                .and_then(|l| l.get(SITE_LABEL))
+                .is_some_and(|s| s == "lab")
+        }),
+    )
+    .await
+    .context("sweet-node-1 was not labelled with its observed site")??
+    .context("sweet-node-1 is gone")?;
+    say(
+        "The controller labels the Node with what it observed (and the Site's zone); the claims it copies only when they agree:",
+    );
+    for (k, v) in node.metadata.labels.iter().flatten() {
+        if k.starts_with(OBSERVED_PREFIX) || k.starts_with(CLAIMED_PREFIX) || k == ZONE_LABEL {
+            say(&format!("    label  {k}={v}"));
+        }
+    }
+    say(
+        "A pod that joins the lab's own network with macvlan (Multus) selects the nodes observed there, of the flavor it trusts:",
+    );
+    indent(&format!(
+        "apiVersion: k8s.cni.cncf.io/v1\n\
+         kind: NetworkAttachmentDefinition\n\
+         metadata: {{name: lab-site}}\n\
+         spec:\n\
+         \x20 config: '{{\"cniVersion\": \"0.3.1\", \"type\": \"macvlan\", \"master\": \"ens4\", \"mode\": \"bridge\", \"ipam\": {{\"type\": \"dhcp\"}}}}'\n\
+         ---\n\
+         apiVersion: v1\n\
+         kind: Pod\n\
+         metadata:\n\
+         \x20 name: probe\n\
+         \x20 annotations: {{k8s.v1.cni.cncf.io/networks: lab-site}}\n\
+         spec:\n\
+         \x20 nodeSelector:\n\
+         \x20   {SITE_LABEL}: lab\n\
+         \x20   {FLAVOR_LABEL}: sweet\n\
+         \x20 containers: [{{name: probe, image: registry.example/probe:1}}]\n"
+    ));
     let _ = stop.send(());
     server.await?;
     Ok(())

@@ -115,6 +115,13 @@ pub struct NodeReportArgs {
     /// retried at the next one.
     #[arg(long, value_name = "DURATION", value_parser = crate::cli::discovery_flags::parse_duration)]
     pub every: Option<std::time::Duration>,
+    /// Print, instead of reporting, a systemd unit that runs this command with the same
+    /// --kubeconfig, --observer, --observer-ca-file and --source-address, every --every
+    /// (default 10m), from this binary's path: for an appliance image, e.g.
+    /// `kubeflavor --kubeconfig /etc/kubernetes/kubelet.conf node report --observer URL
+    /// --systemd-unit > /etc/systemd/system/kubeflavor-node-report.service`.
+    #[arg(long)]
+    pub systemd_unit: bool,
 }
 
 #[derive(Debug, Args)]
@@ -622,20 +629,32 @@ fn why(c: &Option<kubeflavor_cluster::crd::Condition>) -> String {
     }
 }
 
-/// `node report`: once, or at `--every` until stopped.
+/// `node report`: once, or at `--every` until stopped; with `--systemd-unit`, the unit
+/// that runs it so.
 pub async fn report(
     global: &crate::cli::GlobalArgs,
     args: &NodeReportArgs,
     out: &mut dyn Write,
 ) -> Result<()> {
     use crate::report::{self as reporter, Observer};
-    let (cluster, config) = Cluster::connect_with_config(&global.cluster()).await?;
-    let identity = reporter::identity_of(&config).map_err(|e| {
-        CliError::failed(
-            e,
-            "run it on the node with --kubeconfig /etc/kubernetes/kubelet.conf",
-        )
-    })?;
+    if args.systemd_unit {
+        let program = std::env::current_exe().map_err(|e| {
+            CliError::failed(
+                format!("cannot tell where this kubeflavor binary is: {e}"),
+                "run it by its full path",
+            )
+        })?;
+        let unit =
+            reporter::systemd_unit(&program, global.kubeconfig.as_deref(), args).map_err(|e| {
+                CliError::new(
+                    crate::exit::ExitCode::Usage,
+                    e,
+                    "give paths and an address without control characters",
+                )
+            })?;
+        out.write_all(unit.as_bytes())?;
+        return Ok(());
+    }
     let observer = match &args.observer {
         Some(url) => Some(Observer {
             url: url.clone(),
@@ -660,10 +679,16 @@ pub async fn report(
         if let Some(ticks) = ticks.as_mut() {
             ticks.tick().await;
         }
-        let spec = reporter::gather::this_machine();
-        let done = reporter::report(&cluster, &identity, &spec, observer.as_ref()).await;
-        match (&done, args.every) {
-            (Ok(r), _) => {
+        // The kubeconfig and the client certificate are read each time: the kubelet
+        // rotates its certificate, and a reporter started before the kubelet had one
+        // reports once it has.
+        let done = match report_once(global, observer.as_ref()).await {
+            Ok(done) => Ok(done),
+            Err(e) if args.every.is_some() => Err(e.to_string()),
+            Err(e) => return Err(e),
+        };
+        match done {
+            Ok(r) => {
                 match &r.observed {
                     Some(address) => writeln!(
                         out,
@@ -674,20 +699,38 @@ pub async fn report(
                 }
                 out.flush()?;
             }
-            (Err(e), Some(_)) => {
+            Err(e) => {
                 tracing::warn!(error = %e, "node report failed; retrying at the next interval")
-            }
-            (Err(e), None) => {
-                return Err(CliError::failed(
-                    e.clone(),
-                    "check that kubeflavor is installed (its NodeReport CRD and the nodes' reporter role) and that --observer is the join-token API started with --node-client-ca-file",
-                ));
             }
         }
         if ticks.is_none() {
             return Ok(());
         }
     }
+}
+
+/// One report with the kubeconfig as it is now.
+async fn report_once(
+    global: &crate::cli::GlobalArgs,
+    observer: Option<&crate::report::Observer>,
+) -> Result<crate::report::Reported> {
+    use crate::report as reporter;
+    let (cluster, config) = Cluster::connect_with_config(&global.cluster()).await?;
+    let identity = reporter::identity_of(&config).map_err(|e| {
+        CliError::failed(
+            e,
+            "run it on the node with --kubeconfig /etc/kubernetes/kubelet.conf",
+        )
+    })?;
+    let spec = reporter::gather::this_machine();
+    reporter::report(&cluster, &identity, &spec, observer)
+        .await
+        .map_err(|e| {
+            CliError::failed(
+                e,
+                "check that kubeflavor is installed (its NodeReport CRD and the nodes' reporter role) and that --observer is the join-token API started with --node-client-ca-file",
+            )
+        })
 }
 
 #[cfg(test)]

@@ -179,3 +179,170 @@ pub fn read_ca(path: &Path) -> Result<Vec<u8>, String> {
     std::fs::read(path)
         .map_err(|e| format!("cannot read --observer-ca-file {}: {e}", path.display()))
 }
+
+/// How often the systemd unit reports when `--every` is not given.
+pub const UNIT_DEFAULT_EVERY: &str = "10m";
+
+/// A systemd unit running `program node report` with `kubeconfig` and the observer flags of
+/// `args`, every `--every` (default [`UNIT_DEFAULT_EVERY`]), restarted if it stops. The
+/// service can write nothing on the machine and reaches only the network.
+pub fn systemd_unit(
+    program: &Path,
+    kubeconfig: Option<&Path>,
+    args: &crate::cmd::node::NodeReportArgs,
+) -> Result<String, String> {
+    let path = |p: &Path| {
+        p.to_str()
+            .map(str::to_string)
+            .ok_or_else(|| format!("{} is not UTF-8", p.display()))
+    };
+    let mut argv = vec![path(program)?];
+    if let Some(k) = kubeconfig {
+        argv.extend(["--kubeconfig".into(), path(k)?]);
+    }
+    argv.extend(["node".into(), "report".into()]);
+    if let Some(url) = &args.observer {
+        argv.extend(["--observer".into(), url.clone()]);
+    }
+    if let Some(ca) = &args.observer_ca_file {
+        argv.extend(["--observer-ca-file".into(), path(ca)?]);
+    }
+    if let Some(source) = args.source_address {
+        argv.extend(["--source-address".into(), source.to_string()]);
+    }
+    let every = match args.every {
+        Some(d) => format!("{}s", d.as_secs().max(1)),
+        None => UNIT_DEFAULT_EVERY.into(),
+    };
+    argv.extend(["--every".into(), every]);
+    let exec = argv
+        .iter()
+        .map(|a| systemd_quoted(a))
+        .collect::<Result<Vec<_>, _>>()?
+        .join(" ");
+    Ok(format!(
+        "# kubeflavor node report: this node's network, written as the node and observed by\n\
+         # kubeflavor (kubeflavor node report --help). Made by kubeflavor node report --systemd-unit.\n\
+         [Unit]\n\
+         Description=kubeflavor node report (this node's network, observed by kubeflavor)\n\
+         Wants=network-online.target\n\
+         After=network-online.target kubelet.service\n\
+         \n\
+         [Service]\n\
+         ExecStart={exec}\n\
+         Restart=always\n\
+         RestartSec=30s\n\
+         # It reads the kubelet's kubeconfig and client key and writes nothing on the machine.\n\
+         NoNewPrivileges=yes\n\
+         ProtectSystem=strict\n\
+         ProtectHome=yes\n\
+         PrivateTmp=yes\n\
+         RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6 AF_NETLINK\n\
+         \n\
+         [Install]\n\
+         WantedBy=multi-user.target\n"
+    ))
+}
+
+/// One argument of a systemd `ExecStart=` line: double-quoted unless plain, with `%` and `$`
+/// doubled (systemd's specifiers and variables). Control characters are refused.
+fn systemd_quoted(arg: &str) -> Result<String, String> {
+    if arg.is_empty() || arg.chars().any(char::is_control) {
+        return Err(format!(
+            "{arg:?} cannot be an argument of a systemd unit (empty or with control characters)"
+        ));
+    }
+    let escaped = arg.replace('%', "%%").replace('$', "$$");
+    let plain = escaped
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || "/._:=@,+-%$[]".contains(c));
+    if plain {
+        return Ok(escaped);
+    }
+    Ok(format!(
+        "\"{}\"",
+        escaped.replace('\\', "\\\\").replace('"', "\\\"")
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(observer: Option<&str>, every: Option<u64>) -> crate::cmd::node::NodeReportArgs {
+        crate::cmd::node::NodeReportArgs {
+            observer: observer.map(str::to_string),
+            observer_ca_file: observer.map(|_| "/etc/kubeflavor/observer ca.crt".into()),
+            source_address: None,
+            every: every.map(std::time::Duration::from_secs),
+            systemd_unit: true,
+        }
+    }
+
+    /// The ExecStart line split as systemd splits it (double quotes, backslash escapes),
+    /// with `%%` and `$$` undone.
+    fn exec_start(unit: &str) -> Vec<String> {
+        let line = unit
+            .lines()
+            .find_map(|l| l.strip_prefix("ExecStart="))
+            .expect("an ExecStart line");
+        let (mut words, mut word, mut quoted, mut chars) =
+            (Vec::new(), String::new(), false, line.chars());
+        while let Some(c) = chars.next() {
+            match c {
+                '"' => quoted = !quoted,
+                '\\' if quoted => word.push(chars.next().expect("an escaped character")),
+                ' ' if !quoted => words.push(std::mem::take(&mut word)),
+                c => word.push(c),
+            }
+        }
+        words.push(word);
+        words
+            .into_iter()
+            .map(|w| w.replace("%%", "%").replace("$$", "$"))
+            .collect()
+    }
+
+    #[test]
+    fn the_unit_runs_the_same_report_every_interval() {
+        let unit = systemd_unit(
+            Path::new("/usr/local/bin/kubeflavor"),
+            Some(Path::new("/etc/kubernetes/kubelet.conf")),
+            &args(Some("https://10.1.2.3:8443/%x$y\"z"), Some(60)),
+        )
+        .expect("a unit");
+        assert_eq!(
+            exec_start(&unit),
+            [
+                "/usr/local/bin/kubeflavor",
+                "--kubeconfig",
+                "/etc/kubernetes/kubelet.conf",
+                "node",
+                "report",
+                "--observer",
+                "https://10.1.2.3:8443/%x$y\"z",
+                "--observer-ca-file",
+                "/etc/kubeflavor/observer ca.crt",
+                "--every",
+                "60s",
+            ]
+        );
+        assert!(unit.contains("\nRestart=always\n") && unit.contains("WantedBy=multi-user.target"));
+        let default = systemd_unit(Path::new("/k"), None, &args(None, None)).expect("a unit");
+        assert_eq!(
+            exec_start(&default),
+            ["/k", "node", "report", "--every", UNIT_DEFAULT_EVERY]
+        );
+    }
+
+    #[test]
+    fn an_argument_with_a_newline_makes_no_unit() {
+        let e = systemd_unit(
+            Path::new("/k"),
+            None,
+            &args(Some("https://a\nExecStartPre=/bin/sh"), None),
+        )
+        .expect_err("refused");
+        assert!(e.contains("control characters"), "{e}");
+    }
+}

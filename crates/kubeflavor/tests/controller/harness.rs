@@ -365,6 +365,48 @@ impl Harness {
         (cert, key)
     }
 
+    /// What `kubeflavor node report` holds on the node whose certificate `csr_name` issued:
+    /// its identity (PEM) and its client, as kubeflavor's commands hold one.
+    pub async fn node_reporter(
+        &self,
+        csr_name: &str,
+        node: &str,
+    ) -> (kubeflavor::report::Identity, kubeflavor::connect::Cluster) {
+        let (cert, key) = self.node_identity(csr_name).await;
+        let cluster = kubeflavor::connect::Cluster {
+            client: self.node_client(csr_name).await,
+            origin: kubeflavor::connect::Origin {
+                server: String::new(),
+                kubeconfig: format!("the test's identity of {node}"),
+                context: String::new(),
+            },
+            ca_certs_der: Vec::new(),
+        };
+        let identity = kubeflavor::report::Identity {
+            cert_pem: cert.into_bytes(),
+            key_pem: zeroize::Zeroizing::new(key.into_bytes()),
+        };
+        (identity, cluster)
+    }
+
+    /// The cluster CA (what issues kubelet client certificates), written to `dir` for
+    /// `serve --node-client-ca-file`.
+    pub fn cluster_ca(&self, dir: &std::path::Path) -> std::path::PathBuf {
+        use base64::Engine;
+        let admin = Kubeconfig::read_from(&self.env.kubeconfig).expect("admin kubeconfig");
+        let data = admin.clusters[0]
+            .cluster
+            .clone()
+            .and_then(|c| c.certificate_authority_data)
+            .expect("the kubeconfig carries its CA");
+        let pem = base64::engine::general_purpose::STANDARD
+            .decode(data)
+            .expect("base64 CA");
+        let path = dir.join("ca.crt");
+        std::fs::write(&path, pem).unwrap();
+        path
+    }
+
     /// A node `node` of `flavor` as a kubelet joins: a token of one use, the CSR `csr`
     /// filed with it and approved, the Node registered tainted unverified.
     pub async fn join_and_register(&self, flavor: &str, node: &str, csr: &str) {

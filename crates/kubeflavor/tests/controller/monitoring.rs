@@ -281,7 +281,8 @@ async fn every_series_the_alerts_and_the_dashboard_read_is_exposed_after_a_walkt
             let _ = ops_stopped.await;
         },
     ));
-    // The join-token API, with its /metrics.
+    // The join-token API, with its /metrics, observing nodes.
+    let ca_dir = tempfile::tempdir().expect("a temporary directory");
     let cluster = Cluster::connect(&ClusterArgs {
         kubeconfig: Some(h.env.kubeconfig.clone()),
         context: None,
@@ -303,7 +304,7 @@ async fn every_series_the_alerts_and_the_dashboard_read_is_exposed_after_a_walkt
             connections: ConnectionLimits::default(),
             administrators: None,
             portal: None,
-            node_client_ca: None,
+            node_client_ca: Some(h.cluster_ca(ca_dir.path())),
         },
     )
     .await
@@ -330,6 +331,31 @@ async fn every_series_the_alerts_and_the_dashboard_read_is_exposed_after_a_walkt
     let (node_a, node_b) = (h.name("node-a"), h.name("node-b"));
     join(&h, &h.token(&sweet, 1, None).await, &node_a, &sweet).await;
     timeline.step("sweet node joins", &[(FLAVORED, 1.0)]).await;
+    // It reports its network and is observed (from an address no Site holds: unknown).
+    let (identity, node_cluster) = h.node_reporter(&format!("csr-{node_a}"), &node_a).await;
+    let observer = kubeflavor::report::Observer {
+        url: format!("https://{}", api.addr()),
+        ca_pem: Some(api.pem().as_bytes().to_vec()),
+        source: None,
+    };
+    kubeflavor::report::report(
+        &node_cluster,
+        &identity,
+        &Default::default(),
+        Some(&observer),
+    )
+    .await
+    .expect("the sweet node reports and is observed");
+    h.node_until(&node_a, "labelled with its observed site", |n| {
+        label(n, kubeflavor_core::network::SITE_LABEL).is_some()
+    })
+    .await;
+    timeline
+        .step(
+            "sweet node observed",
+            &[(r#"kubeflavor_nodes_by_observed_site{site="unknown"}"#, 1.0)],
+        )
+        .await;
     let sour_token = h.token(&sour, 2, None).await;
     join(&h, &sour_token, &node_b, &sour).await;
     timeline.step("sour node joins", &[(FLAVORED, 2.0)]).await;

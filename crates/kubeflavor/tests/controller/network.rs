@@ -8,8 +8,7 @@
 
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, Patch, PatchParams, PostParams};
-use kube::config::Kubeconfig;
-use kubeflavor::connect::{Cluster, Origin};
+use kubeflavor::connect::Cluster;
 use kubeflavor::report::{self, Identity, Observer};
 use kubeflavor_cluster::crd::network::{
     NodeReport, NodeReportSpec, ReportedGateway, ReportedInterface, Site,
@@ -77,26 +76,12 @@ fn loopback_pair(run_id: &str) -> (u8, u8) {
     ((hash % 254 + 1) as u8, ((hash / 254) % 254 + 1) as u8)
 }
 
-/// A node of `flavor` that joined and registered: its name, its identity (PEM), and its
-/// client as kubeflavor's commands hold one.
+/// A node of `flavor` that joined and registered: its name, its identity and its client.
 async fn joined(h: &Harness, flavor: &str, base: &str) -> (String, Identity, Cluster) {
     let node = h.name(&format!("node-{base}"));
     let csr = h.name(&format!("csr-{base}"));
     h.join_and_register(flavor, &node, &csr).await;
-    let (cert, key) = h.node_identity(&csr).await;
-    let cluster = Cluster {
-        client: h.node_client(&csr).await,
-        origin: Origin {
-            server: String::new(),
-            kubeconfig: format!("the test's identity of {node}"),
-            context: String::new(),
-        },
-        ca_certs_der: Vec::new(),
-    };
-    let identity = Identity {
-        cert_pem: cert.into_bytes(),
-        key_pem: zeroize::Zeroizing::new(key.into_bytes()),
-    };
+    let (identity, cluster) = h.node_reporter(&csr, &node).await;
     (node, identity, cluster)
 }
 
@@ -116,23 +101,6 @@ fn claim(address: &str, gateway: &str) -> NodeReportSpec {
         dhcp_domain: Some("lab.example".into()),
         ..NodeReportSpec::default()
     }
-}
-
-/// The cluster CA (what issues kubelet client certificates), written to a file.
-fn cluster_ca(h: &Harness, dir: &std::path::Path) -> std::path::PathBuf {
-    use base64::Engine;
-    let admin = Kubeconfig::read_from(&h.env.kubeconfig).expect("admin kubeconfig");
-    let data = admin.clusters[0]
-        .cluster
-        .clone()
-        .and_then(|c| c.certificate_authority_data)
-        .expect("the kubeconfig carries its CA");
-    let pem = base64::engine::general_purpose::STANDARD
-        .decode(data)
-        .expect("base64 CA");
-    let path = dir.join("ca.crt");
-    std::fs::write(&path, pem).unwrap();
-    path
 }
 
 fn taints(node: &Node) -> Vec<String> {
@@ -155,7 +123,8 @@ async fn each_node_gets_the_site_it_was_observed_on_and_a_lying_claim_is_refused
     let (api, task) = https::serve_observing(
         &h.env.kubeconfig,
         "serve-observer",
-        cluster_ca(&h, dir.path()),
+        h.cluster_ca(dir.path()),
+        "127.0.0.1:0".parse().unwrap(),
         async {
             let _ = stopped.await;
         },

@@ -150,10 +150,15 @@ pub async fn serve_observing(
     kubeconfig: &std::path::Path,
     instance: &str,
     node_client_ca: std::path::PathBuf,
+    address: SocketAddr,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<(HttpsClient, tokio::task::JoinHandle<()>)> {
     serve_configured(kubeconfig, instance, shutdown, |o| {
-        o.node_client_ca = Some(node_client_ca)
+        o.node_client_ca = Some(node_client_ca);
+        o.address = address;
+        o.tls = kubeflavor::serve::TlsSource::SelfSigned {
+            names: vec![address.ip().to_string()],
+        };
     })
     .await
 }

@@ -36,6 +36,9 @@ pub const SERVE: &str = "kubeflavor-serve";
 pub const TLS_SECRET: &str = "kubeflavor-serve-tls";
 /// Where the TLS Secret is mounted.
 const TLS_DIR: &str = "/etc/kubeflavor/tls";
+/// The cluster's CA as every pod sees it: kubelets' client certificates chain to it on a
+/// cluster kubeadm set up (`serve --node-client-ca-file`).
+const SERVICE_ACCOUNT_CA: &str = "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt";
 /// The HTTPS API's container port.
 pub const HTTPS_PORT: i32 = 8443;
 /// /metrics, /healthz and /readyz of the API (plain HTTP).
@@ -560,6 +563,7 @@ fn container(image: &str, each: MintRate) -> Container {
             format!("--http-address=0.0.0.0:{SERVE_HTTP_PORT}"),
             format!("--rate-per-minute={}", each.per_minute),
             format!("--burst={}", each.burst),
+            format!("--node-client-ca-file={SERVICE_ACCOUNT_CA}"),
         ]),
         env: Some(vec![field_env("POD_NAME", "metadata.name")]),
         ports: Some(vec![
@@ -693,7 +697,11 @@ fn args_note(plan: ServePlan) -> String {
          divided by the {planned} replicas, rounded down: --rate-per-minute={} --burst={}. A \
          Service without session affinity spreads a caller's connections, so a caller mints \
          at most {} a minute and {} at once in all, and only one replica's share when its \
-         connections all reach one replica. --token-audience and the connection limits \
+         connections all reach one replica. --node-client-ca-file: nodes whose client \
+         certificate chains to the cluster's CA (the service account's ca.crt) may be observed \
+         at POST /v1/observations (kubeflavor node report --observer); where kubelets' \
+         certificates come from another signer, give its CA instead. --token-audience and the \
+         connection limits \
          (--max-connections, --idle-timeout, --request-timeout) keep their defaults \
          (kubeflavor serve --help).",
         total.per_minute, total.burst, each.per_minute, each.burst, most.per_minute, most.burst,

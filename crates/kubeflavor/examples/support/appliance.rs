@@ -1,0 +1,245 @@
+//! What the appliance examples share: the VM (../shared/appliance's boot script) and the
+//! small steps around it.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::events::v1::Event;
+use kube::Api;
+use kube::api::ListParams;
+
+/// A client of a kubeconfig's text (for `sweep`, which makes its clients with
+/// `super::client_from`).
+pub async fn client_from(kubeconfig_yaml: &str) -> kube::Client {
+    kubeflavor::join::client_from_kubeconfig(kubeconfig_yaml)
+        .await
+        .expect("a usable kubeconfig")
+}
+
+/// `program`'s path on the PATH, if it is there.
+pub fn which(program: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|dir| dir.join(program))
+            .find(|p| p.is_file())
+    })
+}
+
+/// The Events the VM's kubelet and kube-controller-manager wrote about the Node, in
+/// `default` (where Events about a Node go), named after it; the e2e sweep looks in
+/// kube-system only, where kubeflavor's trail is.
+pub async fn delete_node_events(kubeconfig: &Path, run_id: &str) -> anyhow::Result<()> {
+    let client = kubeflavor::join::client_from_kubeconfig(&std::fs::read_to_string(kubeconfig)?)
+        .await
+        .map_err(anyhow::Error::msg)?;
+    let events: Api<Event> = Api::namespaced(client, "default");
+    for event in events.list(&ListParams::default()).await? {
+        let name = event.metadata.name.unwrap_or_default();
+        if name.contains(run_id) {
+            events.delete(&name, &Default::default()).await?;
+        }
+    }
+    Ok(())
+}
+
+/// `key[=value]:effect` of every taint.
+pub fn taints_of(node: &Node) -> Vec<String> {
+    node.spec
+        .as_ref()
+        .and_then(|s| s.taints.clone())
+        .unwrap_or_default()
+        .into_iter()
+        .map(|t| match t.value {
+            Some(v) if !v.is_empty() => format!("{}={v}:{}", t.key, t.effect),
+            _ => format!("{}:{}", t.key, t.effect),
+        })
+        .collect()
+}
+
+/// One kubeflavor command in-process, its output discarded.
+pub async fn kf(kubeconfig: &Path, args: &[&str]) -> anyhow::Result<()> {
+    let mut argv = vec![
+        "kubeflavor".to_string(),
+        "--kubeconfig".into(),
+        kubeconfig.display().to_string(),
+    ];
+    argv.extend(args.iter().map(|a| a.to_string()));
+    let mut out = Vec::new();
+    kubeflavor::run(argv, &mut out)
+        .await
+        .map_err(|e| anyhow::anyhow!("kubeflavor {}: {e}", args.join(" ")))
+}
+
+/// The API server's port on this host: the VM reaches it there (the boot script's
+/// APPLIANCE_API_PORT).
+pub fn api_server_port(kubeconfig: &Path) -> anyhow::Result<u16> {
+    let config = kube::config::Kubeconfig::read_from(kubeconfig)?;
+    let server = config
+        .clusters
+        .iter()
+        .find_map(|c| c.cluster.as_ref().and_then(|c| c.server.clone()))
+        .context("the kubeconfig names no server")?;
+    let uri: http::Uri = server.parse()?;
+    uri.port_u16()
+        .with_context(|| format!("the server {server} names no port"))
+}
+
+/// Writes `text` readable by its owner only (it holds a token).
+pub fn write_private(path: &Path, text: &str) -> anyhow::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)?;
+    file.write_all(text.as_bytes())?;
+    Ok(())
+}
+
+/// What a VM boots with: a user-data file the boot script puts in a seed ISO it builds, or
+/// a seed image attached as is.
+#[derive(Clone, Copy)]
+pub enum Seed<'a> {
+    UserData(&'a Path),
+    Image(&'a Path),
+}
+
+/// One booted appliance VM.
+pub struct Vm {
+    pub pid: u32,
+    /// `<image>/vms/<name>`: the overlay, seed, ISO and console are this plus a suffix.
+    pub stem: PathBuf,
+}
+
+impl Vm {
+    pub fn boot(
+        script: &Path,
+        image: &Path,
+        name: &str,
+        seed: Seed<'_>,
+        env: &[(&str, String)],
+    ) -> anyhow::Result<Vm> {
+        let mut command = Command::new("bash");
+        command.arg(script).arg(image).arg(name);
+        match seed {
+            // The seed image as is: the script's user-data argument is then `-`.
+            Seed::Image(seed) => command.arg("-").env("APPLIANCE_SEED_IMAGE", seed),
+            Seed::UserData(user_data) => command.arg(user_data),
+        };
+        command.arg(name);
+        for (key, value) in env {
+            command.env(key, value);
+        }
+        let out = command
+            .output()
+            .with_context(|| format!("running {}", script.display()))?;
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let pid = stdout.trim().lines().last().and_then(|l| l.parse().ok());
+        match (out.status.success(), pid) {
+            (true, Some(pid)) => Ok(Vm {
+                pid,
+                stem: image.join("vms").join(name),
+            }),
+            _ => bail!(
+                "{} failed ({}): {}{}",
+                script.display(),
+                out.status,
+                stdout.trim(),
+                String::from_utf8_lossy(&out.stderr).trim()
+            ),
+        }
+    }
+
+    /// QEMU still runs (a zombie counts as gone).
+    pub fn running(&self) -> bool {
+        std::fs::read_to_string(format!("/proc/{}/stat", self.pid))
+            .ok()
+            .and_then(|s| {
+                s.rsplit_once(')')
+                    .map(|(_, rest)| !rest.trim_start().starts_with('Z'))
+            })
+            .unwrap_or(false)
+    }
+
+    pub fn path(&self, suffix: &str) -> PathBuf {
+        let mut p = self.stem.clone().into_os_string();
+        p.push(suffix);
+        PathBuf::from(p)
+    }
+
+    pub fn console(&self, secret: Option<&str>) -> String {
+        let text = std::fs::read(self.path(".console")).unwrap_or_default();
+        let text = String::from_utf8_lossy(&text).into_owned();
+        match secret {
+            Some(s) if !s.is_empty() => text.replace(s, "****************"),
+            _ => text,
+        }
+    }
+
+    /// The console's last line with text, without terminal control characters.
+    pub fn console_last_line(&self, secret: Option<&str>) -> String {
+        let text = self.console(secret);
+        let line = text
+            .lines()
+            .map(printable)
+            .rfind(|l| !l.trim().is_empty())
+            .unwrap_or_default();
+        line.chars().take(160).collect()
+    }
+
+    pub fn show_console_tail(&self, secret: Option<&str>) {
+        let text = self.console(secret);
+        let lines: Vec<String> = text.lines().map(printable).collect();
+        eprintln!("--- the VM's console, last 40 lines:");
+        for line in &lines[lines.len().saturating_sub(40)..] {
+            eprintln!("    {line}");
+        }
+    }
+
+    /// Kills QEMU and deletes the overlay, the seed (it holds the token) and the console.
+    pub fn remove(self) {
+        let kill = |signal: &str| {
+            let _ = Command::new("kill")
+                .args([signal, &self.pid.to_string()])
+                .status();
+        };
+        kill("-TERM");
+        let asked = Instant::now();
+        while self.running() {
+            if asked.elapsed() > Duration::from_secs(10) {
+                kill("-KILL");
+            }
+            if asked.elapsed() > Duration::from_secs(30) {
+                eprintln!("warning: QEMU pid {} did not exit", self.pid);
+                break;
+            }
+            // Waiting for another process's exit: nothing to be woken by.
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        for suffix in [".qcow2", ".iso", ".console", ".qemu.log"] {
+            let _ = std::fs::remove_file(self.path(suffix));
+        }
+        let _ = std::fs::remove_dir_all(self.path(".seed"));
+    }
+}
+
+pub fn printable(line: &str) -> String {
+    line.chars().filter(|c| !c.is_control()).collect()
+}
+
+pub fn secs(d: Duration) -> f64 {
+    (d.as_secs_f64() * 10.0).round() / 10.0
+}
+
+pub fn load_average() -> Option<f64> {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}

@@ -23,8 +23,8 @@
 //!   the API server refuses both, and the zone stays the observed site's.
 //!
 //! Needs root (network namespaces, tap devices). It makes, named after a run id, and
-//! removes on success and failure alike: the VMs, the namespaces, veths, taps and the
-//! observer's dummy interface and routes, the Sites, the Flavor, the portal's account, the
+//! removes on success and failure alike: the VMs, the namespaces, veths, taps, routes and
+//! the observer's address, the Sites, the Flavor, the portal's account, the
 //! tokens, Nodes, FlavorBindings, CSRs, NodeReports and Events. The controller runs
 //! in-process, scoped to the run's names. The last line is the run's figures as JSON; exit
 //! code 1 when an expectation fails.
@@ -136,7 +136,16 @@ async fn main() -> ExitCode {
         tasks: Vec::new(),
         secrets: Vec::new(),
     };
-    let outcome = scenario(&a, &mut run).await;
+    // Interrupted (Ctrl-C, or SIGTERM from a timeout), the run still removes what it made.
+    let mut terminate =
+        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+    let outcome = tokio::select! {
+        outcome = scenario(&a, &mut run) => outcome,
+        _ = tokio::signal::ctrl_c() => Err(anyhow::anyhow!("interrupted")),
+        Some(()) = async { match terminate.as_mut() { Some(t) => t.recv().await, None => None } } => {
+            Err(anyhow::anyhow!("terminated"))
+        }
+    };
     // The VMs first (their kubelets would register the Nodes again), then the networks,
     // the processes and the objects.
     for vm in run.vms.drain(..) {
@@ -336,7 +345,8 @@ async fn scenario(a: &Args, run: &mut Run) -> anyhow::Result<serde_json::Value> 
             document,
             &observer_url,
             api.pem(),
-            s.liar.then_some((block, other)),
+            (block, s.index),
+            s.liar.then_some(other),
         )?;
         let seed = dir.path().join(format!("{}.iso", s.node));
         seed_image(
@@ -454,10 +464,21 @@ async fn scenario(a: &Args, run: &mut Run) -> anyhow::Result<serde_json::Value> 
         paris.zone
     );
     let reports: Api<NodeReport> = Api::all(admin.clone());
-    let report = reports
-        .get(&paris.node)
-        .await
-        .with_context(|| format!("NodeReport {}", paris.node))?;
+    // The controller writes the report's status right after the Node: watched for.
+    let report = tokio::time::timeout(
+        deadline.saturating_duration_since(Instant::now()),
+        kube::runtime::wait::await_condition(
+            reports.clone(),
+            &paris.node,
+            |r: Option<&NodeReport>| {
+                r.and_then(|r| r.status.as_ref())
+                    .is_some_and(|s| s.claim.is_some() && s.observed.is_some())
+            },
+        ),
+    )
+    .await
+    .with_context(|| format!("NodeReport {} was not judged in time", paris.node))??
+    .with_context(|| format!("NodeReport {} is gone", paris.node))?;
     let status = report.status.clone().unwrap_or_default();
     let observed = status.observed.clone().context("no observation recorded")?;
     let paris_address = format!("10.{block}.{}.10", paris.index);
@@ -708,7 +729,8 @@ fn site_mac(index: u8) -> String {
 }
 
 /// The VM's network-config: the first NIC as it is (QEMU's user network, the API server's
-/// way), the second on its site, with a route to the observer through the site's gateway.
+/// way), the second on its site. (The route to the observer is added by a command: the
+/// image's ifupdown renders network-config routes with `route`, which it lacks.)
 fn network_config(block: u8, index: u8) -> String {
     format!(
         "version: 2\n\
@@ -719,11 +741,8 @@ fn network_config(block: u8, index: u8) -> String {
          \x20 site:\n\
          \x20   match: {{macaddress: \"{mac}\"}}\n\
          \x20   set-name: site0\n\
-         \x20   addresses: [10.{block}.{index}.10/24]\n\
-         \x20   routes:\n\
-         \x20     - {{to: {observer}/32, via: 10.{block}.{index}.1}}\n",
+         \x20   addresses: [10.{block}.{index}.10/24]\n",
         mac = site_mac(index),
-        observer = Networks::observer(block),
     )
 }
 
@@ -738,7 +757,8 @@ fn with_reporter(
     document: &str,
     observer: &str,
     ca_pem: &str,
-    lie: Option<(u8, &SiteRun)>,
+    (block, index): (u8, u8),
+    lie: Option<&SiteRun>,
 ) -> anyhow::Result<String> {
     ensure!(
         document.contains("\nwrite_files:\n")
@@ -758,7 +778,11 @@ fn with_reporter(
     command(&format!(
         "mkdir -p /run/kubeflavor-seed && mount -o ro LABEL=cidata /run/kubeflavor-seed && install -m 0755 /run/kubeflavor-seed/kubeflavor {VM_BINARY}; umount /run/kubeflavor-seed"
     ));
-    if let Some((block, other)) = lie {
+    command(&format!(
+        "ip route replace {}/32 via 10.{block}.{index}.1 dev site0",
+        Networks::observer(block)
+    ));
+    if let Some(other) = lie {
         command(&format!(
             "ip link add lie0 type dummy && ip addr add 10.{block}.{}.{LIE_HOST}/24 dev lie0 && ip link set lie0 up",
             other.index
@@ -856,8 +880,8 @@ fn cluster_ca(admin_yaml: &str, dir: &Path) -> anyhow::Result<PathBuf> {
 /// The run's networks on this machine: per site a namespace `kubeflavor-<id>-<index>`
 /// (bridge `br0` at 10.B.i.1/24, the VM's tap on it, and `uplink`, a veth to this host at
 /// 10.B.(100+i).2/30, its default route), the host's end `kf<id>v<i>` at 10.B.(100+i).1/30
-/// with a route to the site's /24, and the observer's address 10.B.200.1 on a dummy
-/// interface `kf<id>o`. No NAT: the observer sees each VM's own site address.
+/// with a route to the site's /24, and the observer's address 10.B.200.1 on this host's
+/// loopback device. No NAT: the observer sees each VM's own site address.
 #[derive(Clone)]
 struct Networks {
     id: String,
@@ -883,16 +907,14 @@ impl Networks {
             block,
         };
         let b = block;
-        let observer = format!("kf{id}o");
-        ip(&["link", "add", &observer, "type", "dummy"])?;
+        // On the loopback device: local to this host, reached from either site.
         ip(&[
             "addr",
             "add",
             &format!("{}/32", Networks::observer(b)),
             "dev",
-            &observer,
+            "lo",
         ])?;
-        ip(&["link", "set", &observer, "up"])?;
         for i in [1u8, 2] {
             let (ns, host_end, tap) = (
                 networks.namespace(i),
@@ -958,9 +980,24 @@ impl Networks {
         Ok(networks)
     }
 
-    /// After QEMU opened it: the tap into its site's namespace, on the bridge.
+    /// Once QEMU has opened it: the tap into its site's namespace, on the bridge. Moved
+    /// before, QEMU would make a new tap of that name here.
     fn attach_tap(&self, index: u8) -> anyhow::Result<()> {
         let (ns, tap) = (self.namespace(index), self.tap(index));
+        // A tap has carrier once a process holds it open. The kernel announces that on
+        // netlink only; the sysfs file is read until then (QEMU opens it at start).
+        let carrier = format!("/sys/class/net/{tap}/carrier");
+        let asked = Instant::now();
+        while std::fs::read_to_string(&carrier)
+            .map(|c| c.trim() != "1")
+            .unwrap_or(true)
+        {
+            ensure!(
+                asked.elapsed() < Duration::from_secs(60),
+                "QEMU did not open {tap} within 60 s"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
         ip(&["link", "set", &tap, "netns", &ns])?;
         ip(&["-n", &ns, "link", "set", &tap, "master", "br0"])?;
         ip(&["-n", &ns, "link", "set", &tap, "up"])
@@ -976,7 +1013,13 @@ impl Networks {
             let _ = ip(&["link", "del", &format!("kf{id}v{i}")]);
             let _ = ip(&["link", "del", &self.tap(i)]);
         }
-        let _ = ip(&["link", "del", &format!("kf{id}o")]);
+        let _ = ip(&[
+            "addr",
+            "del",
+            &format!("{}/32", Networks::observer(self.block)),
+            "dev",
+            "lo",
+        ]);
     }
 }
 

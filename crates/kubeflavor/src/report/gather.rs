@@ -1,7 +1,11 @@
 //! What a node says of its own network, read from the tools every appliance has: `ip -j`
 //! (interfaces, addresses, macvlan links, the default route, the gateway's neighbour
 //! entry), the resolver configuration's search domain (the one DHCP gave), and `lldpcli`
-//! when an LLDP daemon runs. The parsing is plain functions over the tools' JSON, tested
+//! when an LLDP daemon runs. Where `ip` is not there (the controller's image, which the
+//! node reporter's DaemonSet runs with the host's network), the kernel's own views stand
+//! in: getifaddrs(3) for addresses, `/sys/class/net/*/address` for MACs, `/proc/net/route`
+//! and `/proc/net/arp` for the IPv4 default gateway and its MAC; macvlan links are then
+//! not told apart. The parsing is plain functions over the tools' JSON, tested
 //! with their output; nothing here is trusted: the controller judges it against what it
 //! observed.
 
@@ -90,6 +94,65 @@ pub fn lldp_neighbor(lldpcli_json: &str) -> Option<String> {
     chassis.keys().next().cloned()
 }
 
+/// Interfaces from getifaddrs(3) (`addresses`, name and address with prefix length) and
+/// their MACs (`mac_of`), as [`interfaces`] gives them from `ip`: the loopback and
+/// link-local addresses left out, in the order first seen.
+pub fn interfaces_from_addresses(
+    addresses: &[(String, std::net::IpAddr, u8)],
+    mac_of: impl Fn(&str) -> Option<String>,
+) -> Vec<ReportedInterface> {
+    let mut found: Vec<ReportedInterface> = Vec::new();
+    for (name, address, prefix) in addresses {
+        let skipped = address.is_loopback()
+            || match address {
+                std::net::IpAddr::V4(a) => a.is_link_local(),
+                std::net::IpAddr::V6(a) => a.is_unicast_link_local(),
+            };
+        if skipped {
+            continue;
+        }
+        let text = format!("{address}/{prefix}");
+        match found.iter_mut().find(|i| &i.name == name) {
+            Some(interface) => interface.addresses.push(text),
+            None => found.push(ReportedInterface {
+                name: name.clone(),
+                mac: mac_of(name),
+                addresses: vec![text],
+                macvlan: false,
+            }),
+        }
+    }
+    found.truncate(64);
+    found
+}
+
+/// The IPv4 default gateway from `/proc/net/route` (addresses in the kernel's byte order,
+/// hexadecimal: little-endian on the machines kubeflavor runs on).
+pub fn gateway_from_proc_route(route: &str) -> Option<String> {
+    route.lines().skip(1).find_map(|line| {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        let (destination, gateway, flags) = (fields.get(1)?, fields.get(2)?, fields.get(3)?);
+        // RTF_GATEWAY (0x2) on the default route (destination 0).
+        let flags = u16::from_str_radix(flags, 16).ok()?;
+        if *destination != "00000000" || flags & 0x2 == 0 {
+            return None;
+        }
+        let raw = u32::from_str_radix(gateway, 16).ok()?;
+        Some(std::net::Ipv4Addr::from(raw.swap_bytes()).to_string())
+    })
+}
+
+/// The MAC of `gateway` from `/proc/net/arp` (a complete entry only).
+pub fn gateway_mac_from_proc_arp(arp: &str, gateway: &str) -> Option<String> {
+    arp.lines().skip(1).find_map(|line| {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        let complete = fields.get(2).is_some_and(|f| *f != "0x0");
+        (fields.first() == Some(&gateway) && complete)
+            .then(|| fields.get(3).map(|m| m.to_string()))
+            .flatten()
+    })
+}
+
 /// The output of a command, when it ran and succeeded.
 fn run(program: &str, args: &[&str]) -> Option<String> {
     let output = Command::new(program).args(args).output().ok()?;
@@ -101,15 +164,19 @@ fn run(program: &str, args: &[&str]) -> Option<String> {
 
 /// Everything this machine says of its network now.
 pub fn this_machine() -> NodeReportSpec {
-    let interfaces = run("ip", &["-j", "-d", "addr", "show"])
-        .map(|t| interfaces(&t))
-        .unwrap_or_default();
-    let default_gateway = run("ip", &["-j", "route", "show", "default"])
-        .and_then(|t| gateway(&t))
-        .map(|address| ReportedGateway {
-            mac: run("ip", &["-j", "neigh", "show"]).and_then(|t| gateway_mac(&t, &address)),
-            address,
-        });
+    let (interfaces, default_gateway) = match run("ip", &["-j", "-d", "addr", "show"]) {
+        Some(addresses) => (
+            interfaces(&addresses),
+            run("ip", &["-j", "route", "show", "default"])
+                .and_then(|t| gateway(&t))
+                .map(|address| ReportedGateway {
+                    mac: run("ip", &["-j", "neigh", "show"])
+                        .and_then(|t| gateway_mac(&t, &address)),
+                    address,
+                }),
+        ),
+        None => without_iproute2(),
+    };
     let dhcp_domain = std::fs::read_to_string("/etc/resolv.conf")
         .ok()
         .and_then(|t| dhcp_domain(&t));
@@ -124,6 +191,38 @@ pub fn this_machine() -> NodeReportSpec {
             jiff::Timestamp::now(),
         )),
     }
+}
+
+/// Interfaces and the default gateway from the kernel's own views, for a machine (or a
+/// container on the host's network) without `ip`.
+fn without_iproute2() -> (Vec<ReportedInterface>, Option<ReportedGateway>) {
+    let addresses: Vec<(String, std::net::IpAddr, u8)> = if_addrs::get_if_addrs()
+        .unwrap_or_default()
+        .into_iter()
+        .map(|i| {
+            let (address, prefix) = match &i.addr {
+                if_addrs::IfAddr::V4(a) => (std::net::IpAddr::V4(a.ip), a.prefixlen),
+                if_addrs::IfAddr::V6(a) => (std::net::IpAddr::V6(a.ip), a.prefixlen),
+            };
+            (i.name, address, prefix)
+        })
+        .collect();
+    let mac_of = |name: &str| {
+        std::fs::read_to_string(format!("/sys/class/net/{name}/address"))
+            .ok()
+            .map(|m| m.trim().to_string())
+            .filter(|m| !m.is_empty())
+    };
+    let gateway = std::fs::read_to_string("/proc/net/route")
+        .ok()
+        .and_then(|t| gateway_from_proc_route(&t))
+        .map(|address| ReportedGateway {
+            mac: std::fs::read_to_string("/proc/net/arp")
+                .ok()
+                .and_then(|t| gateway_mac_from_proc_arp(&t, &address)),
+            address,
+        });
+    (interfaces_from_addresses(&addresses, mac_of), gateway)
 }
 
 #[cfg(test)]
@@ -173,5 +272,55 @@ mod tests {
         assert_eq!(lldp_neighbor(lldp).as_deref(), Some("sw-lyon-1"));
         let lldp_list = r#"{"lldp":{"interface":[{"ens3":{"chassis":{"sw-2":{}}}}]}}"#;
         assert_eq!(lldp_neighbor(lldp_list).as_deref(), Some("sw-2"));
+    }
+
+    /// `/proc/net/route` and `/proc/net/arp` of a VM whose default route is 10.0.2.2.
+    const PROC_ROUTE: &str = "Iface\tDestination\tGateway \tFlags\tRefCnt\tUse\tMetric\tMask\t\tMTU\tWindow\tIRTT\n\
+ens3\t0002000A\t00000000\t0001\t0\t0\t0\t00FFFFFF\t0\t0\t0\n\
+ens3\t00000000\t0202000A\t0003\t0\t0\t100\t00000000\t0\t0\t0\n";
+    const PROC_ARP: &str = "IP address       HW type     Flags       HW address            Mask     Device\n\
+10.0.2.3         0x1         0x0         00:00:00:00:00:00     *        ens3\n\
+10.0.2.2         0x1         0x2         52:55:0a:00:02:02     *        ens3\n";
+
+    #[test]
+    fn without_iproute2_the_kernels_views_give_the_same_facts() {
+        assert_eq!(
+            gateway_from_proc_route(PROC_ROUTE).as_deref(),
+            Some("10.0.2.2")
+        );
+        assert_eq!(
+            gateway_from_proc_route(&PROC_ROUTE.replace("0003\t0\t0\t100", "0001\t0\t0\t100")),
+            None,
+            "a default route without a gateway names none"
+        );
+        assert_eq!(
+            gateway_mac_from_proc_arp(PROC_ARP, "10.0.2.2").as_deref(),
+            Some("52:55:0a:00:02:02")
+        );
+        assert_eq!(
+            gateway_mac_from_proc_arp(PROC_ARP, "10.0.2.3"),
+            None,
+            "incomplete"
+        );
+        let addresses = [
+            ("lo".to_string(), "127.0.0.1".parse().unwrap(), 8),
+            ("ens3".to_string(), "10.20.5.9".parse().unwrap(), 24),
+            (
+                "ens3".to_string(),
+                "fe80::5054:ff:fe12:3456".parse().unwrap(),
+                64,
+            ),
+            ("site0".to_string(), "192.168.7.4".parse().unwrap(), 24),
+            ("ens3".to_string(), "2001:db8::9".parse().unwrap(), 64),
+        ];
+        let found = interfaces_from_addresses(&addresses, |name| {
+            (name == "ens3").then(|| "52:54:00:12:34:56".to_string())
+        });
+        let from_ip = interfaces(IP_ADDR);
+        assert_eq!(found.len(), 2, "the loopback left out: {found:?}");
+        assert_eq!(found[0].name, from_ip[0].name);
+        assert_eq!(found[0].mac, from_ip[0].mac);
+        assert_eq!(found[0].addresses, ["10.20.5.9/24", "2001:db8::9/64"]);
+        assert_eq!(found[1].addresses, from_ip[1].addresses);
     }
 }

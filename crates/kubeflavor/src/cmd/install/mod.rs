@@ -193,6 +193,20 @@ pub struct InstallArgs {
     /// only Flavors of nodes you administer reach.
     #[arg(long, value_name = "N", value_parser = parse_trust_level)]
     pub run_on_trust_level: Option<TrustLevel>,
+    /// Also run `kubeflavor node report` on every node that runs pods: a DaemonSet
+    /// kubeflavor-node-reporter (namespace <namespace>-node-reporter) on the host's
+    /// network, with the kubelet's own kubeconfig and certificates (read-only from the
+    /// host, where kubeadm puts them), reporting every 10 minutes and observed by the
+    /// join-token API at this address (https://HOST[:PORT]; `serve --node-client-ca-file`),
+    /// which must see nodes' own addresses (no NAT between them). Appliances without
+    /// pods run it from systemd instead (`node report --systemd-unit`).
+    #[arg(long, value_name = "URL")]
+    pub node_reporter: Option<String>,
+    /// With --node-reporter: a ConfigMap of the reporter's namespace whose key ca.crt holds
+    /// the CA of the observer's serving certificate (default: the public roots). Its pods
+    /// wait in ContainerCreating until it exists.
+    #[arg(long, value_name = "NAME", requires = "node_reporter")]
+    pub node_reporter_ca_configmap: Option<String>,
 }
 
 fn parse_trust_level(text: &str) -> std::result::Result<TrustLevel, String> {
@@ -503,13 +517,14 @@ pub fn print(args: &InstallArgs, out: &mut dyn Write) -> Result<()> {
     }
     let image = args.image.clone().unwrap_or_else(default_image);
     let mode = Mode::of(args)?;
-    let docs = documents_with(
+    let mut docs = documents_with(
         &args.namespace,
         &image,
         args.replicas,
         mode,
         &administrators_of(args),
     );
+    docs.extend(node_reporter_of(args, &image)?);
     let mut remove = mode.bindings_to_remove();
     if !mode.token_node_read {
         remove.push(rbac::GET_NODES);
@@ -607,6 +622,35 @@ fn resource_of(doc: &Document) -> Result<(ApiResource, bool)> {
     Ok((ar, namespaced))
 }
 
+/// The node reporter's namespace and DaemonSet, with `--node-reporter`.
+fn node_reporter_of(args: &InstallArgs, image: &str) -> Result<Vec<Document>> {
+    let Some(observer) = &args.node_reporter else {
+        return Ok(Vec::new());
+    };
+    let url: http::Uri = observer.parse().map_err(|e| {
+        CliError::new(
+            ExitCode::Usage,
+            format!("--node-reporter {observer:?} is not a URL: {e}"),
+            "give the join-token API's address as nodes reach it, https://HOST[:PORT]",
+        )
+    })?;
+    if url.scheme_str() != Some("https") || url.host().is_none() {
+        return Err(CliError::new(
+            ExitCode::Usage,
+            format!("--node-reporter {observer:?} is not an https:// address"),
+            "give the join-token API's address as nodes reach it, https://HOST[:PORT]",
+        ));
+    }
+    Ok(node_reports::reporter_documents(
+        &args.namespace,
+        image,
+        &node_reports::NodeReporter {
+            observer: observer.trim_end_matches('/').to_string(),
+            ca_configmap: args.node_reporter_ca_configmap.clone(),
+        },
+    ))
+}
+
 /// The join-token API's node administrators, from the `--serve-oidc-*` flags.
 fn administrators_of(args: &InstallArgs) -> serve::Administrators {
     serve::Administrators {
@@ -635,6 +679,7 @@ pub async fn apply(cluster: &Cluster, args: &InstallArgs, out: &mut dyn Write) -
         mode,
         &administrators_of(args),
     );
+    docs.extend(node_reporter_of(args, &image)?);
     if mode.monitoring {
         monitoring::refuse_without_operator(cluster).await?;
     }

@@ -645,6 +645,91 @@ fn with_serve_flags(replicas: u16, per_minute: u32, burst: u32) -> InstallArgs {
         authz_config: false,
         monitoring: false,
         run_on_trust_level: None,
+        node_reporter: None,
+        node_reporter_ca_configmap: None,
+    }
+}
+
+/// `install --node-reporter URL --node-reporter-ca-configmap NAME`: a namespace of its own
+/// (privileged, as host networking and host paths need) holding a DaemonSet that runs
+/// `kubeflavor node report` as the node: the host's network, the kubelet's kubeconfig and
+/// certificates read-only from the host, no ServiceAccount token, every taint tolerated;
+/// its arguments parse as `kubeflavor node report`. A URL that is not https is refused.
+#[test]
+fn the_node_reporter_runs_as_the_node_on_every_node() {
+    use clap::Parser;
+    let parse = |extra: &[&str]| {
+        let mut argv = vec!["kubeflavor", "install"];
+        argv.extend(extra);
+        let cli = crate::cmd::Cli::try_parse_from(argv).expect("the flags parse");
+        let crate::cmd::Command::Install(args) = cli.command else {
+            panic!("not install");
+        };
+        args
+    };
+    let none = parse(&[]);
+    assert!(node_reporter_of(&none, "img").unwrap().is_empty());
+    let args = parse(&[
+        "--node-reporter",
+        "https://join.example.com:8443/",
+        "--node-reporter-ca-configmap",
+        "observer-ca",
+    ]);
+    let docs = node_reporter_of(&args, "example.com/kubeflavor:test").unwrap();
+    let namespace = find(&docs, "Namespace", "kubeflavor-node-reporter");
+    assert_eq!(
+        namespace.object["metadata"]["labels"]["pod-security.kubernetes.io/enforce"],
+        "privileged"
+    );
+    let ds = &find(&docs, "DaemonSet", node_reports::REPORTER).object;
+    assert_eq!(ds["metadata"]["namespace"], "kubeflavor-node-reporter");
+    let pod = &ds["spec"]["template"]["spec"];
+    assert_eq!(pod["hostNetwork"], true);
+    assert_eq!(pod["automountServiceAccountToken"], false);
+    assert_eq!(pod["tolerations"][0]["operator"], "Exists");
+    let container = &pod["containers"][0];
+    let argv = strings(&container["args"]);
+    assert_eq!(
+        argv,
+        [
+            "node",
+            "report",
+            "--kubeconfig=/etc/kubernetes/kubelet.conf",
+            "--observer=https://join.example.com:8443",
+            "--every=10m",
+            "--observer-ca-file=/etc/kubeflavor/observer-ca/ca.crt",
+        ]
+    );
+    let mut full = vec!["kubeflavor".to_string()];
+    full.extend(argv);
+    let cli = crate::cmd::Cli::try_parse_from(&full).expect("the DaemonSet's args parse");
+    assert!(matches!(
+        cli.command,
+        crate::cmd::Command::Node(crate::cmd::node::NodeCommand::Report(_))
+    ));
+    for mount in container["volumeMounts"].as_array().unwrap() {
+        assert_eq!(mount["readOnly"], true, "{mount}");
+    }
+    let host_paths: Vec<&str> = pod["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|v| v["hostPath"]["path"].as_str())
+        .collect();
+    assert_eq!(
+        host_paths,
+        ["/etc/kubernetes/kubelet.conf", "/var/lib/kubelet/pki"]
+    );
+    assert_eq!(
+        container["securityContext"]["capabilities"]["drop"][0],
+        "ALL"
+    );
+    assert_eq!(container["securityContext"]["readOnlyRootFilesystem"], true);
+    for bad in ["http://join.example.com", "join.example.com", "https://"] {
+        match node_reporter_of(&parse(&["--node-reporter", bad]), "img") {
+            Err(e) => assert_eq!(e.code, ExitCode::Usage, "{bad}: {e}"),
+            Ok(_) => panic!("--node-reporter {bad} was taken"),
+        }
     }
 }
 
@@ -1112,6 +1197,8 @@ fn the_join_token_api_pod_is_locked_down_and_mounts_its_certificate() {
             "--http-address=0.0.0.0:8081",
             "--rate-per-minute=30",
             "--burst=10",
+            // Nodes whose kubelet certificate the cluster CA issued may be observed.
+            "--node-client-ca-file=/var/run/secrets/kubernetes.io/serviceaccount/ca.crt",
         ]
     );
     assert_eq!(c["env"][0]["name"], "POD_NAME");

@@ -40,7 +40,7 @@ use kubeflavor_core::flavor::{FLAVOR_LABEL, TRUST_LEVEL_LABEL, UNVERIFIED_TAINT}
 use serde_json::json;
 
 use appliance::{
-    Seed, Vm, api_server_port, client_from, delete_node_events, kf, load_average, secs, taints_of,
+    Seed, Vm, api_server_port, client_from, delete_node_events, with_serving_bootstrap, kf, load_average, secs, taints_of,
     which, write_private,
 };
 
@@ -683,33 +683,6 @@ async fn scenario(a: &Args, run: &mut Run) -> anyhow::Result<serde_json::Value> 
 /// QEMU user networking's guest network: the VM's kubelet reports 10.0.2.15, and the
 /// Flavor's spec.servingAddresses allows this range for its serving certificate.
 const GUEST_NETWORK: &str = "10.0.2.0/24";
-/// Where the run's kubeadm patch for the kubelet's configuration goes in the VM.
-const PATCHES_DIR: &str = "/etc/kubeflavor/patches";
-
-/// The document with the kubelet asking for a serving certificate: a kubeadm patch of the
-/// KubeletConfiguration (`serverTLSBootstrap: true`) written beside the join configuration,
-/// which names the patch directory. The rest of the document is as minted.
-fn with_serving_bootstrap(document: &str) -> anyhow::Result<String> {
-    let join_kind = "      kind: JoinConfiguration\n";
-    ensure!(
-        document.matches("write_files:\n").count() == 1 && document.matches(join_kind).count() == 1,
-        "the minted document has no single write_files list and JoinConfiguration to patch:\n{}",
-        document
-            .lines()
-            .filter(|l| !l.contains("token:"))
-            .collect::<Vec<_>>()
-            .join("\n")
-    );
-    let patch = format!(
-        "write_files:\n  - path: {PATCHES_DIR}/kubeletconfiguration+merge.yaml\n    owner: root:root\n    permissions: \"0644\"\n    content: |\n      serverTLSBootstrap: true\n"
-    );
-    Ok(document.replacen("write_files:\n", &patch, 1).replacen(
-        join_kind,
-        &format!("{join_kind}      patches:\n        directory: {PATCHES_DIR}\n"),
-        1,
-    ))
-}
-
 /// The serving certificate the VM's kubelet asked for, as issued.
 struct Serving {
     csr: String,

@@ -44,6 +44,7 @@ use kubeflavor::controller::{self, Options, Runtime};
 use kubeflavor_cluster::crd::network::{NodeReport, Site};
 use kubeflavor_core::admission::node_report::POLICY_NAME as REPORT_POLICY;
 use kubeflavor_core::flavor::FLAVOR_LABEL;
+use kubeflavor_core::network::probe::{ROUND_TRIP_LABEL, SERVING_LABEL};
 use kubeflavor_core::network::{
     CLAIMED_PREFIX, REGION_LABEL, SITE_LABEL, SITE_NOT_ALLOWED_TAINT, ZONE_LABEL,
 };
@@ -65,6 +66,7 @@ mod sweep;
 
 use appliance::{
     Seed, Vm, api_server_port, client_from, delete_node_events, kf, load_average, secs, taints_of,
+    with_serving_bootstrap,
 };
 
 /// appliance_sites: two VMs on two networks this run builds; each is observed on its own
@@ -105,6 +107,8 @@ const VM_BINARY: &str = "/usr/local/bin/kubeflavor";
 const VM_OBSERVER_CA: &str = "/etc/kubeflavor/observer-ca.crt";
 const VM_UNIT: &str = "/etc/systemd/system/kubeflavor-node-report.service";
 const VM_KUBELET_KUBECONFIG: &str = "/etc/kubernetes/kubelet.conf";
+/// The kubelet's port, where the observer connects back.
+const KUBELET_PORT: u16 = 10250;
 /// The marker of the lines the lying VM's attempts print on its console.
 const ATTEMPT: &str = "KUBEFLAVOR-ATTEMPT";
 /// The address the lying VM gives itself on lyon's network.
@@ -278,6 +282,12 @@ async fn scenario(a: &Args, run: &mut Run) -> anyhow::Result<serde_json::Value> 
             &format!("{CLASS_LABEL}={CLASS}"),
             "--allowed-site",
             &sites[0].site,
+            // Serving certificates for the sites' addresses (and QEMU's user network,
+            // where a kubelet left to its default address is).
+            "--serving-address",
+            &format!("10.{block}.0.0/16"),
+            "--serving-address",
+            "10.0.2.0/24",
         ],
     )
     .await?;
@@ -289,6 +299,7 @@ async fn scenario(a: &Args, run: &mut Run) -> anyhow::Result<serde_json::Value> 
     opts.leader_elect = false;
     opts.scope = Some(format!("-{}", run.id));
     opts.lease_name = run.name("kubeflavor-controller");
+    opts.approve_serving = true;
     let rt = Runtime::new(admin.clone(), opts);
     let health = rt.health.clone();
     run.tasks.push(tokio::spawn(async move {
@@ -305,6 +316,7 @@ async fn scenario(a: &Args, run: &mut Run) -> anyhow::Result<serde_json::Value> 
         "appliance-sites",
         cluster_ca(&admin_yaml, dir.path())?,
         SocketAddr::from((Networks::observer(block), 0)),
+        KUBELET_PORT,
         std::future::pending(),
     )
     .await?;
@@ -341,8 +353,15 @@ async fn scenario(a: &Args, run: &mut Run) -> anyhow::Result<serde_json::Value> 
             .iter()
             .find(|o| o.index != s.index)
             .context("two sites")?;
+        // Both kubelets ask for a serving certificate; lyon's names its site address as the
+        // node's (kubelet --node-ip), paris's keeps QEMU's user network address, so only
+        // lyon answers at its observed address with a certificate for it.
+        let mut document = with_serving_bootstrap(document)?;
+        if !s.liar {
+            document = with_node_ip(&document, &format!("10.{block}.{}.10", s.index))?;
+        }
         let document = with_reporter(
-            document,
+            &document,
             &observer_url,
             api.pem(),
             (block, s.index),
@@ -417,13 +436,31 @@ async fn scenario(a: &Args, run: &mut Run) -> anyhow::Result<serde_json::Value> 
         lyon.node,
         honest.metadata.labels
     );
+    // Connected back to at its site address: its own certificate answers there. The
+    // kubelet's serving certificate comes after the join: the reporter's next round sees it.
+    let honest = wait_node(
+        run,
+        &nodes,
+        &lyon.node,
+        deadline,
+        "verified at its site address",
+        |n| label(n, SERVING_LABEL) == Some("verified"),
+    )
+    .await?;
+    ensure!(
+        label(&honest, ROUND_TRIP_LABEL).is_some(),
+        "{} has no round-trip label: {:?}",
+        lyon.node,
+        honest.metadata.labels
+    );
     progress(&format!(
-        "{} observed on {} ({} s after power-on): zone {}, claimed site {}, no site taint",
+        "{} observed on {} ({} s after power-on): zone {}, claimed site {}, no site taint; its own serving certificate answers at its site address, round trip {}",
         lyon.node,
         lyon.site,
         honest_after.as_secs(),
         lyon.zone,
-        lyon.site
+        lyon.site,
+        label(&honest, ROUND_TRIP_LABEL).unwrap_or_default()
     ));
 
     // paris: observed there; its lyon claim refused; kept off by the flavor.
@@ -487,6 +524,13 @@ async fn scenario(a: &Args, run: &mut Run) -> anyhow::Result<serde_json::Value> 
         "{} was observed at {}, not its site address {paris_address}",
         paris.node,
         observed.address
+    );
+    ensure!(
+        observed.serving_certificate.as_deref() == Some("unverified"),
+        "connecting back to {} at {} gave {:?}, not unverified (its certificate names 10.0.2.15, not its site address)",
+        paris.node,
+        observed.address,
+        observed.serving_certificate
     );
     let verdict = status
         .claim
@@ -575,9 +619,11 @@ async fn scenario(a: &Args, run: &mut Run) -> anyhow::Result<serde_json::Value> 
         "observer": observer_url,
         "honest": {"node": lyon.node, "observed_site": label(&honest, SITE_LABEL), "zone": label(&honest, ZONE_LABEL),
             "claimed_site": label(&honest, &format!("{CLAIMED_PREFIX}site")), "taints": taints_of(&honest),
+            "serving_certificate": label(&honest, SERVING_LABEL), "round_trip": label(&honest, ROUND_TRIP_LABEL),
             "power_on_to_judged_s": secs(honest_after)},
         "liar": {"node": paris.node, "observed_site": label(&liar, SITE_LABEL), "observed_address": observed.address,
-            "zone": label(&liar, ZONE_LABEL), "claim": verdict, "event": event.reason, "taints": taints_of(&liar),
+            "zone": label(&liar, ZONE_LABEL), "claim": verdict,
+            "serving_certificate": observed.serving_certificate, "round_trip_us": observed.round_trip_microseconds, "event": event.reason, "taints": taints_of(&liar),
             "power_on_to_judged_s": secs(liar_after)},
         "other_report_refused": first_line(&other_report.1),
         "kubelet_zone_refused": first_line(&zone.1),
@@ -814,6 +860,23 @@ fn with_reporter(
     ));
     let document = document.replacen("\nwrite_files:\n", &format!("\n{files}"), 1);
     Ok(format!("{}\n{commands}", document.trim_end()))
+}
+
+/// The document with the kubelet's node address set (`kubeletExtraArgs` node-ip in the
+/// JoinConfiguration): the address its Node reports and its serving certificate names.
+fn with_node_ip(document: &str, ip: &str) -> anyhow::Result<String> {
+    let registration = "      nodeRegistration:\n";
+    ensure!(
+        document.matches(registration).count() == 1,
+        "the minted document has no single nodeRegistration to extend"
+    );
+    Ok(document.replacen(
+        registration,
+        &format!(
+            "{registration}        kubeletExtraArgs:\n          - name: node-ip\n            value: \"{ip}\"\n"
+        ),
+        1,
+    ))
 }
 
 /// A cloud-init write_files entry.

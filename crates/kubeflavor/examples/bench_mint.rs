@@ -122,7 +122,7 @@ async fn main() {
             connections: Default::default(),
             administrators: None,
             portal: None,
-            node_client_ca: None,
+            observing: None,
         },
     )
     .await

@@ -410,6 +410,8 @@ async fn network_chapter(
         "walkthrough-observer",
         ca.clone(),
         "127.0.0.1:0".parse()?,
+        // No kubelet serves on this machine: nothing to connect back to.
+        0,
         async {
             let _ = stopped.await;
         },

@@ -3,7 +3,7 @@
 //! `kube-public/cluster-info` (bootstrapsigner), and the token cleaner (tokencleaner). The
 //! server core runs them and performs the writes.
 //!
-//! Only the kubelet client signer is imitated (kcm also signs `kubelet-serving`,
+//! The kubelet client and kubelet serving signers are imitated (kcm also signs
 //! `kube-apiserver-client` and `legacy-unknown` requests); issued certificates carry a
 //! Subject Key Identifier, which Go's x509 leaves out of leaf certificates.
 
@@ -25,6 +25,7 @@ use crate::authn::{
 use crate::types::{IdentityKind, ObjectReader, RequestAttributes, UserInfo};
 
 pub const KUBELET_CLIENT_SIGNER: &str = "kubernetes.io/kube-apiserver-client-kubelet";
+pub const KUBELET_SERVING_SIGNER: &str = "kubernetes.io/kubelet-serving";
 /// kcm's `--cluster-signing-duration` default (8760h).
 const DEFAULT_TTL: SignedDuration = SignedDuration::from_hours(8760);
 /// The signer backdates notBefore by 5 minutes against clock skew.
@@ -146,10 +147,11 @@ pub struct SigningCa<'a> {
     pub key_pem: &'a str,
 }
 
-/// An Approved kubelet client CSR that is not Denied, not Failed and not yet issued:
-/// what the signer still has to act on.
+/// An Approved kubelet client or serving CSR that is not Denied, not Failed and not yet
+/// issued: what the signers still have to act on.
 pub fn awaits_signing(csr: &Value) -> bool {
-    if csr.pointer("/spec/signerName").and_then(Value::as_str) != Some(KUBELET_CLIENT_SIGNER) {
+    let signer = csr.pointer("/spec/signerName").and_then(Value::as_str);
+    if signer != Some(KUBELET_CLIENT_SIGNER) && signer != Some(KUBELET_SERVING_SIGNER) {
         return false;
     }
     let status = csr.get("status");
@@ -170,11 +172,11 @@ pub fn awaits_signing(csr: &Value) -> bool {
 }
 
 /// For an Approved, not yet issued CSR with signer
-/// `kubernetes.io/kube-apiserver-client-kubelet`: the PEM certificate to put in
-/// `status.certificate`. `None` when there is nothing to sign (pending, denied, failed,
-/// already issued, another signer). `Some(Err(message))` when the request is not a valid
-/// kubelet client CSR: the real signer then appends a condition `Failed`/`True` with reason
-/// `SignerValidationFailure` and this message.
+/// `kubernetes.io/kube-apiserver-client-kubelet` or `kubernetes.io/kubelet-serving`: the
+/// PEM certificate to put in `status.certificate`. `None` when there is nothing to sign
+/// (pending, denied, failed, already issued, another signer). `Some(Err(message))` when the
+/// request is not valid for its signer: the real signer then appends a condition
+/// `Failed`/`True` with reason `SignerValidationFailure` and this message.
 pub fn sign_csr(ca: &SigningCa<'_>, csr: &Value, now: Timestamp) -> Option<Result<String, String>> {
     if !awaits_signing(csr) {
         return None;
@@ -190,7 +192,11 @@ pub fn sign_csr(ca: &SigningCa<'_>, csr: &Value, now: Timestamp) -> Option<Resul
     };
     let usages = spec_usages(spec);
     let expiration_seconds = spec.get("expirationSeconds").and_then(Value::as_i64);
-    Some(issue(ca, &der, &usages, expiration_seconds, now))
+    let validate = match spec.get("signerName").and_then(Value::as_str) {
+        Some(KUBELET_SERVING_SIGNER) => validate_kubelet_serving,
+        _ => validate_kubelet_client,
+    };
+    Some(issue(ca, &der, &usages, validate, expiration_seconds, now))
 }
 
 /// `spec.request` is base64 (on the JSON wire) of a PEM `CERTIFICATE REQUEST` block.
@@ -266,17 +272,72 @@ pub fn validate_kubelet_client(
     Ok(())
 }
 
-/// `CertificateAuthority.Sign` with kcm's `PermissiveSigningPolicy`.
+/// `ValidateKubeletServingCSR` (pkg/apis/certificates/v1): what the kubelet serving
+/// signer accepts. The messages are upstream's.
+pub fn validate_kubelet_serving(
+    csr: &X509CertificationRequest<'_>,
+    usages: &[&str],
+) -> Result<(), String> {
+    let subject = &csr.certification_request_info.subject;
+    let orgs: Vec<&str> = subject
+        .iter_organization()
+        .filter_map(|o| o.as_str().ok())
+        .collect();
+    if orgs != ["system:nodes"] {
+        return Err("subject organization is not system:nodes".into());
+    }
+    let names: Vec<&GeneralName<'_>> = csr
+        .requested_extensions()
+        .into_iter()
+        .flatten()
+        .filter_map(|ext| match ext {
+            ParsedExtension::SubjectAlternativeName(san) => Some(san.general_names.iter()),
+            _ => None,
+        })
+        .flatten()
+        .collect();
+    let has = |f: fn(&GeneralName<'_>) -> bool| names.iter().any(|n| f(n));
+    if !has(|n| matches!(n, GeneralName::DNSName(_) | GeneralName::IPAddress(_))) {
+        return Err("DNS or IP subjectAltName is required".into());
+    }
+    if has(|n| matches!(n, GeneralName::RFC822Name(_))) {
+        return Err("Email subjectAltNames are not allowed".into());
+    }
+    if has(|n| matches!(n, GeneralName::URI(_))) {
+        return Err("URI subjectAltNames are not allowed".into());
+    }
+    let cn = subject
+        .iter_common_name()
+        .filter_map(|c| c.as_str().ok())
+        .last()
+        .unwrap_or("");
+    if !cn.starts_with("system:node:") {
+        return Err("subject common name does not begin with system:node:".into());
+    }
+    let mut set: Vec<&str> = usages.to_vec();
+    set.sort_unstable();
+    set.dedup();
+    let with_rsa = ["digital signature", "key encipherment", "server auth"];
+    let without_rsa = ["digital signature", "server auth"];
+    if set != with_rsa && set != without_rsa {
+        return Err("usages did not match [digital signature key encipherment server auth]".into());
+    }
+    Ok(())
+}
+
+/// `CertificateAuthority.Sign` with kcm's `PermissiveSigningPolicy`: the request's subject
+/// and subject alternative names (DNS names and IP addresses), the usages asked for.
 fn issue(
     ca: &SigningCa<'_>,
     der: &[u8],
     usages: &[&str],
+    validate: fn(&X509CertificationRequest<'_>, &[&str]) -> Result<(), String>,
     expiration_seconds: Option<i64>,
     now: Timestamp,
 ) -> Result<String, String> {
     let (_, request) =
         X509CertificationRequest::from_der(der).map_err(|e| format!("unable to parse csr: {e}"))?;
-    validate_kubelet_client(&request, usages)?;
+    validate(&request, usages)?;
     request
         .verify_signature()
         .map_err(|e| format!("unable to verify certificate request signature: {e}"))?;
@@ -322,7 +383,32 @@ fn issue(
             "client auth" => {
                 params.insert_extended_key_usage(rcgen::ExtendedKeyUsagePurpose::ClientAuth)
             }
+            "server auth" => {
+                params.insert_extended_key_usage(rcgen::ExtendedKeyUsagePurpose::ServerAuth)
+            }
             _ => {}
+        }
+    }
+    for ext in request.requested_extensions().into_iter().flatten() {
+        if let ParsedExtension::SubjectAlternativeName(san) = ext {
+            for name in &san.general_names {
+                match name {
+                    GeneralName::DNSName(dns) => params.subject_alt_names.push(
+                        rcgen::SanType::DnsName(
+                            (*dns).try_into().map_err(|e| format!("DNS name {dns}: {e}"))?,
+                        ),
+                    ),
+                    GeneralName::IPAddress(bytes) => {
+                        let ip = match bytes.len() {
+                            4 => std::net::IpAddr::from(<[u8; 4]>::try_from(*bytes).unwrap()),
+                            16 => std::net::IpAddr::from(<[u8; 16]>::try_from(*bytes).unwrap()),
+                            n => return Err(format!("an IP address of {n} bytes")),
+                        };
+                        params.subject_alt_names.push(rcgen::SanType::IpAddress(ip));
+                    }
+                    _ => {}
+                }
+            }
         }
     }
     let spki =

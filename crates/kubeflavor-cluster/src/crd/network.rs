@@ -173,6 +173,16 @@ pub struct Observation {
     pub observer: String,
     #[schemars(schema_with = "schema::date_time")]
     pub at: Timestamp,
+    /// Where the observer connected back to (the address above, the kubelet's port).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kubelet_endpoint: Option<String>,
+    /// What answered there: `verified` (a certificate the cluster's CA issued for that
+    /// address, naming this node), `unverified`, `other-node` or `no-answer`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub serving_certificate: Option<String>,
+    /// The TCP handshake's time when connecting back (the round trip), in microseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub round_trip_microseconds: Option<u64>,
 }
 
 /// The controller's reading of the claims.
@@ -200,6 +210,21 @@ impl NodeReport {
             .address
             .parse()
             .ok()
+    }
+
+    /// What connecting back to the node gave: the verdict and the round trip, when the
+    /// observer probed it.
+    pub fn probe(
+        &self,
+    ) -> Option<(
+        kubeflavor_core::network::probe::ServingVerdict,
+        Option<u64>,
+    )> {
+        let observed = self.status.as_ref()?.observed.as_ref()?;
+        let verdict = kubeflavor_core::network::probe::ServingVerdict::parse(
+            observed.serving_certificate.as_deref()?,
+        )?;
+        Some((verdict, observed.round_trip_microseconds))
     }
 
     /// The spec's claims as core reads them: addresses that do not read are left out (the

@@ -13,6 +13,8 @@
 //! Both prefixes are in the `node-restriction.kubernetes.io` domain, which NodeRestriction
 //! keeps kubelets from writing: only the controller writes either.
 
+pub mod probe;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 

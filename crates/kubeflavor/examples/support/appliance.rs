@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, bail};
+use anyhow::{Context, bail, ensure};
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::events::v1::Event;
 use kube::Api;
@@ -242,4 +242,31 @@ pub fn load_average() -> Option<f64> {
         .next()?
         .parse()
         .ok()
+}
+
+/// Where the run's kubeadm patch for the kubelet's configuration goes in the VM.
+pub const PATCHES_DIR: &str = "/etc/kubeflavor/patches";
+
+/// The document with the kubelet asking for a serving certificate: a kubeadm patch of the
+/// KubeletConfiguration (`serverTLSBootstrap: true`) written beside the join configuration,
+/// which names the patch directory. The rest of the document is as minted.
+pub fn with_serving_bootstrap(document: &str) -> anyhow::Result<String> {
+    let join_kind = "      kind: JoinConfiguration\n";
+    ensure!(
+        document.matches("write_files:\n").count() == 1 && document.matches(join_kind).count() == 1,
+        "the minted document has no single write_files list and JoinConfiguration to patch:\n{}",
+        document
+            .lines()
+            .filter(|l| !l.contains("token:"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    let patch = format!(
+        "write_files:\n  - path: {PATCHES_DIR}/kubeletconfiguration+merge.yaml\n    owner: root:root\n    permissions: \"0644\"\n    content: |\n      serverTLSBootstrap: true\n"
+    );
+    Ok(document.replacen("write_files:\n", &patch, 1).replacen(
+        join_kind,
+        &format!("{join_kind}      patches:\n        directory: {PATCHES_DIR}\n"),
+        1,
+    ))
 }

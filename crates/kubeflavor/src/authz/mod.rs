@@ -71,14 +71,8 @@ struct State {
     max_staleness: Duration,
 }
 
-/// A verifier of client certificates issued by the CA in the PEM file `ca` (named by
-/// `flag` in errors); `optional`: a client without a certificate may still connect (the
-/// requests it may make are the handler's to decide).
-pub fn client_verifier(
-    ca: &std::path::Path,
-    flag: &str,
-    optional: bool,
-) -> anyhow::Result<Arc<dyn rustls::server::danger::ClientCertVerifier>> {
+/// The CA certificates of the PEM file `ca` (given as `flag`), as roots.
+pub fn ca_roots(ca: &std::path::Path, flag: &str) -> anyhow::Result<RootCertStore> {
     let unreadable = |e: &dyn std::fmt::Display| {
         anyhow::anyhow!(
             "cannot read the client CA {}: {e} (give {flag} the PEM CA certificate that issues the clients' certificates)",
@@ -96,6 +90,18 @@ pub fn client_verifier(
     if roots.is_empty() {
         anyhow::bail!("the client CA {} holds no certificate", ca.display());
     }
+    Ok(roots)
+}
+
+/// A verifier of client certificates issued by the CA in the PEM file `ca` (named by
+/// `flag` in errors); `optional`: a client without a certificate may still connect (the
+/// requests it may make are the handler's to decide).
+pub fn client_verifier(
+    ca: &std::path::Path,
+    flag: &str,
+    optional: bool,
+) -> anyhow::Result<Arc<dyn rustls::server::danger::ClientCertVerifier>> {
+    let roots = ca_roots(ca, flag)?;
     let builder = WebPkiClientVerifier::builder(Arc::new(roots));
     let builder = if optional {
         builder.allow_unauthenticated()

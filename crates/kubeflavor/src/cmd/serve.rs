@@ -167,6 +167,13 @@ pub struct ServeArgs {
     /// externalTrafficPolicy: Local, or host networking). Off by default.
     #[arg(long, value_name = "FILE")]
     pub node_client_ca_file: Option<PathBuf>,
+    /// With --node-client-ca-file: when a node is observed, connect back to the observed
+    /// address on this port (the kubelet's) and record the TCP handshake's time (the round
+    /// trip) and whether the node answers there with the serving certificate the cluster
+    /// issued it (trusted as --node-client-ca-file's CA, for that address and the node's
+    /// name). Only a TLS handshake is made, no request. 0: do not connect back.
+    #[arg(long, value_name = "PORT", default_value_t = 10250, requires = "node_client_ca_file")]
+    pub observe_kubelet_port: u16,
 }
 
 /// The portal, when --portal-url asks for it.
@@ -316,7 +323,13 @@ pub async fn run(cluster: Cluster, args: &ServeArgs) -> Result<()> {
         },
         administrators,
         portal,
-        node_client_ca: args.node_client_ca_file.clone(),
+        observing: args
+            .node_client_ca_file
+            .clone()
+            .map(|node_client_ca| crate::serve::Observing {
+                node_client_ca,
+                kubelet_port: args.observe_kubelet_port,
+            }),
     };
     let bound = serve::bind(cluster, opts)
         .await

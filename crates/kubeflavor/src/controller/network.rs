@@ -104,7 +104,14 @@ impl Network {
             .unwrap_or_else(|e| e.into_inner())
             .0
             .clone();
-        placement(&sites, report.observed_address(), Some(&report.claim()))
+        let mut placement = placement(&sites, report.observed_address(), Some(&report.claim()));
+        // What connecting back to the node showed, beside the site it was observed on.
+        if let (Some(_), Some((verdict, round_trip))) = (&placement.site, report.probe()) {
+            placement
+                .labels
+                .extend(kubeflavor_core::network::probe::labels(verdict, round_trip));
+        }
+        placement
     }
 
     fn note(&self, name: &str, placement: &NetworkPlacement) {

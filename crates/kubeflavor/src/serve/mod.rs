@@ -74,9 +74,19 @@ pub struct Options {
     pub administrators: Option<Arc<Administrators>>,
     /// The node administrators' web portal; `None`: not served.
     pub portal: Option<Arc<portal::Portal>>,
-    /// The CA of the kubelets' client certificates: nodes presenting one are observed
-    /// (`POST /v1/observations`); `None`: not served, and no client certificate is asked.
-    pub node_client_ca: Option<PathBuf>,
+    /// Nodes presenting a client certificate of this CA are observed (`POST
+    /// /v1/observations`); `None`: not served, and no client certificate is asked.
+    pub observing: Option<Observing>,
+}
+
+/// How nodes are observed.
+#[derive(Debug, Clone)]
+pub struct Observing {
+    /// The CA of the kubelets' client certificates, which also issues their serving
+    /// certificates on a cluster kubeadm set up.
+    pub node_client_ca: PathBuf,
+    /// The kubelet's port, connected back to at the observed address; 0: not.
+    pub kubelet_port: u16,
 }
 
 /// What `POST /v1/jointokens` needs: the identity providers the owner trusts and the
@@ -274,6 +284,9 @@ pub struct Server {
     pub portal: Option<Arc<portal::Portal>>,
     /// Nodes are observed (`POST /v1/observations`).
     pub observes_nodes: bool,
+    /// How a node is connected back to when observed: TLS trusting the cluster's CA, on the
+    /// kubelet's port; `None`: not.
+    pub kubelet_probe: Option<(Arc<rustls::ClientConfig>, u16)>,
 }
 
 /// A server bound to its address, not yet serving.
@@ -333,9 +346,13 @@ pub async fn bind(cluster: Cluster, opts: Options) -> anyhow::Result<Bound> {
             (Arc::new(tls::FixedCert(key)), Some(pem))
         }
     };
-    let config = match &opts.node_client_ca {
-        Some(ca) => {
-            let verifier = crate::authz::client_verifier(ca, "--node-client-ca-file", true)?;
+    let config = match &opts.observing {
+        Some(observing) => {
+            let verifier = crate::authz::client_verifier(
+                &observing.node_client_ca,
+                "--node-client-ca-file",
+                true,
+            )?;
             tls::server_config_with_clients(resolver, verifier)
         }
         None => tls::server_config(resolver),
@@ -366,7 +383,14 @@ pub async fn bind(cluster: Cluster, opts: Options) -> anyhow::Result<Bound> {
         recent: recent::Recent::default(),
         administrators: opts.administrators,
         portal: opts.portal,
-        observes_nodes: opts.node_client_ca.is_some(),
+        observes_nodes: opts.observing.is_some(),
+        kubelet_probe: match &opts.observing {
+            Some(o) if o.kubelet_port != 0 => Some((
+                Arc::new(observe::probe_config(&o.node_client_ca)?),
+                o.kubelet_port,
+            )),
+            _ => None,
+        },
     };
     Ok(Bound {
         server: Arc::new(server),

@@ -9,9 +9,9 @@
 //! A revoked node is refused (its binding says so), and each node is held to the API's
 //! per-caller rate.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, OnceLock};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use http::header::{self, HeaderValue};
 use http::{Request, Response, StatusCode};
@@ -21,7 +21,7 @@ use kube::api::{ListParams, PatchParams};
 use kubeflavor_cluster::crd::FlavorBinding;
 use kubeflavor_cluster::crd::network::OBSERVED_BY_CLIENT_CERTIFICATE;
 use kubeflavor_cluster::node_reports;
-use kubeflavor_core::admission::node_report::{NODE_USER_PREFIX, NODES_GROUP};
+use kubeflavor_core::network::probe;
 use serde_json::json;
 
 use super::Server;
@@ -60,19 +60,62 @@ pub fn node_of(conn: &rustls::ServerConnection) -> Option<String> {
 fn node_of_certificate(der: &[u8]) -> Option<String> {
     let (_, cert) = x509_parser::parse_x509_certificate(der).ok()?;
     let subject = cert.subject();
-    let mut cns = subject.iter_common_name();
-    let cn = cns.next()?.as_str().ok()?;
-    if cns.next().is_some() {
-        return None;
-    }
-    let mut orgs = subject.iter_organization();
-    let org = orgs.next()?.as_str().ok()?;
-    if org != NODES_GROUP || orgs.next().is_some() {
-        return None;
-    }
-    let name = cn.strip_prefix(NODE_USER_PREFIX)?;
-    kubeflavor_core::names::check_dns1123_subdomain(name).ok()?;
-    Some(name.to_string())
+    let cns: Vec<&str> = subject
+        .iter_common_name()
+        .map(|a| a.as_str().ok())
+        .collect::<Option<_>>()?;
+    let orgs: Vec<&str> = subject
+        .iter_organization()
+        .map(|a| a.as_str().ok())
+        .collect::<Option<_>>()?;
+    probe::node_of_subject(&cns, &orgs)
+}
+
+/// How long connecting back, and then the TLS handshake, may each take.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// The TLS client that connects back to nodes: it trusts the cluster's CA (`ca`, which
+/// issues kubelets' serving certificates on a cluster kubeadm set up) and presents nothing.
+pub fn probe_config(ca: &std::path::Path) -> anyhow::Result<rustls::ClientConfig> {
+    let roots = crate::authz::ca_roots(ca, "--node-client-ca-file")?;
+    Ok(rustls::ClientConfig::builder()
+        .with_root_certificates(roots)
+        .with_no_client_auth())
+}
+
+/// Connects back to `address`:`port`: the TCP handshake's time, and what the TLS handshake
+/// showed (verified against the cluster's CA for that very address).
+pub async fn probe(
+    config: Arc<rustls::ClientConfig>,
+    address: IpAddr,
+    port: u16,
+) -> (probe::ProbeOutcome, Option<u64>) {
+    let started = Instant::now();
+    let tcp = match tokio::time::timeout(
+        PROBE_TIMEOUT,
+        tokio::net::TcpStream::connect(SocketAddr::new(address, port)),
+    )
+    .await
+    {
+        Ok(Ok(tcp)) => tcp,
+        _ => return (probe::ProbeOutcome::NoAnswer, None),
+    };
+    let round_trip = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
+    let name = rustls_pki_types::ServerName::IpAddress(address.into());
+    let connector = tokio_rustls::TlsConnector::from(config);
+    let outcome = match tokio::time::timeout(PROBE_TIMEOUT, connector.connect(name, tcp)).await
+    {
+        Ok(Ok(tls)) => probe::ProbeOutcome::Presented {
+            node: tls
+                .get_ref()
+                .1
+                .peer_certificates()
+                .and_then(|chain| chain.first())
+                .and_then(|leaf| node_of_certificate(leaf.as_ref())),
+        },
+        _ => probe::ProbeOutcome::Unverified,
+    };
+    (outcome, Some(round_trip))
 }
 
 /// Answers `POST /v1/observations`.
@@ -142,12 +185,24 @@ pub async fn observe(server: &Server, req: Request<Incoming>) -> Response<Body> 
     // An IPv4 peer of a dual-stack listener, as IPv4.
     let address = kubeflavor_core::network::canonical(peer.address.ip());
     let at = kubeflavor_cluster::crd::whole_seconds(jiff::Timestamp::now());
-    let patch = json!({"status": {"observed": {
+    let mut observed = json!({
         "address": address.to_string(),
         "method": OBSERVED_BY_CLIENT_CERTIFICATE,
         "observer": server.instance,
         "at": at.to_string(),
-    }}});
+        // A merge patch: what this observation does not measure is cleared.
+        "kubeletEndpoint": null,
+        "servingCertificate": null,
+        "roundTripMicroseconds": null,
+    });
+    if let Some((config, port)) = &server.kubelet_probe {
+        let (outcome, round_trip) = probe(config.clone(), address, *port).await;
+        let verdict = probe::serving_verdict(&node, &outcome);
+        observed["kubeletEndpoint"] = json!(SocketAddr::new(address, *port).to_string());
+        observed["servingCertificate"] = json!(verdict.as_str());
+        observed["roundTripMicroseconds"] = json!(round_trip);
+    }
+    let patch = json!({"status": {"observed": observed}});
     match node_reports::patch_status(
         &server.cluster.client,
         &node,
@@ -157,12 +212,18 @@ pub async fn observe(server: &Server, req: Request<Incoming>) -> Response<Body> 
     .await
     {
         Ok(_) => {
-            tracing::info!(%node, %address, "observed a node");
+            tracing::info!(%node, %address, serving = %observed["servingCertificate"], "observed a node");
             respond(
                 StatusCode::OK,
                 "application/json",
-                json!({"node": node, "address": address.to_string(), "observedAt": at.to_string()})
-                    .to_string(),
+                json!({
+                    "node": node,
+                    "address": address.to_string(),
+                    "observedAt": at.to_string(),
+                    "servingCertificate": observed["servingCertificate"],
+                    "roundTripMicroseconds": observed["roundTripMicroseconds"],
+                })
+                .to_string(),
             )
         }
         Err(kube::Error::Api(e)) if e.code == 404 => status(

@@ -85,7 +85,7 @@ async fn start_with(
         connections: ConnectionLimits::default(),
         administrators: Some(Arc::new(administrators)),
         portal: None,
-        node_client_ca: None,
+        observing: None,
     };
     let cluster = Cluster::connect(&ClusterArgs {
         kubeconfig: Some(h.env.kubeconfig.clone()),

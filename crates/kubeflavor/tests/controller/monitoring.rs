@@ -304,7 +304,10 @@ async fn every_series_the_alerts_and_the_dashboard_read_is_exposed_after_a_walkt
             connections: ConnectionLimits::default(),
             administrators: None,
             portal: None,
-            node_client_ca: Some(h.cluster_ca(ca_dir.path())),
+            observing: Some(serve::Observing {
+                node_client_ca: h.cluster_ca(ca_dir.path()),
+                kubelet_port: 0,
+            }),
         },
     )
     .await

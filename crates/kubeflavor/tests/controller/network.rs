@@ -13,6 +13,7 @@ use kubeflavor::report::{self, Identity, Observer};
 use kubeflavor_cluster::crd::network::{
     NodeReport, NodeReportSpec, ReportedGateway, ReportedInterface, Site,
 };
+use kubeflavor_core::network::probe::{ROUND_TRIP_LABEL, SERVING_LABEL};
 use kubeflavor_core::network::{CLAIMED_PREFIX, SITE_LABEL, SITE_NOT_ALLOWED_TAINT, ZONE_LABEL};
 
 use crate::harness::*;
@@ -52,7 +53,8 @@ async fn sites(h: &Harness) -> Network {
     let object: kubeflavor_cluster::crd::Flavor = serde_json::from_value(serde_json::json!({
         "apiVersion": "kubeflavor.io/v1alpha1", "kind": "Flavor",
         "metadata": {"name": flavor},
-        "spec": {"labels": {TIER_KEY: "gold"}, "allowedSites": [lyon]},
+        "spec": {"labels": {TIER_KEY: "gold"}, "allowedSites": [lyon],
+            "servingAddresses": [format!("{base}0/24")]},
     }))
     .unwrap();
     Api::<kubeflavor_cluster::crd::Flavor>::all(h.admin.clone())
@@ -103,6 +105,48 @@ fn claim(address: &str, gateway: &str) -> NodeReportSpec {
     }
 }
 
+/// A kubelet's serving endpoint at `address` (port 0: any): every connection gets the TLS
+/// handshake with the certificate of the serving CSR `csr` that `node` files for `names`
+/// (issued once the controller approved it), then is closed. Its port.
+async fn kubelet_serving(
+    h: &Harness,
+    node_client: &kube::Client,
+    node: &str,
+    csr: &str,
+    ip_names: &[&str],
+    address: std::net::SocketAddr,
+) -> u16 {
+    let mut ask = crate::serving::Ask::kubelet(node, ip_names[0]);
+    ask.ips = ip_names.to_vec();
+    let (filed, key) = crate::serving::file_with_key(node_client, csr, ask).await;
+    filed.expect("the serving CSR is filed");
+    crate::serving::issued(h, csr).await;
+    let issued = h.csrs().get(csr).await.expect("the CSR");
+    let pem = issued.status.unwrap().certificate.unwrap().0;
+    use rustls_pki_types::pem::PemObject;
+    let chain: Vec<rustls_pki_types::CertificateDer<'static>> =
+        rustls_pki_types::CertificateDer::pem_slice_iter(&pem)
+            .collect::<Result<_, _>>()
+            .expect("a PEM chain");
+    let key = rustls_pki_types::PrivateKeyDer::try_from(key.serialize_der()).expect("a key");
+    let config = rustls::ServerConfig::builder()
+        .with_no_client_auth()
+        .with_single_cert(chain, key)
+        .expect("a TLS configuration");
+    let acceptor = tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(config));
+    let listener = tokio::net::TcpListener::bind(address).await.expect("bind");
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                let _ = acceptor.accept(tcp).await;
+            });
+        }
+    });
+    port
+}
+
 fn taints(node: &Node) -> Vec<String> {
     node.spec
         .as_ref()
@@ -117,7 +161,36 @@ fn taints(node: &Node) -> Vec<String> {
 async fn each_node_gets_the_site_it_was_observed_on_and_a_lying_claim_is_refused() {
     let h = Harness::start().await;
     let net = sites(&h).await;
-    let ctl = h.start_controller(h.options("ctl"));
+    let mut opts = h.options("ctl");
+    opts.approve_serving = true;
+    let ctl = h.start_controller(opts);
+    let (honest, honest_id, honest_cluster) = joined(&h, &net.flavor, "honest").await;
+    let (liar, liar_id, liar_cluster) = joined(&h, &net.flavor, "liar").await;
+    let (lyon_addr, paris_addr) = (format!("{}5", net.base), format!("{}20", net.base));
+
+    // The honest node's kubelet serves at its lyon address with the certificate issued for
+    // it; at the liar's paris address answers a certificate issued to the honest node for
+    // that address: another node's.
+    let honest_client = honest_cluster.client.clone();
+    let port = kubelet_serving(
+        &h,
+        &honest_client,
+        &honest,
+        &h.name("serving-honest"),
+        &[&lyon_addr],
+        format!("{lyon_addr}:0").parse().unwrap(),
+    )
+    .await;
+    kubelet_serving(
+        &h,
+        &honest_client,
+        &honest,
+        &h.name("serving-elsewhere"),
+        &[&paris_addr],
+        format!("{paris_addr}:{port}").parse().unwrap(),
+    )
+    .await;
+
     let dir = tempfile::tempdir().unwrap();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let (api, task) = https::serve_observing(
@@ -125,6 +198,7 @@ async fn each_node_gets_the_site_it_was_observed_on_and_a_lying_claim_is_refused
         "serve-observer",
         h.cluster_ca(dir.path()),
         "127.0.0.1:0".parse().unwrap(),
+        port,
         async {
             let _ = stopped.await;
         },
@@ -141,8 +215,6 @@ async fn each_node_gets_the_site_it_was_observed_on_and_a_lying_claim_is_refused
     let (code, answer) = api.post("/v1/observations", None, None, b"").await;
     assert_eq!(code, 401, "{answer}");
 
-    let (honest, honest_id, honest_cluster) = joined(&h, &net.flavor, "honest").await;
-    let (liar, liar_id, liar_cluster) = joined(&h, &net.flavor, "liar").await;
     // Registered and flavored, not yet observed: a flavor with sites keeps them off.
     for node in [&honest, &liar] {
         h.node_until(node, "flavored and kept off until observed", |n| {
@@ -152,7 +224,6 @@ async fn each_node_gets_the_site_it_was_observed_on_and_a_lying_claim_is_refused
     }
 
     // The honest node, in lyon, says so.
-    let lyon_addr = format!("{}5", net.base);
     let done = report::report(
         &honest_cluster,
         &honest_id,
@@ -170,6 +241,9 @@ async fn each_node_gets_the_site_it_was_observed_on_and_a_lying_claim_is_refused
         })
         .await;
     assert_eq!(label(&n, ZONE_LABEL), Some("lyon-a"));
+    // Connected back to at its address, it answers with its own serving certificate.
+    assert_eq!(label(&n, SERVING_LABEL), Some("verified"), "{:?}", n.metadata.labels);
+    assert!(label(&n, ROUND_TRIP_LABEL).is_some(), "{:?}", n.metadata.labels);
     assert_eq!(
         label(&n, &format!("{CLAIMED_PREFIX}site")),
         Some(net.lyon.as_str())
@@ -186,7 +260,6 @@ async fn each_node_gets_the_site_it_was_observed_on_and_a_lying_claim_is_refused
     assert_eq!(label(&n, FLAVOR_KEY), Some(net.flavor.as_str()));
 
     // The liar connects from paris and claims a lyon prefix.
-    let paris_addr = format!("{}20", net.base);
     report::report(
         &liar_cluster,
         &liar_id,
@@ -212,6 +285,15 @@ async fn each_node_gets_the_site_it_was_observed_on_and_a_lying_claim_is_refused
     assert_eq!(status.claim.as_ref().unwrap().verdict, "Contradicts");
     let observed = status.observed.expect("the observation is recorded");
     assert_eq!(observed.address, paris_addr);
+    assert_eq!(
+        observed.serving_certificate.as_deref(),
+        Some("other-node"),
+        "at the liar's address answers the honest node's certificate"
+    );
+    assert_eq!(
+        observed.kubelet_endpoint.as_deref(),
+        Some(format!("{paris_addr}:{port}").as_str())
+    );
     assert_eq!(observed.observer, "serve-observer");
     let n = h
         .node_until(&liar, "observed in paris", |n| {

@@ -66,7 +66,7 @@ async fn start_api_tuned(
         connections: ConnectionLimits::default(),
         administrators: None,
         portal: None,
-        node_client_ca: None,
+        observing: None,
     };
     tune(&mut options);
     let cluster = Cluster::connect(&ClusterArgs {

@@ -15,18 +15,18 @@ use kubeflavor_core::csr::serving::KUBELET_SERVING_SIGNER;
 use crate::harness::*;
 
 /// How a test serving CSR is made.
-struct Ask<'a> {
+pub struct Ask<'a> {
     cn: String,
     orgs: &'a [&'a str],
     dns: Vec<String>,
-    ips: Vec<&'a str>,
+    pub ips: Vec<&'a str>,
     usages: &'a [&'a str],
     key: &'static rcgen::SignatureAlgorithm,
 }
 
 impl<'a> Ask<'a> {
     /// What a kubelet named `node` at `ip` asks for.
-    fn kubelet(node: &str, ip: &'a str) -> Ask<'a> {
+    pub fn kubelet(node: &str, ip: &'a str) -> Ask<'a> {
         Ask {
             cn: format!("system:node:{node}"),
             orgs: &["system:nodes"],
@@ -44,6 +44,18 @@ async fn file(
     name: &str,
     ask: Ask<'_>,
 ) -> Result<CertificateSigningRequest, kube::Error> {
+    file_with_key(client, name, ask).await.0
+}
+
+/// [`file`], with the key the CSR asks a certificate for.
+pub async fn file_with_key(
+    client: &Client,
+    name: &str,
+    ask: Ask<'_>,
+) -> (
+    Result<CertificateSigningRequest, kube::Error>,
+    rcgen::KeyPair,
+) {
     let key = rcgen::KeyPair::generate_for(ask.key).expect("key");
     let mut params = rcgen::CertificateParams::new(ask.dns.clone()).expect("names");
     for ip in &ask.ips {
@@ -75,9 +87,10 @@ async fn file(
         },
     }))
     .expect("a CSR object");
-    Api::<CertificateSigningRequest>::all(client.clone())
+    let filed = Api::<CertificateSigningRequest>::all(client.clone())
         .create(&PostParams::default(), &csr)
-        .await
+        .await;
+    (filed, key)
 }
 
 fn base64_of(text: &str) -> String {
@@ -112,7 +125,7 @@ async fn joined(h: &Harness, flavor: &str, node: &str) -> Client {
 
 /// Waits until the CSR carries a certificate (kube-controller-manager signs approved
 /// kubelet-serving CSRs on a real cluster).
-async fn issued(h: &Harness, csr: &str) {
+pub async fn issued(h: &Harness, csr: &str) {
     let cond = |obj: Option<&CertificateSigningRequest>| {
         obj.and_then(|c| c.status.as_ref())
             .and_then(|s| s.certificate.as_ref())
@@ -142,10 +155,7 @@ async fn a_flavored_nodes_serving_csr_is_approved_only_as_its_flavor_allows() {
         .await
         .expect("filed");
     assert_eq!(h.decision(&ok).await, "Approved");
-    if h.testkube().is_none() {
-        // testkube signs kubelet client certificates only.
-        issued(&h, &ok).await;
-    }
+    issued(&h, &ok).await;
 
     let evil_dns = h.name("serving-dns");
     let mut ask = Ask::kubelet(&node, "10.77.0.5");
@@ -346,13 +356,8 @@ async fn node_get_shows_the_node_judged_and_its_serving_certificate() {
         .await
         .expect("filed");
     assert_eq!(h.decision(&serving).await, "Approved");
-    let want_state = if h.testkube().is_none() {
-        issued(&h, &serving).await;
-        "Issued"
-    } else {
-        // testkube signs kubelet client certificates only.
-        "Approved"
-    };
+    issued(&h, &serving).await;
+    let want_state = "Issued";
 
     let out = h.env.kf(&["node", "get", &node]).await;
     let out = out.expect_ok();

@@ -144,17 +144,21 @@ pub async fn serve_self_signed_with(
     .await
 }
 
-/// [`serve_self_signed`], observing nodes whose client certificates `node_client_ca` (a
-/// PEM file) issued.
+/// [`serve_self_signed`] on `address`, observing nodes whose client certificates
+/// `node_client_ca` (a PEM file) issued, connecting back to them on `kubelet_port` (0: not).
 pub async fn serve_observing(
     kubeconfig: &std::path::Path,
     instance: &str,
     node_client_ca: std::path::PathBuf,
     address: SocketAddr,
+    kubelet_port: u16,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<(HttpsClient, tokio::task::JoinHandle<()>)> {
     serve_configured(kubeconfig, instance, shutdown, |o| {
-        o.node_client_ca = Some(node_client_ca);
+        o.observing = Some(kubeflavor::serve::Observing {
+            node_client_ca,
+            kubelet_port,
+        });
         o.address = address;
         o.tls = kubeflavor::serve::TlsSource::SelfSigned {
             names: vec![address.ip().to_string()],
@@ -189,7 +193,7 @@ async fn serve_configured(
         connections: Default::default(),
         administrators: None,
         portal: None,
-        node_client_ca: None,
+        observing: None,
     };
     configure(&mut options);
     let bound = kubeflavor::serve::bind(cluster, options).await?;
@@ -259,7 +263,7 @@ pub async fn serve_portal(
             connections: Default::default(),
             administrators: Some(administrators.clone()),
             portal: Some(std::sync::Arc::new(portal)),
-            node_client_ca: None,
+            observing: None,
         };
         // Another test (or run) may hold the port: the next one, then.
         let Ok(bound) = kubeflavor::serve::bind(cluster.clone(), options).await else {

@@ -15,10 +15,8 @@ use serde_json::Value;
 
 use crate::authz::new_forbidden;
 use crate::authz::node::pod_references;
-use crate::kcm::KUBELET_CLIENT_SIGNER;
+use crate::kcm::{KUBELET_CLIENT_SIGNER, KUBELET_SERVING_SIGNER};
 use crate::types::{ApiError, ObjectReader, Operation, RequestAttributes, ResourceKey};
-
-const KUBELET_SERVING_SIGNER: &str = "kubernetes.io/kubelet-serving";
 
 /// Labels a kubelet may set although they are under `kubernetes.io`
 /// (pkg/kubelet/apis/well_known_labels.go).

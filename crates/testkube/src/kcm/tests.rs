@@ -525,3 +525,96 @@ fn the_approver_leaves_decided_issued_and_other_csrs_alone() {
     garbage["spec"]["request"] = json!("bm90IGEgQ1NS");
     assert_eq!(auto_approval(&garbage, &kubeadm), None);
 }
+
+/// A kubelet serving CSR as the kubelet files it (`serverTLSBootstrap`): subject
+/// `system:node:<name>` in `system:nodes`, its host name and addresses as DNS and IP SANs.
+fn serving_csr(request: &str, usages: &[&str]) -> Value {
+    let mut c = csr(request, usages, approved());
+    c["spec"]["signerName"] = json!(KUBELET_SERVING_SIGNER);
+    c["spec"]["username"] = json!("system:node:worker-1");
+    c
+}
+
+#[test]
+fn approved_kubelet_serving_csr_is_issued_with_its_names_like_kcm_does() {
+    let ca = make_ca(None);
+    let request = kubelet_request(
+        &["system:nodes"],
+        "system:node:worker-1",
+        &["worker-1", "10.77.0.5"],
+    );
+    let pem = sign(
+        &ca,
+        &serving_csr(&request, &["digital signature", "server auth"]),
+    )
+    .unwrap()
+    .unwrap();
+    let der = parse_pem_cert(&pem);
+    let (_, cert) = X509Certificate::from_der(&der).unwrap();
+    assert_eq!(
+        cert.subject().to_string(),
+        "O=system:nodes, CN=system:node:worker-1"
+    );
+    let eku = cert.extended_key_usage().unwrap().unwrap().value;
+    assert!(eku.server_auth && !eku.client_auth);
+    let names: Vec<String> = cert
+        .subject_alternative_name()
+        .unwrap()
+        .unwrap()
+        .value
+        .general_names
+        .iter()
+        .map(|n| match n {
+            GeneralName::DNSName(d) => d.to_string(),
+            GeneralName::IPAddress(ip) => format!("{ip:?}"),
+            other => format!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(names, ["worker-1", "[10, 77, 0, 5]"]);
+
+    // ValidateKubeletServingCSR's refusals, in its words.
+    for (orgs, cn, sans, usages, message) in [
+        (
+            &["system:masters"][..],
+            "system:node:worker-1",
+            &["worker-1"][..],
+            &["digital signature", "server auth"][..],
+            "subject organization is not system:nodes",
+        ),
+        (
+            &["system:nodes"],
+            "system:node:worker-1",
+            &[],
+            &["digital signature", "server auth"],
+            "DNS or IP subjectAltName is required",
+        ),
+        (
+            &["system:nodes"],
+            "worker-1",
+            &["worker-1"],
+            &["digital signature", "server auth"],
+            "subject common name does not begin with system:node:",
+        ),
+        (
+            &["system:nodes"],
+            "system:node:worker-1",
+            &["worker-1"],
+            &["digital signature", "client auth"],
+            "usages did not match [digital signature key encipherment server auth]",
+        ),
+    ] {
+        let request = kubelet_request(orgs, cn, sans);
+        assert_eq!(
+            sign(&ca, &serving_csr(&request, usages)),
+            Some(Err(message.to_string())),
+            "{message}"
+        );
+    }
+    // Each signer keeps to its own rules: a serving request is no client request.
+    let mut as_client = serving_csr(&request, &["digital signature", "server auth"]);
+    as_client["spec"]["signerName"] = json!(KUBELET_CLIENT_SIGNER);
+    assert_eq!(
+        sign(&ca, &as_client),
+        Some(Err("DNS subjectAltNames are not allowed".to_string()))
+    );
+}

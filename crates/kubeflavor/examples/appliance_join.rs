@@ -40,8 +40,8 @@ use kubeflavor_core::flavor::{FLAVOR_LABEL, TRUST_LEVEL_LABEL, UNVERIFIED_TAINT}
 use serde_json::json;
 
 use appliance::{
-    Seed, Vm, api_server_port, client_from, delete_node_events, with_serving_bootstrap, kf, load_average, secs, taints_of,
-    which, write_private,
+    Seed, Vm, api_server_port, client_from, delete_node_events, kf, load_average, secs, taints_of,
+    which, with_serving_bootstrap, write_private,
 };
 
 #[path = "support/appliance.rs"]

@@ -393,11 +393,13 @@ fn issue(
         if let ParsedExtension::SubjectAlternativeName(san) = ext {
             for name in &san.general_names {
                 match name {
-                    GeneralName::DNSName(dns) => params.subject_alt_names.push(
-                        rcgen::SanType::DnsName(
-                            (*dns).try_into().map_err(|e| format!("DNS name {dns}: {e}"))?,
-                        ),
-                    ),
+                    GeneralName::DNSName(dns) => {
+                        params.subject_alt_names.push(rcgen::SanType::DnsName(
+                            (*dns)
+                                .try_into()
+                                .map_err(|e| format!("DNS name {dns}: {e}"))?,
+                        ))
+                    }
                     GeneralName::IPAddress(bytes) => {
                         let ip = match bytes.len() {
                             4 => std::net::IpAddr::from(<[u8; 4]>::try_from(*bytes).unwrap()),

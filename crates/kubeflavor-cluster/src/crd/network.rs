@@ -214,12 +214,7 @@ impl NodeReport {
 
     /// What connecting back to the node gave: the verdict and the round trip, when the
     /// observer probed it.
-    pub fn probe(
-        &self,
-    ) -> Option<(
-        kubeflavor_core::network::probe::ServingVerdict,
-        Option<u64>,
-    )> {
+    pub fn probe(&self) -> Option<(kubeflavor_core::network::probe::ServingVerdict, Option<u64>)> {
         let observed = self.status.as_ref()?.observed.as_ref()?;
         let verdict = kubeflavor_core::network::probe::ServingVerdict::parse(
             observed.serving_certificate.as_deref()?,

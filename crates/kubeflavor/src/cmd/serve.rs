@@ -172,7 +172,12 @@ pub struct ServeArgs {
     /// trip) and whether the node answers there with the serving certificate the cluster
     /// issued it (trusted as --node-client-ca-file's CA, for that address and the node's
     /// name). Only a TLS handshake is made, no request. 0: do not connect back.
-    #[arg(long, value_name = "PORT", default_value_t = 10250, requires = "node_client_ca_file")]
+    #[arg(
+        long,
+        value_name = "PORT",
+        default_value_t = 10250,
+        requires = "node_client_ca_file"
+    )]
     pub observe_kubelet_port: u16,
 }
 

@@ -467,7 +467,8 @@ async fn accept_loop(
     let dropped = Arc::new(server.metrics.connections.clone());
     connection::accept_loop(listener, limits, dropped, shutdown, |stream, peer, gate| {
         let (server, acceptor) = (server.clone(), acceptor.clone());
-        let seen = observe::Peer::new(peer);
+        // The address the peer reached: a node observed is connected back to from it.
+        let seen = observe::Peer::new(peer, stream.local_addr().ok());
         let node = seen.node.clone();
         let handler = move |mut req: http::Request<hyper::body::Incoming>| {
             let server = server.clone();

@@ -31,15 +31,18 @@ use super::api::{Body, respond, status};
 #[derive(Debug, Clone)]
 pub struct Peer {
     pub address: SocketAddr,
+    /// This server's address the peer connected to.
+    pub local: Option<SocketAddr>,
     /// The node its client certificate names, once the handshake verified one against the
     /// cluster's CA; set once, after the handshake, before any request is read.
     pub node: Arc<OnceLock<Option<String>>>,
 }
 
 impl Peer {
-    pub fn new(address: SocketAddr) -> Peer {
+    pub fn new(address: SocketAddr, local: Option<SocketAddr>) -> Peer {
         Peer {
             address,
+            local,
             node: Arc::default(),
         }
     }
@@ -83,28 +86,35 @@ pub fn probe_config(ca: &std::path::Path) -> anyhow::Result<rustls::ClientConfig
         .with_no_client_auth())
 }
 
-/// Connects back to `address`:`port`: the TCP handshake's time, and what the TLS handshake
-/// showed (verified against the cluster's CA for that very address).
+/// Connects back to `address`:`port` from `from` (the address the node reached, to which
+/// it has a route; `None`: the system's choice): the TCP handshake's time, and what the TLS
+/// handshake showed (verified against the cluster's CA for that very address).
 pub async fn probe(
     config: Arc<rustls::ClientConfig>,
+    from: Option<IpAddr>,
     address: IpAddr,
     port: u16,
 ) -> (probe::ProbeOutcome, Option<u64>) {
-    let started = Instant::now();
-    let tcp = match tokio::time::timeout(
-        PROBE_TIMEOUT,
-        tokio::net::TcpStream::connect(SocketAddr::new(address, port)),
-    )
-    .await
-    {
-        Ok(Ok(tcp)) => tcp,
+    let connect = async {
+        let socket = match address {
+            IpAddr::V4(_) => tokio::net::TcpSocket::new_v4()?,
+            IpAddr::V6(_) => tokio::net::TcpSocket::new_v6()?,
+        };
+        if let Some(from) = from.filter(|f| f.is_ipv4() == address.is_ipv4()) {
+            socket.bind(SocketAddr::new(from, 0))?;
+        }
+        let started = Instant::now();
+        let tcp = socket.connect(SocketAddr::new(address, port)).await?;
+        Ok::<_, std::io::Error>((tcp, started.elapsed()))
+    };
+    let (tcp, elapsed) = match tokio::time::timeout(PROBE_TIMEOUT, connect).await {
+        Ok(Ok(connected)) => connected,
         _ => return (probe::ProbeOutcome::NoAnswer, None),
     };
-    let round_trip = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
+    let round_trip = u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX);
     let name = rustls_pki_types::ServerName::IpAddress(address.into());
     let connector = tokio_rustls::TlsConnector::from(config);
-    let outcome = match tokio::time::timeout(PROBE_TIMEOUT, connector.connect(name, tcp)).await
-    {
+    let outcome = match tokio::time::timeout(PROBE_TIMEOUT, connector.connect(name, tcp)).await {
         Ok(Ok(tls)) => probe::ProbeOutcome::Presented {
             node: tls
                 .get_ref()
@@ -196,7 +206,10 @@ pub async fn observe(server: &Server, req: Request<Incoming>) -> Response<Body> 
         "roundTripMicroseconds": null,
     });
     if let Some((config, port)) = &server.kubelet_probe {
-        let (outcome, round_trip) = probe(config.clone(), address, *port).await;
+        let from = peer
+            .local
+            .map(|l| kubeflavor_core::network::canonical(l.ip()));
+        let (outcome, round_trip) = probe(config.clone(), from, address, *port).await;
         let verdict = probe::serving_verdict(&node, &outcome);
         observed["kubeletEndpoint"] = json!(SocketAddr::new(address, *port).to_string());
         observed["servingCertificate"] = json!(verdict.as_str());

@@ -242,8 +242,17 @@ async fn each_node_gets_the_site_it_was_observed_on_and_a_lying_claim_is_refused
         .await;
     assert_eq!(label(&n, ZONE_LABEL), Some("lyon-a"));
     // Connected back to at its address, it answers with its own serving certificate.
-    assert_eq!(label(&n, SERVING_LABEL), Some("verified"), "{:?}", n.metadata.labels);
-    assert!(label(&n, ROUND_TRIP_LABEL).is_some(), "{:?}", n.metadata.labels);
+    assert_eq!(
+        label(&n, SERVING_LABEL),
+        Some("verified"),
+        "{:?}",
+        n.metadata.labels
+    );
+    assert!(
+        label(&n, ROUND_TRIP_LABEL).is_some(),
+        "{:?}",
+        n.metadata.labels
+    );
     assert_eq!(
         label(&n, &format!("{CLAIMED_PREFIX}site")),
         Some(net.lyon.as_str())

@@ -699,7 +699,9 @@ fn args_note(plan: ServePlan) -> String {
          at most {} a minute and {} at once in all, and only one replica's share when its \
          connections all reach one replica. --node-client-ca-file: nodes whose client \
          certificate chains to the cluster's CA (the service account's ca.crt) may be observed \
-         at POST /v1/observations (kubeflavor node report --observer); where kubelets' \
+         at POST /v1/observations (kubeflavor node report --observer), and are connected \
+         back to on the kubelet's port (10250: the round trip, and whether their serving \
+         certificate answers there); where kubelets' \
          certificates come from another signer, give its CA instead. --token-audience and the \
          connection limits \
          (--max-connections, --idle-timeout, --request-timeout) keep their defaults \

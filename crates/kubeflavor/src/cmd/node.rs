@@ -644,14 +644,21 @@ pub async fn report(
                 "run it by its full path",
             )
         })?;
-        let unit =
-            reporter::systemd_unit(&program, global.kubeconfig.as_deref(), args).map_err(|e| {
+        let flags = reporter::UnitFlags {
+            observer: args.observer.as_deref(),
+            observer_ca_file: args.observer_ca_file.as_deref(),
+            source_address: args.source_address,
+            every: args.every,
+        };
+        let unit = reporter::systemd_unit(&program, global.kubeconfig.as_deref(), &flags).map_err(
+            |e| {
                 CliError::new(
                     crate::exit::ExitCode::Usage,
                     e,
                     "give paths and an address without control characters",
                 )
-            })?;
+            },
+        )?;
         out.write_all(unit.as_bytes())?;
         return Ok(());
     }

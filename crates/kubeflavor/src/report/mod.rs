@@ -183,13 +183,22 @@ pub fn read_ca(path: &Path) -> Result<Vec<u8>, String> {
 /// How often the systemd unit reports when `--every` is not given.
 pub const UNIT_DEFAULT_EVERY: &str = "10m";
 
+/// The flags of `node report` a systemd unit repeats.
+#[derive(Debug, Clone, Default)]
+pub struct UnitFlags<'a> {
+    pub observer: Option<&'a str>,
+    pub observer_ca_file: Option<&'a Path>,
+    pub source_address: Option<IpAddr>,
+    pub every: Option<std::time::Duration>,
+}
+
 /// A systemd unit running `program node report` with `kubeconfig` and the observer flags of
 /// `args`, every `--every` (default [`UNIT_DEFAULT_EVERY`]), restarted if it stops. The
 /// service can write nothing on the machine and reaches only the network.
 pub fn systemd_unit(
     program: &Path,
     kubeconfig: Option<&Path>,
-    args: &crate::cmd::node::NodeReportArgs,
+    args: &UnitFlags<'_>,
 ) -> Result<String, String> {
     let path = |p: &Path| {
         p.to_str()
@@ -201,10 +210,10 @@ pub fn systemd_unit(
         argv.extend(["--kubeconfig".into(), path(k)?]);
     }
     argv.extend(["node".into(), "report".into()]);
-    if let Some(url) = &args.observer {
-        argv.extend(["--observer".into(), url.clone()]);
+    if let Some(url) = args.observer {
+        argv.extend(["--observer".into(), url.to_string()]);
     }
-    if let Some(ca) = &args.observer_ca_file {
+    if let Some(ca) = args.observer_ca_file {
         argv.extend(["--observer-ca-file".into(), path(ca)?]);
     }
     if let Some(source) = args.source_address {
@@ -269,13 +278,12 @@ fn systemd_quoted(arg: &str) -> Result<String, String> {
 mod tests {
     use super::*;
 
-    fn args(observer: Option<&str>, every: Option<u64>) -> crate::cmd::node::NodeReportArgs {
-        crate::cmd::node::NodeReportArgs {
-            observer: observer.map(str::to_string),
-            observer_ca_file: observer.map(|_| "/etc/kubeflavor/observer ca.crt".into()),
+    fn args(observer: Option<&str>, every: Option<u64>) -> UnitFlags<'_> {
+        UnitFlags {
+            observer,
+            observer_ca_file: observer.map(|_| Path::new("/etc/kubeflavor/observer ca.crt")),
             source_address: None,
             every: every.map(std::time::Duration::from_secs),
-            systemd_unit: true,
         }
     }
 

@@ -138,20 +138,8 @@ const PROGRESS_EVERY: Duration = Duration::from_secs(30);
 async fn main() -> ExitCode {
     kubeflavor::connect::install_crypto_provider();
     let a = args::parse_or_exit::<Args>();
-    // The in-process controller's and API's warnings, as `kubeflavor controller` logs them.
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,kube_client=off")),
-        )
-        .with_writer(std::io::stderr)
-        .try_init();
-    let run_id = match kubeflavor_core::token::BootstrapToken::generate() {
-        Ok(t) => t.id().to_string(),
-        Err(e) => {
-            eprintln!("error: no randomness for a run id: {e}");
-            return ExitCode::FAILURE;
-        }
+    let Some(run_id) = appliance::start() else {
+        return ExitCode::FAILURE;
     };
     let mut run = Run {
         id: run_id,

@@ -7,11 +7,17 @@
 //!
 //!     img=$(../shared/appliance/build | tail -1)
 //!     bin=$(bash image/build >/dev/null; echo target/x86_64-unknown-linux-gnu/release/kubeflavor)
-//!     cargo run -p kubeflavor --example appliance_sites -- --kubeconfig FILE --image "$img" --kubeflavor "$bin"
+//!     docker save "$(bash image/build)" -o /tmp/kubeflavor-image.tar
+//!     cargo run -p kubeflavor --example appliance_sites -- --kubeconfig FILE --image "$img" \
+//!         --kubeflavor "$bin" --image-archive /tmp/kubeflavor-image.tar
 //!
 //! On each VM, as an appliance image would, cloud-init installs the kubeflavor binary
 //! (carried in the seed image), writes the reporter's systemd unit with `kubeflavor node
-//! report --systemd-unit` and starts it once the node has joined. Then:
+//! report --systemd-unit` and starts it once the node has joined. With `--image-archive`
+//! (the controller image, `docker save`), the lyon VM imports it into its containerd
+//! instead and its reporter is `install --node-reporter`'s DaemonSet, whose pod the run
+//! binds to it (the control plane has no scheduler): the reporter as pods run it, reading
+//! the kubelet's credentials from the host. Then:
 //! - the VM on `lyon`'s network is observed there: its Node gets the observed site, the
 //!   Site's zone and region, its (true) claims, and no site taint;
 //! - the VM on `paris`'s network lies: it gives itself a lyon address on a dummy interface,
@@ -91,6 +97,14 @@ struct Args {
     /// Debian whatever this machine's C library is.
     #[arg(long, value_name = "FILE")]
     kubeflavor: PathBuf,
+    /// Container images as `docker save` wrote them, repeated: the controller image
+    /// (image/build's) and the pod sandbox image (testbed/pause/build's; the VM has no
+    /// registry to pull it from). The lyon VM imports them into its containerd, and its
+    /// reporter is `install --node-reporter`'s DaemonSet, whose pod this run binds to it (the
+    /// control plane has no scheduler), instead of the systemd unit. Without them both VMs
+    /// run the unit.
+    #[arg(long, value_name = "FILE")]
+    image_archive: Vec<PathBuf>,
     /// How long both Nodes may take from power-on to observed and judged (emulated VMs,
     /// two at once: several minutes under load).
     #[arg(long, value_name = "SECONDS", default_value_t = 900)]
@@ -109,6 +123,8 @@ const VM_UNIT: &str = "/etc/systemd/system/kubeflavor-node-report.service";
 const VM_KUBELET_KUBECONFIG: &str = "/etc/kubernetes/kubelet.conf";
 /// The kubelet's port, where the observer connects back.
 const KUBELET_PORT: u16 = 10250;
+/// The container images' archives in the seed image are this, a number and `.tar`.
+const IMAGE_ARCHIVE_PREFIX: &str = "image-";
 /// The marker of the lines the lying VM's attempts print on its console.
 const ATTEMPT: &str = "KUBEFLAVOR-ATTEMPT";
 /// The address the lying VM gives itself on lyon's network.
@@ -118,19 +134,8 @@ const LIE_HOST: u8 = 77;
 async fn main() -> ExitCode {
     kubeflavor::connect::install_crypto_provider();
     let a = args::parse_or_exit::<Args>();
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,kube_client=off")),
-        )
-        .with_writer(std::io::stderr)
-        .try_init();
-    let run_id = match kubeflavor_core::token::BootstrapToken::generate() {
-        Ok(t) => t.id().to_string(),
-        Err(e) => {
-            eprintln!("error: no randomness for a run id: {e}");
-            return ExitCode::FAILURE;
-        }
+    let Some(run_id) = appliance::start() else {
+        return ExitCode::FAILURE;
     };
     let mut run = Run {
         id: run_id,
@@ -139,6 +144,7 @@ async fn main() -> ExitCode {
         networks: None,
         tasks: Vec::new(),
         secrets: Vec::new(),
+        namespaces: Vec::new(),
     };
     // Interrupted (Ctrl-C, or SIGTERM from a timeout), the run still removes what it made.
     let mut terminate =
@@ -164,6 +170,11 @@ async fn main() -> ExitCode {
     }
     for task in &run.tasks {
         task.abort();
+    }
+    for namespace in &run.namespaces {
+        if let Err(e) = delete_namespace(&a.kubeconfig, namespace).await {
+            eprintln!("warning: namespace {namespace} was not deleted: {e:#}");
+        }
     }
     let (kubeconfig, id, made) = (a.kubeconfig.clone(), run.id.clone(), run.made);
     let _ = tokio::task::spawn_blocking(move || sweep::sweep(&kubeconfig, &id, &made)).await;
@@ -195,6 +206,8 @@ struct Run {
     tasks: Vec<tokio::task::JoinHandle<()>>,
     /// The tokens' secret halves, masked wherever a console or an error is shown.
     secrets: Vec<String>,
+    /// Namespaces the run made (the node reporter's).
+    namespaces: Vec<String>,
 }
 
 impl Run {
@@ -314,7 +327,11 @@ async fn scenario(a: &Args, run: &mut Run) -> anyhow::Result<serde_json::Value> 
     let (api, server) = https::serve_observing(
         &a.kubeconfig,
         "appliance-sites",
-        cluster_ca(&admin_yaml, dir.path())?,
+        {
+            let path = dir.path().join("cluster-ca.crt");
+            https::write_cluster_ca(&admin_yaml, &path)?;
+            path
+        },
         SocketAddr::from((Networks::observer(block), 0)),
         KUBELET_PORT,
         std::future::pending(),
@@ -322,6 +339,30 @@ async fn scenario(a: &Args, run: &mut Run) -> anyhow::Result<serde_json::Value> 
     .await?;
     run.tasks.push(server);
     let observer_url = format!("https://{}", api.addr());
+
+    // With the controller image: lyon's reporter is install --node-reporter's DaemonSet.
+    let by_daemon_set = |s: &SiteRun| !a.image_archive.is_empty() && !s.liar;
+    let reporter_namespace = match a.image_archive.first() {
+        None => None,
+        Some(_) => {
+            let namespace = run.name("sites");
+            let reporter = format!("{namespace}-node-reporter");
+            run.namespaces.push(reporter.clone());
+            progress(&format!(
+                "kubeflavor install --namespace {namespace} --node-reporter {observer_url} --node-reporter-ca-configmap observer-ca --node-reporter-every 30s: its namespace and DaemonSet; {} binds its pod for {} (no scheduler here)",
+                "this run", sites[0].node
+            ));
+            node_reporter(&a.kubeconfig, &admin, &namespace, &observer_url, api.pem()).await?;
+            let (admin, node) = (admin.clone(), sites[0].node.clone());
+            let bind_in = reporter.clone();
+            run.tasks.push(tokio::spawn(async move {
+                if let Err(e) = bind_pods(&admin, &bind_in, &node).await {
+                    eprintln!("error: binding the reporter's pod: {e:#}");
+                }
+            }));
+            Some(reporter)
+        }
+    };
 
     let nodes: Api<Node> = Api::all(admin.clone());
     for s in &sites {
@@ -366,6 +407,7 @@ async fn scenario(a: &Args, run: &mut Run) -> anyhow::Result<serde_json::Value> 
             api.pem(),
             (block, s.index),
             s.liar.then_some(other),
+            by_daemon_set(s),
         )?;
         let seed = dir.path().join(format!("{}.iso", s.node));
         seed_image(
@@ -374,6 +416,11 @@ async fn scenario(a: &Args, run: &mut Run) -> anyhow::Result<serde_json::Value> 
             &network_config(block, s.index),
             &s.node,
             &a.kubeflavor,
+            if by_daemon_set(s) {
+                &a.image_archive
+            } else {
+                &[]
+            },
         )?;
         let tap = networks.tap(s.index);
         progress(&format!(
@@ -447,6 +494,30 @@ async fn scenario(a: &Args, run: &mut Run) -> anyhow::Result<serde_json::Value> 
         |n| label(n, SERVING_LABEL) == Some("verified"),
     )
     .await?;
+    let reported_by = match &reporter_namespace {
+        None => "its systemd unit (node report --systemd-unit)".to_string(),
+        Some(namespace) => {
+            let pods: Api<k8s_openapi::api::core::v1::Pod> =
+                Api::namespaced(admin.clone(), namespace);
+            let running = pods
+                .list(&Default::default())
+                .await?
+                .items
+                .into_iter()
+                .find(|p| {
+                    p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(lyon.node.as_str())
+                        && p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+                })
+                .with_context(|| {
+                    format!("no running reporter pod on {} in {namespace}", lyon.node)
+                })?;
+            format!(
+                "the DaemonSet's pod {}/{}",
+                namespace,
+                running.metadata.name.unwrap_or_default()
+            )
+        }
+    };
     ensure!(
         label(&honest, ROUND_TRIP_LABEL).is_some(),
         "{} has no round-trip label: {:?}",
@@ -454,7 +525,7 @@ async fn scenario(a: &Args, run: &mut Run) -> anyhow::Result<serde_json::Value> 
         honest.metadata.labels
     );
     progress(&format!(
-        "{} observed on {} ({} s after power-on): zone {}, claimed site {}, no site taint; its own serving certificate answers at its site address, round trip {}",
+        "{} observed on {} ({} s after power-on; reported by {reported_by}): zone {}, claimed site {}, no site taint; its own serving certificate answers at its site address, round trip {}",
         lyon.node,
         lyon.site,
         honest_after.as_secs(),
@@ -620,6 +691,7 @@ async fn scenario(a: &Args, run: &mut Run) -> anyhow::Result<serde_json::Value> 
         "honest": {"node": lyon.node, "observed_site": label(&honest, SITE_LABEL), "zone": label(&honest, ZONE_LABEL),
             "claimed_site": label(&honest, &format!("{CLAIMED_PREFIX}site")), "taints": taints_of(&honest),
             "serving_certificate": label(&honest, SERVING_LABEL), "round_trip": label(&honest, ROUND_TRIP_LABEL),
+            "reported_by": reported_by,
             "power_on_to_judged_s": secs(honest_after)},
         "liar": {"node": paris.node, "observed_site": label(&liar, SITE_LABEL), "observed_address": observed.address,
             "zone": label(&liar, ZONE_LABEL), "claim": verdict,
@@ -699,6 +771,130 @@ async fn wait_node(
             }
         }
     }
+}
+
+/// `install --node-reporter` (as printed for the install namespace `namespace`, observed by
+/// `observer`, every 30 s) applied: the reporter's namespace, its DaemonSet and the
+/// ConfigMap `observer-ca` with the observer's CA.
+async fn node_reporter(
+    kubeconfig: &Path,
+    admin: &kube::Client,
+    namespace: &str,
+    observer: &str,
+    ca_pem: &str,
+) -> anyhow::Result<()> {
+    let argv: Vec<String> = [
+        "kubeflavor",
+        "--kubeconfig",
+        &kubeconfig.display().to_string(),
+        "install",
+        "--namespace",
+        namespace,
+        "--node-reporter",
+        observer,
+        "--node-reporter-ca-configmap",
+        "observer-ca",
+        "--node-reporter-every",
+        "30s",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let mut out = Vec::new();
+    kubeflavor::run(argv, &mut out)
+        .await
+        .map_err(|e| anyhow::anyhow!("kubeflavor install --node-reporter: {e}"))?;
+    let documents: Vec<serde_json::Value> = serde_saphyr::from_multiple(&String::from_utf8(out)?)?;
+    let pick = |kind: &str| {
+        documents
+            .iter()
+            .find(|d| {
+                d["kind"] == kind
+                    && d["metadata"]["name"]
+                        .as_str()
+                        .is_some_and(|n| n.contains("node-reporter"))
+            })
+            .cloned()
+            .with_context(|| format!("install printed no node reporter {kind}"))
+    };
+    let (ns, ds) = (pick("Namespace")?, pick("DaemonSet")?);
+    let reporter = ns["metadata"]["name"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let pp = PostParams::default();
+    Api::<k8s_openapi::api::core::v1::Namespace>::all(admin.clone())
+        .create(&pp, &serde_json::from_value(ns)?)
+        .await?;
+    let ca: k8s_openapi::api::core::v1::ConfigMap = serde_json::from_value(json!({
+        "metadata": {"name": "observer-ca", "namespace": reporter},
+        "data": {"ca.crt": ca_pem},
+    }))?;
+    Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(admin.clone(), &reporter)
+        .create(&pp, &ca)
+        .await?;
+    Api::<k8s_openapi::api::apps::v1::DaemonSet>::namespaced(admin.clone(), &reporter)
+        .create(&pp, &serde_json::from_value(ds)?)
+        .await?;
+    Ok(())
+}
+
+/// What a scheduler does for the DaemonSet's pod meant for `node` (its required node
+/// affinity names it): binds it there. Watched for until the run ends.
+async fn bind_pods(admin: &kube::Client, namespace: &str, node: &str) -> anyhow::Result<()> {
+    use futures::StreamExt;
+    use k8s_openapi::api::core::v1::Pod;
+    use kube::runtime::{WatchStreamExt, watcher};
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), namespace);
+    let stream = watcher(pods.clone(), watcher::Config::default()).applied_objects();
+    futures::pin_mut!(stream);
+    while let Some(pod) = stream.next().await {
+        let Ok(pod) = pod else { continue };
+        let spec = pod.spec.clone().unwrap_or_default();
+        let meant = serde_json::to_value(&spec.affinity)?
+            .pointer("/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution/nodeSelectorTerms/0/matchFields/0/values/0")
+            .and_then(serde_json::Value::as_str)
+            == Some(node);
+        if spec.node_name.is_some() || !meant {
+            continue;
+        }
+        let name = pod.metadata.name.clone().unwrap_or_default();
+        let binding = json!({
+            "apiVersion": "v1", "kind": "Binding",
+            "metadata": {"name": name},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+        });
+        pods.create_subresource::<_, serde_json::Value>(
+            "binding",
+            &name,
+            &PostParams::default(),
+            &binding,
+        )
+        .await?;
+        progress(&format!("bound the reporter's pod {name} to {node}"));
+    }
+    Ok(())
+}
+
+/// Deletes the namespace `name` and waits (2 minutes at most) until it is gone: its pod
+/// on a Node the run deleted goes when kube-controller-manager's pod garbage collector
+/// finds the Node gone.
+async fn delete_namespace(kubeconfig: &Path, name: &str) -> anyhow::Result<()> {
+    use kube::runtime::wait::{await_condition, conditions::is_deleted};
+    let client = client_from(&std::fs::read_to_string(kubeconfig)?).await;
+    let namespaces = Api::<k8s_openapi::api::core::v1::Namespace>::all(client);
+    let Some(namespace) = namespaces.get_opt(name).await? else {
+        return Ok(());
+    };
+    namespaces.delete(name, &Default::default()).await?;
+    let uid = namespace.metadata.uid.unwrap_or_default();
+    tokio::time::timeout(
+        Duration::from_secs(120),
+        await_condition(namespaces, name, is_deleted(&uid)),
+    )
+    .await
+    .context("still terminating after 2 minutes")??;
+    Ok(())
 }
 
 /// The Warning Event ClaimContradicted the controller wrote about `node` (watched for).
@@ -805,6 +1001,7 @@ fn with_reporter(
     ca_pem: &str,
     (block, index): (u8, u8),
     lie: Option<&SiteRun>,
+    daemon_set: bool,
 ) -> anyhow::Result<String> {
     ensure!(
         document.contains("\nwrite_files:\n")
@@ -814,20 +1011,44 @@ fn with_reporter(
     );
     let mut files = String::from("write_files:\n");
     files.push_str(&file(VM_OBSERVER_CA, "0644", ca_pem));
-    let mut commands = String::new();
-    let mut command = |c: &str| {
-        commands.push_str(&format!(
+    let sh = |c: &str| {
+        format!(
             "  - {}\n",
             serde_json::to_string(&["sh", "-c", c]).expect("json")
-        ))
+        )
     };
-    command(&format!(
-        "mkdir -p /run/kubeflavor-seed && mount -o ro LABEL=cidata /run/kubeflavor-seed && install -m 0755 /run/kubeflavor-seed/kubeflavor {VM_BINARY}; umount /run/kubeflavor-seed"
-    ));
-    command(&format!(
+    // Before the join, as an appliance image would have them: the binary, the controller
+    // image in containerd (for the DaemonSet's pod), the route to the observer.
+    // The appliance's containerd configuration names no runtime type (its kubelet runs no
+    // pods); a node that runs pods gets one, as its image would ship it.
+    if daemon_set {
+        files.push_str(&file(
+            "/etc/containerd/config.toml",
+            "0644",
+            "version = 2\n\
+             [plugins.\"io.containerd.grpc.v1.cri\".containerd]\n\
+             \x20 default_runtime_name = \"runc\"\n\
+             [plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.runc]\n\
+             \x20 runtime_type = \"io.containerd.runc.v2\"\n\
+             [plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.runc.options]\n\
+             \x20 SystemdCgroup = true\n",
+        ));
+    }
+    let import = if daemon_set {
+        format!(
+            " && systemctl restart containerd && for image in /run/kubeflavor-seed/{IMAGE_ARCHIVE_PREFIX}*.tar; do ctr -n k8s.io images import \"$image\" || exit 1; done"
+        )
+    } else {
+        String::new()
+    };
+    let before = sh(&format!(
+        "mkdir -p /run/kubeflavor-seed && mount -o ro LABEL=cidata /run/kubeflavor-seed && install -m 0755 /run/kubeflavor-seed/kubeflavor {VM_BINARY}{import}; umount /run/kubeflavor-seed"
+    )) + &sh(&format!(
         "ip route replace {}/32 via 10.{block}.{index}.1 dev site0",
         Networks::observer(block)
     ));
+    let mut commands = String::new();
+    let mut command = |c: &str| commands.push_str(&sh(c));
     if let Some(other) = lie {
         command(&format!(
             "ip link add lie0 type dummy && ip addr add 10.{block}.{}.{LIE_HOST}/24 dev lie0 && ip link set lie0 up",
@@ -855,10 +1076,14 @@ fn with_reporter(
             "out=$({kubectl} label node \"$(hostname)\" {ZONE_LABEL}=forged --overwrite 2>&1); echo \"{ATTEMPT} zone rc=$? $out\" | tr '\\n' ' ' >/dev/console; echo >/dev/console"
         ));
     }
-    command(&format!(
-        "{VM_BINARY} --kubeconfig {VM_KUBELET_KUBECONFIG} node report --observer {observer} --observer-ca-file {VM_OBSERVER_CA} --every 30s --systemd-unit > {VM_UNIT} && systemctl daemon-reload && systemctl enable --now kubeflavor-node-report.service"
-    ));
-    let document = document.replacen("\nwrite_files:\n", &format!("\n{files}"), 1);
+    if !daemon_set {
+        command(&format!(
+            "{VM_BINARY} --kubeconfig {VM_KUBELET_KUBECONFIG} node report --observer {observer} --observer-ca-file {VM_OBSERVER_CA} --every 30s --systemd-unit > {VM_UNIT} && systemctl daemon-reload && systemctl enable --now kubeflavor-node-report.service"
+        ));
+    }
+    let document = document
+        .replacen("\nwrite_files:\n", &format!("\n{files}"), 1)
+        .replacen("\nruncmd:\n", &format!("\nruncmd:\n{before}"), 1);
     Ok(format!("{}\n{commands}", document.trim_end()))
 }
 
@@ -898,8 +1123,15 @@ fn seed_image(
     network_config: &str,
     node: &str,
     binary: &Path,
+    image_archives: &[PathBuf],
 ) -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
+    for (i, archive) in image_archives.iter().enumerate() {
+        std::fs::copy(
+            archive,
+            dir.path().join(format!("{IMAGE_ARCHIVE_PREFIX}{i}.tar")),
+        )?;
+    }
     appliance::write_private(&dir.path().join("user-data"), user_data)?;
     std::fs::write(
         dir.path().join("meta-data"),
@@ -919,25 +1151,6 @@ fn seed_image(
         String::from_utf8_lossy(&out.stderr)
     );
     Ok(())
-}
-
-/// The cluster's CA (the issuer of kubelets' client certificates), from the admin
-/// kubeconfig, written to a file for `serve --node-client-ca-file`.
-fn cluster_ca(admin_yaml: &str, dir: &Path) -> anyhow::Result<PathBuf> {
-    use base64::Engine;
-    let config = kube::config::Kubeconfig::from_yaml(admin_yaml)?;
-    let data = config
-        .clusters
-        .first()
-        .and_then(|c| c.cluster.as_ref())
-        .and_then(|c| c.certificate_authority_data.clone())
-        .context("the kubeconfig carries no certificate-authority-data")?;
-    let path = dir.join("cluster-ca.crt");
-    std::fs::write(
-        &path,
-        base64::engine::general_purpose::STANDARD.decode(data)?,
-    )?;
-    Ok(path)
 }
 
 /// The run's networks on this machine: per site a namespace `kubeflavor-<id>-<index>`

@@ -388,22 +388,8 @@ async fn network_chapter(
         .await?;
 
     // The cluster CA, which issued the kubelets' client certificates.
-    let ca = {
-        use base64::Engine;
-        let config = kube::config::Kubeconfig::read_from(kubeconfig)?;
-        let data = config
-            .clusters
-            .first()
-            .and_then(|c| c.cluster.as_ref())
-            .and_then(|c| c.certificate_authority_data.clone())
-            .context("the admin kubeconfig carries no CA")?;
-        let path = work.join("cluster-ca.crt");
-        std::fs::write(
-            &path,
-            base64::engine::general_purpose::STANDARD.decode(data)?,
-        )?;
-        path
-    };
+    let ca = work.join("cluster-ca.crt");
+    https::write_cluster_ca(&std::fs::read_to_string(kubeconfig)?, &ca)?;
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let (api, server) = https::serve_observing(
         kubeconfig,

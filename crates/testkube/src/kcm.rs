@@ -232,13 +232,7 @@ pub fn validate_kubelet_client(
     usages: &[&str],
 ) -> Result<(), String> {
     let subject = &csr.certification_request_info.subject;
-    let orgs: Vec<&str> = subject
-        .iter_organization()
-        .filter_map(|o| o.as_str().ok())
-        .collect();
-    if orgs != ["system:nodes"] {
-        return Err("subject organization is not system:nodes".into());
-    }
+    check_nodes_organization(subject)?;
     for ext in csr.requested_extensions().into_iter().flatten() {
         if let ParsedExtension::SubjectAlternativeName(san) = ext {
             for name in &san.general_names {
@@ -253,6 +247,28 @@ pub fn validate_kubelet_client(
             }
         }
     }
+    check_node_common_name(subject)?;
+    check_usages(
+        usages,
+        &["client auth", "digital signature", "key encipherment"],
+        &["client auth", "digital signature"],
+    )
+}
+
+/// Both kubelet signers' rule: the organization is exactly `system:nodes`.
+fn check_nodes_organization(subject: &x509_parser::x509::X509Name<'_>) -> Result<(), String> {
+    let orgs: Vec<&str> = subject
+        .iter_organization()
+        .filter_map(|o| o.as_str().ok())
+        .collect();
+    if orgs != ["system:nodes"] {
+        return Err("subject organization is not system:nodes".into());
+    }
+    Ok(())
+}
+
+/// Both kubelet signers' rule: the (last) common name begins with `system:node:`.
+fn check_node_common_name(subject: &x509_parser::x509::X509Name<'_>) -> Result<(), String> {
     let cn = subject
         .iter_common_name()
         .filter_map(|c| c.as_str().ok())
@@ -261,13 +277,17 @@ pub fn validate_kubelet_client(
     if !cn.starts_with("system:node:") {
         return Err("subject common name does not begin with system:node:".into());
     }
+    Ok(())
+}
+
+/// The usages, as a set, are exactly `with_rsa` or `without_rsa` (both sorted); the
+/// message names the first, as upstream's `sets.List` prints it.
+fn check_usages(usages: &[&str], with_rsa: &[&str], without_rsa: &[&str]) -> Result<(), String> {
     let mut set: Vec<&str> = usages.to_vec();
     set.sort_unstable();
     set.dedup();
-    let with_rsa = ["client auth", "digital signature", "key encipherment"];
-    let without_rsa = ["client auth", "digital signature"];
     if set != with_rsa && set != without_rsa {
-        return Err("usages did not match [client auth digital signature key encipherment]".into());
+        return Err(format!("usages did not match [{}]", with_rsa.join(" ")));
     }
     Ok(())
 }
@@ -279,13 +299,7 @@ pub fn validate_kubelet_serving(
     usages: &[&str],
 ) -> Result<(), String> {
     let subject = &csr.certification_request_info.subject;
-    let orgs: Vec<&str> = subject
-        .iter_organization()
-        .filter_map(|o| o.as_str().ok())
-        .collect();
-    if orgs != ["system:nodes"] {
-        return Err("subject organization is not system:nodes".into());
-    }
+    check_nodes_organization(subject)?;
     let names: Vec<&GeneralName<'_>> = csr
         .requested_extensions()
         .into_iter()
@@ -306,23 +320,12 @@ pub fn validate_kubelet_serving(
     if has(|n| matches!(n, GeneralName::URI(_))) {
         return Err("URI subjectAltNames are not allowed".into());
     }
-    let cn = subject
-        .iter_common_name()
-        .filter_map(|c| c.as_str().ok())
-        .last()
-        .unwrap_or("");
-    if !cn.starts_with("system:node:") {
-        return Err("subject common name does not begin with system:node:".into());
-    }
-    let mut set: Vec<&str> = usages.to_vec();
-    set.sort_unstable();
-    set.dedup();
-    let with_rsa = ["digital signature", "key encipherment", "server auth"];
-    let without_rsa = ["digital signature", "server auth"];
-    if set != with_rsa && set != without_rsa {
-        return Err("usages did not match [digital signature key encipherment server auth]".into());
-    }
-    Ok(())
+    check_node_common_name(subject)?;
+    check_usages(
+        usages,
+        &["digital signature", "key encipherment", "server auth"],
+        &["digital signature", "server auth"],
+    )
 }
 
 /// `CertificateAuthority.Sign` with kcm's `PermissiveSigningPolicy`: the request's subject

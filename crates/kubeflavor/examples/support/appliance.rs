@@ -11,6 +11,26 @@ use k8s_openapi::api::events::v1::Event;
 use kube::Api;
 use kube::api::ListParams;
 
+/// The examples' logging (the in-process controller's and API's warnings, as `kubeflavor
+/// controller` logs them) and the run's id (a token id: random, and valid in names); `None`
+/// (said on stderr) without randomness.
+pub fn start() -> Option<String> {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,kube_client=off")),
+        )
+        .with_writer(std::io::stderr)
+        .try_init();
+    match kubeflavor_core::token::BootstrapToken::generate() {
+        Ok(t) => Some(t.id().to_string()),
+        Err(e) => {
+            eprintln!("error: no randomness for a run id: {e}");
+            None
+        }
+    }
+}
+
 /// A client of a kubeconfig's text (for `sweep`, which makes its clients with
 /// `super::client_from`).
 pub async fn client_from(kubeconfig_yaml: &str) -> kube::Client {

@@ -392,18 +392,9 @@ impl Harness {
     /// The cluster CA (what issues kubelet client certificates), written to `dir` for
     /// `serve --node-client-ca-file`.
     pub fn cluster_ca(&self, dir: &std::path::Path) -> std::path::PathBuf {
-        use base64::Engine;
-        let admin = Kubeconfig::read_from(&self.env.kubeconfig).expect("admin kubeconfig");
-        let data = admin.clusters[0]
-            .cluster
-            .clone()
-            .and_then(|c| c.certificate_authority_data)
-            .expect("the kubeconfig carries its CA");
-        let pem = base64::engine::general_purpose::STANDARD
-            .decode(data)
-            .expect("base64 CA");
         let path = dir.join("ca.crt");
-        std::fs::write(&path, pem).unwrap();
+        let admin = std::fs::read_to_string(&self.env.kubeconfig).expect("admin kubeconfig");
+        crate::support::https::write_cluster_ca(&admin, &path).expect("the cluster CA");
         path
     }
 

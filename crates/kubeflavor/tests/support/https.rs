@@ -283,3 +283,23 @@ pub async fn serve_portal(
     }
     anyhow::bail!("every portal port the provider knows ({PORTAL_PORTS:?}) is taken")
 }
+
+/// The cluster's CA (PEM) an admin kubeconfig carries (`certificate-authority-data`), the
+/// issuer of kubelets' certificates, written to `path` for `serve --node-client-ca-file`.
+#[allow(dead_code)]
+pub fn write_cluster_ca(kubeconfig_yaml: &str, path: &std::path::Path) -> anyhow::Result<()> {
+    use anyhow::Context;
+    use base64::Engine;
+    let config = kube::config::Kubeconfig::from_yaml(kubeconfig_yaml)?;
+    let data = config
+        .clusters
+        .first()
+        .and_then(|c| c.cluster.as_ref())
+        .and_then(|c| c.certificate_authority_data.clone())
+        .context("the kubeconfig carries no certificate-authority-data")?;
+    std::fs::write(
+        path,
+        base64::engine::general_purpose::STANDARD.decode(data)?,
+    )?;
+    Ok(())
+}

@@ -207,6 +207,9 @@ pub struct InstallArgs {
     /// wait in ContainerCreating until it exists.
     #[arg(long, value_name = "NAME", requires = "node_reporter")]
     pub node_reporter_ca_configmap: Option<String>,
+    /// With --node-reporter: how often each node reports and is observed again.
+    #[arg(long, value_name = "DURATION", default_value = "10m", requires = "node_reporter", value_parser = crate::cli::discovery_flags::parse_duration)]
+    pub node_reporter_every: std::time::Duration,
 }
 
 fn parse_trust_level(text: &str) -> std::result::Result<TrustLevel, String> {
@@ -647,6 +650,7 @@ fn node_reporter_of(args: &InstallArgs, image: &str) -> Result<Vec<Document>> {
         &node_reports::NodeReporter {
             observer: observer.trim_end_matches('/').to_string(),
             ca_configmap: args.node_reporter_ca_configmap.clone(),
+            every_seconds: args.node_reporter_every.as_secs().max(1),
         },
     ))
 }

@@ -100,6 +100,8 @@ pub struct NodeReporter {
     /// A ConfigMap of the reporter's namespace whose `ca.crt` the observer's serving
     /// certificate chains to; `None`: the public roots.
     pub ca_configmap: Option<String>,
+    /// How often each node reports (`node report --every`).
+    pub every_seconds: u64,
 }
 
 /// The reporter's DaemonSet and its namespace.
@@ -153,7 +155,7 @@ fn daemon_set(namespace: &str, image: &str, reporter: &NodeReporter) -> Document
         "report".into(),
         format!("--kubeconfig={KUBELET_CONF}"),
         format!("--observer={}", reporter.observer),
-        "--every=10m".into(),
+        format!("--every={}s", reporter.every_seconds),
     ];
     let host_path = |name: &str, path: &str, kind: &str| Volume {
         name: name.into(),
@@ -256,10 +258,10 @@ fn daemon_set(namespace: &str, image: &str, reporter: &NodeReporter) -> Document
     };
     Document::new(
         &format!(
-            "kubeflavor node report on every node that runs pods, as the node itself: every 10 \
-             minutes it writes the node's NodeReport with the kubelet's own credentials and has \
-             the node observed by {} with its client certificate.",
-            reporter.observer
+            "kubeflavor node report on every node that runs pods, as the node itself: every {} s \
+             it writes the node's NodeReport with the kubelet's own credentials and has the node \
+             observed by {} with its client certificate.",
+            reporter.every_seconds, reporter.observer
         ),
         &daemon_set,
     )

@@ -647,6 +647,7 @@ fn with_serve_flags(replicas: u16, per_minute: u32, burst: u32) -> InstallArgs {
         run_on_trust_level: None,
         node_reporter: None,
         node_reporter_ca_configmap: None,
+        node_reporter_every: std::time::Duration::from_secs(600),
     }
 }
 
@@ -696,7 +697,7 @@ fn the_node_reporter_runs_as_the_node_on_every_node() {
             "report",
             "--kubeconfig=/etc/kubernetes/kubelet.conf",
             "--observer=https://join.example.com:8443",
-            "--every=10m",
+            "--every=600s",
             "--observer-ca-file=/etc/kubeflavor/observer-ca/ca.crt",
         ]
     );

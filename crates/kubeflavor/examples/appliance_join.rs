@@ -33,7 +33,7 @@ use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::Node;
 use kube::Api;
 use kube::api::{ListParams, Patch, PatchParams, WatchEvent, WatchParams};
-use kubeflavor::controller::{self, Options, Runtime};
+use kubeflavor::controller;
 use kubeflavor_cluster::crd::FlavorBinding;
 use kubeflavor_core::flavor::input_labels::INPUT_LABEL_PREFIX;
 use kubeflavor_core::flavor::{FLAVOR_LABEL, TRUST_LEVEL_LABEL, UNVERIFIED_TAINT};
@@ -234,21 +234,8 @@ async fn scenario(a: &Args, run: &mut Run) -> anyhow::Result<serde_json::Value> 
         portal::portal(&admin, "default", &run.name("appliance-portal"), &[&flavor]).await;
 
     progress("the controller, scoped to this run's names; the join-token API");
-    let mut opts = Options::new("kube-system", "appliance-join");
-    opts.leader_elect = false;
-    opts.scope = Some(format!("-{}", run.id));
-    opts.lease_name = run.name("kubeflavor-controller");
-    opts.approve_serving = true;
-    let rt = Runtime::new(admin.clone(), opts);
-    let health = rt.health.clone();
-    run.tasks.push(tokio::spawn(async move {
-        if let Err(e) = controller::run(rt, std::future::pending()).await {
-            eprintln!("error: the controller stopped: {e:#}");
-        }
-    }));
-    tokio::time::timeout(Duration::from_secs(60), health.wait_synced())
-        .await
-        .context("the controller's caches did not sync within 60 s")?;
+    run.tasks
+        .push(appliance::start_controller(&admin, "appliance-join", &run.id).await?);
     let provider = a
         .administrator_env
         .as_deref()

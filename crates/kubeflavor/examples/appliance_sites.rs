@@ -46,7 +46,7 @@ use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::events::v1::Event;
 use kube::Api;
 use kube::api::PostParams;
-use kubeflavor::controller::{self, Options, Runtime};
+
 use kubeflavor_cluster::crd::network::{NodeReport, Site};
 use kubeflavor_core::admission::node_report::POLICY_NAME as REPORT_POLICY;
 use kubeflavor_core::flavor::FLAVOR_LABEL;
@@ -308,21 +308,8 @@ async fn scenario(a: &Args, run: &mut Run) -> anyhow::Result<serde_json::Value> 
         portal::portal(&admin, "default", &run.name("sited-portal"), &[&flavor]).await;
 
     progress("the controller, scoped to this run's names; the join-token API observing nodes");
-    let mut opts = Options::new("kube-system", "appliance-sites");
-    opts.leader_elect = false;
-    opts.scope = Some(format!("-{}", run.id));
-    opts.lease_name = run.name("kubeflavor-controller");
-    opts.approve_serving = true;
-    let rt = Runtime::new(admin.clone(), opts);
-    let health = rt.health.clone();
-    run.tasks.push(tokio::spawn(async move {
-        if let Err(e) = controller::run(rt, std::future::pending()).await {
-            eprintln!("error: the controller stopped: {e:#}");
-        }
-    }));
-    tokio::time::timeout(Duration::from_secs(60), health.wait_synced())
-        .await
-        .context("the controller's caches did not sync within 60 s")?;
+    run.tasks
+        .push(appliance::start_controller(&admin, "appliance-sites", &run.id).await?);
     let dir = tempfile::tempdir()?;
     let (api, server) = https::serve_observing(
         &a.kubeconfig,

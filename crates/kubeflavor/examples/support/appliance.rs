@@ -290,3 +290,29 @@ pub fn with_serving_bootstrap(document: &str) -> anyhow::Result<String> {
         1,
     ))
 }
+
+/// The controller in-process, scoped to the run's names (as the e2e suites scope theirs),
+/// approving serving CSRs, its caches synced; the task running it.
+pub async fn start_controller(
+    admin: &kube::Client,
+    identity: &str,
+    run_id: &str,
+) -> anyhow::Result<tokio::task::JoinHandle<()>> {
+    use kubeflavor::controller::{self, Options, Runtime};
+    let mut opts = Options::new("kube-system", identity);
+    opts.leader_elect = false;
+    opts.scope = Some(format!("-{run_id}"));
+    opts.lease_name = format!("kubeflavor-controller-{run_id}");
+    opts.approve_serving = true;
+    let rt = Runtime::new(admin.clone(), opts);
+    let health = rt.health.clone();
+    let task = tokio::spawn(async move {
+        if let Err(e) = controller::run(rt, std::future::pending()).await {
+            eprintln!("error: the controller stopped: {e:#}");
+        }
+    });
+    tokio::time::timeout(Duration::from_secs(60), health.wait_synced())
+        .await
+        .context("the controller's caches did not sync within 60 s")?;
+    Ok(task)
+}

@@ -42,6 +42,9 @@ pub enum NodeCommand {
     ///             webhook's reason); "no" when allowed or no opinion (a revoked node that
     ///             is not refused: the webhook is not configured, see README).
     ///   Serving:  the node's latest kubelet-serving CSR and its state, or "none".
+    ///   Network:  its NodeReport: the site kubeflavor observed it on, from which address,
+    ///             by which observer and when; what answered when it connected back
+    ///             (serving certificate, round trip); whether its claims agree.
     ///
     /// A node with a Node but no FlavorBinding gets these lines alone (exit 0); with
     /// neither, or with -o json|yaml and no binding, exit 3 (not found).
@@ -375,6 +378,8 @@ pub struct Standing {
     pub listed: std::result::Result<bool, String>,
     pub api_server: ApiServerAnswer,
     pub serving: std::result::Result<Option<kubeflavor_cluster::csrs::ServingCsrState>, String>,
+    /// Its NodeReport: what it claims, and what kubeflavor observed.
+    pub network: std::result::Result<Option<kubeflavor_cluster::crd::network::NodeReport>, String>,
 }
 
 /// The binding's Flavored and Revoked, as the binding itself answers them, with the
@@ -471,6 +476,9 @@ impl Standing {
         let serving = kubeflavor_cluster::csrs::latest_serving_csr(client, node)
             .await
             .map_err(|e| e.to_string());
+        let network = kubeflavor_cluster::node_reports::get(client, node)
+            .await
+            .map_err(|e| e.to_string());
         Standing {
             node: node.to_string(),
             binding: b.map(BindingStanding::of),
@@ -478,6 +486,7 @@ impl Standing {
             listed,
             api_server,
             serving,
+            network,
         }
     }
 
@@ -498,14 +507,15 @@ impl Standing {
     /// The lines under `node get`'s table, like kubectl describe's.
     pub fn describe(&self, now: Timestamp) -> String {
         format!(
-            "Judged:   {}\nRevoked:  {}\nListed:   {}\nToken:    {}\nPods:     {}\nCut off:  {}\nServing:  {}\n",
+            "Judged:   {}\nRevoked:  {}\nListed:   {}\nToken:    {}\nPods:     {}\nCut off:  {}\nServing:  {}\nNetwork:  {}\n",
             self.judged(),
             self.revoked_line(),
             self.listed_line(),
             self.token_line(),
             self.pods_line(),
             self.cut_off(),
-            self.serving_line(now)
+            self.serving_line(now),
+            self.network_line(now)
         )
     }
 
@@ -617,6 +627,43 @@ impl Standing {
             Ok(None) => "none".to_string(),
             Err(e) => format!("unknown (the CSRs could not be listed: {e})"),
         }
+    }
+}
+
+impl Standing {
+    /// Where kubeflavor observed the node, what answered when it connected back, and how
+    /// its claims read.
+    fn network_line(&self, now: Timestamp) -> String {
+        let report = match &self.network {
+            Err(e) => return format!("unknown (its NodeReport could not be read: {e})"),
+            Ok(None) => {
+                return "no report (the node has not run 'kubeflavor node report')".into();
+            }
+            Ok(Some(r)) => r,
+        };
+        let status = report.status.clone().unwrap_or_default();
+        let Some(observed) = &status.observed else {
+            return "reported, not observed yet (node report --observer)".into();
+        };
+        let mut line = format!(
+            "observed on site {} at {} by {} ({} ago)",
+            status.site.as_deref().unwrap_or("(not mapped yet)"),
+            observed.address,
+            observed.observer,
+            output::age(Some(observed.at), now)
+        );
+        if let Some(verdict) = &observed.serving_certificate {
+            line.push_str(&format!("; serving certificate there: {verdict}"));
+        }
+        if let Some(micros) = observed.round_trip_microseconds {
+            line.push_str(&format!(", round trip {:.1} ms", micros as f64 / 1000.0));
+        }
+        match &status.claim {
+            Some(c) if c.message.is_empty() => line.push_str(&format!("; claims {}", c.verdict)),
+            Some(c) => line.push_str(&format!("; claims {}: {}", c.verdict, c.message)),
+            None => line.push_str("; claims not judged yet"),
+        }
+        line
     }
 }
 
@@ -788,6 +835,7 @@ mod tests {
             listed: Ok(revoked),
             api_server: answer,
             serving: Ok(None),
+            network: Ok(None),
         }
     }
 
@@ -912,5 +960,35 @@ mod tests {
         s.binding = None;
         let text = s.describe(now);
         assert!(line(&text, "Revoked:").starts_with("no"), "{text}");
+    }
+
+    #[test]
+    fn the_network_line_says_what_was_observed_and_how_the_claims_read() {
+        let now: Timestamp = "2026-12-03T12:00:00Z".parse().unwrap();
+        let mut s = standing(false, ApiServerAnswer::NotRefused, &[]);
+        assert!(line(&s.describe(now), "Network:").starts_with("no report"));
+        let report: kubeflavor_cluster::crd::network::NodeReport =
+            serde_json::from_value(serde_json::json!({
+                "apiVersion": "kubeflavor.io/v1alpha1", "kind": "NodeReport",
+                "metadata": {"name": "w1"},
+                "spec": {},
+                "status": {
+                    "site": "lyon",
+                    "observed": {"address": "10.20.5.9", "method": "tls-client-certificate",
+                        "observer": "serve-0", "at": "2026-12-03T11:59:00Z",
+                        "servingCertificate": "verified", "roundTripMicroseconds": 1500},
+                    "claim": {"verdict": "Contradicts", "message": "the node claims 10.30.0.9/24"},
+                },
+            }))
+            .unwrap();
+        s.network = Ok(Some(report.clone()));
+        assert_eq!(
+            line(&s.describe(now), "Network:"),
+            "observed on site lyon at 10.20.5.9 by serve-0 (60s ago); serving certificate there: verified, round trip 1.5 ms; claims Contradicts: the node claims 10.30.0.9/24"
+        );
+        let mut unobserved = report;
+        unobserved.status = None;
+        s.network = Ok(Some(unobserved));
+        assert!(line(&s.describe(now), "Network:").starts_with("reported, not observed yet"));
     }
 }

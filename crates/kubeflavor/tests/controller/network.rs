@@ -341,6 +341,21 @@ async fn each_node_gets_the_site_it_was_observed_on_and_a_lying_claim_is_refused
         "{event:?}"
     );
 
+    // What the admin reads of it.
+    let out = h.env.kf(&["node", "get", &liar]).await;
+    let out = out.expect_ok();
+    let network = out
+        .lines()
+        .find_map(|l| l.strip_prefix("Network:"))
+        .unwrap_or_default()
+        .trim();
+    assert!(
+        network.starts_with(&format!("observed on site {} at {paris_addr}", net.paris))
+            && network.contains("serving certificate there: other-node")
+            && network.contains("claims Contradicts"),
+        "{out}"
+    );
+
     // A node writes its own report only, and never its status.
     let as_liar: Api<NodeReport> = Api::all(liar_cluster.client.clone());
     let forged = serde_json::json!({

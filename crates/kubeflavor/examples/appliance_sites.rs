@@ -863,12 +863,19 @@ async fn bind_pods(admin: &kube::Client, namespace: &str, node: &str) -> anyhow:
     Ok(())
 }
 
-/// Deletes the namespace `name` and waits (2 minutes at most) until it is gone: its pod
-/// on a Node the run deleted goes when kube-controller-manager's pod garbage collector
-/// finds the Node gone.
+/// Deletes the namespace `name` and waits (2 minutes at most) until it is gone. Its pods
+/// are deleted first with no grace period: their VM is gone, and no kubelet would
+/// confirm a graceful end.
 async fn delete_namespace(kubeconfig: &Path, name: &str) -> anyhow::Result<()> {
+    use kube::api::DeleteParams;
     use kube::runtime::wait::{await_condition, conditions::is_deleted};
     let client = client_from(&std::fs::read_to_string(kubeconfig)?).await;
+    let pods = Api::<k8s_openapi::api::core::v1::Pod>::namespaced(client.clone(), name);
+    for pod in pods.list(&Default::default()).await?.items {
+        let pod = pod.metadata.name.unwrap_or_default();
+        pods.delete(&pod, &DeleteParams::default().grace_period(0))
+            .await?;
+    }
     let namespaces = Api::<k8s_openapi::api::core::v1::Namespace>::all(client);
     let Some(namespace) = namespaces.get_opt(name).await? else {
         return Ok(());

@@ -40,8 +40,8 @@ use kubeflavor_core::flavor::{FLAVOR_LABEL, TRUST_LEVEL_LABEL, UNVERIFIED_TAINT}
 use serde_json::json;
 
 use appliance::{
-    Seed, Vm, api_server_port, client_from, delete_node_events, kf, load_average, secs, taints_of,
-    which, with_serving_bootstrap, write_private,
+    Seed, Vm, api_server_port, client_from, kf, load_average, secs, taints_of, which,
+    with_serving_bootstrap, write_private,
 };
 
 #[path = "support/appliance.rs"]
@@ -67,15 +67,8 @@ mod sweep;
     after_help = "Run: cargo run -p kubeflavor --example appliance_join -- --kubeconfig FILE --image DIR"
 )]
 struct Args {
-    /// The admin kubeconfig of the real control plane (../shared/real-k8s start).
-    #[arg(long, value_name = "FILE")]
-    kubeconfig: PathBuf,
-    /// The appliance image folder (what ../shared/appliance/build prints).
-    #[arg(long, value_name = "DIR")]
-    image: PathBuf,
-    /// The appliance's boot script.
-    #[arg(long, value_name = "FILE", default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/appliance/boot"))]
-    boot: PathBuf,
+    #[command(flatten)]
+    vm: appliance::VmArgs,
     /// How long the Node may take from power-on to flavored (an emulated VM boots in about
     /// a minute on an idle machine, several under load).
     #[arg(long, value_name = "SECONDS", default_value_t = 600)]
@@ -148,7 +141,7 @@ async fn main() -> ExitCode {
         tasks: Vec::new(),
         secret: None,
     };
-    let outcome = scenario(&a, &mut run).await;
+    let outcome = appliance::until_interrupted(scenario(&a, &mut run)).await;
     // Everything the run made goes, whatever happened: the VM first (its kubelet would
     // register the Node again), then the processes, then the objects.
     if let Some(vm) = run.vm.take() {
@@ -160,21 +153,8 @@ async fn main() -> ExitCode {
     for task in &run.tasks {
         task.abort();
     }
-    let (kubeconfig, id, made) = (a.kubeconfig.clone(), run.id.clone(), run.made);
-    let _ = tokio::task::spawn_blocking(move || sweep::sweep(&kubeconfig, &id, &made)).await;
-    if let Err(e) = delete_node_events(&a.kubeconfig, &run.id).await {
-        eprintln!("warning: the Node's Events in default were not deleted: {e:#}");
-    }
-    match outcome {
-        Ok(figures) => {
-            println!("{figures}");
-            ExitCode::SUCCESS
-        }
-        Err(e) => {
-            eprintln!("error: {e:#}");
-            ExitCode::FAILURE
-        }
-    }
+    let secrets: Vec<String> = run.secret.iter().cloned().collect();
+    appliance::finish(&a.vm.kubeconfig, &run.id, run.made, outcome, &secrets).await
 }
 
 /// What the run made, for the clean-up.
@@ -195,24 +175,24 @@ impl Run {
 }
 
 async fn scenario(a: &Args, run: &mut Run) -> anyhow::Result<serde_json::Value> {
-    let admin_yaml = std::fs::read_to_string(&a.kubeconfig)
-        .with_context(|| format!("reading --kubeconfig {}", a.kubeconfig.display()))?;
+    let admin_yaml = std::fs::read_to_string(&a.vm.kubeconfig)
+        .with_context(|| format!("reading --kubeconfig {}", a.vm.kubeconfig.display()))?;
     let admin = kubeflavor::join::client_from_kubeconfig(&admin_yaml)
         .await
         .map_err(anyhow::Error::msg)?;
-    let api_port = api_server_port(&a.kubeconfig)?;
+    let api_port = api_server_port(&a.vm.kubeconfig)?;
     ensure!(
-        a.image.join("root.img").is_file(),
+        a.vm.image.join("root.img").is_file(),
         "--image {} holds no root.img: build the appliance first (../shared/appliance/build)",
-        a.image.display()
+        a.vm.image.display()
     );
 
     progress("kubeflavor install --apply --replicas 0; a flavor; a portal allowed to mint it");
-    kf(&a.kubeconfig, &["install", "--apply", "--replicas", "0"]).await?;
+    kf(&a.vm.kubeconfig, &["install", "--apply", "--replicas", "0"]).await?;
     let flavor = run.name("appliance");
     let node = flavor.clone();
     kf(
-        &a.kubeconfig,
+        &a.vm.kubeconfig,
         &[
             "flavor",
             "create",
@@ -249,7 +229,7 @@ async fn scenario(a: &Args, run: &mut Run) -> anyhow::Result<serde_json::Value> 
         (Some(env), Some(administrators)) if a.via_portal => {
             let get = |k: &str| env.get(k).cloned().unwrap_or_default();
             let server = https::serve_portal(
-                &a.kubeconfig,
+                &a.vm.kubeconfig,
                 "appliance-join-portal",
                 administrators.clone(),
                 (
@@ -264,7 +244,7 @@ async fn scenario(a: &Args, run: &mut Run) -> anyhow::Result<serde_json::Value> 
         _ => None,
     };
     let (api, server) = https::serve_self_signed_with(
-        &a.kubeconfig,
+        &a.vm.kubeconfig,
         "appliance-join",
         administrators,
         std::future::pending(),
@@ -401,13 +381,13 @@ async fn scenario(a: &Args, run: &mut Run) -> anyhow::Result<serde_json::Value> 
     };
     progress(&format!(
         "power-on: {} {} {node} (APPLIANCE_API_PORT={api_port})",
-        a.boot.display(),
-        a.image.display()
+        a.vm.boot.display(),
+        a.vm.image.display()
     ));
     let powered_on = Instant::now();
     run.vm = Some(Vm::boot(
-        &a.boot,
-        &a.image,
+        &a.vm.boot,
+        &a.vm.image,
         &node,
         match seed_image.as_deref() {
             Some(image) => Seed::Image(image),

@@ -71,7 +71,7 @@ mod portal;
 mod sweep;
 
 use appliance::{
-    Seed, Vm, api_server_port, client_from, delete_node_events, kf, load_average, secs, taints_of,
+    Seed, Vm, api_server_port, client_from, kf, load_average, secs, taints_of,
     with_serving_bootstrap,
 };
 
@@ -83,15 +83,8 @@ use appliance::{
     after_help = "Run (as root): cargo run -p kubeflavor --example appliance_sites -- --kubeconfig FILE --image DIR --kubeflavor BIN"
 )]
 struct Args {
-    /// The admin kubeconfig of the real control plane (../shared/real-k8s start).
-    #[arg(long, value_name = "FILE")]
-    kubeconfig: PathBuf,
-    /// The appliance image folder (what ../shared/appliance/build prints).
-    #[arg(long, value_name = "DIR")]
-    image: PathBuf,
-    /// The appliance's boot script.
-    #[arg(long, value_name = "FILE", default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/appliance/boot"))]
-    boot: PathBuf,
+    #[command(flatten)]
+    vm: appliance::VmArgs,
     /// The kubeflavor binary the VMs run: statically linked, as image/build makes it
     /// (target/x86_64-unknown-linux-gnu/release/kubeflavor), so it runs on the appliance's
     /// Debian whatever this machine's C library is.
@@ -146,16 +139,7 @@ async fn main() -> ExitCode {
         secrets: Vec::new(),
         namespaces: Vec::new(),
     };
-    // Interrupted (Ctrl-C, or SIGTERM from a timeout), the run still removes what it made.
-    let mut terminate =
-        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
-    let outcome = tokio::select! {
-        outcome = scenario(&a, &mut run) => outcome,
-        _ = tokio::signal::ctrl_c() => Err(anyhow::anyhow!("interrupted")),
-        Some(()) = async { match terminate.as_mut() { Some(t) => t.recv().await, None => None } } => {
-            Err(anyhow::anyhow!("terminated"))
-        }
-    };
+    let outcome = appliance::until_interrupted(scenario(&a, &mut run)).await;
     // The VMs first (their kubelets would register the Nodes again), then the networks,
     // the processes and the objects.
     for vm in run.vms.drain(..) {
@@ -172,29 +156,11 @@ async fn main() -> ExitCode {
         task.abort();
     }
     for namespace in &run.namespaces {
-        if let Err(e) = delete_namespace(&a.kubeconfig, namespace).await {
+        if let Err(e) = delete_namespace(&a.vm.kubeconfig, namespace).await {
             eprintln!("warning: namespace {namespace} was not deleted: {e:#}");
         }
     }
-    let (kubeconfig, id, made) = (a.kubeconfig.clone(), run.id.clone(), run.made);
-    let _ = tokio::task::spawn_blocking(move || sweep::sweep(&kubeconfig, &id, &made)).await;
-    if let Err(e) = delete_node_events(&a.kubeconfig, &run.id).await {
-        eprintln!("warning: the Nodes' Events in default were not deleted: {e:#}");
-    }
-    match outcome {
-        Ok(figures) => {
-            println!("{figures}");
-            ExitCode::SUCCESS
-        }
-        Err(e) => {
-            let mut message = format!("{e:#}");
-            for secret in &run.secrets {
-                message = message.replace(secret.as_str(), "****************");
-            }
-            eprintln!("error: {message}");
-            ExitCode::FAILURE
-        }
-    }
+    appliance::finish(&a.vm.kubeconfig, &run.id, run.made, outcome, &run.secrets).await
 }
 
 /// What the run made, for the clean-up.
@@ -230,21 +196,21 @@ struct SiteRun {
 
 async fn scenario(a: &Args, run: &mut Run) -> anyhow::Result<serde_json::Value> {
     ensure!(
-        a.image.join("root.img").is_file(),
+        a.vm.image.join("root.img").is_file(),
         "--image {} holds no root.img: build the appliance first (../shared/appliance/build)",
-        a.image.display()
+        a.vm.image.display()
     );
     ensure!(
         a.kubeflavor.is_file(),
         "--kubeflavor {} is not a file: build the static binary (bash image/build)",
         a.kubeflavor.display()
     );
-    let admin_yaml = std::fs::read_to_string(&a.kubeconfig)
-        .with_context(|| format!("reading --kubeconfig {}", a.kubeconfig.display()))?;
+    let admin_yaml = std::fs::read_to_string(&a.vm.kubeconfig)
+        .with_context(|| format!("reading --kubeconfig {}", a.vm.kubeconfig.display()))?;
     let admin = kubeflavor::join::client_from_kubeconfig(&admin_yaml)
         .await
         .map_err(anyhow::Error::msg)?;
-    let api_port = api_server_port(&a.kubeconfig)?;
+    let api_port = api_server_port(&a.vm.kubeconfig)?;
 
     let block = free_block(&run.id)?;
     let sites = [
@@ -274,7 +240,7 @@ async fn scenario(a: &Args, run: &mut Run) -> anyhow::Result<serde_json::Value> 
     run.networks = Some(networks.clone());
 
     progress("kubeflavor install --apply --replicas 0; the Sites; a flavor allowed on lyon only");
-    kf(&a.kubeconfig, &["install", "--apply", "--replicas", "0"]).await?;
+    kf(&a.vm.kubeconfig, &["install", "--apply", "--replicas", "0"]).await?;
     let site_api: Api<Site> = Api::all(admin.clone());
     for s in &sites {
         let site: Site = serde_json::from_value(json!({
@@ -286,7 +252,7 @@ async fn scenario(a: &Args, run: &mut Run) -> anyhow::Result<serde_json::Value> 
     }
     let flavor = run.name("sited");
     kf(
-        &a.kubeconfig,
+        &a.vm.kubeconfig,
         &[
             "flavor",
             "create",
@@ -312,7 +278,7 @@ async fn scenario(a: &Args, run: &mut Run) -> anyhow::Result<serde_json::Value> 
         .push(appliance::start_controller(&admin, "appliance-sites", &run.id).await?);
     let dir = tempfile::tempdir()?;
     let (api, server) = https::serve_observing(
-        &a.kubeconfig,
+        &a.vm.kubeconfig,
         "appliance-sites",
         {
             let path = dir.path().join("cluster-ca.crt");
@@ -339,7 +305,14 @@ async fn scenario(a: &Args, run: &mut Run) -> anyhow::Result<serde_json::Value> 
                 "kubeflavor install --namespace {namespace} --node-reporter {observer_url} --node-reporter-ca-configmap observer-ca --node-reporter-every 30s: its namespace and DaemonSet; {} binds its pod for {} (no scheduler here)",
                 "this run", sites[0].node
             ));
-            node_reporter(&a.kubeconfig, &admin, &namespace, &observer_url, api.pem()).await?;
+            node_reporter(
+                &a.vm.kubeconfig,
+                &admin,
+                &namespace,
+                &observer_url,
+                api.pem(),
+            )
+            .await?;
             let (admin, node) = (admin.clone(), sites[0].node.clone());
             let bind_in = reporter.clone();
             run.tasks.push(tokio::spawn(async move {
@@ -415,8 +388,8 @@ async fn scenario(a: &Args, run: &mut Run) -> anyhow::Result<serde_json::Value> 
             s.node, s.site, s.index
         ));
         let vm = Vm::boot(
-            &a.boot,
-            &a.image,
+            &a.vm.boot,
+            &a.vm.image,
             &s.node,
             Seed::Image(&seed),
             &[

@@ -11,6 +11,21 @@ use k8s_openapi::api::events::v1::Event;
 use kube::Api;
 use kube::api::ListParams;
 
+/// The flags every appliance example takes: the real control plane, the image, the boot
+/// script.
+#[derive(Debug, clap::Args)]
+pub struct VmArgs {
+    /// The admin kubeconfig of the real control plane (../shared/real-k8s start).
+    #[arg(long, value_name = "FILE")]
+    pub kubeconfig: PathBuf,
+    /// The appliance image folder (what ../shared/appliance/build prints).
+    #[arg(long, value_name = "DIR")]
+    pub image: PathBuf,
+    /// The appliance's boot script.
+    #[arg(long, value_name = "FILE", default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/appliance/boot"))]
+    pub boot: PathBuf,
+}
+
 /// The examples' logging (the in-process controller's and API's warnings, as `kubeflavor
 /// controller` logs them) and the run's id (a token id: random, and valid in names); `None`
 /// (said on stderr) without randomness.
@@ -315,4 +330,51 @@ pub async fn start_controller(
         .await
         .context("the controller's caches did not sync within 60 s")?;
     Ok(task)
+}
+
+/// Runs `scenario` until it ends or the process is interrupted (Ctrl-C, or SIGTERM from a
+/// timeout); either way the caller then removes what the run made.
+pub async fn until_interrupted<T>(
+    scenario: impl std::future::Future<Output = anyhow::Result<T>>,
+) -> anyhow::Result<T> {
+    let mut terminate =
+        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+    tokio::select! {
+        outcome = scenario => outcome,
+        _ = tokio::signal::ctrl_c() => Err(anyhow::anyhow!("interrupted")),
+        Some(()) = async { match terminate.as_mut() { Some(t) => t.recv().await, None => None } } => {
+            Err(anyhow::anyhow!("terminated"))
+        }
+    }
+}
+
+/// The run's objects removed (the e2e sweep of what `made` records and what is named after
+/// `run_id`, and the Nodes' Events), then its outcome said: the figures on stdout (exit 0),
+/// or the error with `secrets` masked (exit 1).
+pub async fn finish(
+    kubeconfig: &Path,
+    run_id: &str,
+    made: super::sweep::Made,
+    outcome: anyhow::Result<serde_json::Value>,
+    secrets: &[String],
+) -> std::process::ExitCode {
+    let (path, id) = (kubeconfig.to_path_buf(), run_id.to_string());
+    let _ = tokio::task::spawn_blocking(move || super::sweep::sweep(&path, &id, &made)).await;
+    if let Err(e) = delete_node_events(kubeconfig, run_id).await {
+        eprintln!("warning: the Nodes' Events in default were not deleted: {e:#}");
+    }
+    match outcome {
+        Ok(figures) => {
+            println!("{figures}");
+            std::process::ExitCode::SUCCESS
+        }
+        Err(e) => {
+            let mut message = format!("{e:#}");
+            for secret in secrets.iter().filter(|s| !s.is_empty()) {
+                message = message.replace(secret.as_str(), "****************");
+            }
+            eprintln!("error: {message}");
+            std::process::ExitCode::FAILURE
+        }
+    }
 }

@@ -227,35 +227,137 @@ fn function_name(code: &str) -> Option<String> {
 }
 
 /// The long flags (and `-x` short ones) of the clap `Parser` an example's source derives:
-/// its fields with `#[arg(long ...)]`, named as clap names them.
+/// its fields with `#[arg(long ...)]`, named as clap names them, and those of the
+/// `clap::Args` structs it flattens (`#[command(flatten)]`), found in the example's own
+/// file or in a module it includes with `#[path = "..."]`.
 pub fn example_flags(src: &Path) -> Vec<String> {
     let text = std::fs::read_to_string(src).unwrap_or_else(|e| panic!("{}: {e}", src.display()));
+    let mut structs = clap_structs(&text);
+    let dir = src.parent().expect("an example's folder");
+    for line in text.lines() {
+        if let Some(path) = line
+            .trim()
+            .strip_prefix("#[path = \"")
+            .and_then(|r| r.strip_suffix("\"]"))
+        {
+            let module = dir.join(path);
+            let module_text = std::fs::read_to_string(&module)
+                .unwrap_or_else(|e| panic!("{}: {e}", module.display()));
+            for (name, s) in clap_structs(&module_text) {
+                structs.entry(name).or_insert(s);
+            }
+        }
+    }
     let mut flags = vec!["--help".to_string(), "-h".to_string()];
-    let mut in_parser = false;
+    let parsers = structs.values().filter(|s| s.parser);
+    let mut pending: Vec<&ClapStruct> = parsers.collect();
+    let mut seen = 0;
+    while let Some(s) = pending.pop() {
+        seen += 1;
+        assert!(
+            seen < 64,
+            "{}: flattened structs in a circle",
+            src.display()
+        );
+        flags.extend(s.flags.iter().cloned());
+        for ty in &s.flattened {
+            let name = ty.rsplit("::").next().unwrap_or(ty);
+            match structs.get(name) {
+                Some(inner) => pending.push(inner),
+                None => panic!(
+                    "{}: flattens {ty}, whose struct is neither in it nor in a #[path] module",
+                    src.display()
+                ),
+            }
+        }
+    }
+    flags
+}
+
+/// A struct deriving clap's `Parser` or `Args`: its own flags and the types it flattens.
+#[derive(Debug, Default)]
+struct ClapStruct {
+    parser: bool,
+    flags: Vec<String>,
+    flattened: Vec<String>,
+}
+
+/// The structs of a source file that derive `Parser` or `Args`, by name.
+fn clap_structs(text: &str) -> BTreeMap<String, ClapStruct> {
+    let mut out = BTreeMap::new();
+    let mut current: Option<(String, ClapStruct)> = None;
+    let mut derived: Option<bool> = None;
     let mut attr = String::new();
+    let mut flatten = false;
+    // An outer attribute spread over lines (`#[command(` ... `)]`) before a struct.
+    let mut outer_attr = false;
     for line in text.lines() {
         let code = line.trim();
-        if code.starts_with("#[derive(") && code.contains("Parser") {
-            in_parser = true;
-            continue;
-        }
-        if !in_parser {
+        if current.is_none() {
+            if outer_attr {
+                outer_attr = !code.ends_with(")]");
+                continue;
+            }
+            if code.starts_with("#[") && !code.ends_with(']') {
+                outer_attr = true;
+                continue;
+            }
+            if code.starts_with("#[derive(") {
+                derived = if code.contains("Parser") {
+                    Some(true)
+                } else if code.contains("Args") {
+                    Some(false)
+                } else {
+                    None
+                };
+                continue;
+            }
+            if let Some(parser) = derived {
+                if let Some(rest) = strip_visibility(code).strip_prefix("struct ") {
+                    let name: String = rest
+                        .chars()
+                        .take_while(|c| c.is_alphanumeric() || *c == '_')
+                        .collect();
+                    current = Some((
+                        name,
+                        ClapStruct {
+                            parser,
+                            ..ClapStruct::default()
+                        },
+                    ));
+                    derived = None;
+                } else if !code.starts_with("#[") && !code.starts_with("///") {
+                    derived = None;
+                }
+            }
             continue;
         }
         if code == "}" {
-            in_parser = false;
+            let (name, s) = current.take().expect("in a struct");
+            out.insert(name, s);
+            continue;
+        }
+        let (_, s) = current.as_mut().expect("in a struct");
+        if code == "#[command(flatten)]" {
+            flatten = true;
             continue;
         }
         if code.starts_with("#[arg(") || (!attr.is_empty() && !attr.ends_with(")]")) {
             attr.push_str(code);
             continue;
         }
-        let Some((field, _)) = strip_visibility(code).split_once(':') else {
+        let Some((field, ty)) = strip_visibility(code).split_once(':') else {
             continue;
         };
         if field.contains(' ') || field.is_empty() {
             attr.clear();
+            flatten = false;
             continue;
+        }
+        if flatten {
+            s.flattened
+                .push(ty.trim().trim_end_matches(',').trim().to_string());
+            flatten = false;
         }
         let spec = attr
             .trim_start_matches("#[arg(")
@@ -263,18 +365,18 @@ pub fn example_flags(src: &Path) -> Vec<String> {
             .to_string();
         for part in spec.split(',').map(str::trim) {
             if part == "long" {
-                flags.push(format!("--{}", field.replace('_', "-")));
+                s.flags.push(format!("--{}", field.replace('_', "-")));
             } else if let Some(name) = part.strip_prefix("long = ") {
-                flags.push(format!("--{}", name.trim_matches('"')));
+                s.flags.push(format!("--{}", name.trim_matches('"')));
             } else if part == "short" {
-                flags.push(format!("-{}", &field[..1]));
+                s.flags.push(format!("-{}", &field[..1]));
             } else if let Some(c) = part.strip_prefix("short = ") {
-                flags.push(format!("-{}", c.trim_matches('\'')));
+                s.flags.push(format!("-{}", c.trim_matches('\'')));
             }
         }
         attr.clear();
     }
-    flags
+    out
 }
 
 /// The fuzz targets of `fuzz/`, its own workspace: one file each in `fuzz_targets/`.
@@ -290,4 +392,49 @@ pub fn fuzz_targets(root: &Path) -> Vec<String> {
                 .into_owned()
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flattened_args_count_and_plain_structs_do_not() {
+        let text = r#"
+#[derive(Debug, clap::Args)]
+pub struct VmArgs {
+    /// The kubeconfig.
+    #[arg(long, value_name = "FILE")]
+    pub kubeconfig: PathBuf,
+}
+
+#[derive(Debug)]
+struct Other {
+    #[arg(long)]
+    not_a_flag: bool,
+}
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "x",
+    after_help = "Run: x --nodes 3"
+)]
+struct Args {
+    #[command(flatten)]
+    vm: appliance::VmArgs,
+    #[arg(long, short = 'n')]
+    nodes: u64,
+}
+"#;
+        let structs = clap_structs(text);
+        assert_eq!(
+            structs.keys().collect::<Vec<_>>(),
+            vec!["Args", "VmArgs"],
+            "only clap structs"
+        );
+        assert!(structs["Args"].parser && !structs["VmArgs"].parser);
+        assert_eq!(structs["Args"].flags, vec!["--nodes", "-n"]);
+        assert_eq!(structs["Args"].flattened, vec!["appliance::VmArgs"]);
+        assert_eq!(structs["VmArgs"].flags, vec!["--kubeconfig"]);
+    }
 }

@@ -21,8 +21,11 @@
 //! that speeds up or slows down while they run.
 //!
 //! With `--kubeconfig FILE` it runs against that cluster instead (request counters are
-//! testkube-only and are skipped). It creates `install --apply` objects, a Flavor, N
-//! tokens, CSRs and Nodes named `storm-*`: use a throwaway cluster.
+//! testkube-only and are skipped; the API server's own metrics and, when the control plane
+//! runs on this machine, its processes' CPU are printed instead). It creates `install
+//! --apply` objects, a Flavor, N tokens, CSRs and Nodes named `storm-*`, and deletes the
+//! Flavor, CSRs, Nodes and FlavorBindings before and after the storm: use a throwaway
+//! cluster.
 
 use std::collections::BTreeMap;
 use std::io::Read;
@@ -59,9 +62,9 @@ struct Args {
     /// controller's default, 16].
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
     concurrency: Option<u16>,
-    /// Run against this cluster instead of testkube (controller in-process, no request
-    /// counters). It creates install objects, a Flavor, N tokens, CSRs and Nodes named
-    /// storm-*: use a throwaway cluster.
+    /// Run against this cluster instead of testkube (no request counters; the API
+    /// server's metrics instead). It creates install objects, a Flavor, N tokens, CSRs and
+    /// Nodes named storm-*, and deletes them before and after: use a throwaway cluster.
     #[arg(long, value_name = "FILE")]
     kubeconfig: Option<String>,
     /// After the storm, measure the controller's CPU for this many seconds with no joins
@@ -275,6 +278,11 @@ async fn storm(a: &Args, n: usize) -> Report {
     .await
     .expect("install --apply");
 
+    // A cluster that outlives the storm may hold an earlier one's objects (an interrupted
+    // run): their names must be free.
+    if cluster.is_none() {
+        storm::clean_up(&admin, "storm", "storm-").await;
+    }
     storm::create_flavor(&admin, "storm").await;
 
     // N tokens.
@@ -332,6 +340,21 @@ async fn storm(a: &Args, n: usize) -> Report {
     if let Some(c) = &cluster {
         c.counters().reset();
     }
+    // On a real cluster, the API server's own account of the storm: its metrics now and
+    // after.
+    let served_before = if cluster.is_none() {
+        api_server_metrics(&admin).await
+    } else {
+        None
+    };
+    // A control plane running on this machine (kube-controller-manager's command name is
+    // cut to 15 characters by the kernel).
+    const CONTROL_PLANE: &[&str] = &["etcd", "kube-apiserver", "kube-controller"];
+    let control_plane_before = if cluster.is_none() {
+        storm::cpu_by_command(CONTROL_PLANE)
+    } else {
+        BTreeMap::new()
+    };
     // This process: testkube, the simulated kubelets and the watchers timing them.
     let own_cpu_at_start = cpu_time(std::process::id());
 
@@ -376,6 +399,18 @@ async fn storm(a: &Args, n: usize) -> Report {
     .await
     .expect("every node approved and flavored within 10 minutes");
     let total = start.elapsed();
+    let served_after = if served_before.is_some() {
+        api_server_metrics(&admin).await
+    } else {
+        None
+    };
+    let control_plane_cpu: BTreeMap<String, f64> = storm::cpu_by_command(CONTROL_PLANE)
+        .into_iter()
+        .filter_map(|(k, after)| {
+            let before = control_plane_before.get(&k)?;
+            Some((k, after.saturating_sub(*before).as_secs_f64()))
+        })
+        .collect();
 
     // Figures.
     let own_cpu = cpu_time(std::process::id())
@@ -452,7 +487,55 @@ async fn storm(a: &Args, n: usize) -> Report {
         waited: BTreeMap::new(),
         conflicts: BTreeMap::new(),
         errors: BTreeMap::new(),
+        api_server: BTreeMap::new(),
+        etcd: BTreeMap::new(),
+        priority_wait: BTreeMap::new(),
+        control_plane_cores: control_plane_cpu
+            .into_iter()
+            .map(|(k, cpu)| (k, cpu / total.as_secs_f64()))
+            .collect(),
     };
+    // Beside it, on the same cores: the kubelets and the controller.
+    if !report.control_plane_cores.is_empty() {
+        for (k, cpu) in [
+            ("join_storm (the kubelets)", own_cpu),
+            ("kubeflavor controller", storm_cpu),
+        ] {
+            if let Some(cpu) = cpu {
+                report
+                    .control_plane_cores
+                    .insert(k.into(), cpu.as_secs_f64() / total.as_secs_f64());
+            }
+        }
+    }
+    if let (Some(before), Some(after)) = (&served_before, &served_after) {
+        let per = |name: &str, keys: &[&str], min_per_join: f64| {
+            let (b, a) = (
+                storm::histograms_by(before, name, keys),
+                storm::histograms_by(after, name, keys),
+            );
+            a.iter()
+                .map(|(k, h)| (k.clone(), h.since(&b.get(k).cloned().unwrap_or_default())))
+                .filter(|(_, h)| h.count as f64 / n as f64 >= min_per_join)
+                .map(|(k, h)| (k.trim().to_string(), Served::of(&h, n)))
+                .collect::<BTreeMap<_, _>>()
+        };
+        report.api_server = per(
+            "apiserver_request_duration_seconds",
+            &["verb", "resource", "subresource"],
+            0.5,
+        );
+        report.etcd = per(
+            "etcd_request_duration_seconds",
+            &["operation", "resource"],
+            0.5,
+        );
+        report.priority_wait = per(
+            "apiserver_flowcontrol_request_wait_duration_seconds",
+            &["priority_level", "execute"],
+            0.5,
+        );
+    }
     let mut by_request: Vec<(String, BTreeMap<String, u64>)> = Vec::new();
     if let Some(c) = &cluster {
         let snap = c.counters().snapshot();
@@ -547,6 +630,9 @@ async fn storm(a: &Args, n: usize) -> Report {
             .expect("open --record file");
         writeln!(f, "{line}").expect("append to --record file");
     }
+    if cluster.is_none() {
+        storm::clean_up(&admin, "storm", "storm-").await;
+    }
     report
 }
 
@@ -600,6 +686,45 @@ struct Report {
     conflicts: BTreeMap<String, u64>,
     /// Failed reconciles (retried), by loop and stage.
     errors: BTreeMap<String, u64>,
+    /// On a real cluster, from the API server's metrics over the storm: the requests it
+    /// served by verb, resource and subresource (`apiserver_request_duration_seconds`),
+    /// its etcd requests by operation and type (`etcd_request_duration_seconds`), and the
+    /// time requests waited in API Priority and Fairness queues by priority level
+    /// (`apiserver_flowcontrol_request_wait_duration_seconds`); those seen at least once
+    /// per two joins.
+    api_server: BTreeMap<String, Served>,
+    etcd: BTreeMap<String, Served>,
+    priority_wait: BTreeMap<String, Served>,
+    /// The cores a control plane running on this machine used during the storm, by
+    /// process (etcd, kube-apiserver, kube-controller-manager), and beside it the
+    /// simulated kubelets and the controller: CPU time over the storm's.
+    control_plane_cores: BTreeMap<String, f64>,
+}
+
+/// Requests of one kind as a server measured them.
+#[derive(serde::Serialize)]
+struct Served {
+    count_per_join: f64,
+    mean_ms: f64,
+    /// The upper bound of the histogram bucket holding the 99th percentile.
+    p99_ms_at_most: f64,
+}
+
+impl Served {
+    fn of(h: &storm::Histogram, joins: usize) -> Self {
+        Served {
+            count_per_join: h.count as f64 / joins as f64,
+            mean_ms: h.sum * 1000.0 / h.count.max(1) as f64,
+            p99_ms_at_most: h.quantile(0.99) * 1000.0,
+        }
+    }
+}
+
+/// The API server's metrics (`GET /metrics`), or `None` when it serves none to this user
+/// (testkube serves none).
+async fn api_server_metrics(admin: &kube::Client) -> Option<String> {
+    let request = http::Request::get("/metrics").body(Vec::new()).ok()?;
+    admin.request_text(request).await.ok()
 }
 
 /// Approvals per second between the `from` and `to` fractions of the approvals, in the
@@ -678,6 +803,41 @@ fn print_report(r: &Report, by_request: &[(String, BTreeMap<String, u64>)]) {
             "    {k:<14} {:>8.2} ms  {:>5.2}x  p99 <= {:.0} ms",
             w.ms_per_join, w.count_per_join, w.p99_ms_at_most
         );
+    }
+    for (title, served) in [
+        (
+            "what the API server served during the storm, per join (its metrics: count, mean, p99):",
+            &r.api_server,
+        ),
+        ("its etcd requests, per join:", &r.etcd),
+        (
+            "time requests waited for a seat (API Priority and Fairness), by priority level:",
+            &r.priority_wait,
+        ),
+    ] {
+        if served.is_empty() {
+            continue;
+        }
+        println!("  {title}");
+        let mut rows: Vec<_> = served.iter().collect();
+        rows.sort_by(|a, b| {
+            (b.1.mean_ms * b.1.count_per_join).total_cmp(&(a.1.mean_ms * a.1.count_per_join))
+        });
+        for (k, s) in rows {
+            println!(
+                "    {k:<48} {:>5.2}x  mean {:>7.1} ms  p99 <= {:.0} ms",
+                s.count_per_join, s.mean_ms, s.p99_ms_at_most
+            );
+        }
+    }
+    if !r.control_plane_cores.is_empty() {
+        println!(
+            "  cores used during the storm, by process ({} cores here):",
+            std::thread::available_parallelism().map_or(0, |n| n.get())
+        );
+        for (k, cores) in &r.control_plane_cores {
+            println!("    {k:<48} {cores:.2} cores");
+        }
     }
     let total = |m: &BTreeMap<String, u64>| m.values().sum::<u64>();
     println!(

@@ -64,6 +64,78 @@ pub async fn create_flavor(admin: &Client, name: &str) {
         .expect("flavor created");
 }
 
+/// Deletes what a storm made on a cluster that outlives it: the Nodes, CSRs and
+/// FlavorBindings named `<prefix>*` and the Flavor `flavor`, then waits until they are
+/// gone, so the next storm's names are free. (Used-up tokens the controller retired
+/// itself; a token left unused expires.)
+pub async fn clean_up(admin: &Client, flavor: &str, prefix: &str) {
+    use kube::api::{DeleteParams, ListParams};
+    use kubeflavor_cluster::crd::FlavorBinding;
+    async fn delete_named<K>(api: Api<K>, prefix: &str) -> usize
+    where
+        K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned,
+    {
+        let names: Vec<String> = api
+            .list_metadata(&ListParams::default())
+            .await
+            .expect("list for clean-up")
+            .items
+            .into_iter()
+            .map(|m| m.metadata.name.unwrap_or_default())
+            .filter(|n| n.starts_with(prefix))
+            .collect();
+        let count = names.len();
+        futures::stream::iter(names)
+            .for_each_concurrent(16, |n| {
+                let api = api.clone();
+                async move {
+                    match api.delete(&n, &DeleteParams::default()).await {
+                        Ok(_) => {}
+                        Err(kube::Error::Api(s)) if s.code == 404 => {}
+                        Err(e) => panic!("delete {n}: {e}"),
+                    }
+                }
+            })
+            .await;
+        count
+    }
+    let nodes = delete_named(Api::<Node>::all(admin.clone()), prefix).await;
+    let csrs = delete_named(Api::<CertificateSigningRequest>::all(admin.clone()), prefix).await;
+    let bindings = delete_named(Api::<FlavorBinding>::all(admin.clone()), prefix).await;
+    let flavors = Api::<Flavor>::all(admin.clone());
+    match flavors.delete(flavor, &DeleteParams::default()).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 404 => {}
+        Err(e) => panic!("delete Flavor {flavor}: {e}"),
+    }
+    // Deletion is at once for objects without finalizers; wait for any that have some.
+    let gone = async {
+        loop {
+            let left = delete_named(Api::<Node>::all(admin.clone()), prefix).await
+                + delete_named(Api::<FlavorBinding>::all(admin.clone()), prefix).await
+                + usize::from(
+                    flavors
+                        .get_opt(flavor)
+                        .await
+                        .expect("read Flavor")
+                        .is_some(),
+                );
+            if left == 0 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(120), gone)
+        .await
+        .expect("the storm's objects gone within 2 minutes");
+    if nodes + csrs + bindings > 0 {
+        eprintln!(
+            "clean-up: deleted {nodes} Nodes, {csrs} CSRs and {bindings} FlavorBindings named {prefix}*"
+        );
+    }
+}
+
 /// Mints `n` single-node tokens of `flavor`, `parallel` at a time. Token ids are six
 /// characters: among 100,000 tokens two draws of the same id are to be expected, so an id
 /// already taken is drawn again, as `kubeflavor token create` does.
@@ -248,6 +320,28 @@ pub fn cpu_time(pid: u32) -> Option<Duration> {
     Some(Duration::from_millis((utime + stime) * 10))
 }
 
+/// The processes of this machine whose command name (`/proc/PID/comm`) is one of
+/// `names`, with their CPU time so far: a control plane on the same machine (etcd,
+/// kube-apiserver, kube-controller-manager), to see what it spent during a run.
+pub fn cpu_by_command(names: &[&str]) -> std::collections::BTreeMap<String, Duration> {
+    let mut out: std::collections::BTreeMap<String, Duration> = Default::default();
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return out;
+    };
+    for pid in dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok()) {
+        let Ok(comm) = std::fs::read_to_string(format!("/proc/{pid}/comm")) else {
+            continue;
+        };
+        let comm = comm.trim();
+        if names.contains(&comm)
+            && let Some(t) = cpu_time(pid)
+        {
+            *out.entry(comm.to_string()).or_default() += t;
+        }
+    }
+    out
+}
+
 pub fn percentile(sorted: &[Duration], p: f64) -> Duration {
     if sorted.is_empty() {
         return Duration::ZERO;
@@ -273,7 +367,7 @@ pub fn latencies(from: &Times, to: &Times) -> Vec<Duration> {
 }
 
 /// One histogram of a Prometheus text exposition: its sum, count and cumulative buckets.
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct Histogram {
     pub sum: f64,
     pub count: u64,
@@ -348,4 +442,111 @@ pub fn counter_series(text: &str, name: &str) -> std::collections::BTreeMap<Stri
         })
         .filter(|(_, n)| *n > 0)
         .collect()
+}
+
+/// The labels of one exposition line's series, `{k="v",...}`, as pairs (escapes undone).
+fn labels_of(series: &str) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let Some(body) = series
+        .split_once('{')
+        .and_then(|(_, r)| r.strip_suffix('}'))
+    else {
+        return out;
+    };
+    let mut chars = body.chars().peekable();
+    loop {
+        let key: String = chars.by_ref().take_while(|c| *c != '=').collect();
+        if key.is_empty() || chars.next() != Some('"') {
+            return out;
+        }
+        let mut value = String::new();
+        while let Some(c) = chars.next() {
+            match c {
+                '\\' => value.extend(chars.next()),
+                '"' => break,
+                c => value.push(c),
+            }
+        }
+        out.push((key.trim_start_matches(',').to_string(), value));
+        if chars.peek() == Some(&',') {
+            chars.next();
+        }
+    }
+}
+
+/// Every histogram `name` in `text`, grouped by the values of the labels `keys` (joined
+/// with a space) and summed over its other labels.
+pub fn histograms_by(
+    text: &str,
+    name: &str,
+    keys: &[&str],
+) -> std::collections::BTreeMap<String, Histogram> {
+    let mut out: std::collections::BTreeMap<String, Histogram> = Default::default();
+    for line in text.lines().filter(|l| !l.starts_with('#')) {
+        let Some((series, value)) = line.rsplit_once(' ') else {
+            continue;
+        };
+        let Some(part) = series
+            .split_once('{')
+            .and_then(|(n, _)| n.strip_prefix(name))
+        else {
+            continue;
+        };
+        let Ok(value) = value.parse::<f64>() else {
+            continue;
+        };
+        let labels = labels_of(series);
+        let get = |k: &str| labels.iter().find(|(l, _)| l == k).map(|(_, v)| v.as_str());
+        let key = keys
+            .iter()
+            .map(|k| get(k).unwrap_or(""))
+            .collect::<Vec<_>>()
+            .join(" ");
+        let h = out.entry(key).or_default();
+        match part {
+            "_sum" => h.sum += value,
+            "_count" => h.count += value as u64,
+            "_bucket" => {
+                let le = match get("le") {
+                    Some("+Inf") => f64::INFINITY,
+                    Some(v) => match v.parse() {
+                        Ok(v) => v,
+                        Err(_) => continue,
+                    },
+                    None => continue,
+                };
+                match h.buckets.iter_mut().find(|(b, _)| *b == le) {
+                    Some((_, c)) => *c += value as u64,
+                    None => {
+                        h.buckets.push((le, value as u64));
+                        h.buckets.sort_by(|a, b| a.0.total_cmp(&b.0));
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+impl Histogram {
+    /// What was observed between `before` and `self` (two scrapes of one counter).
+    pub fn since(&self, before: &Histogram) -> Histogram {
+        let earlier = |le: f64| {
+            before
+                .buckets
+                .iter()
+                .find(|(b, _)| *b == le)
+                .map_or(0, |(_, c)| *c)
+        };
+        Histogram {
+            sum: self.sum - before.sum,
+            count: self.count.saturating_sub(before.count),
+            buckets: self
+                .buckets
+                .iter()
+                .map(|(le, c)| (*le, c.saturating_sub(earlier(*le))))
+                .collect(),
+        }
+    }
 }

@@ -62,50 +62,123 @@ pub fn combined(node: Fingerprint, binding: Fingerprint, flavor: &str) -> Finger
     finish(h)
 }
 
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Bound {
     /// Index into `State::flavors`.
     flavor: u32,
+    /// Never 0 (a fingerprint).
     version: Fingerprint,
 }
 
+/// One name's state: 48 bytes, its name 16 more (and the name's own allocation).
 #[derive(Debug, Default)]
 struct Entry {
     /// The Node's fingerprint; 0 when there is no Node of the name.
     node: Fingerprint,
-    binding: Option<Bound>,
+    /// The binding's version; 0 when no binding names the node.
+    binding_version: Fingerprint,
     /// What reconciles last found needing nothing (0: nothing).
     done: [Fingerprint; 2],
+    /// The binding's flavor, an index into `State::flavors` (with a binding only).
+    binding_flavor: u32,
+    /// Since when (seconds after the index was made, plus one) the name has had a binding
+    /// and a Node that does not carry its flavor; 0 while it has not.
+    unflavored_since: u32,
+    /// The relist each side was last seen in. A relist ends by dropping the sides it did
+    /// not mark, so a kept side's mark is the current relist's or the one before: the
+    /// marks wrapping around is harmless.
+    node_mark: u16,
+    binding_mark: u16,
     /// Whether the Node carries its flavor (the `flavored_nodes` gauge).
     flavored: bool,
     /// Whether the Node carries kubeflavor's flavor label: without a binding, such a Node
     /// must be released (see `node::release`).
     flavor_labeled: bool,
-    /// The relist each side was last seen in.
-    node_mark: u32,
-    binding_mark: u32,
-    /// Since when (seconds after the index was made, plus one) the name has had a binding
-    /// and a Node that does not carry its flavor; 0 while it has not.
-    unflavored_since: u32,
 }
 
 impl Entry {
     fn is_empty(&self) -> bool {
-        self.node == 0 && self.binding.is_none()
+        self.node == 0 && self.binding_version == 0
+    }
+
+    fn binding(&self) -> Option<Bound> {
+        (self.binding_version != 0).then_some(Bound {
+            flavor: self.binding_flavor,
+            version: self.binding_version,
+        })
+    }
+
+    /// Sets the binding; returns the one before.
+    fn set_binding(&mut self, now: Option<Bound>) -> Option<Bound> {
+        let before = self.binding();
+        (self.binding_flavor, self.binding_version) = now.map_or((0, 0), |b| (b.flavor, b.version));
+        before
+    }
+}
+
+/// How many tables hold the names.
+const SHARDS: usize = 16;
+
+/// The entries by name, in `SHARDS` hash tables. A hash table that grows allocates its
+/// next size while it still holds the last: one table of 100,000 names briefly holds
+/// twice its entries' worth of memory, at the controller's peak. In shards, one shard
+/// grows at a time, so the index's peak is its size and a sixteenth.
+#[derive(Default)]
+struct Names {
+    shards: [HashMap<Box<str>, Entry>; SHARDS],
+}
+
+impl Names {
+    /// The shard of `name` (FNV-1a; each shard's table has its own keyed hasher, so a
+    /// name chosen to crowd one shard costs no more than it would in one table).
+    fn shard(name: &str) -> usize {
+        let h = name.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+        });
+        (h % SHARDS as u64) as usize
+    }
+
+    fn get(&self, name: &str) -> Option<&Entry> {
+        self.shards[Self::shard(name)].get(name)
+    }
+
+    fn get_mut(&mut self, name: &str) -> Option<&mut Entry> {
+        self.shards[Self::shard(name)].get_mut(name)
+    }
+
+    fn entry(&mut self, name: &str) -> &mut Entry {
+        let shard = &mut self.shards[Self::shard(name)];
+        if !shard.contains_key(name) {
+            shard.insert(name.into(), Entry::default());
+        }
+        shard.get_mut(name).expect("just inserted")
+    }
+
+    fn remove(&mut self, name: &str) -> Option<Entry> {
+        self.shards[Self::shard(name)].remove(name)
+    }
+
+    fn iter(&self) -> impl Iterator<Item = (&Box<str>, &Entry)> {
+        self.shards.iter().flat_map(|s| s.iter())
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.shards.iter().map(HashMap::len).sum()
     }
 }
 
 #[derive(Default)]
 struct State {
-    names: HashMap<Box<str>, Entry>,
+    names: Names,
     /// Flavor names, interned: each binding keeps an index.
     flavors: Vec<Box<str>>,
     flavor_ids: HashMap<Box<str>, u32>,
     /// Bindings per flavor index.
     bound: Vec<i64>,
     flavored: i64,
-    node_mark: u32,
-    binding_mark: u32,
+    node_mark: u16,
+    binding_mark: u16,
     /// Names whose binding is revoked: their Nodes lose the flavor on purpose. Few, so a
     /// set of its own rather than a field of every entry.
     revoked: HashSet<Box<str>>,
@@ -128,10 +201,7 @@ impl State {
     }
 
     fn entry(&mut self, name: &str) -> &mut Entry {
-        if !self.names.contains_key(name) {
-            self.names.insert(name.into(), Entry::default());
-        }
-        self.names.get_mut(name).expect("just inserted")
+        self.names.entry(name)
     }
 
     /// Drops the entry of `name` once it has neither Node nor binding.
@@ -145,10 +215,7 @@ impl State {
     }
 
     fn set_binding(&mut self, name: &str, now: Option<Bound>) -> bool {
-        let before = {
-            let e = self.entry(name);
-            std::mem::replace(&mut e.binding, now)
-        };
+        let before = self.entry(name).set_binding(now);
         if let Some(b) = before {
             self.bound[b.flavor as usize] -= 1;
         }
@@ -175,7 +242,7 @@ impl State {
         let Some(e) = self.names.get_mut(name) else {
             return;
         };
-        let unflavored = e.binding.is_some() && e.node != 0 && !e.flavored;
+        let unflavored = e.binding_version != 0 && e.node != 0 && !e.flavored;
         e.unflavored_since = match (unflavored, e.unflavored_since) {
             (false, _) => 0,
             (true, 0) => now,
@@ -190,7 +257,7 @@ impl State {
         let changed = e.node != fingerprint;
         e.node = fingerprint;
         e.flavor_labeled = flavor_labeled && fingerprint != 0;
-        let look = e.binding.is_some() || e.flavor_labeled;
+        let look = e.binding_version != 0 || e.flavor_labeled;
         self.note_unflavored(name);
         self.tidy(name);
         changed && look
@@ -278,7 +345,7 @@ impl Fleet {
         let mut st = self.lock();
         let bound = now.map(|(flavor, version)| Bound {
             flavor: st.flavor_id(flavor),
-            version,
+            version: version.max(1),
         });
         let mark = st.binding_mark;
         let changed = st.set_binding(name, bound);
@@ -311,7 +378,7 @@ impl Fleet {
             .iter()
             .filter(|(_, e)| match side {
                 Side::Nodes => e.node != 0 && e.node_mark != node_mark,
-                Side::Bindings => e.binding.is_some() && e.binding_mark != binding_mark,
+                Side::Bindings => e.binding_version != 0 && e.binding_mark != binding_mark,
             })
             .map(|(n, _)| n.to_string())
             .collect();
@@ -344,7 +411,7 @@ impl Fleet {
         Known {
             node: (e.node != 0).then_some(e.node),
             binding: e
-                .binding
+                .binding()
                 .map(|b| (st.flavors[b.flavor as usize].to_string(), b.version)),
             done: e.done,
             flavor_labeled: e.flavor_labeled,
@@ -382,7 +449,7 @@ impl Fleet {
         };
         st.names
             .iter()
-            .filter(|(_, e)| e.binding.is_some_and(|b| b.flavor == id))
+            .filter(|(_, e)| e.binding().is_some_and(|b| b.flavor == id))
             .map(|(n, _)| n.to_string())
             .collect()
     }
@@ -456,7 +523,7 @@ impl Fleet {
         let oldest = st
             .names
             .iter()
-            .filter(|(n, e)| e.unflavored_since != 0 && !st.revoked.contains(&**n))
+            .filter(|(n, e)| e.unflavored_since != 0 && !st.revoked.contains(&***n))
             .map(|(_, e)| e.unflavored_since)
             .min()?;
         Some(Duration::from_secs(u64::from(now - oldest)))
@@ -546,6 +613,54 @@ mod tests {
         assert_eq!(f.get("c").node, None);
         assert_eq!(f.get("a").node, Some(1));
         assert_eq!(f.len(), 2, "b has neither any more");
+    }
+
+    #[test]
+    fn a_relist_over_many_names_in_every_shard_finds_exactly_those_gone() {
+        let f = Fleet::new();
+        let names: Vec<String> = (0..2000).map(|i| format!("node-{i}")).collect();
+        for n in &names {
+            f.binding(n, Some(("sweet", 3)));
+            f.node(n, Some(9), false);
+        }
+        let st = f.lock();
+        assert!(
+            st.names.shards.iter().all(|s| s.len() > 50),
+            "names spread over every shard"
+        );
+        drop(st);
+        assert_eq!(f.len(), 2000);
+        assert_eq!(f.bound_to("sweet").len(), 2000);
+        // The relist marks wrap around; a relist still finds exactly the Nodes it did not
+        // list.
+        f.lock().node_mark = u16::MAX - 1;
+        for round in 0..3 {
+            f.relisting(Side::Nodes);
+            for n in &names {
+                f.node(n, Some(9), false);
+            }
+            assert!(f.relisted(Side::Nodes).is_empty(), "round {round}");
+        }
+        f.relisting(Side::Nodes);
+        for n in names.iter().step_by(2) {
+            f.node(n, Some(9), false);
+        }
+        let mut gone = f.relisted(Side::Nodes);
+        gone.sort();
+        let mut want: Vec<String> = names.iter().skip(1).step_by(2).cloned().collect();
+        want.sort();
+        assert_eq!(gone, want);
+        assert_eq!(f.get("node-1").node, None);
+        assert_eq!(f.get("node-0").node, Some(9));
+        assert_eq!(f.get("node-1").binding, Some(("sweet".to_string(), 3)));
+    }
+
+    #[test]
+    fn an_entry_stays_small() {
+        // The controller's memory per node is mostly this (see `Names`): growing it grows
+        // every fleet's footprint.
+        assert!(std::mem::size_of::<Entry>() <= 48);
+        assert!(std::mem::size_of::<(Box<str>, Entry)>() <= 64);
     }
 
     #[test]

@@ -70,10 +70,19 @@ pub async fn create_flavor(admin: &Client, name: &str) {
 /// itself; a token left unused expires.)
 pub async fn clean_up(admin: &Client, flavor: &str, prefix: &str) {
     use kube::api::{DeleteParams, ListParams};
+    use kube::runtime::wait::{await_condition, conditions};
     use kubeflavor_cluster::crd::FlavorBinding;
-    async fn delete_named<K>(api: Api<K>, prefix: &str) -> usize
+    /// Deletes the objects whose names `pick` picks; returns how many, after waiting (on a
+    /// watch) for those whose finalizers kept them.
+    async fn delete_named<K>(api: Api<K>, pick: impl Fn(&str) -> bool) -> usize
     where
-        K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned,
+        K: kube::Resource<DynamicType = ()>
+            + Clone
+            + std::fmt::Debug
+            + serde::de::DeserializeOwned
+            + Send
+            + Sync
+            + 'static,
     {
         let names: Vec<String> = api
             .list_metadata(&ListParams::default())
@@ -82,7 +91,7 @@ pub async fn clean_up(admin: &Client, flavor: &str, prefix: &str) {
             .items
             .into_iter()
             .map(|m| m.metadata.name.unwrap_or_default())
-            .filter(|n| n.starts_with(prefix))
+            .filter(|n| pick(n))
             .collect();
         let count = names.len();
         futures::stream::iter(names)
@@ -90,6 +99,19 @@ pub async fn clean_up(admin: &Client, flavor: &str, prefix: &str) {
                 let api = api.clone();
                 async move {
                     match api.delete(&n, &DeleteParams::default()).await {
+                        // Kept by a finalizer: gone when its uid is.
+                        Ok(deleted) if deleted.is_left() => {
+                            let uid = deleted.left().and_then(|k| k.uid()).unwrap_or_default();
+                            tokio::time::timeout(
+                                Duration::from_secs(120),
+                                await_condition(api, &n, conditions::is_deleted(&uid)),
+                            )
+                            .await
+                            .unwrap_or_else(|_| {
+                                panic!("{n} still there 2 minutes after its delete")
+                            })
+                            .expect("watch for its deletion");
+                        }
                         Ok(_) => {}
                         Err(kube::Error::Api(s)) if s.code == 404 => {}
                         Err(e) => panic!("delete {n}: {e}"),
@@ -99,36 +121,11 @@ pub async fn clean_up(admin: &Client, flavor: &str, prefix: &str) {
             .await;
         count
     }
-    let nodes = delete_named(Api::<Node>::all(admin.clone()), prefix).await;
-    let csrs = delete_named(Api::<CertificateSigningRequest>::all(admin.clone()), prefix).await;
-    let bindings = delete_named(Api::<FlavorBinding>::all(admin.clone()), prefix).await;
-    let flavors = Api::<Flavor>::all(admin.clone());
-    match flavors.delete(flavor, &DeleteParams::default()).await {
-        Ok(_) => {}
-        Err(kube::Error::Api(s)) if s.code == 404 => {}
-        Err(e) => panic!("delete Flavor {flavor}: {e}"),
-    }
-    // Deletion is at once for objects without finalizers; wait for any that have some.
-    let gone = async {
-        loop {
-            let left = delete_named(Api::<Node>::all(admin.clone()), prefix).await
-                + delete_named(Api::<FlavorBinding>::all(admin.clone()), prefix).await
-                + usize::from(
-                    flavors
-                        .get_opt(flavor)
-                        .await
-                        .expect("read Flavor")
-                        .is_some(),
-                );
-            if left == 0 {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(500)).await;
-        }
-    };
-    tokio::time::timeout(Duration::from_secs(120), gone)
-        .await
-        .expect("the storm's objects gone within 2 minutes");
+    let ours = |n: &str| n.starts_with(prefix);
+    let nodes = delete_named(Api::<Node>::all(admin.clone()), ours).await;
+    let csrs = delete_named(Api::<CertificateSigningRequest>::all(admin.clone()), ours).await;
+    let bindings = delete_named(Api::<FlavorBinding>::all(admin.clone()), ours).await;
+    delete_named(Api::<Flavor>::all(admin.clone()), |n| n == flavor).await;
     if nodes + csrs + bindings > 0 {
         eprintln!(
             "clean-up: deleted {nodes} Nodes, {csrs} CSRs and {bindings} FlavorBindings named {prefix}*"

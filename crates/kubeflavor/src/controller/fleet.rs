@@ -85,8 +85,9 @@ struct Entry {
     /// and a Node that does not carry its flavor; 0 while it has not.
     unflavored_since: u32,
     /// The relist each side was last seen in. A relist ends by dropping the sides it did
-    /// not mark, so a kept side's mark is the current relist's or the one before: the
-    /// marks wrapping around is harmless.
+    /// not mark, so a kept side's mark is at most one completed relist old, plus the
+    /// relists that failed before their end since: the marks wrapping around could only
+    /// mistake a side after 65,536 failed relists in a row.
     node_mark: u16,
     binding_mark: u16,
     /// Whether the Node carries its flavor (the `flavored_nodes` gauge).

@@ -121,7 +121,8 @@ impl TestClusterBuilder {
     }
 
     /// How many change events the store keeps for watch resumption (default 10,000). A
-    /// watch from an older resourceVersion gets a 410 Expired ERROR event.
+    /// watch of a type from a resourceVersion that one of the type's dropped events came
+    /// after gets a 410 Expired ERROR event.
     pub fn watch_history(mut self, events: usize) -> Self {
         self.watch_history = events;
         self

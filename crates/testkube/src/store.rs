@@ -52,8 +52,12 @@ pub struct StoreState {
     uids: HashMap<String, (ResourceKey, String, String)>,
     history: VecDeque<Arc<StoredEvent>>,
     history_limit: usize,
-    /// Watches from a resourceVersion below this cannot be served (410 Expired).
-    history_floor: u64,
+    /// Per type, the revision of its newest event dropped from the history: a watch of
+    /// the type from a resourceVersion below it cannot be served (410 Expired). A type
+    /// whose events are all still held (a quiet one) never expires its watches, as the
+    /// real server's watch cache, one per type, keeps a quiet type's few events
+    /// (`getAllEventsSinceLocked`: too old only below the type's oldest held event).
+    history_floors: HashMap<ResourceKey, u64>,
     watchers: HashMap<ResourceKey, Vec<EventSender>>,
     all_watchers: Vec<EventSender>,
     /// What the garbage collector must look at, kept as objects change (see [`GcIndex`]).
@@ -73,7 +77,7 @@ impl Store {
                 uids: HashMap::new(),
                 history: VecDeque::new(),
                 history_limit: history_limit.max(1),
-                history_floor: 0,
+                history_floors: HashMap::new(),
                 watchers: HashMap::new(),
                 all_watchers: Vec::new(),
                 gc: GcIndex::default(),
@@ -293,7 +297,12 @@ impl StoreState {
         self.history.push_back(event.clone());
         while self.history.len() > self.history_limit {
             if let Some(evicted) = self.history.pop_front() {
-                self.history_floor = evicted.rv;
+                match self.history_floors.get_mut(&evicted.key) {
+                    Some(floor) => *floor = evicted.rv,
+                    None => {
+                        self.history_floors.insert(evicted.key.clone(), evicted.rv);
+                    }
+                }
             }
         }
         if let Some(list) = self.watchers.get_mut(key) {
@@ -302,15 +311,16 @@ impl StoreState {
         self.all_watchers.retain(|w| w.send(event.clone()).is_ok());
     }
 
-    /// Register a watch on one type. With `since`, the events after that resourceVersion
-    /// still in the history come first; `Err(oldest)` when `since` is older than the history.
+    /// Register a watch on one type. With `since`, the events of the type after that
+    /// resourceVersion come first; `Err(oldest)` when one of them has left the history.
     pub fn subscribe(
         &mut self,
         key: &ResourceKey,
         since: Option<u64>,
     ) -> Result<(Vec<Arc<StoredEvent>>, EventReceiver), u64> {
+        let floor = self.history_floors.get(key).copied().unwrap_or(0);
         let backlog = match since {
-            Some(rv) if rv < self.history_floor => return Err(self.history_floor + 1),
+            Some(rv) if rv < floor => return Err(floor + 1),
             // The history is in revision order: start at the first event after `rv`, as
             // the watch cache does, instead of walking the whole window.
             Some(rv) => self
@@ -407,5 +417,28 @@ mod tests {
         }
         assert_eq!(st.subscribe(&key, Some(1)).err(), Some(3));
         assert!(st.subscribe(&key, Some(2)).is_ok());
+    }
+
+    #[test]
+    fn a_quiet_type_keeps_its_watches_while_a_busy_one_fills_the_history() {
+        let store = Store::new(2);
+        let mut st = store.lock();
+        let quiet = ResourceKey::new("", "configmaps");
+        let busy = ResourceKey::new("", "secrets");
+        st.insert(&quiet, secret("q"), Timestamp::now());
+        for n in ["a", "b", "c", "d"] {
+            st.insert(&busy, secret(n), Timestamp::now());
+        }
+        // Revision 1 (q) and 2, 3 (a, b) have left the window. Nothing of the quiet type
+        // happened after 1, so a watch of it from 1 misses nothing.
+        let (backlog, _rx) = st.subscribe(&quiet, Some(1)).unwrap();
+        assert!(backlog.is_empty());
+        // From 0 it would miss q itself.
+        assert_eq!(st.subscribe(&quiet, Some(0)).err(), Some(2));
+        // The busy type lost b (revision 3): from 2 is too old, from 3 is whole.
+        assert_eq!(st.subscribe(&busy, Some(2)).err(), Some(4));
+        let (backlog, _rx) = st.subscribe(&busy, Some(3)).unwrap();
+        let names: Vec<&str> = backlog.iter().map(|e| name_of(&e.object)).collect();
+        assert_eq!(names, vec!["c", "d"]);
     }
 }

@@ -1,9 +1,10 @@
 //! Watch streams: one JSON object per line over a chunked 200 response.
 //!
 //! Resumption: events come from the store's bounded history. A watch from a
-//! resourceVersion older than the history gets HTTP 200 with one ERROR event (Status 410
-//! Expired, `too old resource version`) and the stream ends, as the real server answers when
-//! its watch cache does not reach back that far. Without a resourceVersion (or with "0") the
+//! resourceVersion after which an event of its type has left the history gets HTTP 200
+//! with one ERROR event (Status 410 Expired, `too old resource version`) and the stream
+//! ends, as the real server answers when its watch cache (one per type) does not reach back
+//! that far. Without a resourceVersion (or with "0") the
 //! stream starts with a synthetic ADDED per existing object. `sendInitialEvents=true` does
 //! the same and ends the initial part with a BOOKMARK annotated `k8s.io/initial-events-end`.
 //! With `allowWatchBookmarks`, a BOOKMARK carrying the current global revision is sent every

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
-use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::core::v1::{Node, Secret};
 use kube::ResourceExt;
 use kube::runtime::reflector::ObjectRef;
 use kubeflavor_cluster::crd::network::NodeReport;
@@ -179,11 +179,24 @@ async fn flavor_node(
     };
     let placement = ctx.network.placement(report.as_ref());
     let plan = plan::plan_node(&binding, flavor.as_deref(), &node, placement.clone());
-    let node_after = patch_node(ctx, &binding, &node, plan.patch.as_ref()).await?;
+    // The token's Secret is read while the Node is patched (one round trip less per
+    // join); whether it is used up is decided after the patch, and its deletion is bound
+    // to the version read, so a Secret that changed meanwhile stays.
+    let retiring = plan.flavored && !binding.holder_facts().flavored_before;
+    let (node_after, token) = tokio::try_join!(
+        patch_node(ctx, &binding, &node, plan.patch.as_ref()),
+        async {
+            if retiring {
+                read_token(ctx, &binding).await
+            } else {
+                Ok(None)
+            }
+        },
+    )?;
     // Before the status says "flavored": a crash in between leaves the binding unflavored,
     // so the next run looks at the token again.
-    if plan.flavored && !binding.holder_facts().flavored_before {
-        retire_used_up_token(ctx, &binding).await?;
+    if let Some(secret) = token {
+        retire_used_up_token(ctx, &binding, secret).await?;
     }
     let binding_rv = write_status(ctx, &binding, &plan.status).await?;
     if let Some(report) = &report {
@@ -208,26 +221,39 @@ async fn flavor_node(
     Ok(())
 }
 
-/// Deletes the binding's token once it is used up (core's `token_is_used_up`: every use
-/// bound, every bound name with a Node), looked at when a binding flavors its Node the
-/// first time. The join line then authenticates nobody: a copy found later cannot even
-/// file a CSR. A token some of whose names have not joined yet stays (the last of them to
-/// be flavored retires it); one left behind still expires, and the binding's key check
-/// keeps its nodes from being re-keyed either way.
-async fn retire_used_up_token(ctx: &Context, binding: &FlavorBinding) -> Result<(), Error> {
+/// The Secret of the binding's token, when the binding records which token it was (a
+/// binding without the token's uid retires nothing).
+async fn read_token(ctx: &Context, binding: &FlavorBinding) -> Result<Option<Secret>, Error> {
+    if binding.spec.token_uid.is_none() {
+        return Ok(None);
+    }
+    token_secrets::get(&ctx.client, &binding.spec.token_id)
+        .await
+        .map_err(|source| Error::Read {
+            what: format!(
+                "Secret {}/{}",
+                TOKEN_NAMESPACE,
+                token_secrets::name_of(&binding.spec.token_id)
+            ),
+            source,
+        })
+}
+
+/// Deletes the binding's token (`secret`, as read) once it is used up (core's
+/// `token_is_used_up`: every use bound, every bound name with a Node), looked at when a
+/// binding flavors its Node the first time. The join line then authenticates nobody: a
+/// copy found later cannot even file a CSR. A token some of whose names have not joined
+/// yet stays (the last of them to be flavored retires it); one left behind still expires,
+/// and the binding's key check keeps its nodes from being re-keyed either way.
+async fn retire_used_up_token(
+    ctx: &Context,
+    binding: &FlavorBinding,
+    secret: Secret,
+) -> Result<(), Error> {
     let Some(uid) = binding.spec.token_uid.clone() else {
         return Ok(());
     };
     let name = token_secrets::name_of(&binding.spec.token_id);
-    let secret = token_secrets::get(&ctx.client, &binding.spec.token_id)
-        .await
-        .map_err(|source| Error::Read {
-            what: format!("Secret {}/{name}", TOKEN_NAMESPACE),
-            source,
-        })?;
-    let Some(secret) = secret else {
-        return Ok(());
-    };
     let this_token = secret.metadata.uid.as_deref() == Some(uid.as_str());
     let used_up = token_secrets::kubeflavor_meta(&secret).is_some_and(|meta| {
         token_is_used_up(&meta, |n| {

@@ -63,7 +63,7 @@ pub enum Error {
     },
     #[error("the binding or Node of {node} changed before CSR {csr} was approved; deciding again")]
     Changed { csr: String, node: String },
-    #[error("halted by the step hook after {0:?}")]
+    #[error("halted after {0:?}: this controller's term ended or a test's step hook stopped it")]
     Halted(Step),
 }
 
@@ -74,8 +74,9 @@ impl From<ReadError> for Error {
 }
 
 impl Error {
-    /// Every stage [`Error::metric_label`] names but `halted` (a test's step hook): the
-    /// label values of `reconcile_errors` and `reconcile_conflicts`.
+    /// Every stage [`Error::metric_label`] names but `halted` (the term ended or a test's
+    /// step hook stopped the context, which is not counted as an error): the label values
+    /// of `reconcile_errors` and `reconcile_conflicts`.
     pub const STAGES: [&'static str; 9] = [
         "read",
         "reserve",

@@ -162,10 +162,12 @@ pub fn error_policy(
         ctx.metrics.conflict("csr", err.metric_label());
         return Action::requeue(Duration::from_millis(50));
     }
-    ctx.metrics.error("csr", err.metric_label());
     if matches!(err, Error::Halted(_)) {
+        // Not a failure: this controller's term ended (or a test's step hook stopped it)
+        // and it writes no more; the next leader decides.
         return Action::await_change();
     }
+    ctx.metrics.error("csr", err.metric_label());
     tracing::warn!(error = %err, "CSR reconcile failed, retrying");
     Action::requeue(Duration::from_secs(1))
 }

@@ -75,10 +75,80 @@ fn error_policy(err: &Error, ctx: &Context) -> Option<Duration> {
         ctx.metrics.conflict("node", err.metric_label());
         return Some(Duration::from_millis(50));
     }
-    ctx.metrics.error("node", err.metric_label());
     if matches!(err, Error::Halted(_)) {
+        // Not a failure: this controller's term ended (or a test's step hook stopped it)
+        // and it writes no more; the next leader looks at the name.
         return None;
     }
+    ctx.metrics.error("node", err.metric_label());
     tracing::warn!(error = %err, "node reconcile failed, retrying");
     Some(Duration::from_secs(1))
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
+
+    use super::*;
+    use crate::controller::{Options, Runtime, Step};
+
+    fn context() -> Arc<Context> {
+        crate::connect::install_crypto_provider();
+        let config = kube::Config::new("https://127.0.0.1:9".parse().expect("url"));
+        let client = kube::Client::try_from(config).expect("client");
+        let rt = Runtime::new(client, Options::new("ns", "me"));
+        Arc::new(Context::new(&rt, kube::runtime::reflector::store().0))
+    }
+
+    /// The error series counted above zero (every stage's series is there from the start).
+    fn errors(ctx: &Context) -> Vec<String> {
+        ctx.metrics
+            .render()
+            .lines()
+            .filter(|l| l.starts_with("kubeflavor_reconcile_errors_total{") && !l.ends_with(" 0"))
+            .map(str::to_string)
+            .collect()
+    }
+
+    /// A controller whose term ended refuses its in-flight writes with `Halted`: both
+    /// loops stop looking at the name and count no error, so a leader handing over (a
+    /// rolling update) does not set off the reconcile-errors alert; a real failure
+    /// still counts.
+    #[tokio::test]
+    async fn a_term_that_ended_is_not_a_reconcile_error() {
+        let ctx = context();
+        assert_eq!(error_policy(&Error::Halted(Step::NodePatched), &ctx), None);
+        let csr = Arc::new(CertificateSigningRequest::default());
+        let action = crate::controller::csr::error_policy(
+            csr.clone(),
+            &Error::Halted(Step::Approved),
+            ctx.clone(),
+        );
+        assert_eq!(action, kube::runtime::controller::Action::await_change());
+        assert_eq!(errors(&ctx), Vec::<String>::new());
+
+        let failed = Error::Changed {
+            csr: "csr-1".into(),
+            node: "n1".into(),
+        };
+        let _ = crate::controller::csr::error_policy(csr, &failed, ctx.clone());
+        assert_eq!(
+            errors(&ctx).len(),
+            0,
+            "a changed fact is a conflict, not an error"
+        );
+        let _ = error_policy(
+            &Error::Read {
+                what: "Node n1".into(),
+                source: kube::Error::LinesCodecMaxLineLengthExceeded,
+            },
+            &ctx,
+        );
+        assert_eq!(
+            errors(&ctx).len(),
+            1,
+            "a failed read counts: {:?}",
+            errors(&ctx)
+        );
+    }
 }

@@ -75,6 +75,17 @@ pub struct Context {
 }
 
 impl Context {
+    /// A context whose client points at a closed port: for unit tests of what a loop
+    /// decides and counts, with no API server.
+    #[cfg(test)]
+    pub(super) fn offline() -> Self {
+        crate::connect::install_crypto_provider();
+        let config = kube::Config::new("https://127.0.0.1:9".parse().expect("url"));
+        let client = Client::try_from(config).expect("client");
+        let rt = Runtime::new(client, Options::new("ns", "me"));
+        Context::new(&rt, kube::runtime::reflector::store().0)
+    }
+
     /// A fresh context for one leadership term over the given Flavor cache.
     pub(super) fn new(
         rt: &Runtime,

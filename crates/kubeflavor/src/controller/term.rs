@@ -149,18 +149,12 @@ async fn halt_at_term_end(ctx: &Context, until: Stop) {
 
 #[cfg(test)]
 mod tests {
-    use kube::Client;
-
     use super::*;
-    use crate::controller::{Error, Options, Step};
+    use crate::controller::{Error, Step};
 
     #[tokio::test]
     async fn a_term_that_ended_writes_nothing_more() {
-        crate::connect::install_crypto_provider();
-        let config = kube::Config::new("https://127.0.0.1:9".parse().expect("url"));
-        let client = Client::try_from(config).expect("client");
-        let rt = Runtime::new(client, Options::new("ns", "me"));
-        let ctx = Context::new(&rt, kube::runtime::reflector::store().0);
+        let ctx = Context::offline();
         let (tx, rx) = watch::channel(false);
         let term = halt_at_term_end(&ctx, stop_when(rx, true));
         let sent = std::sync::atomic::AtomicUsize::new(0);

@@ -10,7 +10,7 @@ mod node_restriction;
 mod policy;
 pub(crate) mod service_account;
 mod validating_policy;
-pub(crate) use policy::to_cel;
+pub(crate) use policy::to_val;
 
 use serde_json::Value;
 

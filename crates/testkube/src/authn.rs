@@ -75,20 +75,21 @@ pub fn authenticate(
         service_accounts: None,
         store: reader,
     };
-    authenticate_with(peer_cert_der, bearer, &tokens, now)
+    let cert_user = peer_cert_der.and_then(certificate_user);
+    authenticate_with(cert_user.as_ref(), bearer, &tokens, now)
 }
 
 /// [`authenticate`] with every token authenticator.
 pub fn authenticate_with(
-    peer_cert_der: Option<&[u8]>,
+    cert_user: Option<&UserInfo>,
     bearer: Option<&str>,
     tokens: &TokenAuthenticators<'_>,
     now: Timestamp,
 ) -> Result<UserInfo, ApiError> {
     // The x509 authenticator runs before the token authenticators; a certificate without a
     // CommonName is ignored (not rejected) and the request falls through to the token.
-    if let Some(user) = peer_cert_der.and_then(user_from_certificate) {
-        return Ok(user);
+    if let Some(user) = cert_user {
+        return Ok(user.clone());
     }
     // An empty bearer (`Authorization: Bearer `) is no credential at all, as in
     // k8s.io/apiserver's bearertoken authenticator.
@@ -150,8 +151,11 @@ pub fn unauthorized() -> ApiError {
     ApiError::new(401, "Unauthorized", "Unauthorized")
 }
 
-/// `CommonNameUserConversion`: user = CN, groups = every O value, plus the credential id.
-fn user_from_certificate(der: &[u8]) -> Option<UserInfo> {
+/// `CommonNameUserConversion`: user = CN, groups = every O value, plus the credential id,
+/// for a client certificate the TLS layer already verified against the cluster CA; `None`
+/// for one without a CommonName (ignored, not rejected: the request falls through to the
+/// token authenticators).
+pub fn certificate_user(der: &[u8]) -> Option<UserInfo> {
     let (_, cert) = X509Certificate::from_der(der).ok()?;
     let subject = cert.subject();
     // Go's pkix.Name keeps the last CommonName when there are several.

@@ -31,7 +31,7 @@ use crate::handlers::{self, Cx, Reply};
 use crate::pki::Ca;
 use crate::resources;
 use crate::shared::Shared;
-use crate::types::{ApiError, ObjectReader};
+use crate::types::{ApiError, ObjectReader, UserInfo};
 use crate::{authn, authz, openapi};
 
 pub type Body = BoxBody<Bytes, Infallible>;
@@ -110,12 +110,16 @@ async fn serve_connection(
     else {
         return;
     };
-    let peer: Option<Arc<Vec<u8>>> = tls
+    // The client certificate's user, read once per connection: the certificate cannot
+    // change on a connection, and parsing it per request (under the store's lock) was a
+    // visible share of each request's cost.
+    let peer: Option<Arc<UserInfo>> = tls
         .get_ref()
         .1
         .peer_certificates()
         .and_then(|c| c.first())
-        .map(|c| Arc::new(c.to_vec()));
+        .and_then(|c| authn::certificate_user(c))
+        .map(Arc::new);
     let mut shutdown = shared.shutdown.clone();
     let service = service_fn(move |req| {
         let shared = shared.clone();
@@ -224,7 +228,7 @@ fn bearer_token(headers: &HeaderMap) -> Option<String> {
 
 async fn serve(
     shared: Arc<Shared>,
-    peer: Option<Arc<Vec<u8>>>,
+    peer: Option<Arc<UserInfo>>,
     req: Request<Incoming>,
 ) -> Response<Body> {
     let (parts, body) = req.into_parts();
@@ -239,15 +243,7 @@ async fn serve(
             );
         }
     };
-    match respond(
-        &shared,
-        peer.as_deref().map(Vec::as_slice),
-        &parts,
-        &query,
-        &body,
-    )
-    .await
-    {
+    match respond(&shared, peer.as_deref(), &parts, &query, &body).await {
         Ok(resp) => resp,
         Err(err) => error_response(&err, pretty),
     }
@@ -255,7 +251,7 @@ async fn serve(
 
 async fn respond(
     shared: &Arc<Shared>,
-    peer: Option<&[u8]>,
+    peer: Option<&UserInfo>,
     parts: &http::request::Parts,
     query: &Query,
     body: &Bytes,
@@ -266,12 +262,16 @@ async fn respond(
     let header_str =
         |name: header::HeaderName| parts.headers.get(name).and_then(|v| v.to_str().ok());
     let now = Timestamp::now();
-    let user = {
-        let st = shared.store.lock();
-        let bearer = bearer_token(&parts.headers);
-        shared.with_token_authenticators(&st, |tokens| {
-            authn::authenticate_with(peer, bearer.as_deref(), tokens, now)
-        })?
+    // The x509 authenticator runs before the token authenticators.
+    let user = match peer {
+        Some(user) => user.clone(),
+        None => {
+            let st = shared.store.lock();
+            let bearer = bearer_token(&parts.headers);
+            shared.with_token_authenticators(&st, |tokens| {
+                authn::authenticate_with(None, bearer.as_deref(), tokens, now)
+            })?
+        }
     };
     let route = parse_route(path);
     let attrs = attributes(&user, method, &route, query, path);

@@ -52,7 +52,7 @@ use cel::common::ast::{EntryExpr, Expr, IdedEntryExpr, LiteralValue, MapEntryExp
 use cel::{Context, IdedExpr, Value as Cel};
 use serde_json::{Value, json};
 
-use super::policy::{evaluate, matches_resources, operation_name, request, to_cel};
+use super::policy::{NULL, evaluate, matches_resources, operation_name, request, to_val};
 use crate::crd_validation::cel_functions::base_context;
 use crate::errors::details_of;
 use crate::types::{ApiError, ObjectReader, Operation, RequestAttributes, ResourceKey};
@@ -68,22 +68,20 @@ fn bindings_key() -> ResourceKey {
 }
 
 /// Every binding and the policy it names, in policy name order, then binding name.
-fn bindings(reader: &dyn ObjectReader) -> Vec<(Value, Value)> {
-    let mut found: Vec<(Value, Value)> = reader
+fn bindings(reader: &dyn ObjectReader) -> Vec<(&Value, &Value)> {
+    let mut found: Vec<(&Value, &Value)> = reader
         .list(&bindings_key(), None)
         .into_iter()
         .filter_map(|b| {
             let name = b["spec"]["policyName"].as_str()?;
-            Some((b.clone(), reader.get(&policies_key(), None, name)?.clone()))
+            Some((b, reader.get(&policies_key(), None, name)?))
         })
         .filter(|(b, p)| b["spec"]["paramRef"].is_null() && p["spec"]["paramKind"].is_null())
         .collect();
-    let name = |v: &Value| v["metadata"]["name"].as_str().unwrap_or("").to_string();
-    found.sort_by(|a, b| {
-        name(&a.1)
-            .cmp(&name(&b.1))
-            .then(name(&a.0).cmp(&name(&b.0)))
-    });
+    fn name(v: &Value) -> &str {
+        v["metadata"]["name"].as_str().unwrap_or("")
+    }
+    found.sort_by(|a, b| name(a.1).cmp(name(b.1)).then(name(a.0).cmp(name(b.0))));
     found
 }
 
@@ -121,7 +119,7 @@ pub fn admit(
     }
     for (i, after) in reinvocable {
         if *new != after {
-            let (binding, policy) = &found[i];
+            let (binding, policy) = found[i];
             run(attrs, op, &name, old, new, policy, binding)?;
         }
     }
@@ -148,23 +146,24 @@ fn run(
             Err(denial(attrs, name, policy, binding, &failure))
         }
     };
-    let mut ctx = base_context();
-    ctx.add_variable_from_value("request", to_cel(&request(attrs, op, name)));
-    ctx.add_variable_from_value("oldObject", to_cel(old.unwrap_or(&Value::Null)));
-    ctx.add_variable_from_value("object", to_cel(new));
-    for condition in spec["matchConditions"].as_array().into_iter().flatten() {
-        let expression = condition["expression"].as_str().unwrap_or("");
-        match evaluate(expression, &ctx) {
-            Ok(true) => {}
-            Ok(false) => return Ok(false),
-            Err(e) => return fail(format!("expression '{expression}' resulted in error: {e}")),
+    let request = request(attrs, op, name);
+    {
+        let mut ctx = base_context();
+        ctx.add_variable_as_val("request", to_val(&request));
+        ctx.add_variable_as_val("oldObject", to_val(old.unwrap_or(&NULL)));
+        ctx.add_variable_as_val("object", to_val(new));
+        for condition in spec["matchConditions"].as_array().into_iter().flatten() {
+            let expression = condition["expression"].as_str().unwrap_or("");
+            match evaluate(expression, &ctx) {
+                Ok(true) => {}
+                Ok(false) => return Ok(false),
+                Err(e) => {
+                    return fail(format!("expression '{expression}' resulted in error: {e}"));
+                }
+            }
         }
     }
     for mutation in spec["mutations"].as_array().into_iter().flatten() {
-        let mut ctx = base_context();
-        ctx.add_variable_from_value("request", to_cel(&request(attrs, op, name)));
-        ctx.add_variable_from_value("oldObject", to_cel(old.unwrap_or(&Value::Null)));
-        ctx.add_variable_from_value("object", to_cel(new));
         if mutation["patchType"] != "JSONPatch" {
             return fail(format!(
                 "testkube does not imitate patchType {}",
@@ -172,7 +171,15 @@ fn run(
             ));
         }
         let expression = mutation["jsonPatch"]["expression"].as_str().unwrap_or("");
-        let ops = match patch_operations(expression, &ctx) {
+        // Each mutation sees the object as the mutations before it left it.
+        let ops = {
+            let mut ctx = base_context();
+            ctx.add_variable_as_val("request", to_val(&request));
+            ctx.add_variable_as_val("oldObject", to_val(old.unwrap_or(&NULL)));
+            ctx.add_variable_as_val("object", to_val(new));
+            patch_operations(expression, &ctx)
+        };
+        let ops = match ops {
             Ok(ops) => ops,
             Err(e) => return fail(format!("expression '{expression}' resulted in error: {e}")),
         };

@@ -4,9 +4,11 @@
 //! sees unstructured content, and one boolean expression's outcome.
 
 use std::collections::HashMap;
-use std::sync::Arc;
 
-use cel::objects::{Key, Map as CelMap};
+use cel::common::types::{
+    CelBool, CelDouble, CelInt, CelList, CelMap as CelValMap, CelMapKey, CelNull, CelString,
+};
+use cel::common::value::Val;
 use cel::{Context, Value as Cel};
 use serde_json::{Value, json};
 
@@ -67,25 +69,30 @@ fn rule_matches(r: &Value, attrs: &RequestAttributes, op: &str) -> bool {
         && scope
 }
 
-/// A JSON value as CEL sees unstructured content: objects are maps with string keys,
-/// whole numbers ints.
-pub(crate) fn to_cel(v: &Value) -> Cel {
+/// `null`, for a variable bound to nothing (`oldObject` on a create).
+pub(crate) static NULL: Value = Value::Null;
+
+/// The value [`to_cel`] makes, built straight as the interpreter's own values and
+/// borrowing every string from `v`: what a context variable holds. Going through [`Cel`]
+/// copied each string and map twice per request (once into `Cel`, once into the
+/// interpreter's value); admission binds the whole object on every write.
+pub(crate) fn to_val<'v>(v: &'v Value) -> Box<dyn Val + 'v> {
     match v {
-        Value::Null => Cel::Null,
-        Value::Bool(b) => Cel::Bool(*b),
+        Value::Null => Box::new(CelNull),
+        Value::Bool(b) => Box::new(CelBool::from(*b)),
         Value::Number(n) => match n.as_i64() {
-            Some(i) => Cel::Int(i),
-            None => Cel::Float(n.as_f64().unwrap_or(0.0)),
+            Some(i) => Box::new(CelInt::from(i)),
+            None => Box::new(CelDouble::from(n.as_f64().unwrap_or(0.0))),
         },
-        Value::String(s) => Cel::String(Arc::new(s.clone())),
-        Value::Array(items) => Cel::List(Arc::new(items.iter().map(to_cel).collect())),
-        Value::Object(map) => {
-            let map: HashMap<Key, Cel> = map
-                .iter()
-                .map(|(k, x)| (Key::String(Arc::new(k.clone())), to_cel(x)))
-                .collect();
-            Cel::Map(CelMap { map: Arc::new(map) })
+        Value::String(s) => Box::new(CelString::from(s.as_str())),
+        Value::Array(items) => {
+            Box::new(CelList::from(items.iter().map(to_val).collect::<Vec<_>>()))
         }
+        Value::Object(map) => Box::new(CelValMap::from(
+            map.iter()
+                .map(|(k, x)| (CelMapKey::from(k.as_str()), to_val(x)))
+                .collect::<HashMap<_, _>>(),
+        )),
     }
 }
 
@@ -122,5 +129,64 @@ pub(super) fn evaluate(expression: &str, ctx: &Context) -> Result<bool, String> 
     match execute(&program, ctx)? {
         Cel::Bool(b) => Ok(b),
         other => Err(format!("expected a bool, got {other:?}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use cel::objects::{Key, Map as CelMap};
+
+    use super::*;
+    use crate::crd_validation::cel_functions::base_context;
+
+    /// A JSON value as CEL sees unstructured content: objects are maps with string keys,
+    /// whole numbers ints. Kept as the reference [`to_val`] is checked against.
+    fn to_cel(v: &Value) -> Cel {
+        match v {
+            Value::Null => Cel::Null,
+            Value::Bool(b) => Cel::Bool(*b),
+            Value::Number(n) => match n.as_i64() {
+                Some(i) => Cel::Int(i),
+                None => Cel::Float(n.as_f64().unwrap_or(0.0)),
+            },
+            Value::String(s) => Cel::String(Arc::new(s.clone())),
+            Value::Array(items) => Cel::List(Arc::new(items.iter().map(to_cel).collect())),
+            Value::Object(map) => {
+                let map: HashMap<Key, Cel> = map
+                    .iter()
+                    .map(|(k, x)| (Key::String(Arc::new(k.clone())), to_cel(x)))
+                    .collect();
+                Cel::Map(CelMap { map: Arc::new(map) })
+            }
+        }
+    }
+
+    /// A variable bound with [`to_val`] reads back in an expression as the value
+    /// [`to_cel`] makes, for every kind of JSON value, nested.
+    #[test]
+    fn to_val_binds_what_to_cel_makes() {
+        let samples = [
+            json!(null),
+            json!(true),
+            json!(-7),
+            json!(1.5),
+            json!(u64::MAX),
+            json!("node-a"),
+            json!([]),
+            json!({}),
+            json!({"metadata": {"name": "n", "labels": {"a": "b"}, "generation": 3},
+                   "spec": {"taints": [{"key": "k", "effect": "NoSchedule"}], "x": [1, [2.5, null]]}}),
+        ];
+        for v in samples {
+            let mut ctx = base_context();
+            ctx.add_variable_as_val("object", to_val(&v));
+            let program = compile("object").unwrap();
+            assert_eq!(execute(&program, &ctx).unwrap(), to_cel(&v), "{v}");
+            let program = compile("object == expected").unwrap();
+            ctx.add_variable_from_value("expected", to_cel(&v));
+            assert_eq!(execute(&program, &ctx).unwrap(), Cel::Bool(true), "{v}");
+        }
     }
 }

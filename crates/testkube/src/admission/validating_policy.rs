@@ -49,7 +49,7 @@ use cel::objects::{Key, Map as CelMap};
 use cel::{Context, Value as Cel};
 use serde_json::{Value, json};
 
-use super::policy::{evaluate, lists, matches_resources, operation_name, request, to_cel};
+use super::policy::{NULL, evaluate, lists, matches_resources, operation_name, request, to_val};
 use crate::crd_validation::cel_functions::base_context;
 use crate::crd_validation::cel_rules::{compile, execute};
 use crate::errors::details_of;
@@ -82,10 +82,10 @@ fn bindings(reader: &dyn ObjectReader) -> Vec<(&Value, &Value)> {
             Some((b, reader.get(&policies_key(), None, name)?))
         })
         .collect();
-    found.sort_by(|a, b| {
-        let name = |v: &Value| v["metadata"]["name"].as_str().unwrap_or("").to_string();
-        name(a.1).cmp(&name(b.1)).then(name(a.0).cmp(&name(b.0)))
-    });
+    fn name(v: &Value) -> &str {
+        v["metadata"]["name"].as_str().unwrap_or("")
+    }
+    found.sort_by(|a, b| name(a.1).cmp(name(b.1)).then(name(a.0).cmp(name(b.0))));
     found
 }
 
@@ -104,6 +104,8 @@ pub fn admit(
         .filter(|n| !n.is_empty())
         .unwrap_or(&attrs.name)
         .to_string();
+    // Built once, and only when a policy applies; the context borrows from them.
+    let request_json = std::cell::OnceCell::new();
     let mut ctx: Option<Context> = None;
     for (binding, policy) in bindings(reader) {
         if !matches_resources(policy, attrs, op) {
@@ -117,14 +119,15 @@ pub fn admit(
         };
         let ctx = ctx.get_or_insert_with(|| {
             let mut ctx = base_context();
-            ctx.add_variable_from_value("request", to_cel(&request(attrs, op, &name)));
-            ctx.add_variable_from_value("object", to_cel(new.unwrap_or(&Value::Null)));
-            ctx.add_variable_from_value("oldObject", to_cel(old.unwrap_or(&Value::Null)));
+            let request = request_json.get_or_init(|| request(attrs, op, &name));
+            ctx.add_variable_as_val("request", to_val(request));
+            ctx.add_variable_as_val("object", to_val(new.unwrap_or(&NULL)));
+            ctx.add_variable_as_val("oldObject", to_val(old.unwrap_or(&NULL)));
             ctx
         });
         for param in params {
             let mut scope = ctx.new_inner_scope();
-            scope.add_variable_from_value("params", to_cel(param.unwrap_or(&Value::Null)));
+            scope.add_variable_as_val("params", to_val(param.unwrap_or(&NULL)));
             if let Some(failure) = judge(policy, &scope) {
                 return Err(denial(attrs, &name, policy, binding, &failure));
             }
@@ -249,9 +252,9 @@ fn go_param_kind(param_kind: &Value) -> String {
 /// unit tests of a policy's rules without a server.
 pub fn verdict(policy: &Value, request: &Value, object: &Value) -> Option<String> {
     let mut ctx = base_context();
-    ctx.add_variable_from_value("request", to_cel(request));
-    ctx.add_variable_from_value("object", to_cel(object));
-    ctx.add_variable_from_value("oldObject", to_cel(&Value::Null));
+    ctx.add_variable_as_val("request", to_val(request));
+    ctx.add_variable_as_val("object", to_val(object));
+    ctx.add_variable_as_val("oldObject", to_val(&NULL));
     judge(policy, &ctx)
 }
 

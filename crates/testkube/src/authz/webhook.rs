@@ -142,7 +142,7 @@ impl AuthorizationWebhook {
     fn matches(&self, spec: &Value) -> Result<bool, String> {
         use crate::crd_validation::cel_rules::{compile, execute};
         let mut ctx = cel::Context::default();
-        ctx.add_variable_from_value("request", crate::admission::to_cel(spec));
+        ctx.add_variable_as_val("request", crate::admission::to_val(spec));
         for expression in &self.match_conditions {
             let program = compile(expression)?;
             match execute(&program, &ctx)? {

@@ -102,5 +102,37 @@ impl Cluster {
 /// rustls needs one process-wide crypto provider; kubeflavor uses aws-lc-rs everywhere.
 pub fn install_crypto_provider() {
     // Err only means a provider is already installed (by an earlier call or by kube itself).
-    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+    let _ = provider().install_default();
+}
+
+/// aws-lc-rs with TLS 1.3's AES-128-GCM-SHA256 preferred, as Go's crypto/tls (and so
+/// kube-apiserver and kubectl) prefers it: rustls's default puts AES-256-GCM-SHA384 first,
+/// whose SHA-384 key schedule has no hardware help on common x86 parts and was a visible
+/// share of each new connection's cost (every minted join line is a new connection). The
+/// set of suites is unchanged; only the order.
+fn provider() -> rustls::crypto::CryptoProvider {
+    let mut provider = rustls::crypto::aws_lc_rs::default_provider();
+    provider
+        .cipher_suites
+        .sort_by_key(|s| s.suite() != rustls::CipherSuite::TLS13_AES_128_GCM_SHA256);
+    provider
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn provider_prefers_aes_128_gcm_sha256_and_keeps_every_default_suite() {
+        let suites = |p: &rustls::crypto::CryptoProvider| -> Vec<rustls::CipherSuite> {
+            p.cipher_suites.iter().map(|s| s.suite()).collect()
+        };
+        let ours = suites(&provider());
+        let mut default = suites(&rustls::crypto::aws_lc_rs::default_provider());
+        assert_eq!(ours[0], rustls::CipherSuite::TLS13_AES_128_GCM_SHA256);
+        let mut sorted = ours.clone();
+        sorted.sort_by_key(|s| u16::from(*s));
+        default.sort_by_key(|s| u16::from(*s));
+        assert_eq!(sorted, default);
+    }
 }

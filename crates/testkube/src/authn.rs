@@ -75,26 +75,38 @@ pub fn authenticate(
         service_accounts: None,
         store: reader,
     };
-    let cert_user = peer_cert_der.and_then(certificate_user);
-    authenticate_with(cert_user.as_ref(), bearer, &tokens, now)
+    let cert = peer_cert_der.and_then(ClientCertificate::parse);
+    authenticate_with(cert.as_ref(), bearer, &tokens, now)
 }
 
 /// [`authenticate`] with every token authenticator.
 pub fn authenticate_with(
-    cert_user: Option<&UserInfo>,
+    cert: Option<&ClientCertificate>,
     bearer: Option<&str>,
     tokens: &TokenAuthenticators<'_>,
     now: Timestamp,
 ) -> Result<UserInfo, ApiError> {
     // The x509 authenticator runs before the token authenticators; a certificate without a
-    // CommonName is ignored (not rejected) and the request falls through to the token.
-    if let Some(user) = cert_user {
-        return Ok(user.clone());
+    // CommonName is ignored (not rejected) and the request falls through to the token. One
+    // outside its validity at the time of the request (a connection opened before it
+    // expired) is an error: a token may still authenticate the request, but it is never
+    // anonymous (`union.NewFailOnError` in front of the anonymous authenticator).
+    let mut cert_failed = false;
+    if let Some(cert) = cert {
+        if !cert.valid_at(now) {
+            cert_failed = true;
+        } else if let Some(user) = &cert.user {
+            return Ok(user.clone());
+        }
     }
     // An empty bearer (`Authorization: Bearer `) is no credential at all, as in
     // k8s.io/apiserver's bearertoken authenticator.
     let Some(token) = bearer.filter(|t| !t.is_empty()) else {
-        return Ok(UserInfo::anonymous());
+        return if cert_failed {
+            Err(unauthorized())
+        } else {
+            Ok(UserInfo::anonymous())
+        };
     };
     let api = [API_AUDIENCE.to_string()];
     authenticate_token(token, tokens, &api, now)
@@ -151,12 +163,40 @@ pub fn unauthorized() -> ApiError {
     ApiError::new(401, "Unauthorized", "Unauthorized")
 }
 
-/// `CommonNameUserConversion`: user = CN, groups = every O value, plus the credential id,
-/// for a client certificate the TLS layer already verified against the cluster CA; `None`
-/// for one without a CommonName (ignored, not rejected: the request falls through to the
-/// token authenticators).
-pub fn certificate_user(der: &[u8]) -> Option<UserInfo> {
-    let (_, cert) = X509Certificate::from_der(der).ok()?;
+/// A client certificate the TLS layer verified against the cluster CA when the connection
+/// was opened, read once per connection: the user it names and the validity the x509
+/// authenticator checks again on every request (kube-apiserver verifies the chain per
+/// request, so a certificate that expires while its connection stays open stops working).
+#[derive(Debug, Clone)]
+pub struct ClientCertificate {
+    /// `None` for a certificate without a CommonName (ignored, not rejected).
+    pub user: Option<UserInfo>,
+    not_before: Timestamp,
+    not_after: Timestamp,
+}
+
+impl ClientCertificate {
+    /// `None` if `der` is not a certificate.
+    pub fn parse(der: &[u8]) -> Option<ClientCertificate> {
+        let (_, cert) = X509Certificate::from_der(der).ok()?;
+        let validity = cert.validity();
+        let at = |t: &x509_parser::time::ASN1Time| Timestamp::from_second(t.timestamp()).ok();
+        Some(ClientCertificate {
+            user: certificate_user(&cert, der),
+            not_before: at(&validity.not_before)?,
+            not_after: at(&validity.not_after)?,
+        })
+    }
+
+    /// Go's `Certificate.Verify`: invalid before NotBefore and after NotAfter.
+    pub fn valid_at(&self, now: Timestamp) -> bool {
+        self.not_before <= now && now <= self.not_after
+    }
+}
+
+/// `CommonNameUserConversion`: user = CN, groups = every O value, plus the credential id;
+/// `None` for a certificate without a CommonName.
+fn certificate_user(cert: &X509Certificate<'_>, der: &[u8]) -> Option<UserInfo> {
     let subject = cert.subject();
     // Go's pkix.Name keeps the last CommonName when there are several.
     let name = subject

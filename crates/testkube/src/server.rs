@@ -23,6 +23,7 @@ use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
+use crate::authn::ClientCertificate;
 use crate::discovery::{self, AGGREGATED_V2};
 use crate::errors::{page_not_found, status_body};
 use crate::handlers::route::{Query, Route, attributes, parse_route};
@@ -31,7 +32,7 @@ use crate::handlers::{self, Cx, Reply};
 use crate::pki::Ca;
 use crate::resources;
 use crate::shared::Shared;
-use crate::types::{ApiError, ObjectReader, UserInfo};
+use crate::types::{ApiError, ObjectReader};
 use crate::{authn, authz, openapi};
 
 pub type Body = BoxBody<Bytes, Infallible>;
@@ -110,15 +111,15 @@ async fn serve_connection(
     else {
         return;
     };
-    // The client certificate's user, read once per connection: the certificate cannot
-    // change on a connection, and parsing it per request (under the store's lock) was a
-    // visible share of each request's cost.
-    let peer: Option<Arc<UserInfo>> = tls
+    // The client certificate, read once per connection: it cannot change on a connection,
+    // and parsing it per request (under the store's lock) was a visible share of each
+    // request's cost. Its validity is still checked per request, as the real server does.
+    let peer: Option<Arc<ClientCertificate>> = tls
         .get_ref()
         .1
         .peer_certificates()
         .and_then(|c| c.first())
-        .and_then(|c| authn::certificate_user(c))
+        .and_then(|c| ClientCertificate::parse(c))
         .map(Arc::new);
     let mut shutdown = shared.shutdown.clone();
     let service = service_fn(move |req| {
@@ -228,7 +229,7 @@ fn bearer_token(headers: &HeaderMap) -> Option<String> {
 
 async fn serve(
     shared: Arc<Shared>,
-    peer: Option<Arc<UserInfo>>,
+    peer: Option<Arc<ClientCertificate>>,
     req: Request<Incoming>,
 ) -> Response<Body> {
     let (parts, body) = req.into_parts();
@@ -251,7 +252,7 @@ async fn serve(
 
 async fn respond(
     shared: &Arc<Shared>,
-    peer: Option<&UserInfo>,
+    peer: Option<&ClientCertificate>,
     parts: &http::request::Parts,
     query: &Query,
     body: &Bytes,
@@ -263,13 +264,16 @@ async fn respond(
         |name: header::HeaderName| parts.headers.get(name).and_then(|v| v.to_str().ok());
     let now = Timestamp::now();
     // The x509 authenticator runs before the token authenticators.
-    let user = match peer {
+    let user = match peer
+        .filter(|c| c.valid_at(now))
+        .and_then(|c| c.user.as_ref())
+    {
         Some(user) => user.clone(),
         None => {
             let st = shared.store.lock();
             let bearer = bearer_token(&parts.headers);
             shared.with_token_authenticators(&st, |tokens| {
-                authn::authenticate_with(None, bearer.as_deref(), tokens, now)
+                authn::authenticate_with(peer, bearer.as_deref(), tokens, now)
             })?
         }
     };

@@ -300,6 +300,43 @@ fn certificate_wins_over_a_bearer_token_and_one_without_cn_falls_through() {
     assert_eq!(anonymous, UserInfo::anonymous());
 }
 
+/// kube-apiserver verifies a client certificate on every request, not only when the
+/// connection is opened: one that expired while its connection stayed open (or is not yet
+/// valid) authenticates nothing. A bearer token can still authenticate the request, but
+/// without one it is a 401, never `system:anonymous`.
+#[test]
+fn a_certificate_outside_its_validity_fails_and_is_never_anonymous() {
+    let reader = valid_token("abcdef", &[]);
+    let cert_valid = |not_before: (i32, u8, u8), not_after: (i32, u8, u8)| {
+        let mut params = rcgen::CertificateParams::default();
+        params.distinguished_name = rcgen::DistinguishedName::new();
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, "system:node:worker-1");
+        params.not_before = rcgen::date_time_ymd(not_before.0, not_before.1, not_before.2);
+        params.not_after = rcgen::date_time_ymd(not_after.0, not_after.1, not_after.2);
+        let key = rcgen::KeyPair::generate().unwrap();
+        params.self_signed(&key).unwrap().der().to_vec()
+    };
+    // NOW is 2026-11-30.
+    let current = cert_valid((2026, 11, 1), (2026, 12, 31));
+    let expired = cert_valid((2026, 10, 1), (2026, 11, 29));
+    let not_yet = cert_valid((2026, 12, 1), (2027, 1, 1));
+    let auth = |der: &[u8], bearer: Option<&str>| {
+        authenticate(Some(der), bearer, &BTreeMap::new(), &reader, now())
+    };
+    assert_eq!(auth(&current, None).unwrap().name, "system:node:worker-1");
+    for der in [&expired, &not_yet] {
+        assert_unauthorized(auth(der, None));
+        assert_unauthorized(auth(der, Some("garbage")));
+        let token = format!("abcdef.{SECRET}");
+        assert_eq!(
+            auth(der, Some(&token)).unwrap().name,
+            "system:bootstrap:abcdef"
+        );
+    }
+}
+
 #[test]
 fn bootstrap_group_pattern_matches_upstream() {
     let long_ok = format!("system:bootstrappers:{}a", "b".repeat(255));

@@ -91,14 +91,10 @@ pub fn authenticate_with(
     // outside its validity at the time of the request (a connection opened before it
     // expired) is an error: a token may still authenticate the request, but it is never
     // anonymous (`union.NewFailOnError` in front of the anonymous authenticator).
-    let mut cert_failed = false;
-    if let Some(cert) = cert {
-        if !cert.valid_at(now) {
-            cert_failed = true;
-        } else if let Some(user) = &cert.user {
-            return Ok(user.clone());
-        }
+    if let Some(user) = cert.and_then(|c| c.user_at(now)) {
+        return Ok(user.clone());
     }
+    let cert_failed = cert.is_some_and(|c| !c.valid_at(now));
     // An empty bearer (`Authorization: Bearer `) is no credential at all, as in
     // k8s.io/apiserver's bearertoken authenticator.
     let Some(token) = bearer.filter(|t| !t.is_empty()) else {
@@ -170,7 +166,7 @@ pub fn unauthorized() -> ApiError {
 #[derive(Debug, Clone)]
 pub struct ClientCertificate {
     /// `None` for a certificate without a CommonName (ignored, not rejected).
-    pub user: Option<UserInfo>,
+    user: Option<UserInfo>,
     not_before: Timestamp,
     not_after: Timestamp,
 }
@@ -191,6 +187,12 @@ impl ClientCertificate {
     /// Go's `Certificate.Verify`: invalid before NotBefore and after NotAfter.
     pub fn valid_at(&self, now: Timestamp) -> bool {
         self.not_before <= now && now <= self.not_after
+    }
+
+    /// The user the x509 authenticator finds at `now`: none when the certificate is
+    /// outside its validity or has no CommonName.
+    pub fn user_at(&self, now: Timestamp) -> Option<&UserInfo> {
+        self.user.as_ref().filter(|_| self.valid_at(now))
     }
 }
 

@@ -264,10 +264,7 @@ async fn respond(
         |name: header::HeaderName| parts.headers.get(name).and_then(|v| v.to_str().ok());
     let now = Timestamp::now();
     // The x509 authenticator runs before the token authenticators.
-    let user = match peer
-        .filter(|c| c.valid_at(now))
-        .and_then(|c| c.user.as_ref())
-    {
+    let user = match peer.and_then(|c| c.user_at(now)) {
         Some(user) => user.clone(),
         None => {
             let st = shared.store.lock();
